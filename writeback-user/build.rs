@@ -1,0 +1,65 @@
+//! Builds `writeback-ebpf` for the BPF target with aya-build and leaves the
+//! object in OUT_DIR, where `src/ebpf_object.rs` embeds it with
+//! `include_bytes_aligned!`. See ARCHITECTURE.md ("Why a build script").
+//!
+//! Toolchain: `WBSCOPE_BPF_TOOLCHAIN` when set; otherwise the Debian
+//! `bpf-debian` toolchain when rustup knows it (rustc-web linked by
+//! `cargo xtask setup`), else `nightly` (which must have rust-src).
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, anyhow};
+use aya_build::Toolchain;
+
+const TOOLCHAIN_ENV: &str = "WBSCOPE_BPF_TOOLCHAIN";
+const DEBIAN_TOOLCHAIN: &str = "bpf-debian";
+
+fn rustup_has(toolchain: &str) -> bool {
+    Command::new("rustup")
+        .args(["run", toolchain, "rustc", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn main() -> anyhow::Result<()> {
+    println!("cargo:rerun-if-env-changed={TOOLCHAIN_ENV}");
+    let chosen = match std::env::var(TOOLCHAIN_ENV) {
+        Ok(name) if !name.is_empty() => name,
+        _ if rustup_has(DEBIAN_TOOLCHAIN) => DEBIAN_TOOLCHAIN.to_string(),
+        _ => "nightly".to_string(),
+    };
+    if chosen != "nightly" {
+        // A stable-channel rustc (Debian's rustc-web) accepts -Z build-std
+        // only with RUSTC_BOOTSTRAP; aya-build reads it from our environment
+        // and passes it to the nested cargo. The build script is single
+        // threaded here, so set_var is sound.
+        unsafe { std::env::set_var("RUSTC_BOOTSTRAP", "1") };
+    }
+
+    let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new()
+        .no_deps()
+        .exec()
+        .context("cargo metadata")?;
+    let ebpf = packages
+        .into_iter()
+        .find(|p| p.name.as_str() == "writeback-ebpf")
+        .ok_or_else(|| anyhow!("writeback-ebpf package not found in the workspace"))?;
+    let root_dir = ebpf
+        .manifest_path
+        .parent()
+        .ok_or_else(|| anyhow!("no parent for {}", ebpf.manifest_path))?;
+    let package = aya_build::Package {
+        name: ebpf.name.as_str(),
+        root_dir: root_dir.as_str(),
+        ..Default::default()
+    };
+    let toolchain = if chosen == "nightly" {
+        Toolchain::Nightly
+    } else {
+        Toolchain::Custom(&chosen)
+    };
+    aya_build::build_ebpf([package], toolchain).with_context(|| {
+        format!("building the eBPF programs with toolchain `{chosen}` (run `cargo xtask setup`)")
+    })
+}
