@@ -24,6 +24,9 @@ fn rustup_has(toolchain: &str) -> bool {
 
 fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-env-changed={TOOLCHAIN_ENV}");
+    // aya-build reruns us when writeback-ebpf changes; the shared types it
+    // compiles in live in writeback-common.
+    println!("cargo:rerun-if-changed=../writeback-common");
     let chosen = match std::env::var(TOOLCHAIN_ENV) {
         Ok(name) if !name.is_empty() => name,
         _ if rustup_has(DEBIAN_TOOLCHAIN) => DEBIAN_TOOLCHAIN.to_string(),

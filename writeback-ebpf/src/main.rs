@@ -12,6 +12,7 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray, RingBuf},
     programs::TracePointContext,
 };
+use aya_log_ebpf::warn;
 use writeback_common::{
     FieldSpec, InflightCall, InflightKey, TracepointLayout, WritepagesCall, call_flags,
     record_kind, stat, writepages_fields as wp, writepages_result_fields as wpr,
@@ -113,8 +114,10 @@ fn try_writepages_start(ctx: &TracePointContext) -> Result<u32, u32> {
         flags,
         _pad: 0,
     };
-    if INFLIGHT.insert(&key, &call, 0).is_err() {
+    if let Err(err) = INFLIGHT.insert(&key, &call, 0) {
+        // Rare (LRU maps evict instead of failing): worth a log line.
         bump(stat::INFLIGHT_FULL);
+        warn!(ctx, "in-flight map update failed: {}", err);
     }
     Ok(0)
 }

@@ -1,1 +1,18 @@
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use wbscope::cli::Cli;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return wbscope::report_usage_error(&e),
+    };
+    match wbscope::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("wbscope: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Output formats of the tracer.
+pub mod json_lines;
+pub mod text;

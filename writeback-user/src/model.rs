@@ -1,0 +1,319 @@
+//! The tracer's data model: decoded per-call records and the aggregates the
+//! front ends show. Fed by [`crate::collector::Event`]s, whatever produced
+//! them (live ring buffer today, a recording later).
+use std::fmt;
+
+use serde::Serialize;
+use writeback_common::{WritepagesCall, call_flags};
+
+use crate::loader::{KernelStats, ProbeStatus};
+
+/// A block device number as userspace writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DevId {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DevId {
+    /// Decodes the kernel-internal `dev_t` the tracepoints record
+    /// (`MAJOR(dev) = dev >> 20`, `MINOR(dev) = dev & ((1 << 20) - 1)`,
+    /// include/linux/kdev_t.h), which differs from the userspace encoding
+    /// that `stat(2)` returns.
+    pub const fn from_kernel(dev: u32) -> DevId {
+        DevId {
+            major: dev >> 20,
+            minor: dev & ((1 << 20) - 1),
+        }
+    }
+
+    /// From `st_dev` as `stat(2)` returns it (glibc encoding).
+    pub fn from_user(dev: u64) -> DevId {
+        DevId {
+            major: libc::major(dev),
+            minor: libc::minor(dev),
+        }
+    }
+}
+
+impl fmt::Display for DevId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl Serialize for DevId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// `enum writeback_sync_modes` (include/linux/writeback.h).
+pub fn sync_mode_name(mode: u32) -> &'static str {
+    match mode {
+        0 => "none",
+        1 => "all",
+        _ => "unknown",
+    }
+}
+
+/// One writepages call, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallRecord {
+    pub dev: DevId,
+    pub ino: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    pub nr_to_write: i64,
+    pub pages_written: i64,
+    /// Pages skipped during this call (end minus start of the counter).
+    pub pages_skipped: i64,
+    pub sync_mode: u32,
+    pub ret: i32,
+    pub range_start: i64,
+    pub range_end: i64,
+    pub writeback_index_before: u64,
+    pub writeback_index_after: u64,
+    pub for_kupdate: bool,
+    pub range_cyclic: bool,
+    /// False when the start tracepoint was not seen: start-side fields and
+    /// the duration are then unknown (zero).
+    pub start_seen: bool,
+}
+
+impl From<&WritepagesCall> for CallRecord {
+    fn from(c: &WritepagesCall) -> Self {
+        let comm_len = c.comm.iter().position(|&b| b == 0).unwrap_or(c.comm.len());
+        let start_seen = c.flags & call_flags::START_SEEN != 0;
+        CallRecord {
+            dev: DevId::from_kernel(c.dev),
+            ino: c.ino,
+            tgid: c.tgid,
+            tid: c.tid,
+            comm: String::from_utf8_lossy(&c.comm[..comm_len]).into_owned(),
+            start_ns: c.start_ns,
+            duration_ns: c.duration_ns,
+            nr_to_write: c.nr_to_write,
+            pages_written: c.pages_written,
+            pages_skipped: if start_seen {
+                c.pages_skipped_end - c.pages_skipped_start
+            } else {
+                c.pages_skipped_end
+            },
+            sync_mode: c.sync_mode,
+            ret: c.ret,
+            range_start: c.range_start,
+            range_end: c.range_end,
+            writeback_index_before: c.writeback_index_before,
+            writeback_index_after: c.writeback_index_after,
+            for_kupdate: c.flags & call_flags::FOR_KUPDATE != 0,
+            range_cyclic: c.flags & call_flags::RANGE_CYCLIC != 0,
+            start_seen,
+        }
+    }
+}
+
+/// Histogram with power-of-two buckets: bucket 0 holds 0, bucket k (k >= 1)
+/// holds values in [2^(k-1), 2^k).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Log2Histogram {
+    buckets: [u64; 65],
+}
+
+impl Default for Log2Histogram {
+    fn default() -> Self {
+        Log2Histogram { buckets: [0; 65] }
+    }
+}
+
+impl Log2Histogram {
+    pub fn bucket_of(value: u64) -> usize {
+        (u64::BITS - value.leading_zeros()) as usize
+    }
+
+    /// The label of bucket `k`: `0`, `1`, `2-3`, `4-7`, ... with K/M
+    /// suffixes past 1024.
+    pub fn bucket_label(k: usize) -> String {
+        match k {
+            0 => "0".into(),
+            1 => "1".into(),
+            _ => {
+                let lo = 1u64 << (k - 1);
+                format!("{}-{}", short(lo), short((lo << 1) - 1))
+            }
+        }
+    }
+
+    pub fn record(&mut self, value: u64) {
+        self.buckets[Self::bucket_of(value)] += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    pub fn buckets(&self) -> &[u64] {
+        &self.buckets
+    }
+
+    /// Index range of the non-empty buckets, if any.
+    pub fn span(&self) -> Option<(usize, usize)> {
+        let first = self.buckets.iter().position(|&c| c != 0)?;
+        let last = self.buckets.iter().rposition(|&c| c != 0)?;
+        Some((first, last))
+    }
+}
+
+/// 1023 -> "1023", 1024 -> "1K", 262144 -> "256K", 1048576 -> "1M".
+fn short(v: u64) -> String {
+    if v >= 1 << 20 && v % (1 << 20) == 0 {
+        format!("{}M", v >> 20)
+    } else if v >= 1 << 10 && v % (1 << 10) == 0 {
+        format!("{}K", v >> 10)
+    } else if v >= 1 << 20 {
+        format!("{}M", (v + 1) >> 20)
+    } else if v >= 1 << 10 {
+        format!("{}K", (v + 1) >> 10)
+    } else {
+        v.to_string()
+    }
+}
+
+/// Running totals of the writepages calls seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub calls: u64,
+    pub pages_written: u64,
+    pub nr_to_write: u64,
+}
+
+impl Totals {
+    pub fn add(&mut self, call: &CallRecord) {
+        self.calls += 1;
+        self.pages_written += call.pages_written.max(0) as u64;
+        self.nr_to_write = self.nr_to_write.saturating_add(call.nr_to_write.max(0) as u64);
+    }
+}
+
+/// What the dashboard shows; one task owns it, collectors send it events.
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    pub probes: Vec<ProbeStatus>,
+    /// Pages written per call since start.
+    pub hist_total: Log2Histogram,
+    /// Pages written per call in the current display interval.
+    pub hist_interval: Log2Histogram,
+    pub totals: Totals,
+    pub kernel: KernelStats,
+    /// Calls per second over the last completed interval.
+    pub calls_per_sec: f64,
+    pub pages_per_sec: f64,
+    interval_calls: u64,
+    interval_pages: u64,
+}
+
+impl Model {
+    pub fn new(probes: Vec<ProbeStatus>) -> Model {
+        Model {
+            probes,
+            ..Model::default()
+        }
+    }
+
+    pub fn on_call(&mut self, call: &CallRecord) {
+        let pages = call.pages_written.max(0) as u64;
+        self.hist_total.record(pages);
+        self.hist_interval.record(pages);
+        self.totals.add(call);
+        self.interval_calls += 1;
+        self.interval_pages += pages;
+    }
+
+    /// Closes a display interval of `secs` seconds: rates are computed and
+    /// the interval histogram starts again.
+    pub fn end_interval(&mut self, secs: f64, kernel: KernelStats) {
+        if secs > 0.0 {
+            self.calls_per_sec = self.interval_calls as f64 / secs;
+            self.pages_per_sec = self.interval_pages as f64 / secs;
+        }
+        self.interval_calls = 0;
+        self.interval_pages = 0;
+        self.hist_interval = Log2Histogram::default();
+        self.kernel = kernel;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_dev_t_decoding() {
+        // 7:3 (loop3) as the kernel stores it: (7 << 20) | 3.
+        assert_eq!(DevId::from_kernel((7 << 20) | 3).to_string(), "7:3");
+        assert_eq!(DevId::from_kernel((253 << 20) | 0xfffff).minor, 0xfffff);
+        assert_eq!(DevId::from_user(libc::makedev(259, 1)).to_string(), "259:1");
+    }
+
+    #[test]
+    fn log2_buckets() {
+        assert_eq!(Log2Histogram::bucket_of(0), 0);
+        assert_eq!(Log2Histogram::bucket_of(1), 1);
+        assert_eq!(Log2Histogram::bucket_of(2), 2);
+        assert_eq!(Log2Histogram::bucket_of(3), 2);
+        assert_eq!(Log2Histogram::bucket_of(4), 3);
+        assert_eq!(Log2Histogram::bucket_of(16384), 15);
+        assert_eq!(Log2Histogram::bucket_of(u64::MAX), 64);
+        assert_eq!(Log2Histogram::bucket_label(2), "2-3");
+        assert_eq!(Log2Histogram::bucket_label(11), "1K-2K");
+        assert_eq!(Log2Histogram::bucket_label(15), "16K-32K");
+        let mut h = Log2Histogram::default();
+        assert_eq!(h.span(), None);
+        for v in [0, 5, 6, 7, 300] {
+            h.record(v);
+        }
+        assert_eq!(h.count(), 5);
+        assert_eq!(h.span(), Some((0, 9)));
+        assert_eq!(h.buckets()[3], 3);
+    }
+
+    fn raw_call(pages: i64) -> WritepagesCall {
+        let mut comm = [0u8; 16];
+        comm[..2].copy_from_slice(b"dd");
+        WritepagesCall {
+            dev: (8 << 20) | 1,
+            ino: 12,
+            nr_to_write: 1024,
+            pages_written: pages,
+            pages_skipped_start: 3,
+            pages_skipped_end: 5,
+            flags: call_flags::START_SEEN | call_flags::FOR_KUPDATE,
+            comm,
+            ..WritepagesCall::default()
+        }
+    }
+
+    #[test]
+    fn decode_and_aggregate() {
+        let rec = CallRecord::from(&raw_call(100));
+        assert_eq!(rec.comm, "dd");
+        assert_eq!(rec.dev.to_string(), "8:1");
+        assert_eq!(rec.pages_skipped, 2);
+        assert!(rec.for_kupdate && !rec.range_cyclic && rec.start_seen);
+
+        let mut m = Model::default();
+        m.on_call(&rec);
+        m.on_call(&CallRecord::from(&raw_call(1)));
+        assert_eq!(m.totals.calls, 2);
+        assert_eq!(m.totals.pages_written, 101);
+        assert_eq!(m.hist_interval.count(), 2);
+        m.end_interval(2.0, KernelStats::default());
+        assert_eq!(m.calls_per_sec, 1.0);
+        assert_eq!(m.pages_per_sec, 50.5);
+        assert_eq!(m.hist_interval.count(), 0);
+        assert_eq!(m.hist_total.count(), 2);
+    }
+}
