@@ -54,7 +54,7 @@ pub struct TraceArgs {
 
     /// Stop after SECONDS (a positive number, fractions allowed); without it,
     /// trace until Ctrl-C or SIGTERM.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<Duration>,
 }
 

@@ -62,10 +62,7 @@ impl RingCollector {
         let fd = unsafe { AsyncFd::register(ring) }
             .map_err(std::io::Error::from)
             .context("registering the ring buffer with tokio")?;
-        Ok(RingCollector {
-            fd,
-            bad_records: 0,
-        })
+        Ok(RingCollector { fd, bad_records: 0 })
     }
 
     /// Waits until records are available, then hands every available one

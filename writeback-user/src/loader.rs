@@ -222,8 +222,6 @@ fn attach_tracepoint(ebpf: &mut Ebpf, hook: &TracepointHook) -> anyhow::Result<(
         .try_into()
         .context("not a tracepoint program")?;
     program.load().context("BPF_PROG_LOAD")?;
-    program
-        .attach(hook.system, hook.event)
-        .context("attach")?;
+    program.attach(hook.system, hook.event).context("attach")?;
     Ok(())
 }

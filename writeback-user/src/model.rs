@@ -194,7 +194,9 @@ impl Totals {
     pub fn add(&mut self, call: &CallRecord) {
         self.calls += 1;
         self.pages_written += call.pages_written.max(0) as u64;
-        self.nr_to_write = self.nr_to_write.saturating_add(call.nr_to_write.max(0) as u64);
+        self.nr_to_write = self
+            .nr_to_write
+            .saturating_add(call.nr_to_write.max(0) as u64);
     }
 }
 

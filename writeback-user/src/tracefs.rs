@@ -352,8 +352,10 @@ print fmt: \"dev %s ino %lu ret %d pages_written %d\", REC->ret
     fn refuses_garbage_and_wide_fields() {
         assert!(parse_format("hello").is_err());
         assert!(parse_format("name: x\nformat:\n\tfield:int a;\toffset:zz;\tsize:4;\n").is_err());
-        let fmt = parse_format("name: x\nformat:\n\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;\n")
-            .unwrap();
+        let fmt = parse_format(
+            "name: x\nformat:\n\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;\n",
+        )
+        .unwrap();
         assert!(fmt.layout(&["comm"]).is_err());
     }
 

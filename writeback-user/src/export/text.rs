@@ -36,7 +36,11 @@ pub fn summary(
 ) -> String {
     let mut s = format!(
         "\n{} calls, {} pages written in {:.1} s; lost records: {}, unmatched results: {}\n",
-        totals.calls, totals.pages_written, duration_s, kernel.lost_records, kernel.unmatched_results
+        totals.calls,
+        totals.pages_written,
+        duration_s,
+        kernel.lost_records,
+        kernel.unmatched_results
     );
     for p in probes {
         s.push_str(&format!("  {p}\n"));

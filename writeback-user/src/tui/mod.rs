@@ -22,7 +22,8 @@ pub fn render(model: &Model, frame: &mut Frame) {
         frame.render_widget(Paragraph::new("wbscope: window too small"), area);
         return;
     }
-    let probe_rows = model.probes.len().min(4) as u16 + 2;
+    // One row per probe plus a spare for a wrapped reason, within borders.
+    let probe_rows = model.probes.len().min(4) as u16 + 3;
     let [header, probes, charts, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(probe_rows),
@@ -58,6 +59,26 @@ fn header_line(model: &Model) -> Paragraph<'static> {
 }
 
 fn probe_panel(model: &Model) -> Paragraph<'static> {
+    // When nothing could be attached for one reason (no privileges, no
+    // tracefs), say it once instead of once per hook.
+    let first_reason = match model.probes.first().map(|p| &p.state) {
+        Some(ProbeState::Unavailable(why)) => Some(why),
+        _ => None,
+    };
+    let same_reason = first_reason.filter(|why| {
+        model
+            .probes
+            .iter()
+            .all(|p| matches!(&p.state, ProbeState::Unavailable(w) if w == *why))
+    });
+    if let Some(why) = same_reason {
+        return Paragraph::new(Line::from(vec![
+            Span::styled("unavailable  ", Style::new().fg(Color::Red)),
+            Span::raw(format!("all {} hooks: {why}", model.probes.len())),
+        ]))
+        .wrap(Wrap { trim: true })
+        .block(Block::bordered().title(" probes "));
+    }
     let lines: Vec<Line> = model
         .probes
         .iter()
@@ -210,7 +231,15 @@ mod tests {
     #[test]
     fn tiny_and_empty_areas_do_not_panic() {
         let model = model_with_calls();
-        for (w, h) in [(0, 0), (1, 1), (10, 3), (19, 24), (80, 6), (200, 7), (300, 100)] {
+        for (w, h) in [
+            (0, 0),
+            (1, 1),
+            (10, 3),
+            (19, 24),
+            (80, 6),
+            (200, 7),
+            (300, 100),
+        ] {
             draw(&model, w, h);
         }
     }

@@ -1,0 +1,148 @@
+//! `wbscope trace` against the running kernel (root): known workloads on
+//! filesystems made for the test, checked against what they must produce.
+mod support;
+
+use std::{
+    fs::File,
+    io::Write,
+    os::unix::fs::MetadataExt,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use support::{LoopFs, Tracing, dev_of, wbscope};
+
+const PAGE: u64 = 4096;
+
+/// Writes `mib` MiB of non-zero data in 1 MiB chunks and fsyncs it.
+fn write_and_fsync(path: &std::path::Path, mib: u64) -> u64 {
+    let mut f = File::create_new(path).expect("create");
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8 + 1).collect();
+    for _ in 0..mib {
+        f.write_all(&chunk).expect("write");
+    }
+    f.sync_all().expect("fsync");
+    f.metadata().expect("stat").ino()
+}
+
+fn calls_for<'a>(
+    lines: &'a [serde_json::Value],
+    dev: &str,
+    ino: u64,
+) -> Vec<&'a serde_json::Value> {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "call" && l["dev"] == dev && l["ino"] == ino)
+        .collect()
+}
+
+fn check_summary(lines: &[serde_json::Value]) -> &serde_json::Value {
+    let summary = lines.last().expect("no output");
+    assert_eq!(summary["type"], "summary", "last line: {summary}");
+    let calls = lines.iter().filter(|l| l["type"] == "call").count() as u64;
+    assert_eq!(summary["calls"], calls);
+    let pages: i64 = lines
+        .iter()
+        .filter(|l| l["type"] == "call")
+        .map(|l| l["pages_written"].as_i64().unwrap())
+        .sum();
+    assert_eq!(summary["pages_written"], pages);
+    assert_eq!(summary["lost_records"], 0, "{summary}");
+    summary
+}
+
+/// 64 MiB written and fsynced: that inode's records add up to exactly
+/// 16384 pages, and no call writes more than it was asked to.
+#[test]
+fn fsync_of_64_mib_is_16384_pages() {
+    let fs = LoopFs::new("ext4", 256);
+    let trace = Tracing::start(&["--json"]);
+    let path = fs.path("data");
+    let ino = write_and_fsync(&path, 64);
+    let dev = dev_of(&path);
+    let lines = trace.stop(libc::SIGINT);
+
+    check_summary(&lines);
+    let calls = calls_for(&lines, &dev, ino);
+    assert!(!calls.is_empty(), "no call for {dev} ino {ino}");
+    let written: i64 = calls
+        .iter()
+        .map(|c| c["pages_written"].as_i64().unwrap())
+        .sum();
+    assert_eq!(written as u64, (64 << 20) / PAGE, "calls: {calls:#?}");
+    for c in &lines {
+        if c["type"] == "call" {
+            let asked = c["nr_to_write"].as_i64().unwrap();
+            let done = c["pages_written"].as_i64().unwrap();
+            assert!(asked >= done, "wrote more than asked: {c}");
+            for key in [
+                "pid",
+                "comm",
+                "pages_skipped",
+                "sync_mode",
+                "ret",
+                "duration_ns",
+            ] {
+                assert!(c.get(key).is_some(), "{key} missing in {c}");
+            }
+        }
+    }
+    // The fsync itself is a WB_SYNC_ALL call from this process.
+    let me = std::process::id();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c["sync_mode"] == "all" && c["pid"] == me),
+        "no sync call from pid {me}: {calls:#?}"
+    );
+}
+
+/// `--duration` ends the trace by itself, with the summary as last line;
+/// SIGTERM does the same.
+#[test]
+fn duration_and_sigterm_both_end_with_a_summary() {
+    let started = Instant::now();
+    let lines = Tracing::start(&["--json", "--duration", "0.5"]).finish();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let summary = check_summary(&lines);
+    assert!(summary["duration_s"].as_f64().unwrap() >= 0.5);
+    assert_eq!(summary["probes"][0]["state"], "attached");
+
+    let lines = Tracing::start(&["--json"]).stop(libc::SIGTERM);
+    check_summary(&lines);
+}
+
+#[test]
+fn bad_duration_is_a_one_line_usage_error() {
+    for bad in ["0", "-3", "soon", "nan"] {
+        let out = wbscope()
+            .args(["trace", "--json", "--duration", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--duration {bad}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("positive number"), "{stderr}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+/// Without root and without capabilities: one line naming what is
+/// missing, exit code 1.
+#[test]
+fn unprivileged_run_names_the_missing_capabilities() {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_wbscope"))
+        .args(["trace", "--json", "--duration", "1"])
+        .output()
+        .expect("setpriv (util-linux)");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("CAP_BPF") && stderr.contains("CAP_PERFMON"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
