@@ -169,9 +169,9 @@ impl Log2Histogram {
 
 /// 1023 -> "1023", 1024 -> "1K", 262144 -> "256K", 1048576 -> "1M".
 fn short(v: u64) -> String {
-    if v >= 1 << 20 && v % (1 << 20) == 0 {
+    if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
         format!("{}M", v >> 20)
-    } else if v >= 1 << 10 && v % (1 << 10) == 0 {
+    } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
         format!("{}K", v >> 10)
     } else if v >= 1 << 20 {
         format!("{}M", (v + 1) >> 20)

@@ -30,10 +30,10 @@ struct Printer {
 
 impl Printer {
     fn line(&mut self, line: &str) {
-        if self.error.is_none() {
-            if let Err(e) = writeln!(self.out, "{line}") {
-                self.error = Some(e);
-            }
+        if self.error.is_none()
+            && let Err(e) = writeln!(self.out, "{line}")
+        {
+            self.error = Some(e);
         }
     }
 
