@@ -18,17 +18,18 @@ use crate::{ebpf_object::EBPF_OBJECT, privileges, tracefs};
 
 /// A tracepoint hook: program name in the object, tracefs system and event,
 /// the global holding its layout, and the logical fields it provides.
-struct TracepointHook {
-    program: &'static str,
-    system: &'static str,
-    event: &'static str,
-    layout_global: &'static str,
-    fields: &'static [&'static str],
+#[derive(Clone, Copy, Debug)]
+pub struct TracepointHook {
+    pub program: &'static str,
+    pub system: &'static str,
+    pub event: &'static str,
+    pub layout_global: &'static str,
+    pub fields: &'static [&'static str],
 }
 
 /// The hooks of the writepages-call concept: start and result of
 /// `ext4_do_writepages()` (3.11+ names; fs/ext4/inode.c).
-const WRITEPAGES_HOOKS: [TracepointHook; 2] = [
+pub const WRITEPAGES_HOOKS: [TracepointHook; 2] = [
     TracepointHook {
         program: "ext4_writepages",
         system: "ext4",
@@ -103,12 +104,19 @@ impl Tracer {
     /// Checks privileges, reads the tracepoint layouts, loads the object and
     /// attaches every hook it can.
     pub fn attach() -> anyhow::Result<Tracer> {
+        Self::attach_hooks(&WRITEPAGES_HOOKS)
+    }
+
+    /// [`Tracer::attach`] with an explicit hook table, one entry per
+    /// program/global of the object (tests point one at an event this
+    /// kernel lacks to exercise the fallback).
+    pub fn attach_hooks(hooks: &[TracepointHook]) -> anyhow::Result<Tracer> {
         privileges::check()?;
         let tracefs_root = tracefs::ensure_mounted()?;
 
         let mut probes = Vec::new();
         let mut layouts = Vec::new();
-        for hook in &WRITEPAGES_HOOKS {
+        for hook in hooks {
             let name = format!("tracepoint {}:{}", hook.system, hook.event);
             match tracefs::read_format(&tracefs_root, hook.system, hook.event)
                 .map_err(anyhow::Error::from)
@@ -141,7 +149,7 @@ impl Tracer {
             .map(|l| l.unwrap_or(TracepointLayout::EMPTY))
             .collect();
         let mut loader = EbpfLoader::new();
-        for (hook, layout) in WRITEPAGES_HOOKS.iter().zip(&resolved) {
+        for (hook, layout) in hooks.iter().zip(&resolved) {
             loader.override_global(hook.layout_global, layout, true);
         }
         let mut ebpf = loader
@@ -155,7 +163,7 @@ impl Tracer {
             }
         };
 
-        for ((hook, layout), status) in WRITEPAGES_HOOKS.iter().zip(&layouts).zip(&mut probes) {
+        for ((hook, layout), status) in hooks.iter().zip(&layouts).zip(&mut probes) {
             if layout.is_none() {
                 continue;
             }
