@@ -1,0 +1,542 @@
+//! The writer's configuration: a plain [`WriterSpec`] anyone can fill in, and
+//! the [`WriterConfig`] that only exists once the spec has been validated.
+//!
+//! Validation does no I/O. What depends on the target (does the directory
+//! exist, is it writable, is there room, what is the device's logical block
+//! size) is checked by the engine's preflight, before the first byte is
+//! written.
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::size::ByteSize;
+
+/// Largest chunk we allocate a buffer for. Beyond this the "chunk" stops
+/// being a writeback experiment and becomes a memory one.
+pub const MAX_CHUNK: u64 = 1 << 30;
+/// Total io_uring buffer memory we accept (`qd` × chunk).
+pub const MAX_URING_BUFFERS: u64 = 4 << 30;
+/// io_uring rings bigger than this buy nothing here and pin memory.
+pub const MAX_QD: u32 = 4096;
+/// O_DIRECT needs at least 512-byte alignment on every Linux block device;
+/// the real requirement (the device's logical block size) is checked at run
+/// time.
+pub const MIN_DIRECT_ALIGN: u64 = 512;
+
+/// How a large-file run drives writeback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// write(2) only: the kernel's flusher decides when data reaches the disk.
+    Buffered,
+    /// write(2), then one fsync(2) (fdatasync(2) with `datasync`) per file.
+    FsyncEnd,
+    /// fdatasync(2) after every chunk.
+    FdatasyncChunk,
+    /// sync_file_range(WRITE) after each chunk, WAIT_BEFORE `window` chunks
+    /// later, fdatasync(2) at the end (Ts'o's dpkg pattern, BRIEF.md §1).
+    SrfPipelined,
+    /// O_DIRECT pwrite(2) from aligned buffers, fdatasync(2) at the end.
+    Direct,
+    /// io_uring writes, `qd` in flight, a drained fsync at the end.
+    Uring,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 6] = [
+        Strategy::Buffered,
+        Strategy::FsyncEnd,
+        Strategy::FdatasyncChunk,
+        Strategy::SrfPipelined,
+        Strategy::Direct,
+        Strategy::Uring,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Buffered => "buffered",
+            Strategy::FsyncEnd => "fsync-end",
+            Strategy::FdatasyncChunk => "fdatasync-chunk",
+            Strategy::SrfPipelined => "srf-pipelined",
+            Strategy::Direct => "direct",
+            Strategy::Uring => "uring",
+        }
+    }
+
+    /// Whether the data is on stable storage when the strategy finishes.
+    pub fn is_durable(self) -> bool {
+        !matches!(self, Strategy::Buffered)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|st| st.name() == s)
+            .ok_or_else(|| ConfigError::UnknownStrategy(s.to_string()))
+    }
+}
+
+/// Per-file durability policy in small-files mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileSync {
+    /// Write and close; nothing is made durable.
+    #[default]
+    None,
+    /// fsync(2) (fdatasync(2) with `datasync`) each file before closing it,
+    /// like dpkg before Debian #605009.
+    FsyncEach,
+    /// sync_file_range(WRITE) on each file as it is closed, then a second
+    /// pass of fsync(2)/fdatasync(2) over all files (dpkg's first fix).
+    SrfThenFsync,
+    /// WRITE on each file as it is closed, then WAIT_BEFORE on all, then
+    /// fdatasync(2) on all (Ts'o's final dpkg pattern, BRIEF.md §1).
+    TwoPass,
+}
+
+impl FileSync {
+    pub const ALL: [FileSync; 4] = [
+        FileSync::None,
+        FileSync::FsyncEach,
+        FileSync::SrfThenFsync,
+        FileSync::TwoPass,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            FileSync::None => "none",
+            FileSync::FsyncEach => "fsync-each",
+            FileSync::SrfThenFsync => "srf-then-fsync",
+            FileSync::TwoPass => "two-pass",
+        }
+    }
+}
+
+impl fmt::Display for FileSync {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FileSync {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FileSync::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| ConfigError::UnknownFileSync(s.to_string()))
+    }
+}
+
+/// Small-files (package unpack) mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SmallFiles {
+    /// Number of files in the whole run (spread over the jobs).
+    pub count: u64,
+    /// Smallest and largest file (defaults 4 KiB and 2 MiB).
+    pub min_size: u64,
+    pub max_size: u64,
+    pub file_sync: FileSync,
+}
+
+impl SmallFiles {
+    pub const DEFAULT_MIN: u64 = 4 << 10;
+    pub const DEFAULT_MAX: u64 = 2 << 20;
+
+    pub fn new(count: u64, file_sync: FileSync) -> Self {
+        SmallFiles {
+            count,
+            min_size: Self::DEFAULT_MIN,
+            max_size: Self::DEFAULT_MAX,
+            file_sync,
+        }
+    }
+}
+
+/// Unvalidated settings, with the CLI's defaults. Turn into a
+/// [`WriterConfig`] with [`WriterConfig::new`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriterSpec {
+    /// Target directories; jobs are spread over them round-robin.
+    pub dirs: Vec<PathBuf>,
+    /// Bytes per file (large-file mode). A run writes `jobs × files × size`.
+    pub size: u64,
+    /// Bytes per write call.
+    pub chunk: u64,
+    pub strategy: Strategy,
+    /// Files each job writes, one after the other.
+    pub files: u32,
+    /// Parallel writer threads.
+    pub jobs: u32,
+    /// srf-pipelined: chunks between WRITE and WAIT_BEFORE.
+    pub window: u32,
+    /// uring: writes in flight.
+    pub qd: u32,
+    pub fallocate: bool,
+    pub noatime: bool,
+    /// Use fdatasync(2) where the strategy would fsync(2).
+    pub datasync: bool,
+    /// Open with O_DIRECT (implied by `direct`; useful with `uring`).
+    pub direct_io: bool,
+    /// Total bytes per second over all jobs; `None` = unlimited.
+    pub rate: Option<u64>,
+    pub verify: bool,
+    pub keep: bool,
+    /// Skip the free-space preflight (to test ENOSPC handling on purpose).
+    pub skip_space_check: bool,
+    /// Seed for the data pattern and the small-files size mix.
+    pub seed: u64,
+    pub small_files: Option<SmallFiles>,
+}
+
+impl Default for WriterSpec {
+    fn default() -> Self {
+        WriterSpec {
+            dirs: Vec::new(),
+            size: 0,
+            chunk: 1 << 20,
+            strategy: Strategy::Buffered,
+            files: 1,
+            jobs: 1,
+            // Ts'o's example keeps a few chunks between starting and waiting
+            // on writeback; 4 is the default.
+            window: 4,
+            // fio's io_uring comparisons in BRIEF.md use iodepth 32.
+            qd: 32,
+            fallocate: false,
+            noatime: false,
+            datasync: false,
+            direct_io: false,
+            rate: None,
+            verify: false,
+            keep: false,
+            skip_space_check: false,
+            seed: 0x7762_7363_6f70_6531, // "wbscope1"
+            small_files: None,
+        }
+    }
+}
+
+/// A configuration that was refused, naming the option at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("no target directory (--dir)")]
+    NoDir,
+    #[error("--size must be greater than 0")]
+    ZeroSize,
+    #[error("--chunk must be greater than 0")]
+    ZeroChunk,
+    #[error("--chunk {chunk} is larger than --size {size}")]
+    ChunkLargerThanSize { chunk: ByteSize, size: ByteSize },
+    #[error("--chunk {0} is larger than the 1GiB maximum")]
+    ChunkTooLarge(ByteSize),
+    #[error("--{0} must be at least 1")]
+    ZeroCount(&'static str),
+    #[error("--window must be at least 1 (0 would wait on a chunk before starting its write-out)")]
+    ZeroWindow,
+    #[error("--qd must be between 1 and {MAX_QD}, got {0}")]
+    BadQd(u32),
+    #[error("--qd {qd} x --chunk {chunk} would pin more than 4GiB of buffers")]
+    UringBuffers { qd: u32, chunk: ByteSize },
+    #[error("--rate must be greater than 0")]
+    ZeroRate,
+    #[error("--{what} {value} is not a multiple of {align} bytes, which O_DIRECT requires")]
+    Unaligned {
+        what: &'static str,
+        value: ByteSize,
+        align: u64,
+    },
+    #[error(
+        "unknown strategy {0:?} (expected one of: buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring)"
+    )]
+    UnknownStrategy(String),
+    #[error(
+        "unknown file sync policy {0:?} (expected one of: none, fsync-each, srf-then-fsync, two-pass)"
+    )]
+    UnknownFileSync(String),
+    #[error("small files: size range {min}..{max} is empty or starts at 0")]
+    BadSmallRange { min: ByteSize, max: ByteSize },
+    #[error("--small-files takes --file-sync, not a large-file --strategy ({0})")]
+    SmallFilesStrategy(Strategy),
+    #[error("the run is too large: jobs x files x size overflows 64 bits")]
+    TooLarge,
+}
+
+/// A validated configuration: every field is in range and consistent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriterConfig {
+    spec: WriterSpec,
+}
+
+impl WriterConfig {
+    /// Validates `spec` (no I/O).
+    pub fn new(spec: WriterSpec) -> Result<Self, ConfigError> {
+        if spec.dirs.is_empty() {
+            return Err(ConfigError::NoDir);
+        }
+        if spec.jobs == 0 {
+            return Err(ConfigError::ZeroCount("jobs"));
+        }
+        if spec.chunk == 0 {
+            return Err(ConfigError::ZeroChunk);
+        }
+        if spec.chunk > MAX_CHUNK {
+            return Err(ConfigError::ChunkTooLarge(ByteSize(spec.chunk)));
+        }
+        if spec.rate == Some(0) {
+            return Err(ConfigError::ZeroRate);
+        }
+        if let Some(sf) = &spec.small_files {
+            if sf.count == 0 {
+                return Err(ConfigError::ZeroCount("small-files"));
+            }
+            if sf.min_size == 0 || sf.min_size > sf.max_size {
+                return Err(ConfigError::BadSmallRange {
+                    min: ByteSize(sf.min_size),
+                    max: ByteSize(sf.max_size),
+                });
+            }
+            if spec.strategy != Strategy::Buffered {
+                return Err(ConfigError::SmallFilesStrategy(spec.strategy));
+            }
+            return Ok(WriterConfig { spec });
+        }
+        if spec.size == 0 {
+            return Err(ConfigError::ZeroSize);
+        }
+        if spec.chunk > spec.size {
+            return Err(ConfigError::ChunkLargerThanSize {
+                chunk: ByteSize(spec.chunk),
+                size: ByteSize(spec.size),
+            });
+        }
+        if spec.files == 0 {
+            return Err(ConfigError::ZeroCount("files"));
+        }
+        if spec.window == 0 {
+            return Err(ConfigError::ZeroWindow);
+        }
+        if spec.qd == 0 || spec.qd > MAX_QD {
+            return Err(ConfigError::BadQd(spec.qd));
+        }
+        if spec.strategy == Strategy::Uring
+            && u64::from(spec.qd).saturating_mul(spec.chunk) > MAX_URING_BUFFERS
+        {
+            return Err(ConfigError::UringBuffers {
+                qd: spec.qd,
+                chunk: ByteSize(spec.chunk),
+            });
+        }
+        let cfg = WriterConfig { spec };
+        if cfg.uses_o_direct() {
+            for (what, value) in [("chunk", cfg.spec.chunk), ("size", cfg.spec.size)] {
+                if value % MIN_DIRECT_ALIGN != 0 {
+                    return Err(ConfigError::Unaligned {
+                        what,
+                        value: ByteSize(value),
+                        align: MIN_DIRECT_ALIGN,
+                    });
+                }
+            }
+        }
+        u64::from(cfg.spec.jobs)
+            .checked_mul(u64::from(cfg.spec.files))
+            .and_then(|n| n.checked_mul(cfg.spec.size))
+            .ok_or(ConfigError::TooLarge)?;
+        Ok(cfg)
+    }
+
+    pub fn spec(&self) -> &WriterSpec {
+        &self.spec
+    }
+
+    /// Whether files are opened with O_DIRECT.
+    pub fn uses_o_direct(&self) -> bool {
+        self.spec.small_files.is_none()
+            && (self.spec.strategy == Strategy::Direct
+                || (self.spec.direct_io && self.spec.strategy == Strategy::Uring))
+    }
+
+    /// Directory job `job` writes into (round-robin over the targets).
+    pub fn dir_for_job(&self, job: u32) -> &std::path::Path {
+        let i = job as usize % self.spec.dirs.len();
+        &self.spec.dirs[i]
+    }
+
+    /// Bytes of a large-file run (jobs × files × size).
+    pub fn large_total_bytes(&self) -> u64 {
+        u64::from(self.spec.jobs) * u64::from(self.spec.files) * self.spec.size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> WriterSpec {
+        WriterSpec {
+            dirs: vec!["/nonexistent-is-fine-no-io".into()],
+            size: 64 << 20,
+            chunk: 8 << 20,
+            ..WriterSpec::default()
+        }
+    }
+
+    fn err(f: impl FnOnce(&mut WriterSpec)) -> ConfigError {
+        let mut s = spec();
+        f(&mut s);
+        WriterConfig::new(s).unwrap_err()
+    }
+
+    #[test]
+    fn defaults_with_size_are_valid_and_need_no_io() {
+        let cfg = WriterConfig::new(spec()).unwrap();
+        assert_eq!(cfg.spec().window, 4);
+        assert_eq!(cfg.spec().qd, 32);
+        assert_eq!(cfg.large_total_bytes(), 64 << 20);
+    }
+
+    #[test]
+    fn refuses_bad_values_naming_the_option() {
+        assert_eq!(err(|s| s.dirs.clear()), ConfigError::NoDir);
+        assert_eq!(err(|s| s.size = 0), ConfigError::ZeroSize);
+        assert_eq!(err(|s| s.chunk = 0), ConfigError::ZeroChunk);
+        assert_eq!(
+            err(|s| s.chunk = 128 << 20),
+            ConfigError::ChunkLargerThanSize {
+                chunk: ByteSize(128 << 20),
+                size: ByteSize(64 << 20)
+            }
+        );
+        assert_eq!(err(|s| s.window = 0), ConfigError::ZeroWindow);
+        assert_eq!(err(|s| s.jobs = 0), ConfigError::ZeroCount("jobs"));
+        assert_eq!(err(|s| s.files = 0), ConfigError::ZeroCount("files"));
+        assert_eq!(err(|s| s.qd = 0), ConfigError::BadQd(0));
+        assert_eq!(err(|s| s.rate = Some(0)), ConfigError::ZeroRate);
+        assert_eq!(
+            err(|s| {
+                s.size = 4 << 30;
+                s.chunk = 2 << 30;
+            }),
+            ConfigError::ChunkTooLarge(ByteSize(2 << 30))
+        );
+        assert!(matches!(
+            err(|s| {
+                s.strategy = Strategy::Uring;
+                s.qd = 1024;
+            }),
+            ConfigError::UringBuffers { qd: 1024, .. }
+        ));
+        assert_eq!(
+            err(|s| {
+                s.jobs = u32::MAX;
+                s.files = u32::MAX;
+                s.size = u64::MAX / 2;
+            }),
+            ConfigError::TooLarge
+        );
+        let msg = err(|s| s.chunk = 128 << 20).to_string();
+        assert_eq!(msg, "--chunk 128MiB is larger than --size 64MiB");
+    }
+
+    #[test]
+    fn direct_needs_sector_aligned_chunk_and_size() {
+        assert_eq!(
+            err(|s| {
+                s.strategy = Strategy::Direct;
+                s.chunk = 1000;
+            }),
+            ConfigError::Unaligned {
+                what: "chunk",
+                value: ByteSize(1000),
+                align: 512
+            }
+        );
+        assert_eq!(
+            err(|s| {
+                s.strategy = Strategy::Direct;
+                s.size = (64 << 20) + 100;
+            }),
+            ConfigError::Unaligned {
+                what: "size",
+                value: ByteSize((64 << 20) + 100),
+                align: 512
+            }
+        );
+        // The same unaligned chunk is fine for buffered I/O.
+        let mut s = spec();
+        s.chunk = 1000;
+        assert!(WriterConfig::new(s).is_ok());
+        // uring only needs alignment when asked for O_DIRECT.
+        let mut s = spec();
+        s.strategy = Strategy::Uring;
+        s.chunk = 1000;
+        assert!(WriterConfig::new(s.clone()).is_ok());
+        s.direct_io = true;
+        assert!(WriterConfig::new(s).is_err());
+    }
+
+    #[test]
+    fn names_parse_and_print_both_ways() {
+        for st in Strategy::ALL {
+            assert_eq!(st.name().parse::<Strategy>(), Ok(st));
+            assert_eq!(serde_json::to_string(&st).unwrap(), format!("\"{st}\""));
+        }
+        for p in FileSync::ALL {
+            assert_eq!(p.name().parse::<FileSync>(), Ok(p));
+        }
+        assert_eq!(
+            "dd".parse::<Strategy>(),
+            Err(ConfigError::UnknownStrategy("dd".into()))
+        );
+        assert!("sometimes".parse::<FileSync>().is_err());
+    }
+
+    #[test]
+    fn small_files_mode_ignores_size_but_checks_its_own_range() {
+        let mut s = spec();
+        s.size = 0;
+        s.small_files = Some(SmallFiles::new(100, FileSync::TwoPass));
+        assert!(WriterConfig::new(s.clone()).is_ok());
+        s.small_files = Some(SmallFiles::new(0, FileSync::TwoPass));
+        assert_eq!(
+            WriterConfig::new(s.clone()),
+            Err(ConfigError::ZeroCount("small-files"))
+        );
+        let mut sf = SmallFiles::new(10, FileSync::None);
+        sf.min_size = 8192;
+        sf.max_size = 4096;
+        s.small_files = Some(sf);
+        assert!(matches!(
+            WriterConfig::new(s.clone()),
+            Err(ConfigError::BadSmallRange { .. })
+        ));
+        s.small_files = Some(SmallFiles::new(10, FileSync::None));
+        s.strategy = Strategy::Uring;
+        assert_eq!(
+            WriterConfig::new(s),
+            Err(ConfigError::SmallFilesStrategy(Strategy::Uring))
+        );
+    }
+
+    #[test]
+    fn jobs_are_spread_round_robin_over_dirs() {
+        let mut s = spec();
+        s.dirs = vec!["/a".into(), "/b".into()];
+        s.jobs = 3;
+        let cfg = WriterConfig::new(s).unwrap();
+        assert_eq!(cfg.dir_for_job(0), std::path::Path::new("/a"));
+        assert_eq!(cfg.dir_for_job(1), std::path::Path::new("/b"));
+        assert_eq!(cfg.dir_for_job(2), std::path::Path::new("/a"));
+    }
+}

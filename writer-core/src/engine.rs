@@ -1,0 +1,803 @@
+//! Runs a validated configuration: preflight, one thread per job, a monitor
+//! thread (per-second ticks, /proc/meminfo samples), verify, cleanup, report.
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::buf::{ChunkBuf, MEM_ALIGN};
+use crate::config::{ConfigError, MIN_DIRECT_ALIGN, Strategy, WriterConfig};
+use crate::device;
+use crate::error::{RunFailure, WriterError};
+use crate::event::{Event, FileRef, NullObserver, Observer, SyncKind};
+use crate::meminfo::{self, DirtyLevels};
+use crate::pattern::Pattern;
+use crate::report::{Report, RunStatus, VerifyReport};
+use crate::schedule::{FileCtx, JobStats, RateLimiter, write_file};
+use crate::sink::FileSink;
+use crate::size::ByteSize;
+use crate::small_files::{SmallFileOps, size_mix, write_small_files};
+use crate::stats::SeriesStats;
+use crate::tunables::LiveTunables;
+use crate::uring::{UringFile, write_file_uring};
+use crate::verify::verify_file;
+
+/// /proc/meminfo sampling period: fine enough to catch the Dirty peak of a
+/// one-second burst, cheap enough (one small read) not to matter.
+const MEMINFO_EVERY: Duration = Duration::from_millis(100);
+
+/// One file of the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFile {
+    pub job: u32,
+    pub index: u64,
+    pub path: PathBuf,
+    pub size: u64,
+    pub file_id: u64,
+}
+
+/// The file name: `wbscope-<pid>-<job>-<index>.dat`, inside the target.
+pub fn file_name(pid: u32, job: u32, index: u64) -> String {
+    format!("wbscope-{pid}-{job}-{index}.dat")
+}
+
+/// Pattern file id: job in the high bits, file index in the low 40.
+pub fn file_id(job: u32, index: u64) -> u64 {
+    (u64::from(job) << 40) ^ index
+}
+
+/// A writer for one configuration. `run` may be called more than once.
+pub struct Writer {
+    cfg: WriterConfig,
+    tunables: Arc<LiveTunables>,
+    observer: Arc<dyn Observer>,
+}
+
+impl Writer {
+    pub fn new(cfg: WriterConfig) -> Self {
+        let s = cfg.spec();
+        let tunables = Arc::new(LiveTunables::new(s.chunk, s.window, s.rate));
+        Writer {
+            cfg,
+            tunables,
+            observer: Arc::new(NullObserver),
+        }
+    }
+
+    /// Sends the run's events to `observer` (e.g. an mpsc `Sender<Event>`).
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// The live tunables: change chunk size, window or rate, or stop, while
+    /// `run` is running on another thread.
+    pub fn tunables(&self) -> Arc<LiveTunables> {
+        Arc::clone(&self.tunables)
+    }
+
+    pub fn config(&self) -> &WriterConfig {
+        &self.cfg
+    }
+
+    /// The files a run creates, per job.
+    pub fn plan(&self) -> Vec<Vec<PlannedFile>> {
+        let s = self.cfg.spec();
+        let pid = std::process::id();
+        let mut plan: Vec<Vec<PlannedFile>> = (0..s.jobs).map(|_| Vec::new()).collect();
+        let mut add = |job: u32, index: u64, size: u64| {
+            plan[job as usize].push(PlannedFile {
+                job,
+                index,
+                path: self.cfg.dir_for_job(job).join(file_name(pid, job, index)),
+                size,
+                file_id: file_id(job, index),
+            });
+        };
+        match &s.small_files {
+            Some(sf) => {
+                let sizes = size_mix(s.seed, sf.count, sf.min_size, sf.max_size);
+                for (i, size) in sizes.into_iter().enumerate() {
+                    add((i as u64 % u64::from(s.jobs)) as u32, i as u64, size);
+                }
+            }
+            None => {
+                for job in 0..s.jobs {
+                    for index in 0..u64::from(s.files) {
+                        add(job, index, s.size);
+                    }
+                }
+            }
+        }
+        plan
+    }
+
+    /// Runs the configuration to the end, an error, or a stop request.
+    ///
+    /// `Err` carries the partial report once anything was written. Files
+    /// created are removed at the end (also on error) unless `keep`.
+    pub fn run(&self) -> Result<Report, RunFailure> {
+        let spec = self.cfg.spec();
+        self.tunables.reset_abort();
+        let plan = self.plan();
+        let pre = preflight(&self.cfg, &plan)?;
+        self.tunables.set_align(pre.align.unwrap_or(1));
+
+        let progress = AtomicU64::new(0);
+        let created = Mutex::new(Vec::new());
+        let cpu0 = cpu_times();
+        let start = Instant::now();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let shared = Shared {
+            cfg: &self.cfg,
+            tunables: &self.tunables,
+            observer: &*self.observer,
+            progress: &progress,
+            created: &created,
+            mem_align: pre.align.unwrap_or(1).max(MEM_ALIGN as u64) as usize,
+        };
+        let (results, monitor, elapsed) = thread::scope(|s| {
+            let monitor = s.spawn(|| monitor(start, &progress, &*self.observer, stop_rx));
+            let jobs: Vec<_> = plan
+                .iter()
+                .enumerate()
+                .map(|(job, files)| {
+                    let shared = &shared;
+                    s.spawn(move || run_job(job as u32, files, shared))
+                })
+                .collect();
+            let results: Vec<JobResult> = jobs
+                .into_iter()
+                .enumerate()
+                .map(|(job, h)| {
+                    h.join().unwrap_or_else(|_| {
+                        self.tunables.abort();
+                        JobResult {
+                            error: Some(WriterError::Panicked(job as u32)),
+                            ..JobResult::default()
+                        }
+                    })
+                })
+                .collect();
+            let elapsed = start.elapsed();
+            let _ = stop_tx.send(());
+            let monitor = monitor.join().unwrap_or_default();
+            (results, monitor, elapsed)
+        });
+        let cpu1 = cpu_times();
+
+        let mut stats = JobStats::default();
+        let (mut bytes, mut durable, mut files_written) = (0u64, 0u64, 0u64);
+        let mut error = None;
+        let mut done_files = Vec::new();
+        for r in results {
+            stats.merge(&r.stats);
+            bytes += r.written;
+            durable += r.durable;
+            files_written += r.files_done;
+            done_files.extend(r.completed);
+            if error.is_none() {
+                error = r.error;
+            }
+        }
+        let stopped = self.tunables.user_stop();
+
+        let mut verify = None;
+        if spec.verify && error.is_none() && !stopped {
+            let mut v = VerifyReport {
+                ok: true,
+                files: 0,
+                bytes: 0,
+                error: None,
+            };
+            for f in &done_files {
+                match verify_file(
+                    &f.path,
+                    &Pattern::new(spec.seed, f.file_id),
+                    f.size,
+                    spec.noatime,
+                ) {
+                    Ok(n) => {
+                        v.files += 1;
+                        v.bytes += n;
+                    }
+                    Err(e) => {
+                        v.ok = false;
+                        v.error = Some(e.to_string());
+                        error = Some(WriterError::Verify(e));
+                        break;
+                    }
+                }
+            }
+            verify = Some(v);
+        }
+
+        let created = created.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut cleanup_errors = Vec::new();
+        let kept_files = if spec.keep {
+            created
+        } else {
+            for path in &created {
+                match fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => cleanup_errors.push(format!("remove {}: {e}", path.display())),
+                }
+            }
+            Vec::new()
+        };
+
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let per_second = SeriesStats::of(&monitor.per_second_mb_s);
+        let sync_latency_us: BTreeMap<&'static str, _> = SyncKind::ALL
+            .iter()
+            .filter_map(|&k| stats.sync[k as usize].summary().map(|s| (k.name(), s)))
+            .collect();
+        let status = if error.is_some() {
+            RunStatus::Failed
+        } else if stopped {
+            RunStatus::Interrupted
+        } else {
+            RunStatus::Completed
+        };
+        let small = spec.small_files.as_ref();
+        let report = Report {
+            status,
+            error: error.as_ref().map(|e| e.to_string()),
+            mode: if small.is_some() {
+                "small-files"
+            } else {
+                "large-files"
+            },
+            strategy: match small {
+                Some(_) => "small-files".into(),
+                None => spec.strategy.name().into(),
+            },
+            file_sync: small.map(|s| s.file_sync),
+            dirs: spec.dirs.clone(),
+            jobs: spec.jobs,
+            files_planned: plan.iter().map(|p| p.len() as u64).sum(),
+            files_written,
+            file_bytes: small.is_none().then_some(spec.size),
+            chunk_bytes: spec.chunk,
+            window: spec.window,
+            qd: spec.qd,
+            fallocate: spec.fallocate,
+            noatime: spec.noatime,
+            datasync: spec.datasync,
+            o_direct: self.cfg.uses_o_direct(),
+            direct_align: pre.align,
+            rate_bytes_s: spec.rate,
+            bytes,
+            bytes_durable: durable,
+            elapsed_s: secs,
+            write_mb_s: bytes as f64 / 1e6 / secs,
+            durable_mb_s: (durable > 0).then(|| durable as f64 / 1e6 / secs),
+            per_second_mb_s: monitor.per_second_mb_s,
+            cv: per_second.and_then(|p| p.cv),
+            per_second,
+            write_latency_us: stats.write.summary(),
+            sync_latency_us,
+            user_cpu_s: cpu1.0 - cpu0.0,
+            sys_cpu_s: cpu1.1 - cpu0.1,
+            sys_cpu_s_per_gib: (bytes > 0)
+                .then(|| (cpu1.1 - cpu0.1) / (bytes as f64 / (1u64 << 30) as f64)),
+            peak_dirty_kib: monitor.peak.map(|p| p.dirty_kib),
+            peak_writeback_kib: monitor.peak.map(|p| p.writeback_kib),
+            files_per_s: small.map(|_| files_written as f64 / secs),
+            verify,
+            kept_files,
+            cleanup_errors,
+        };
+        match error {
+            Some(error) => Err(RunFailure {
+                error,
+                partial: Some(Box::new(report)),
+            }),
+            None => Ok(report),
+        }
+    }
+}
+
+/// What preflight learnt about the targets.
+#[derive(Debug, Clone, Copy)]
+struct Preflight {
+    /// O_DIRECT alignment, when O_DIRECT is used.
+    align: Option<u64>,
+}
+
+fn statvfs(path: &Path) -> io::Result<libc::statvfs> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: statvfs is plain old data; c is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+fn access_w(path: &Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: c is a valid C string.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Checks every target before anything is written.
+fn preflight(cfg: &WriterConfig, plan: &[Vec<PlannedFile>]) -> Result<Preflight, WriterError> {
+    let spec = cfg.spec();
+    let refuse =
+        |dir: &Path, why: String| WriterError::Refused(format!("--dir {}: {why}", dir.display()));
+    // Bytes each filesystem (st_dev) must take, and one dir to name for it.
+    let mut need: HashMap<u64, (u64, PathBuf)> = HashMap::new();
+    let mut align = None;
+    for dir in &spec.dirs {
+        let meta = fs::metadata(dir).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => refuse(dir, "does not exist".into()),
+            _ => refuse(dir, e.to_string()),
+        })?;
+        if !meta.is_dir() {
+            let what = if meta.file_type().is_block_device() {
+                "is a block device; wbscope write only creates new files inside a directory"
+            } else {
+                "is not a directory"
+            };
+            return Err(refuse(dir, what.into()));
+        }
+        let st = statvfs(dir).map_err(|e| refuse(dir, format!("statvfs: {e}")))?;
+        if st.f_flag & libc::ST_RDONLY != 0 {
+            return Err(refuse(dir, "is on a read-only filesystem".into()));
+        }
+        access_w(dir).map_err(|e| refuse(dir, format!("not writable: {e}")))?;
+        let bytes: u64 = plan
+            .iter()
+            .flatten()
+            .filter(|f| f.path.parent() == Some(dir.as_path()))
+            .map(|f| f.size)
+            .sum();
+        let entry = need.entry(meta.dev()).or_insert((0, dir.clone()));
+        // Two --dir naming the same directory share its files: count once.
+        if !spec.dirs.iter().take_while(|d| *d != dir).any(|d| d == dir) {
+            entry.0 += bytes;
+        }
+        if !spec.skip_space_check {
+            let avail = st.f_bavail.saturating_mul(st.f_frsize);
+            if entry.0 > avail {
+                return Err(refuse(
+                    dir,
+                    format!(
+                        "the run needs {} but only {} is free on this filesystem",
+                        ByteSize(entry.0),
+                        ByteSize(avail)
+                    ),
+                ));
+            }
+        }
+        if cfg.uses_o_direct() {
+            // The device's logical block size; an unknown device (tmpfs,
+            // btrfs) gets the 512 bytes every block device accepts, and the
+            // kernel has the last word (EINVAL).
+            let lbs = device::logical_block_size(dir)
+                .map_err(|e| refuse(dir, e.to_string()))?
+                .unwrap_or(MIN_DIRECT_ALIGN);
+            for (what, value) in [("chunk", spec.chunk), ("size", spec.size)] {
+                if value % lbs != 0 {
+                    return Err(WriterError::Config(ConfigError::Unaligned {
+                        what,
+                        value: ByteSize(value),
+                        align: lbs,
+                    }));
+                }
+            }
+            align = Some(align.unwrap_or(0).max(lbs));
+        }
+    }
+    Ok(Preflight { align })
+}
+
+/// Everything the job threads share.
+struct Shared<'a> {
+    cfg: &'a WriterConfig,
+    tunables: &'a LiveTunables,
+    observer: &'a dyn Observer,
+    progress: &'a AtomicU64,
+    created: &'a Mutex<Vec<PathBuf>>,
+    mem_align: usize,
+}
+
+impl Shared<'_> {
+    /// Creates a new file (O_CREAT|O_EXCL: an existing file is an error,
+    /// never truncated) and records it for cleanup.
+    fn create(&self, path: &Path, o_direct: bool, size: u64) -> Result<File, WriterError> {
+        let spec = self.cfg.spec();
+        let mut flags = libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        if o_direct {
+            flags |= libc::O_DIRECT;
+        }
+        if spec.noatime {
+            flags |= libc::O_NOATIME;
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(|error| {
+                let hint = match error.raw_os_error() {
+                    Some(libc::EEXIST) => " (refusing to overwrite an existing file)",
+                    Some(libc::EINVAL) if o_direct => " (does this filesystem support O_DIRECT?)",
+                    _ => "",
+                };
+                WriterError::Io {
+                    context: format!("create {}{hint}", path.display()),
+                    error,
+                }
+            })?;
+        self.created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(path.to_path_buf());
+        if spec.fallocate && size > 0 {
+            let len = libc::off_t::try_from(size).map_err(|_| WriterError::Io {
+                context: format!("fallocate {}", path.display()),
+                error: io::Error::from_raw_os_error(libc::EFBIG),
+            })?;
+            // SAFETY: plain syscall on a descriptor we own.
+            if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } != 0 {
+                return Err(WriterError::Io {
+                    context: format!("fallocate {} bytes for {}", size, path.display()),
+                    error: io::Error::last_os_error(),
+                });
+            }
+        }
+        Ok(file)
+    }
+}
+
+#[derive(Debug, Default)]
+struct JobResult {
+    stats: JobStats,
+    written: u64,
+    durable: u64,
+    files_done: u64,
+    completed: Vec<PlannedFile>,
+    error: Option<WriterError>,
+}
+
+fn run_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult {
+    let r = if sh.cfg.spec().small_files.is_some() {
+        run_small_job(job, files, sh)
+    } else {
+        run_large_job(job, files, sh)
+    };
+    if r.error.is_some() {
+        sh.tunables.abort();
+    }
+    r
+}
+
+fn run_large_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult {
+    let spec = sh.cfg.spec();
+    let mut r = JobResult::default();
+    let mut rate = RateLimiter::new(spec.jobs);
+    let chunk = sh.tunables.chunk() as usize;
+    let mut buf = ChunkBuf::new(chunk, sh.mem_align);
+    let uring = spec.strategy == Strategy::Uring;
+    let mut uring_bufs: Vec<ChunkBuf> = if uring {
+        (0..spec.qd)
+            .map(|_| ChunkBuf::new(chunk, sh.mem_align))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let o_direct = sh.cfg.uses_o_direct();
+    for pf in files {
+        if sh.tunables.stop_requested() {
+            break;
+        }
+        let file = match sh.create(&pf.path, o_direct, pf.size) {
+            Ok(f) => f,
+            Err(e) => {
+                r.error = Some(e);
+                break;
+            }
+        };
+        let pattern = Pattern::new(spec.seed, pf.file_id);
+        let mut ctx = FileCtx {
+            at: FileRef {
+                job,
+                file: pf.index,
+            },
+            strategy: spec.strategy,
+            datasync: spec.datasync,
+            tunables: sh.tunables,
+            observer: sh.observer,
+            progress: sh.progress,
+            stats: &mut r.stats,
+            rate: &mut rate,
+            buf: &mut buf,
+            pattern: &pattern,
+        };
+        let res = if uring {
+            match UringFile::new(file, spec.qd) {
+                Ok(mut ring) => write_file_uring(&mut ring, pf.size, &mut uring_bufs, &mut ctx),
+                Err(e) => {
+                    r.error = Some(WriterError::Io {
+                        context: "io_uring_setup".into(),
+                        error: e,
+                    });
+                    break;
+                }
+            }
+        } else {
+            write_file(&mut FileSink::new(file), pf.size, &mut ctx)
+        };
+        match res {
+            Ok(o) => {
+                r.written += o.written;
+                if o.durable {
+                    r.durable += o.written;
+                }
+                if o.stopped {
+                    break;
+                }
+                r.files_done += 1;
+                r.completed.push(pf.clone());
+            }
+            Err(e) => {
+                r.written += e.outcome.written;
+                r.error = Some(WriterError::Io {
+                    context: format!("{}: {}", pf.path.display(), e.op),
+                    error: e.error,
+                });
+                break;
+            }
+        }
+    }
+    r
+}
+
+/// Real files for small-files mode.
+struct RealSmallFiles<'a, 'b> {
+    sh: &'a Shared<'b>,
+    by_index: HashMap<u64, &'a PlannedFile>,
+}
+
+impl RealSmallFiles<'_, '_> {
+    fn get(&self, index: u64) -> io::Result<&PlannedFile> {
+        self.by_index
+            .get(&index)
+            .copied()
+            .ok_or_else(|| io::Error::other(format!("no planned file #{index}")))
+    }
+}
+
+impl SmallFileOps for RealSmallFiles<'_, '_> {
+    type File = FileSink;
+
+    fn create(&mut self, index: u64) -> io::Result<FileSink> {
+        let pf = self.get(index)?;
+        match self.sh.create(&pf.path, false, pf.size) {
+            Ok(f) => Ok(FileSink::new(f)),
+            Err(WriterError::Io { context, error }) => {
+                Err(io::Error::new(error.kind(), format!("{context}: {error}")))
+            }
+            Err(e) => Err(io::Error::other(e.to_string())),
+        }
+    }
+
+    fn reopen(&mut self, index: u64) -> io::Result<FileSink> {
+        let pf = self.get(index)?;
+        let mut flags = libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        if self.sh.cfg.spec().noatime {
+            flags |= libc::O_NOATIME;
+        }
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(flags)
+            .open(&pf.path)
+            .map(FileSink::new)
+    }
+
+    fn close(&mut self, _index: u64, file: FileSink) -> io::Result<()> {
+        let fd = file.into_file().into_raw_fd();
+        // SAFETY: we own fd (into_raw_fd) and close it exactly once. close(2)
+        // can report a deferred write error (NFS, some FUSE): check it.
+        if unsafe { libc::close(fd) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+fn run_small_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult {
+    let spec = sh.cfg.spec();
+    let mut r = JobResult::default();
+    let Some(sf) = &spec.small_files else {
+        return r;
+    };
+    let mut rate = RateLimiter::new(spec.jobs);
+    let mut buf = ChunkBuf::new(sh.tunables.chunk().min(sf.max_size) as usize, sh.mem_align);
+    let placeholder = Pattern::new(spec.seed, 0);
+    let mut ops = RealSmallFiles {
+        sh,
+        by_index: files.iter().map(|f| (f.index, f)).collect(),
+    };
+    let list: Vec<(u64, u64)> = files.iter().map(|f| (f.index, f.size)).collect();
+    let mut ctx = FileCtx {
+        at: FileRef { job, file: 0 },
+        strategy: Strategy::Buffered,
+        datasync: spec.datasync,
+        tunables: sh.tunables,
+        observer: sh.observer,
+        progress: sh.progress,
+        stats: &mut r.stats,
+        rate: &mut rate,
+        buf: &mut buf,
+        pattern: &placeholder,
+    };
+    let res = write_small_files(
+        &mut ops,
+        &list,
+        sf.file_sync,
+        &|i| Pattern::new(spec.seed, file_id(job, i)),
+        &mut ctx,
+    );
+    match res {
+        Ok(o) => {
+            r.written = o.bytes;
+            r.files_done = o.files;
+            if o.durable {
+                r.durable = o.bytes;
+            }
+            r.completed = files.iter().take(o.files as usize).cloned().collect();
+        }
+        Err(e) => {
+            r.written = e.outcome.written;
+            r.error = Some(WriterError::Io {
+                context: e.op,
+                error: e.error,
+            });
+        }
+    }
+    r
+}
+
+#[derive(Debug, Default)]
+struct MonitorResult {
+    per_second_mb_s: Vec<f64>,
+    peak: Option<DirtyLevels>,
+}
+
+/// Samples /proc/meminfo every 100 ms and emits a Tick every second until
+/// told to stop.
+fn monitor(
+    start: Instant,
+    progress: &AtomicU64,
+    observer: &dyn Observer,
+    stop: Receiver<()>,
+) -> MonitorResult {
+    let mut out = MonitorResult::default();
+    let sample = |out: &mut MonitorResult| {
+        if let Some(m) = meminfo::sample() {
+            let p = out.peak.get_or_insert(m);
+            p.dirty_kib = p.dirty_kib.max(m.dirty_kib);
+            p.writeback_kib = p.writeback_kib.max(m.writeback_kib);
+        }
+    };
+    sample(&mut out);
+    let mut next_sample = start + MEMINFO_EVERY;
+    let mut next_tick = start + Duration::from_secs(1);
+    let (mut last_at, mut last_bytes) = (start, 0u64);
+    loop {
+        let wake = next_sample.min(next_tick);
+        match stop.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+        }
+        let now = Instant::now();
+        if now >= next_sample {
+            sample(&mut out);
+            next_sample = (next_sample + MEMINFO_EVERY).max(now);
+        }
+        if now >= next_tick {
+            let bytes = progress.load(Ordering::Relaxed);
+            let dt = now.duration_since(last_at).as_secs_f64().max(1e-9);
+            let delta = bytes - last_bytes;
+            out.per_second_mb_s.push(delta as f64 / 1e6 / dt);
+            observer.on_event(&Event::Tick {
+                elapsed: now.duration_since(start),
+                bytes,
+                bytes_last_second: delta,
+            });
+            (last_at, last_bytes) = (now, bytes);
+            next_tick += Duration::from_secs(1);
+        }
+    }
+    sample(&mut out);
+    out
+}
+
+/// (user, system) CPU seconds of the whole process so far (getrusage(2),
+/// RUSAGE_SELF sums all threads).
+fn cpu_times() -> (f64, f64) {
+    // SAFETY: rusage is plain old data.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer for the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FileSync, SmallFiles, WriterSpec};
+
+    fn writer(f: impl FnOnce(&mut WriterSpec)) -> Writer {
+        let mut s = WriterSpec {
+            dirs: vec!["/a".into(), "/b".into()],
+            size: 1 << 20,
+            chunk: 1 << 16,
+            ..WriterSpec::default()
+        };
+        f(&mut s);
+        Writer::new(WriterConfig::new(s).unwrap())
+    }
+
+    #[test]
+    fn plan_spreads_jobs_over_dirs_with_unique_names() {
+        let w = writer(|s| {
+            s.jobs = 3;
+            s.files = 2;
+        });
+        let plan = w.plan();
+        assert_eq!(plan.len(), 3);
+        let pid = std::process::id();
+        assert_eq!(
+            plan[1][1].path,
+            PathBuf::from(format!("/b/wbscope-{pid}-1-1.dat"))
+        );
+        assert_eq!(plan[2][0].path.parent(), Some(Path::new("/a")));
+        let mut ids: Vec<u64> = plan.iter().flatten().map(|f| f.file_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 6);
+    }
+
+    #[test]
+    fn small_files_plan_deals_files_to_jobs() {
+        let w = writer(|s| {
+            s.jobs = 2;
+            s.small_files = Some(SmallFiles::new(5, FileSync::TwoPass));
+        });
+        let plan = w.plan();
+        let idx: Vec<Vec<u64>> = plan
+            .iter()
+            .map(|j| j.iter().map(|f| f.index).collect())
+            .collect();
+        assert_eq!(idx, vec![vec![0, 2, 4], vec![1, 3]]);
+        assert!(
+            plan.iter()
+                .flatten()
+                .all(|f| (4096..=2 << 20).contains(&f.size))
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! The final report of a run (serialised as one JSON object by
+//! `wbscope write --json`; the schema is documented in docs/writer.md).
+//!
+//! Units are in the field names: `_s` seconds, `_us` microseconds, `_kib`
+//! KiB (1024 bytes), `_mb_s` MB/s with 1 MB = 10^6 bytes (what dd and fio
+//! print as MB/s).
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::config::FileSync;
+use crate::stats::{LatencySummary, SeriesStats};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Completed,
+    /// Stopped on request (SIGINT, the TUI) before the end.
+    Interrupted,
+    /// Stopped by an error; `error` says which.
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VerifyReport {
+    pub ok: bool,
+    pub files: u64,
+    pub bytes: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub status: RunStatus,
+    pub error: Option<String>,
+    /// `large-files` or `small-files`.
+    pub mode: &'static str,
+    /// Strategy name; in small-files mode `small-files`.
+    pub strategy: String,
+    /// Small-files policy.
+    pub file_sync: Option<FileSync>,
+    pub dirs: Vec<PathBuf>,
+    pub jobs: u32,
+    /// Files planned and files fully written.
+    pub files_planned: u64,
+    pub files_written: u64,
+    /// Bytes per file (large-file mode).
+    pub file_bytes: Option<u64>,
+    /// Chunk size at the start (it is a live tunable).
+    pub chunk_bytes: u64,
+    pub window: u32,
+    pub qd: u32,
+    pub fallocate: bool,
+    pub noatime: bool,
+    pub datasync: bool,
+    pub o_direct: bool,
+    /// O_DIRECT alignment used (the device's logical block size).
+    pub direct_align: Option<u64>,
+    pub rate_bytes_s: Option<u64>,
+    /// Bytes whose write() returned (for uring: whose completion arrived).
+    pub bytes: u64,
+    /// Bytes on stable storage at the end (after the strategy's syncs).
+    pub bytes_durable: u64,
+    /// From the first write to the end of the last sync (verify excluded).
+    pub elapsed_s: f64,
+    /// bytes / elapsed_s.
+    pub write_mb_s: f64,
+    /// bytes_durable / elapsed_s, flush included. `None` when nothing was
+    /// made durable (buffered, `--file-sync none`).
+    pub durable_mb_s: Option<f64>,
+    /// MB written in each full second of the run (the final syncs included,
+    /// so a long fsync at the end shows as slow seconds).
+    pub per_second_mb_s: Vec<f64>,
+    pub per_second: Option<SeriesStats>,
+    /// Coefficient of variation of `per_second_mb_s` (copy of
+    /// `per_second.cv`).
+    pub cv: Option<f64>,
+    /// Latency of each write (pwrite(2), or io_uring submit to completion).
+    pub write_latency_us: Option<LatencySummary>,
+    /// Per sync kind: `srf_write`, `srf_wait_before`, `fdatasync`, `fsync`.
+    pub sync_latency_us: BTreeMap<&'static str, LatencySummary>,
+    /// getrusage(RUSAGE_SELF) over the run: all threads of the process.
+    pub user_cpu_s: f64,
+    pub sys_cpu_s: f64,
+    /// System CPU seconds per GiB written.
+    pub sys_cpu_s_per_gib: Option<f64>,
+    /// Peak of /proc/meminfo Dirty and Writeback, sampled every 100 ms.
+    pub peak_dirty_kib: Option<u64>,
+    pub peak_writeback_kib: Option<u64>,
+    /// Small-files mode: files_written / elapsed_s.
+    pub files_per_s: Option<f64>,
+    pub verify: Option<VerifyReport>,
+    /// Files left in place (`--keep`); empty otherwise.
+    pub kept_files: Vec<PathBuf>,
+    /// Files that could not be removed at the end.
+    pub cleanup_errors: Vec<String>,
+}

@@ -1,0 +1,598 @@
+//! Which calls a synchronous strategy makes, in which order, on which ranges.
+//!
+//! Generic over [`Sink`] so the schedules are tested call by call without a
+//! disk (see the tests at the bottom). The io_uring schedule is in
+//! [`crate::uring`].
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::buf::ChunkBuf;
+use crate::config::Strategy;
+use crate::event::{Event, FileRef, Observer, SyncKind};
+use crate::pattern::Pattern;
+use crate::sink::{Sink, SrfFlags};
+use crate::stats::LatencyHist;
+use crate::tunables::LiveTunables;
+
+/// Latency histograms of one job (merged into the report at the end).
+#[derive(Debug, Clone, Default)]
+pub struct JobStats {
+    pub write: LatencyHist,
+    pub sync: [LatencyHist; 4],
+}
+
+impl JobStats {
+    pub fn sync_hist(&mut self, kind: SyncKind) -> &mut LatencyHist {
+        &mut self.sync[kind as usize]
+    }
+    pub fn merge(&mut self, other: &JobStats) {
+        self.write.merge(&other.write);
+        for (a, b) in self.sync.iter_mut().zip(&other.sync) {
+            a.merge(b);
+        }
+    }
+}
+
+/// Paces one job to its share of the rate limit (read live each chunk).
+#[derive(Debug)]
+pub struct RateLimiter {
+    jobs: u32,
+    /// (rate in force, when it took effect, bytes since then)
+    epoch: Option<(u64, Instant, u64)>,
+}
+
+impl RateLimiter {
+    pub fn new(jobs: u32) -> Self {
+        RateLimiter {
+            jobs: jobs.max(1),
+            epoch: None,
+        }
+    }
+
+    /// Sleeps until `len` more bytes fit under the total `rate` (bytes/s)
+    /// shared evenly by the jobs.
+    pub fn pace(&mut self, rate: Option<u64>, len: u64) {
+        let Some(rate) = rate else {
+            self.epoch = None;
+            return;
+        };
+        let per_job = (rate / u64::from(self.jobs)).max(1);
+        let (r, start, sent) = match self.epoch {
+            Some(e) if e.0 == rate => e,
+            // A new or changed rate starts a new epoch, so a live change
+            // does not try to pay back (or bank) the past.
+            _ => (rate, Instant::now(), 0),
+        };
+        let due = start + Duration::from_secs_f64(sent as f64 / per_job as f64);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        self.epoch = Some((r, start, sent + len));
+    }
+}
+
+/// Everything a job shares with the engine while writing one file.
+pub struct FileCtx<'a> {
+    pub at: FileRef,
+    pub strategy: Strategy,
+    pub datasync: bool,
+    pub tunables: &'a LiveTunables,
+    pub observer: &'a dyn Observer,
+    /// Bytes written over all jobs (read by the monitor's ticks).
+    pub progress: &'a AtomicU64,
+    pub stats: &'a mut JobStats,
+    pub rate: &'a mut RateLimiter,
+    pub buf: &'a mut ChunkBuf,
+    pub pattern: &'a Pattern,
+}
+
+/// How far a file got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileOutcome {
+    pub written: u64,
+    /// Whether the file's data is on stable storage.
+    pub durable: bool,
+    /// Stopped early on request.
+    pub stopped: bool,
+}
+
+/// A failed call: what was being done, and how far the file had got.
+#[derive(Debug)]
+pub struct OpError {
+    pub op: String,
+    pub error: io::Error,
+    pub outcome: FileOutcome,
+}
+
+impl FileCtx<'_> {
+    /// Runs one timed sync call, with its events and its latency recorded.
+    pub fn timed_sync<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        kind: SyncKind,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        self.observer.on_event(&Event::SyncStarted {
+            at: self.at,
+            kind,
+            offset,
+            len,
+        });
+        let t = Instant::now();
+        let r = match kind {
+            SyncKind::SrfWrite => sink.sync_file_range(offset, len, SrfFlags::WRITE),
+            SyncKind::SrfWaitBefore => sink.sync_file_range(offset, len, SrfFlags::WAIT_BEFORE),
+            SyncKind::Fdatasync => sink.fdatasync(),
+            SyncKind::Fsync => sink.fsync(),
+        };
+        let latency = t.elapsed();
+        self.stats.sync_hist(kind).record(latency);
+        self.observer.on_event(&Event::SyncEnded {
+            at: self.at,
+            kind,
+            offset,
+            len,
+            latency,
+        });
+        r
+    }
+
+    /// fsync(2), or fdatasync(2) when asked for `datasync`.
+    pub fn end_sync_kind(&self) -> SyncKind {
+        if self.datasync {
+            SyncKind::Fdatasync
+        } else {
+            SyncKind::Fsync
+        }
+    }
+
+    /// Writes one chunk with its events, latency and progress.
+    pub fn timed_write<S: Sink>(&mut self, sink: &mut S, offset: u64, len: u64) -> io::Result<()> {
+        let data = self.buf.prepare(self.pattern, offset, len as usize);
+        self.observer.on_event(&Event::ChunkIssued {
+            at: self.at,
+            offset,
+            len,
+        });
+        let t = Instant::now();
+        sink.write_at(data, offset)?;
+        let latency = t.elapsed();
+        self.stats.write.record(latency);
+        self.progress.fetch_add(len, Ordering::Relaxed);
+        self.observer.on_event(&Event::ChunkWritten {
+            at: self.at,
+            offset,
+            len,
+            latency,
+        });
+        Ok(())
+    }
+}
+
+/// Writes a file of `size` bytes with one of the synchronous strategies
+/// (everything but `uring`).
+///
+/// Per chunk `i` at `[off, off+len)`:
+/// - `fdatasync-chunk`: write, fdatasync(2).
+/// - `srf-pipelined`: write, sync_file_range(off, len, WRITE) to start
+///   write-out at once; then, for every chunk now more than `window` chunks
+///   old (chunk i-W), sync_file_range(WAIT_BEFORE) on its range, which waits
+///   for the write-out started W chunks ago without starting new I/O
+///   (sync_file_range(2)). The device always has up to W chunks queued and
+///   the page cache never holds more than about W+1 chunks of dirty or
+///   in-flight data for this file: Ts'o's pattern (BRIEF.md §1).
+/// - otherwise: write only.
+///
+/// At the end: `fsync-end` fsync(2) or fdatasync(2); `srf-pipelined` and
+/// `direct` fdatasync(2) (for `direct`, the data is already on the device
+/// but its allocation metadata and the device cache may not be).
+/// `buffered` and a stopped run issue no sync.
+pub fn write_file<S: Sink>(
+    sink: &mut S,
+    size: u64,
+    ctx: &mut FileCtx<'_>,
+) -> Result<FileOutcome, OpError> {
+    let mut out = FileOutcome::default();
+    let mut pending: VecDeque<(u64, u64)> = VecDeque::new();
+    let fail = |op: String, error: io::Error, outcome: FileOutcome| OpError { op, error, outcome };
+    while out.written < size {
+        if ctx.tunables.stop_requested() {
+            out.stopped = true;
+            return Ok(out);
+        }
+        let off = out.written;
+        let len = ctx.tunables.chunk().min(size - off);
+        ctx.rate.pace(ctx.tunables.rate(), len);
+        ctx.timed_write(sink, off, len)
+            .map_err(|e| fail(format!("write of {len} bytes at offset {off}"), e, out))?;
+        out.written += len;
+        match ctx.strategy {
+            Strategy::FdatasyncChunk => ctx
+                .timed_sync(sink, SyncKind::Fdatasync, 0, 0)
+                .map_err(|e| fail(format!("fdatasync after the chunk at offset {off}"), e, out))?,
+            Strategy::SrfPipelined => {
+                ctx.timed_sync(sink, SyncKind::SrfWrite, off, len)
+                    .map_err(|e| fail(format!("sync_file_range(WRITE) at offset {off}"), e, out))?;
+                pending.push_back((off, len));
+                let window = ctx.tunables.window().max(1) as usize;
+                while pending.len() > window {
+                    let Some((o, l)) = pending.pop_front() else {
+                        break;
+                    };
+                    ctx.timed_sync(sink, SyncKind::SrfWaitBefore, o, l)
+                        .map_err(|e| {
+                            fail(
+                                format!("sync_file_range(WAIT_BEFORE) at offset {o}"),
+                                e,
+                                out,
+                            )
+                        })?;
+                }
+            }
+            _ => {}
+        }
+    }
+    let end = match ctx.strategy {
+        Strategy::Buffered | Strategy::Uring => None,
+        // The last chunk's fdatasync already made everything durable.
+        Strategy::FdatasyncChunk => {
+            out.durable = true;
+            None
+        }
+        Strategy::FsyncEnd => Some(ctx.end_sync_kind()),
+        Strategy::SrfPipelined | Strategy::Direct => Some(SyncKind::Fdatasync),
+    };
+    if let Some(kind) = end {
+        ctx.timed_sync(sink, kind, 0, 0)
+            .map_err(|e| fail(format!("final {}", kind.name()), e, out))?;
+        out.durable = true;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::NullObserver;
+    use crate::sink::{Call, RecordingSink};
+    use std::sync::Mutex;
+
+    const CH: u64 = 4096;
+
+    struct Harness {
+        tunables: LiveTunables,
+        progress: AtomicU64,
+        stats: JobStats,
+        rate: RateLimiter,
+        buf: ChunkBuf,
+        pattern: Pattern,
+    }
+
+    impl Harness {
+        fn new(window: u32) -> Self {
+            Harness {
+                tunables: LiveTunables::new(CH, window, None),
+                progress: AtomicU64::new(0),
+                stats: JobStats::default(),
+                rate: RateLimiter::new(1),
+                buf: ChunkBuf::new(CH as usize, 4096),
+                pattern: Pattern::new(1, 0),
+            }
+        }
+
+        fn run(
+            &mut self,
+            strategy: Strategy,
+            datasync: bool,
+            size: u64,
+            sink: &mut RecordingSink,
+            observer: &dyn Observer,
+        ) -> Result<FileOutcome, OpError> {
+            let mut ctx = FileCtx {
+                at: FileRef { job: 0, file: 0 },
+                strategy,
+                datasync,
+                tunables: &self.tunables,
+                observer,
+                progress: &self.progress,
+                stats: &mut self.stats,
+                rate: &mut self.rate,
+                buf: &mut self.buf,
+                pattern: &self.pattern,
+            };
+            write_file(sink, size, &mut ctx)
+        }
+    }
+
+    fn calls(strategy: Strategy, datasync: bool, chunks: u64, window: u32) -> Vec<Call> {
+        let mut h = Harness::new(window);
+        let mut sink = RecordingSink::default();
+        let out = h
+            .run(strategy, datasync, chunks * CH, &mut sink, &NullObserver)
+            .unwrap();
+        assert_eq!(out.written, chunks * CH);
+        assert_eq!(out.durable, strategy.is_durable());
+        assert_eq!(h.progress.load(Ordering::Relaxed), chunks * CH);
+        sink.calls
+    }
+
+    fn w(i: u64) -> Call {
+        Call::Write {
+            offset: i * CH,
+            len: CH,
+        }
+    }
+    fn srf(i: u64, flags: SrfFlags) -> Call {
+        Call::SyncFileRange {
+            offset: i * CH,
+            len: CH,
+            flags,
+        }
+    }
+
+    #[test]
+    fn buffered_only_writes() {
+        assert_eq!(
+            calls(Strategy::Buffered, false, 3, 4),
+            vec![w(0), w(1), w(2)]
+        );
+    }
+
+    #[test]
+    fn fsync_end_syncs_once_at_the_end() {
+        assert_eq!(
+            calls(Strategy::FsyncEnd, false, 3, 4),
+            vec![w(0), w(1), w(2), Call::Fsync]
+        );
+        assert_eq!(
+            calls(Strategy::FsyncEnd, true, 2, 4),
+            vec![w(0), w(1), Call::Fdatasync]
+        );
+    }
+
+    #[test]
+    fn fdatasync_chunk_syncs_after_every_chunk() {
+        assert_eq!(
+            calls(Strategy::FdatasyncChunk, false, 3, 4),
+            vec![
+                w(0),
+                Call::Fdatasync,
+                w(1),
+                Call::Fdatasync,
+                w(2),
+                Call::Fdatasync
+            ]
+        );
+    }
+
+    #[test]
+    fn direct_writes_then_one_fdatasync() {
+        assert_eq!(
+            calls(Strategy::Direct, false, 2, 4),
+            vec![w(0), w(1), Call::Fdatasync]
+        );
+    }
+
+    #[test]
+    fn srf_pipelined_window_4_over_10_chunks() {
+        let mut want = Vec::new();
+        for i in 0..10 {
+            want.push(w(i));
+            want.push(srf(i, SrfFlags::WRITE));
+            if i >= 4 {
+                want.push(srf(i - 4, SrfFlags::WAIT_BEFORE));
+            }
+        }
+        want.push(Call::Fdatasync);
+        assert_eq!(calls(Strategy::SrfPipelined, false, 10, 4), want);
+    }
+
+    #[test]
+    fn srf_pipelined_window_2_waits_two_behind_and_fdatasyncs_last() {
+        let got = calls(Strategy::SrfPipelined, false, 5, 2);
+        assert_eq!(
+            got,
+            vec![
+                w(0),
+                srf(0, SrfFlags::WRITE),
+                w(1),
+                srf(1, SrfFlags::WRITE),
+                w(2),
+                srf(2, SrfFlags::WRITE),
+                srf(0, SrfFlags::WAIT_BEFORE),
+                w(3),
+                srf(3, SrfFlags::WRITE),
+                srf(1, SrfFlags::WAIT_BEFORE),
+                w(4),
+                srf(4, SrfFlags::WRITE),
+                srf(2, SrfFlags::WAIT_BEFORE),
+                Call::Fdatasync,
+            ]
+        );
+        // Datasync or not, srf-pipelined ends with fdatasync.
+        assert_eq!(
+            calls(Strategy::SrfPipelined, false, 1, 2).last(),
+            Some(&Call::Fdatasync)
+        );
+    }
+
+    #[test]
+    fn last_chunk_is_short_when_size_is_not_a_multiple() {
+        let mut h = Harness::new(4);
+        let mut sink = RecordingSink::default();
+        h.run(
+            Strategy::SrfPipelined,
+            false,
+            2 * CH + 100,
+            &mut sink,
+            &NullObserver,
+        )
+        .unwrap();
+        assert!(sink.calls.contains(&Call::Write {
+            offset: 2 * CH,
+            len: 100
+        }));
+        assert!(sink.calls.contains(&Call::SyncFileRange {
+            offset: 2 * CH,
+            len: 100,
+            flags: SrfFlags::WRITE
+        }));
+    }
+
+    /// Changes tunables from inside the run, at a chosen chunk.
+    struct ChangeAt<'a> {
+        tunables: &'a LiveTunables,
+        chunks_seen: Mutex<u32>,
+    }
+    impl Observer for ChangeAt<'_> {
+        fn on_event(&self, e: &Event) {
+            if let Event::ChunkWritten { .. } = e {
+                let mut n = self.chunks_seen.lock().unwrap();
+                *n += 1;
+                if *n == 2 {
+                    self.tunables.set_chunk(2 * CH).unwrap();
+                    self.tunables.set_window(1).unwrap();
+                }
+                if *n == 4 {
+                    self.tunables.request_stop();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn live_tunables_take_effect_at_the_next_chunk_and_stop_stops() {
+        let mut h = Harness::new(4);
+        let mut sink = RecordingSink::default();
+        let obs = ChangeAt {
+            tunables: &h.tunables,
+            chunks_seen: Mutex::new(0),
+        };
+        let mut ctx = FileCtx {
+            at: FileRef { job: 0, file: 0 },
+            strategy: Strategy::SrfPipelined,
+            datasync: false,
+            tunables: &h.tunables,
+            observer: &obs,
+            progress: &h.progress,
+            stats: &mut h.stats,
+            rate: &mut h.rate,
+            buf: &mut h.buf,
+            pattern: &h.pattern,
+        };
+        let out = write_file(&mut sink, 100 * CH, &mut ctx).unwrap();
+        assert!(out.stopped && !out.durable);
+        assert_eq!(out.written, 6 * CH);
+        let writes: Vec<_> = sink
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::Write { offset, len } => Some((*offset / CH, *len / CH)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(writes, vec![(0, 1), (1, 1), (2, 2), (4, 2)]);
+        // The window drops to 1 while chunk 1 is written: from then on each
+        // WRITE is followed by a WAIT_BEFORE on the chunk just before it.
+        // No fdatasync after the stop.
+        let waits: Vec<_> = sink
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::SyncFileRange {
+                    offset,
+                    flags: SrfFlags::WAIT_BEFORE,
+                    ..
+                } => Some(*offset / CH),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(waits, vec![0, 1, 2]);
+        assert!(!sink.calls.contains(&Call::Fdatasync));
+    }
+
+    #[test]
+    fn an_error_reports_the_operation_and_how_far_it_got() {
+        let mut h = Harness::new(4);
+        // Calls: W0 S0 W1 S1 W2 <- ENOSPC on the 5th call.
+        let mut sink = RecordingSink {
+            fail_at: Some((4, libc::ENOSPC)),
+            ..Default::default()
+        };
+        let err = h
+            .run(
+                Strategy::SrfPipelined,
+                false,
+                10 * CH,
+                &mut sink,
+                &NullObserver,
+            )
+            .unwrap_err();
+        assert_eq!(err.outcome.written, 2 * CH);
+        assert_eq!(err.error.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(err.op, format!("write of {CH} bytes at offset {}", 2 * CH));
+        assert_eq!(sink.calls.len(), 5, "nothing is issued after the failure");
+    }
+
+    #[test]
+    fn events_bracket_every_call() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut h = Harness::new(1);
+        let mut sink = RecordingSink::default();
+        h.run(Strategy::SrfPipelined, false, 2 * CH, &mut sink, &tx)
+            .unwrap();
+        drop(tx);
+        let kinds: Vec<String> = rx
+            .iter()
+            .map(|e| match e {
+                Event::ChunkIssued { offset, .. } => format!("issue{}", offset / CH),
+                Event::ChunkWritten { offset, .. } => format!("wrote{}", offset / CH),
+                Event::SyncStarted { kind, .. } => format!("start:{}", kind.name()),
+                Event::SyncEnded { kind, .. } => format!("end:{}", kind.name()),
+                Event::Tick { .. } => "tick".into(),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "issue0",
+                "wrote0",
+                "start:srf_write",
+                "end:srf_write",
+                "issue1",
+                "wrote1",
+                "start:srf_write",
+                "end:srf_write",
+                "start:srf_wait_before",
+                "end:srf_wait_before",
+                "start:fdatasync",
+                "end:fdatasync"
+            ]
+        );
+        assert_eq!(h.stats.write.count(), 2);
+        assert_eq!(h.stats.sync_hist(SyncKind::SrfWrite).count(), 2);
+        assert_eq!(h.stats.sync_hist(SyncKind::SrfWaitBefore).count(), 1);
+        assert_eq!(h.stats.sync_hist(SyncKind::Fdatasync).count(), 1);
+    }
+
+    #[test]
+    fn rate_limiter_paces_to_the_rate() {
+        let mut r = RateLimiter::new(2);
+        let t = Instant::now();
+        // 2 jobs share 200 kB/s: this job gets 100 kB/s; 3 x 10 kB must take
+        // at least the 20 ms before the third chunk is due.
+        for _ in 0..3 {
+            r.pace(Some(200_000), 10_000);
+        }
+        let e = t.elapsed();
+        assert!(e >= Duration::from_millis(20), "{e:?}");
+        assert!(e < Duration::from_millis(500), "{e:?}");
+        let t = Instant::now();
+        r.pace(None, 1 << 30);
+        assert!(t.elapsed() < Duration::from_millis(5));
+    }
+}
