@@ -162,5 +162,79 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     if !extra.is_empty() {
         cmd.arg("--").args(extra);
     }
-    step("cargo test (unit and kernel integration tests)", &mut cmd)
+    eprintln!("xtask: cargo test (unit and kernel integration tests)");
+    let counts = run_counting_tests(&mut cmd)?;
+    // One closing line over all test binaries: cargo's own last line is
+    // often an empty doc-test run ("0 passed"), which hides the total.
+    println!(
+        "summary: {} passed, {} failed",
+        counts.passed, counts.failed
+    );
+    if !counts.success {
+        bail!("cargo test failed");
+    }
+    Ok(())
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct TestCounts {
+    passed: u64,
+    failed: u64,
+    success: bool,
+}
+
+/// Runs `cmd`, echoing its stdout, and adds up cargo's
+/// `test result: ok. N passed; M failed; ...` lines.
+fn run_counting_tests(cmd: &mut Command) -> anyhow::Result<TestCounts> {
+    use std::io::{BufRead as _, BufReader};
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {cmd:?}"))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut counts = TestCounts::default();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo test output")?;
+        println!("{line}");
+        if let Some((passed, failed)) = parse_test_result(&line) {
+            counts.passed += passed;
+            counts.failed += failed;
+        }
+    }
+    counts.success = child.wait().context("waiting for cargo test")?.success();
+    Ok(counts)
+}
+
+fn parse_test_result(line: &str) -> Option<(u64, u64)> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let number_before = |word: &str| -> Option<u64> {
+        let end = rest.find(word)?;
+        rest[..end]
+            .trim_end()
+            .rsplit([' ', '.', ';'])
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((number_before(" passed")?, number_before(" failed")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cargo_test_result_lines() {
+        assert_eq!(
+            parse_test_result(
+                "test result: ok. 18 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.06s"
+            ),
+            Some((18, 0))
+        );
+        assert_eq!(
+            parse_test_result("test result: FAILED. 3 passed; 1 failed; 0 ignored"),
+            Some((3, 1))
+        );
+        assert_eq!(parse_test_result("running 4 tests"), None);
+    }
 }
