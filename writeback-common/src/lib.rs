@@ -7,6 +7,8 @@
 //! tracefs `format` files (aya has no CO-RE relocations for Rust programs).
 #![no_std]
 
+pub mod fields;
+
 /// Maximum number of fields a [`TracepointLayout`] can describe.
 pub const MAX_TP_FIELDS: usize = 16;
 
@@ -37,8 +39,8 @@ impl FieldSpec {
     }
 }
 
-/// Field table for one tracepoint, indexed by the constants in
-/// [`writepages_fields`] or [`writepages_result_fields`].
+/// Field table for one tracepoint, indexed by the constants of its module
+/// in [`fields`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TracepointLayout {
@@ -57,55 +59,17 @@ impl Default for TracepointLayout {
     }
 }
 
-/// Logical fields of `ext4:ext4_writepages` (TRACE_EVENT in
-/// include/trace/events/ext4.h, fired at the start of `ext4_do_writepages()`
-/// in fs/ext4/inode.c on 6.x). Names are the format-file names.
-pub mod writepages_fields {
-    pub const DEV: usize = 0;
-    pub const INO: usize = 1;
-    pub const NR_TO_WRITE: usize = 2;
-    pub const PAGES_SKIPPED: usize = 3;
-    pub const RANGE_START: usize = 4;
-    pub const RANGE_END: usize = 5;
-    pub const WRITEBACK_INDEX: usize = 6;
-    pub const SYNC_MODE: usize = 7;
-    pub const FOR_KUPDATE: usize = 8;
-    pub const RANGE_CYCLIC: usize = 9;
-    /// Format-file names, in index order.
-    pub const NAMES: [&str; 10] = [
-        "dev",
-        "ino",
-        "nr_to_write",
-        "pages_skipped",
-        "range_start",
-        "range_end",
-        "writeback_index",
-        "sync_mode",
-        "for_kupdate",
-        "range_cyclic",
-    ];
-}
-
-/// Logical fields of `ext4:ext4_writepages_result` (include/trace/events/ext4.h;
-/// `pages_written` is `nr_to_write - wbc->nr_to_write`, the budget consumed,
-/// as passed by `ext4_do_writepages()`).
-pub mod writepages_result_fields {
-    pub const DEV: usize = 0;
-    pub const INO: usize = 1;
-    pub const RET: usize = 2;
-    pub const PAGES_WRITTEN: usize = 3;
-    pub const PAGES_SKIPPED: usize = 4;
-    pub const WRITEBACK_INDEX: usize = 5;
-    pub const SYNC_MODE: usize = 6;
-    pub const NAMES: [&str; 7] = [
-        "dev",
-        "ino",
-        "ret",
-        "pages_written",
-        "pages_skipped",
-        "writeback_index",
-        "sync_mode",
-    ];
+/// Filters applied in the kernel; 0 means "no filter" for each.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Kernel-internal `dev_t` (major << 20 | minor).
+    pub dev: u32,
+    /// Process (thread group) id.
+    pub tgid: u32,
+    pub ino: u64,
+    /// cgroup v2 id (the inode number of the cgroup's directory).
+    pub cgroup_id: u64,
 }
 
 /// Kinds of record sent through the ring buffer; the first `u32` of every
@@ -120,13 +84,37 @@ pub mod call_flags {
     pub const FOR_KUPDATE: u32 = 1 << 0;
     /// `wbc->range_cyclic`: the call continues from `writeback_index`.
     pub const RANGE_CYCLIC: u32 = 1 << 1;
-    /// The start tracepoint of this call was seen. Without it (the probe was
-    /// attached mid-call) the start-side fields and duration are zero.
+    /// The start of this call was seen. Without it (the probe was attached
+    /// mid-call) the start-side fields and duration are zero.
     pub const START_SEEN: u32 = 1 << 2;
+    /// The flusher work this call runs under was for background writeback
+    /// (`wbc->for_background`).
+    pub const FOR_BACKGROUND: u32 = 1 << 3;
+    /// The scan hooks fired during this call (scan fields are meaningful).
+    pub const SCAN_SEEN: u32 = 1 << 4;
+    /// On-CPU accounting (sched_switch) was active for the whole call.
+    pub const CPU_TRACKED: u32 = 1 << 5;
 }
 
-/// One ext4 writepages call, joined in the kernel from the start and result
-/// tracepoints of the same (thread, inode).
+/// Why a writepages call happened, as far as the kernel tells.
+pub mod cause {
+    pub const UNKNOWN: u32 = 0;
+    /// WB_SYNC_ALL: fsync, fdatasync, sync(2), O_SYNC.
+    pub const SYNC: u32 = 1;
+    /// `for_kupdate`: periodic writeback of expired dirty data.
+    pub const PERIODIC: u32 = 2;
+    /// Flusher work for background writeback (over the background threshold).
+    pub const BACKGROUND: u32 = 3;
+    /// Other flusher work (see `work_reason`): sync's first pass, vmscan,
+    /// free-space pressure, laptop mode, cgroup writeback...
+    pub const FLUSHER_OTHER: u32 = 4;
+    /// WB_SYNC_NONE from outside the flusher: sync_file_range(WRITE),
+    /// fadvise(DONTNEED), filemap_flush, page reclaim.
+    pub const DIRECT: u32 = 5;
+}
+
+/// One writepages call, joined in the kernel from its start and end hooks,
+/// with what happened inside it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WritepagesCall {
@@ -136,12 +124,16 @@ pub struct WritepagesCall {
     /// 20 (`MINORBITS` in include/linux/kdev_t.h).
     pub dev: u32,
     pub ino: u64,
-    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) at the start tracepoint.
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) at the start.
     pub start_ns: u64,
     pub duration_ns: u64,
+    /// Time the calling thread spent switched out during the call
+    /// (sched_switch); on-CPU time is `duration_ns - offcpu_ns`.
+    pub offcpu_ns: u64,
+    pub cgroup_id: u64,
     /// `wbc->nr_to_write` at the start of the call: the budget asked.
     pub nr_to_write: i64,
-    /// Pages written, as the result tracepoint reports it.
+    /// Pages written, as the end hook reports it.
     pub pages_written: i64,
     /// `wbc->pages_skipped` at the start and at the end.
     pub pages_skipped_start: i64,
@@ -151,6 +143,19 @@ pub struct WritepagesCall {
     /// `mapping->writeback_index` before and after the call.
     pub writeback_index_before: u64,
     pub writeback_index_after: u64,
+    /// Scan extent (ext4_da_write_folios_start/end): `start_pos` at the
+    /// first iteration and `next_pos` at the last.
+    pub scan_first_pos: i64,
+    pub scan_last_pos: i64,
+    /// Bytes examined: sum over iterations of `next_pos` at the end minus
+    /// `start_pos` at the start (see docs/probes.md).
+    pub scan_bytes: u64,
+    /// Blocks in the extents mapped during the call
+    /// (ext4_da_write_pages_extent `len`).
+    pub extent_blocks: u64,
+    /// Bytes of the bios the calling thread submitted during the call
+    /// (block_bio_queue).
+    pub bio_bytes: u64,
     pub tgid: u32,
     pub tid: u32,
     pub ret: i32,
@@ -158,6 +163,18 @@ pub struct WritepagesCall {
     pub sync_mode: u32,
     /// [`call_flags`].
     pub flags: u32,
+    /// [`cause`].
+    pub cause: u32,
+    /// `enum wb_reason` + 1 of the flusher work the call ran under; 0 when
+    /// the call did not run under flusher work.
+    pub work_reason: u32,
+    /// Loop iterations of the scan (folios_start/end pairs).
+    pub scan_iterations: u32,
+    pub extents: u32,
+    /// Folios counted by `writeback:wbc_writepage` during the call (only
+    /// filesystems that write through write_cache_pages/writeback_iter).
+    pub folios_written: u32,
+    pub bios: u32,
     pub _pad: u32,
     pub comm: [u8; 16],
 }
@@ -166,15 +183,89 @@ pub struct WritepagesCall {
 pub mod stat {
     /// Records dropped because the ring buffer was full.
     pub const LOST_RECORDS: u32 = 0;
-    /// Result tracepoints with no matching start (attached mid-call, or the
-    /// in-flight map was full).
+    /// End hooks with no matching start (attached mid-call, or the in-flight
+    /// map evicted the start).
     pub const UNMATCHED_RESULTS: u32 = 1;
-    /// Start tracepoints that could not be stored in the in-flight map.
+    /// Starts that could not be stored in the in-flight map.
     pub const INFLIGHT_FULL: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// Calls dropped by the in-kernel filters.
+    pub const FILTERED: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
-/// Key of the in-flight map that joins start and result of one call.
+/// Indexes of the per-CPU interval aggregates in the `AGG` map: counters the
+/// kernel adds to at high rates, read and differenced by userspace.
+pub mod agg {
+    /// Number of `enum wb_reason` slots (WB_REASON_MAX is 10 in 6.x; room
+    /// to grow).
+    pub const WB_REASONS: u32 = 16;
+    /// Flusher work chunks per reason (writeback_written).
+    pub const WORK_CHUNKS: u32 = 0;
+    /// Pages written per reason: `nr_pages` at writeback_start minus at
+    /// writeback_written (the budget consumed).
+    pub const WORK_PAGES: u32 = WORK_CHUNKS + WB_REASONS;
+    /// writeback_single_inode: passes, pages asked, pages written.
+    pub const INODE_PASSES: u32 = WORK_PAGES + WB_REASONS;
+    pub const INODE_ASKED: u32 = INODE_PASSES + 1;
+    pub const INODE_WROTE: u32 = INODE_PASSES + 2;
+    /// balance_dirty_pages: events, and those that paused the task.
+    pub const THROTTLE_EVENTS: u32 = INODE_PASSES + 3;
+    pub const THROTTLE_PAUSES: u32 = THROTTLE_EVENTS + 1;
+    /// Sum of `pause` (ms, jiffy resolution: `pause * 1000 / HZ` in
+    /// include/trace/events/writeback.h) over pausing events.
+    pub const THROTTLE_PAUSE_MS: u32 = THROTTLE_EVENTS + 2;
+    /// log2 histogram of `pause` in ms, 32 buckets.
+    pub const THROTTLE_HIST: u32 = THROTTLE_EVENTS + 3;
+    pub const HIST_BUCKETS: u32 = 32;
+    /// writeback:wbc_writepage events (folios handed to ->writepage by
+    /// write_cache_pages/writeback_iter users).
+    pub const WBC_WRITEPAGE: u32 = THROTTLE_HIST + HIST_BUCKETS;
+    pub const COUNT: u32 = WBC_WRITEPAGE + 1;
+}
+
+/// `writeback:global_dirty_state`, latest values (pages), in the `DIRTY`
+/// array map.
+pub mod dirty {
+    pub const NR_DIRTY: u32 = 0;
+    pub const NR_WRITEBACK: u32 = 1;
+    pub const BACKGROUND_THRESH: u32 = 2;
+    pub const DIRTY_THRESH: u32 = 3;
+    pub const DIRTY_LIMIT: u32 = 4;
+    pub const NR_DIRTIED: u32 = 5;
+    pub const NR_WRITTEN: u32 = 6;
+    /// bpf_ktime_get_ns of the last update (0 = never fired).
+    pub const UPDATED_NS: u32 = 7;
+    pub const COUNT: u32 = 8;
+}
+
+/// Key of the per-device block histograms (`BLOCK_HIST`, per CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BlockHistKey {
+    pub dev: u32,
+    /// [`block_hist`].
+    pub kind: u16,
+    /// log2 bucket: 0 for 0, k for [2^(k-1), 2^k).
+    pub bucket: u16,
+}
+
+pub mod block_hist {
+    /// Request size in bytes at block_rq_issue.
+    pub const ISSUE_BYTES: u16 = 0;
+    /// Issue-to-complete latency in ns.
+    pub const LATENCY_NS: u16 = 1;
+}
+
+/// Key of a request in flight on a device (issue → complete).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RequestKey {
+    pub sector: u64,
+    pub dev: u32,
+    pub _pad: u32,
+}
+
+/// Key of the in-flight map that joins start and end of one call.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct InflightKey {
@@ -183,17 +274,42 @@ pub struct InflightKey {
     pub dev: u32,
 }
 
-/// Start-side state kept while a call is in flight.
+/// Flusher work the thread is running (writeback_start → writeback_written).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FlusherWork {
+    pub nr_pages: i64,
+    /// `enum wb_reason` + 1.
+    pub reason: u32,
+    pub for_background: u32,
+}
+
+/// The state of one call while it is in flight: start-side fields plus
+/// what the hooks inside the call add up.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InflightCall {
     pub start_ns: u64,
+    pub offcpu_ns: u64,
     pub nr_to_write: i64,
     pub pages_skipped: i64,
     pub range_start: i64,
     pub range_end: i64,
     pub writeback_index: u64,
+    pub scan_first_pos: i64,
+    pub scan_last_pos: i64,
+    /// `start_pos` at the current iteration's folios_start.
+    pub scan_iter_start: i64,
+    pub scan_bytes: u64,
+    pub extent_blocks: u64,
+    pub bio_bytes: u64,
     pub flags: u32,
+    pub cause: u32,
+    pub work_reason: u32,
+    pub scan_iterations: u32,
+    pub extents: u32,
+    pub folios_written: u32,
+    pub bios: u32,
     pub _pad: u32,
 }
 
@@ -203,7 +319,11 @@ mod pod {
     // explicit padding fields, so every bit pattern is valid.
     unsafe impl aya::Pod for super::FieldSpec {}
     unsafe impl aya::Pod for super::TracepointLayout {}
+    unsafe impl aya::Pod for super::Filter {}
     unsafe impl aya::Pod for super::WritepagesCall {}
     unsafe impl aya::Pod for super::InflightKey {}
     unsafe impl aya::Pod for super::InflightCall {}
+    unsafe impl aya::Pod for super::BlockHistKey {}
+    unsafe impl aya::Pod for super::RequestKey {}
+    unsafe impl aya::Pod for super::FlusherWork {}
 }

@@ -8,10 +8,13 @@ use crate::commands::write::WriteArgs;
 
 const EXAMPLES: &str = "\
 Examples:
-  wbscope                              live dashboard (root or CAP_BPF+CAP_PERFMON)
-  wbscope trace --json --duration 10   one JSON line per ext4 writepages call for 10 s
-  wbscope trace                        the same as a table, until Ctrl-C
-  wbscope --log /tmp/wbscope.log       dashboard, diagnostics to a file";
+  wbscope                                  live dashboard (root or CAP_BPF+CAP_PERFMON)
+  wbscope probes                           which kernel hook measures what, and why
+  wbscope trace --json --events --duration 10
+                                           one JSON line per writepages call, plus
+                                           interval and summary lines
+  wbscope trace --device /mnt/data         per-second figures for one filesystem
+  wbscope --log /tmp/wbscope.log           dashboard, diagnostics to a file";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,18 +35,53 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print every ext4 writepages call as it completes.
+    /// Interval figures (and with --events every writepages call) until
+    /// stopped.
     #[command(after_help = "\
 Examples:
-  wbscope trace --json --duration 5 > calls.jsonl
-  wbscope trace | grep dd
+  wbscope trace --json --events --duration 5 > calls.jsonl
+  wbscope trace --interval 5 --device 8:16
+  wbscope trace --events --pid 4242
 
 Schema of --json lines: docs/trace-json.md. The last line is always a
 summary (calls, pages written, lost records), whether the trace ends by
 --duration, Ctrl-C or SIGTERM.")]
     Trace(TraceArgs),
+    /// Show the probe plan: the hook chosen for each concept, the fields it
+    /// provides, and why every better candidate was refused.
+    #[command(after_help = "\
+Examples:
+  wbscope probes
+  wbscope probes --json | jq '.concepts[] | {concept, kind}'")]
+    Probes(ProbesArgs),
     /// Write files with the writer-core engine.
     Write(WriteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProbesArgs {
+    /// One JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Filters applied in the kernel.
+#[derive(Debug, Default, Args)]
+pub struct FilterArgs {
+    /// Only this device: MAJ:MIN, a block device path, or any path on the
+    /// filesystem to watch.
+    #[arg(long, value_name = "MAJ:MIN|PATH")]
+    pub device: Option<String>,
+    /// Only calls made by this process (the flusher's calls are excluded).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Only calls made from this cgroup (v2 path, e.g.
+    /// /sys/fs/cgroup/system.slice/foo.service).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Only this inode number.
+    #[arg(long, value_name = "INO")]
+    pub inode: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -51,6 +89,18 @@ pub struct TraceArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// Also print every writepages call (without it: interval and summary
+    /// lines only).
+    #[arg(long)]
+    pub events: bool,
+
+    /// Seconds per interval line (a positive number; default 1).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub interval: Option<Duration>,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
 
     /// Stop after SECONDS (a positive number, fractions allowed); without it,
     /// trace until Ctrl-C or SIGTERM.

@@ -9,8 +9,11 @@ pub mod collector;
 pub mod commands;
 pub mod ebpf_object;
 pub mod export;
+pub mod filters;
+pub mod interval;
 pub mod loader;
 pub mod model;
+pub mod plan;
 pub mod privileges;
 pub mod tracefs;
 pub mod tui;
@@ -26,6 +29,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Some(Command::Write(args)) => commands::write::run(args),
         Some(Command::Trace(args)) => runtime()?.block_on(commands::trace::run(args)),
+        Some(Command::Probes(args)) => commands::probes::run(args),
         None => runtime()?.block_on(commands::dashboard::run()),
     }
 }
@@ -57,6 +61,12 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
     let _ = builder.try_init();
     Ok(())
 }
+
+/// A command-line value that cannot be used (exit code 2), found after
+/// parsing (a missing path, a process that does not exist).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
 
 /// Prints a clap error: help and version as clap renders them (exit 0),
 /// anything else as one line (exit 2).

@@ -1,87 +1,32 @@
-//! Loads the embedded eBPF object, configures it from tracefs and attaches
-//! what this kernel offers. Whatever cannot be attached is recorded in
-//! [`ProbeStatus`] with its reason; the tracer keeps running with the rest.
-use std::fmt;
+//! Loads the embedded eBPF object and carries out the probe plan
+//! (`plan.rs`): reads tracepoint layouts from tracefs, tries the function
+//! hooks this kernel may allow, attaches the best hook per concept, and
+//! records why every other candidate was refused. The tracer keeps running
+//! with whatever could be attached.
+use std::{
+    collections::HashMap,
+    os::fd::OwnedFd,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context as _;
 use aya::{
-    Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray, RingBuf},
-    programs::TracePoint,
+    Btf, Ebpf, EbpfLoader,
+    maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
 };
 use log::{info, warn};
-use writeback_common::{
-    TracepointLayout, stat, writepages_fields as wp, writepages_result_fields as wpr,
+use writeback_common::{BlockHistKey, Filter, TracepointLayout, stat};
+
+use crate::{
+    ebpf_object::EBPF_OBJECT,
+    plan::{Candidate, Concept, ConceptPlan, HookKind, ProbePlan, TracepointAttach, candidates},
+    privileges, tracefs,
 };
 
-use crate::{ebpf_object::EBPF_OBJECT, privileges, tracefs};
-
-/// A tracepoint hook: program name in the object, tracefs system and event,
-/// the global holding its layout, and the logical fields it provides.
-#[derive(Clone, Copy, Debug)]
-pub struct TracepointHook {
-    pub program: &'static str,
-    pub system: &'static str,
-    pub event: &'static str,
-    pub layout_global: &'static str,
-    pub fields: &'static [&'static str],
-}
-
-/// The hooks of the writepages-call concept: start and result of
-/// `ext4_do_writepages()` (3.11+ names; fs/ext4/inode.c).
-pub const WRITEPAGES_HOOKS: [TracepointHook; 2] = [
-    TracepointHook {
-        program: "ext4_writepages",
-        system: "ext4",
-        event: "ext4_writepages",
-        layout_global: "WRITEPAGES_LAYOUT",
-        fields: &wp::NAMES,
-    },
-    TracepointHook {
-        program: "ext4_writepages_result",
-        system: "ext4",
-        event: "ext4_writepages_result",
-        layout_global: "WRITEPAGES_RESULT_LAYOUT",
-        fields: &wpr::NAMES,
-    },
-];
-
-/// Whether one hook is in use, and why not.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct ProbeStatus {
-    /// e.g. `tracepoint ext4:ext4_writepages`.
-    pub hook: String,
-    #[serde(flatten)]
-    pub state: ProbeState,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "state", content = "reason", rename_all = "snake_case")]
-pub enum ProbeState {
-    Attached,
-    Unavailable(String),
-}
-
-impl fmt::Display for ProbeStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.state {
-            ProbeState::Attached => write!(f, "{}: attached", self.hook),
-            ProbeState::Unavailable(why) => write!(f, "{}: unavailable: {why}", self.hook),
-        }
-    }
-}
-
-/// Probe status when nothing could be loaded at all (for example missing
-/// privileges): every hook unavailable for the same reason.
-pub fn all_unavailable(reason: &str) -> Vec<ProbeStatus> {
-    WRITEPAGES_HOOKS
-        .iter()
-        .map(|h| ProbeStatus {
-            hook: format!("tracepoint {}:{}", h.system, h.event),
-            state: ProbeState::Unavailable(reason.to_string()),
-        })
-        .collect()
-}
+/// Where the kernel lists its perf event sources; no `kprobe` there means
+/// a kernel built without CONFIG_KPROBES.
+const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
 /// Counters kept by the programs (`STATS`), summed over CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -89,69 +34,100 @@ pub struct KernelStats {
     pub lost_records: u64,
     pub unmatched_results: u64,
     pub inflight_full: u64,
+    pub filtered: u64,
+}
+
+/// What the caller wants from the tracer.
+#[derive(Clone, Debug, Default)]
+pub struct TracerOptions {
+    pub filter: Filter,
+}
+
+/// Run time of one attached program (BPF_ENABLE_STATS).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ProgramRunTime {
+    pub program: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
 }
 
 /// Loaded and attached programs. Dropping it detaches everything.
 pub struct Tracer {
     ebpf: Ebpf,
     stats: PerCpuArray<MapData, u64>,
-    pub probes: Vec<ProbeStatus>,
+    pub plan: ProbePlan,
+    /// Attached program names, for run-time statistics.
+    attached_programs: Vec<&'static str>,
+    /// Keeps BPF run-time statistics on while the tracer lives.
+    _stats_fd: Option<OwnedFd>,
     /// Kept alive: dropping it closes the log map (toolchain.md).
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
 }
 
+/// Chosen tracepoints of one concept with their layouts.
+struct Chosen {
+    concept: Concept,
+    candidate: Candidate,
+    attaches: &'static [TracepointAttach],
+    layouts: Vec<Option<TracepointLayout>>,
+    fields: Vec<String>,
+}
+
 impl Tracer {
-    /// Checks privileges, reads the tracepoint layouts, loads the object and
-    /// attaches every hook it can.
-    pub fn attach() -> anyhow::Result<Tracer> {
-        Self::attach_hooks(&WRITEPAGES_HOOKS)
+    /// Checks privileges, builds and carries out the probe plan.
+    pub fn attach(options: &TracerOptions) -> anyhow::Result<Tracer> {
+        Self::attach_with(options, candidates)
     }
 
-    /// [`Tracer::attach`] with an explicit hook table, one entry per
-    /// program/global of the object (tests point one at an event this
-    /// kernel lacks to exercise the fallback).
-    pub fn attach_hooks(hooks: &[TracepointHook]) -> anyhow::Result<Tracer> {
+    /// [`Tracer::attach`] with another candidate table (tests point a
+    /// candidate at an event this kernel lacks to exercise the fallback).
+    pub fn attach_with(
+        options: &TracerOptions,
+        candidates_of: impl Fn(Concept) -> Vec<Candidate>,
+    ) -> anyhow::Result<Tracer> {
         privileges::check()?;
         let tracefs_root = tracefs::ensure_mounted()?;
 
-        let mut probes = Vec::new();
-        let mut layouts = Vec::new();
-        for hook in hooks {
-            let name = format!("tracepoint {}:{}", hook.system, hook.event);
-            match tracefs::read_format(&tracefs_root, hook.system, hook.event)
-                .map_err(anyhow::Error::from)
-                .and_then(|fmt| fmt.layout(hook.fields))
-            {
-                Ok((layout, missing)) => {
-                    if !missing.is_empty() {
-                        warn!("{name}: this kernel has no field(s) {missing:?}; they read as 0");
+        let mut concept_plans: Vec<ConceptPlan> =
+            Concept::ALL.iter().map(|&c| ConceptPlan::new(c)).collect();
+        // 1. The first classic tracepoint candidate per concept whose events
+        //    and required fields exist. Layouts must be known before load.
+        let mut chosen: Vec<Chosen> = Vec::new();
+        for plan in &mut concept_plans {
+            for candidate in candidates_of(plan.concept) {
+                let Candidate::Tracepoints(attaches) = candidate else {
+                    continue;
+                };
+                match read_layouts(&tracefs_root, attaches) {
+                    Ok((layouts, fields)) => {
+                        chosen.push(Chosen {
+                            concept: plan.concept,
+                            candidate: candidate.clone(),
+                            attaches,
+                            layouts,
+                            fields,
+                        });
+                        break;
                     }
-                    layouts.push(Some(layout));
-                    probes.push(ProbeStatus {
-                        hook: name,
-                        state: ProbeState::Attached,
-                    });
-                }
-                Err(e) => {
-                    layouts.push(None);
-                    probes.push(ProbeStatus {
-                        hook: name,
-                        state: ProbeState::Unavailable(format!("{e:#}")),
-                    });
+                    Err(reason) => plan.reject(&candidate, reason),
                 }
             }
         }
 
-        // A hook whose format could not be read keeps an empty layout; its
-        // program is then never attached.
-        let resolved: Vec<TracepointLayout> = layouts
-            .iter()
-            .map(|l| l.unwrap_or(TracepointLayout::EMPTY))
-            .collect();
         let mut loader = EbpfLoader::new();
-        for (hook, layout) in hooks.iter().zip(&resolved) {
-            loader.override_global(hook.layout_global, layout, true);
+        let layout_values: Vec<(&'static str, TracepointLayout)> = chosen
+            .iter()
+            .flat_map(|c| {
+                c.attaches
+                    .iter()
+                    .zip(&c.layouts)
+                    .filter_map(|(a, l)| Some((a.layout_global?, (*l)?)))
+            })
+            .collect();
+        for (global, layout) in &layout_values {
+            loader.override_global(global, layout, true);
         }
+        loader.override_global("FILTER", &options.filter, true);
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .context("loading the embedded eBPF object")?;
@@ -163,33 +139,81 @@ impl Tracer {
             }
         };
 
-        for ((hook, layout), status) in hooks.iter().zip(&layouts).zip(&mut probes) {
-            if layout.is_none() {
-                continue;
+        // 2. Function hooks ranked above the chosen tracepoint: try them so
+        //    the plan says what this kernel allows.
+        let mut trials = Trials::new();
+        for plan in &mut concept_plans {
+            let chosen_label = chosen
+                .iter()
+                .find(|c| c.concept == plan.concept)
+                .map(|c| c.candidate.label());
+            for candidate in candidates_of(plan.concept) {
+                if Some(candidate.label()) == chosen_label {
+                    break;
+                }
+                if let Candidate::Function { kind, target } = candidate {
+                    let reason = trials.try_hook(&mut ebpf, kind, target);
+                    plan.reject(&candidate, reason);
+                }
             }
-            if let Err(e) = attach_tracepoint(&mut ebpf, hook) {
-                status.state = ProbeState::Unavailable(format!("{e:#}"));
-            }
-        }
-        for p in &probes {
-            info!("{p}");
         }
 
+        // 3. Attach the chosen tracepoints.
+        let mut attached_programs = Vec::new();
+        for c in &chosen {
+            let plan = concept_plans
+                .iter_mut()
+                .find(|p| p.concept == c.concept)
+                .context("plan for a chosen concept")?;
+            match attach_all(&mut ebpf, c.attaches) {
+                Ok(()) => {
+                    plan.hook = Some(c.candidate.label());
+                    plan.kind = Some(HookKind::Tracepoint);
+                    plan.fields = c.fields.clone();
+                    attached_programs.extend(c.attaches.iter().map(|a| a.program));
+                }
+                Err(e) => plan.reject(&c.candidate, format!("{e:#}")),
+            }
+        }
+        let plan = ProbePlan {
+            kernel: crate::plan::kernel_release(),
+            concepts: concept_plans,
+        };
+        for c in &plan.concepts {
+            match &c.hook {
+                Some(hook) => info!("{}: {hook}", c.concept.name()),
+                None => info!("{}: unavailable", c.concept.name()),
+            }
+        }
+
+        if plan.attached(Concept::CpuTime) {
+            let mut config: Array<_, u32> =
+                Array::try_from(ebpf.map_mut("CONFIG").context("CONFIG map missing")?)?;
+            config.set(0, 1, 0).context("enabling on-CPU accounting")?;
+        }
+        let stats_fd = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                warn!("BPF run-time statistics unavailable: {e}");
+                None
+            }
+        };
         let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("STATS map missing")?)
             .context("STATS map")?;
         Ok(Tracer {
             ebpf,
             stats,
-            probes,
+            plan,
+            attached_programs,
+            _stats_fd: stats_fd,
             logger,
         })
     }
 
-    /// True when at least one hook is attached.
+    /// True when the writepages-call concept is attached (the core of the
+    /// trace).
     pub fn any_attached(&self) -> bool {
-        self.probes
-            .iter()
-            .any(|p| matches!(p.state, ProbeState::Attached))
+        self.plan.concepts.iter().any(ConceptPlan::is_attached)
     }
 
     /// The per-call record ring buffer; can be taken once.
@@ -202,7 +226,7 @@ impl Tracer {
     }
 
     /// The eBPF log ring buffer, to be polled by the caller; can be taken
-    /// once and must outlive the programs.
+    /// once.
     pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<&'static dyn log::Log>> {
         self.logger.take()
     }
@@ -219,17 +243,235 @@ impl Tracer {
             lost_records: sum(stat::LOST_RECORDS)?,
             unmatched_results: sum(stat::UNMATCHED_RESULTS)?,
             inflight_full: sum(stat::INFLIGHT_FULL)?,
+            filtered: sum(stat::FILTERED)?,
         })
+    }
+
+    /// Per-CPU interval counters (`AGG`), summed over CPUs, by index.
+    pub fn aggregates(&self) -> anyhow::Result<Vec<u64>> {
+        let agg: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.ebpf.map("AGG").context("AGG map missing")?)?;
+        (0..writeback_common::agg::COUNT)
+            .map(|i| {
+                agg.get(&i, 0)
+                    .map(|v| v.iter().sum())
+                    .with_context(|| format!("reading AGG[{i}]"))
+            })
+            .collect()
+    }
+
+    /// Latest dirty levels (`DIRTY`), by `writeback_common::dirty` index.
+    pub fn dirty_levels(&self) -> anyhow::Result<Vec<u64>> {
+        let dirty: Array<_, u64> =
+            Array::try_from(self.ebpf.map("DIRTY").context("DIRTY map missing")?)?;
+        (0..writeback_common::dirty::COUNT)
+            .map(|i| {
+                dirty
+                    .get(&i, 0)
+                    .with_context(|| format!("reading DIRTY[{i}]"))
+            })
+            .collect()
+    }
+
+    /// Per-device block histograms, summed over CPUs.
+    pub fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
+        let map: PerCpuHashMap<_, BlockHistKey, u64> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map("BLOCK_HIST")
+                .context("BLOCK_HIST map missing")?,
+        )?;
+        let mut out = HashMap::new();
+        for entry in map.iter() {
+            let (key, values) = entry.context("reading BLOCK_HIST")?;
+            out.insert(key, values.iter().sum());
+        }
+        Ok(out)
+    }
+
+    /// Run count and time of each attached program, when the kernel keeps
+    /// BPF statistics.
+    pub fn run_times(&self) -> Vec<ProgramRunTime> {
+        self.attached_programs
+            .iter()
+            .filter_map(|&name| {
+                let info = self.ebpf.program(name)?.info().ok()?;
+                Some(ProgramRunTime {
+                    program: name.to_string(),
+                    run_count: info.run_count(),
+                    run_time_ns: info.run_time().as_nanos() as u64,
+                })
+            })
+            .collect()
     }
 }
 
-fn attach_tracepoint(ebpf: &mut Ebpf, hook: &TracepointHook) -> anyhow::Result<()> {
-    let program: &mut TracePoint = ebpf
-        .program_mut(hook.program)
-        .with_context(|| format!("program {} not in the object", hook.program))?
-        .try_into()
-        .context("not a tracepoint program")?;
-    program.load().context("BPF_PROG_LOAD")?;
-    program.attach(hook.system, hook.event).context("attach")?;
+/// Reads the formats of every attach of a candidate. Errors are the
+/// rejection reason.
+fn read_layouts(
+    root: &Path,
+    attaches: &[TracepointAttach],
+) -> Result<(Vec<Option<TracepointLayout>>, Vec<String>), String> {
+    let mut layouts = Vec::new();
+    let mut fields: Vec<String> = Vec::new();
+    for a in attaches {
+        let format = tracefs::read_format(root, a.system, a.event).map_err(|e| e.to_string())?;
+        let (layout, missing) = format
+            .layout(a.fields)
+            .map_err(|e| format!("{}:{}: {e:#}", a.system, a.event))?;
+        if let Some(req) = a.required.iter().find(|r| missing.iter().any(|m| m == *r)) {
+            return Err(format!(
+                "tracepoint {}:{} has no field `{req}` on this kernel",
+                a.system, a.event
+            ));
+        }
+        if !missing.is_empty() {
+            warn!(
+                "tracepoint {}:{}: no field(s) {missing:?} on this kernel; they read as 0",
+                a.system, a.event
+            );
+        }
+        for f in a.fields {
+            if !missing.iter().any(|m| m == f) && !fields.iter().any(|x| x == f) {
+                fields.push((*f).to_string());
+            }
+        }
+        layouts.push(a.layout_global.map(|_| layout));
+    }
+    Ok((layouts, fields))
+}
+
+fn attach_all(ebpf: &mut Ebpf, attaches: &[TracepointAttach]) -> anyhow::Result<()> {
+    for a in attaches {
+        let program: &mut TracePoint = ebpf
+            .program_mut(a.program)
+            .with_context(|| format!("program {} not in the object", a.program))?
+            .try_into()
+            .context("not a tracepoint program")?;
+        program.load().map_err(|e| {
+            anyhow::anyhow!(
+                "tracepoint {}:{}: {}",
+                a.system,
+                a.event,
+                describe(&e, a.event)
+            )
+        })?;
+        program
+            .attach(a.system, a.event)
+            .with_context(|| format!("attaching tracepoint {}:{}", a.system, a.event))?;
+    }
     Ok(())
+}
+
+/// Trial loads of the empty fentry/kprobe/tp_btf programs.
+struct Trials {
+    btf: Option<Result<Btf, String>>,
+}
+
+impl Trials {
+    fn new() -> Trials {
+        Trials { btf: None }
+    }
+
+    fn btf(&mut self) -> Result<&Btf, String> {
+        self.btf
+            .get_or_insert_with(|| {
+                Btf::from_sys_fs()
+                    .map_err(|e| format!("no kernel BTF (/sys/kernel/btf/vmlinux): {e}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Tries one function hook; returns why it is not used.
+    fn try_hook(&mut self, ebpf: &mut Ebpf, kind: HookKind, target: &str) -> String {
+        match self.trial(ebpf, kind, target) {
+            Ok(()) => format!(
+                "{kind} works on this kernel, but wbscope has no {kind} program for this \
+                 concept yet"
+            ),
+            Err(reason) => reason,
+        }
+    }
+
+    fn trial(&mut self, ebpf: &mut Ebpf, kind: HookKind, target: &str) -> Result<(), String> {
+        match kind {
+            HookKind::Fentry => {
+                let btf = self.btf()?.clone();
+                let program: &mut FEntry = program_as(ebpf, "trial_fentry")?;
+                program
+                    .load(target, &btf)
+                    .map_err(|e| describe(&e, target))?;
+                program.unload().map_err(|e| e.to_string())
+            }
+            HookKind::TpBtf => {
+                let btf = self.btf()?.clone();
+                let program: &mut BtfTracePoint = program_as(ebpf, "trial_tp_btf")?;
+                program
+                    .load(target, &btf)
+                    .map_err(|e| describe(&e, target))?;
+                program.unload().map_err(|e| e.to_string())
+            }
+            HookKind::Kprobe => {
+                if !Path::new(KPROBE_PMU).exists() {
+                    return Err(format!(
+                        "kernel built without kprobes (no {})",
+                        PathBuf::from(KPROBE_PMU).display()
+                    ));
+                }
+                let program: &mut KProbe = program_as(ebpf, "trial_kprobe")?;
+                if !is_loaded(program) {
+                    program.load().map_err(|e| describe(&e, target))?;
+                }
+                let link = program
+                    .attach(target, 0)
+                    .map_err(|e| describe(&e, target))?;
+                program.detach(link).map_err(|e| e.to_string())
+            }
+            HookKind::Tracepoint => Err("not a function hook".into()),
+        }
+    }
+}
+
+fn is_loaded(program: &KProbe) -> bool {
+    program.fd().is_ok()
+}
+
+fn program_as<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| format!("trial program {name} missing from the object"))?
+        .try_into()
+        .map_err(|e: ProgramError| e.to_string())
+}
+
+/// A short reason for a failed trial: the syscall and errno when that is
+/// what happened ("BPF_PROG_LOAD returned EPERM").
+fn describe(e: &ProgramError, target: &str) -> String {
+    match e {
+        ProgramError::LoadError { io_error, .. } => {
+            format!("BPF_PROG_LOAD returned {}", errno_text(io_error))
+        }
+        ProgramError::Btf(_) => format!("{target} is not in the kernel's BTF"),
+        ProgramError::SyscallError(s) => {
+            format!("{} returned {}", s.call, errno_text(&s.io_error))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn errno_text(e: &std::io::Error) -> String {
+    let name = match e.raw_os_error() {
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::EACCES) => "EACCES",
+        Some(libc::EINVAL) => "EINVAL",
+        Some(libc::ENOENT) => "ENOENT",
+        Some(libc::ESRCH) => "ESRCH",
+        Some(libc::EOPNOTSUPP) => "EOPNOTSUPP",
+        Some(524) => "ENOTSUPP",
+        Some(libc::E2BIG) => "E2BIG",
+        _ => return e.to_string(),
+    };
+    name.to_string()
 }

@@ -12,7 +12,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("wbscope: error: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<wbscope::UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

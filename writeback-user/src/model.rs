@@ -4,9 +4,9 @@
 use std::fmt;
 
 use serde::Serialize;
-use writeback_common::{WritepagesCall, call_flags};
+use writeback_common::{WritepagesCall, call_flags, cause};
 
-use crate::loader::{KernelStats, ProbeStatus};
+use crate::{loader::KernelStats, plan::ProbeStatus};
 
 /// A block device number as userspace writes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -57,6 +57,35 @@ pub fn sync_mode_name(mode: u32) -> &'static str {
     }
 }
 
+/// `writeback_common::cause` in words.
+pub fn cause_name(c: u32) -> &'static str {
+    match c {
+        cause::SYNC => "sync",
+        cause::PERIODIC => "periodic",
+        cause::BACKGROUND => "background",
+        cause::FLUSHER_OTHER => "flusher_other",
+        cause::DIRECT => "direct",
+        _ => "unknown",
+    }
+}
+
+/// `enum wb_reason` (include/linux/backing-dev-defs.h, 6.18 order) in
+/// words; records carry it plus one, 0 meaning "no flusher work".
+pub fn wb_reason_name(reason_plus_one: u32) -> Option<&'static str> {
+    const NAMES: [&str; 8] = [
+        "background",
+        "vmscan",
+        "sync",
+        "periodic",
+        "laptop_timer",
+        "fs_free_space",
+        "forker_thread",
+        "foreign_flush",
+    ];
+    let r = reason_plus_one.checked_sub(1)? as usize;
+    Some(NAMES.get(r).copied().unwrap_or("other"))
+}
+
 /// One writepages call, decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallRecord {
@@ -82,6 +111,35 @@ pub struct CallRecord {
     /// False when the start tracepoint was not seen: start-side fields and
     /// the duration are then unknown (zero).
     pub start_seen: bool,
+    pub for_background: bool,
+    pub cgroup_id: u64,
+    /// [`cause_name`] code.
+    pub cause: u32,
+    /// `enum wb_reason` + 1, 0 when not under flusher work.
+    pub work_reason: u32,
+    /// On-CPU time inside the call, when sched_switch accounting ran.
+    pub on_cpu_ns: Option<u64>,
+    /// Scan figures, when the scan hooks fired during the call.
+    pub scan: Option<ScanFigures>,
+    pub extents: u32,
+    pub extent_blocks: u64,
+    pub folios_written: u32,
+    pub bios: u32,
+    pub bio_bytes: u64,
+}
+
+/// What the map-and-submit loop of `ext4_do_writepages()` looked at
+/// (ext4_da_write_folios_start/end; see docs/probes.md for what the
+/// positions mean).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ScanFigures {
+    pub iterations: u32,
+    /// Sum over iterations of `next_pos` at the end minus `start_pos` at
+    /// the start: the file range from the writeback cursor to the end of
+    /// the last folio locked.
+    pub bytes: u64,
+    pub first_pos: i64,
+    pub last_pos: i64,
 }
 
 impl From<&WritepagesCall> for CallRecord {
@@ -112,6 +170,23 @@ impl From<&WritepagesCall> for CallRecord {
             for_kupdate: c.flags & call_flags::FOR_KUPDATE != 0,
             range_cyclic: c.flags & call_flags::RANGE_CYCLIC != 0,
             start_seen,
+            for_background: c.flags & call_flags::FOR_BACKGROUND != 0,
+            cgroup_id: c.cgroup_id,
+            cause: c.cause,
+            work_reason: c.work_reason,
+            on_cpu_ns: (start_seen && c.flags & call_flags::CPU_TRACKED != 0)
+                .then(|| c.duration_ns.saturating_sub(c.offcpu_ns)),
+            scan: (c.flags & call_flags::SCAN_SEEN != 0).then_some(ScanFigures {
+                iterations: c.scan_iterations,
+                bytes: c.scan_bytes,
+                first_pos: c.scan_first_pos,
+                last_pos: c.scan_last_pos,
+            }),
+            extents: c.extents,
+            extent_blocks: c.extent_blocks,
+            folios_written: c.folios_written,
+            bios: c.bios,
+            bio_bytes: c.bio_bytes,
         }
     }
 }

@@ -221,7 +221,7 @@ pub fn read_format(root: &Path, system: &str, event: &str) -> Result<EventFormat
 
 #[cfg(test)]
 mod tests {
-    use writeback_common::{writepages_fields as wp, writepages_result_fields as wpr};
+    use writeback_common::fields::{writepages as wp, writepages_result as wpr};
 
     use super::*;
 

@@ -73,7 +73,9 @@ fn dashboard_shows_a_16_mib_fsync_and_quits_on_q() {
         "30",
         &cmd,
     ]));
-    session.wait_for("attached probes", |s| s.contains("probes 2/2"));
+    session.wait_for("the attached writepages hook", |s| {
+        s.contains("attached     writepages_call: tracepoint ext4:ext4_writepages")
+    });
 
     let fs = LoopFs::new("ext4", 128);
     let mut f = File::create_new(fs.path("data")).unwrap();

@@ -1,5 +1,6 @@
-//! A hook whose tracepoint this kernel lacks is reported as unavailable,
-//! and the tracer keeps running with the rest (root, real kernel).
+//! A candidate whose tracepoint this kernel lacks is refused with its
+//! reason, the next candidate takes over, and with no candidate left the
+//! tracer keeps running with the other concepts (root, real kernel).
 mod support;
 
 use std::{fs::File, io::Write, os::unix::fs::MetadataExt, time::Duration};
@@ -7,45 +8,66 @@ use std::{fs::File, io::Write, os::unix::fs::MetadataExt, time::Duration};
 use support::LoopFs;
 use wbscope::{
     collector::{Event, RingCollector},
-    loader::{ProbeState, Tracer, WRITEPAGES_HOOKS},
-    model::DevId,
+    loader::{Tracer, TracerOptions},
+    model::{CallRecord, DevId},
+    plan::{Candidate, Concept, HookKind, TracepointAttach, WRITEPAGES_TP, candidates},
 };
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_start_tracepoint_is_reported_and_results_still_flow() {
-    let mut hooks = WRITEPAGES_HOOKS;
-    hooks[0].event = "ext4_writepages_not_on_this_kernel";
-    let mut tracer = Tracer::attach_hooks(&hooks).expect("attach");
-    match &tracer.probes[0].state {
-        ProbeState::Unavailable(why) => assert!(why.contains("not present"), "{why}"),
-        other => panic!("expected unavailable, got {other:?}"),
-    }
-    assert_eq!(tracer.probes[1].state, ProbeState::Attached);
-    assert!(tracer.any_attached());
-    let mut collector = RingCollector::new(tracer.take_events().unwrap()).unwrap();
+/// The writepages candidate with its start event renamed to one no
+/// kernel has.
+fn broken_writepages() -> Candidate {
+    let mut tps: Vec<TracepointAttach> = WRITEPAGES_TP.to_vec();
+    tps[0].event = "ext4_writepages_not_on_this_kernel";
+    Candidate::Tracepoints(Box::leak(tps.into_boxed_slice()))
+}
 
+fn write_and_fsync(fs: &LoopFs, mib: usize) -> (DevId, u64) {
+    let mut f = File::create_new(fs.path("data")).unwrap();
+    f.write_all(&vec![7u8; mib << 20]).unwrap();
+    f.sync_all().unwrap();
+    let meta = f.metadata().unwrap();
+    (DevId::from_user(meta.dev()), meta.ino())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_tracepoint_falls_back_to_the_next_candidate() {
+    let mut tracer = Tracer::attach_with(&TracerOptions::default(), |c| match c {
+        Concept::WritepagesCall => vec![broken_writepages(), Candidate::Tracepoints(WRITEPAGES_TP)],
+        other => candidates(other),
+    })
+    .expect("attach");
+    let plan = tracer
+        .plan
+        .concept(Concept::WritepagesCall)
+        .unwrap()
+        .clone();
+    assert_eq!(plan.kind, Some(HookKind::Tracepoint));
+    assert_eq!(
+        plan.hook,
+        Some(Candidate::Tracepoints(WRITEPAGES_TP).label())
+    );
+    assert_eq!(plan.rejected.len(), 1, "{plan:?}");
+    assert!(
+        plan.rejected[0]
+            .reason
+            .contains("ext4_writepages_not_on_this_kernel")
+            && plan.rejected[0].reason.contains("not present"),
+        "{plan:?}"
+    );
+
+    // And the fallback measures: 4 MiB fsynced is 1024 pages.
+    let mut collector = RingCollector::new(tracer.take_events().unwrap()).unwrap();
     let fs = LoopFs::new("ext4", 128);
-    let (dev, ino) = tokio::task::spawn_blocking({
-        let path = fs.path("data");
-        move || {
-            let mut f = File::create_new(&path).unwrap();
-            f.write_all(&vec![7u8; 4 << 20]).unwrap();
-            f.sync_all().unwrap();
-            let meta = f.metadata().unwrap();
-            (DevId::from_user(meta.dev()), meta.ino())
-        }
+    let (dev, ino) = tokio::task::spawn_blocking(move || {
+        let r = write_and_fsync(&fs, 4);
+        (r, fs)
     })
     .await
+    .map(|(r, _fs)| r)
     .unwrap();
-
-    let mut mine = Vec::new();
+    let mut mine: Vec<CallRecord> = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while mine
-        .iter()
-        .map(|c: &wbscope::model::CallRecord| c.pages_written)
-        .sum::<i64>()
-        < 1024
-    {
+    while mine.iter().map(|c| c.pages_written).sum::<i64>() < 1024 {
         let drained = tokio::time::timeout_at(
             deadline,
             collector.wait_and_drain(|Event::Call(c)| {
@@ -58,10 +80,29 @@ async fn missing_start_tracepoint_is_reported_and_results_still_flow() {
         assert!(drained.is_ok(), "timed out; calls so far: {mine:?}");
     }
     assert_eq!(mine.iter().map(|c| c.pages_written).sum::<i64>(), 1024);
-    for c in &mine {
-        // Without the start tracepoint the start side is unknown.
-        assert!(!c.start_seen, "{c:?}");
-        assert_eq!((c.duration_ns, c.nr_to_write), (0, 0), "{c:?}");
-    }
-    assert!(tracer.stats().unwrap().unmatched_results >= mine.len() as u64);
+}
+
+#[test]
+fn no_candidate_left_keeps_the_other_concepts() {
+    let tracer = Tracer::attach_with(&TracerOptions::default(), |c| match c {
+        Concept::WritepagesCall => vec![broken_writepages()],
+        other => candidates(other),
+    })
+    .expect("attach");
+    let plan = tracer.plan.concept(Concept::WritepagesCall).unwrap();
+    assert_eq!(plan.hook, None);
+    assert!(plan.rejected[0].reason.contains("not present"), "{plan:?}");
+    assert!(tracer.plan.attached(Concept::Scan));
+    assert!(tracer.plan.attached(Concept::DeviceIo));
+    assert!(tracer.any_attached());
+    let status = tracer
+        .plan
+        .statuses()
+        .into_iter()
+        .find(|s| s.concept == "writepages_call")
+        .unwrap();
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["state"], "unavailable");
+    // The tracer still reads its maps.
+    assert_eq!(tracer.stats().unwrap().lost_records, 0);
 }

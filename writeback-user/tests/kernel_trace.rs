@@ -56,7 +56,7 @@ fn check_summary(lines: &[serde_json::Value]) -> &serde_json::Value {
 #[test]
 fn fsync_of_64_mib_is_16384_pages() {
     let fs = LoopFs::new("ext4", 256);
-    let trace = Tracing::start(&["--json"]);
+    let trace = Tracing::start(&["--json", "--events"]);
     let path = fs.path("data");
     let ino = write_and_fsync(&path, 64);
     let dev = dev_of(&path);
@@ -102,13 +102,13 @@ fn fsync_of_64_mib_is_16384_pages() {
 #[test]
 fn duration_and_sigterm_both_end_with_a_summary() {
     let started = Instant::now();
-    let lines = Tracing::start(&["--json", "--duration", "0.5"]).finish();
+    let lines = Tracing::start(&["--json", "--events", "--duration", "0.5"]).finish();
     assert!(started.elapsed() < Duration::from_secs(30));
     let summary = check_summary(&lines);
     assert!(summary["duration_s"].as_f64().unwrap() >= 0.5);
     assert_eq!(summary["probes"][0]["state"], "attached");
 
-    let lines = Tracing::start(&["--json"]).stop(libc::SIGTERM);
+    let lines = Tracing::start(&["--json", "--events"]).stop(libc::SIGTERM);
     check_summary(&lines);
 }
 

@@ -15,8 +15,9 @@ use tokio::{
 
 use crate::{
     collector::{Event, RingCollector},
-    loader::{self, KernelStats, Tracer},
+    loader::{KernelStats, Tracer, TracerOptions},
     model::Model,
+    plan::{ProbePlan, kernel_release},
     tui,
 };
 
@@ -26,16 +27,20 @@ const INTERVAL: Duration = Duration::from_secs(1);
 pub async fn run() -> anyhow::Result<ExitCode> {
     // Missing privileges or probes do not stop the dashboard: it opens and
     // says what is missing.
-    let (tracer, probes, events) = match Tracer::attach() {
+    let (tracer, probes, events) = match Tracer::attach(&TracerOptions::default()) {
         Ok(mut tracer) => {
             crate::spawn_ebpf_log_pump(&mut tracer);
-            let probes = tracer.probes.clone();
+            let probes = tracer.plan.statuses();
             let (tx, rx) = mpsc::channel(4096);
             let collector = RingCollector::new(tracer.take_events()?)?;
             tokio::spawn(pump(collector, tx));
             (Some(tracer), probes, Some(rx))
         }
-        Err(e) => (None, loader::all_unavailable(&format!("{e:#}")), None),
+        Err(e) => (
+            None,
+            ProbePlan::unavailable(kernel_release(), &format!("{e:#}")).statuses(),
+            None,
+        ),
     };
     let mut model = Model::new(probes);
 

@@ -1,11 +1,14 @@
-//! `wbscope trace`: stream every writepages call to stdout.
+//! `wbscope trace`: interval figures, and with `--events` every
+//! writepages call, on stdout until stopped.
 use std::{
     io::{self, BufWriter, Write as _},
+    path::Path,
     process::ExitCode,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
+use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
@@ -15,16 +18,23 @@ use crate::{
         json_lines::{CallLine, SummaryLine},
         text,
     },
-    loader::Tracer,
+    filters,
+    interval::{CallAggregate, IntervalLine, KernelSnapshot},
+    loader::{Tracer, TracerOptions},
     model::Totals,
+    plan::ProbeState,
 };
+
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Writes lines to stdout; remembers the first error (a closed pipe ends
 /// the trace quietly, like `perf trace | head`).
 struct Printer {
     json: bool,
+    events: bool,
     out: BufWriter<io::Stdout>,
     totals: Totals,
+    interval: CallAggregate,
     error: Option<io::Error>,
 }
 
@@ -37,17 +47,35 @@ impl Printer {
         }
     }
 
+    fn json<T: Serialize>(&mut self, value: &T) {
+        match serde_json::to_string(value) {
+            Ok(line) => self.line(&line),
+            Err(e) => log::error!("encoding a JSON line: {e}"),
+        }
+    }
+
     fn event(&mut self, event: Event) {
         match event {
             Event::Call(call) => {
                 self.totals.add(&call);
-                let line = if self.json {
-                    serde_json::to_string(&CallLine::from(&call)).unwrap_or_default()
+                self.interval.add(&call);
+                if !self.events {
+                    return;
+                }
+                if self.json {
+                    self.json(&CallLine::from(&call));
                 } else {
-                    text::call_row(&call)
-                };
-                self.line(&line);
+                    self.line(&text::call_row(&call));
+                }
             }
+        }
+    }
+
+    fn interval_line(&mut self, line: &IntervalLine) {
+        if self.json {
+            self.json(line);
+        } else {
+            self.line(&text::interval_row(line));
         }
     }
 
@@ -60,44 +88,76 @@ impl Printer {
 }
 
 pub async fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
-    let mut tracer = Tracer::attach()?;
+    let filter = filters::resolve(&args.filter)?;
+    let mut tracer = Tracer::attach(&TracerOptions { filter })?;
     crate::spawn_ebpf_log_pump(&mut tracer);
     let mut collector = RingCollector::new(tracer.take_events()?)?;
-    for p in &tracer.probes {
-        eprintln!("wbscope: {p}");
+    let statuses = tracer.plan.statuses();
+    eprintln!("wbscope: probes: {}", tracer.plan.summary());
+    for s in &statuses {
+        if let ProbeState::Unavailable(why) = &s.state {
+            eprintln!("wbscope: {} unavailable: {why}", s.concept);
+        }
     }
-    if !tracer.any_attached() {
-        eprintln!("wbscope: warning: no probe attached; the trace will stay empty");
+    if !tracer.plan.attached(crate::plan::Concept::WritepagesCall) {
+        eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
     }
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
 
     let mut printer = Printer {
         json: args.json,
+        events: args.events,
         out: BufWriter::new(io::stdout()),
         totals: Totals::default(),
+        interval: CallAggregate::default(),
         error: None,
     };
     if !args.json {
-        printer.line(text::HEADER);
+        printer.line(if args.events {
+            text::HEADER
+        } else {
+            text::INTERVAL_HEADER
+        });
     }
+    let period = args.interval.unwrap_or(DEFAULT_INTERVAL);
     let started = Instant::now();
+    let mut last_tick = started;
+    let mut prev = KernelSnapshot::take(&tracer)?;
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut pid_gone_reported = false;
     // Signals people and tests wait for: the probes are live from here on.
     eprintln!("wbscope: tracing; Ctrl-C to stop");
 
-    let mut closed = false;
     loop {
-        tokio::select! {
+        let flushed = tokio::select! {
             drained = collector.wait_and_drain(|e| printer.event(e)) => {
                 drained?;
-                if let Err(e) = printer.flush() {
-                    if e.kind() == io::ErrorKind::BrokenPipe {
-                        closed = true;
-                        break;
-                    }
-                    return Err(e).context("writing to stdout");
+                printer.flush()
+            }
+            _ = ticks.tick() => {
+                let now = Instant::now();
+                let cur = KernelSnapshot::take(&tracer)?;
+                let line = IntervalLine::new(
+                    now.duration_since(started).as_secs_f64(),
+                    now.duration_since(last_tick).as_secs_f64(),
+                    &printer.interval,
+                    &prev,
+                    &cur,
+                );
+                printer.interval_line(&line);
+                printer.interval = CallAggregate::default();
+                prev = cur;
+                last_tick = now;
+                if let Some(pid) = args.filter.pid
+                    && !pid_gone_reported
+                    && !Path::new(&format!("/proc/{pid}")).exists()
+                {
+                    eprintln!("wbscope: pid {pid} has exited; nothing more will match --pid");
+                    pid_gone_reported = true;
                 }
+                printer.flush()
             }
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
@@ -107,27 +167,39 @@ pub async fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
                     None => std::future::pending().await,
                 }
             } => break,
+        };
+        match flushed {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+            Err(e) => return Err(e).context("writing to stdout"),
         }
     }
-    if closed {
-        return Ok(ExitCode::SUCCESS);
-    }
-    // Records completed before we stopped are still in the ring: keep them.
+    // Records completed before we stopped are still in the ring: keep them,
+    // and close the partial interval so its figures are not lost.
     collector.drain(|e| printer.event(e));
-    let kernel = tracer.stats()?;
+    let now = Instant::now();
+    let cur = KernelSnapshot::take(&tracer)?;
+    let line = IntervalLine::new(
+        now.duration_since(started).as_secs_f64(),
+        now.duration_since(last_tick).as_secs_f64(),
+        &printer.interval,
+        &prev,
+        &cur,
+    );
+    printer.interval_line(&line);
     let elapsed = started.elapsed().as_secs_f64();
     if args.json {
         let summary = SummaryLine::new(
             elapsed,
             &printer.totals,
-            &kernel,
+            &cur.stats,
             collector.bad_records,
-            &tracer.probes,
+            &statuses,
+            &cur.run_times,
         );
-        let line = serde_json::to_string(&summary).context("encoding the summary")?;
-        printer.line(&line);
+        printer.json(&summary);
     } else {
-        let summary = text::summary(elapsed, &printer.totals, &kernel, &tracer.probes);
+        let summary = text::summary(elapsed, &printer.totals, &cur.stats, &statuses);
         printer.line(summary.trim_end());
     }
     match printer.flush() {

@@ -3,8 +3,9 @@
 use serde::Serialize;
 
 use crate::{
-    loader::{KernelStats, ProbeStatus},
-    model::{CallRecord, DevId, Totals, sync_mode_name},
+    loader::{KernelStats, ProgramRunTime},
+    model::{CallRecord, DevId, ScanFigures, Totals, cause_name, sync_mode_name, wb_reason_name},
+    plan::ProbeStatus,
 };
 
 /// `{"type":"call", ...}`: one writepages call.
@@ -33,6 +34,22 @@ pub struct CallLine<'a> {
     pub ret: i32,
     pub duration_ns: u64,
     pub start_seen: bool,
+    /// Time on CPU inside the call (null when not tracked).
+    pub on_cpu_ns: Option<u64>,
+    pub cgroup_id: u64,
+    /// sync, periodic, background, flusher_other, direct, unknown.
+    pub cause: &'static str,
+    /// `enum wb_reason` of the flusher work the call ran under, if any.
+    pub work_reason: Option<&'static str>,
+    /// Scan figures (null when the scan hooks did not fire).
+    pub scan: Option<ScanFigures>,
+    /// Pages examined per page written, from `scan.bytes`.
+    pub pages_scanned_per_page_written: Option<f64>,
+    pub extents: u32,
+    pub extent_blocks: u64,
+    pub folios_written: u32,
+    pub bios: u32,
+    pub bio_bytes: u64,
 }
 
 impl<'a> From<&'a CallRecord> for CallLine<'a> {
@@ -58,6 +75,21 @@ impl<'a> From<&'a CallRecord> for CallLine<'a> {
             ret: c.ret,
             duration_ns: c.duration_ns,
             start_seen: c.start_seen,
+            on_cpu_ns: c.on_cpu_ns,
+            cgroup_id: c.cgroup_id,
+            cause: cause_name(c.cause),
+            work_reason: wb_reason_name(c.work_reason),
+            scan: c.scan,
+            pages_scanned_per_page_written: c.scan.and_then(|s| {
+                (c.pages_written > 0).then(|| {
+                    s.bytes as f64 / crate::interval::page_size() as f64 / c.pages_written as f64
+                })
+            }),
+            extents: c.extents,
+            extent_blocks: c.extent_blocks,
+            folios_written: c.folios_written,
+            bios: c.bios,
+            bio_bytes: c.bio_bytes,
         }
     }
 }
@@ -73,7 +105,12 @@ pub struct SummaryLine<'a> {
     pub unmatched_results: u64,
     /// Records the ring buffer delivered that could not be decoded.
     pub bad_records: u64,
+    /// Calls the in-kernel filters dropped.
+    pub filtered: u64,
     pub probes: &'a [ProbeStatus],
+    /// BPF run time per program over the whole trace (null figures when
+    /// the kernel keeps no BPF statistics).
+    pub run_time: Vec<crate::interval::RunTimeLine>,
 }
 
 impl<'a> SummaryLine<'a> {
@@ -83,6 +120,7 @@ impl<'a> SummaryLine<'a> {
         kernel: &KernelStats,
         bad_records: u64,
         probes: &'a [ProbeStatus],
+        run_times: &[ProgramRunTime],
     ) -> Self {
         SummaryLine {
             r#type: "summary",
@@ -92,7 +130,17 @@ impl<'a> SummaryLine<'a> {
             lost_records: kernel.lost_records,
             unmatched_results: kernel.unmatched_results,
             bad_records,
+            filtered: kernel.filtered,
             probes,
+            run_time: run_times
+                .iter()
+                .map(|r| crate::interval::RunTimeLine {
+                    program: r.program.clone(),
+                    run_count: r.run_count,
+                    run_time_ns: r.run_time_ns,
+                    avg_ns: (r.run_count > 0).then(|| r.run_time_ns as f64 / r.run_count as f64),
+                })
+                .collect(),
         }
     }
 }
@@ -100,7 +148,7 @@ impl<'a> SummaryLine<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loader::ProbeState;
+    use crate::plan::ProbeState;
 
     #[test]
     fn call_line_schema() {
@@ -124,6 +172,17 @@ mod tests {
             for_kupdate: false,
             range_cyclic: false,
             start_seen: true,
+            for_background: false,
+            cgroup_id: 1,
+            cause: writeback_common::cause::SYNC,
+            work_reason: 0,
+            on_cpu_ns: Some(5),
+            scan: None,
+            extents: 0,
+            extent_blocks: 0,
+            folios_written: 0,
+            bios: 3,
+            bio_bytes: 1 << 20,
         };
         let v: serde_json::Value = serde_json::to_value(CallLine::from(&rec)).unwrap();
         assert_eq!(v["type"], "call");
@@ -132,7 +191,18 @@ mod tests {
         assert_eq!(v["sync_mode"], "all");
         assert_eq!(v["nr_to_write"], i64::MAX);
         assert_eq!(v["pages_written"], 16384);
-        for key in ["ino", "comm", "pages_skipped", "ret", "duration_ns"] {
+        assert_eq!(v["cause"], "sync");
+        assert_eq!(v["work_reason"], serde_json::Value::Null);
+        assert_eq!(v["scan"], serde_json::Value::Null);
+        assert_eq!(v["bios"], 3);
+        for key in [
+            "ino",
+            "comm",
+            "pages_skipped",
+            "ret",
+            "duration_ns",
+            "on_cpu_ns",
+        ] {
             assert!(v.get(key).is_some(), "{key} missing");
         }
     }
@@ -140,7 +210,8 @@ mod tests {
     #[test]
     fn summary_line_schema() {
         let probes = [ProbeStatus {
-            hook: "tracepoint ext4:ext4_writepages".into(),
+            concept: "writepages_call",
+            hook: None,
             state: ProbeState::Unavailable("not present".into()),
         }];
         let totals = Totals {
@@ -152,7 +223,12 @@ mod tests {
             lost_records: 1,
             ..Default::default()
         };
-        let line = SummaryLine::new(1.5, &totals, &kernel, 0, &probes);
+        let runs = [ProgramRunTime {
+            program: "writepages_end".into(),
+            run_count: 4,
+            run_time_ns: 1000,
+        }];
+        let line = SummaryLine::new(1.5, &totals, &kernel, 0, &probes, &runs);
         let v: serde_json::Value = serde_json::to_value(line).unwrap();
         assert_eq!(v["type"], "summary");
         assert_eq!(v["calls"], 3);
@@ -160,5 +236,7 @@ mod tests {
         assert_eq!(v["lost_records"], 1);
         assert_eq!(v["probes"][0]["state"], "unavailable");
         assert_eq!(v["probes"][0]["reason"], "not present");
+        assert_eq!(v["probes"][0]["concept"], "writepages_call");
+        assert_eq!(v["run_time"][0]["avg_ns"], 250.0);
     }
 }

@@ -1,11 +1,16 @@
 //! `wbscope trace` without `--json`: a fixed-width table for people, in the
 //! spirit of perf-trace and bcc's tools.
 use crate::{
-    loader::{KernelStats, ProbeStatus},
-    model::{CallRecord, Totals, sync_mode_name},
+    interval::IntervalLine,
+    loader::KernelStats,
+    model::{CallRecord, Totals, cause_name, sync_mode_name},
+    plan::{ProbeState, ProbeStatus},
 };
 
-pub const HEADER: &str = "DEV        INO        PID     COMM             SYNC  ASKED      WRITTEN  SKIPPED  DUR_US     RET";
+pub const HEADER: &str = "DEV        INO        PID     COMM             SYNC  ASKED      WRITTEN  SKIPPED  DUR_US     RET CAUSE";
+
+pub const INTERVAL_HEADER: &str =
+    "TIME_S  CALLS  PAGES    SCAN/PG  NS/PG     DIRTY_PG  WB_PG     THROTTLE_MS  DEV_REQS  LOST";
 
 pub fn call_row(c: &CallRecord) -> String {
     let asked = if c.nr_to_write == i64::MAX {
@@ -14,7 +19,7 @@ pub fn call_row(c: &CallRecord) -> String {
         c.nr_to_write.to_string()
     };
     format!(
-        "{:<10} {:<10} {:<7} {:<16} {:<5} {:<10} {:<8} {:<8} {:<10} {}",
+        "{:<10} {:<10} {:<7} {:<16} {:<5} {:<10} {:<8} {:<8} {:<10} {:<3} {}",
         c.dev.to_string(),
         c.ino,
         c.tgid,
@@ -24,7 +29,32 @@ pub fn call_row(c: &CallRecord) -> String {
         c.pages_written,
         c.pages_skipped,
         c.duration_ns / 1000,
-        c.ret
+        c.ret,
+        cause_name(c.cause)
+    )
+}
+
+fn opt(v: Option<f64>, width: usize) -> String {
+    match v {
+        Some(v) => format!("{v:<width$.1}"),
+        None => format!("{:<width$}", "-"),
+    }
+}
+
+/// One row per interval.
+pub fn interval_row(l: &IntervalLine) -> String {
+    format!(
+        "{:<7.1} {:<6} {:<8} {} {} {:<9} {:<9} {:<12} {:<9} {}",
+        l.time_s,
+        l.calls,
+        l.pages_written,
+        opt(l.scan.pages_scanned_per_page_written, 8),
+        opt(l.ns_per_written_page, 9),
+        l.dirty.vmstat.nr_dirty,
+        l.dirty.vmstat.nr_writeback,
+        l.throttle.pause_ms_total,
+        l.devices.iter().map(|d| d.requests).sum::<u64>(),
+        l.lost_records
     )
 }
 
@@ -43,7 +73,16 @@ pub fn summary(
         kernel.unmatched_results
     );
     for p in probes {
-        s.push_str(&format!("  {p}\n"));
+        match &p.state {
+            ProbeState::Attached => s.push_str(&format!(
+                "  {}: {}\n",
+                p.concept,
+                p.hook.as_deref().unwrap_or("-")
+            )),
+            ProbeState::Unavailable(why) => {
+                s.push_str(&format!("  {}: unavailable: {why}\n", p.concept))
+            }
+        }
     }
     s
 }

@@ -9,8 +9,8 @@ use ratatui::{
 };
 
 use crate::{
-    loader::ProbeState,
     model::{Log2Histogram, Model},
+    plan::ProbeState,
 };
 
 /// Draws the whole dashboard into `area`. Never panics on small areas:
@@ -22,8 +22,14 @@ pub fn render(model: &Model, frame: &mut Frame) {
         frame.render_widget(Paragraph::new("wbscope: window too small"), area);
         return;
     }
-    // One row per probe plus a spare for a wrapped reason, within borders.
-    let probe_rows = model.probes.len().min(4) as u16 + 3;
+    // The writepages hook, the unavailable ones, the attached rest, within
+    // borders; at most 5 rows.
+    let missing = model
+        .probes
+        .iter()
+        .filter(|p| p.state != ProbeState::Attached)
+        .count();
+    let probe_rows = (missing.min(3) as u16 + 2).min(model.probes.len() as u16 + 1) + 2;
     let [header, probes, charts, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(probe_rows),
@@ -50,7 +56,7 @@ fn header_line(model: &Model) -> Paragraph<'static> {
             Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED),
         ),
         Span::raw(format!(
-            " ext4 writepages  probes {attached}/{}  calls/s {:.1}  pages/s {:.0}",
+            " writeback  probes {attached}/{}  calls/s {:.1}  pages/s {:.0}",
             model.probes.len(),
             model.calls_per_sec,
             model.pages_per_sec
@@ -74,25 +80,41 @@ fn probe_panel(model: &Model) -> Paragraph<'static> {
     if let Some(why) = same_reason {
         return Paragraph::new(Line::from(vec![
             Span::styled("unavailable  ", Style::new().fg(Color::Red)),
-            Span::raw(format!("all {} hooks: {why}", model.probes.len())),
+            Span::raw(format!("all {} concepts: {why}", model.probes.len())),
         ]))
         .wrap(Wrap { trim: true })
         .block(Block::bordered().title(" probes "));
     }
-    let lines: Vec<Line> = model
-        .probes
-        .iter()
-        .map(|p| match &p.state {
-            ProbeState::Attached => Line::from(vec![
-                Span::styled("attached     ", Style::new().fg(Color::Green)),
-                Span::raw(p.hook.clone()),
-            ]),
-            ProbeState::Unavailable(why) => Line::from(vec![
+    // The writepages hook first, then what is missing and why; the
+    // attached rest in one line.
+    let mut lines: Vec<Line> = Vec::new();
+    let mut others = Vec::new();
+    for p in &model.probes {
+        match &p.state {
+            ProbeState::Attached if p.concept == "writepages_call" => lines.insert(
+                0,
+                Line::from(vec![
+                    Span::styled("attached     ", Style::new().fg(Color::Green)),
+                    Span::raw(format!(
+                        "{}: {}",
+                        p.concept,
+                        p.hook.as_deref().unwrap_or("-")
+                    )),
+                ]),
+            ),
+            ProbeState::Attached => others.push(p.concept),
+            ProbeState::Unavailable(why) => lines.push(Line::from(vec![
                 Span::styled("unavailable  ", Style::new().fg(Color::Red)),
-                Span::raw(format!("{}: {why}", p.hook)),
-            ]),
-        })
-        .collect();
+                Span::raw(format!("{}: {why}", p.concept)),
+            ])),
+        }
+    }
+    if !others.is_empty() {
+        lines.push(Line::from(vec![
+            Span::styled("attached     ", Style::new().fg(Color::Green)),
+            Span::raw(others.join(", ")),
+        ]));
+    }
     Paragraph::new(lines)
         .wrap(Wrap { trim: true })
         .block(Block::bordered().title(" probes "))
@@ -171,19 +193,29 @@ mod tests {
 
     use super::*;
     use crate::{
-        loader::{KernelStats, ProbeStatus},
+        loader::KernelStats,
         model::CallRecord,
+        plan::{ProbePlan, ProbeStatus},
     };
 
     fn model_with_calls() -> Model {
         let mut model = Model::new(vec![
             ProbeStatus {
-                hook: "tracepoint ext4:ext4_writepages".into(),
+                concept: "writepages_call",
+                hook: Some("tracepoint ext4:ext4_writepages + ext4:ext4_writepages_result".into()),
                 state: ProbeState::Attached,
             },
             ProbeStatus {
-                hook: "tracepoint ext4:ext4_writepages_result".into(),
+                concept: "scan",
+                hook: Some("tracepoint ext4:ext4_da_write_folios_start".into()),
                 state: ProbeState::Attached,
+            },
+            ProbeStatus {
+                concept: "per_page_write",
+                hook: None,
+                state: ProbeState::Unavailable(
+                    "tracepoint writeback:wbc_writepage: not present on this kernel".into(),
+                ),
             },
         ]);
         for pages in [1, 3, 3, 1000, 16384, 16384] {
@@ -221,9 +253,14 @@ mod tests {
 
     #[test]
     fn missing_probes_are_explained() {
-        let model = Model::new(crate::loader::all_unavailable(
-            "insufficient privileges: wbscope needs root, or CAP_BPF and CAP_PERFMON (missing: CAP_BPF)",
-        ));
+        let model = Model::new(
+            ProbePlan::unavailable(
+                "6.18".into(),
+                "insufficient privileges: wbscope needs root, or CAP_BPF and CAP_PERFMON \
+                 (missing: CAP_BPF)",
+            )
+            .statuses(),
+        );
         let terminal = draw(&model, 80, 24);
         insta::assert_snapshot!(terminal.backend());
     }

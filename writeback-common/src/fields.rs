@@ -1,0 +1,136 @@
+//! Logical fields of each tracepoint the programs read, by format-file
+//! name. A program reads field `i` through slot `i` of its
+//! [`crate::TracepointLayout`]; userspace fills slot `i` from the format
+//! file entry named `NAMES[i]`.
+//!
+//! Sources: include/trace/events/ext4.h, writeback.h, block.h, sched.h.
+
+/// `ext4:ext4_writepages` (start of `ext4_do_writepages()`), and the older
+/// `ext4:ext4_da_writepages` with the same names.
+pub mod writepages {
+    pub const DEV: usize = 0;
+    pub const INO: usize = 1;
+    pub const NR_TO_WRITE: usize = 2;
+    pub const PAGES_SKIPPED: usize = 3;
+    pub const RANGE_START: usize = 4;
+    pub const RANGE_END: usize = 5;
+    pub const WRITEBACK_INDEX: usize = 6;
+    pub const SYNC_MODE: usize = 7;
+    pub const FOR_KUPDATE: usize = 8;
+    pub const RANGE_CYCLIC: usize = 9;
+    pub const NAMES: [&str; 10] = [
+        "dev",
+        "ino",
+        "nr_to_write",
+        "pages_skipped",
+        "range_start",
+        "range_end",
+        "writeback_index",
+        "sync_mode",
+        "for_kupdate",
+        "range_cyclic",
+    ];
+}
+
+/// `ext4:ext4_writepages_result` (and `ext4_da_writepages_result`).
+/// `pages_written` is the budget consumed, `nr_to_write - wbc->nr_to_write`.
+pub mod writepages_result {
+    pub const DEV: usize = 0;
+    pub const INO: usize = 1;
+    pub const RET: usize = 2;
+    pub const PAGES_WRITTEN: usize = 3;
+    pub const PAGES_SKIPPED: usize = 4;
+    pub const WRITEBACK_INDEX: usize = 5;
+    pub const SYNC_MODE: usize = 6;
+    pub const NAMES: [&str; 7] = [
+        "dev",
+        "ino",
+        "ret",
+        "pages_written",
+        "pages_skipped",
+        "writeback_index",
+        "sync_mode",
+    ];
+}
+
+/// `ext4:ext4_da_write_folios_start` / `_end` (6.16+): one pair per
+/// iteration of the map-and-submit loop of `ext4_do_writepages()`.
+pub mod folios {
+    pub const DEV: usize = 0;
+    pub const INO: usize = 1;
+    pub const START_POS: usize = 2;
+    pub const NEXT_POS: usize = 3;
+    pub const NR_TO_WRITE: usize = 4;
+    pub const NAMES: [&str; 5] = ["dev", "ino", "start_pos", "next_pos", "nr_to_write"];
+}
+
+/// `ext4:ext4_da_write_pages_extent`: one extent being mapped.
+pub mod extent {
+    pub const DEV: usize = 0;
+    pub const INO: usize = 1;
+    pub const LBLK: usize = 2;
+    pub const LEN: usize = 3;
+    pub const NAMES: [&str; 4] = ["dev", "ino", "lblk", "len"];
+}
+
+/// `sched:sched_switch`.
+pub mod sched_switch {
+    pub const PREV_PID: usize = 0;
+    pub const NEXT_PID: usize = 1;
+    pub const NAMES: [&str; 2] = ["prev_pid", "next_pid"];
+}
+
+/// `block:block_bio_queue`.
+pub mod bio_queue {
+    pub const DEV: usize = 0;
+    pub const NR_SECTOR: usize = 1;
+    pub const NAMES: [&str; 2] = ["dev", "nr_sector"];
+}
+
+/// `block:block_rq_issue` and `block:block_rq_complete`.
+pub mod rq {
+    pub const DEV: usize = 0;
+    pub const SECTOR: usize = 1;
+    pub const NR_SECTOR: usize = 2;
+    /// `bytes` at issue (absent at complete).
+    pub const BYTES: usize = 3;
+    pub const NAMES: [&str; 4] = ["dev", "sector", "nr_sector", "bytes"];
+    /// `block_rq_complete` has no `bytes`: the first three slots only.
+    pub const COMPLETE_NAMES: [&str; 3] = ["dev", "sector", "nr_sector"];
+}
+
+/// `writeback:writeback_start` and `writeback:writeback_written`.
+pub mod wb_work {
+    pub const NR_PAGES: usize = 0;
+    pub const REASON: usize = 1;
+    pub const FOR_BACKGROUND: usize = 2;
+    pub const NAMES: [&str; 3] = ["nr_pages", "reason", "for_background"];
+}
+
+/// `writeback:writeback_single_inode`.
+pub mod single_inode {
+    pub const NR_TO_WRITE: usize = 0;
+    pub const WROTE: usize = 1;
+    pub const NAMES: [&str; 2] = ["nr_to_write", "wrote"];
+}
+
+/// `writeback:global_dirty_state`, in [`crate::dirty`] order.
+pub mod global_dirty {
+    pub const NAMES: [&str; 7] = [
+        "nr_dirty",
+        "nr_writeback",
+        "background_thresh",
+        "dirty_thresh",
+        "dirty_limit",
+        "nr_dirtied",
+        "nr_written",
+    ];
+}
+
+/// `writeback:balance_dirty_pages`.
+pub mod balance_dirty {
+    /// Milliseconds the task is about to sleep (`pause * 1000 / HZ`);
+    /// 0 or negative: no sleep this time.
+    pub const PAUSE: usize = 0;
+    pub const NAMES: [&str; 1] = ["pause"];
+}

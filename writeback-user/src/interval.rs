@@ -1,0 +1,517 @@
+//! Interval aggregates: what `trace --interval` prints once per interval
+//! and the dashboard shows. Per-call figures come from the records of the
+//! interval; high-rate figures from the kernel's per-CPU maps, differenced
+//! between two snapshots; levels from the latest values.
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use writeback_common::{BlockHistKey, agg, block_hist, dirty};
+
+use crate::{
+    loader::{KernelStats, ProgramRunTime, Tracer},
+    model::{CallRecord, DevId, Log2Histogram, cause_name, wb_reason_name},
+};
+
+/// Page size the kernel counts pages in (4 KiB on x86_64).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 { v as u64 } else { 4096 }
+}
+
+/// Per-call figures of one interval, added up from the records.
+#[derive(Clone, Debug, Default)]
+pub struct CallAggregate {
+    pub calls: u64,
+    pub pages_written: u64,
+    /// Sum of `nr_to_write` over calls with a finite budget, and how many
+    /// calls asked for everything (`LONG_MAX`, e.g. fsync).
+    pub pages_asked_finite: u64,
+    pub calls_asked_finite: u64,
+    pub pages_written_finite: u64,
+    pub calls_unbounded: u64,
+    pub pages_per_call: Log2Histogram,
+    pub by_cause: BTreeMap<&'static str, u64>,
+    pub scan_bytes: u64,
+    /// Pages written by the calls whose scan was measured.
+    pub scan_pages_written: u64,
+    pub duration_ns: u64,
+    pub duration_pages: u64,
+    pub on_cpu_ns: u64,
+    pub on_cpu_pages: u64,
+    pub extents: u64,
+    pub extent_blocks: u64,
+    pub bios: u64,
+    pub bio_bytes: u64,
+    pub folios_written: u64,
+}
+
+impl CallAggregate {
+    pub fn add(&mut self, c: &CallRecord) {
+        let pages = c.pages_written.max(0) as u64;
+        self.calls += 1;
+        self.pages_written += pages;
+        if c.start_seen && c.nr_to_write != i64::MAX {
+            self.calls_asked_finite += 1;
+            self.pages_asked_finite += c.nr_to_write.max(0) as u64;
+            self.pages_written_finite += pages;
+        } else if c.nr_to_write == i64::MAX {
+            self.calls_unbounded += 1;
+        }
+        self.pages_per_call.record(pages);
+        *self.by_cause.entry(cause_name(c.cause)).or_default() += 1;
+        if let Some(scan) = &c.scan {
+            self.scan_bytes += scan.bytes;
+            self.scan_pages_written += pages;
+        }
+        if c.start_seen {
+            self.duration_ns += c.duration_ns;
+            self.duration_pages += pages;
+        }
+        if let Some(on_cpu) = c.on_cpu_ns {
+            self.on_cpu_ns += on_cpu;
+            self.on_cpu_pages += pages;
+        }
+        self.extents += u64::from(c.extents);
+        self.extent_blocks += c.extent_blocks;
+        self.bios += u64::from(c.bios);
+        self.bio_bytes += c.bio_bytes;
+        self.folios_written += u64::from(c.folios_written);
+    }
+}
+
+/// `/proc/vmstat` figures we compare against (pages).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct VmStat {
+    pub nr_dirty: u64,
+    pub nr_writeback: u64,
+    /// Cumulative: pages whose writeback completed (all filesystems).
+    pub nr_written: u64,
+    /// Cumulative: pages that went from clean to dirty.
+    pub nr_dirtied: u64,
+    pub nr_dirty_threshold: u64,
+    pub nr_dirty_background_threshold: u64,
+}
+
+impl VmStat {
+    pub fn read() -> anyhow::Result<VmStat> {
+        let v = procfs::vmstat()?;
+        let get = |k: &str| v.get(k).copied().unwrap_or(0).max(0) as u64;
+        Ok(VmStat {
+            nr_dirty: get("nr_dirty"),
+            nr_writeback: get("nr_writeback"),
+            nr_written: get("nr_written"),
+            nr_dirtied: get("nr_dirtied"),
+            nr_dirty_threshold: get("nr_dirty_threshold"),
+            nr_dirty_background_threshold: get("nr_dirty_background_threshold"),
+        })
+    }
+}
+
+/// Everything read from the kernel at one instant.
+#[derive(Clone, Debug, Default)]
+pub struct KernelSnapshot {
+    pub agg: Vec<u64>,
+    pub block: HashMap<BlockHistKey, u64>,
+    pub dirty: Vec<u64>,
+    pub stats: KernelStats,
+    pub run_times: Vec<ProgramRunTime>,
+    pub vmstat: VmStat,
+}
+
+impl KernelSnapshot {
+    pub fn take(tracer: &Tracer) -> anyhow::Result<KernelSnapshot> {
+        Ok(KernelSnapshot {
+            agg: tracer.aggregates()?,
+            block: tracer.block_histograms()?,
+            dirty: tracer.dirty_levels()?,
+            stats: tracer.stats()?,
+            run_times: tracer.run_times(),
+            vmstat: VmStat::read()?,
+        })
+    }
+
+    fn agg(&self, i: u32) -> u64 {
+        self.agg.get(i as usize).copied().unwrap_or(0)
+    }
+}
+
+/// A histogram bucket: values in `[lo, hi]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Bucket {
+    pub lo: u64,
+    pub hi: u64,
+    pub count: u64,
+}
+
+fn bucket_bounds(k: usize) -> (u64, u64) {
+    match k {
+        0 => (0, 0),
+        64.. => (1 << 63, u64::MAX),
+        _ => (1 << (k - 1), (1u64 << k) - 1),
+    }
+}
+
+fn buckets_of(counts: impl IntoIterator<Item = (usize, u64)>) -> Vec<Bucket> {
+    counts
+        .into_iter()
+        .filter(|&(_, c)| c > 0)
+        .map(|(k, count)| {
+            let (lo, hi) = bucket_bounds(k);
+            Bucket { lo, hi, count }
+        })
+        .collect()
+}
+
+pub fn histogram_buckets(h: &Log2Histogram) -> Vec<Bucket> {
+    buckets_of(h.buckets().iter().copied().enumerate())
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ScanLine {
+    pub bytes_scanned: u64,
+    pub pages_written: u64,
+    /// Pages examined per page written (`bytes_scanned / page size /
+    /// pages_written`); null when nothing was written.
+    pub pages_scanned_per_page_written: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceLine {
+    pub dev: DevId,
+    pub requests: u64,
+    pub request_bytes: Vec<Bucket>,
+    pub latency_ns: Vec<Bucket>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FlusherLine {
+    pub reason: &'static str,
+    pub chunks: u64,
+    pub pages: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ThrottleLine {
+    pub events: u64,
+    pub pauses: u64,
+    pub pause_ms_total: u64,
+    pub pause_ms: Vec<Bucket>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DirtyLine {
+    /// From `writeback:global_dirty_state` (null until it fires).
+    pub tracepoint: Option<BTreeMap<&'static str, u64>>,
+    pub vmstat: VmStat,
+    /// `nr_written` and `nr_dirtied` deltas over the interval.
+    pub vmstat_written_delta: u64,
+    pub vmstat_dirtied_delta: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunTimeLine {
+    pub program: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+    pub avg_ns: Option<f64>,
+}
+
+/// `{"type":"interval", ...}`.
+#[derive(Clone, Debug, Serialize)]
+pub struct IntervalLine {
+    pub r#type: &'static str,
+    /// Seconds since the trace started, at the end of the interval.
+    pub time_s: f64,
+    pub interval_s: f64,
+    pub calls: u64,
+    pub pages_written: u64,
+    pub calls_by_cause: BTreeMap<&'static str, u64>,
+    pub pages_per_call: Vec<Bucket>,
+    /// Pages written / pages asked over calls with a finite budget.
+    pub written_per_asked: Option<f64>,
+    pub calls_asking_everything: u64,
+    pub scan: ScanLine,
+    pub ns_per_written_page: Option<f64>,
+    pub on_cpu_ns_per_written_page: Option<f64>,
+    pub extents: u64,
+    pub extent_blocks: u64,
+    pub bios: u64,
+    pub bio_bytes: u64,
+    pub folios_written: u64,
+    /// wbc_writepage events anywhere (not only inside traced calls).
+    pub wbc_writepage_events: u64,
+    pub inode_passes: u64,
+    pub inode_pages_asked: u64,
+    pub inode_pages_wrote: u64,
+    pub flusher: Vec<FlusherLine>,
+    pub dirty: DirtyLine,
+    pub throttle: ThrottleLine,
+    pub devices: Vec<DeviceLine>,
+    pub lost_records: u64,
+    pub run_time: Vec<RunTimeLine>,
+}
+
+fn ratio(num: u64, den: u64) -> Option<f64> {
+    (den > 0).then(|| num as f64 / den as f64)
+}
+
+impl IntervalLine {
+    pub fn new(
+        time_s: f64,
+        interval_s: f64,
+        calls: &CallAggregate,
+        prev: &KernelSnapshot,
+        cur: &KernelSnapshot,
+    ) -> IntervalLine {
+        let d = |i: u32| cur.agg(i).saturating_sub(prev.agg(i));
+        let page = page_size();
+
+        let flusher = (0..agg::WB_REASONS)
+            .filter(|&r| d(agg::WORK_CHUNKS + r) > 0)
+            .map(|r| FlusherLine {
+                reason: wb_reason_name(r + 1).unwrap_or("other"),
+                chunks: d(agg::WORK_CHUNKS + r),
+                pages: d(agg::WORK_PAGES + r),
+            })
+            .collect();
+
+        /// (bucket, count) pairs of one histogram.
+        type Counts = Vec<(usize, u64)>;
+        let mut devices: BTreeMap<u32, (Counts, Counts)> = BTreeMap::new();
+        for (key, &count) in &cur.block {
+            let before = prev.block.get(key).copied().unwrap_or(0);
+            let delta = count.saturating_sub(before);
+            if delta == 0 {
+                continue;
+            }
+            let entry = devices.entry(key.dev).or_default();
+            let slot = (key.bucket as usize, delta);
+            match key.kind {
+                block_hist::ISSUE_BYTES => entry.0.push(slot),
+                _ => entry.1.push(slot),
+            }
+        }
+        let devices = devices
+            .into_iter()
+            .map(|(dev, (mut sizes, mut lat))| {
+                sizes.sort_unstable();
+                lat.sort_unstable();
+                DeviceLine {
+                    dev: DevId::from_kernel(dev),
+                    requests: sizes.iter().map(|s| s.1).sum(),
+                    request_bytes: buckets_of(sizes),
+                    latency_ns: buckets_of(lat),
+                }
+            })
+            .collect();
+
+        let tracepoint_dirty = (cur
+            .dirty
+            .get(dirty::UPDATED_NS as usize)
+            .copied()
+            .unwrap_or(0)
+            != 0)
+            .then(|| {
+                writeback_common::fields::global_dirty::NAMES
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| (*name, cur.dirty.get(i).copied().unwrap_or(0)))
+                    .collect()
+            });
+
+        let run_time = cur
+            .run_times
+            .iter()
+            .map(|r| {
+                let before = prev.run_times.iter().find(|p| p.program == r.program);
+                let count = r.run_count - before.map_or(0, |b| b.run_count.min(r.run_count));
+                let time = r.run_time_ns - before.map_or(0, |b| b.run_time_ns.min(r.run_time_ns));
+                RunTimeLine {
+                    program: r.program.clone(),
+                    run_count: count,
+                    run_time_ns: time,
+                    avg_ns: ratio(time, count),
+                }
+            })
+            .collect();
+
+        IntervalLine {
+            r#type: "interval",
+            time_s,
+            interval_s,
+            calls: calls.calls,
+            pages_written: calls.pages_written,
+            calls_by_cause: calls.by_cause.clone(),
+            pages_per_call: histogram_buckets(&calls.pages_per_call),
+            written_per_asked: ratio(calls.pages_written_finite, calls.pages_asked_finite),
+            calls_asking_everything: calls.calls_unbounded,
+            scan: ScanLine {
+                bytes_scanned: calls.scan_bytes,
+                pages_written: calls.scan_pages_written,
+                pages_scanned_per_page_written: ratio(
+                    calls.scan_bytes / page,
+                    calls.scan_pages_written,
+                ),
+            },
+            ns_per_written_page: ratio(calls.duration_ns, calls.duration_pages),
+            on_cpu_ns_per_written_page: ratio(calls.on_cpu_ns, calls.on_cpu_pages),
+            extents: calls.extents,
+            extent_blocks: calls.extent_blocks,
+            bios: calls.bios,
+            bio_bytes: calls.bio_bytes,
+            folios_written: calls.folios_written,
+            wbc_writepage_events: d(agg::WBC_WRITEPAGE),
+            inode_passes: d(agg::INODE_PASSES),
+            inode_pages_asked: d(agg::INODE_ASKED),
+            inode_pages_wrote: d(agg::INODE_WROTE),
+            flusher,
+            dirty: DirtyLine {
+                tracepoint: tracepoint_dirty,
+                vmstat: cur.vmstat,
+                vmstat_written_delta: cur.vmstat.nr_written.saturating_sub(prev.vmstat.nr_written),
+                vmstat_dirtied_delta: cur.vmstat.nr_dirtied.saturating_sub(prev.vmstat.nr_dirtied),
+            },
+            throttle: ThrottleLine {
+                events: d(agg::THROTTLE_EVENTS),
+                pauses: d(agg::THROTTLE_PAUSES),
+                pause_ms_total: d(agg::THROTTLE_PAUSE_MS),
+                pause_ms: buckets_of(
+                    (0..agg::HIST_BUCKETS).map(|b| (b as usize, d(agg::THROTTLE_HIST + b))),
+                ),
+            },
+            devices,
+            lost_records: cur
+                .stats
+                .lost_records
+                .saturating_sub(prev.stats.lost_records),
+            run_time,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ScanFigures;
+
+    fn call(pages: i64, asked: i64) -> CallRecord {
+        CallRecord {
+            dev: DevId::from_kernel(1),
+            ino: 1,
+            tgid: 1,
+            tid: 1,
+            comm: "t".into(),
+            start_ns: 1,
+            duration_ns: 1000,
+            nr_to_write: asked,
+            pages_written: pages,
+            pages_skipped: 0,
+            sync_mode: 0,
+            ret: 0,
+            range_start: 0,
+            range_end: 0,
+            writeback_index_before: 0,
+            writeback_index_after: 0,
+            for_kupdate: false,
+            range_cyclic: false,
+            start_seen: true,
+            for_background: false,
+            cgroup_id: 0,
+            cause: writeback_common::cause::BACKGROUND,
+            work_reason: 1,
+            on_cpu_ns: Some(400),
+            scan: Some(ScanFigures {
+                iterations: 1,
+                bytes: pages as u64 * 4096 * 2,
+                first_pos: 0,
+                last_pos: 0,
+            }),
+            extents: 1,
+            extent_blocks: 8,
+            folios_written: 0,
+            bios: 2,
+            bio_bytes: 8192,
+        }
+    }
+
+    #[test]
+    fn interval_figures_from_calls_and_snapshots() {
+        let mut calls = CallAggregate::default();
+        calls.add(&call(10, 20));
+        calls.add(&call(30, 40));
+        let mut unbounded = call(100, i64::MAX);
+        unbounded.cause = writeback_common::cause::SYNC;
+        unbounded.scan = None;
+        calls.add(&unbounded);
+
+        let mut prev = KernelSnapshot {
+            agg: vec![0; agg::COUNT as usize],
+            ..Default::default()
+        };
+        prev.vmstat.nr_written = 1000;
+        let mut cur = prev.clone();
+        cur.agg[agg::WORK_CHUNKS as usize] = 3;
+        cur.agg[agg::WORK_PAGES as usize] = 40;
+        cur.agg[agg::THROTTLE_EVENTS as usize] = 5;
+        cur.agg[agg::THROTTLE_PAUSES as usize] = 2;
+        cur.agg[agg::THROTTLE_PAUSE_MS as usize] = 30;
+        cur.agg[(agg::THROTTLE_HIST + 4) as usize] = 2;
+        cur.vmstat.nr_written = 1140;
+        cur.block.insert(
+            BlockHistKey {
+                dev: (254 << 20),
+                kind: block_hist::ISSUE_BYTES,
+                bucket: 21,
+            },
+            7,
+        );
+        cur.stats.lost_records = 0;
+
+        let line = IntervalLine::new(2.0, 1.0, &calls, &prev, &cur);
+        assert_eq!(line.calls, 3);
+        assert_eq!(line.pages_written, 140);
+        assert_eq!(line.calls_by_cause["background"], 2);
+        assert_eq!(line.calls_by_cause["sync"], 1);
+        assert_eq!(line.written_per_asked, Some(40.0 / 60.0));
+        assert_eq!(line.calls_asking_everything, 1);
+        // 80 pages scanned (2 per page written) for 40 pages written.
+        assert_eq!(line.scan.pages_scanned_per_page_written, Some(2.0));
+        assert_eq!(line.ns_per_written_page, Some(3000.0 / 140.0));
+        assert_eq!(line.on_cpu_ns_per_written_page, Some(1200.0 / 140.0));
+        assert_eq!(line.flusher.len(), 1);
+        assert_eq!(
+            (line.flusher[0].reason, line.flusher[0].pages),
+            ("background", 40)
+        );
+        assert_eq!(line.throttle.pause_ms_total, 30);
+        assert_eq!(
+            line.throttle.pause_ms,
+            vec![Bucket {
+                lo: 8,
+                hi: 15,
+                count: 2
+            }]
+        );
+        assert_eq!(line.dirty.vmstat_written_delta, 140);
+        assert_eq!(line.devices.len(), 1);
+        assert_eq!(line.devices[0].dev.to_string(), "254:0");
+        assert_eq!(line.devices[0].requests, 7);
+        assert_eq!(
+            line.devices[0].request_bytes,
+            vec![Bucket {
+                lo: 1 << 20,
+                hi: (1 << 21) - 1,
+                count: 7
+            }]
+        );
+        let pages: Vec<_> = line
+            .pages_per_call
+            .iter()
+            .map(|b| (b.lo, b.count))
+            .collect();
+        assert_eq!(pages, vec![(8, 1), (16, 1), (64, 1)]);
+        let json = serde_json::to_value(&line).unwrap();
+        assert_eq!(json["type"], "interval");
+    }
+}

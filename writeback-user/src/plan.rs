@@ -1,0 +1,605 @@
+//! The probe plan: for each concept the tracer measures, the candidate
+//! hooks in order of preference (fentry/fexit, kprobe/kretprobe, tp_btf,
+//! classic tracepoint), which one this kernel lets us use, and why the
+//! others were refused.
+//!
+//! Names moved between kernels (`ext4_da_writepages` → `ext4_writepages` →
+//! `ext4_do_writepages`; `write_cache_pages` → `writeback_iter`;
+//! `ext4_da_write_pages` → `ext4_da_write_folios_start/end`): they are
+//! candidates of the same concept, and the plan takes whichever exists.
+use std::fmt;
+
+use serde::Serialize;
+use writeback_common::fields;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookKind {
+    Fentry,
+    Kprobe,
+    TpBtf,
+    Tracepoint,
+}
+
+impl fmt::Display for HookKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HookKind::Fentry => "fentry",
+            HookKind::Kprobe => "kprobe",
+            HookKind::TpBtf => "tp_btf",
+            HookKind::Tracepoint => "tracepoint",
+        })
+    }
+}
+
+/// What the tracer measures, independent of how a kernel exposes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Concept {
+    WritepagesCall,
+    Scan,
+    PerPageWrite,
+    InodeWriteback,
+    FlusherWork,
+    DirtyState,
+    Throttling,
+    DeviceIo,
+    Extents,
+    CpuTime,
+}
+
+impl Concept {
+    pub const ALL: [Concept; 10] = [
+        Concept::WritepagesCall,
+        Concept::Scan,
+        Concept::PerPageWrite,
+        Concept::InodeWriteback,
+        Concept::FlusherWork,
+        Concept::DirtyState,
+        Concept::Throttling,
+        Concept::DeviceIo,
+        Concept::Extents,
+        Concept::CpuTime,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Concept::WritepagesCall => "writepages_call",
+            Concept::Scan => "scan",
+            Concept::PerPageWrite => "per_page_write",
+            Concept::InodeWriteback => "inode_writeback",
+            Concept::FlusherWork => "flusher_work",
+            Concept::DirtyState => "dirty_state",
+            Concept::Throttling => "throttling",
+            Concept::DeviceIo => "device_io",
+            Concept::Extents => "extents",
+            Concept::CpuTime => "cpu_time",
+        }
+    }
+}
+
+/// One eBPF program attached to one classic tracepoint, with the global
+/// that receives the tracepoint's layout and the fields it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracepointAttach {
+    pub program: &'static str,
+    pub system: &'static str,
+    pub event: &'static str,
+    /// `None` for programs that read no field.
+    pub layout_global: Option<&'static str>,
+    pub fields: &'static [&'static str],
+    /// Fields without which the hook is useless on this kernel.
+    pub required: &'static [&'static str],
+}
+
+/// A way to hook a concept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Candidate {
+    /// Function hooks (fentry/fexit, kprobe/kretprobe) and BTF tracepoints
+    /// are tried on `target` with an empty program to learn whether this
+    /// kernel allows them.
+    Function {
+        kind: HookKind,
+        target: &'static str,
+    },
+    /// Classic tracepoints, attached together (e.g. start and end).
+    Tracepoints(&'static [TracepointAttach]),
+}
+
+impl Candidate {
+    pub fn kind(&self) -> HookKind {
+        match self {
+            Candidate::Function { kind, .. } => *kind,
+            Candidate::Tracepoints(_) => HookKind::Tracepoint,
+        }
+    }
+
+    /// Human name, e.g. `fentry ext4_writepages` or
+    /// `tracepoint ext4:ext4_writepages + ext4:ext4_writepages_result`.
+    pub fn label(&self) -> String {
+        match self {
+            Candidate::Function { kind, target } => format!("{kind} {target}"),
+            Candidate::Tracepoints(tps) => format!(
+                "tracepoint {}",
+                tps.iter()
+                    .map(|t| format!("{}:{}", t.system, t.event))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            ),
+        }
+    }
+}
+
+const fn tp(
+    program: &'static str,
+    system: &'static str,
+    event: &'static str,
+    layout_global: &'static str,
+    fields: &'static [&'static str],
+    required: &'static [&'static str],
+) -> TracepointAttach {
+    TracepointAttach {
+        program,
+        system,
+        event,
+        layout_global: Some(layout_global),
+        fields,
+        required,
+    }
+}
+
+const WRITEPAGES_REQUIRED: &[&str] = &["dev", "ino", "nr_to_write"];
+const RESULT_REQUIRED: &[&str] = &["dev", "ino", "pages_written"];
+
+pub const WRITEPAGES_TP: &[TracepointAttach] = &[
+    tp(
+        "writepages_start",
+        "ext4",
+        "ext4_writepages",
+        "WRITEPAGES_LAYOUT",
+        &fields::writepages::NAMES,
+        WRITEPAGES_REQUIRED,
+    ),
+    tp(
+        "writepages_end",
+        "ext4",
+        "ext4_writepages_result",
+        "WRITEPAGES_RESULT_LAYOUT",
+        &fields::writepages_result::NAMES,
+        RESULT_REQUIRED,
+    ),
+];
+
+/// 2.6.3x – 3.10 names of the same events.
+const DA_WRITEPAGES_TP: &[TracepointAttach] = &[
+    tp(
+        "writepages_start",
+        "ext4",
+        "ext4_da_writepages",
+        "WRITEPAGES_LAYOUT",
+        &fields::writepages::NAMES,
+        WRITEPAGES_REQUIRED,
+    ),
+    tp(
+        "writepages_end",
+        "ext4",
+        "ext4_da_writepages_result",
+        "WRITEPAGES_RESULT_LAYOUT",
+        &fields::writepages_result::NAMES,
+        RESULT_REQUIRED,
+    ),
+];
+
+const FOLIOS_TP: &[TracepointAttach] = &[
+    tp(
+        "folios_start",
+        "ext4",
+        "ext4_da_write_folios_start",
+        "FOLIOS_START_LAYOUT",
+        &fields::folios::NAMES,
+        &["dev", "ino", "start_pos"],
+    ),
+    tp(
+        "folios_end",
+        "ext4",
+        "ext4_da_write_folios_end",
+        "FOLIOS_END_LAYOUT",
+        &fields::folios::NAMES,
+        &["dev", "ino", "next_pos"],
+    ),
+];
+
+const WBC_WRITEPAGE_TP: &[TracepointAttach] = &[TracepointAttach {
+    program: "wbc_writepage",
+    system: "writeback",
+    event: "wbc_writepage",
+    layout_global: None,
+    fields: &[],
+    required: &[],
+}];
+
+const SINGLE_INODE_TP: &[TracepointAttach] = &[tp(
+    "single_inode",
+    "writeback",
+    "writeback_single_inode",
+    "SINGLE_INODE_LAYOUT",
+    &fields::single_inode::NAMES,
+    &fields::single_inode::NAMES,
+)];
+
+const WB_WORK_TP: &[TracepointAttach] = &[
+    tp(
+        "wb_start",
+        "writeback",
+        "writeback_start",
+        "WB_START_LAYOUT",
+        &fields::wb_work::NAMES,
+        &["nr_pages", "reason"],
+    ),
+    tp(
+        "wb_written",
+        "writeback",
+        "writeback_written",
+        "WB_WRITTEN_LAYOUT",
+        &fields::wb_work::NAMES,
+        &["nr_pages"],
+    ),
+];
+
+const GLOBAL_DIRTY_TP: &[TracepointAttach] = &[tp(
+    "global_dirty",
+    "writeback",
+    "global_dirty_state",
+    "GLOBAL_DIRTY_LAYOUT",
+    &fields::global_dirty::NAMES,
+    &["nr_dirty", "nr_writeback"],
+)];
+
+const BALANCE_DIRTY_TP: &[TracepointAttach] = &[tp(
+    "balance_dirty",
+    "writeback",
+    "balance_dirty_pages",
+    "BALANCE_DIRTY_LAYOUT",
+    &fields::balance_dirty::NAMES,
+    &fields::balance_dirty::NAMES,
+)];
+
+const BLOCK_TP: &[TracepointAttach] = &[
+    tp(
+        "rq_issue",
+        "block",
+        "block_rq_issue",
+        "RQ_ISSUE_LAYOUT",
+        &fields::rq::NAMES,
+        &["dev", "sector", "bytes"],
+    ),
+    tp(
+        "rq_complete",
+        "block",
+        "block_rq_complete",
+        "RQ_COMPLETE_LAYOUT",
+        &fields::rq::COMPLETE_NAMES,
+        &fields::rq::COMPLETE_NAMES,
+    ),
+    tp(
+        "bio_queue",
+        "block",
+        "block_bio_queue",
+        "BIO_QUEUE_LAYOUT",
+        &fields::bio_queue::NAMES,
+        &fields::bio_queue::NAMES,
+    ),
+];
+
+const EXTENT_TP: &[TracepointAttach] = &[tp(
+    "extent",
+    "ext4",
+    "ext4_da_write_pages_extent",
+    "EXTENT_LAYOUT",
+    &fields::extent::NAMES,
+    &fields::extent::NAMES,
+)];
+
+const SCHED_SWITCH_TP: &[TracepointAttach] = &[tp(
+    "sched_switch",
+    "sched",
+    "sched_switch",
+    "SCHED_SWITCH_LAYOUT",
+    &fields::sched_switch::NAMES,
+    &fields::sched_switch::NAMES,
+)];
+
+const fn func(kind: HookKind, target: &'static str) -> Candidate {
+    Candidate::Function { kind, target }
+}
+
+/// Candidates per concept, best first.
+pub fn candidates(concept: Concept) -> Vec<Candidate> {
+    use HookKind::*;
+    match concept {
+        Concept::WritepagesCall => vec![
+            func(Fentry, "ext4_writepages"),
+            func(Fentry, "ext4_da_writepages"),
+            func(Kprobe, "ext4_writepages"),
+            func(Kprobe, "ext4_da_writepages"),
+            func(TpBtf, "ext4_writepages"),
+            Candidate::Tracepoints(WRITEPAGES_TP),
+            Candidate::Tracepoints(DA_WRITEPAGES_TP),
+        ],
+        Concept::Scan => vec![
+            func(Fentry, "writeback_iter"),
+            func(Fentry, "write_cache_pages"),
+            func(Kprobe, "writeback_iter"),
+            func(Kprobe, "write_cache_pages"),
+            func(TpBtf, "ext4_da_write_folios_start"),
+            Candidate::Tracepoints(FOLIOS_TP),
+        ],
+        Concept::PerPageWrite => vec![
+            func(TpBtf, "wbc_writepage"),
+            Candidate::Tracepoints(WBC_WRITEPAGE_TP),
+        ],
+        Concept::InodeWriteback => vec![
+            func(TpBtf, "writeback_single_inode"),
+            Candidate::Tracepoints(SINGLE_INODE_TP),
+        ],
+        Concept::FlusherWork => vec![
+            func(TpBtf, "writeback_start"),
+            Candidate::Tracepoints(WB_WORK_TP),
+        ],
+        Concept::DirtyState => vec![
+            func(TpBtf, "global_dirty_state"),
+            Candidate::Tracepoints(GLOBAL_DIRTY_TP),
+        ],
+        Concept::Throttling => vec![
+            func(TpBtf, "balance_dirty_pages"),
+            Candidate::Tracepoints(BALANCE_DIRTY_TP),
+        ],
+        Concept::DeviceIo => vec![
+            func(TpBtf, "block_rq_issue"),
+            Candidate::Tracepoints(BLOCK_TP),
+        ],
+        Concept::Extents => vec![
+            func(TpBtf, "ext4_da_write_pages_extent"),
+            Candidate::Tracepoints(EXTENT_TP),
+        ],
+        Concept::CpuTime => vec![
+            func(TpBtf, "sched_switch"),
+            Candidate::Tracepoints(SCHED_SWITCH_TP),
+        ],
+    }
+}
+
+/// A refused candidate and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Rejection {
+    pub hook: String,
+    pub reason: String,
+}
+
+/// The outcome for one concept.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConceptPlan {
+    pub concept: Concept,
+    /// The chosen hook's label, or `None` when nothing could be used.
+    pub hook: Option<String>,
+    pub kind: Option<HookKind>,
+    /// Logical fields the chosen hook provides on this kernel.
+    pub fields: Vec<String>,
+    pub rejected: Vec<Rejection>,
+}
+
+impl ConceptPlan {
+    pub fn new(concept: Concept) -> ConceptPlan {
+        ConceptPlan {
+            concept,
+            hook: None,
+            kind: None,
+            fields: Vec::new(),
+            rejected: Vec::new(),
+        }
+    }
+
+    pub fn reject(&mut self, candidate: &Candidate, reason: impl Into<String>) {
+        self.rejected.push(Rejection {
+            hook: candidate.label(),
+            reason: reason.into(),
+        });
+    }
+
+    pub fn is_attached(&self) -> bool {
+        self.hook.is_some()
+    }
+}
+
+/// Hook name of a rejection that applies to every candidate.
+const ALL_HOOKS: &str = "all hooks";
+
+/// The whole plan, as `wbscope probes --json` prints it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProbePlan {
+    pub kernel: String,
+    pub concepts: Vec<ConceptPlan>,
+}
+
+impl ProbePlan {
+    pub fn concept(&self, concept: Concept) -> Option<&ConceptPlan> {
+        self.concepts.iter().find(|c| c.concept == concept)
+    }
+
+    pub fn attached(&self, concept: Concept) -> bool {
+        self.concept(concept).is_some_and(ConceptPlan::is_attached)
+    }
+
+    /// A plan in which nothing could be attached, for one reason (missing
+    /// privileges, no tracefs): every concept says so.
+    pub fn unavailable(kernel: String, reason: &str) -> ProbePlan {
+        ProbePlan {
+            kernel,
+            concepts: Concept::ALL
+                .iter()
+                .map(|&c| {
+                    let mut plan = ConceptPlan::new(c);
+                    plan.rejected.push(Rejection {
+                        hook: ALL_HOOKS.into(),
+                        reason: reason.to_string(),
+                    });
+                    plan
+                })
+                .collect(),
+        }
+    }
+
+    /// One line for headers: `7/10 concepts attached (3 missing)`.
+    pub fn summary(&self) -> String {
+        let attached = self.concepts.iter().filter(|c| c.is_attached()).count();
+        format!("{attached}/{} concepts attached", self.concepts.len())
+    }
+
+    /// The table `wbscope probes` prints.
+    pub fn table(&self) -> String {
+        let mut out = format!("kernel {}\n\n", self.kernel);
+        out.push_str(&format!(
+            "{:<16} {:<11} {}\n",
+            "CONCEPT", "KIND", "HOOK / FIELDS"
+        ));
+        for c in &self.concepts {
+            match (&c.hook, c.kind) {
+                (Some(hook), Some(kind)) => {
+                    let hook = hook.strip_prefix(&format!("{kind} ")).unwrap_or(hook);
+                    out.push_str(&format!("{:<16} {:<11} {}\n", c.concept.name(), kind, hook));
+                    if !c.fields.is_empty() {
+                        out.push_str(&format!("{:<28} fields: {}\n", "", c.fields.join(", ")));
+                    }
+                }
+                _ => out.push_str(&format!(
+                    "{:<16} {:<11} {}\n",
+                    c.concept.name(),
+                    "-",
+                    "(none)"
+                )),
+            }
+            for r in &c.rejected {
+                out.push_str(&format!("{:<28} rejected {}: {}\n", "", r.hook, r.reason));
+            }
+        }
+        out
+    }
+}
+
+/// Whether one concept is being measured, for status lines and the
+/// `probes` array of trace summaries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProbeStatus {
+    pub concept: &'static str,
+    pub hook: Option<String>,
+    #[serde(flatten)]
+    pub state: ProbeState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "reason", rename_all = "snake_case")]
+pub enum ProbeState {
+    Attached,
+    Unavailable(String),
+}
+
+impl ProbePlan {
+    pub fn statuses(&self) -> Vec<ProbeStatus> {
+        self.concepts
+            .iter()
+            .map(|c| ProbeStatus {
+                concept: c.concept.name(),
+                hook: c.hook.clone(),
+                state: match &c.hook {
+                    Some(_) => ProbeState::Attached,
+                    None => ProbeState::Unavailable(
+                        c.rejected
+                            .last()
+                            .map(|r| match r.hook.as_str() {
+                                ALL_HOOKS => r.reason.clone(),
+                                hook => format!("{hook}: {}", r.reason),
+                            })
+                            .unwrap_or_else(|| "no candidate hook on this kernel".into()),
+                    ),
+                },
+            })
+            .collect()
+    }
+}
+
+/// `uname -r`.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_concept_has_a_classic_tracepoint_fallback_last() {
+        for c in Concept::ALL {
+            let cands = candidates(c);
+            assert!(
+                matches!(cands.last(), Some(Candidate::Tracepoints(_))),
+                "{c:?}"
+            );
+            // Order of preference: fentry, kprobe, tp_btf, tracepoint.
+            let ranks: Vec<u8> = cands
+                .iter()
+                .map(|k| match k.kind() {
+                    HookKind::Fentry => 0,
+                    HookKind::Kprobe => 1,
+                    HookKind::TpBtf => 2,
+                    HookKind::Tracepoint => 3,
+                })
+                .collect();
+            assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{c:?}: {ranks:?}");
+        }
+    }
+
+    #[test]
+    fn required_fields_are_read_fields() {
+        for c in Concept::ALL {
+            for cand in candidates(c) {
+                if let Candidate::Tracepoints(tps) = cand {
+                    for t in tps {
+                        for r in t.required {
+                            assert!(t.fields.contains(r), "{}:{} {r}", t.system, t.event);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn labels_and_json_shape() {
+        assert_eq!(
+            Candidate::Tracepoints(WRITEPAGES_TP).label(),
+            "tracepoint ext4:ext4_writepages + ext4:ext4_writepages_result"
+        );
+        let mut plan = ConceptPlan::new(Concept::WritepagesCall);
+        plan.reject(
+            &func(HookKind::Fentry, "ext4_writepages"),
+            "BPF_PROG_LOAD returned EPERM",
+        );
+        plan.hook = Some(Candidate::Tracepoints(WRITEPAGES_TP).label());
+        plan.kind = Some(HookKind::Tracepoint);
+        let v = serde_json::to_value(ProbePlan {
+            kernel: "6.18".into(),
+            concepts: vec![plan, ConceptPlan::new(Concept::Scan)],
+        })
+        .unwrap();
+        assert_eq!(v["concepts"][0]["concept"], "writepages_call");
+        assert_eq!(v["concepts"][0]["kind"], "tracepoint");
+        assert_eq!(
+            v["concepts"][0]["rejected"][0]["hook"],
+            "fentry ext4_writepages"
+        );
+        assert_eq!(v["concepts"][1]["hook"], serde_json::Value::Null);
+        assert_eq!(v["concepts"][1]["kind"], serde_json::Value::Null);
+    }
+}
