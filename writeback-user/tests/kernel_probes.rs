@@ -1,0 +1,297 @@
+//! The probe layer against the running kernel (root): known workloads on
+//! filesystems made for the test, checked against what they must produce
+//! and against /proc/vmstat.
+mod support;
+
+use std::{
+    fs::{self, File},
+    io::Write,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde_json::Value;
+use support::{LoopFs, Tracing, dev_of, wbscope};
+
+const PAGE: i64 = 4096;
+/// The largest folio ext4 builds (PMD size, 2 MiB) in pages: in
+/// WB_SYNC_NONE a call stops only between folios, so it can write up to
+/// one folio minus a page more than it was asked (`mpage_prepare_extent_to
+/// _map()` checks `nr_to_write` before adding each folio; fs/ext4/inode.c).
+const MAX_FOLIO_PAGES: i64 = 512;
+
+fn write_file(path: &Path, mib: usize, fsync: bool) -> u64 {
+    let mut f = File::create_new(path).expect("create");
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 253) as u8 + 1).collect();
+    for _ in 0..mib {
+        f.write_all(&chunk).expect("write");
+    }
+    if fsync {
+        f.sync_all().expect("fsync");
+    }
+    f.metadata().expect("stat").ino()
+}
+
+fn calls(lines: &[Value]) -> impl Iterator<Item = &Value> {
+    lines.iter().filter(|l| l["type"] == "call")
+}
+
+fn pages_of(lines: &[Value], dev: &str, ino: u64) -> i64 {
+    calls(lines)
+        .filter(|c| c["dev"] == dev && c["ino"] == ino)
+        .map(|c| c["pages_written"].as_i64().unwrap())
+        .sum()
+}
+
+/// The invariants every record must keep on this kernel.
+fn check_invariants(lines: &[Value]) {
+    for c in calls(lines) {
+        let duration = c["duration_ns"].as_u64().unwrap();
+        if let Some(on_cpu) = c["on_cpu_ns"].as_u64() {
+            assert!(on_cpu <= duration, "on-CPU > wall: {c}");
+        }
+        if c["start_seen"] == true {
+            let asked = c["nr_to_write"].as_i64().unwrap();
+            let written = c["pages_written"].as_i64().unwrap();
+            assert!(written <= asked.saturating_add(MAX_FOLIO_PAGES - 1), "{c}");
+        }
+    }
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["lost_records"], 0, "{summary}");
+}
+
+/// 256 MiB buffered, no fsync, then `sync`: the flusher or sync writes the
+/// file, our records add up to its pages, and /proc/vmstat's nr_written
+/// (counted at I/O completion, every device) grew by at least as much.
+#[test]
+fn buffered_write_then_sync_matches_file_and_vmstat() {
+    let fs = LoopFs::new("ext4", 512);
+    let trace = Tracing::start(&["--json", "--events", "--interval", "0.5"]);
+    let path = fs.path("big");
+    let ino = write_file(&path, 256, false);
+    let status = Command::new("sync").status().expect("sync");
+    assert!(status.success());
+    let dev = dev_of(&path);
+    let lines = trace.stop(libc::SIGINT);
+    check_invariants(&lines);
+
+    let file_pages = 256 * (1 << 20) / PAGE;
+    let ours = pages_of(&lines, &dev, ino);
+    // Tolerance 1% (the bound); in practice the sum is exact.
+    assert!(
+        (ours - file_pages).abs() * 100 <= file_pages,
+        "{ours} pages traced for a {file_pages}-page file"
+    );
+    let mine: Vec<&Value> = calls(&lines)
+        .filter(|c| c["dev"] == dev && c["ino"] == ino)
+        .collect();
+    assert!(
+        mine.iter().any(|c| c["cause"] != "direct"),
+        "no flusher or sync call: {mine:?}"
+    );
+    let vmstat_written: u64 = lines
+        .iter()
+        .filter(|l| l["type"] == "interval")
+        .map(|l| l["dirty"]["vmstat_written_delta"].as_u64().unwrap())
+        .sum();
+    assert!(
+        vmstat_written >= ours as u64,
+        "vmstat nr_written grew by {vmstat_written}, less than the {ours} pages traced"
+    );
+    // Scan figures were measured for this delalloc file, and the scan
+    // covered at least what was written.
+    let scanned: u64 = mine
+        .iter()
+        .filter_map(|c| c["scan"]["bytes"].as_u64())
+        .sum();
+    assert!(
+        scanned >= (ours * PAGE) as u64,
+        "scanned {scanned} bytes for {ours} pages"
+    );
+}
+
+/// Two files on two filesystems written at once: each device's figures
+/// are its own.
+#[test]
+fn two_filesystems_at_once_are_separated_per_device() {
+    let a = LoopFs::new("ext4", 256);
+    let b = LoopFs::new("ext4", 256);
+    let trace = Tracing::start(&["--json", "--events"]);
+    let (pa, pb) = (a.path("a"), b.path("b"));
+    let ta = std::thread::spawn(move || write_file(&pa, 32, true));
+    let tb = std::thread::spawn(move || write_file(&pb, 48, true));
+    let (ino_a, ino_b) = (ta.join().unwrap(), tb.join().unwrap());
+    let (dev_a, dev_b) = (dev_of(&a.mountpoint), dev_of(&b.mountpoint));
+    assert_ne!(dev_a, dev_b);
+    let lines = trace.stop(libc::SIGINT);
+    check_invariants(&lines);
+
+    assert_eq!(pages_of(&lines, &dev_a, ino_a), 32 * 256);
+    assert_eq!(pages_of(&lines, &dev_b, ino_b), 48 * 256);
+    // The device histograms saw requests on both loop devices.
+    let mut requests = std::collections::HashMap::<String, u64>::new();
+    for l in lines.iter().filter(|l| l["type"] == "interval") {
+        for d in l["devices"].as_array().unwrap() {
+            *requests
+                .entry(d["dev"].as_str().unwrap().into())
+                .or_default() += d["requests"].as_u64().unwrap();
+        }
+    }
+    for dev in [&dev_a, &dev_b] {
+        assert!(
+            requests.get(dev).copied().unwrap_or(0) > 0,
+            "{dev}: {requests:?}"
+        );
+    }
+}
+
+fn cgroup2_root() -> PathBuf {
+    let mounts = fs::read_to_string("/proc/mounts").unwrap();
+    mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+        })
+        .expect("no cgroup2 mount")
+}
+
+/// A cgroup made for the test, removed on drop.
+struct TestCgroup(PathBuf);
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir(&self.0);
+    }
+}
+
+/// `dd` of `mib` MiB with fsync, started inside `cgroup`.
+fn dd_in_cgroup(cgroup: &Path, file: &Path, mib: u32) {
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec dd if=/dev/zero of={} bs=1M count={mib} conv=fsync status=none",
+        cgroup.display(),
+        file.display()
+    );
+    let status = Command::new("sh").args(["-c", &script]).status().unwrap();
+    assert!(status.success());
+}
+
+/// Each filter keeps what it should and drops the rest.
+#[test]
+fn filters_keep_what_they_should() {
+    let a = LoopFs::new("ext4", 128);
+    let b = LoopFs::new("ext4", 128);
+    let dev_a = dev_of(&a.mountpoint);
+
+    // --device: only a's calls.
+    let trace = Tracing::start(&[
+        "--json",
+        "--events",
+        "--device",
+        &a.mountpoint.to_string_lossy(),
+    ]);
+    let ino_a = write_file(&a.path("x"), 4, true);
+    let ino_b = write_file(&b.path("y"), 4, true);
+    let lines = trace.stop(libc::SIGINT);
+    assert!(
+        calls(&lines).all(|c| c["dev"] == dev_a.as_str()),
+        "{lines:?}"
+    );
+    assert_eq!(pages_of(&lines, &dev_a, ino_a), 1024);
+    assert!(lines.last().unwrap()["filtered"].as_u64().unwrap() > 0);
+
+    // --inode: only that inode (on any device). The file exists before the
+    // trace starts so its number is known; its data is written after.
+    let mut z = File::create_new(b.path("z")).unwrap();
+    let ino_c = z.metadata().unwrap().ino();
+    let trace = Tracing::start(&["--json", "--events", "--inode", &ino_c.to_string()]);
+    z.write_all(&vec![3u8; 1 << 20]).unwrap();
+    z.sync_all().unwrap();
+    write_file(&a.path("w"), 2, true);
+    let lines = trace.stop(libc::SIGINT);
+    assert!(calls(&lines).all(|c| c["ino"] == ino_c), "{lines:?}");
+    assert_eq!(pages_of(&lines, &dev_of(&b.mountpoint), ino_c), 256);
+
+    // --pid: the fsync calls of this process, not the other one's.
+    let me = std::process::id().to_string();
+    let trace = Tracing::start(&["--json", "--events", "--pid", &me]);
+    let ino_mine = write_file(&a.path("mine"), 2, true);
+    let status = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=1M",
+            "count=2",
+            "conv=fsync",
+            "status=none",
+        ])
+        .arg(format!("of={}", b.path("theirs").display()))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let lines = trace.stop(libc::SIGINT);
+    assert!(
+        calls(&lines).all(|c| c["pid"].to_string() == me),
+        "{lines:?}"
+    );
+    assert_eq!(pages_of(&lines, &dev_a, ino_mine), 512);
+    let _ = ino_b;
+
+    // --cgroup: only the dd started inside the test cgroup.
+    let cg = TestCgroup(cgroup2_root().join(format!("wbscope-test-{me}")));
+    fs::create_dir(&cg.0).unwrap();
+    let trace = Tracing::start(&["--json", "--events", "--cgroup", &cg.0.to_string_lossy()]);
+    dd_in_cgroup(&cg.0, &a.path("in-cgroup"), 3);
+    write_file(&a.path("outside"), 3, true);
+    let lines = trace.stop(libc::SIGINT);
+    let ino_in = fs::metadata(a.path("in-cgroup")).unwrap().ino();
+    let cg_id = fs::metadata(&cg.0).unwrap().ino();
+    assert!(calls(&lines).all(|c| c["cgroup_id"] == cg_id), "{lines:?}");
+    assert_eq!(pages_of(&lines, &dev_a, ino_in), 768);
+}
+
+/// Filters that cannot match are usage errors (exit 2, one line).
+#[test]
+fn bad_filters_are_usage_errors() {
+    for args in [
+        vec!["--device", "/no/such/device"],
+        vec!["--cgroup", "/no/such/cgroup"],
+        vec!["--pid", "4000000000"],
+        vec!["--device", "99999:1"],
+    ] {
+        let out = wbscope()
+            .args(["trace", "--json", "--duration", "1"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+/// A traced pid that exits: said once, and the trace goes on to its end.
+#[test]
+fn traced_pid_that_exits_is_reported_and_the_trace_continues() {
+    let mut child = Command::new("sleep").arg("1").spawn().unwrap();
+    let pid = child.id().to_string();
+    // Reap it when it exits, so /proc/PID goes away (no zombie).
+    let reaper = std::thread::spawn(move || child.wait());
+    let out = wbscope()
+        .args(["trace", "--json", "--interval", "0.3", "--duration", "3"])
+        .args(["--pid", &pid])
+        .output()
+        .unwrap();
+    reaper.join().unwrap().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pid {pid} has exited")),
+        "{stderr}"
+    );
+    let last = String::from_utf8(out.stdout).unwrap();
+    let last: Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "summary");
+}
