@@ -4,6 +4,7 @@
 //! programs configured and attached, [`collector`] reads their records,
 //! [`model`] aggregates them, [`tui`] and [`export`] present them, and
 //! [`commands`] wires one subcommand each.
+pub mod btf;
 pub mod cli;
 pub mod collector;
 pub mod commands;

@@ -215,7 +215,8 @@ fn filters_keep_what_they_should() {
     assert_eq!(pages_of(&lines, &dev_of(&b.mountpoint), ino_c), 256);
 
     // --pid: the fsync calls of this process, not the other one's.
-    let me = std::process::id().to_string();
+    let my_pid = std::process::id();
+    let me = my_pid.to_string();
     let trace = Tracing::start(&["--json", "--events", "--pid", &me]);
     let ino_mine = write_file(&a.path("mine"), 2, true);
     let status = Command::new("dd")
@@ -232,7 +233,7 @@ fn filters_keep_what_they_should() {
     assert!(status.success());
     let lines = trace.stop(libc::SIGINT);
     assert!(
-        calls(&lines).all(|c| c["pid"].to_string() == me),
+        calls(&lines).all(|c| c["pid"] == my_pid),
         "{lines:?}"
     );
     assert_eq!(pages_of(&lines, &dev_a, ino_mine), 512);

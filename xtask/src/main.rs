@@ -3,6 +3,7 @@
 //! Everything a fresh Debian machine needs to build and test wbscope is
 //! installed from here, so README's two commands are all the set-up there
 //! is (see ../shared/toolchain.md for why each piece is what it is).
+mod bench;
 mod setup;
 
 use std::{
@@ -38,6 +39,20 @@ enum Task {
         /// Arguments for wbscope (after `--`); none opens the dashboard.
         #[arg(last = true)]
         args: Vec<String>,
+    },
+    /// Measure the tracer's overhead (root; writes SIZE MiB per run).
+    ///
+    /// Example: cargo xtask bench --size-mib 2048 --pairs 5
+    Bench {
+        /// MiB written (then fsynced) per run.
+        #[arg(long, default_value_t = 2048)]
+        size_mib: u64,
+        /// Traced/untraced pairs, alternating order.
+        #[arg(long, default_value_t = 5)]
+        pairs: usize,
+        /// Seconds of idle tracing for the idle CPU figure.
+        #[arg(long, default_value_t = 10)]
+        idle_secs: u64,
     },
     /// fmt check, clippy -D warnings, unit and kernel integration tests.
     Test {
@@ -84,6 +99,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Task::Test { args } => test(&args),
+        Task::Bench {
+            size_mib,
+            pairs,
+            idle_secs,
+        } => {
+            if !setup::is_root() {
+                bail!("the benchmark mounts a loop filesystem and attaches BPF: run it as root");
+            }
+            let binary = build(true)?;
+            let report = bench::bench(
+                &binary,
+                &bench::BenchOptions {
+                    size_mib,
+                    pairs,
+                    idle_secs,
+                },
+            )?;
+            let dir = workspace_root().join("target/bench");
+            std::fs::create_dir_all(&dir)?;
+            let path = dir.join("results.md");
+            std::fs::write(&path, &report)?;
+            println!("{report}");
+            eprintln!("xtask: written to {}", path.display());
+            Ok(())
+        }
     }
 }
 

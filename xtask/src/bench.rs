@@ -1,0 +1,238 @@
+//! `cargo xtask bench`: what the tracer costs, measured side by side in
+//! one run (never against a figure from another run or machine).
+//!
+//! - Throughput of a buffered write + fsync with the tracer attached vs
+//!   not, in alternating pairs (A/B then B/A) on a journaled ext4 made for
+//!   the run; the ratio of the medians is the figure.
+//! - BPF run time per program invocation (kernel BPF statistics), lost
+//!   records, and the tracer's own CPU, idle and under that writeback.
+use std::{
+    fs::{self, File},
+    io::{BufRead as _, BufReader, Write as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+pub struct BenchOptions {
+    pub size_mib: u64,
+    pub pairs: usize,
+    pub idle_secs: u64,
+}
+
+/// A journaled ext4 on a loop device over a sparse image; removed on drop.
+struct LoopFs {
+    dir: PathBuf,
+    device: String,
+    mountpoint: PathBuf,
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+impl LoopFs {
+    fn new(size_mib: u64) -> anyhow::Result<LoopFs> {
+        let dir = PathBuf::from(format!("/var/tmp/wbscope-bench-{}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        let image = dir.join("fs.img");
+        File::create(&image)?.set_len(size_mib << 20)?;
+        let device = run(Command::new("losetup").args(["-f", "--show"]).arg(&image))?;
+        let fs = LoopFs {
+            mountpoint: dir.join("mnt"),
+            dir,
+            device,
+        };
+        fs::create_dir_all(&fs.mountpoint)?;
+        run(Command::new("mkfs.ext4").args(["-q", "-F", &fs.device]))?;
+        run(Command::new("mount").arg(&fs.device).arg(&fs.mountpoint))?;
+        Ok(fs)
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mountpoint).status();
+        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn drop_caches() -> anyhow::Result<()> {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", "3").context("dropping caches")
+}
+
+/// Buffered write of `size_mib` MiB in 1 MiB chunks, then fsync; returns
+/// the wall time including the fsync.
+fn write_and_fsync(path: &Path, size_mib: u64) -> anyhow::Result<Duration> {
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8 + 1).collect();
+    let started = Instant::now();
+    let mut f = File::create_new(path)?;
+    for _ in 0..size_mib {
+        f.write_all(&chunk)?;
+    }
+    f.sync_all()?;
+    Ok(started.elapsed())
+}
+
+/// A running `wbscope trace`.
+struct Tracer {
+    child: Child,
+}
+
+impl Tracer {
+    fn start(binary: &Path) -> anyhow::Result<Tracer> {
+        let mut child = Command::new(binary)
+            .args(["trace", "--json", "--interval", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting wbscope trace")?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(l)) if l.contains("tracing;") => break,
+                Some(Ok(_)) => {}
+                _ => bail!("wbscope trace exited before attaching"),
+            }
+        }
+        Ok(Tracer { child })
+    }
+
+    /// utime + stime of the tracer so far, in seconds.
+    fn cpu_secs(&self) -> anyhow::Result<f64> {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        // Fields after the `(comm)`: state is field 3; utime 14, stime 15.
+        let rest = stat.rsplit_once(')').context("bad /proc/PID/stat")?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        Ok(ticks / hz)
+    }
+
+    /// Stops with SIGINT and returns the summary line.
+    fn stop(self) -> anyhow::Result<serde_json::Value> {
+        // SAFETY: plain syscall on our child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let out = self.child.wait_with_output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last = stdout.lines().last().context("no output from wbscope")?;
+        serde_json::from_str(last).context("summary line")
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
+    let fs = LoopFs::new(opts.size_mib * 2 + 512)?;
+    let file = fs.mountpoint.join("bench.dat");
+    let mut plain = Vec::new();
+    let mut traced = Vec::new();
+    let mut traced_cpu = Vec::new();
+    let mut run_times: Vec<serde_json::Value> = Vec::new();
+    let mut lost = 0u64;
+    let mb = opts.size_mib as f64 * 1048576.0 / 1e6;
+    for pair in 0..opts.pairs {
+        // Alternate which side goes first, so drift favours neither.
+        let order = if pair % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for with_tracer in order {
+            let _ = fs::remove_file(&file);
+            drop_caches()?;
+            if with_tracer {
+                let tracer = Tracer::start(binary)?;
+                let cpu0 = tracer.cpu_secs()?;
+                let t = write_and_fsync(&file, opts.size_mib)?;
+                let cpu = tracer.cpu_secs()? - cpu0;
+                let summary = tracer.stop()?;
+                lost += summary["lost_records"].as_u64().unwrap_or(0);
+                run_times.push(summary["run_time"].clone());
+                traced.push(mb / t.as_secs_f64());
+                traced_cpu.push(100.0 * cpu / t.as_secs_f64());
+                eprintln!(
+                    "xtask: bench pair {pair}: traced   {:7.1} MB/s",
+                    mb / t.as_secs_f64()
+                );
+            } else {
+                let t = write_and_fsync(&file, opts.size_mib)?;
+                plain.push(mb / t.as_secs_f64());
+                eprintln!(
+                    "xtask: bench pair {pair}: untraced {:7.1} MB/s",
+                    mb / t.as_secs_f64()
+                );
+            }
+        }
+    }
+    let _ = fs::remove_file(&file);
+
+    // Idle: attached, nothing written on purpose.
+    let tracer = Tracer::start(binary)?;
+    let cpu0 = tracer.cpu_secs()?;
+    std::thread::sleep(Duration::from_secs(opts.idle_secs));
+    let idle_cpu = 100.0 * (tracer.cpu_secs()? - cpu0) / opts.idle_secs as f64;
+    tracer.stop()?;
+
+    let (mp, mt) = (median(&mut plain.clone()), median(&mut traced.clone()));
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{} MiB buffered write + fsync on a journaled ext4 loop filesystem, {} alternating pairs\n\n",
+        opts.size_mib, opts.pairs
+    ));
+    out.push_str("| | untraced MB/s | traced MB/s |\n|---|---|---|\n");
+    for (i, (p, t)) in plain.iter().zip(&traced).enumerate() {
+        out.push_str(&format!("| pair {i} | {p:.1} | {t:.1} |\n"));
+    }
+    out.push_str(&format!("| **median** | **{mp:.1}** | **{mt:.1}** |\n\n"));
+    out.push_str(&format!(
+        "ratio of medians (traced / untraced): **{:.3}**\n\n",
+        mt / mp
+    ));
+    out.push_str(&format!("lost records over all traced runs: {lost}\n\n"));
+    out.push_str(&format!(
+        "tracer CPU: idle {idle_cpu:.2}% of one core ({}s); under writeback median {:.2}%\n\n",
+        opts.idle_secs,
+        median(&mut traced_cpu)
+    ));
+    out.push_str("BPF run time per invocation over the traced runs (kernel BPF statistics):\n\n");
+    out.push_str("| program | invocations | avg ns |\n|---|---|---|\n");
+    let mut per_program: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for runs in &run_times {
+        for r in runs.as_array().into_iter().flatten() {
+            let e = per_program
+                .entry(r["program"].as_str().unwrap_or("?").to_string())
+                .or_default();
+            e.0 += r["run_count"].as_u64().unwrap_or(0);
+            e.1 += r["run_time_ns"].as_u64().unwrap_or(0);
+        }
+    }
+    for (name, (count, ns)) in per_program {
+        let avg = if count > 0 {
+            format!("{:.0}", ns as f64 / count as f64)
+        } else {
+            "-".into()
+        };
+        out.push_str(&format!("| {name} | {count} | {avg} |\n"));
+    }
+    Ok(out)
+}
