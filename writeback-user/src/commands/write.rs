@@ -1,15 +1,490 @@
-//! `wbscope write`: run writer-core from the command line.
+//! `wbscope write`: run the writer-core engine from the command line.
 //!
-//! Placeholder until writer-core's engine lands (issue 4): the subcommand is
-//! declared so the CLI layout is final, and refuses to run.
+//! Raw arguments are validated into a `WriterConfig` before anything runs
+//! (ripgrep's pattern). Bad input prints one line `wbscope: error: ...` and
+//! exits 2; a failure while writing (ENOSPC, EIO, a verify mismatch) prints
+//! the partial report, then one error line, and exits 1; SIGINT stops the
+//! run cleanly, prints the partial report and exits 130.
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
 
-use anyhow::bail;
 use clap::Args;
+use writer_core::{
+    ByteSize, Event, FileSync, Report, RunStatus, SmallFiles, Strategy, Writer, WriterConfig,
+    WriterSpec, parse_size, stats::LatencySummary,
+};
 
+const EXAMPLES: &str = "\
+Examples:
+  # 1 GiB in 8 MiB chunks with Ts'o's pipelined sync_file_range, as JSON
+  wbscope write --dir /var/tmp --size 1G --chunk 8M --strategy srf-pipelined --json
+
+  # dd conv=fsync equivalent, then read back and check every block
+  wbscope write --dir /mnt/a --size 4G --chunk 1M --strategy fsync-end --verify
+
+  # two filesystems at once: 4 jobs spread over both, 200 MB/s in total
+  wbscope write --dir /mnt/a --dir /mnt/b --jobs 4 --size 2G --chunk 4M \\
+      --strategy buffered --rate 200MB
+
+  # O_DIRECT io_uring, 32 writes in flight
+  wbscope write --dir /mnt/a --size 8G --chunk 1M --strategy uring --direct-io --qd 32
+
+  # dpkg-like unpack: 5000 files of 4 KiB..2 MiB, Ts'o's two-pass sync
+  wbscope write --dir /var/tmp --small-files 5000 --file-sync two-pass --noatime
+
+Sizes: 4096, 64k, 8M, 8MiB, 1.5GiB. K, M, G, T (and KiB..TiB) are powers of
+1024, as in dd; kB, MB, GB, TB are powers of 1000.
+Strategies: buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring.
+The report's JSON schema is documented in docs/writer.md.";
+
+/// Arguments of `wbscope write`.
 #[derive(Debug, Args)]
-pub struct WriteArgs {}
+#[command(after_help = EXAMPLES)]
+pub struct WriteArgs {
+    /// Directory to create the files in (repeat for several targets; jobs
+    /// are spread over them round-robin). Existing files are never touched.
+    #[arg(long = "dir", value_name = "DIR", required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Bytes per file. A run writes jobs x files x SIZE.
+    #[arg(long, value_name = "SIZE")]
+    pub size: Option<String>,
+    /// Bytes per write call.
+    #[arg(long, value_name = "SIZE", default_value = "1M")]
+    pub chunk: String,
+    /// buffered | fsync-end | fdatasync-chunk | srf-pipelined | direct | uring
+    #[arg(long, value_name = "NAME")]
+    pub strategy: Option<String>,
+    /// Files per job, written one after the other.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub files: u32,
+    /// Parallel writers.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub jobs: u32,
+    /// srf-pipelined: chunks between sync_file_range(WRITE) and WAIT_BEFORE.
+    #[arg(long, value_name = "CHUNKS", default_value_t = 4)]
+    pub window: u32,
+    /// uring: writes in flight.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub qd: u32,
+    /// Preallocate each file with fallocate(2).
+    #[arg(long)]
+    pub fallocate: bool,
+    /// Open files with O_NOATIME (and reopen with it for later sync passes).
+    #[arg(long)]
+    pub noatime: bool,
+    /// fdatasync(2) instead of fsync(2) where the strategy syncs.
+    #[arg(long)]
+    pub datasync: bool,
+    /// Open with O_DIRECT (implied by --strategy direct; with uring, the
+    /// O_DIRECT io_uring ceiling).
+    #[arg(long)]
+    pub direct_io: bool,
+    /// Limit to BYTES per second over all jobs (e.g. 200MB, 100MiB/s).
+    #[arg(long, value_name = "BYTES/s")]
+    pub rate: Option<String>,
+    /// After the run, drop the cached pages and read everything back.
+    #[arg(long)]
+    pub verify: bool,
+    /// Keep the files (default: remove them at the end, also on error).
+    #[arg(long)]
+    pub keep: bool,
+    /// Small-files mode: write N files of 4 KiB..2 MiB (seeded size mix).
+    #[arg(long, value_name = "N")]
+    pub small_files: Option<u64>,
+    /// Small-files policy: none | fsync-each | srf-then-fsync | two-pass.
+    #[arg(long, value_name = "POLICY", default_value = "none")]
+    pub file_sync: String,
+    /// Seed of the data pattern and of the small-files size mix.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Skip the free-space check (to provoke ENOSPC on purpose).
+    #[arg(long)]
+    pub no_space_check: bool,
+    /// Print the report as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: &WriteArgs) -> anyhow::Result<ExitCode> {
-    bail!("`wbscope write` is not available yet: writer-core's engine has not landed")
+fn size_arg(flag: &str, value: &str) -> Result<u64, String> {
+    parse_size(value).map_err(|e| format!("--{flag}: {e}"))
+}
+
+/// Turns the arguments into a validated configuration (no I/O).
+pub fn config_from_args(args: &WriteArgs) -> Result<WriterConfig, String> {
+    let mut spec = WriterSpec {
+        dirs: args.dirs.clone(),
+        chunk: size_arg("chunk", &args.chunk)?,
+        files: args.files,
+        jobs: args.jobs,
+        window: args.window,
+        qd: args.qd,
+        fallocate: args.fallocate,
+        noatime: args.noatime,
+        datasync: args.datasync,
+        direct_io: args.direct_io,
+        verify: args.verify,
+        keep: args.keep,
+        skip_space_check: args.no_space_check,
+        ..WriterSpec::default()
+    };
+    if let Some(seed) = args.seed {
+        spec.seed = seed;
+    }
+    if let Some(rate) = &args.rate {
+        let r = rate.trim();
+        let r = r
+            .strip_suffix("/s")
+            .or_else(|| r.strip_suffix("/S"))
+            .unwrap_or(r);
+        spec.rate = Some(size_arg("rate", r)?);
+    }
+    match args.small_files {
+        Some(count) => {
+            if let Some(s) = &args.strategy {
+                return Err(format!(
+                    "--strategy {s} does not apply to --small-files (use --file-sync)"
+                ));
+            }
+            let policy: FileSync = args
+                .file_sync
+                .parse()
+                .map_err(|e| format!("--file-sync: {e}"))?;
+            spec.small_files = Some(SmallFiles::new(count, policy));
+        }
+        None => {
+            let size = args
+                .size
+                .as_deref()
+                .ok_or("missing --size (or use --small-files N)")?;
+            spec.size = size_arg("size", size)?;
+            let strategy = args
+                .strategy
+                .as_deref()
+                .ok_or("missing --strategy (buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring)")?;
+            spec.strategy = strategy.parse::<Strategy>().map_err(|e| e.to_string())?;
+        }
+    }
+    WriterConfig::new(spec).map_err(|e| e.to_string())
+}
+
+/// Set by the SIGINT handler, polled by the event loop.
+static SIGINT: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe (signal-safety(7)).
+    SIGINT.store(true, Ordering::Relaxed);
+}
+
+/// Installs the SIGINT handler for the run; the old one comes back on drop.
+struct SigintGuard(libc::sighandler_t);
+
+impl SigintGuard {
+    fn install() -> Self {
+        SIGINT.store(false, Ordering::Relaxed);
+        let handler = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: the handler only stores to an atomic.
+        SigintGuard(unsafe { libc::signal(libc::SIGINT, handler) })
+    }
+}
+
+impl Drop for SigintGuard {
+    fn drop(&mut self) {
+        // SAFETY: restores the handler that was there before.
+        unsafe { libc::signal(libc::SIGINT, self.0) };
+    }
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("wbscope: error: {msg}");
+    ExitCode::from(2)
+}
+
+pub fn run(args: &WriteArgs) -> anyhow::Result<ExitCode> {
+    let cfg = match config_from_args(args) {
+        Ok(c) => c,
+        Err(msg) => return Ok(usage_error(&msg)),
+    };
+    let (tx, rx) = mpsc::channel::<Event>();
+    let writer = Writer::new(cfg).with_observer(Arc::new(tx));
+    let total: u64 = writer.plan().iter().flatten().map(|f| f.size).sum();
+    let live = writer.tunables();
+    let progress = std::io::stderr().is_terminal();
+    let _sigint = SigintGuard::install();
+    let result = std::thread::scope(|s| {
+        let run = s.spawn(|| writer.run());
+        let mut shown = false;
+        loop {
+            if SIGINT.load(Ordering::Relaxed) {
+                live.request_stop();
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(Event::Tick {
+                    elapsed,
+                    bytes,
+                    bytes_last_second,
+                }) if progress => {
+                    print_progress(elapsed, bytes, bytes_last_second, total);
+                    shown = true;
+                }
+                Ok(_) => {}
+                Err(_) if run.is_finished() => break,
+                Err(_) => {}
+            }
+        }
+        if shown {
+            eprint!("\r\x1b[2K");
+        }
+        run.join()
+    });
+    let result = result.map_err(|_| anyhow::anyhow!("the writer thread panicked"))?;
+    match result {
+        Ok(report) => {
+            print_report(&report, args.json)?;
+            Ok(match report.status {
+                RunStatus::Interrupted => ExitCode::from(130),
+                _ => ExitCode::SUCCESS,
+            })
+        }
+        Err(failure) => {
+            if let Some(partial) = &failure.partial {
+                print_report(partial, args.json)?;
+            }
+            eprintln!("wbscope: error: {}", failure.error);
+            Ok(if failure.error.is_usage() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
+fn print_progress(elapsed: Duration, bytes: u64, last: u64, total: u64) {
+    const WIDTH: usize = 30;
+    let frac = if total == 0 {
+        0.0
+    } else {
+        (bytes as f64 / total as f64).min(1.0)
+    };
+    let filled = (frac * WIDTH as f64) as usize;
+    let bar = format!("{}{}", "#".repeat(filled), ".".repeat(WIDTH - filled));
+    let mut err = std::io::stderr().lock();
+    let _ = write!(
+        err,
+        "\r\x1b[2K[{bar}] {:5.1}%  {:.2}/{:.2} GB  {:.1} MB/s  {:.0} s",
+        frac * 100.0,
+        bytes as f64 / 1e9,
+        total as f64 / 1e9,
+        last as f64 / 1e6,
+        elapsed.as_secs_f64()
+    );
+    let _ = err.flush();
+}
+
+fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer(&mut out, r)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(human_report(r).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn fmt_us(us: f64) -> String {
+    if us >= 1e6 {
+        format!("{:.2} s", us / 1e6)
+    } else if us >= 1e3 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{us:.1} us")
+    }
+}
+
+fn latency_line(name: &str, l: &LatencySummary) -> String {
+    format!(
+        "  {name:<18}p50 {:>10}  p99 {:>10}  max {:>10}  ({} calls)\n",
+        fmt_us(l.p50),
+        fmt_us(l.p99),
+        fmt_us(l.max),
+        l.count
+    )
+}
+
+/// The report as an aligned table.
+pub fn human_report(r: &Report) -> String {
+    let mut s = String::new();
+    let status = match r.status {
+        RunStatus::Completed => "completed",
+        RunStatus::Interrupted => "INTERRUPTED",
+        RunStatus::Failed => "FAILED",
+    };
+    match (r.file_bytes, r.file_sync) {
+        (Some(size), _) => s.push_str(&format!(
+            "wbscope write: {} ({status}), {} job(s) x {} file(s) x {}, chunk {}{}\n",
+            r.strategy,
+            r.jobs,
+            r.files_planned / u64::from(r.jobs.max(1)),
+            ByteSize(size),
+            ByteSize(r.chunk_bytes),
+            match r.strategy.as_str() {
+                "srf-pipelined" => format!(", window {}", r.window),
+                "uring" => format!(", qd {}", r.qd),
+                _ => String::new(),
+            }
+        )),
+        (None, policy) => s.push_str(&format!(
+            "wbscope write: small files ({status}), {} files, file-sync {}, {} job(s), chunk {}\n",
+            r.files_planned,
+            policy.map(|p| p.name()).unwrap_or("none"),
+            r.jobs,
+            ByteSize(r.chunk_bytes)
+        )),
+    }
+    if let Some(e) = &r.error {
+        s.push_str(&format!("  {:<18}{e}\n", "error"));
+    }
+    s.push_str(&format!(
+        "  {:<18}{} bytes ({:.3} GB), {} file(s), in {:.2} s\n",
+        "written",
+        r.bytes,
+        r.bytes as f64 / 1e9,
+        r.files_written,
+        r.elapsed_s
+    ));
+    s.push_str(&format!(
+        "  {:<18}{:.1} MB/s written, {}\n",
+        "throughput",
+        r.write_mb_s,
+        match r.durable_mb_s {
+            Some(d) => format!("{d:.1} MB/s durable (flush included)"),
+            None => "nothing made durable".into(),
+        }
+    ));
+    if let Some(fps) = r.files_per_s {
+        s.push_str(&format!("  {:<18}{fps:.0} files/s\n", "files"));
+    }
+    match &r.per_second {
+        Some(p) => s.push_str(&format!(
+            "  {:<18}min {:.1}  mean {:.1}  max {:.1} MB/s  CV {}  ({} s)\n",
+            "per second",
+            p.min,
+            p.mean,
+            p.max,
+            p.cv.map_or("n/a".into(), |c| format!("{c:.3}")),
+            r.per_second_mb_s.len()
+        )),
+        None => s.push_str(&format!("  {:<18}run shorter than 1 s\n", "per second")),
+    }
+    if let Some(l) = &r.write_latency_us {
+        s.push_str(&latency_line("write latency", l));
+    }
+    for (kind, l) in &r.sync_latency_us {
+        s.push_str(&latency_line(kind, l));
+    }
+    s.push_str(&format!(
+        "  {:<18}user {:.2} s  sys {:.2} s{}\n",
+        "CPU",
+        r.user_cpu_s,
+        r.sys_cpu_s,
+        r.sys_cpu_s_per_gib
+            .map_or(String::new(), |g| format!("  ({g:.2} s sys/GiB)"))
+    ));
+    if let (Some(d), Some(w)) = (r.peak_dirty_kib, r.peak_writeback_kib) {
+        s.push_str(&format!(
+            "  {:<18}peak Dirty {d} KiB, peak Writeback {w} KiB\n",
+            "page cache"
+        ));
+    }
+    if let Some(v) = &r.verify {
+        s.push_str(&format!(
+            "  {:<18}{}, {} file(s), {} bytes read back\n",
+            "verify",
+            if v.ok { "ok" } else { "MISMATCH" },
+            v.files,
+            v.bytes
+        ));
+    }
+    for f in &r.kept_files {
+        s.push_str(&format!("  {:<18}{}\n", "kept", f.display()));
+    }
+    for e in &r.cleanup_errors {
+        s.push_str(&format!("  {:<18}{e}\n", "cleanup"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        w: WriteArgs,
+    }
+
+    fn cfg(args: &[&str]) -> Result<WriterConfig, String> {
+        let mut v = vec!["t", "--dir", "/x"];
+        v.extend_from_slice(args);
+        config_from_args(&T::try_parse_from(v).map_err(|e| e.to_string())?.w)
+    }
+
+    #[test]
+    fn good_arguments_make_a_config() {
+        let c = cfg(&[
+            "--size",
+            "1G",
+            "--chunk",
+            "8M",
+            "--strategy",
+            "srf-pipelined",
+            "--rate",
+            "100MB/s",
+        ])
+        .unwrap();
+        let s = c.spec();
+        assert_eq!(
+            (s.size, s.chunk, s.strategy),
+            (1 << 30, 8 << 20, Strategy::SrfPipelined)
+        );
+        assert_eq!(s.rate, Some(100_000_000));
+        let c = cfg(&["--small-files", "10", "--file-sync", "two-pass"]).unwrap();
+        assert_eq!(
+            c.spec().small_files.as_ref().unwrap().file_sync,
+            FileSync::TwoPass
+        );
+    }
+
+    #[test]
+    fn bad_arguments_give_one_line_naming_the_flag() {
+        let e = |a: &[&str]| cfg(a).unwrap_err();
+        assert!(e(&["--size", "8Q", "--strategy", "buffered"]).starts_with("--size: "));
+        assert_eq!(
+            e(&["--size", "0", "--strategy", "buffered"]),
+            "--size must be greater than 0"
+        );
+        assert!(
+            e(&["--size", "1M", "--chunk", "2M", "--strategy", "buffered"])
+                .contains("larger than --size")
+        );
+        assert!(e(&["--size", "1M", "--strategy", "dd"]).starts_with("unknown strategy \"dd\""));
+        assert!(
+            e(&["--size", "1M", "--strategy", "buffered", "--window", "0"]).starts_with("--window")
+        );
+        assert!(e(&["--strategy", "buffered"]).starts_with("missing --size"));
+        assert!(e(&["--size", "1M"]).starts_with("missing --strategy"));
+        assert!(e(&["--small-files", "3", "--strategy", "uring"]).contains("does not apply"));
+        assert!(e(&["--small-files", "3", "--file-sync", "never"]).starts_with("--file-sync"));
+        for msg in [e(&["--size", "8Q", "--strategy", "buffered"])] {
+            assert!(!msg.contains('\n'));
+        }
+    }
 }

@@ -1,0 +1,496 @@
+//! `wbscope write` end to end: the built binary, its JSON report, its exit
+//! codes, and the system calls it really makes, counted from outside with
+//! strace(1).
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_wbscope");
+
+/// A temp dir on the root filesystem (/tmp may be tmpfs).
+fn tmp() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("wbscope-cli-")
+        .tempdir_in("/var/tmp")
+        .expect("temp dir")
+}
+
+fn wbscope(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("write")
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("run wbscope")
+}
+
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").path())
+        .collect()
+}
+
+fn json(out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[test]
+fn json_report_has_the_documented_fields_and_bytes_equal_size() {
+    let dir = tmp();
+    let out = wbscope(
+        dir.path(),
+        &[
+            "--size",
+            "8M",
+            "--chunk",
+            "1M",
+            "--strategy",
+            "srf-pipelined",
+            "--verify",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    assert_eq!(v["bytes"], 8 << 20);
+    assert_eq!(v["bytes_durable"], 8 << 20);
+    assert_eq!(v["strategy"], "srf-pipelined");
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["chunk_bytes"], 1 << 20);
+    assert!(v["elapsed_s"].as_f64().unwrap() > 0.0);
+    assert!(v["durable_mb_s"].as_f64().unwrap() > 0.0);
+    assert!(v["per_second_mb_s"].is_array());
+    assert!(v.get("cv").is_some());
+    assert!(v["sys_cpu_s"].as_f64().unwrap() >= 0.0);
+    assert!(v["user_cpu_s"].as_f64().unwrap() >= 0.0);
+    let sync = v["sync_latency_us"].as_object().unwrap();
+    assert_eq!(sync["srf_write"]["count"], 8);
+    assert_eq!(sync["srf_wait_before"]["count"], 4);
+    assert_eq!(sync["fdatasync"]["count"], 1);
+    assert!(sync["fdatasync"]["p99"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["write_latency_us"]["count"], 8);
+    assert_eq!(v["verify"]["ok"], true);
+    assert!(entries(dir.path()).is_empty(), "files removed");
+}
+
+#[test]
+fn human_report_is_a_table() {
+    let dir = tmp();
+    let out = wbscope(
+        dir.path(),
+        &["--size", "2M", "--chunk", "512k", "--strategy", "fsync-end"],
+    );
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("wbscope write: fsync-end (completed)"),
+        "{text}"
+    );
+    for row in ["written", "throughput", "write latency", "fsync", "CPU"] {
+        assert!(
+            text.lines().any(|l| l.trim_start().starts_with(row)),
+            "{row}: {text}"
+        );
+    }
+    // No progress line when stderr is not a terminal.
+    assert!(out.stderr.is_empty());
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let dir = tmp();
+    let d = dir.path().to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--size", "8Q", "--strategy", "buffered"],
+            "unknown unit \"Q\"",
+        ),
+        (
+            &["--size", "0", "--strategy", "buffered"],
+            "--size must be greater than 0",
+        ),
+        (
+            &["--size", "1M", "--chunk", "2M", "--strategy", "buffered"],
+            "larger than --size",
+        ),
+        (
+            &["--size", "1M", "--strategy", "buffered", "--window", "0"],
+            "--window",
+        ),
+        (&["--size", "1M", "--strategy", "fast"], "unknown strategy"),
+        (
+            &["--size", "1M", "--chunk", "1000", "--strategy", "direct"],
+            "not a multiple of",
+        ),
+        (&["--size", "1M"], "missing --strategy"),
+    ];
+    for (args, want) in cases {
+        let out = wbscope(Path::new(d), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("wbscope: error: ") && err.contains(want),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    let missing = dir.path().join("missing");
+    let out = wbscope(&missing, &["--size", "1M", "--strategy", "buffered"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "wbscope: error: --dir {}: does not exist",
+            missing.display()
+        )
+    );
+    // A parse error from clap itself (not a number) is one line and 2 too.
+    let out = wbscope(
+        dir.path(),
+        &["--size", "1M", "--strategy", "buffered", "--jobs", "many"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    assert!(entries(dir.path()).is_empty());
+}
+
+#[test]
+fn files_of_an_earlier_run_are_left_alone() {
+    // Names carry the writer's pid, so a new run cannot pick an existing
+    // name here; the O_EXCL refusal itself is tested in writer-core and the
+    // O_CREAT|O_EXCL flags are checked with strace below.
+    let dir = tmp();
+    let out = wbscope(
+        dir.path(),
+        &["--size", "1M", "--strategy", "buffered", "--keep", "--json"],
+    );
+    assert!(out.status.success());
+    let kept = json(&out)["kept_files"].as_array().unwrap().clone();
+    assert_eq!(kept.len(), 1);
+    let path = PathBuf::from(kept[0].as_str().unwrap());
+    std::fs::write(&path, b"precious").unwrap();
+    let out = wbscope(dir.path(), &["--size", "1M", "--strategy", "buffered"]);
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+    assert_eq!(entries(dir.path()), vec![path]);
+}
+
+/// A small ext4 on a loop device, unmounted and detached on drop.
+struct LoopFs {
+    _dir: tempfile::TempDir,
+    mnt: PathBuf,
+    dev: String,
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl LoopFs {
+    fn ext4(mb: u64, opts: &[&str]) -> LoopFs {
+        let dir = tmp();
+        let img = dir.path().join("img");
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(mb << 20)
+            .unwrap();
+        let dev = sh("losetup", &["-f", "--show", img.to_str().unwrap()]);
+        let mnt = dir.path().join("mnt");
+        let me = LoopFs {
+            _dir: dir,
+            mnt,
+            dev,
+        };
+        sh("mkfs.ext4", &["-q", "-F", &me.dev]);
+        std::fs::create_dir(&me.mnt).unwrap();
+        let mut args = opts.to_vec();
+        args.extend([me.dev.as_str(), me.mnt.to_str().unwrap()]);
+        sh("mount", &args);
+        me
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        if !Command::new("umount")
+            .arg(&self.mnt)
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+#[test]
+fn full_and_read_only_filesystems() {
+    let fs = LoopFs::ext4(32, &[]);
+    // Refused up front: does not fit.
+    let out = wbscope(
+        &fs.mnt,
+        &["--size", "64M", "--chunk", "1M", "--strategy", "fsync-end"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.lines().count() == 1 && err.contains("only"), "{err}");
+    // Forced: ENOSPC mid-run, partial report, exit 1, nothing left behind.
+    let out = wbscope(
+        &fs.mnt,
+        &[
+            "--size",
+            "64M",
+            "--chunk",
+            "1M",
+            "--strategy",
+            "fsync-end",
+            "--no-space-check",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("wbscope: error: ") && err.contains("No space left on device"),
+        "{err}"
+    );
+    let v = json(&out);
+    assert_eq!(v["status"], "failed");
+    assert!(v["bytes"].as_u64().unwrap() > 1 << 20);
+    let left: Vec<PathBuf> = entries(&fs.mnt)
+        .into_iter()
+        .filter(|p| p.is_file())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    drop(fs);
+
+    let ro = LoopFs::ext4(32, &["-o", "ro"]);
+    let out = wbscope(&ro.mnt, &["--size", "1M", "--strategy", "buffered"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "wbscope: error: --dir {}: is on a read-only filesystem",
+            ro.mnt.display()
+        )
+    );
+}
+
+#[test]
+fn help_has_examples() {
+    let out = Command::new(BIN)
+        .args(["write", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Examples:"), "{text}");
+    assert!(text.contains("--strategy srf-pipelined"), "{text}");
+    assert!(text.contains("powers of\n1024"), "{text}");
+}
+
+#[test]
+fn sigint_stops_cleanly_with_a_partial_report() {
+    let dir = tmp();
+    let child = Command::new(BIN)
+        .args(["write", "--dir"])
+        .arg(dir.path())
+        .args([
+            "--size",
+            "64M",
+            "--chunk",
+            "64k",
+            "--strategy",
+            "srf-pipelined",
+        ])
+        .args(["--rate", "8MB/s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    assert_eq!(v["status"], "interrupted");
+    let bytes = v["bytes"].as_u64().unwrap();
+    assert!(bytes > 4_000_000 && bytes < 64 << 20, "{bytes}");
+    assert!(entries(dir.path()).is_empty(), "files removed after SIGINT");
+}
+
+// ---- the syscalls, seen from outside ----
+
+/// Runs wbscope under `strace -f` and returns the trace lines.
+fn strace(dir: &Path, calls: &str, args: &[&str]) -> Vec<String> {
+    let log = dir.join("strace.log");
+    let work = dir.join("w");
+    std::fs::create_dir(&work).unwrap();
+    let status = Command::new("strace")
+        .args(["-f", "-qq", "-e", &format!("trace={calls}"), "-o"])
+        .arg(&log)
+        .arg(BIN)
+        .args(["write", "--dir"])
+        .arg(&work)
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .expect("strace must be installed (apt-get install strace)");
+    assert!(status.success());
+    std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// (offset, flag) of each sync_file_range call, in order.
+fn srf_calls(lines: &[String]) -> Vec<(u64, &'static str)> {
+    lines
+        .iter()
+        .filter(|l| l.contains("sync_file_range("))
+        .map(|l| {
+            // "1234  sync_file_range(3, 1048576, 1048576, SYNC_FILE_RANGE_WRITE) = 0"
+            let args = l.split_once('(').unwrap().1;
+            let fields: Vec<&str> = args.split(", ").collect();
+            let flag = if fields[3].starts_with("SYNC_FILE_RANGE_WRITE") {
+                "WRITE"
+            } else if fields[3].starts_with("SYNC_FILE_RANGE_WAIT_BEFORE") {
+                "WAIT_BEFORE"
+            } else {
+                panic!("unexpected flags: {l}")
+            };
+            assert!(l.trim_end().ends_with("= 0"), "{l}");
+            (fields[1].parse().unwrap(), flag)
+        })
+        .collect()
+}
+
+#[test]
+fn srf_pipelined_syscalls_follow_the_window() {
+    let dir = tmp();
+    let lines = strace(
+        dir.path(),
+        "sync_file_range,fdatasync,fsync,pwrite64",
+        &[
+            "--size",
+            "10M",
+            "--chunk",
+            "1M",
+            "--strategy",
+            "srf-pipelined",
+            "--window",
+            "4",
+        ],
+    );
+    const M: u64 = 1 << 20;
+    let mut want = Vec::new();
+    for i in 0..10u64 {
+        want.push((i * M, "WRITE"));
+        if i >= 4 {
+            want.push(((i - 4) * M, "WAIT_BEFORE"));
+        }
+    }
+    assert_eq!(srf_calls(&lines), want);
+    let pwrites = lines.iter().filter(|l| l.contains("pwrite64(")).count();
+    assert_eq!(pwrites, 10);
+    let syncs: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("fdatasync(") || l.contains("fsync("))
+        .collect();
+    assert_eq!(syncs.len(), 1, "{syncs:?}");
+    assert!(syncs[0].contains("fdatasync("));
+    // The fdatasync comes after the last sync_file_range.
+    let last_srf = lines
+        .iter()
+        .rposition(|l| l.contains("sync_file_range("))
+        .unwrap();
+    let fdatasync = lines.iter().position(|l| l.contains("fdatasync(")).unwrap();
+    assert!(fdatasync > last_srf);
+}
+
+#[test]
+fn other_strategies_make_the_calls_they_promise() {
+    let dir = tmp();
+    let count = |lines: &[String], call: &str| {
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!(" {call}(")))
+            .count()
+    };
+    let base = ["--size", "4M", "--chunk", "1M", "--strategy"];
+    let run = |sub: &str, strategy: &str, extra: &[&str]| {
+        let d = dir.path().join(sub);
+        std::fs::create_dir(&d).unwrap();
+        let mut args: Vec<&str> = base.to_vec();
+        args.push(strategy);
+        args.extend_from_slice(extra);
+        strace(
+            &d,
+            "pwrite64,fsync,fdatasync,sync_file_range,io_uring_setup,openat",
+            &args,
+        )
+    };
+    let l = run("a", "buffered", &[]);
+    assert_eq!(
+        (
+            count(&l, "pwrite64"),
+            count(&l, "fsync"),
+            count(&l, "fdatasync")
+        ),
+        (4, 0, 0)
+    );
+    let l = run("b", "fsync-end", &[]);
+    assert_eq!(
+        (
+            count(&l, "pwrite64"),
+            count(&l, "fsync"),
+            count(&l, "fdatasync")
+        ),
+        (4, 1, 0)
+    );
+    let l = run("c", "fsync-end", &["--datasync"]);
+    assert_eq!((count(&l, "fsync"), count(&l, "fdatasync")), (0, 1));
+    let l = run("d", "fdatasync-chunk", &[]);
+    assert_eq!((count(&l, "pwrite64"), count(&l, "fdatasync")), (4, 4));
+    let l = run("e", "direct", &[]);
+    assert_eq!((count(&l, "pwrite64"), count(&l, "fdatasync")), (4, 1));
+    assert!(
+        l.iter()
+            .any(|x| x.contains("openat(") && x.contains("O_DIRECT") && x.contains("O_EXCL")),
+        "{l:?}"
+    );
+    let l = run("f", "uring", &[]);
+    assert_eq!((count(&l, "pwrite64"), count(&l, "io_uring_setup")), (0, 1));
+    assert!(
+        l.iter()
+            .any(|x| x.contains("openat(") && x.contains("O_CREAT|O_EXCL"))
+    );
+}
