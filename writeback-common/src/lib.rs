@@ -59,6 +59,67 @@ impl Default for TracepointLayout {
     }
 }
 
+/// Where one kernel struct member lives, resolved from the kernel's BTF
+/// by userspace, for the programs that read structs through pointers
+/// (tp_btf, fentry, kprobe).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemberSpec {
+    pub offset: u16,
+    /// Bytes to read at `offset`: 1, 2, 4 or 8; 0 when unresolved.
+    pub size: u8,
+    /// For bitfields: the bits' position and width inside the unit read.
+    pub bit_offset: u8,
+    /// 0 for a whole member.
+    pub bit_size: u8,
+    /// 1 to sign-extend a whole member.
+    pub signed: u8,
+    pub _pad: [u8; 2],
+}
+
+/// Member table of the BTF-typed programs, indexed by [`members`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelMembers {
+    pub members: [MemberSpec; 16],
+}
+
+/// The kernel struct members the BTF-typed writepages programs read, with
+/// `(struct, member, signed)` in [`members::PATHS`] order.
+pub mod members {
+    pub const INODE_I_INO: usize = 0;
+    pub const INODE_I_SB: usize = 1;
+    pub const SB_S_DEV: usize = 2;
+    pub const INODE_I_MAPPING: usize = 3;
+    pub const MAPPING_WRITEBACK_INDEX: usize = 4;
+    pub const WBC_NR_TO_WRITE: usize = 5;
+    pub const WBC_PAGES_SKIPPED: usize = 6;
+    pub const WBC_RANGE_START: usize = 7;
+    pub const WBC_RANGE_END: usize = 8;
+    pub const WBC_SYNC_MODE: usize = 9;
+    pub const WBC_FOR_KUPDATE: usize = 10;
+    pub const WBC_FOR_BACKGROUND: usize = 11;
+    pub const WBC_RANGE_CYCLIC: usize = 12;
+    /// Sources: include/linux/fs.h (inode, super_block, address_space) and
+    /// include/linux/writeback.h (writeback_control; the flags are 1-bit
+    /// bitfields).
+    pub const PATHS: [(&str, &str, bool); 13] = [
+        ("inode", "i_ino", false),
+        ("inode", "i_sb", false),
+        ("super_block", "s_dev", false),
+        ("inode", "i_mapping", false),
+        ("address_space", "writeback_index", false),
+        ("writeback_control", "nr_to_write", true),
+        ("writeback_control", "pages_skipped", true),
+        ("writeback_control", "range_start", true),
+        ("writeback_control", "range_end", true),
+        ("writeback_control", "sync_mode", false),
+        ("writeback_control", "for_kupdate", false),
+        ("writeback_control", "for_background", false),
+        ("writeback_control", "range_cyclic", false),
+    ];
+}
+
 /// Filters applied in the kernel; 0 means "no filter" for each.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -318,6 +379,8 @@ mod pod {
     // SAFETY: all of these are #[repr(C)] structs of plain integers with
     // explicit padding fields, so every bit pattern is valid.
     unsafe impl aya::Pod for super::FieldSpec {}
+    unsafe impl aya::Pod for super::MemberSpec {}
+    unsafe impl aya::Pod for super::KernelMembers {}
     unsafe impl aya::Pod for super::TracepointLayout {}
     unsafe impl aya::Pod for super::Filter {}
     unsafe impl aya::Pod for super::WritepagesCall {}

@@ -1,20 +1,24 @@
 //! The writepages-call concept: start and end of one call, joined by
-//! (inode, thread, device), with a cause and a filter.
+//! (inode, thread, device), with a cause and a filter. Two front ends
+//! feed the same join: classic tracepoints (fields through tracefs
+//! layouts) and BTF tracepoints (struct members through BTF offsets).
 use aya_ebpf::{
+    EbpfContext,
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
 };
 use aya_log_ebpf::warn;
 use writeback_common::{
-    Filter, InflightCall, InflightKey, TracepointLayout, WritepagesCall, call_flags, cause,
+    Filter, InflightCall, InflightKey, KernelMembers, TracepointLayout, WritepagesCall, call_flags,
+    cause,
     fields::{writepages as wp, writepages_result as wpr},
-    record_kind, stat,
+    members as m, record_kind, stat,
 };
 
 use crate::{
     CONFIG, CURRENT, EVENTS, FILTER, INFLIGHT, OFFCPU_SINCE, WORK, bump,
-    read::{current_tid, field, now_ns},
+    read::{current_tid, field, member, now_ns},
 };
 
 /// Layout of `ext4:ext4_writepages` (or `ext4_da_writepages`).
@@ -24,6 +28,44 @@ static WRITEPAGES_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 /// Layout of `ext4:ext4_writepages_result` (or `ext4_da_writepages_result`).
 #[unsafe(no_mangle)]
 static WRITEPAGES_RESULT_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+
+/// Struct members read by the BTF-typed programs, from the kernel's BTF.
+#[unsafe(no_mangle)]
+static KERNEL_MEMBERS: KernelMembers = KernelMembers {
+    members: [writeback_common::MemberSpec {
+        offset: 0,
+        size: 0,
+        bit_offset: 0,
+        bit_size: 0,
+        signed: 0,
+        _pad: [0; 2],
+    }; 16],
+};
+
+/// Start-side values, whichever hook read them.
+struct Start {
+    key: InflightKey,
+    nr_to_write: i64,
+    pages_skipped: i64,
+    range_start: i64,
+    range_end: i64,
+    writeback_index: u64,
+    sync_mode: i64,
+    for_kupdate: bool,
+    range_cyclic: bool,
+    /// `Some` when the hook can read `wbc->for_background` itself.
+    for_background: Option<bool>,
+}
+
+/// End-side values.
+struct End {
+    key: InflightKey,
+    pages_written: i64,
+    pages_skipped: i64,
+    writeback_index: u64,
+    ret: i32,
+    sync_mode: u32,
+}
 
 /// True when the in-kernel filters drop this call.
 #[inline(always)]
@@ -36,34 +78,20 @@ fn filtered_out(dev: u32, ino: u64, tgid: u32, cgroup_id: u64) -> bool {
         || (f.cgroup_id != 0 && f.cgroup_id != cgroup_id)
 }
 
-#[tracepoint]
-pub fn writepages_start(ctx: TracePointContext) -> u32 {
-    match try_writepages_start(&ctx) {
-        Ok(r) | Err(r) => r,
-    }
-}
-
-fn try_writepages_start(ctx: &TracePointContext) -> Result<u32, u32> {
-    let layout = &WRITEPAGES_LAYOUT;
+#[inline(always)]
+fn begin<C: EbpfContext>(ctx: &C, s: Start) -> Result<u32, u32> {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let key = InflightKey {
-        ino: field(ctx, layout, wp::INO) as u64,
-        tid: pid_tgid as u32,
-        dev: field(ctx, layout, wp::DEV) as u32,
-    };
     // SAFETY: plain helper call.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
+    if filtered_out(s.key.dev, s.key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
         bump(stat::FILTERED);
         return Ok(0);
     }
-    let sync_mode = field(ctx, layout, wp::SYNC_MODE);
-    let for_kupdate = field(ctx, layout, wp::FOR_KUPDATE) != 0;
     let mut flags = call_flags::START_SEEN;
-    if for_kupdate {
+    if s.for_kupdate {
         flags |= call_flags::FOR_KUPDATE;
     }
-    if field(ctx, layout, wp::RANGE_CYCLIC) != 0 {
+    if s.range_cyclic {
         flags |= call_flags::RANGE_CYCLIC;
     }
     if CONFIG.get(0).copied().unwrap_or(0) != 0 {
@@ -74,59 +102,49 @@ fn try_writepages_start(ctx: &TracePointContext) -> Result<u32, u32> {
     // (writeback_start..writeback_written) says background or why; outside
     // flusher work a WB_SYNC_NONE call was made directly by its caller.
     // SAFETY: the value is copied out at once.
-    let work = unsafe { WORK.get(&key.tid) }.copied();
-    let mut work_reason = 0;
+    let work = unsafe { WORK.get(&s.key.tid) }.copied();
+    let background = match (s.for_background, work) {
+        (Some(b), _) => b,
+        (None, Some(w)) => w.for_background != 0,
+        (None, None) => false,
+    };
+    if background {
+        flags |= call_flags::FOR_BACKGROUND;
+    }
     let call_cause = match work {
-        _ if sync_mode == 1 => cause::SYNC,
-        _ if for_kupdate => cause::PERIODIC,
-        Some(w) if w.for_background != 0 => cause::BACKGROUND,
+        _ if s.sync_mode == 1 => cause::SYNC,
+        _ if s.for_kupdate => cause::PERIODIC,
+        _ if background => cause::BACKGROUND,
         Some(_) => cause::FLUSHER_OTHER,
         None => cause::DIRECT,
     };
-    if let Some(w) = work {
-        work_reason = w.reason;
-        if w.for_background != 0 {
-            flags |= call_flags::FOR_BACKGROUND;
-        }
-    }
     let call = InflightCall {
         start_ns: now_ns(),
-        nr_to_write: field(ctx, layout, wp::NR_TO_WRITE),
-        pages_skipped: field(ctx, layout, wp::PAGES_SKIPPED),
-        range_start: field(ctx, layout, wp::RANGE_START),
-        range_end: field(ctx, layout, wp::RANGE_END),
-        writeback_index: field(ctx, layout, wp::WRITEBACK_INDEX) as u64,
+        nr_to_write: s.nr_to_write,
+        pages_skipped: s.pages_skipped,
+        range_start: s.range_start,
+        range_end: s.range_end,
+        writeback_index: s.writeback_index,
         flags,
         cause: call_cause,
-        work_reason,
+        work_reason: work.map(|w| w.reason).unwrap_or(0),
         ..InflightCall::default()
     };
-    if let Err(err) = INFLIGHT.insert(&key, &call, 0) {
+    if let Err(err) = INFLIGHT.insert(&s.key, &call, 0) {
         // Rare (LRU maps evict instead of failing): worth a log line.
         bump(stat::INFLIGHT_FULL);
         warn!(ctx, "in-flight map update failed: {}", err);
         return Err(0);
     }
-    let _ = CURRENT.insert(&key.tid, &key, 0);
+    let _ = CURRENT.insert(&s.key.tid, &s.key, 0);
     Ok(0)
 }
 
-#[tracepoint]
-pub fn writepages_end(ctx: TracePointContext) -> u32 {
-    match try_writepages_end(&ctx) {
-        Ok(r) | Err(r) => r,
-    }
-}
-
-fn try_writepages_end(ctx: &TracePointContext) -> Result<u32, u32> {
-    let layout = &WRITEPAGES_RESULT_LAYOUT;
+#[inline(always)]
+fn finish(e: End) -> Result<u32, u32> {
     let now = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
-    let key = InflightKey {
-        ino: field(ctx, layout, wpr::INO) as u64,
-        tid: pid_tgid as u32,
-        dev: field(ctx, layout, wpr::DEV) as u32,
-    };
+    let key = e.key;
     // SAFETY: plain helper call.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     // SAFETY: the value is copied out before the entry is removed.
@@ -160,13 +178,13 @@ fn try_writepages_end(ctx: &TracePointContext) -> Result<u32, u32> {
         offcpu_ns: start.offcpu_ns,
         cgroup_id,
         nr_to_write: start.nr_to_write,
-        pages_written: field(ctx, layout, wpr::PAGES_WRITTEN),
+        pages_written: e.pages_written,
         pages_skipped_start: start.pages_skipped,
-        pages_skipped_end: field(ctx, layout, wpr::PAGES_SKIPPED),
+        pages_skipped_end: e.pages_skipped,
         range_start: start.range_start,
         range_end: start.range_end,
         writeback_index_before: start.writeback_index,
-        writeback_index_after: field(ctx, layout, wpr::WRITEBACK_INDEX) as u64,
+        writeback_index_after: e.writeback_index,
         scan_first_pos: start.scan_first_pos,
         scan_last_pos: start.scan_last_pos,
         scan_bytes: start.scan_bytes,
@@ -174,8 +192,8 @@ fn try_writepages_end(ctx: &TracePointContext) -> Result<u32, u32> {
         bio_bytes: start.bio_bytes,
         tgid: (pid_tgid >> 32) as u32,
         tid: key.tid,
-        ret: field(ctx, layout, wpr::RET) as i32,
-        sync_mode: field(ctx, layout, wpr::SYNC_MODE) as u32,
+        ret: e.ret,
+        sync_mode: e.sync_mode,
         flags: start.flags,
         cause: start.cause,
         work_reason: start.work_reason,
@@ -188,6 +206,120 @@ fn try_writepages_end(ctx: &TracePointContext) -> Result<u32, u32> {
     });
     entry.submit(0);
     Ok(0)
+}
+
+/// `ext4:ext4_writepages`, classic tracepoint.
+#[tracepoint]
+pub fn writepages_start(ctx: TracePointContext) -> u32 {
+    let l = &WRITEPAGES_LAYOUT;
+    let start = Start {
+        key: InflightKey {
+            ino: field(&ctx, l, wp::INO) as u64,
+            tid: current_tid(),
+            dev: field(&ctx, l, wp::DEV) as u32,
+        },
+        nr_to_write: field(&ctx, l, wp::NR_TO_WRITE),
+        pages_skipped: field(&ctx, l, wp::PAGES_SKIPPED),
+        range_start: field(&ctx, l, wp::RANGE_START),
+        range_end: field(&ctx, l, wp::RANGE_END),
+        writeback_index: field(&ctx, l, wp::WRITEBACK_INDEX) as u64,
+        sync_mode: field(&ctx, l, wp::SYNC_MODE),
+        for_kupdate: field(&ctx, l, wp::FOR_KUPDATE) != 0,
+        range_cyclic: field(&ctx, l, wp::RANGE_CYCLIC) != 0,
+        // Not in the tracepoint: taken from the flusher work.
+        for_background: None,
+    };
+    match begin(&ctx, start) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// `ext4:ext4_writepages_result`, classic tracepoint.
+#[tracepoint]
+pub fn writepages_end(ctx: TracePointContext) -> u32 {
+    let l = &WRITEPAGES_RESULT_LAYOUT;
+    let end = End {
+        key: InflightKey {
+            ino: field(&ctx, l, wpr::INO) as u64,
+            tid: current_tid(),
+            dev: field(&ctx, l, wpr::DEV) as u32,
+        },
+        pages_written: field(&ctx, l, wpr::PAGES_WRITTEN),
+        pages_skipped: field(&ctx, l, wpr::PAGES_SKIPPED),
+        writeback_index: field(&ctx, l, wpr::WRITEBACK_INDEX) as u64,
+        ret: field(&ctx, l, wpr::RET) as i32,
+        sync_mode: field(&ctx, l, wpr::SYNC_MODE) as u32,
+    };
+    match finish(end) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// (inode, device) of an inode pointer: `inode->i_ino`,
+/// `inode->i_sb->s_dev`.
+#[inline(always)]
+fn inode_key(inode: *const u8) -> InflightKey {
+    let k = &KERNEL_MEMBERS;
+    let sb = member(inode, k, m::INODE_I_SB) as u64 as *const u8;
+    InflightKey {
+        ino: member(inode, k, m::INODE_I_INO) as u64,
+        tid: current_tid(),
+        dev: member(sb, k, m::SB_S_DEV) as u32,
+    }
+}
+
+/// `inode->i_mapping->writeback_index`.
+#[inline(always)]
+fn writeback_index(inode: *const u8) -> u64 {
+    let k = &KERNEL_MEMBERS;
+    let mapping = member(inode, k, m::INODE_I_MAPPING) as u64 as *const u8;
+    member(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64
+}
+
+/// `tp_btf/ext4_writepages`: TP_PROTO(struct inode *inode, struct
+/// writeback_control *wbc) in include/trace/events/ext4.h.
+#[btf_tracepoint(function = "ext4_writepages")]
+pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
+    let inode: *const u8 = ctx.arg(0);
+    let wbc: *const u8 = ctx.arg(1);
+    let k = &KERNEL_MEMBERS;
+    let start = Start {
+        key: inode_key(inode),
+        nr_to_write: member(wbc, k, m::WBC_NR_TO_WRITE),
+        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
+        range_start: member(wbc, k, m::WBC_RANGE_START),
+        range_end: member(wbc, k, m::WBC_RANGE_END),
+        writeback_index: writeback_index(inode),
+        sync_mode: member(wbc, k, m::WBC_SYNC_MODE),
+        for_kupdate: member(wbc, k, m::WBC_FOR_KUPDATE) != 0,
+        range_cyclic: member(wbc, k, m::WBC_RANGE_CYCLIC) != 0,
+        for_background: Some(member(wbc, k, m::WBC_FOR_BACKGROUND) != 0),
+    };
+    match begin(&ctx, start) {
+        Ok(r) | Err(r) => r as i32,
+    }
+}
+
+/// `tp_btf/ext4_writepages_result`: TP_PROTO(struct inode *inode, struct
+/// writeback_control *wbc, int ret, int pages_written).
+#[btf_tracepoint(function = "ext4_writepages_result")]
+pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
+    let inode: *const u8 = ctx.arg(0);
+    let wbc: *const u8 = ctx.arg(1);
+    let ret: i32 = ctx.arg(2);
+    let pages_written: i32 = ctx.arg(3);
+    let k = &KERNEL_MEMBERS;
+    let end = End {
+        key: inode_key(inode),
+        pages_written: pages_written as i64,
+        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
+        writeback_index: writeback_index(inode),
+        ret,
+        sync_mode: member(wbc, k, m::WBC_SYNC_MODE) as u32,
+    };
+    match finish(end) {
+        Ok(r) | Err(r) => r as i32,
+    }
 }
 
 /// The in-flight call of the current thread, if any (for hooks inside a

@@ -29,6 +29,11 @@ pub struct Cli {
     #[arg(long, value_name = "FILE", global = true)]
     pub log: Option<PathBuf>,
 
+    /// Never use these hook kinds (comma-separated: fentry, kprobe, tp_btf,
+    /// tracepoint), e.g. to compare the figures of two paths.
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', global = true)]
+    pub disable: Vec<crate::plan::HookKind>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

@@ -29,9 +29,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     init_logging(&cli)?;
     match &cli.command {
         Some(Command::Write(args)) => commands::write::run(args),
-        Some(Command::Trace(args)) => runtime()?.block_on(commands::trace::run(args)),
-        Some(Command::Probes(args)) => commands::probes::run(args),
-        None => runtime()?.block_on(commands::dashboard::run()),
+        Some(Command::Trace(args)) => runtime()?.block_on(commands::trace::run(args, &cli.disable)),
+        Some(Command::Probes(args)) => commands::probes::run(args, &cli.disable),
+        None => runtime()?.block_on(commands::dashboard::run(&cli.disable)),
     }
 }
 

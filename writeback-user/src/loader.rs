@@ -16,11 +16,16 @@ use aya::{
     programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
 };
 use log::{info, warn};
-use writeback_common::{BlockHistKey, Filter, TracepointLayout, stat};
+use writeback_common::{
+    BlockHistKey, Filter, KernelMembers, MemberSpec, TracepointLayout, members, stat,
+};
 
 use crate::{
     ebpf_object::EBPF_OBJECT,
-    plan::{Candidate, Concept, ConceptPlan, HookKind, ProbePlan, TracepointAttach, candidates},
+    plan::{
+        BtfAttach, Candidate, Concept, ConceptPlan, HookKind, ProbePlan, TracepointAttach,
+        candidates,
+    },
     privileges, tracefs,
 };
 
@@ -41,6 +46,8 @@ pub struct KernelStats {
 #[derive(Clone, Debug, Default)]
 pub struct TracerOptions {
     pub filter: Filter,
+    /// Hook kinds never to use (`--disable`).
+    pub disabled: Vec<HookKind>,
 }
 
 /// Run time of one attached program (BPF_ENABLE_STATS).
@@ -64,13 +71,38 @@ pub struct Tracer {
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
 }
 
-/// Chosen tracepoints of one concept with their layouts.
-struct Chosen {
+/// The tracepoint candidate of one concept whose layouts were loaded.
+struct Prepared {
     concept: Concept,
-    candidate: Candidate,
+    label: String,
     attaches: &'static [TracepointAttach],
     layouts: Vec<Option<TracepointLayout>>,
     fields: Vec<String>,
+}
+
+/// Offsets of the struct members the BTF-typed programs read, from the
+/// running kernel's BTF. Errors are the rejection reason.
+fn resolve_members() -> Result<KernelMembers, String> {
+    let btf = crate::btf::Btf::from_kernel(None).map_err(|e| format!("kernel BTF: {e}"))?;
+    let mut table = KernelMembers::default();
+    for (slot, (strukt, name, signed)) in members::PATHS.iter().enumerate() {
+        let m = btf.member(strukt, name).map_err(|e| e.to_string())?;
+        let offset = u16::try_from(m.byte_offset)
+            .map_err(|_| format!("{strukt}.{name} at offset {} is too far", m.byte_offset))?;
+        let size = u8::try_from(m.size)
+            .ok()
+            .filter(|s| matches!(s, 1 | 2 | 4 | 8))
+            .ok_or_else(|| format!("{strukt}.{name} is {} bytes, not an integer", m.size))?;
+        table.members[slot] = MemberSpec {
+            offset,
+            size,
+            bit_offset: m.bit_offset,
+            bit_size: m.bit_size,
+            signed: u8::from(*signed && m.bit_size == 0),
+            _pad: [0; 2],
+        };
+    }
+    Ok(table)
 }
 
 impl Tracer {
@@ -88,34 +120,49 @@ impl Tracer {
         privileges::check()?;
         let tracefs_root = tracefs::ensure_mounted()?;
 
-        let mut concept_plans: Vec<ConceptPlan> =
-            Concept::ALL.iter().map(|&c| ConceptPlan::new(c)).collect();
-        // 1. The first classic tracepoint candidate per concept whose events
-        //    and required fields exist. Layouts must be known before load.
-        let mut chosen: Vec<Chosen> = Vec::new();
-        for plan in &mut concept_plans {
-            for candidate in candidates_of(plan.concept) {
-                let Candidate::Tracepoints(attaches) = candidate else {
+        // Phase 1, before load (globals are fixed at load): tracepoint
+        // layouts from tracefs, struct members from BTF. Per concept, the
+        // first classic tracepoint candidate that can work is prepared;
+        // every candidate refused here keeps its reason.
+        let mut members: Option<Result<KernelMembers, String>> = None;
+        let mut refused: HashMap<(Concept, String), String> = HashMap::new();
+        let mut prepared: Vec<Prepared> = Vec::new();
+        for &concept in &Concept::ALL {
+            let mut have_tracepoint = false;
+            for candidate in candidates_of(concept) {
+                if options.disabled.contains(&candidate.kind()) {
                     continue;
-                };
-                match read_layouts(&tracefs_root, attaches) {
-                    Ok((layouts, fields)) => {
-                        chosen.push(Chosen {
-                            concept: plan.concept,
-                            candidate: candidate.clone(),
-                            attaches,
-                            layouts,
-                            fields,
-                        });
-                        break;
+                }
+                match &candidate {
+                    Candidate::Tracepoints(attaches) if !have_tracepoint => {
+                        match read_layouts(&tracefs_root, attaches) {
+                            Ok((layouts, fields)) => {
+                                have_tracepoint = true;
+                                prepared.push(Prepared {
+                                    concept,
+                                    label: candidate.label(),
+                                    attaches,
+                                    layouts,
+                                    fields,
+                                });
+                            }
+                            Err(reason) => {
+                                refused.insert((concept, candidate.label()), reason);
+                            }
+                        }
                     }
-                    Err(reason) => plan.reject(&candidate, reason),
+                    Candidate::BtfPrograms { .. } => {
+                        if let Err(reason) = members.get_or_insert_with(resolve_members) {
+                            refused.insert((concept, candidate.label()), reason.clone());
+                        }
+                    }
+                    _ => {}
                 }
             }
         }
 
         let mut loader = EbpfLoader::new();
-        let layout_values: Vec<(&'static str, TracepointLayout)> = chosen
+        let layout_values: Vec<(&'static str, TracepointLayout)> = prepared
             .iter()
             .flat_map(|c| {
                 c.attaches
@@ -127,6 +174,8 @@ impl Tracer {
         for (global, layout) in &layout_values {
             loader.override_global(global, layout, true);
         }
+        let kernel_members = members.and_then(Result::ok).unwrap_or_default();
+        loader.override_global("KERNEL_MEMBERS", &kernel_members, true);
         loader.override_global("FILTER", &options.filter, true);
         let mut ebpf = loader
             .load(EBPF_OBJECT)
@@ -139,41 +188,67 @@ impl Tracer {
             }
         };
 
-        // 2. Function hooks ranked above the chosen tracepoint: try them so
-        //    the plan says what this kernel allows.
+        // Phase 2: per concept, candidates in order of preference until one
+        // attaches. Function hooks without a program of ours are tried with
+        // an empty program so the plan says what this kernel allows.
         let mut trials = Trials::new();
-        for plan in &mut concept_plans {
-            let chosen_label = chosen
-                .iter()
-                .find(|c| c.concept == plan.concept)
-                .map(|c| c.candidate.label());
-            for candidate in candidates_of(plan.concept) {
-                if Some(candidate.label()) == chosen_label {
-                    break;
-                }
-                if let Candidate::Function { kind, target } = candidate {
-                    let reason = trials.try_hook(&mut ebpf, kind, target);
-                    plan.reject(&candidate, reason);
-                }
-            }
-        }
-
-        // 3. Attach the chosen tracepoints.
         let mut attached_programs = Vec::new();
-        for c in &chosen {
-            let plan = concept_plans
-                .iter_mut()
-                .find(|p| p.concept == c.concept)
-                .context("plan for a chosen concept")?;
-            match attach_all(&mut ebpf, c.attaches) {
-                Ok(()) => {
-                    plan.hook = Some(c.candidate.label());
-                    plan.kind = Some(HookKind::Tracepoint);
-                    plan.fields = c.fields.clone();
-                    attached_programs.extend(c.attaches.iter().map(|a| a.program));
+        let mut concept_plans = Vec::new();
+        for &concept in &Concept::ALL {
+            let mut plan = ConceptPlan::new(concept);
+            for candidate in candidates_of(concept) {
+                let label = candidate.label();
+                if options.disabled.contains(&candidate.kind()) {
+                    plan.reject(
+                        &candidate,
+                        format!("disabled with --disable {}", candidate.kind()),
+                    );
+                    continue;
                 }
-                Err(e) => plan.reject(&c.candidate, format!("{e:#}")),
+                if let Some(reason) = refused.remove(&(concept, label.clone())) {
+                    plan.reject(&candidate, reason);
+                    continue;
+                }
+                let outcome = match &candidate {
+                    Candidate::Function { kind, target } => {
+                        Err(trials.try_hook(&mut ebpf, *kind, target))
+                    }
+                    Candidate::BtfPrograms {
+                        kind,
+                        attaches,
+                        fields,
+                    } => trials.attach_btf(&mut ebpf, *kind, attaches).map(|()| {
+                        attached_programs.extend(attaches.iter().map(|a| a.program));
+                        fields.iter().map(|f| f.to_string()).collect()
+                    }),
+                    Candidate::Tracepoints(attaches) => {
+                        match prepared
+                            .iter()
+                            .find(|p| p.concept == concept && p.label == label)
+                        {
+                            Some(p) => attach_all(&mut ebpf, attaches)
+                                .map(|()| {
+                                    attached_programs.extend(attaches.iter().map(|a| a.program));
+                                    p.fields.clone()
+                                })
+                                .map_err(|e| format!("{e:#}")),
+                            None => Err("not tried: an earlier tracepoint candidate's layout \
+                                 was loaded and failed to attach"
+                                .to_string()),
+                        }
+                    }
+                };
+                match outcome {
+                    Ok(fields) => {
+                        plan.hook = Some(label);
+                        plan.kind = Some(candidate.kind());
+                        plan.fields = fields;
+                        break;
+                    }
+                    Err(reason) => plan.reject(&candidate, reason),
+                }
             }
+            concept_plans.push(plan);
         }
         let plan = ProbePlan {
             kernel: crate::plan::kernel_release(),
@@ -391,6 +466,43 @@ impl Trials {
             ),
             Err(reason) => reason,
         }
+    }
+
+    /// Loads and attaches wbscope's own BTF-typed programs; on any failure
+    /// the ones already attached are unloaded again.
+    fn attach_btf(
+        &mut self,
+        ebpf: &mut Ebpf,
+        kind: HookKind,
+        attaches: &[BtfAttach],
+    ) -> Result<(), String> {
+        let btf = self.btf()?.clone();
+        let mut done: Vec<&str> = Vec::new();
+        let mut result = Ok(());
+        for a in attaches {
+            let step = match kind {
+                HookKind::TpBtf => program_as::<BtfTracePoint>(ebpf, a.program).and_then(|p| {
+                    p.load(a.target, &btf).map_err(|e| describe(&e, a.target))?;
+                    p.attach().map(|_| ()).map_err(|e| describe(&e, a.target))
+                }),
+                other => Err(format!("no {other} loader for {}", a.program)),
+            };
+            match step {
+                Ok(()) => done.push(a.program),
+                Err(e) => {
+                    result = Err(format!("{} ({}): {e}", a.target, a.program));
+                    break;
+                }
+            }
+        }
+        if result.is_err() {
+            for name in done {
+                if let Ok(p) = program_as::<BtfTracePoint>(ebpf, name) {
+                    let _ = p.unload();
+                }
+            }
+        }
+        result
     }
 
     fn trial(&mut self, ebpf: &mut Ebpf, kind: HookKind, target: &str) -> Result<(), String> {

@@ -12,11 +12,12 @@ use std::fmt;
 use serde::Serialize;
 use writeback_common::fields;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum HookKind {
     Fentry,
     Kprobe,
+    #[value(name = "tp_btf")]
     TpBtf,
     Tracepoint,
 }
@@ -92,9 +93,24 @@ pub struct TracepointAttach {
     pub required: &'static [&'static str],
 }
 
+/// One BTF-typed program (tp_btf, fentry, kprobe) and what it attaches to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BtfAttach {
+    pub program: &'static str,
+    /// The BTF tracepoint or kernel function.
+    pub target: &'static str,
+}
+
 /// A way to hook a concept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Candidate {
+    /// BTF-typed programs of wbscope's own, reading struct members at
+    /// offsets resolved from the kernel's BTF.
+    BtfPrograms {
+        kind: HookKind,
+        attaches: &'static [BtfAttach],
+        fields: &'static [&'static str],
+    },
     /// Function hooks (fentry/fexit, kprobe/kretprobe) and BTF tracepoints
     /// are tried on `target` with an empty program to learn whether this
     /// kernel allows them.
@@ -109,7 +125,7 @@ pub enum Candidate {
 impl Candidate {
     pub fn kind(&self) -> HookKind {
         match self {
-            Candidate::Function { kind, .. } => *kind,
+            Candidate::Function { kind, .. } | Candidate::BtfPrograms { kind, .. } => *kind,
             Candidate::Tracepoints(_) => HookKind::Tracepoint,
         }
     }
@@ -119,6 +135,14 @@ impl Candidate {
     pub fn label(&self) -> String {
         match self {
             Candidate::Function { kind, target } => format!("{kind} {target}"),
+            Candidate::BtfPrograms { kind, attaches, .. } => format!(
+                "{kind} {}",
+                attaches
+                    .iter()
+                    .map(|a| a.target)
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            ),
             Candidate::Tracepoints(tps) => format!(
                 "tracepoint {}",
                 tps.iter()
@@ -309,6 +333,38 @@ const SCHED_SWITCH_TP: &[TracepointAttach] = &[tp(
     &fields::sched_switch::NAMES,
 )];
 
+/// `ext4_writepages` / `ext4_writepages_result` as BTF tracepoints: the
+/// raw arguments (inode, wbc, ret, pages_written), so `for_background`
+/// comes from the wbc itself.
+pub const TP_BTF_WRITEPAGES: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[
+        BtfAttach {
+            program: "tp_btf_writepages_start",
+            target: "ext4_writepages",
+        },
+        BtfAttach {
+            program: "tp_btf_writepages_end",
+            target: "ext4_writepages_result",
+        },
+    ],
+    fields: &[
+        "dev",
+        "ino",
+        "nr_to_write",
+        "pages_skipped",
+        "range_start",
+        "range_end",
+        "writeback_index",
+        "sync_mode",
+        "for_kupdate",
+        "for_background",
+        "range_cyclic",
+        "ret",
+        "pages_written",
+    ],
+};
+
 const fn func(kind: HookKind, target: &'static str) -> Candidate {
     Candidate::Function { kind, target }
 }
@@ -322,7 +378,7 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             func(Fentry, "ext4_da_writepages"),
             func(Kprobe, "ext4_writepages"),
             func(Kprobe, "ext4_da_writepages"),
-            func(TpBtf, "ext4_writepages"),
+            TP_BTF_WRITEPAGES,
             Candidate::Tracepoints(WRITEPAGES_TP),
             Candidate::Tracepoints(DA_WRITEPAGES_TP),
         ],

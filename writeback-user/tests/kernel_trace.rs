@@ -146,3 +146,47 @@ fn unprivileged_run_names_the_missing_capabilities() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// The BTF tracepoint path (struct members from BTF) and the classic
+/// tracepoint path (fields from tracefs) see the same call the same way.
+#[test]
+fn tp_btf_and_classic_tracepoint_paths_agree() {
+    let fs = LoopFs::new("ext4", 256);
+    let btf = Tracing::start(&["--json", "--events"]);
+    let classic = Tracing::start(&["--json", "--events", "--disable", "tp_btf"]);
+    let path = fs.path("data");
+    let ino = write_and_fsync(&path, 16);
+    let dev = dev_of(&path);
+    let (btf, classic) = (btf.stop(libc::SIGINT), classic.stop(libc::SIGINT));
+
+    let hook = |lines: &[serde_json::Value]| -> String {
+        lines.last().unwrap()["probes"][0]["hook"].as_str().unwrap().to_string()
+    };
+    assert!(hook(&btf).starts_with("tp_btf "), "{}", hook(&btf));
+    assert!(hook(&classic).starts_with("tracepoint "), "{}", hook(&classic));
+
+    let sync_call = |lines: &[serde_json::Value]| -> serde_json::Value {
+        let mine = calls_for(lines, &dev, ino);
+        let pages: i64 = mine.iter().map(|c| c["pages_written"].as_i64().unwrap()).sum();
+        assert_eq!(pages, 4096, "{mine:#?}");
+        (*mine.iter().find(|c| c["sync_mode"] == "all").expect("the fsync call")).clone()
+    };
+    let (a, b) = (sync_call(&btf), sync_call(&classic));
+    for key in [
+        "pid",
+        "nr_to_write",
+        "pages_written",
+        "range_start",
+        "range_end",
+        "writeback_index_before",
+        "writeback_index_after",
+        "for_kupdate",
+        "range_cyclic",
+        "cause",
+        "ret",
+        "extents",
+        "extent_blocks",
+    ] {
+        assert_eq!(a[key], b[key], "{key}: tp_btf {a} vs tracepoint {b}");
+    }
+}

@@ -17,17 +17,21 @@ use crate::{
     collector::{Event, RingCollector},
     loader::{KernelStats, Tracer, TracerOptions},
     model::Model,
-    plan::{ProbePlan, kernel_release},
+    plan::{HookKind, ProbePlan, kernel_release},
     tui,
 };
 
 const FRAME: Duration = Duration::from_millis(100);
 const INTERVAL: Duration = Duration::from_secs(1);
 
-pub async fn run() -> anyhow::Result<ExitCode> {
+pub async fn run(disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     // Missing privileges or probes do not stop the dashboard: it opens and
     // says what is missing.
-    let (tracer, probes, events) = match Tracer::attach(&TracerOptions::default()) {
+    let options = TracerOptions {
+        disabled: disabled.to_vec(),
+        ..TracerOptions::default()
+    };
+    let (tracer, probes, events) = match Tracer::attach(&options) {
         Ok(mut tracer) => {
             crate::spawn_ebpf_log_pump(&mut tracer);
             let probes = tracer.plan.statuses();

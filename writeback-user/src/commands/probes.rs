@@ -9,10 +9,14 @@ use anyhow::Context as _;
 use crate::{
     cli::ProbesArgs,
     loader::{Tracer, TracerOptions},
+    plan::HookKind,
 };
 
-pub fn run(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
-    let tracer = Tracer::attach(&TracerOptions::default())?;
+pub fn run(args: &ProbesArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+    let tracer = Tracer::attach(&TracerOptions {
+        disabled: disabled.to_vec(),
+        ..TracerOptions::default()
+    })?;
     let text = if args.json {
         serde_json::to_string_pretty(&tracer.plan).context("encoding the plan")? + "\n"
     } else {

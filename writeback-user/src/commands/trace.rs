@@ -22,7 +22,7 @@ use crate::{
     interval::{CallAggregate, IntervalLine, KernelSnapshot},
     loader::{Tracer, TracerOptions},
     model::Totals,
-    plan::ProbeState,
+    plan::{HookKind, ProbeState},
 };
 
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -87,9 +87,12 @@ impl Printer {
     }
 }
 
-pub async fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let filter = filters::resolve(&args.filter)?;
-    let mut tracer = Tracer::attach(&TracerOptions { filter })?;
+    let mut tracer = Tracer::attach(&TracerOptions {
+        filter,
+        disabled: disabled.to_vec(),
+    })?;
     crate::spawn_ebpf_log_pump(&mut tracer);
     let mut collector = RingCollector::new(tracer.take_events()?)?;
     let statuses = tracer.plan.statuses();
