@@ -31,7 +31,13 @@ use writeback_common::{
 /// far more than the writepages calls a busy host makes in the time
 /// userspace takes to drain it (one call writes up to a whole chunk).
 #[map]
-static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+const EVENTS_BYTES: u32 = 4 << 20;
+/// Records are submitted without waking userspace (a wakeup is an
+/// irq_work, which costs microseconds on virtualised hosts); userspace
+/// drains on a short timer instead, and is woken only once a quarter of
+/// the buffer is waiting.
+pub const WAKEUP_AT_BYTES: u64 = (EVENTS_BYTES / 4) as u64;
 
 /// Calls in flight, keyed by (inode, thread, device). LRU so that a start
 /// whose end never comes (probe detached mid-call) cannot fill it for good.
@@ -39,21 +45,24 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 static INFLIGHT: LruHashMap<InflightKey, InflightCall> = LruHashMap::with_max_entries(16384, 0);
 
 /// The call each thread is inside, for hooks that know the thread but not
-/// the inode (bios, context switches, wbc_writepage).
+/// the inode (bios, context switches, wbc_writepage). A plain hash, not
+/// LRU: sched_switch looks it up on every context switch, and LRU lookups
+/// cost more; entries are removed at the end of each call.
 #[map]
-static CURRENT: LruHashMap<u32, InflightKey> = LruHashMap::with_max_entries(16384, 0);
+static CURRENT: HashMap<u32, InflightKey> = HashMap::with_max_entries(16384, 0);
 
 /// When a thread inside a call was switched out (sched_switch).
 #[map]
-static OFFCPU_SINCE: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
+static OFFCPU_SINCE: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
 
 /// Flusher work each flusher thread is running.
 #[map]
 static WORK: HashMap<u32, FlusherWork> = HashMap::with_max_entries(4096, 0);
 
-/// Block requests in flight (issue time).
+/// Block requests in flight (issue time); removed at completion. A plain
+/// hash: one insert and one delete per request, where LRU costs more.
 #[map]
-static RQ_START: LruHashMap<RequestKey, u64> = LruHashMap::with_max_entries(65536, 0);
+static RQ_START: HashMap<RequestKey, u64> = HashMap::with_max_entries(65536, 0);
 
 /// Per-device log2 histograms of request size and latency.
 #[map]

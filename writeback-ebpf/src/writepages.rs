@@ -4,6 +4,7 @@
 //! layouts) and BTF tracepoints (struct members through BTF offsets).
 use aya_ebpf::{
     EbpfContext,
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
@@ -17,7 +18,7 @@ use writeback_common::{
 };
 
 use crate::{
-    CONFIG, CURRENT, EVENTS, FILTER, INFLIGHT, OFFCPU_SINCE, WORK, bump,
+    CONFIG, CURRENT, EVENTS, FILTER, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, bump,
     read::{current_tid, field, member, now_ns},
 };
 
@@ -204,7 +205,12 @@ fn finish(e: End) -> Result<u32, u32> {
         _pad: 0,
         comm: bpf_get_current_comm().unwrap_or_default(),
     });
-    entry.submit(0);
+    let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(wakeup as u64);
     Ok(0)
 }
 

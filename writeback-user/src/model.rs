@@ -215,9 +215,17 @@ impl Log2Histogram {
         match k {
             0 => "0".into(),
             1 => "1".into(),
+            // Exact bounds while they are short; from 1K on, `1K-2K` reads
+            // as [1024, 2048).
+            _ if k <= 10 => {
+                let lo = 1u64 << (k - 1);
+                format!("{lo}-{}", (lo << 1) - 1)
+            }
+            // The top bucket's upper bound, 2^64, does not fit a u64.
+            64.. => format!("{}+", short(1 << 63)),
             _ => {
                 let lo = 1u64 << (k - 1);
-                format!("{}-{}", short(lo), short((lo << 1) - 1))
+                format!("{}-{}", short(lo), short(lo << 1))
             }
         }
     }
@@ -242,18 +250,17 @@ impl Log2Histogram {
     }
 }
 
-/// 1023 -> "1023", 1024 -> "1K", 262144 -> "256K", 1048576 -> "1M".
+/// Powers of two with binary suffixes: 1024 -> "1K", 262144 -> "256K",
+/// 1048576 -> "1M", 2^30 -> "1G".
 fn short(v: u64) -> String {
-    if v >= 1 << 20 && v.is_multiple_of(1 << 20) {
-        format!("{}M", v >> 20)
-    } else if v >= 1 << 10 && v.is_multiple_of(1 << 10) {
-        format!("{}K", v >> 10)
-    } else if v >= 1 << 20 {
-        format!("{}M", (v + 1) >> 20)
-    } else if v >= 1 << 10 {
-        format!("{}K", (v + 1) >> 10)
-    } else {
-        v.to_string()
+    match v {
+        _ if v >= 1 << 60 => format!("{}E", v >> 60),
+        _ if v >= 1 << 50 => format!("{}P", v >> 50),
+        _ if v >= 1 << 40 => format!("{}T", v >> 40),
+        _ if v >= 1 << 30 => format!("{}G", v >> 30),
+        _ if v >= 1 << 20 => format!("{}M", v >> 20),
+        _ if v >= 1 << 10 => format!("{}K", v >> 10),
+        _ => v.to_string(),
     }
 }
 
@@ -347,6 +354,9 @@ mod tests {
         assert_eq!(Log2Histogram::bucket_label(2), "2-3");
         assert_eq!(Log2Histogram::bucket_label(11), "1K-2K");
         assert_eq!(Log2Histogram::bucket_label(15), "16K-32K");
+        assert_eq!(Log2Histogram::bucket_label(10), "512-1023");
+        assert_eq!(Log2Histogram::bucket_label(20), "512K-1M");
+        assert_eq!(Log2Histogram::bucket_label(64), "8E+");
         let mut h = Log2Histogram::default();
         assert_eq!(h.span(), None);
         for v in [0, 5, 6, 7, 300] {

@@ -232,10 +232,7 @@ fn filters_keep_what_they_should() {
         .unwrap();
     assert!(status.success());
     let lines = trace.stop(libc::SIGINT);
-    assert!(
-        calls(&lines).all(|c| c["pid"] == my_pid),
-        "{lines:?}"
-    );
+    assert!(calls(&lines).all(|c| c["pid"] == my_pid), "{lines:?}");
     assert_eq!(pages_of(&lines, &dev_a, ino_mine), 512);
     let _ = ino_b;
 
