@@ -494,3 +494,32 @@ fn other_strategies_make_the_calls_they_promise() {
             .any(|x| x.contains("openat(") && x.contains("O_CREAT|O_EXCL"))
     );
 }
+
+#[test]
+fn progress_bar_only_on_a_terminal() {
+    // script(1) gives the command a pseudo-terminal; stdout and stderr both
+    // land in its output.
+    let dir = tmp();
+    let cmd = format!(
+        "{BIN} write --dir {} --size 12M --chunk 256k --strategy buffered --rate 6MB/s",
+        dir.path().display()
+    );
+    let out = Command::new("script")
+        .args(["-q", "-e", "-c", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1) from util-linux");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // About 2 s at 6 MB/s: at least one progress line, with a bar and a rate.
+    assert!(text.contains("\r\x1b[2K["), "{text:?}");
+    assert!(text.contains("% ") && text.contains("MB/s"), "{text:?}");
+    assert!(
+        text.contains("wbscope write: buffered (completed)"),
+        "{text:?}"
+    );
+}
