@@ -54,7 +54,9 @@ pub struct LatencySummary {
 /// one hour.
 #[derive(Debug, Clone)]
 pub struct LatencyHist {
-    h: Histogram<u64>,
+    /// `None` only if hdrhistogram refused our fixed, valid bounds, which it
+    /// does not: then latencies are not recorded rather than panicking.
+    h: Option<Histogram<u64>>,
 }
 
 const MAX_NS: u64 = 3_600_000_000_000;
@@ -67,50 +69,41 @@ impl Default for LatencyHist {
 
 impl LatencyHist {
     pub fn new() -> Self {
-        let h = match Histogram::new_with_bounds(1, MAX_NS, 3) {
-            Ok(h) => h,
-            // Fixed, valid bounds: this cannot fail; fall back to an
-            // auto-resizing histogram rather than panic.
-            Err(_) => Histogram::new(3).unwrap_or_else(|_| unreachable_hist()),
-        };
-        LatencyHist { h }
+        LatencyHist {
+            h: Histogram::new_with_bounds(1, MAX_NS, 3).ok(),
+        }
     }
 
     pub fn record(&mut self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1);
-        self.h.saturating_record(ns);
+        if let Some(h) = &mut self.h {
+            h.saturating_record(ns);
+        }
     }
 
     pub fn merge(&mut self, other: &LatencyHist) {
-        // Same bounds on both sides; a failure could only drop samples
-        // beyond one hour, which saturating_record already clamps.
-        let _ = self.h.add(&other.h);
+        // Same bounds on both sides, so adding cannot fail.
+        if let (Some(a), Some(b)) = (&mut self.h, &other.h) {
+            let _ = a.add(b);
+        }
     }
 
     pub fn count(&self) -> u64 {
-        self.h.len()
+        self.h.as_ref().map_or(0, Histogram::len)
     }
 
     /// `None` when nothing was recorded.
     pub fn summary(&self) -> Option<LatencySummary> {
-        if self.h.is_empty() {
-            return None;
-        }
+        let h = self.h.as_ref().filter(|h| !h.is_empty())?;
         let us = |ns: u64| ns as f64 / 1000.0;
         Some(LatencySummary {
-            count: self.h.len(),
-            p50: us(self.h.value_at_quantile(0.50)),
-            p99: us(self.h.value_at_quantile(0.99)),
-            max: us(self.h.max()),
-            mean: self.h.mean() / 1000.0,
+            count: h.len(),
+            p50: us(h.value_at_quantile(0.50)),
+            p99: us(h.value_at_quantile(0.99)),
+            max: us(h.max()),
+            mean: h.mean() / 1000.0,
         })
     }
-}
-
-#[cold]
-fn unreachable_hist() -> Histogram<u64> {
-    // Histogram::new(3) only fails for sigfig > 5.
-    panic!("hdrhistogram refused 3 significant digits")
 }
 
 #[cfg(test)]
