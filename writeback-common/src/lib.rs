@@ -100,10 +100,11 @@ pub mod members {
     pub const WBC_FOR_KUPDATE: usize = 10;
     pub const WBC_FOR_BACKGROUND: usize = 11;
     pub const WBC_RANGE_CYCLIC: usize = 12;
+    pub const MAPPING_HOST: usize = 13;
     /// Sources: include/linux/fs.h (inode, super_block, address_space) and
     /// include/linux/writeback.h (writeback_control; the flags are 1-bit
     /// bitfields).
-    pub const PATHS: [(&str, &str, bool); 13] = [
+    pub const PATHS: [(&str, &str, bool); 14] = [
         ("inode", "i_ino", false),
         ("inode", "i_sb", false),
         ("super_block", "s_dev", false),
@@ -117,6 +118,7 @@ pub mod members {
         ("writeback_control", "for_kupdate", false),
         ("writeback_control", "for_background", false),
         ("writeback_control", "range_cyclic", false),
+        ("address_space", "host", false),
     ];
 }
 

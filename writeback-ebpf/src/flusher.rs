@@ -72,7 +72,8 @@ pub fn single_inode(ctx: TracePointContext) -> u32 {
     let layout = &SINGLE_INODE_LAYOUT;
     add(&AGG, agg::INODE_PASSES, 1);
     let asked = field(&ctx, layout, si::NR_TO_WRITE);
-    if asked > 0 {
+    // LONG_MAX ("everything", WB_SYNC_ALL passes) is no budget to add up.
+    if asked > 0 && asked != i64::MAX {
         add(&AGG, agg::INODE_ASKED, asked as u64);
     }
     add(

@@ -68,7 +68,11 @@ pub fn member(base: *const u8, table: &KernelMembers, index: usize) -> i64 {
     .unwrap_or(0);
     if spec.bit_size != 0 {
         let bits = spec.bit_size as u32;
-        let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        let mask = if bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        };
         return ((raw >> (spec.bit_offset as u32 & 63)) & mask) as i64;
     }
     if spec.signed == 0 {

@@ -6,8 +6,12 @@ use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::{btf_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, TracePointContext},
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
+    maps::HashMap,
+    programs::{
+        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext,
+        TracePointContext,
+    },
 };
 use aya_log_ebpf::warn;
 use writeback_common::{
@@ -61,7 +65,12 @@ struct Start {
 /// End-side values.
 struct End {
     key: InflightKey,
+    /// As the hook reports it; see `nr_to_write_left`.
     pages_written: i64,
+    /// Function-exit hooks see `wbc->nr_to_write` after the call instead:
+    /// pages written is then the budget consumed, exactly what
+    /// `ext4_writepages_result` reports (`nr_to_write - wbc->nr_to_write`).
+    nr_to_write_left: Option<i64>,
     pages_skipped: i64,
     writeback_index: u64,
     ret: i32,
@@ -159,6 +168,10 @@ fn finish(e: End) -> Result<u32, u32> {
     } else {
         bump(stat::UNMATCHED_RESULTS);
     }
+    let pages_written = match (e.nr_to_write_left, start) {
+        (Some(left), Some(s)) => s.nr_to_write - left,
+        _ => e.pages_written,
+    };
     let start = start.unwrap_or_default();
 
     let Some(mut entry) = EVENTS.reserve::<WritepagesCall>(0) else {
@@ -179,7 +192,7 @@ fn finish(e: End) -> Result<u32, u32> {
         offcpu_ns: start.offcpu_ns,
         cgroup_id,
         nr_to_write: start.nr_to_write,
-        pages_written: e.pages_written,
+        pages_written,
         pages_skipped_start: start.pages_skipped,
         pages_skipped_end: e.pages_skipped,
         range_start: start.range_start,
@@ -251,6 +264,7 @@ pub fn writepages_end(ctx: TracePointContext) -> u32 {
             dev: field(&ctx, l, wpr::DEV) as u32,
         },
         pages_written: field(&ctx, l, wpr::PAGES_WRITTEN),
+        nr_to_write_left: None,
         pages_skipped: field(&ctx, l, wpr::PAGES_SKIPPED),
         writeback_index: field(&ctx, l, wpr::WRITEBACK_INDEX) as u64,
         ret: field(&ctx, l, wpr::RET) as i32,
@@ -318,6 +332,7 @@ pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
     let end = End {
         key: inode_key(inode),
         pages_written: pages_written as i64,
+        nr_to_write_left: None,
         pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
         writeback_index: writeback_index(inode),
         ret,
@@ -326,6 +341,85 @@ pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
     match finish(end) {
         Ok(r) | Err(r) => r as i32,
     }
+}
+
+/// Start of `ext4_writepages(struct address_space *mapping, struct
+/// writeback_control *wbc)` (fs/ext4/inode.c) seen from a function hook.
+#[inline(always)]
+fn function_begin<C: EbpfContext>(ctx: &C, mapping: *const u8, wbc: *const u8) -> u32 {
+    let k = &KERNEL_MEMBERS;
+    let inode = member(mapping, k, m::MAPPING_HOST) as u64 as *const u8;
+    let start = Start {
+        key: inode_key(inode),
+        nr_to_write: member(wbc, k, m::WBC_NR_TO_WRITE),
+        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
+        range_start: member(wbc, k, m::WBC_RANGE_START),
+        range_end: member(wbc, k, m::WBC_RANGE_END),
+        writeback_index: member(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64,
+        sync_mode: member(wbc, k, m::WBC_SYNC_MODE),
+        for_kupdate: member(wbc, k, m::WBC_FOR_KUPDATE) != 0,
+        range_cyclic: member(wbc, k, m::WBC_RANGE_CYCLIC) != 0,
+        for_background: Some(member(wbc, k, m::WBC_FOR_BACKGROUND) != 0),
+    };
+    match begin(ctx, start) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// End of `ext4_writepages()` seen from a function-exit hook.
+#[inline(always)]
+fn function_end(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
+    let k = &KERNEL_MEMBERS;
+    let inode = member(mapping, k, m::MAPPING_HOST) as u64 as *const u8;
+    let end = End {
+        key: inode_key(inode),
+        pages_written: 0,
+        nr_to_write_left: Some(member(wbc, k, m::WBC_NR_TO_WRITE)),
+        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
+        writeback_index: member(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64,
+        ret,
+        sync_mode: member(wbc, k, m::WBC_SYNC_MODE) as u32,
+    };
+    match finish(end) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+#[fentry(function = "ext4_writepages")]
+pub fn fentry_writepages(ctx: FEntryContext) -> u32 {
+    function_begin(&ctx, ctx.arg(0), ctx.arg(1))
+}
+
+/// fexit sees the arguments and, after them, the return value.
+#[fexit(function = "ext4_writepages")]
+pub fn fexit_writepages(ctx: FExitContext) -> u32 {
+    let ret: i64 = ctx.arg(2);
+    function_end(ctx.arg(0), ctx.arg(1), ret as i32)
+}
+
+/// Arguments a kprobe saw, for its kretprobe (which sees none).
+#[map]
+static KPROBE_ARGS: HashMap<u32, [u64; 2]> = HashMap::with_max_entries(16384, 0);
+
+#[kprobe]
+pub fn kprobe_writepages(ctx: ProbeContext) -> u32 {
+    let (Some(mapping), Some(wbc)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else {
+        return 0;
+    };
+    let _ = KPROBE_ARGS.insert(&current_tid(), &[mapping, wbc], 0);
+    function_begin(&ctx, mapping as *const u8, wbc as *const u8)
+}
+
+#[kretprobe]
+pub fn kretprobe_writepages(ctx: RetProbeContext) -> u32 {
+    let tid = current_tid();
+    // SAFETY: value copied out at once.
+    let Some([mapping, wbc]) = (unsafe { KPROBE_ARGS.get(&tid) }).copied() else {
+        return 0;
+    };
+    let _ = KPROBE_ARGS.remove(&tid);
+    let ret: i64 = ctx.ret();
+    function_end(mapping as *const u8, wbc as *const u8, ret as i32)
 }
 
 /// The in-flight call of the current thread, if any (for hooks inside a

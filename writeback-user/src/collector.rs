@@ -83,11 +83,7 @@ impl RingCollector {
                 guard.clear_ready();
                 Ok(n)
             }
-            Err(_elapsed) => Ok(drain_into(
-                self.fd.get_mut(),
-                &mut self.bad_records,
-                sink,
-            )),
+            Err(_elapsed) => Ok(drain_into(self.fd.get_mut(), &mut self.bad_records, sink)),
         }
     }
 

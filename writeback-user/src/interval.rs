@@ -264,7 +264,8 @@ impl IntervalLine {
         prev: &KernelSnapshot,
         cur: &KernelSnapshot,
     ) -> IntervalLine {
-        let d = |i: u32| cur.agg(i).saturating_sub(prev.agg(i));
+        // Counters wrap modulo 2^64 like the kernel's adds.
+        let d = |i: u32| cur.agg(i).wrapping_sub(prev.agg(i));
         let page = page_size();
 
         let flusher = (0..agg::WB_REASONS)
@@ -281,7 +282,7 @@ impl IntervalLine {
         let mut devices: BTreeMap<u32, (Counts, Counts)> = BTreeMap::new();
         for (key, &count) in &cur.block {
             let before = prev.block.get(key).copied().unwrap_or(0);
-            let delta = count.saturating_sub(before);
+            let delta = count.wrapping_sub(before);
             if delta == 0 {
                 continue;
             }

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
+    programs::{BtfTracePoint, FEntry, KProbe, Program, ProgramError, TracePoint},
 };
 use log::{info, warn};
 use writeback_common::{
@@ -312,7 +312,7 @@ impl Tracer {
                 .stats
                 .get(&index, 0)
                 .with_context(|| format!("reading STATS[{index}]"))?;
-            Ok(values.iter().sum())
+            Ok(sum_counters(values.iter()))
         };
         Ok(KernelStats {
             lost_records: sum(stat::LOST_RECORDS)?,
@@ -329,7 +329,7 @@ impl Tracer {
         (0..writeback_common::agg::COUNT)
             .map(|i| {
                 agg.get(&i, 0)
-                    .map(|v| v.iter().sum())
+                    .map(|v| sum_counters(v.iter()))
                     .with_context(|| format!("reading AGG[{i}]"))
             })
             .collect()
@@ -358,7 +358,7 @@ impl Tracer {
         let mut out = HashMap::new();
         for entry in map.iter() {
             let (key, values) = entry.context("reading BLOCK_HIST")?;
-            out.insert(key, values.iter().sum());
+            out.insert(key, sum_counters(values.iter()));
         }
         Ok(out)
     }
@@ -378,6 +378,12 @@ impl Tracer {
             })
             .collect()
     }
+}
+
+/// Sums per-CPU counters the way the kernel adds to them: modulo 2^64
+/// (interval figures are differences, taken with wrapping_sub).
+fn sum_counters<'a>(values: impl Iterator<Item = &'a u64>) -> u64 {
+    values.fold(0, |acc, v| acc.wrapping_add(*v))
 }
 
 /// Reads the formats of every attach of a candidate. Errors are the
@@ -476,16 +482,36 @@ impl Trials {
         kind: HookKind,
         attaches: &[BtfAttach],
     ) -> Result<(), String> {
+        if kind == HookKind::Kprobe && !Path::new(KPROBE_PMU).exists() {
+            return Err(format!("kernel built without kprobes (no {KPROBE_PMU})"));
+        }
         let btf = self.btf()?.clone();
         let mut done: Vec<&str> = Vec::new();
         let mut result = Ok(());
         for a in attaches {
-            let step = match kind {
-                HookKind::TpBtf => program_as::<BtfTracePoint>(ebpf, a.program).and_then(|p| {
-                    p.load(a.target, &btf).map_err(|e| describe(&e, a.target))?;
-                    p.attach().map(|_| ()).map_err(|e| describe(&e, a.target))
-                }),
-                other => Err(format!("no {other} loader for {}", a.program)),
+            let Some(program) = ebpf.program_mut(a.program) else {
+                result = Err(format!("program {} missing from the object", a.program));
+                break;
+            };
+            let d = |e: ProgramError| describe(&e, a.target);
+            let step = match program {
+                Program::BtfTracePoint(p) => p
+                    .load(a.target, &btf)
+                    .map_err(d)
+                    .and_then(|()| p.attach().map(drop).map_err(d)),
+                Program::FEntry(p) => p
+                    .load(a.target, &btf)
+                    .map_err(d)
+                    .and_then(|()| p.attach().map(drop).map_err(d)),
+                Program::FExit(p) => p
+                    .load(a.target, &btf)
+                    .map_err(d)
+                    .and_then(|()| p.attach().map(drop).map_err(d)),
+                Program::KProbe(p) => p
+                    .load()
+                    .map_err(d)
+                    .and_then(|()| p.attach(a.target, 0).map(drop).map_err(d)),
+                _ => Err(format!("{} is not a {kind} program", a.program)),
             };
             match step {
                 Ok(()) => done.push(a.program),
@@ -496,10 +522,15 @@ impl Trials {
             }
         }
         if result.is_err() {
+            // Unloading detaches: nothing of a half-attached pair stays.
             for name in done {
-                if let Ok(p) = program_as::<BtfTracePoint>(ebpf, name) {
-                    let _ = p.unload();
-                }
+                let _ = match ebpf.program_mut(name) {
+                    Some(Program::BtfTracePoint(p)) => p.unload(),
+                    Some(Program::FEntry(p)) => p.unload(),
+                    Some(Program::FExit(p)) => p.unload(),
+                    Some(Program::KProbe(p)) => p.unload(),
+                    _ => Ok(()),
+                };
             }
         }
         result
@@ -565,6 +596,10 @@ fn describe(e: &ProgramError, target: &str) -> String {
         ProgramError::LoadError { io_error, .. } => {
             format!("BPF_PROG_LOAD returned {}", errno_text(io_error))
         }
+        ProgramError::Btf(_) if crate::btf::Btf::kernel_has_module_btf("ext4") => format!(
+            "{target} is not in vmlinux's BTF (ext4 is a module here: its BTF is split, in \
+             /sys/kernel/btf/ext4, which aya 0.14 cannot load programs against)"
+        ),
         ProgramError::Btf(_) => format!("{target} is not in the kernel's BTF"),
         ProgramError::SyscallError(s) => {
             format!("{} returned {}", s.call, errno_text(&s.io_error))

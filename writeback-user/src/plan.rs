@@ -135,14 +135,15 @@ impl Candidate {
     pub fn label(&self) -> String {
         match self {
             Candidate::Function { kind, target } => format!("{kind} {target}"),
-            Candidate::BtfPrograms { kind, attaches, .. } => format!(
-                "{kind} {}",
-                attaches
-                    .iter()
-                    .map(|a| a.target)
-                    .collect::<Vec<_>>()
-                    .join(" + ")
-            ),
+            Candidate::BtfPrograms { kind, attaches, .. } => {
+                let mut targets: Vec<&str> = Vec::new();
+                for a in attaches.iter() {
+                    if !targets.contains(&a.target) {
+                        targets.push(a.target);
+                    }
+                }
+                format!("{kind} {}", targets.join(" + "))
+            }
             Candidate::Tracepoints(tps) => format!(
                 "tracepoint {}",
                 tps.iter()
@@ -333,6 +334,57 @@ const SCHED_SWITCH_TP: &[TracepointAttach] = &[tp(
     &fields::sched_switch::NAMES,
 )];
 
+/// What the function-hook writepages programs read (they see the wbc
+/// itself, so `for_background` too).
+const FUNCTION_WRITEPAGES_FIELDS: &[&str] = &[
+    "dev",
+    "ino",
+    "nr_to_write",
+    "pages_skipped",
+    "range_start",
+    "range_end",
+    "writeback_index",
+    "sync_mode",
+    "for_kupdate",
+    "for_background",
+    "range_cyclic",
+    "ret",
+    "pages_written",
+];
+
+/// fentry/fexit on `ext4_writepages(mapping, wbc)`; pages written is the
+/// budget consumed, read from the wbc at exit.
+pub const FENTRY_WRITEPAGES: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::Fentry,
+    attaches: &[
+        BtfAttach {
+            program: "fentry_writepages",
+            target: "ext4_writepages",
+        },
+        BtfAttach {
+            program: "fexit_writepages",
+            target: "ext4_writepages",
+        },
+    ],
+    fields: FUNCTION_WRITEPAGES_FIELDS,
+};
+
+/// kprobe/kretprobe on `ext4_writepages`.
+pub const KPROBE_WRITEPAGES: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::Kprobe,
+    attaches: &[
+        BtfAttach {
+            program: "kprobe_writepages",
+            target: "ext4_writepages",
+        },
+        BtfAttach {
+            program: "kretprobe_writepages",
+            target: "ext4_writepages",
+        },
+    ],
+    fields: FUNCTION_WRITEPAGES_FIELDS,
+};
+
 /// `ext4_writepages` / `ext4_writepages_result` as BTF tracepoints: the
 /// raw arguments (inode, wbc, ret, pages_written), so `for_background`
 /// comes from the wbc itself.
@@ -374,9 +426,9 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
     use HookKind::*;
     match concept {
         Concept::WritepagesCall => vec![
-            func(Fentry, "ext4_writepages"),
+            FENTRY_WRITEPAGES,
             func(Fentry, "ext4_da_writepages"),
-            func(Kprobe, "ext4_writepages"),
+            KPROBE_WRITEPAGES,
             func(Kprobe, "ext4_da_writepages"),
             TP_BTF_WRITEPAGES,
             Candidate::Tracepoints(WRITEPAGES_TP),

@@ -28,13 +28,17 @@ const LINKER_BUILD_PACKAGES: &[&str] = &[
     "zlib1g-dev",
 ];
 /// Tools the kernel integration tests drive: loop devices and setpriv
-/// (util-linux), mkfs.ext4 (e2fsprogs), mkfs.xfs, and tmux for the TUI.
+/// (util-linux), mkfs.ext4 (e2fsprogs), mkfs.xfs, tmux for the TUI, strace
+/// (the writer CLI tests count real syscalls) and script (a pseudo-terminal
+/// for the progress-bar test).
 const TEST_TOOLS: &[(&str, &str)] = &[
     ("losetup", "util-linux"),
     ("setpriv", "util-linux"),
     ("mkfs.ext4", "e2fsprogs"),
     ("mkfs.xfs", "xfsprogs"),
     ("tmux", "tmux"),
+    ("strace", "strace"),
+    ("script", "bsdutils"),
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
