@@ -160,16 +160,30 @@ fn tp_btf_and_classic_tracepoint_paths_agree() {
     let (btf, classic) = (btf.stop(libc::SIGINT), classic.stop(libc::SIGINT));
 
     let hook = |lines: &[serde_json::Value]| -> String {
-        lines.last().unwrap()["probes"][0]["hook"].as_str().unwrap().to_string()
+        lines.last().unwrap()["probes"][0]["hook"]
+            .as_str()
+            .unwrap()
+            .to_string()
     };
     assert!(hook(&btf).starts_with("tp_btf "), "{}", hook(&btf));
-    assert!(hook(&classic).starts_with("tracepoint "), "{}", hook(&classic));
+    assert!(
+        hook(&classic).starts_with("tracepoint "),
+        "{}",
+        hook(&classic)
+    );
 
     let sync_call = |lines: &[serde_json::Value]| -> serde_json::Value {
         let mine = calls_for(lines, &dev, ino);
-        let pages: i64 = mine.iter().map(|c| c["pages_written"].as_i64().unwrap()).sum();
+        let pages: i64 = mine
+            .iter()
+            .map(|c| c["pages_written"].as_i64().unwrap())
+            .sum();
         assert_eq!(pages, 4096, "{mine:#?}");
-        (*mine.iter().find(|c| c["sync_mode"] == "all").expect("the fsync call")).clone()
+        (*mine
+            .iter()
+            .find(|c| c["sync_mode"] == "all")
+            .expect("the fsync call"))
+        .clone()
     };
     let (a, b) = (sync_call(&btf), sync_call(&classic));
     for key in [
