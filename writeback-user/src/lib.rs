@@ -16,6 +16,7 @@ pub mod loader;
 pub mod model;
 pub mod plan;
 pub mod privileges;
+pub mod recording;
 pub mod tracefs;
 pub mod tui;
 

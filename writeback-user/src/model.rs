@@ -48,6 +48,29 @@ impl Serialize for DevId {
     }
 }
 
+impl std::str::FromStr for DevId {
+    type Err = String;
+
+    /// `major:minor`.
+    fn from_str(s: &str) -> Result<DevId, String> {
+        let (major, minor) = s
+            .split_once(':')
+            .ok_or_else(|| format!("`{s}` is not major:minor"))?;
+        let parse = |v: &str| v.parse::<u32>().map_err(|e| format!("`{s}`: {e}"));
+        Ok(DevId {
+            major: parse(major)?,
+            minor: parse(minor)?,
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DevId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<DevId, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// `enum writeback_sync_modes` (include/linux/writeback.h).
 pub fn sync_mode_name(mode: u32) -> &'static str {
     match mode {
@@ -86,8 +109,8 @@ pub fn wb_reason_name(reason_plus_one: u32) -> Option<&'static str> {
     Some(NAMES.get(r).copied().unwrap_or("other"))
 }
 
-/// One writepages call, decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One writepages call, decoded. Serialised as is into recordings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CallRecord {
     pub dev: DevId,
     pub ino: u64,
@@ -131,7 +154,7 @@ pub struct CallRecord {
 /// What the map-and-submit loop of `ext4_do_writepages()` looked at
 /// (ext4_da_write_folios_start/end; see docs/probes.md for what the
 /// positions mean).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScanFigures {
     pub iterations: u32,
     /// Sum over iterations of `next_pos` at the end minus `start_pos` at

@@ -1,0 +1,82 @@
+//! Recordings: what `wbscope record` writes and `wbscope replay` reads.
+//!
+//! A recording is a self-describing header followed by framed records:
+//!
+//! ```text
+//! "WBSCOPE\0"  u32 format version  u32 header length  header (JSON)  u32 crc32(header)
+//! frame*:  u16 sync 0xB5F7  u8 kind  u8 reserved  u32 payload length  u32 crc32(kind, payload)  payload
+//! ```
+//!
+//! All integers little-endian. Every frame carries its own checksum and a
+//! sync word, so a recording cut short (crash, full disk, kill -9) is read
+//! up to its last whole frame, and a corrupt frame is reported and skipped
+//! by scanning for the next sync word whose frame checks out. Payloads:
+//! a writepages call as postcard-encoded [`CallRecord`] (independent of the
+//! kernel record layout), an interval line as JSON (the `trace --json`
+//! interval line, verbatim), and the summary as JSON.
+//!
+//! [`CallRecord`]: crate::model::CallRecord
+pub mod reader;
+pub mod writer;
+
+use serde::{Deserialize, Serialize};
+
+pub const MAGIC: &[u8; 8] = b"WBSCOPE\0";
+/// Bumped on any incompatible change to the header or frames.
+pub const FORMAT_VERSION: u32 = 1;
+pub const SYNC: u16 = 0xB5F7;
+/// sync + kind + reserved + length + crc.
+pub const FRAME_HEADER_LEN: usize = 12;
+/// Largest payload a reader accepts: a call record is ~100 bytes and an
+/// interval line a few KiB; anything larger is corruption, and the bound
+/// keeps a corrupt length from becoming a huge allocation.
+pub const MAX_PAYLOAD: usize = 1 << 20;
+/// Largest header a reader accepts (the probe plan is a few KiB).
+pub const MAX_HEADER: usize = 1 << 20;
+
+/// Frame kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    Call = 1,
+    Interval = 2,
+    Summary = 3,
+}
+
+impl FrameKind {
+    pub fn from_u8(v: u8) -> Option<FrameKind> {
+        match v {
+            1 => Some(FrameKind::Call),
+            2 => Some(FrameKind::Interval),
+            3 => Some(FrameKind::Summary),
+            _ => None,
+        }
+    }
+}
+
+/// The recording's header: enough to interpret it anywhere.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub format_version: u32,
+    pub wbscope_version: String,
+    pub host: String,
+    pub kernel: String,
+    /// Wall-clock start, ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// CLOCK_MONOTONIC at the start, ns (the clock of `time_ns` in calls).
+    pub start_monotonic_ns: u64,
+    /// The probe plan in force (`wbscope probes --json`).
+    pub probe_plan: serde_json::Value,
+    /// Field offsets the programs used, per tracepoint:
+    /// `{"ext4:ext4_writepages": {"dev": [offset, size, signed], ...}}`.
+    pub field_offsets: serde_json::Value,
+    /// The filters in force (kernel `dev_t`, tgid, ino, cgroup id; 0 = off).
+    pub filter: serde_json::Value,
+}
+
+fn crc_of(kind: u8, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[kind]);
+    h.update(payload);
+    h.finalize()
+}
