@@ -1,6 +1,10 @@
 //! Command-line interface. Raw arguments are validated here (clap value
 //! parsers) before any command runs.
-use std::{path::PathBuf, time::Duration};
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
 
 use clap::{Args, Parser, Subcommand};
 
@@ -111,6 +115,51 @@ pub struct TraceArgs {
     /// trace until Ctrl-C or SIGTERM.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<Duration>,
+
+    /// Also serve Prometheus/OpenMetrics metrics on
+    /// http://ADDR:PORT/metrics (a bare PORT means 127.0.0.1:PORT). Only
+    /// loopback addresses unless --listen-any. Output on stdout goes on.
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_listen_addr)]
+    pub prometheus: Option<SocketAddr>,
+
+    /// Allow --prometheus on an address other than loopback (the metrics
+    /// then reach anyone who can connect to it).
+    #[arg(long)]
+    pub listen_any: bool,
+}
+
+impl TraceArgs {
+    /// The `--prometheus` address, refused when it is not loopback and
+    /// `--listen-any` was not given.
+    pub fn prometheus_listen(&self) -> Result<Option<SocketAddr>, crate::UsageError> {
+        match self.prometheus {
+            None if self.listen_any => Err(crate::UsageError(
+                "--listen-any: only with --prometheus ADDR:PORT".into(),
+            )),
+            Some(addr) if !addr.ip().is_loopback() && !self.listen_any => {
+                Err(crate::UsageError(format!(
+                    "--prometheus {addr}: not a loopback address; add --listen-any to serve metrics on it"
+                )))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// Parses `ADDR:PORT` (`[v6]:PORT` for IPv6), `localhost:PORT`, or a bare
+/// `PORT` (loopback).
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    if let Some(port) = s.strip_prefix("localhost:")
+        && let Ok(port) = port.parse::<u16>()
+    {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    s.parse()
+        .map_err(|_| format!("`{s}` is not ADDR:PORT (e.g. 127.0.0.1:9464)"))
 }
 
 /// Parses a strictly positive, finite number of seconds.
@@ -142,5 +191,43 @@ mod tests {
         for bad in ["0", "-1", "abc", "", "inf", "NaN", "1e400"] {
             assert!(parse_seconds(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn prometheus_listen_address() {
+        let args = |argv: &[&str]| match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Some(Command::Trace(t))) => t.prometheus_listen().map_err(|e| e.to_string()),
+            other => Err(format!("{other:?}")),
+        };
+        let local = SocketAddr::from((Ipv4Addr::LOCALHOST, 9464));
+        assert_eq!(
+            args(&["wbscope", "trace", "--prometheus", "9464"]),
+            Ok(Some(local))
+        );
+        assert_eq!(
+            args(&["wbscope", "trace", "--prometheus", "localhost:9464"]),
+            Ok(Some(local))
+        );
+        assert_eq!(
+            args(&["wbscope", "trace", "--prometheus", "[::1]:9464"]),
+            Ok(Some("[::1]:9464".parse().unwrap()))
+        );
+        assert_eq!(args(&["wbscope", "trace"]), Ok(None));
+        let refused = args(&["wbscope", "trace", "--prometheus", "0.0.0.0:9000"]).unwrap_err();
+        assert!(refused.contains("--listen-any"), "{refused}");
+        assert!(args(&["wbscope", "trace", "--prometheus", "10.1.2.3:9000"]).is_err());
+        assert_eq!(
+            args(&[
+                "wbscope",
+                "trace",
+                "--prometheus",
+                "0.0.0.0:9000",
+                "--listen-any"
+            ]),
+            Ok(Some("0.0.0.0:9000".parse().unwrap()))
+        );
+        let alone = args(&["wbscope", "trace", "--listen-any"]).unwrap_err();
+        assert!(alone.contains("only with --prometheus"), "{alone}");
+        assert!(Cli::try_parse_from(["wbscope", "trace", "--prometheus", "host"]).is_err());
     }
 }

@@ -16,6 +16,7 @@ use crate::{
     collector::{Event, RingCollector},
     export::{
         json_lines::{CallLine, SummaryLine},
+        prometheus::Exporter,
         text,
     },
     filters,
@@ -89,6 +90,23 @@ impl Printer {
 
 pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let filter = filters::resolve(&args.filter)?;
+    // --prometheus (export/prometheus.rs): listening before the probes are
+    // attached, so a scrape right after the "tracing;" line works. Fed
+    // below from each call record and each interval line; stdout goes on.
+    let exporter = match args.prometheus_listen()? {
+        Some(addr) => Some(Exporter::start(addr).await?),
+        None => None,
+    };
+    let export = |e: &Event| {
+        if let Some(x) = &exporter {
+            x.metrics.observe(e);
+        }
+    };
+    let export_line = |line: &IntervalLine| {
+        if let Some(x) = &exporter {
+            x.metrics.update_from(line);
+        }
+    };
     let mut tracer = Tracer::attach(&TracerOptions {
         filter,
         disabled: disabled.to_vec(),
@@ -104,6 +122,9 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
     }
     if !tracer.plan.attached(crate::plan::Concept::WritepagesCall) {
         eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
+    }
+    if let Some(x) = &exporter {
+        eprintln!("wbscope: metrics on http://{}/metrics", x.local_addr);
     }
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -135,7 +156,7 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
 
     loop {
         let flushed = tokio::select! {
-            drained = collector.wait_and_drain(|e| printer.event(e)) => {
+            drained = collector.wait_and_drain(|e| { export(&e); printer.event(e) }) => {
                 drained?;
                 printer.flush()
             }
@@ -150,6 +171,7 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
                     &cur,
                 );
                 printer.interval_line(&line);
+                export_line(&line);
                 printer.interval = CallAggregate::default();
                 prev = cur;
                 last_tick = now;
@@ -179,7 +201,10 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
     }
     // Records completed before we stopped are still in the ring: keep them,
     // and close the partial interval so its figures are not lost.
-    collector.drain(|e| printer.event(e));
+    collector.drain(|e| {
+        export(&e);
+        printer.event(e)
+    });
     let now = Instant::now();
     let cur = KernelSnapshot::take(&tracer)?;
     let line = IntervalLine::new(
@@ -190,6 +215,7 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
         &cur,
     );
     printer.interval_line(&line);
+    export_line(&line);
     let elapsed = started.elapsed().as_secs_f64();
     if args.json {
         let summary = SummaryLine::new(

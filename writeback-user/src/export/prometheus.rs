@@ -1,0 +1,832 @@
+//! `wbscope trace --prometheus ADDR:PORT`: the trace's figures as
+//! Prometheus / OpenMetrics metrics on `http://ADDR:PORT/metrics`.
+//!
+//! Fed from the same places the trace loop prints from: every writepages
+//! call record ([`Metrics::observe_call`]) and every interval line
+//! ([`Metrics::update_from`]), so a scrape and the JSON lines agree.
+//! Labels are the device (`"maj:min"`), the call's cause and, for the
+//! tracer's own run time, the program name: bounded sets, never an inode
+//! or a pid. Metric names, types and units: docs/prometheus.md.
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, Mutex, atomic::AtomicU64},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use http_body_util::Full;
+use hyper::{
+    Method, Request, Response, StatusCode,
+    body::{Bytes, Incoming},
+    header::{CONTENT_TYPE, HeaderValue},
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::{
+    encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet},
+    metrics::{MetricType, TypedMetric, counter::Counter, family::Family, gauge::Gauge},
+    registry::{Registry, Unit},
+};
+use tokio::{net::TcpListener, sync::Semaphore};
+
+use crate::{
+    collector::Event,
+    interval::{Bucket, IntervalLine, page_size},
+    model::{CallRecord, Log2Histogram as Log2Counts, cause_name},
+};
+
+/// `Content-Type` of the OpenMetrics text format (what prometheus-client
+/// encodes; Prometheus parses it as OpenMetrics only with this type).
+pub const CONTENT_TYPE_OPENMETRICS: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Connections served at once; more wait in the accept queue.
+const MAX_CONNECTIONS: usize = 16;
+/// A client that has not sent its request headers by then is dropped.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Labels of the per-call metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// `"major:minor"` of the filesystem's device.
+    pub dev: String,
+    /// `sync`, `periodic`, `background`, `flusher_other`, `direct`, `unknown`.
+    pub cause: &'static str,
+}
+
+/// Labels of the per-device metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DevLabels {
+    pub dev: String,
+}
+
+/// Labels of the tracer's run-time metrics: one of our BPF programs.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgramLabels {
+    pub program: String,
+}
+
+/// Which log2 buckets a [`Log2Histogram`] exposes: bucket `k` holds values
+/// in `[2^(k-1), 2^k - 1]` (bucket 0 holds 0), so its `le` is
+/// `(2^k - 1) * scale`. Buckets below `first` are folded into `first`,
+/// those above `last` into `+Inf`.
+#[derive(Clone, Copy, Debug)]
+pub struct Log2Spec {
+    pub first: usize,
+    pub last: usize,
+    /// Multiplies the native unit into the exposed one (ms → s: 1e-3).
+    pub scale: f64,
+}
+
+/// Pages per call: le 0, 1, 3, 7, ... 2^20 - 1 (4 GiB of 4 KiB pages).
+pub const PAGES_PER_CALL: Log2Spec = Log2Spec {
+    first: 0,
+    last: 20,
+    scale: 1.0,
+};
+/// Request sizes: le 511 B ... 128 MiB - 1.
+pub const REQUEST_BYTES: Log2Spec = Log2Spec {
+    first: 9,
+    last: 27,
+    scale: 1.0,
+};
+/// Request latency: le ~1 µs ... ~17 s, in seconds.
+pub const REQUEST_LATENCY: Log2Spec = Log2Spec {
+    first: 10,
+    last: 34,
+    scale: 1e-9,
+};
+/// Throttle pauses: le 0, 1 ms, 3 ms ... ~16 s, in seconds.
+pub const THROTTLE_PAUSE: Log2Spec = Log2Spec {
+    first: 0,
+    last: 14,
+    scale: 1e-3,
+};
+
+#[derive(Debug)]
+struct Log2State {
+    /// Per log2 bucket, as `model::Log2Histogram::bucket_of` numbers them.
+    counts: [u64; 65],
+    /// In the native unit (pages, bytes, ns, ms).
+    sum: u64,
+}
+
+impl Default for Log2State {
+    fn default() -> Self {
+        Log2State {
+            counts: [0; 65],
+            sum: 0,
+        }
+    }
+}
+
+impl Log2State {
+    fn add(&mut self, bucket: usize, count: u64) {
+        if let Some(c) = self.counts.get_mut(bucket) {
+            *c = c.saturating_add(count);
+        }
+    }
+}
+
+/// A histogram over wbscope's log2 buckets. prometheus-client's own
+/// `Histogram` only takes single observations; the kernel hands us
+/// per-bucket counts (block requests, throttle pauses), which this type
+/// adds as they are, so the exposed buckets are exactly the kernel's.
+#[derive(Clone, Debug)]
+pub struct Log2Histogram {
+    spec: Log2Spec,
+    state: Arc<Mutex<Log2State>>,
+}
+
+impl Log2Histogram {
+    pub fn new(spec: Log2Spec) -> Log2Histogram {
+        Log2Histogram {
+            spec,
+            state: Arc::default(),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Log2State) -> T) -> T {
+        // A panic while holding the lock leaves plain counters behind.
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut guard)
+    }
+
+    pub fn observe(&self, value: u64) {
+        self.with(|s| {
+            s.add(Log2Counts::bucket_of(value), 1);
+            s.sum = s.sum.saturating_add(value);
+        });
+    }
+
+    /// Adds an interval's non-empty buckets (`lo` names the bucket). `sum`
+    /// is the exact total when the kernel keeps one; otherwise each value
+    /// counts as its bucket's lower edge (exact for powers of two).
+    pub fn add_buckets(&self, buckets: &[Bucket], sum: Option<u64>) {
+        self.with(|s| {
+            let mut lower_edges = 0u64;
+            for b in buckets {
+                s.add(Log2Counts::bucket_of(b.lo), b.count);
+                lower_edges = lower_edges.saturating_add(b.lo.saturating_mul(b.count));
+            }
+            s.sum = s.sum.saturating_add(sum.unwrap_or(lower_edges));
+        });
+    }
+
+    /// `(le, count)` pairs, not cumulative, ending with `+Inf`; the sum in
+    /// the exposed unit; the total count.
+    fn snapshot(&self) -> (Vec<(f64, u64)>, f64, u64) {
+        let spec = self.spec;
+        self.with(|s| {
+            let counts = &s.counts;
+            let at = |k: usize| counts.get(k).copied().unwrap_or(0);
+            let mut out = Vec::with_capacity(spec.last - spec.first + 2);
+            let upper = |k: usize| ((1u128 << k) - 1) as f64 * spec.scale;
+            out.push((upper(spec.first), (0..=spec.first).map(at).sum()));
+            for k in spec.first + 1..=spec.last {
+                out.push((upper(k), at(k)));
+            }
+            out.push((f64::INFINITY, (spec.last + 1..counts.len()).map(at).sum()));
+            (out, s.sum as f64 * spec.scale, counts.iter().sum())
+        })
+    }
+}
+
+impl TypedMetric for Log2Histogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Log2Histogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let (buckets, sum, count) = self.snapshot();
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+type HistFamily<L> = Family<L, Log2Histogram, fn() -> Log2Histogram>;
+type SecondsCounter = Counter<f64, AtomicU64>;
+
+fn pages_per_call() -> Log2Histogram {
+    Log2Histogram::new(PAGES_PER_CALL)
+}
+fn request_bytes() -> Log2Histogram {
+    Log2Histogram::new(REQUEST_BYTES)
+}
+fn request_latency() -> Log2Histogram {
+    Log2Histogram::new(REQUEST_LATENCY)
+}
+
+/// Every metric the exporter serves. Cloning shares the values (the
+/// registry holds clones); the trace loop updates, the server encodes.
+#[derive(Clone)]
+pub struct Metrics {
+    calls: Family<CallLabels, Counter>,
+    pages_written: Family<CallLabels, Counter>,
+    pages_per_call: HistFamily<CallLabels>,
+    pages_asked: Family<CallLabels, Counter>,
+    budgeted_pages_written: Family<CallLabels, Counter>,
+    unbounded_calls: Family<CallLabels, Counter>,
+    scan_pages_scanned: Family<CallLabels, Counter>,
+    scan_pages_written: Family<CallLabels, Counter>,
+    duration: Family<CallLabels, SecondsCounter>,
+    timed_pages: Family<CallLabels, Counter>,
+    on_cpu: Family<CallLabels, SecondsCounter>,
+    on_cpu_pages: Family<CallLabels, Counter>,
+    dirty_pages: Gauge,
+    writeback_pages: Gauge,
+    dirty_threshold_pages: Gauge,
+    dirty_background_threshold_pages: Gauge,
+    vmstat_written_pages: Counter,
+    vmstat_dirtied_pages: Counter,
+    throttle_events: Counter,
+    throttle_pause: Log2Histogram,
+    request_bytes: HistFamily<DevLabels>,
+    request_latency: HistFamily<DevLabels>,
+    lost_records: Counter,
+    bpf_runs: Family<ProgramLabels, Counter>,
+    bpf_run_time: Family<ProgramLabels, SecondsCounter>,
+    intervals: Counter,
+    page_size: u64,
+}
+
+fn gauge_set(g: &Gauge, v: u64) {
+    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+}
+
+impl Metrics {
+    /// The metrics and a registry (prefix `wbscope_`) that serves them.
+    pub fn new() -> (Metrics, Registry) {
+        let m = Metrics {
+            calls: Family::default(),
+            pages_written: Family::default(),
+            pages_per_call: Family::new_with_constructor(pages_per_call),
+            pages_asked: Family::default(),
+            budgeted_pages_written: Family::default(),
+            unbounded_calls: Family::default(),
+            scan_pages_scanned: Family::default(),
+            scan_pages_written: Family::default(),
+            duration: Family::default(),
+            timed_pages: Family::default(),
+            on_cpu: Family::default(),
+            on_cpu_pages: Family::default(),
+            dirty_pages: Gauge::default(),
+            writeback_pages: Gauge::default(),
+            dirty_threshold_pages: Gauge::default(),
+            dirty_background_threshold_pages: Gauge::default(),
+            vmstat_written_pages: Counter::default(),
+            vmstat_dirtied_pages: Counter::default(),
+            throttle_events: Counter::default(),
+            throttle_pause: Log2Histogram::new(THROTTLE_PAUSE),
+            request_bytes: Family::new_with_constructor(request_bytes),
+            request_latency: Family::new_with_constructor(request_latency),
+            lost_records: Counter::default(),
+            bpf_runs: Family::default(),
+            bpf_run_time: Family::default(),
+            intervals: Counter::default(),
+            page_size: page_size(),
+        };
+        let mut r = Registry::with_prefix("wbscope");
+        r.register(
+            "writepages_calls",
+            "writepages calls that ended, by device and cause",
+            m.calls.clone(),
+        );
+        r.register(
+            "pages_written",
+            "Pages written by writepages calls (ext4_writepages_result)",
+            m.pages_written.clone(),
+        );
+        r.register(
+            "writepages_pages_per_call",
+            "Pages written per writepages call (log2 buckets: le 0, 1, 3, 7, ...)",
+            m.pages_per_call.clone(),
+        );
+        r.register(
+            "writepages_pages_asked",
+            "Pages asked (nr_to_write) by calls with a finite budget",
+            m.pages_asked.clone(),
+        );
+        r.register(
+            "writepages_budgeted_pages_written",
+            "Pages written by calls with a finite budget (divide by pages_asked)",
+            m.budgeted_pages_written.clone(),
+        );
+        r.register(
+            "writepages_unbounded_calls",
+            "Calls that asked for everything (nr_to_write = LONG_MAX, e.g. fsync)",
+            m.unbounded_calls.clone(),
+        );
+        r.register(
+            "scan_pages_scanned",
+            "Pages examined by calls whose scan was measured (bytes scanned / page size)",
+            m.scan_pages_scanned.clone(),
+        );
+        r.register(
+            "scan_pages_written",
+            "Pages written by calls whose scan was measured (scan ratio = scanned / written)",
+            m.scan_pages_written.clone(),
+        );
+        r.register_with_unit(
+            "writepages_duration",
+            "Wall time of calls whose start was seen (divide by timed_pages: time per written page)",
+            Unit::Seconds,
+            m.duration.clone(),
+        );
+        r.register(
+            "writepages_timed_pages",
+            "Pages written by calls whose start was seen",
+            m.timed_pages.clone(),
+        );
+        r.register_with_unit(
+            "writepages_on_cpu",
+            "On-CPU time of calls where it was tracked (divide by on_cpu_pages)",
+            Unit::Seconds,
+            m.on_cpu.clone(),
+        );
+        r.register(
+            "writepages_on_cpu_pages",
+            "Pages written by calls whose on-CPU time was tracked",
+            m.on_cpu_pages.clone(),
+        );
+        r.register(
+            "dirty_pages",
+            "Dirty pages (/proc/vmstat nr_dirty), at the last interval",
+            m.dirty_pages.clone(),
+        );
+        r.register(
+            "writeback_pages",
+            "Pages under writeback (/proc/vmstat nr_writeback), at the last interval",
+            m.writeback_pages.clone(),
+        );
+        r.register(
+            "dirty_threshold_pages",
+            "Dirty limit where writers are throttled (/proc/vmstat nr_dirty_threshold)",
+            m.dirty_threshold_pages.clone(),
+        );
+        r.register(
+            "dirty_background_threshold_pages",
+            "Dirty level where background writeback starts (nr_dirty_background_threshold)",
+            m.dirty_background_threshold_pages.clone(),
+        );
+        r.register(
+            "vmstat_written_pages",
+            "Pages whose writeback completed, any filesystem (/proc/vmstat nr_written, since the start)",
+            m.vmstat_written_pages.clone(),
+        );
+        r.register(
+            "vmstat_dirtied_pages",
+            "Pages dirtied, any filesystem (/proc/vmstat nr_dirtied, since the start)",
+            m.vmstat_dirtied_pages.clone(),
+        );
+        r.register(
+            "throttle_events",
+            "balance_dirty_pages events",
+            m.throttle_events.clone(),
+        );
+        r.register_with_unit(
+            "throttle_pause",
+            "Writer pauses in balance_dirty_pages (log2 buckets of ms)",
+            Unit::Seconds,
+            m.throttle_pause.clone(),
+        );
+        r.register_with_unit(
+            "device_request",
+            "Block requests issued, by size (log2 buckets; sum counts each at its bucket's lower edge)",
+            Unit::Bytes,
+            m.request_bytes.clone(),
+        );
+        r.register_with_unit(
+            "device_request_latency",
+            "Block request issue-to-completion time (log2 buckets of ns; sum at lower edges)",
+            Unit::Seconds,
+            m.request_latency.clone(),
+        );
+        r.register(
+            "lost_records",
+            "Call records the kernel could not hand over (ring buffer full)",
+            m.lost_records.clone(),
+        );
+        r.register(
+            "bpf_runs",
+            "Runs of the tracer's own BPF programs (BPF_ENABLE_STATS)",
+            m.bpf_runs.clone(),
+        );
+        r.register_with_unit(
+            "bpf_run_time",
+            "Time spent in the tracer's own BPF programs (BPF_ENABLE_STATS)",
+            Unit::Seconds,
+            m.bpf_run_time.clone(),
+        );
+        r.register(
+            "intervals",
+            "Intervals the trace has closed (the metrics below the call level move once per interval)",
+            m.intervals.clone(),
+        );
+        (m, r)
+    }
+
+    /// Per-record hook of the trace loop.
+    pub fn observe(&self, event: &Event) {
+        match event {
+            Event::Call(call) => self.observe_call(call),
+        }
+    }
+
+    /// One writepages call, counted as `CallAggregate::add` counts it.
+    pub fn observe_call(&self, c: &CallRecord) {
+        let labels = CallLabels {
+            dev: c.dev.to_string(),
+            cause: cause_name(c.cause),
+        };
+        let pages = c.pages_written.max(0) as u64;
+        self.calls.get_or_create(&labels).inc();
+        self.pages_written.get_or_create(&labels).inc_by(pages);
+        self.pages_per_call.get_or_create(&labels).observe(pages);
+        if c.start_seen && c.nr_to_write != i64::MAX {
+            self.pages_asked
+                .get_or_create(&labels)
+                .inc_by(c.nr_to_write.max(0) as u64);
+            self.budgeted_pages_written
+                .get_or_create(&labels)
+                .inc_by(pages);
+        } else if c.nr_to_write == i64::MAX {
+            self.unbounded_calls.get_or_create(&labels).inc();
+        }
+        if let Some(scan) = &c.scan {
+            self.scan_pages_scanned
+                .get_or_create(&labels)
+                .inc_by(scan.bytes / self.page_size);
+            self.scan_pages_written.get_or_create(&labels).inc_by(pages);
+        }
+        if c.start_seen {
+            self.duration
+                .get_or_create(&labels)
+                .inc_by(c.duration_ns as f64 * 1e-9);
+            self.timed_pages.get_or_create(&labels).inc_by(pages);
+        }
+        if let Some(ns) = c.on_cpu_ns {
+            self.on_cpu.get_or_create(&labels).inc_by(ns as f64 * 1e-9);
+            self.on_cpu_pages.get_or_create(&labels).inc_by(pages);
+        }
+    }
+
+    /// Per-interval hook: levels from the line's latest values, counters
+    /// from its deltas (the call figures already came through
+    /// [`Metrics::observe_call`]).
+    pub fn update_from(&self, line: &IntervalLine) {
+        let vm = &line.dirty.vmstat;
+        gauge_set(&self.dirty_pages, vm.nr_dirty);
+        gauge_set(&self.writeback_pages, vm.nr_writeback);
+        gauge_set(&self.dirty_threshold_pages, vm.nr_dirty_threshold);
+        gauge_set(
+            &self.dirty_background_threshold_pages,
+            vm.nr_dirty_background_threshold,
+        );
+        self.vmstat_written_pages
+            .inc_by(line.dirty.vmstat_written_delta);
+        self.vmstat_dirtied_pages
+            .inc_by(line.dirty.vmstat_dirtied_delta);
+        self.throttle_events.inc_by(line.throttle.events);
+        self.throttle_pause
+            .add_buckets(&line.throttle.pause_ms, Some(line.throttle.pause_ms_total));
+        for d in &line.devices {
+            let labels = DevLabels {
+                dev: d.dev.to_string(),
+            };
+            self.request_bytes
+                .get_or_create(&labels)
+                .add_buckets(&d.request_bytes, None);
+            self.request_latency
+                .get_or_create(&labels)
+                .add_buckets(&d.latency_ns, None);
+        }
+        self.lost_records.inc_by(line.lost_records);
+        for r in &line.run_time {
+            let labels = ProgramLabels {
+                program: r.program.clone(),
+            };
+            self.bpf_runs.get_or_create(&labels).inc_by(r.run_count);
+            self.bpf_run_time
+                .get_or_create(&labels)
+                .inc_by(r.run_time_ns as f64 * 1e-9);
+        }
+        self.intervals.inc();
+    }
+}
+
+/// The OpenMetrics text of `registry`.
+pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+/// A running exporter: the metrics to feed, served on `local_addr`.
+pub struct Exporter {
+    pub metrics: Metrics,
+    pub local_addr: SocketAddr,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Exporter {
+    /// Binds `addr` and serves `/metrics` on the current tokio runtime.
+    pub async fn start(addr: SocketAddr) -> anyhow::Result<Exporter> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("--prometheus {addr}: cannot listen"))?;
+        let local_addr = listener
+            .local_addr()
+            .context("--prometheus: local address")?;
+        let (metrics, registry) = Metrics::new();
+        let server = tokio::spawn(serve(listener, Arc::new(registry)));
+        Ok(Exporter {
+            metrics,
+            local_addr,
+            server,
+        })
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn serve(listener: TcpListener, registry: Arc<Registry>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: wait, don't spin.
+                log::warn!("--prometheus: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req: Request<Incoming>| {
+                let response = respond(&req, &registry);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            if let Err(e) = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                log::debug!("--prometheus: connection: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
+
+fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, body: String, content_type: &'static str| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        r
+    };
+    let plain = "text/plain; charset=utf-8";
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into(), plain);
+    }
+    match req.uri().path() {
+        "/metrics" => match encode(registry) {
+            Ok(body) => text(StatusCode::OK, body, CONTENT_TYPE_OPENMETRICS),
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding metrics: {e}\n"),
+                plain,
+            ),
+        },
+        "/" => text(
+            StatusCode::OK,
+            "wbscope: metrics are at /metrics\n".into(),
+            plain,
+        ),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found; try /metrics\n".into(),
+            plain,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        interval::{CallAggregate, KernelSnapshot},
+        model::{DevId, ScanFigures},
+    };
+
+    fn call(dev: u32, pages: i64, asked: i64, cause: u32) -> CallRecord {
+        CallRecord {
+            dev: DevId::from_kernel(dev),
+            ino: 12,
+            tgid: 1,
+            tid: 1,
+            comm: "t".into(),
+            start_ns: 1,
+            duration_ns: 2_000_000,
+            nr_to_write: asked,
+            pages_written: pages,
+            pages_skipped: 0,
+            sync_mode: 0,
+            ret: 0,
+            range_start: 0,
+            range_end: 0,
+            writeback_index_before: 0,
+            writeback_index_after: 0,
+            for_kupdate: false,
+            range_cyclic: false,
+            start_seen: true,
+            for_background: false,
+            cgroup_id: 0,
+            cause,
+            work_reason: 0,
+            on_cpu_ns: Some(1_000_000),
+            scan: Some(ScanFigures {
+                iterations: 1,
+                bytes: pages as u64 * page_size() * 2,
+                first_pos: 0,
+                last_pos: 0,
+            }),
+            extents: 0,
+            extent_blocks: 0,
+            folios_written: 0,
+            bios: 0,
+            bio_bytes: 0,
+        }
+    }
+
+    fn sample<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
+    }
+
+    #[test]
+    fn calls_are_counted_by_device_and_cause() {
+        let (m, r) = Metrics::new();
+        m.observe_call(&call(
+            7 << 20 | 3,
+            5,
+            1024,
+            writeback_common::cause::BACKGROUND,
+        ));
+        m.observe_call(&call(
+            7 << 20 | 3,
+            3,
+            1024,
+            writeback_common::cause::BACKGROUND,
+        ));
+        m.observe_call(&call(
+            7 << 20 | 3,
+            100,
+            i64::MAX,
+            writeback_common::cause::SYNC,
+        ));
+        let text = encode(&r).unwrap();
+        let bg = r#"{dev="7:3",cause="background"}"#;
+        assert_eq!(
+            sample(&text, &format!("wbscope_pages_written_total{bg}")),
+            Some("8")
+        );
+        assert_eq!(
+            sample(&text, &format!("wbscope_writepages_calls_total{bg}")),
+            Some("2")
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"wbscope_pages_written_total{dev="7:3",cause="sync"}"#
+            ),
+            Some("100")
+        );
+        assert_eq!(
+            sample(&text, &format!("wbscope_writepages_pages_asked_total{bg}")),
+            Some("2048")
+        );
+        assert_eq!(
+            sample(&text, &format!("wbscope_scan_pages_scanned_total{bg}")),
+            Some("16")
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("wbscope_writepages_duration_seconds_total{bg}")
+            ),
+            Some("0.004")
+        );
+        // 5 → bucket [4, 7], 3 → [2, 3]; buckets are cumulative.
+        let bucket = |le: &str| {
+            sample(
+                &text,
+                &format!(
+                    r#"wbscope_writepages_pages_per_call_bucket{{le="{le}",dev="7:3",cause="background"}}"#
+                ),
+            )
+            .or_else(|| {
+                sample(
+                    &text,
+                    &format!(
+                        r#"wbscope_writepages_pages_per_call_bucket{{dev="7:3",cause="background",le="{le}"}}"#
+                    ),
+                )
+            })
+        };
+        assert_eq!(bucket("1.0"), Some("0"));
+        assert_eq!(bucket("3.0"), Some("1"));
+        assert_eq!(bucket("7.0"), Some("2"));
+        assert_eq!(bucket("+Inf"), Some("2"));
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn interval_lines_feed_levels_and_kernel_counters() {
+        use writeback_common::{BlockHistKey, agg, block_hist};
+        let (m, r) = Metrics::new();
+        let prev = KernelSnapshot {
+            agg: vec![0; agg::COUNT as usize],
+            ..Default::default()
+        };
+        let mut cur = prev.clone();
+        cur.vmstat.nr_dirty = 1234;
+        cur.vmstat.nr_dirty_threshold = 9999;
+        cur.agg[agg::THROTTLE_PAUSES as usize] = 2;
+        cur.agg[agg::THROTTLE_PAUSE_MS as usize] = 30;
+        cur.agg[(agg::THROTTLE_HIST + 4) as usize] = 2;
+        cur.block.insert(
+            BlockHistKey {
+                dev: 254 << 20,
+                kind: block_hist::ISSUE_BYTES,
+                bucket: 20,
+            },
+            7,
+        );
+        cur.stats.lost_records = 3;
+        let line = IntervalLine::new(1.0, 1.0, &CallAggregate::default(), &prev, &cur);
+        m.update_from(&line);
+        m.update_from(&line);
+        let text = encode(&r).unwrap();
+        assert_eq!(sample(&text, "wbscope_dirty_pages"), Some("1234"));
+        assert_eq!(sample(&text, "wbscope_dirty_threshold_pages"), Some("9999"));
+        assert_eq!(sample(&text, "wbscope_lost_records_total"), Some("6"));
+        assert_eq!(
+            sample(&text, "wbscope_throttle_pause_seconds_count"),
+            Some("4")
+        );
+        assert_eq!(
+            sample(&text, "wbscope_throttle_pause_seconds_sum"),
+            Some("0.06")
+        );
+        // 14 requests in [512 KiB, 1 MiB - 1]: none at le 524287, all at 1048575.
+        let dev = r#"dev="254:0""#;
+        let bucket = |le: &str| {
+            text.lines()
+                .filter(|l| l.starts_with("wbscope_device_request_bytes_bucket{"))
+                .find(|l| l.contains(dev) && l.contains(&format!(r#"le="{le}""#)))
+                .and_then(|l| l.rsplit(' ').next())
+        };
+        assert_eq!(bucket("524287.0"), Some("0"));
+        assert_eq!(bucket("1048575.0"), Some("14"));
+        assert_eq!(bucket("+Inf"), Some("14"));
+        assert!(
+            text.contains("# UNIT wbscope_device_request_bytes bytes"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn log2_buckets_fold_below_first_and_above_last() {
+        let h = Log2Histogram::new(Log2Spec {
+            first: 2,
+            last: 3,
+            scale: 1.0,
+        });
+        for v in [0, 1, 3, 7, 8, 1 << 40] {
+            h.observe(v);
+        }
+        let (buckets, sum, count) = h.snapshot();
+        assert_eq!(buckets, vec![(3.0, 3), (7.0, 1), (f64::INFINITY, 2)]);
+        assert_eq!(count, 6);
+        assert_eq!(sum, (19 + (1u64 << 40)) as f64);
+    }
+}
