@@ -18,7 +18,8 @@ Examples:
                                            one JSON line per writepages call, plus
                                            interval and summary lines
   wbscope trace --device /mnt/data         per-second figures for one filesystem
-  wbscope --log /tmp/wbscope.log           dashboard, diagnostics to a file";
+  wbscope --log /tmp/wbscope.log           dashboard, diagnostics to a file
+  wbscope --dir /mnt/data                  dashboard; its writer (key w) writes there";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,6 +38,12 @@ pub struct Cli {
     /// tracepoint), e.g. to compare the figures of two paths.
     #[arg(long, value_name = "KINDS", value_delimiter = ',', global = true)]
     pub disable: Vec<crate::plan::HookKind>,
+
+    /// Dashboard: directory the writer (key `w`) creates its files in;
+    /// default a new temporary directory in the current directory, removed
+    /// on quit. Existing files are never touched.
+    #[arg(long = "dir", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Option<Command>,

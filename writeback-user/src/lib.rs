@@ -4,6 +4,7 @@
 //! programs configured and attached, [`collector`] reads their records,
 //! [`model`] aggregates them, [`tui`] and [`export`] present them, and
 //! [`commands`] wires one subcommand each.
+pub mod app;
 pub mod btf;
 pub mod cli;
 pub mod collector;
@@ -32,7 +33,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Write(args)) => commands::write::run(args),
         Some(Command::Trace(args)) => runtime()?.block_on(commands::trace::run(args, &cli.disable)),
         Some(Command::Probes(args)) => commands::probes::run(args, &cli.disable),
-        None => runtime()?.block_on(commands::dashboard::run(&cli.disable)),
+        None => runtime()?.block_on(commands::dashboard::run(
+            &commands::dashboard::DashboardOptions {
+                disabled: cli.disable.clone(),
+                dir: cli.dir.clone(),
+            },
+        )),
     }
 }
 

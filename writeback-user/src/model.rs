@@ -6,7 +6,11 @@ use std::fmt;
 use serde::Serialize;
 use writeback_common::{WritepagesCall, call_flags, cause};
 
-use crate::{loader::KernelStats, plan::ProbeStatus};
+use crate::{
+    interval::IntervalLine,
+    loader::KernelStats,
+    plan::{ProbePlan, ProbeStatus},
+};
 
 /// A block device number as userspace writes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -305,19 +309,171 @@ impl Totals {
     }
 }
 
-/// What the dashboard shows; one task owns it, collectors send it events.
+/// Seconds of history the time chart keeps.
+pub const HISTORY_SECS: usize = 300;
+
+/// One second (one interval) of the shared time axis.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HistoryPoint {
+    /// Seconds since the dashboard started, at the end of the interval.
+    pub time_s: f64,
+    /// Pages the traced writepages calls wrote, per second.
+    pub kernel_pages_per_s: f64,
+    /// Bytes the writer wrote, per second (0 when no run is going).
+    pub writer_bytes_per_s: f64,
+    /// `nr_dirty` (pages) at the end of the interval.
+    pub dirty_pages: u64,
+}
+
+/// Per-device or per-inode sums for the top table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopRow {
+    pub calls: u64,
+    pub pages_written: u64,
+    /// Scan figures of the calls whose scan was measured.
+    pub scan_bytes: u64,
+    pub scan_pages_written: u64,
+    /// The command of the latest call (for inodes: who wrote it back).
+    pub comm: String,
+}
+
+impl TopRow {
+    fn add(&mut self, call: &CallRecord) {
+        let pages = call.pages_written.max(0) as u64;
+        self.calls += 1;
+        self.pages_written += pages;
+        if let Some(scan) = &call.scan {
+            self.scan_bytes += scan.bytes;
+            self.scan_pages_written += pages;
+        }
+        if self.comm != call.comm {
+            self.comm.clone_from(&call.comm);
+        }
+    }
+
+    /// Mean pages per call; `None` before the first call.
+    pub fn mean_chunk_pages(&self) -> Option<f64> {
+        (self.calls > 0).then(|| self.pages_written as f64 / self.calls as f64)
+    }
+
+    /// Pages examined per page written (`page` = page size in bytes);
+    /// `None` when no measured call wrote anything.
+    pub fn scan_ratio(&self, page: u64) -> Option<f64> {
+        (self.scan_pages_written > 0)
+            .then(|| self.scan_bytes as f64 / page.max(1) as f64 / self.scan_pages_written as f64)
+    }
+}
+
+/// Where a writer run is, as its events tell it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum WriterPhase {
+    /// No run yet.
+    #[default]
+    Idle,
+    Running,
+    /// The run ended; the text says how ("completed, 1.00 GB at 512 MB/s",
+    /// "interrupted", or the error).
+    Ended(String),
+}
+
+/// What the writer reported over one second of a run: sent once per
+/// writer-core `Tick`, so the model task gets one message a second however
+/// small the chunks are.
+#[derive(Clone, Debug, Default)]
+pub struct WriterSecond {
+    pub run: u64,
+    pub elapsed_s: f64,
+    /// Bytes written since the run started, and in the last second.
+    pub bytes: u64,
+    pub bytes_last_second: u64,
+    /// Chunks completed in the second, in pages per chunk, in the kernel
+    /// histogram's log2 buckets.
+    pub chunk_pages: Log2Histogram,
+    /// Sync calls that ended in the second, per kind.
+    pub sync: Vec<(writer_core::SyncKind, writer_core::stats::LatencyHist)>,
+}
+
+/// Typed messages from the writer side (run id, so a late message of a
+/// stopped run cannot be taken for the current one).
+#[derive(Clone, Debug)]
+pub enum WriterUpdate {
+    Started {
+        run: u64,
+        dir: String,
+        file_size: u64,
+    },
+    /// Boxed: a histogram of 65 buckets would make every message large.
+    Second(Box<WriterSecond>),
+    Ended {
+        run: u64,
+        outcome: String,
+    },
+}
+
+/// The writer as the dashboard shows it.
+#[derive(Clone, Debug, Default)]
+pub struct WriterModel {
+    pub run: u64,
+    pub phase: WriterPhase,
+    pub dir: String,
+    pub file_size: u64,
+    pub elapsed_s: f64,
+    pub bytes: u64,
+    /// Bytes per second, newest last, at most [`HISTORY_SECS`].
+    pub throughput: std::collections::VecDeque<u64>,
+    /// Pages per chunk since start (or the last reset), and in the last
+    /// second of writing.
+    pub chunk_pages: Log2Histogram,
+    pub chunk_pages_last: Log2Histogram,
+    /// Sync latencies of the current run, per kind.
+    pub sync: std::collections::BTreeMap<writer_core::SyncKind, writer_core::stats::LatencyHist>,
+}
+
+impl WriterModel {
+    /// Bytes/s of the last second, while a run is going.
+    pub fn current_rate(&self) -> u64 {
+        match self.phase {
+            WriterPhase::Running => self.throughput.back().copied().unwrap_or(0),
+            _ => 0,
+        }
+    }
+}
+
+/// What the dashboard shows; one task owns it and feeds it events
+/// ([`Model::on_call`], [`Model::on_interval`], [`Model::on_writer`]),
+/// whatever produced them, so a recording can replay into it.
 #[derive(Clone, Debug, Default)]
 pub struct Model {
+    /// The probe plan as the loader carried it out (or the reason nothing
+    /// could be attached).
+    pub plan: ProbePlan,
     pub probes: Vec<ProbeStatus>,
-    /// Pages written per call since start.
+    pub host: String,
+    /// Pages written per call since start (or the last reset).
     pub hist_total: Log2Histogram,
-    /// Pages written per call in the current display interval.
+    /// Pages written per call in the interval being collected.
     pub hist_interval: Log2Histogram,
+    /// The last completed interval's histogram (what the screen shows: a
+    /// stable picture rather than one that fills up and empties each
+    /// second).
+    pub hist_last: Log2Histogram,
     pub totals: Totals,
+    /// Cumulative kernel-side counters (lost records, ...).
     pub kernel: KernelStats,
-    /// Calls per second over the last completed interval.
+    /// Lost records since start or the last reset.
+    pub lost_records: u64,
+    /// Rates over the last completed interval.
     pub calls_per_sec: f64,
     pub pages_per_sec: f64,
+    /// The last completed interval, with every kernel-pane figure.
+    pub last: Option<IntervalLine>,
+    /// The dashboard's own CPU use (fraction of one core), the writer's
+    /// threads excluded.
+    pub tracer_cpu: Option<f64>,
+    pub history: std::collections::VecDeque<HistoryPoint>,
+    pub devices: std::collections::BTreeMap<DevId, TopRow>,
+    pub inodes: std::collections::HashMap<(DevId, u64), TopRow>,
+    pub writer: WriterModel,
     interval_calls: u64,
     interval_pages: u64,
 }
@@ -330,6 +486,16 @@ impl Model {
         }
     }
 
+    /// A model for the plan the loader produced.
+    pub fn with_plan(plan: ProbePlan, host: String) -> Model {
+        Model {
+            probes: plan.statuses(),
+            plan,
+            host,
+            ..Model::default()
+        }
+    }
+
     pub fn on_call(&mut self, call: &CallRecord) {
         let pages = call.pages_written.max(0) as u64;
         self.hist_total.record(pages);
@@ -337,6 +503,11 @@ impl Model {
         self.totals.add(call);
         self.interval_calls += 1;
         self.interval_pages += pages;
+        self.devices.entry(call.dev).or_default().add(call);
+        self.inodes
+            .entry((call.dev, call.ino))
+            .or_default()
+            .add(call);
     }
 
     /// Closes a display interval of `secs` seconds: rates are computed and
@@ -348,8 +519,100 @@ impl Model {
         }
         self.interval_calls = 0;
         self.interval_pages = 0;
-        self.hist_interval = Log2Histogram::default();
+        self.hist_last = std::mem::take(&mut self.hist_interval);
         self.kernel = kernel;
+    }
+
+    /// A completed interval: rates, the kernel pane's figures and one
+    /// point of the time chart.
+    pub fn on_interval(
+        &mut self,
+        line: IntervalLine,
+        kernel: KernelStats,
+        tracer_cpu: Option<f64>,
+    ) {
+        self.end_interval(line.interval_s, kernel);
+        self.lost_records += line.lost_records;
+        self.tracer_cpu = tracer_cpu;
+        self.history.push_back(HistoryPoint {
+            time_s: line.time_s,
+            kernel_pages_per_s: self.pages_per_sec,
+            writer_bytes_per_s: self.writer.current_rate() as f64,
+            dirty_pages: line.dirty.vmstat.nr_dirty,
+        });
+        while self.history.len() > HISTORY_SECS {
+            self.history.pop_front();
+        }
+        self.last = Some(line);
+    }
+
+    pub fn on_writer(&mut self, update: WriterUpdate) {
+        let w = &mut self.writer;
+        match update {
+            WriterUpdate::Started {
+                run,
+                dir,
+                file_size,
+            } => {
+                w.run = run;
+                w.phase = WriterPhase::Running;
+                w.dir = dir;
+                w.file_size = file_size;
+                w.elapsed_s = 0.0;
+                w.bytes = 0;
+                w.sync.clear();
+            }
+            WriterUpdate::Second(s) if s.run == w.run => {
+                let s = *s;
+                w.elapsed_s = s.elapsed_s;
+                w.bytes = s.bytes;
+                w.throughput.push_back(s.bytes_last_second);
+                while w.throughput.len() > HISTORY_SECS {
+                    w.throughput.pop_front();
+                }
+                for (k, &c) in s.chunk_pages.buckets().iter().enumerate() {
+                    // Log2Histogram has no merge; adding bucket by bucket
+                    // records representative values of the same bucket.
+                    for _ in 0..c {
+                        w.chunk_pages.record(bucket_floor(k));
+                    }
+                }
+                for (kind, h) in &s.sync {
+                    w.sync.entry(*kind).or_default().merge(h);
+                }
+                w.chunk_pages_last = s.chunk_pages;
+            }
+            WriterUpdate::Second(_) => {}
+            WriterUpdate::Ended { run, outcome } if run == w.run => {
+                w.phase = WriterPhase::Ended(outcome);
+                w.chunk_pages_last = Log2Histogram::default();
+            }
+            WriterUpdate::Ended { .. } => {}
+        }
+    }
+
+    /// `r`: counters, histograms and the top table start again; the probe
+    /// plan, the time chart and the writer's run state stay.
+    pub fn reset(&mut self) {
+        self.hist_total = Log2Histogram::default();
+        self.hist_interval = Log2Histogram::default();
+        self.hist_last = Log2Histogram::default();
+        self.totals = Totals::default();
+        self.lost_records = 0;
+        self.devices.clear();
+        self.inodes.clear();
+        self.interval_calls = 0;
+        self.interval_pages = 0;
+        self.writer.chunk_pages = Log2Histogram::default();
+        self.writer.sync.clear();
+    }
+}
+
+/// The smallest value of log2 bucket `k`.
+fn bucket_floor(k: usize) -> u64 {
+    match k {
+        0 => 0,
+        _ => 1u64 << (k - 1).min(63),
     }
 }
 

@@ -1,136 +1,454 @@
 //! `wbscope` with no subcommand: the live dashboard.
 //!
-//! One task owns the [`Model`]; the ring-buffer collector feeds it through
-//! a channel; frames are drawn at most 10 times a second from the model,
-//! which rendering does not change.
-use std::{process::ExitCode, time::Duration};
+//! One task (the event loop here) owns the [`App`]; collectors send it
+//! typed [`Msg`]s over one channel: the ring-buffer pump (each call), the
+//! sampler (kernel maps, /proc/vmstat and our own CPU, once a second) and
+//! the writer's observer (once a second, plus start and end of a run).
+//! Keys come from crossterm's `EventStream`. Frames are drawn at most 10
+//! times a second, only when something changed, from `&App`.
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::{Arc, Mutex},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
-use crossterm::event::{Event as TermEvent, EventStream, KeyCode, KeyEventKind, KeyModifiers};
+use crossterm::event::{Event as TermEvent, EventStream};
 use futures_util::StreamExt as _;
 use tokio::{
     signal::unix::{SignalKind, signal},
-    sync::mpsc,
+    sync::mpsc::{self, UnboundedSender},
 };
+use writer_core::{LiveTunables, SyncKind, Writer, WriterConfig, WriterSpec, stats::LatencyHist};
 
 use crate::{
+    app::{App, Effect, Msg, WriterSettings},
     collector::{Event, RingCollector},
-    loader::{KernelStats, Tracer, TracerOptions},
-    model::Model,
+    interval::{KernelSnapshot, VmStat, page_size},
+    loader::{Tracer, TracerOptions},
+    model::{Log2Histogram, Model, WriterSecond, WriterUpdate},
     plan::{HookKind, ProbePlan, kernel_release},
     tui,
 };
 
+/// At most 10 frames a second.
 const FRAME: Duration = Duration::from_millis(100);
-const INTERVAL: Duration = Duration::from_secs(1);
+/// Sampling period of the kernel maps and /proc.
+const SAMPLE: Duration = Duration::from_secs(1);
+/// Bytes per file of a writer run, at most; a run that completes starts
+/// again, so this only bounds the disk space one run takes.
+const FILE_SIZE: u64 = 1 << 30;
+/// The writer's threads carry this name (its job threads inherit it), so
+/// the dashboard's own CPU figure can leave them out.
+const WRITER_THREAD: &str = "wbscope-writer";
+/// How long quitting waits for a stopped run to remove its files.
+const STOP_WAIT: Duration = Duration::from_secs(30);
 
-pub async fn run(disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+/// Options of the dashboard (top-level flags of `wbscope`).
+#[derive(Clone, Debug, Default)]
+pub struct DashboardOptions {
+    pub disabled: Vec<HookKind>,
+    /// Where writer runs create their files; default a new temporary
+    /// directory in the current directory, removed on quit.
+    pub dir: Option<PathBuf>,
+}
+
+pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
+    let (tx, rx) = mpsc::unbounded_channel::<Msg>();
     // Missing privileges or probes do not stop the dashboard: it opens and
     // says what is missing.
-    let options = TracerOptions {
-        disabled: disabled.to_vec(),
+    let tracer_options = TracerOptions {
+        disabled: options.disabled.clone(),
         ..TracerOptions::default()
     };
-    let (tracer, probes, events) = match Tracer::attach(&options) {
+    let (tracer, plan) = match Tracer::attach(&tracer_options) {
         Ok(mut tracer) => {
             crate::spawn_ebpf_log_pump(&mut tracer);
-            let probes = tracer.plan.statuses();
-            let (tx, rx) = mpsc::channel(4096);
             let collector = RingCollector::new(tracer.take_events()?)?;
-            tokio::spawn(pump(collector, tx));
-            (Some(tracer), probes, Some(rx))
+            tokio::spawn(pump(collector, tx.clone()));
+            let plan = tracer.plan.clone();
+            (Some(Arc::new(tracer)), plan)
         }
-        Err(e) => (
-            None,
-            ProbePlan::unavailable(kernel_release(), &format!("{e:#}")).statuses(),
-            None,
-        ),
+        Err(e) => {
+            log::warn!("no tracer: {e:#}");
+            (
+                None,
+                ProbePlan::unavailable(kernel_release(), &format!("{e:#}")),
+            )
+        }
     };
-    let mut model = Model::new(probes);
+    tokio::spawn(sampler(tracer, tx.clone()));
+    let mut app = App::new(Model::with_plan(plan, hostname()));
+    let mut writer = WriterRunner::new(options.dir.clone(), tx.clone());
 
+    // ratatui::init restores the terminal on panic too.
     let mut terminal = ratatui::init();
-    let result = event_loop(&mut terminal, &mut model, tracer.as_ref(), events).await;
+    let result = event_loop(&mut terminal, &mut app, &mut writer, rx).await;
     ratatui::restore();
+    // Stop the writer and remove its files (and our temporary directory)
+    // before we exit, whatever ended the loop.
+    writer.shutdown().await;
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Moves records from the ring buffer to the model's channel. Stops when
+/// Moves records from the ring buffer to the dashboard task. Stops when
 /// the dashboard is gone.
-async fn pump(mut collector: RingCollector, tx: mpsc::Sender<Event>) {
+async fn pump(mut collector: RingCollector, tx: UnboundedSender<Msg>) {
     loop {
         let mut batch = Vec::new();
         if let Err(e) = collector.wait_and_drain(|e| batch.push(e)).await {
             log::error!("ring buffer: {e:#}");
             return;
         }
-        for event in batch {
-            if tx.send(event).await.is_err() {
+        for Event::Call(call) in batch {
+            if tx.send(Msg::Call(call)).is_err() {
                 return;
             }
         }
     }
 }
 
+/// Once a second: the kernel maps, /proc/vmstat, and the dashboard's own
+/// CPU time (writer threads excluded).
+async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut prev_cpu: Option<(Instant, u64)> = None;
+    loop {
+        tick.tick().await;
+        let snapshot = match &tracer {
+            Some(t) => KernelSnapshot::take(t),
+            None => VmStat::read().map(|vmstat| KernelSnapshot {
+                vmstat,
+                ..KernelSnapshot::default()
+            }),
+        };
+        let snapshot = match snapshot {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("sampling the kernel: {e:#}");
+                continue;
+            }
+        };
+        let now = Instant::now();
+        let cpu = own_cpu_ticks();
+        let tracer_cpu = match (prev_cpu, cpu) {
+            (Some((then, before)), Some(ticks)) => {
+                let secs = now.duration_since(then).as_secs_f64();
+                (secs > 0.0).then(|| ticks.saturating_sub(before) as f64 / clock_ticks() / secs)
+            }
+            _ => None,
+        };
+        prev_cpu = cpu.map(|c| (now, c));
+        let msg = Msg::Sample {
+            at: now.duration_since(start),
+            snapshot: Box::new(snapshot),
+            tracer_cpu,
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 { v as f64 } else { 100.0 }
+}
+
+/// utime + stime of every thread of this process but the writer's, in
+/// clock ticks (proc(5): fields 14 and 15 of /proc/PID/task/TID/stat).
+fn own_cpu_ticks() -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue; // the thread ended meanwhile
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if &stat[open + 1..close] == WRITER_THREAD {
+            continue;
+        }
+        // After the comm: state is field 3, so utime (14) is index 11.
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let get = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+        total += get(11).unwrap_or(0) + get(12).unwrap_or(0);
+    }
+    Some(total)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
 async fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
-    model: &mut Model,
-    tracer: Option<&Tracer>,
-    mut events: Option<mpsc::Receiver<Event>>,
+    app: &mut App,
+    writer: &mut WriterRunner,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
 ) -> anyhow::Result<()> {
     let mut keys = EventStream::new();
     let mut frame = tokio::time::interval(FRAME);
     frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut interval = tokio::time::interval(INTERVAL);
-    interval.tick().await;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut dirty = true;
-    let mut last_interval = tokio::time::Instant::now();
 
     loop {
-        tokio::select! {
+        let msg = tokio::select! {
             _ = frame.tick() => {
-                if dirty {
-                    terminal.draw(|f| tui::render(model, f)).context("drawing")?;
-                    dirty = false;
+                if app.dirty {
+                    terminal.draw(|f| tui::render(app, f)).context("drawing")?;
+                    app.dirty = false;
                 }
+                continue;
             }
-            _ = interval.tick() => {
-                let now = tokio::time::Instant::now();
-                let kernel = match tracer {
-                    Some(t) => t.stats().unwrap_or_default(),
-                    None => KernelStats::default(),
-                };
-                model.end_interval(now.duration_since(last_interval).as_secs_f64(), kernel);
-                last_interval = now;
-                dirty = true;
+            Some(msg) = rx.recv() => msg,
+            key = keys.next() => match key {
+                Some(Ok(TermEvent::Key(k))) => Msg::Key(k),
+                Some(Ok(TermEvent::Resize(..))) => Msg::Resize,
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(e).context("reading the terminal"),
+                None => Msg::Terminate,
+            },
+            _ = sigterm.recv() => Msg::Terminate,
+        };
+        for effect in app.handle(msg) {
+            match effect {
+                Effect::Quit => return Ok(()),
+                Effect::StartWriter { run, settings } => writer.start(run, &settings),
+                Effect::StopWriter => writer.stop(),
+                Effect::SetChunk(bytes) => writer.set(|t| t.set_chunk(bytes)),
+                Effect::SetWindow(chunks) => writer.set(|t| t.set_window(chunks)),
             }
-            Some(event) = async {
-                match events.as_mut() {
-                    Some(rx) => rx.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                match event {
-                    Event::Call(call) => model.on_call(&call),
-                }
-                dirty = true;
-            }
-            key = keys.next() => {
-                match key {
-                    Some(Ok(TermEvent::Key(k))) if k.kind == KeyEventKind::Press => {
-                        let ctrl_c = k.code == KeyCode::Char('c')
-                            && k.modifiers.contains(KeyModifiers::CONTROL);
-                        if ctrl_c || matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) {
-                            return Ok(());
-                        }
-                    }
-                    Some(Ok(TermEvent::Resize(..))) => dirty = true,
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => return Err(e).context("reading the terminal"),
-                    None => return Ok(()),
-                }
-            }
-            _ = sigterm.recv() => return Ok(()),
         }
     }
+}
+
+/// Forwards a run's observer events to the dashboard once a second: chunk
+/// sizes and sync latencies are added up here, on the writing threads,
+/// and sent with writer-core's per-second `Tick`, so 4 KiB chunks do not
+/// flood the dashboard task with a message each.
+struct SecondObserver {
+    run: u64,
+    page: u64,
+    tx: UnboundedSender<Msg>,
+    second: Mutex<(Log2Histogram, Vec<(SyncKind, LatencyHist)>)>,
+}
+
+impl writer_core::Observer for SecondObserver {
+    fn on_event(&self, event: &writer_core::Event) {
+        // A poisoned lock only means another writing thread panicked; the
+        // figures are still usable.
+        let mut second = self.second.lock().unwrap_or_else(|e| e.into_inner());
+        match event {
+            writer_core::Event::ChunkWritten { len, .. } => {
+                second.0.record(len.div_ceil(self.page));
+            }
+            writer_core::Event::SyncEnded { kind, latency, .. } => {
+                match second.1.iter_mut().find(|(k, _)| k == kind) {
+                    Some((_, h)) => h.record(*latency),
+                    None => {
+                        let mut h = LatencyHist::new();
+                        h.record(*latency);
+                        second.1.push((*kind, h));
+                    }
+                }
+            }
+            writer_core::Event::Tick {
+                elapsed,
+                bytes,
+                bytes_last_second,
+            } => {
+                let (chunk_pages, sync) = std::mem::take(&mut *second);
+                let _ = self
+                    .tx
+                    .send(Msg::Writer(WriterUpdate::Second(Box::new(WriterSecond {
+                        run: self.run,
+                        elapsed_s: elapsed.as_secs_f64(),
+                        bytes: *bytes,
+                        bytes_last_second: *bytes_last_second,
+                        chunk_pages,
+                        sync,
+                    }))));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Starts and stops writer runs on their own thread (`Writer::run`
+/// blocks) and keeps the directory they write in.
+struct WriterRunner {
+    dir: Option<PathBuf>,
+    /// Our temporary directory, removed (with anything left in it) on drop.
+    temp: Option<tempfile::TempDir>,
+    current: Option<(Arc<LiveTunables>, JoinHandle<()>)>,
+    tx: UnboundedSender<Msg>,
+}
+
+impl WriterRunner {
+    fn new(dir: Option<PathBuf>, tx: UnboundedSender<Msg>) -> WriterRunner {
+        WriterRunner {
+            dir,
+            temp: None,
+            current: None,
+            tx,
+        }
+    }
+
+    fn ended(&self, run: u64, outcome: String) {
+        let _ = self
+            .tx
+            .send(Msg::Writer(WriterUpdate::Ended { run, outcome }));
+    }
+
+    /// The directory runs write into: `--dir`, or a temporary directory
+    /// made in the current directory on the first start, so the writer
+    /// loads the filesystem the user started wbscope on.
+    fn target(&mut self) -> anyhow::Result<PathBuf> {
+        if let Some(dir) = &self.dir {
+            return Ok(dir.clone());
+        }
+        if self.temp.is_none() {
+            let temp = tempfile::Builder::new()
+                .prefix(".wbscope-")
+                .tempdir_in(".")
+                .context(
+                    "creating a temporary directory in the current directory (or use --dir)",
+                )?;
+            self.temp = Some(temp);
+        }
+        let temp = self.temp.as_ref().context("temporary directory")?;
+        Ok(temp.path().to_path_buf())
+    }
+
+    fn start(&mut self, run: u64, settings: &WriterSettings) {
+        match self.try_start(run, settings) {
+            Ok(()) => {}
+            Err(e) => self.ended(run, format!("failed: {e:#}")),
+        }
+    }
+
+    fn try_start(&mut self, run: u64, s: &WriterSettings) -> anyhow::Result<()> {
+        let dir = self.target()?;
+        let file_size = file_size_for(&dir, s.jobs);
+        let spec = WriterSpec {
+            dirs: vec![dir.clone()],
+            size: file_size.max(s.chunk),
+            chunk: s.chunk,
+            strategy: s.strategy,
+            jobs: s.jobs,
+            window: s.window,
+            ..WriterSpec::default()
+        };
+        let cfg = WriterConfig::new(spec)?;
+        let observer = SecondObserver {
+            run,
+            page: page_size(),
+            tx: self.tx.clone(),
+            second: Mutex::default(),
+        };
+        let writer = Writer::new(cfg).with_observer(Arc::new(observer));
+        let tunables = writer.tunables();
+        let tx = self.tx.clone();
+        let _ = tx.send(Msg::Writer(WriterUpdate::Started {
+            run,
+            dir: display_dir(&dir),
+            file_size: writer.config().spec().size,
+        }));
+        let handle = std::thread::Builder::new()
+            .name(WRITER_THREAD.into())
+            .spawn(move || {
+                let outcome = match writer.run() {
+                    Ok(r) => format!(
+                        "{} {}, {:.0} MB/s",
+                        match r.status {
+                            writer_core::RunStatus::Completed => "completed",
+                            writer_core::RunStatus::Interrupted => "interrupted",
+                            writer_core::RunStatus::Failed => "failed",
+                        },
+                        tui::fmt::bytes(r.bytes),
+                        r.write_mb_s
+                    ),
+                    Err(f) => format!("failed: {}", f.error),
+                };
+                let _ = tx.send(Msg::Writer(WriterUpdate::Ended { run, outcome }));
+            })
+            .context("starting the writer thread")?;
+        self.current = Some((tunables, handle));
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if let Some((tunables, _)) = &self.current {
+            tunables.request_stop();
+        }
+    }
+
+    /// Applies a live tunable to the running writer; a refusal is logged
+    /// (the app keeps its values within the writer's bounds).
+    fn set(&self, f: impl Fn(&LiveTunables) -> Result<(), writer_core::ConfigError>) {
+        if let Some((tunables, _)) = &self.current
+            && let Err(e) = f(tunables)
+        {
+            log::warn!("writer tunable refused: {e}");
+        }
+    }
+
+    /// Stops the run and waits (bounded) for it to remove its files; then
+    /// the temporary directory goes.
+    async fn shutdown(&mut self) {
+        if let Some((tunables, handle)) = self.current.take() {
+            tunables.request_stop();
+            let joined = tokio::task::spawn_blocking(move || handle.join());
+            if tokio::time::timeout(STOP_WAIT, joined).await.is_err() {
+                log::error!("the writer did not stop within {STOP_WAIT:?}");
+            }
+        }
+        if let Some(temp) = self.temp.take()
+            && let Err(e) = temp.close()
+        {
+            log::error!("removing the writer's directory: {e}");
+        }
+    }
+}
+
+/// Per-file size: [`FILE_SIZE`], or less so that one run takes at most a
+/// quarter of the free space (writer-core refuses runs that do not fit).
+fn file_size_for(dir: &Path, jobs: u32) -> u64 {
+    let free = free_bytes(dir).unwrap_or(u64::MAX);
+    let per_job = free / 4 / u64::from(jobs.max(1));
+    // Whole MiB, at least 1 MiB.
+    (FILE_SIZE.min(per_job) >> 20).max(1) << 20
+}
+
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data, valid when zeroed.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and a statvfs to fill.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// The directory as the writer pane shows it: relative to the current
+/// directory when inside it.
+fn display_dir(dir: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| {
+            dir.strip_prefix(cwd)
+                .ok()
+                .map(|p| format!("./{}", p.display()))
+        })
+        .unwrap_or_else(|| dir.display().to_string())
 }

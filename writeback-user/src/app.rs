@@ -1,0 +1,715 @@
+//! The dashboard's state: the [`Model`], what the user is looking at, and
+//! the writer controls. One task owns an [`App`]; everything reaches it as
+//! a [`Msg`] and [`App::handle`] is the only place that changes it. What
+//! must happen outside (start a writer, change a live tunable, quit) comes
+//! back as [`Effect`]s, so the key handling is tested without threads,
+//! files or a terminal.
+use std::time::Duration;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use writer_core::Strategy;
+
+use crate::{
+    interval::{CallAggregate, IntervalLine, KernelSnapshot},
+    model::{CallRecord, DevId, Model, WriterUpdate},
+};
+
+/// Chunk bounds for `+`/`-`. Below one page the writer measures the page
+/// cache's read-modify-write rather than writeback; above 256 MiB every
+/// job's buffer becomes a memory experiment (and must stay below
+/// writer-core's 1 GiB limit and the file size).
+pub const MIN_CHUNK: u64 = 4 << 10;
+pub const MAX_CHUNK: u64 = 256 << 20;
+/// srf-pipelined window bounds, in chunks.
+pub const MAX_WINDOW: u32 = 64;
+/// Parallel writers; more than this on the 2-core machines only measures
+/// the scheduler.
+pub const MAX_JOBS: u32 = 16;
+
+/// The panes Tab moves between. At small sizes the focused one of the
+/// lower panes is the one shown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pane {
+    #[default]
+    Histograms,
+    Chart,
+    Top,
+    Kernel,
+    Writer,
+}
+
+impl Pane {
+    const ORDER: [Pane; 5] = [
+        Pane::Kernel,
+        Pane::Writer,
+        Pane::Histograms,
+        Pane::Chart,
+        Pane::Top,
+    ];
+
+    fn step(self, forward: bool) -> Pane {
+        let n = Self::ORDER.len();
+        let i = Self::ORDER.iter().position(|&p| p == self).unwrap_or(0);
+        Self::ORDER[if forward {
+            (i + 1) % n
+        } else {
+            (i + n - 1) % n
+        }]
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pane::Histograms => "histograms",
+            Pane::Chart => "chart",
+            Pane::Top => "top",
+            Pane::Kernel => "kernel",
+            Pane::Writer => "writer",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Overlay {
+    #[default]
+    None,
+    Help,
+    Plan,
+}
+
+/// Column the top table is sorted by (descending).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortKey {
+    #[default]
+    Bytes,
+    Calls,
+    MeanChunk,
+    ScanRatio,
+}
+
+impl SortKey {
+    fn next(self) -> SortKey {
+        match self {
+            SortKey::Bytes => SortKey::Calls,
+            SortKey::Calls => SortKey::MeanChunk,
+            SortKey::MeanChunk => SortKey::ScanRatio,
+            SortKey::ScanRatio => SortKey::Bytes,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::Bytes => "bytes",
+            SortKey::Calls => "calls",
+            SortKey::MeanChunk => "mean chunk",
+            SortKey::ScanRatio => "scan ratio",
+        }
+    }
+}
+
+/// What the user looks at; no figures here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ViewState {
+    pub focus: Pane,
+    pub overlay: Overlay,
+    /// First line of the plan overlay.
+    pub overlay_scroll: u16,
+    pub sort: SortKey,
+    /// Only this device in the top table.
+    pub device_filter: Option<DevId>,
+}
+
+/// The next writer run's settings (strategy and jobs need a restart; chunk
+/// and window are live).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriterSettings {
+    pub strategy: Strategy,
+    pub chunk: u64,
+    pub window: u32,
+    pub jobs: u32,
+}
+
+impl Default for WriterSettings {
+    fn default() -> Self {
+        WriterSettings {
+            // Buffered first: the flusher then does the writeback, which is
+            // what the kernel pane is about.
+            strategy: Strategy::Buffered,
+            chunk: 1 << 20,
+            window: 4,
+            jobs: 1,
+        }
+    }
+}
+
+/// The writer's control state, as far as the dashboard decided it (the
+/// model says what the run itself reported).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RunState {
+    #[default]
+    Idle,
+    Running {
+        run: u64,
+    },
+    /// Stop requested; `restart` starts a new run with the current settings
+    /// once this one has ended (strategy or jobs changed).
+    Stopping {
+        run: u64,
+        restart: bool,
+    },
+}
+
+/// Everything the dashboard task receives.
+#[derive(Clone, Debug)]
+pub enum Msg {
+    Key(KeyEvent),
+    Resize,
+    Call(CallRecord),
+    /// The once-a-second sample of the kernel maps and /proc, with the
+    /// dashboard's own CPU use over the second.
+    Sample {
+        at: Duration,
+        snapshot: Box<KernelSnapshot>,
+        tracer_cpu: Option<f64>,
+    },
+    Writer(WriterUpdate),
+    /// SIGTERM or the end of the terminal's input.
+    Terminate,
+}
+
+/// What the dashboard task must do for the app.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    StartWriter { run: u64, settings: WriterSettings },
+    StopWriter,
+    SetChunk(u64),
+    SetWindow(u32),
+    Quit,
+}
+
+/// Turns samples and the calls between them into [`IntervalLine`]s.
+#[derive(Clone, Debug, Default)]
+struct IntervalBuilder {
+    prev: Option<(Duration, KernelSnapshot)>,
+    calls: CallAggregate,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct App {
+    pub model: Model,
+    /// The model as it was when `p` froze the display.
+    pub frozen: Option<Box<Model>>,
+    pub view: ViewState,
+    pub settings: WriterSettings,
+    pub run_state: RunState,
+    next_run: u64,
+    intervals: IntervalBuilder,
+    /// A short message for the footer (a refused setting, ...).
+    pub status: Option<String>,
+    /// Whether the screen changed since the last frame.
+    pub dirty: bool,
+}
+
+impl App {
+    pub fn new(model: Model) -> App {
+        App {
+            model,
+            dirty: true,
+            ..App::default()
+        }
+    }
+
+    /// The model the screen shows: frozen while paused.
+    pub fn shown(&self) -> &Model {
+        self.frozen.as_deref().unwrap_or(&self.model)
+    }
+
+    pub fn paused(&self) -> bool {
+        self.frozen.is_some()
+    }
+
+    /// Applies one message; returns what the caller must do.
+    pub fn handle(&mut self, msg: Msg) -> Vec<Effect> {
+        match msg {
+            Msg::Key(key) => {
+                self.dirty = true;
+                self.on_key(key)
+            }
+            Msg::Resize => {
+                self.dirty = true;
+                Vec::new()
+            }
+            Msg::Call(call) => {
+                self.intervals.calls.add(&call);
+                self.model.on_call(&call);
+                // Calls show up with the next interval; redrawing per call
+                // would cost CPU for figures that barely move.
+                Vec::new()
+            }
+            Msg::Sample {
+                at,
+                snapshot,
+                tracer_cpu,
+            } => {
+                self.on_sample(at, *snapshot, tracer_cpu);
+                self.dirty |= !self.paused();
+                Vec::new()
+            }
+            Msg::Writer(update) => self.on_writer(update),
+            Msg::Terminate => vec![Effect::Quit],
+        }
+    }
+
+    fn on_sample(&mut self, at: Duration, cur: KernelSnapshot, tracer_cpu: Option<f64>) {
+        let calls = std::mem::take(&mut self.intervals.calls);
+        if let Some((then, prev)) = &self.intervals.prev {
+            let secs = at.saturating_sub(*then).as_secs_f64();
+            let line = IntervalLine::new(at.as_secs_f64(), secs, &calls, prev, &cur);
+            self.model.on_interval(line, cur.stats, tracer_cpu);
+        }
+        self.intervals.prev = Some((at, cur));
+    }
+
+    fn on_writer(&mut self, update: WriterUpdate) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if let WriterUpdate::Ended { run, .. } = &update {
+            match self.run_state {
+                RunState::Stopping { run: r, restart } if r == *run => {
+                    self.run_state = RunState::Idle;
+                    if restart {
+                        effects.push(self.start());
+                    }
+                }
+                // A run that ended by itself (its files written) starts
+                // over, so the load goes on until the user stops it; one
+                // that failed stays stopped with its error on screen.
+                RunState::Running { run: r } if r == *run => {
+                    let failed = matches!(&update, WriterUpdate::Ended { outcome, .. }
+                        if outcome.starts_with("failed"));
+                    self.run_state = RunState::Idle;
+                    if !failed {
+                        effects.push(self.start());
+                    }
+                }
+                _ => {}
+            }
+            self.dirty = true;
+        }
+        self.model.on_writer(update);
+        effects
+    }
+
+    fn start(&mut self) -> Effect {
+        self.next_run += 1;
+        self.run_state = RunState::Running { run: self.next_run };
+        Effect::StartWriter {
+            run: self.next_run,
+            settings: self.settings.clone(),
+        }
+    }
+
+    /// After a strategy or jobs change: a running writer restarts with the
+    /// new settings.
+    fn restart(&mut self) -> Vec<Effect> {
+        match self.run_state {
+            RunState::Running { run } => {
+                self.run_state = RunState::Stopping { run, restart: true };
+                vec![Effect::StopWriter]
+            }
+            RunState::Stopping { run, .. } => {
+                self.run_state = RunState::Stopping { run, restart: true };
+                Vec::new()
+            }
+            RunState::Idle => Vec::new(),
+        }
+    }
+
+    fn writer_running(&self) -> bool {
+        matches!(self.run_state, RunState::Running { .. })
+    }
+
+    fn on_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        if key.kind != KeyEventKind::Press {
+            return Vec::new();
+        }
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && key.code == KeyCode::Char('c') {
+            return vec![Effect::Quit];
+        }
+        self.status = None;
+        // An open overlay takes the keys that scroll or close it.
+        if self.view.overlay != Overlay::None {
+            match key.code {
+                KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('P') => {
+                    self.view.overlay = Overlay::None;
+                    return Vec::new();
+                }
+                KeyCode::Down | KeyCode::Char('j') => {
+                    self.view.overlay_scroll = self.view.overlay_scroll.saturating_add(1);
+                    return Vec::new();
+                }
+                KeyCode::Up | KeyCode::Char('k') => {
+                    self.view.overlay_scroll = self.view.overlay_scroll.saturating_sub(1);
+                    return Vec::new();
+                }
+                KeyCode::PageDown => {
+                    self.view.overlay_scroll = self.view.overlay_scroll.saturating_add(10);
+                    return Vec::new();
+                }
+                KeyCode::PageUp => {
+                    self.view.overlay_scroll = self.view.overlay_scroll.saturating_sub(10);
+                    return Vec::new();
+                }
+                _ => {}
+            }
+        }
+        match key.code {
+            KeyCode::Char('q') | KeyCode::Esc => return vec![Effect::Quit],
+            KeyCode::Char('?') => self.open(Overlay::Help),
+            KeyCode::Char('P') => self.open(Overlay::Plan),
+            KeyCode::Tab => self.view.focus = self.view.focus.step(true),
+            KeyCode::BackTab => self.view.focus = self.view.focus.step(false),
+            KeyCode::Char('p') => {
+                self.frozen = match self.frozen.take() {
+                    Some(_) => None,
+                    None => Some(Box::new(self.model.clone())),
+                };
+            }
+            KeyCode::Char('r') => {
+                self.model.reset();
+                if let Some(frozen) = &mut self.frozen {
+                    frozen.reset();
+                }
+                self.status = Some("counters reset".into());
+            }
+            KeyCode::Char('d') => self.next_device(),
+            KeyCode::Char('o') => self.view.sort = self.view.sort.next(),
+            KeyCode::Char('w') => {
+                return match self.run_state {
+                    RunState::Idle => vec![self.start()],
+                    RunState::Running { run } => {
+                        self.run_state = RunState::Stopping {
+                            run,
+                            restart: false,
+                        };
+                        vec![Effect::StopWriter]
+                    }
+                    RunState::Stopping { run, restart } => {
+                        self.run_state = RunState::Stopping {
+                            run,
+                            restart: !restart,
+                        };
+                        Vec::new()
+                    }
+                };
+            }
+            KeyCode::Char(c @ ('s' | 'S')) => {
+                let all = Strategy::ALL;
+                let i = all
+                    .iter()
+                    .position(|&s| s == self.settings.strategy)
+                    .unwrap_or(0);
+                let n = all.len();
+                self.settings.strategy = all[if c == 's' {
+                    (i + 1) % n
+                } else {
+                    (i + n - 1) % n
+                }];
+                return self.restart();
+            }
+            KeyCode::Char('+' | '=') => {
+                return self.set_chunk(self.settings.chunk.saturating_mul(2));
+            }
+            KeyCode::Char('-' | '_') => return self.set_chunk(self.settings.chunk / 2),
+            KeyCode::Char(']') => return self.set_window(self.settings.window.saturating_add(1)),
+            KeyCode::Char('[') => return self.set_window(self.settings.window.saturating_sub(1)),
+            KeyCode::Char('>' | '.') => return self.set_jobs(self.settings.jobs.saturating_add(1)),
+            KeyCode::Char('<' | ',') => return self.set_jobs(self.settings.jobs.saturating_sub(1)),
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    fn open(&mut self, overlay: Overlay) {
+        self.view.overlay = overlay;
+        self.view.overlay_scroll = 0;
+    }
+
+    /// `d`: all devices, then each device seen, in order, then all again.
+    fn next_device(&mut self) {
+        let devices = &self.shown().devices;
+        self.view.device_filter = match self.view.device_filter {
+            None => devices.keys().next().copied(),
+            Some(cur) => devices
+                .range((std::ops::Bound::Excluded(cur), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(d, _)| *d),
+        };
+    }
+
+    fn set_chunk(&mut self, chunk: u64) -> Vec<Effect> {
+        if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
+            self.status = Some(format!(
+                "chunk stays between {} and {}",
+                writer_core::ByteSize(MIN_CHUNK),
+                writer_core::ByteSize(MAX_CHUNK)
+            ));
+            return Vec::new();
+        }
+        self.settings.chunk = chunk;
+        if self.writer_running() {
+            vec![Effect::SetChunk(chunk)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn set_window(&mut self, window: u32) -> Vec<Effect> {
+        if !(1..=MAX_WINDOW).contains(&window) {
+            self.status = Some(format!("window stays between 1 and {MAX_WINDOW} chunks"));
+            return Vec::new();
+        }
+        self.settings.window = window;
+        if self.writer_running() {
+            vec![Effect::SetWindow(window)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn set_jobs(&mut self, jobs: u32) -> Vec<Effect> {
+        if !(1..=MAX_JOBS).contains(&jobs) {
+            self.status = Some(format!("jobs stay between 1 and {MAX_JOBS}"));
+            return Vec::new();
+        }
+        self.settings.jobs = jobs;
+        self.restart()
+    }
+}
+
+/// Every key, for the help overlay (and the tests that check each one is
+/// handled).
+pub const KEYS: &[(&str, &str)] = &[
+    ("w", "start / stop a writer run (loops until stopped)"),
+    ("s / S", "next / previous strategy (restarts the run)"),
+    ("+ / -", "chunk size x2 / /2 (live, 4K..256M)"),
+    ("] / [", "srf-pipelined window +1 / -1 (live, 1..64)"),
+    ("> / <", "writer jobs +1 / -1 (restarts the run)"),
+    (
+        "Tab / S-Tab",
+        "next / previous pane (small screens show it)",
+    ),
+    ("o", "sort the top table: bytes, calls, mean chunk, scan"),
+    ("d", "top table: next device / all devices"),
+    ("p", "pause / resume the display (collection goes on)"),
+    ("r", "reset counters, histograms and the top table"),
+    ("P", "probe plan (j/k or arrows scroll)"),
+    ("?", "this help"),
+    ("q Esc Ctrl-C", "quit (stops the writer, removes its files)"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::WriterSecond;
+
+    fn key(c: char) -> Msg {
+        Msg::Key(KeyEvent::from(KeyCode::Char(c)))
+    }
+
+    fn code(k: KeyCode) -> Msg {
+        Msg::Key(KeyEvent::from(k))
+    }
+
+    fn call(dev: u32, ino: u64, pages: i64) -> CallRecord {
+        CallRecord::from(&writeback_common::WritepagesCall {
+            dev,
+            ino,
+            pages_written: pages,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn quit_keys() {
+        for m in [key('q'), code(KeyCode::Esc), Msg::Terminate] {
+            assert_eq!(App::default().handle(m), vec![Effect::Quit]);
+        }
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        assert_eq!(App::default().handle(Msg::Key(ctrl_c)), vec![Effect::Quit]);
+        // Esc closes an overlay before it quits.
+        let mut app = App::default();
+        app.handle(key('?'));
+        assert_eq!(app.view.overlay, Overlay::Help);
+        assert!(app.handle(code(KeyCode::Esc)).is_empty());
+        assert_eq!(app.view.overlay, Overlay::None);
+    }
+
+    #[test]
+    fn overlays_focus_sort_pause() {
+        let mut app = App::default();
+        app.handle(key('P'));
+        assert_eq!(app.view.overlay, Overlay::Plan);
+        app.handle(code(KeyCode::Down));
+        app.handle(code(KeyCode::Down));
+        app.handle(code(KeyCode::Up));
+        assert_eq!(app.view.overlay_scroll, 1);
+        app.handle(key('P'));
+        assert_eq!(app.view.overlay, Overlay::None);
+
+        let start = app.view.focus;
+        for _ in 0..Pane::ORDER.len() {
+            app.handle(code(KeyCode::Tab));
+        }
+        assert_eq!(app.view.focus, start, "Tab cycles through every pane");
+        app.handle(code(KeyCode::BackTab));
+        assert_eq!(app.view.focus, Pane::Writer);
+
+        app.handle(key('o'));
+        assert_eq!(app.view.sort, SortKey::Calls);
+
+        app.model.on_call(&call(1, 1, 8));
+        app.handle(key('p'));
+        assert!(app.paused());
+        app.handle(Msg::Call(call(1, 1, 8)));
+        assert_eq!(app.shown().totals.calls, 1, "the paused screen stays");
+        assert_eq!(app.model.totals.calls, 2, "collection goes on");
+        app.handle(key('p'));
+        assert_eq!(app.shown().totals.calls, 2);
+    }
+
+    #[test]
+    fn reset_and_device_filter() {
+        let mut app = App::default();
+        for (dev, ino) in [(2, 1), (1, 5), (2, 2)] {
+            app.handle(Msg::Call(call(dev, ino, 16)));
+        }
+        app.handle(key('d'));
+        assert_eq!(app.view.device_filter, Some(DevId::from_kernel(1)));
+        app.handle(key('d'));
+        assert_eq!(app.view.device_filter, Some(DevId::from_kernel(2)));
+        app.handle(key('d'));
+        assert_eq!(app.view.device_filter, None);
+        app.handle(key('r'));
+        assert_eq!(app.model.totals.calls, 0);
+        assert!(app.model.inodes.is_empty() && app.model.hist_total.count() == 0);
+    }
+
+    #[test]
+    fn chunk_and_window_bounds() {
+        let mut app = App::default();
+        // Idle: settings change, nothing to apply.
+        assert!(app.handle(key('+')).is_empty());
+        assert_eq!(app.settings.chunk, 2 << 20);
+        app.handle(key('w'));
+        assert_eq!(app.handle(key('-')), vec![Effect::SetChunk(1 << 20)]);
+        for _ in 0..20 {
+            app.handle(key('-'));
+        }
+        assert_eq!(app.settings.chunk, MIN_CHUNK);
+        assert!(app.status.is_some(), "the refusal is said");
+        for _ in 0..30 {
+            app.handle(key('+'));
+        }
+        assert_eq!(app.settings.chunk, MAX_CHUNK);
+        assert_eq!(app.handle(key('[')), vec![Effect::SetWindow(3)]);
+        for _ in 0..10 {
+            app.handle(key('['));
+        }
+        assert_eq!(app.settings.window, 1);
+        for _ in 0..100 {
+            app.handle(key(']'));
+        }
+        assert_eq!(app.settings.window, MAX_WINDOW);
+    }
+
+    #[test]
+    fn writer_start_stop_restart() {
+        let mut app = App::default();
+        let first = app.handle(key('w'));
+        assert_eq!(
+            first,
+            vec![Effect::StartWriter {
+                run: 1,
+                settings: WriterSettings::default()
+            }]
+        );
+        // A strategy change stops the run, then starts the next one when
+        // the first has ended.
+        assert_eq!(app.handle(key('s')), vec![Effect::StopWriter]);
+        assert_eq!(app.settings.strategy, Strategy::FsyncEnd);
+        // More changes while stopping queue up without a second stop.
+        assert!(app.handle(key('>')).is_empty());
+        let ended = Msg::Writer(WriterUpdate::Ended {
+            run: 1,
+            outcome: "interrupted".into(),
+        });
+        let next = app.handle(ended);
+        assert_eq!(
+            next,
+            vec![Effect::StartWriter {
+                run: 2,
+                settings: WriterSettings {
+                    strategy: Strategy::FsyncEnd,
+                    jobs: 2,
+                    ..WriterSettings::default()
+                }
+            }]
+        );
+        // A late message of run 1 changes nothing.
+        app.handle(Msg::Writer(WriterUpdate::Second(Box::new(WriterSecond {
+            run: 1,
+            bytes: 99,
+            ..Default::default()
+        }))));
+        assert_eq!(app.model.writer.bytes, 0);
+        // w stops; the end leaves it idle.
+        assert_eq!(app.handle(key('w')), vec![Effect::StopWriter]);
+        let ended = Msg::Writer(WriterUpdate::Ended {
+            run: 2,
+            outcome: "interrupted".into(),
+        });
+        assert!(app.handle(ended).is_empty());
+        assert_eq!(app.run_state, RunState::Idle);
+        // Jobs bounds.
+        for _ in 0..40 {
+            app.handle(key('<'));
+        }
+        assert_eq!(app.settings.jobs, 1);
+        // S goes back.
+        app.handle(key('S'));
+        assert_eq!(app.settings.strategy, Strategy::FsyncEnd.min_back());
+    }
+
+    #[test]
+    fn a_completed_run_loops_and_a_failed_one_stops() {
+        let mut app = App::default();
+        app.handle(key('w'));
+        app.handle(Msg::Writer(WriterUpdate::Started {
+            run: 1,
+            dir: "/x".into(),
+            file_size: 1 << 30,
+        }));
+        let again = app.handle(Msg::Writer(WriterUpdate::Ended {
+            run: 1,
+            outcome: "completed".into(),
+        }));
+        assert!(matches!(again[..], [Effect::StartWriter { run: 2, .. }]));
+        let stop = app.handle(Msg::Writer(WriterUpdate::Ended {
+            run: 2,
+            outcome: "failed: no space left".into(),
+        }));
+        assert!(stop.is_empty());
+        assert_eq!(app.run_state, RunState::Idle);
+    }
+
+    trait Back {
+        fn min_back(self) -> Strategy;
+    }
+    impl Back for Strategy {
+        /// The strategy before `self` in [`Strategy::ALL`].
+        fn min_back(self) -> Strategy {
+            let i = Strategy::ALL.iter().position(|&s| s == self).unwrap_or(0);
+            Strategy::ALL[(i + Strategy::ALL.len() - 1) % Strategy::ALL.len()]
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Number formats shared by the panes: short, fixed units, so columns
+//! line up and a figure reads at a glance.
+
+/// A count or rate with a decimal SI suffix: `0`, `12.5`, `3.1K`, `12M`.
+pub fn si(v: f64) -> String {
+    let a = v.abs();
+    if !v.is_finite() {
+        "-".into()
+    } else if a >= 1e9 {
+        format!("{:.1}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}K", v / 1e3)
+    } else if a >= 1e3 {
+        format!("{:.1}K", v / 1e3)
+    } else if a >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Bytes with a binary suffix and one decimal: `512B`, `4.0K`, `1.5G`.
+pub fn bytes(b: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ];
+    for (name, unit) in UNITS {
+        if b >= unit {
+            return format!("{:.1}{name}", b as f64 / unit as f64);
+        }
+    }
+    format!("{b}B")
+}
+
+/// Bytes per second in decimal megabytes, as `wbscope write` reports them.
+pub fn mb_s(bytes_per_s: f64) -> String {
+    format!("{:.0} MB/s", bytes_per_s / 1e6)
+}
+
+/// A duration in nanoseconds, in the unit that keeps it short.
+pub fn ns(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.2}s", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.1}ms", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}us", v / 1e3)
+    } else {
+        format!("{v:.0}ns")
+    }
+}
+
+/// A latency given in microseconds (writer-core's unit).
+pub fn us(v: f64) -> String {
+    ns(v * 1e3)
+}
+
+/// `Some(x)` formatted, or `-` for a figure that is undefined (no calls).
+pub fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".into(), f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(si(0.0), "0");
+        assert_eq!(si(12.25), "12.2");
+        assert_eq!(si(3100.0), "3.1K");
+        assert_eq!(si(16384.0), "16K");
+        assert_eq!(si(2.5e6), "2.5M");
+        assert_eq!(bytes(512), "512B");
+        assert_eq!(bytes(1536 << 20), "1.5G");
+        assert_eq!(ns(1500.0), "1.5us");
+        assert_eq!(us(2500.0), "2.5ms");
+        assert_eq!(opt(None, si), "-");
+    }
+}

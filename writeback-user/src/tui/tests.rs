@@ -1,0 +1,224 @@
+//! Snapshots of the dashboard over ratatui's TestBackend, from an App fed
+//! synthetic messages (the same path live data takes).
+use std::time::Duration;
+
+use crossterm::event::{KeyCode, KeyEvent};
+use ratatui::{Terminal, backend::TestBackend};
+use writeback_common::{WritepagesCall, agg, call_flags, cause};
+use writer_core::{SyncKind, stats::LatencyHist};
+
+use super::*;
+use crate::{
+    app::{App, Msg},
+    interval::{KernelSnapshot, VmStat},
+    model::{CallRecord, Log2Histogram, Model, WriterSecond, WriterUpdate},
+    plan::{Concept, ConceptPlan, HookKind, ProbePlan, Rejection},
+};
+
+fn plan() -> ProbePlan {
+    let concepts = Concept::ALL
+        .iter()
+        .map(|&c| {
+            let mut p = ConceptPlan::new(c);
+            match c {
+                Concept::PerPageWrite => p.rejected.push(Rejection {
+                    hook: "tracepoint writeback:wbc_writepage".into(),
+                    reason: "not present on this kernel".into(),
+                }),
+                Concept::WritepagesCall => {
+                    p.hook = Some("tp_btf ext4_writepages + ext4_writepages_result".into());
+                    p.kind = Some(HookKind::TpBtf);
+                    p.rejected.push(Rejection {
+                        hook: "fentry ext4_writepages".into(),
+                        reason: "BPF_PROG_LOAD returned EPERM".into(),
+                    });
+                }
+                _ => {
+                    p.hook = Some(format!("tracepoint x:{}", c.name()));
+                    p.kind = Some(HookKind::Tracepoint);
+                }
+            }
+            p
+        })
+        .collect();
+    ProbePlan {
+        kernel: "6.18.0-test".into(),
+        concepts,
+    }
+}
+
+fn call(dev: u32, ino: u64, pages: i64, why: u32) -> Msg {
+    let mut comm = [0u8; 16];
+    comm[..6].copy_from_slice(b"kworke");
+    Msg::Call(CallRecord::from(&WritepagesCall {
+        dev,
+        ino,
+        pages_written: pages,
+        nr_to_write: if why == cause::SYNC { i64::MAX } else { 1024 },
+        duration_ns: pages as u64 * 900,
+        flags: call_flags::START_SEEN | call_flags::SCAN_SEEN,
+        scan_bytes: pages as u64 * 4096 + 8192,
+        cause: why,
+        comm,
+        ..Default::default()
+    }))
+}
+
+fn snapshot(second: u64) -> KernelSnapshot {
+    let mut agg = vec![0; agg::COUNT as usize];
+    agg[agg::THROTTLE_PAUSES as usize] = second * 2;
+    agg[agg::THROTTLE_PAUSE_MS as usize] = second * 40;
+    KernelSnapshot {
+        agg,
+        vmstat: VmStat {
+            nr_dirty: 20_000 + second * 1000,
+            nr_writeback: 2_000,
+            nr_written: second * 50_000,
+            nr_dirtied: second * 60_000,
+            nr_dirty_threshold: 100_000,
+            nr_dirty_background_threshold: 50_000,
+        },
+        ..Default::default()
+    }
+}
+
+/// An app after 30 s of synthetic load: flusher and fsync calls on two
+/// devices and a buffered writer in 1 MiB chunks.
+fn busy_app() -> App {
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('w'))));
+    app.handle(Msg::Writer(WriterUpdate::Started {
+        run: 1,
+        dir: "./.wbscope-test".into(),
+        file_size: 1 << 30,
+    }));
+    for s in 0..=30u64 {
+        for i in 0..(s % 5 + 1) {
+            app.handle(call((8 << 20) | 1, 12 + i, 1024, cause::BACKGROUND));
+            app.handle(call((259 << 20) | 2, 40, 3 + i as i64, cause::PERIODIC));
+        }
+        if s % 10 == 0 {
+            app.handle(call((8 << 20) | 1, 99, 16384, cause::SYNC));
+        }
+        let mut chunks = Log2Histogram::default();
+        let mut fsync = LatencyHist::new();
+        for _ in 0..200 {
+            chunks.record(256);
+        }
+        fsync.record(Duration::from_millis(3 + s % 4));
+        app.handle(Msg::Writer(WriterUpdate::Second(Box::new(WriterSecond {
+            run: 1,
+            elapsed_s: s as f64,
+            bytes: (s * 200) << 20,
+            bytes_last_second: (150 + (s * 37) % 100) << 20,
+            chunk_pages: chunks,
+            sync: vec![(SyncKind::Fsync, fsync)],
+        }))));
+        app.handle(Msg::Sample {
+            at: Duration::from_secs(s),
+            snapshot: Box::new(snapshot(s)),
+            tracer_cpu: Some(0.004),
+        });
+    }
+    app
+}
+
+fn draw(app: &App, w: u16, h: u16) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(w, h)).unwrap();
+    terminal.draw(|f| render(app, f)).unwrap();
+    terminal
+}
+
+#[test]
+fn dashboard_80x24() {
+    insta::assert_snapshot!(draw(&busy_app(), 80, 24).backend());
+}
+
+#[test]
+fn dashboard_160x48() {
+    insta::assert_snapshot!(draw(&busy_app(), 160, 48).backend());
+}
+
+#[test]
+fn dashboard_200x60() {
+    insta::assert_snapshot!(draw(&busy_app(), 200, 60).backend());
+}
+
+#[test]
+fn dashboard_80x24_chart_and_top() {
+    let mut app = busy_app();
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Tab)));
+    let chart = draw(&app, 80, 24);
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Tab)));
+    let top = draw(&app, 80, 24);
+    insta::assert_snapshot!("chart_80x24", chart.backend());
+    insta::assert_snapshot!("top_80x24", top.backend());
+}
+
+#[test]
+fn empty_state() {
+    let app = App::new(Model::with_plan(plan(), "testhost".into()));
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn help_overlay() {
+    let mut app = busy_app();
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('?'))));
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn plan_overlay() {
+    let mut app = busy_app();
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('P'))));
+    insta::assert_snapshot!(draw(&app, 100, 30).backend());
+}
+
+#[test]
+fn missing_probes_are_explained() {
+    let plan = ProbePlan::unavailable(
+        "6.18".into(),
+        "insufficient privileges: wbscope needs root, or CAP_BPF and CAP_PERFMON \
+         (missing: CAP_BPF)",
+    );
+    let mut app = App::new(Model::with_plan(plan, "testhost".into()));
+    for s in 0..3 {
+        app.handle(Msg::Sample {
+            at: Duration::from_secs(s),
+            snapshot: Box::new(snapshot(s)),
+            tracer_cpu: Some(0.001),
+        });
+    }
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn tiny_and_empty_areas_do_not_panic() {
+    let mut app = busy_app();
+    for overlay in ['?', 'P', 'x'] {
+        app.handle(Msg::Key(KeyEvent::from(KeyCode::Char(overlay))));
+        for focus in 0..5 {
+            for (w, h) in [
+                (0, 0),
+                (1, 1),
+                (10, 3),
+                (39, 24),
+                (40, 12),
+                (41, 13),
+                (80, 6),
+                (80, 14),
+                (119, 36),
+                (120, 36),
+                (200, 7),
+                (300, 100),
+            ] {
+                draw(&app, w, h);
+            }
+            let _ = focus;
+            app.handle(Msg::Key(KeyEvent::from(KeyCode::Tab)));
+        }
+        app.handle(Msg::Key(KeyEvent::from(KeyCode::Esc)));
+    }
+    draw(&App::default(), 80, 24);
+}
