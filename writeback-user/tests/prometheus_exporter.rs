@@ -1,0 +1,388 @@
+//! `wbscope trace --prometheus`: the exporter against the running kernel
+//! (root), scraped directly and by a real Prometheus server (Debian's
+//! `prometheus`, started by the test on loopback).
+mod support;
+
+use std::{
+    collections::HashMap,
+    fs::{self, File},
+    io::{BufRead, BufReader, Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use prometheus_parse::{Scrape, Value};
+use support::{LoopFs, dev_of, wbscope};
+
+const PAGE: u64 = 4096;
+const MIB: u64 = 32;
+const PAGES: u64 = (MIB << 20) / PAGE;
+
+/// Kills and reaps a child process however the test ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running `wbscope trace --prometheus 127.0.0.1:0 ...`, with the
+/// address it listens on (read from its stderr).
+struct Exporter {
+    _child: Killed,
+    addr: SocketAddr,
+}
+
+impl Exporter {
+    fn start(extra: &[&str]) -> Exporter {
+        let mut child = wbscope()
+            .args(["trace", "--prometheus", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn wbscope");
+        let stderr = child.stderr.take().expect("stderr");
+        let child = Killed(child);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut addr = None;
+        let mut seen = Vec::new();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) if line.contains("tracing;") => break,
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix("wbscope: metrics on http://") {
+                        let a = rest.trim_end_matches("/metrics");
+                        addr = Some(a.parse().unwrap_or_else(|e| panic!("{e}: {line}")));
+                    }
+                    seen.push(line);
+                }
+                Err(e) => panic!("wbscope trace did not start ({e}); stderr: {seen:?}"),
+            }
+        }
+        let addr: SocketAddr = addr.unwrap_or_else(|| panic!("no metrics address: {seen:?}"));
+        assert!(addr.ip().is_loopback(), "{addr}");
+        assert_ne!(addr.port(), 0);
+        Exporter {
+            _child: child,
+            addr,
+        }
+    }
+}
+
+/// `GET path` over HTTP/1.0; returns the status code, headers and body.
+fn http_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read response");
+    let raw = String::from_utf8(raw).expect("utf-8 response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("no header end");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line: {head}"));
+    (status, head.to_string(), body.to_string())
+}
+
+/// Scrapes `/metrics` and parses it with an exposition-format parser.
+fn scrape(addr: SocketAddr) -> Scrape {
+    let (status, head, body) = http_get(addr, "/metrics");
+    assert_eq!(status, 200, "{head}\n{body}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    assert!(body.ends_with("# EOF\n"), "no # EOF terminator");
+    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("parse the exposition")
+}
+
+fn number(v: &Value) -> f64 {
+    match v {
+        Value::Counter(x) | Value::Gauge(x) | Value::Untyped(x) => *x,
+        other => panic!("not a number: {other:?}"),
+    }
+}
+
+/// Sum of `metric` over the samples whose labels include `want`.
+fn sum(s: &Scrape, metric: &str, want: &[(&str, &str)]) -> f64 {
+    s.samples
+        .iter()
+        .filter(|x| x.metric == metric)
+        .filter(|x| want.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .map(|x| number(&x.value))
+        .sum()
+}
+
+/// Writes `mib` MiB of non-zero data in 1 MiB chunks and fsyncs it.
+fn write_and_fsync(path: &Path, mib: u64) {
+    let mut f = File::create_new(path).expect("create");
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8 + 1).collect();
+    for _ in 0..mib {
+        f.write_all(&chunk).expect("write");
+    }
+    f.sync_all().expect("fsync");
+}
+
+/// Scrape during a 32 MiB write + fsync on a filesystem made for the test:
+/// that device's pages-written counter grows by exactly 8192 pages, and
+/// the pages-per-call histogram of the same calls agrees.
+#[test]
+fn scrape_during_a_write_counts_its_pages() {
+    let exporter = Exporter::start(&["--interval", "0.5", "--json"]);
+    let before = scrape(exporter.addr);
+    let types: HashMap<_, _> = before
+        .samples
+        .iter()
+        .map(|s| (s.metric.as_str(), &s.value))
+        .collect();
+    assert!(
+        matches!(types.get("wbscope_dirty_pages"), Some(Value::Gauge(_))),
+        "{types:?}"
+    );
+    let intervals_before = sum(&before, "wbscope_intervals_total", &[]);
+
+    let fs = LoopFs::new("ext4", 128);
+    let path = fs.path("data");
+    let dev = dev_of(&fs.mountpoint);
+    let on_dev = [("dev", dev.as_str())];
+    // Loop devices are reused: another test may have written to this
+    // major:minor since the trace started. The baseline is taken once the
+    // device is ours.
+    let before = scrape(exporter.addr);
+    write_and_fsync(&path, MIB);
+
+    // The call counters move as records are drained (every 100 ms); wait
+    // until the fsync's pages are there, then a full interval more, so a
+    // late record would show up as too many pages.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let s = scrape(exporter.addr);
+        if sum(&s, "wbscope_pages_written_total", &on_dev) >= PAGES as f64
+            || Instant::now() > deadline
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    let after = scrape(exporter.addr);
+
+    let written = sum(&after, "wbscope_pages_written_total", &on_dev)
+        - sum(&before, "wbscope_pages_written_total", &on_dev);
+    assert_eq!(written, PAGES as f64, "pages written on {dev}");
+    let per_call_sum = sum(&after, "wbscope_writepages_pages_per_call_sum", &on_dev);
+    assert_eq!(per_call_sum, PAGES as f64, "histogram sum on {dev}");
+    let calls = sum(&after, "wbscope_writepages_calls_total", &on_dev);
+    let per_call_count = sum(&after, "wbscope_writepages_pages_per_call_count", &on_dev);
+    assert!(calls >= 1.0, "no calls on {dev}");
+    assert_eq!(per_call_count, calls);
+    // The fsync's calls asked for everything (nr_to_write = LONG_MAX).
+    let sync = [("dev", dev.as_str()), ("cause", "sync")];
+    assert!(sum(&after, "wbscope_pages_written_total", &sync) > 0.0);
+    assert!(sum(&after, "wbscope_writepages_unbounded_calls_total", &sync) >= 1.0);
+    // The histogram parses as one: its +Inf bucket holds every call.
+    let hist: f64 = after
+        .samples
+        .iter()
+        .filter(|s| {
+            s.metric == "wbscope_writepages_pages_per_call" && s.labels.get("dev") == Some(&dev)
+        })
+        .map(|s| match &s.value {
+            Value::Histogram(b) => b
+                .iter()
+                .find(|b| b.less_than.is_infinite())
+                .map_or(0.0, |b| b.count),
+            other => panic!("not a histogram: {other:?}"),
+        })
+        .sum();
+    assert_eq!(hist, calls);
+    // The kernel-side figures came through the interval lines.
+    assert!(sum(&after, "wbscope_intervals_total", &[]) >= intervals_before + 2.0);
+    assert!(sum(&after, "wbscope_device_request_bytes_count", &on_dev) >= 1.0);
+    assert!(sum(&after, "wbscope_dirty_threshold_pages", &[]) > 0.0);
+    assert!(sum(&after, "wbscope_bpf_runs_total", &[]) > 0.0);
+    assert_eq!(sum(&after, "wbscope_lost_records_total", &[]), 0.0);
+    // Bounded cardinality: no label but these.
+    for s in &after.samples {
+        for (k, _) in s.labels.iter() {
+            assert!(
+                ["dev", "cause", "program"].contains(&k.as_str()),
+                "label {k} on {}",
+                s.metric
+            );
+        }
+    }
+    drop(exporter);
+}
+
+/// A free loopback port (bound, then released for the server to take).
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// An instant query against Prometheus's HTTP API: the single value of
+/// the result vector, if it has one.
+fn query(prom: SocketAddr, q: &str) -> Option<f64> {
+    let (status, head, body) =
+        http_get(prom, &format!("/api/v1/query?query={}", percent_encode(q)));
+    assert_eq!(status, 200, "{head}\n{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("query JSON");
+    assert_eq!(v["status"], "success", "{body}");
+    let result = v["data"]["result"].as_array().expect("result vector");
+    assert!(result.len() <= 1, "{body}");
+    result
+        .first()
+        .and_then(|r| r["value"][1].as_str())
+        .map(|x| x.parse().expect("sample value"))
+}
+
+/// Polls `f` every 500 ms until it returns true, for at most `limit`.
+fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    false
+}
+
+/// A real Prometheus server scrapes wbscope every second; after a known
+/// write, its API shows that device's pages-written series at exactly the
+/// written pages.
+#[test]
+fn prometheus_server_scrapes_the_written_pages() {
+    let prometheus = "/usr/bin/prometheus";
+    assert!(
+        Path::new(prometheus).exists(),
+        "{prometheus} missing: apt-get install prometheus (cargo xtask setup)"
+    );
+    // The device is ours before the trace starts: no other test's writes
+    // on a reused loop device can land on its series.
+    let fs = LoopFs::new("ext4", 128);
+    let dev = dev_of(&fs.mountpoint);
+    let exporter = Exporter::start(&["--interval", "0.5"]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("prometheus.yml");
+    fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: wbscope\n    static_configs:\n      - targets: ['{}']\n",
+            exporter.addr
+        ),
+    )
+    .expect("config");
+    let prom_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let log = File::create(dir.path().join("prometheus.log")).expect("log");
+    let prom = Killed(
+        Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn prometheus"),
+    );
+    let prom_log = || fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
+    let ready = wait_for(Duration::from_secs(30), || {
+        TcpStream::connect(prom_addr).is_ok() && http_get(prom_addr, "/-/ready").0 == 200
+    });
+    assert!(ready, "prometheus not ready: {}", prom_log());
+    // A scrape that fails to parse would leave `up` at 0.
+    let up = wait_for(Duration::from_secs(30), || {
+        query(prom_addr, r#"up{job="wbscope"}"#) == Some(1.0)
+    });
+    assert!(up, "wbscope never scraped successfully: {}", prom_log());
+
+    let series = format!(r#"sum(wbscope_pages_written_total{{job="wbscope",dev="{dev}"}})"#);
+    assert_eq!(query(prom_addr, &series), None, "{series} before the write");
+    write_and_fsync(&fs.path("data"), MIB);
+    let mut last = None;
+    let seen = wait_for(Duration::from_secs(30), || {
+        last = query(prom_addr, &series);
+        last.is_some_and(|v| v >= PAGES as f64)
+    });
+    assert!(seen, "{series} = {last:?} after 30 s: {}", prom_log());
+    // One more scrape: nothing beyond the write's pages.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(query(prom_addr, &series), Some(PAGES as f64), "{series}");
+    let calls = format!(r#"sum(wbscope_writepages_calls_total{{dev="{dev}"}})"#);
+    assert!(
+        query(prom_addr, &calls).is_some_and(|c| c >= 1.0),
+        "{calls}"
+    );
+    drop(prom);
+    drop(exporter);
+}
+
+/// A non-loopback address without --listen-any is a usage error: exit 2,
+/// one line, before anything is attached.
+#[test]
+fn non_loopback_address_needs_listen_any() {
+    for args in [
+        &["trace", "--prometheus", "0.0.0.0:9000"][..],
+        &["trace", "--prometheus", "[::]:9000"],
+        &["trace", "--listen-any"],
+        &["trace", "--prometheus", "not-an-address"],
+    ] {
+        // Bounded: were the address accepted, the trace would run on.
+        let mut child = wbscope()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run wbscope");
+        let exited = wait_for(Duration::from_secs(20), || {
+            child.try_wait().expect("wait").is_some()
+        });
+        if !exited {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?}: still running after 20 s");
+        }
+        let out = child.wait_with_output().expect("output");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("wbscope: error: "), "{stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        if args[2..].contains(&"0.0.0.0:9000") {
+            assert!(stderr.contains("--listen-any"), "{stderr}");
+        }
+    }
+}
