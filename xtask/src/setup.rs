@@ -39,6 +39,8 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("tmux", "tmux"),
     ("strace", "strace"),
     ("script", "bsdutils"),
+    // The exporter's end-to-end test runs the server binary itself.
+    ("prometheus", "prometheus"),
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
