@@ -22,7 +22,30 @@ fn rustup_has(toolchain: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// `git describe`-like revision for `--version`: short hash plus
+/// `-dirty` when the tree has changes; `unknown` outside a git checkout.
+fn git_revision() -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let Some(rev) = git(&["rev-parse", "--short=12", "HEAD"]) else {
+        return "unknown".into();
+    };
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    if dirty { format!("{rev}-dirty") } else { rev }
+}
+
 fn main() -> anyhow::Result<()> {
+    println!("cargo:rustc-env=WBSCOPE_GIT_REVISION={}", git_revision());
+    println!("cargo:rerun-if-changed=../.git/HEAD");
+    println!("cargo:rerun-if-changed=../.git/index");
     println!("cargo:rerun-if-env-changed={TOOLCHAIN_ENV}");
     // aya-build reruns us when writeback-ebpf changes; the shared types it
     // compiles in live in writeback-common.

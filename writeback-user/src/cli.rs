@@ -24,11 +24,16 @@ Examples:
 #[derive(Debug, Parser)]
 #[command(
     name = "wbscope",
-    version,
+    disable_version_flag = true,
     about = "eBPF writeback tracer: chunk size and scan cost of every writeback call",
     after_help = EXAMPLES
 )]
 pub struct Cli {
+    /// Print the version, the git revision and a hash of the embedded eBPF
+    /// object.
+    #[arg(short = 'V', long)]
+    pub version: bool,
+
     /// Write diagnostics to FILE (never to the terminal while the dashboard
     /// is open). Level from RUST_LOG, default `info`.
     #[arg(long, value_name = "FILE", global = true)]
@@ -72,6 +77,22 @@ Examples:
     Probes(ProbesArgs),
     /// Write files with the writer-core engine.
     Write(WriteArgs),
+    /// Record a trace to a file (calls, intervals, summary) for replay
+    /// anywhere.
+    #[command(after_help = "\
+Examples:
+  wbscope record -o /var/tmp/wb.rec --duration 600
+  wbscope record -o wb.rec --device /mnt/data --max-records 1000000
+
+The file is never overwritten. A recording cut short (crash, full disk,
+kill -9) stays readable up to its last whole frame.")]
+    Record(RecordArgs),
+    /// Print a recording the way `trace` printed it live.
+    #[command(after_help = "\
+Examples:
+  wbscope replay wb.rec --json | jq 'select(.type == \"call\")'
+  wbscope replay wb.rec --summary")]
+    Replay(ReplayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -98,6 +119,42 @@ pub struct FilterArgs {
     /// Only this inode number.
     #[arg(long, value_name = "INO")]
     pub inode: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The recording to create (never overwritten).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+
+    /// Stop after SECONDS (a positive number).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub duration: Option<Duration>,
+
+    /// Stop after N writepages calls.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_records: Option<u64>,
+
+    /// Seconds per interval frame (default 1).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub interval: Option<Duration>,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A file written by `wbscope record`.
+    pub file: PathBuf,
+
+    /// JSON lines, as `trace --json --events` prints them.
+    #[arg(long, conflicts_with = "summary")]
+    pub json: bool,
+
+    /// Only the summary line.
+    #[arg(long)]
+    pub summary: bool,
 }
 
 #[derive(Debug, Args)]

@@ -18,6 +18,7 @@ pub mod model;
 pub mod plan;
 pub mod privileges;
 pub mod recording;
+pub mod session;
 pub mod tracefs;
 pub mod tui;
 
@@ -28,11 +29,19 @@ use cli::{Cli, Command};
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if cli.version {
+        print!("{}", ebpf_object::version_text());
+        return Ok(ExitCode::SUCCESS);
+    }
     init_logging(&cli)?;
     match &cli.command {
         Some(Command::Write(args)) => commands::write::run(args),
         Some(Command::Trace(args)) => runtime()?.block_on(commands::trace::run(args, &cli.disable)),
         Some(Command::Probes(args)) => commands::probes::run(args, &cli.disable),
+        Some(Command::Record(args)) => {
+            runtime()?.block_on(commands::record::run(args, &cli.disable))
+        }
+        Some(Command::Replay(args)) => commands::replay::run(args),
         None => runtime()?.block_on(commands::dashboard::run(
             &commands::dashboard::DashboardOptions {
                 disabled: cli.disable.clone(),

@@ -63,6 +63,10 @@ pub struct Tracer {
     ebpf: Ebpf,
     stats: PerCpuArray<MapData, u64>,
     pub plan: ProbePlan,
+    /// The field offsets and struct members the programs were loaded with,
+    /// for recordings: `{"ext4:ext4_writepages": {"dev": [8, 4, 0], ...},
+    /// "btf": {"inode.i_ino": [64, 8, 0, 0], ...}}`.
+    pub field_offsets: serde_json::Value,
     /// Attached program names, for run-time statistics.
     attached_programs: Vec<&'static str>,
     /// Keeps BPF run-time statistics on while the tracer lives.
@@ -174,6 +178,7 @@ impl Tracer {
         for (global, layout) in &layout_values {
             loader.override_global(global, layout, true);
         }
+        let field_offsets = offsets_json(&prepared, members.as_ref().and_then(|m| m.as_ref().ok()));
         let kernel_members = members.and_then(Result::ok).unwrap_or_default();
         loader.override_global("KERNEL_MEMBERS", &kernel_members, true);
         loader.override_global("FILTER", &options.filter, true);
@@ -279,6 +284,7 @@ impl Tracer {
             ebpf,
             stats,
             plan,
+            field_offsets,
             attached_programs,
             _stats_fd: stats_fd,
             logger,
@@ -378,6 +384,43 @@ impl Tracer {
             })
             .collect()
     }
+}
+
+/// What the programs were loaded with, as JSON for recording headers.
+fn offsets_json(prepared: &[Prepared], members: Option<&KernelMembers>) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for p in prepared {
+        for (a, layout) in p.attaches.iter().zip(&p.layouts) {
+            let Some(layout) = layout else { continue };
+            let fields: serde_json::Map<String, serde_json::Value> = a
+                .fields
+                .iter()
+                .zip(layout.fields.iter())
+                .filter(|(_, f)| f.is_present())
+                .map(|(name, f)| {
+                    (
+                        (*name).to_string(),
+                        serde_json::json!([f.offset, f.size, f.signed]),
+                    )
+                })
+                .collect();
+            out.insert(format!("{}:{}", a.system, a.event), fields.into());
+        }
+    }
+    if let Some(m) = members {
+        let btf: serde_json::Map<String, serde_json::Value> = members::PATHS
+            .iter()
+            .zip(m.members.iter())
+            .map(|((s, n, _), spec)| {
+                (
+                    format!("{s}.{n}"),
+                    serde_json::json!([spec.offset, spec.size, spec.bit_offset, spec.bit_size]),
+                )
+            })
+            .collect();
+        out.insert("btf".into(), btf.into());
+    }
+    out.into()
 }
 
 /// Sums per-CPU counters the way the kernel adds to them: modulo 2^64

@@ -50,7 +50,10 @@ impl fmt::Display for Damage {
                 write!(f, "corrupt frame at byte {offset}: skipped {skipped} bytes")
             }
             Damage::Truncated { offset } => {
-                write!(f, "recording cut short at byte {offset} (last frame incomplete)")
+                write!(
+                    f,
+                    "recording cut short at byte {offset} (last frame incomplete)"
+                )
             }
         }
     }
@@ -254,10 +257,16 @@ mod tests {
         for i in 0..n {
             w.call(&call(i)).unwrap();
         }
-        w.json(FrameKind::Interval, &serde_json::json!({"type": "interval", "calls": n}))
-            .unwrap();
-        w.json(FrameKind::Summary, &serde_json::json!({"type": "summary", "calls": n}))
-            .unwrap();
+        w.json(
+            FrameKind::Interval,
+            &serde_json::json!({"type": "interval", "calls": n}),
+        )
+        .unwrap();
+        w.json(
+            FrameKind::Summary,
+            &serde_json::json!({"type": "summary", "calls": n}),
+        )
+        .unwrap();
         w.into_inner()
     }
 
@@ -295,7 +304,11 @@ mod tests {
             }
             assert_eq!(n, whole, "cut at {cut}");
             if cut != at {
-                assert_eq!(r.damage, vec![Damage::Truncated { offset: at }], "cut {cut}");
+                assert_eq!(
+                    r.damage,
+                    vec![Damage::Truncated { offset: at }],
+                    "cut {cut}"
+                );
             }
         }
         // A cut inside the header is an error, never a panic.
