@@ -10,7 +10,10 @@
 use std::{
     convert::Infallible,
     net::SocketAddr,
-    sync::{Arc, Mutex, atomic::AtomicU64},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -209,8 +212,35 @@ impl EncodeMetric for Log2Histogram {
     }
 }
 
+/// A counter of nanoseconds, exposed in seconds: kept as an integer so
+/// the sum is exact (an `f64` counter accumulates rounding noise).
+#[derive(Clone, Debug, Default)]
+pub struct SecondsCounter {
+    ns: Arc<AtomicU64>,
+}
+
+impl SecondsCounter {
+    pub fn inc_by_ns(&self, ns: u64) {
+        self.ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for SecondsCounter {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for SecondsCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let seconds = self.ns.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_counter::<NoLabelSet, _, f64>(&seconds, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
 type HistFamily<L> = Family<L, Log2Histogram, fn() -> Log2Histogram>;
-type SecondsCounter = Counter<f64, AtomicU64>;
 
 fn pages_per_call() -> Log2Histogram {
     Log2Histogram::new(PAGES_PER_CALL)
@@ -467,11 +497,11 @@ impl Metrics {
         if c.start_seen {
             self.duration
                 .get_or_create(&labels)
-                .inc_by(c.duration_ns as f64 * 1e-9);
+                .inc_by_ns(c.duration_ns);
             self.timed_pages.get_or_create(&labels).inc_by(pages);
         }
         if let Some(ns) = c.on_cpu_ns {
-            self.on_cpu.get_or_create(&labels).inc_by(ns as f64 * 1e-9);
+            self.on_cpu.get_or_create(&labels).inc_by_ns(ns);
             self.on_cpu_pages.get_or_create(&labels).inc_by(pages);
         }
     }
@@ -514,7 +544,7 @@ impl Metrics {
             self.bpf_runs.get_or_create(&labels).inc_by(r.run_count);
             self.bpf_run_time
                 .get_or_create(&labels)
-                .inc_by(r.run_time_ns as f64 * 1e-9);
+                .inc_by_ns(r.run_time_ns);
         }
         self.intervals.inc();
     }
