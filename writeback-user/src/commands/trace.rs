@@ -1,89 +1,84 @@
 //! `wbscope trace`: interval figures, and with `--events` every
-//! writepages call, on stdout until stopped.
+//! writepages call, on stdout until stopped (the loop is `session.rs`).
 use std::{
     io::{self, BufWriter, Write as _},
-    path::Path,
     process::ExitCode,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::Context as _;
 use serde::Serialize;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     cli::TraceArgs,
-    collector::{Event, RingCollector},
+    collector::RingCollector,
     export::{
         json_lines::{CallLine, SummaryLine},
         prometheus::Exporter,
         text,
     },
     filters,
-    interval::{CallAggregate, IntervalLine, KernelSnapshot},
+    interval::IntervalLine,
     loader::{Tracer, TracerOptions},
-    model::Totals,
+    model::CallRecord,
     plan::{HookKind, ProbeState},
+    session::{self, Limits, SessionOutput},
 };
 
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Writes lines to stdout; remembers the first error (a closed pipe ends
-/// the trace quietly, like `perf trace | head`).
-struct Printer {
+/// Lines to stdout, as JSON or a table, and the figures to the Prometheus
+/// exporter when there is one.
+struct TraceOutput {
     json: bool,
     events: bool,
     out: BufWriter<io::Stdout>,
-    totals: Totals,
-    interval: CallAggregate,
-    error: Option<io::Error>,
+    exporter: Option<Exporter>,
 }
 
-impl Printer {
-    fn line(&mut self, line: &str) {
-        if self.error.is_none()
-            && let Err(e) = writeln!(self.out, "{line}")
-        {
-            self.error = Some(e);
+impl TraceOutput {
+    fn line(&mut self, line: &str) -> io::Result<()> {
+        writeln!(self.out, "{line}")
+    }
+
+    fn json<T: Serialize>(&mut self, value: &T) -> io::Result<()> {
+        let line = serde_json::to_string(value).map_err(io::Error::other)?;
+        self.line(&line)
+    }
+}
+
+impl SessionOutput for TraceOutput {
+    fn call(&mut self, call: &CallRecord) -> io::Result<()> {
+        if let Some(x) = &self.exporter {
+            x.metrics.observe_call(call);
+        }
+        match (self.events, self.json) {
+            (false, _) => Ok(()),
+            (true, true) => self.json(&CallLine::from(call)),
+            (true, false) => self.line(&text::call_row(call)),
         }
     }
 
-    fn json<T: Serialize>(&mut self, value: &T) {
-        match serde_json::to_string(value) {
-            Ok(line) => self.line(&line),
-            Err(e) => log::error!("encoding a JSON line: {e}"),
+    fn interval(&mut self, line: &IntervalLine) -> io::Result<()> {
+        if let Some(x) = &self.exporter {
+            x.metrics.update_from(line);
         }
-    }
-
-    fn event(&mut self, event: Event) {
-        match event {
-            Event::Call(call) => {
-                self.totals.add(&call);
-                self.interval.add(&call);
-                if !self.events {
-                    return;
-                }
-                if self.json {
-                    self.json(&CallLine::from(&call));
-                } else {
-                    self.line(&text::call_row(&call));
-                }
-            }
-        }
-    }
-
-    fn interval_line(&mut self, line: &IntervalLine) {
         if self.json {
-            self.json(line);
+            self.json(line)
         } else {
-            self.line(&text::interval_row(line));
+            self.line(&text::interval_row(line))
+        }
+    }
+
+    fn summary(&mut self, summary: &SummaryLine<'_>) -> io::Result<()> {
+        if self.json {
+            self.json(summary)
+        } else {
+            self.line(text::summary(summary).trim_end())
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
         self.out.flush()
     }
 }
@@ -91,21 +86,11 @@ impl Printer {
 pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let filter = filters::resolve(&args.filter)?;
     // --prometheus (export/prometheus.rs): listening before the probes are
-    // attached, so a scrape right after the "tracing;" line works. Fed
-    // below from each call record and each interval line; stdout goes on.
+    // attached, so a scrape right after the "tracing;" line works; stdout
+    // output goes on as without it.
     let exporter = match args.prometheus_listen()? {
         Some(addr) => Some(Exporter::start(addr).await?),
         None => None,
-    };
-    let export = |e: &Event| {
-        if let Some(x) = &exporter {
-            x.metrics.observe(e);
-        }
-    };
-    let export_line = |line: &IntervalLine| {
-        if let Some(x) = &exporter {
-            x.metrics.update_from(line);
-        }
     };
     let mut tracer = Tracer::attach(&TracerOptions {
         filter,
@@ -113,9 +98,8 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
     })?;
     crate::spawn_ebpf_log_pump(&mut tracer);
     let mut collector = RingCollector::new(tracer.take_events()?)?;
-    let statuses = tracer.plan.statuses();
     eprintln!("wbscope: probes: {}", tracer.plan.summary());
-    for s in &statuses {
+    for s in tracer.plan.statuses() {
         if let ProbeState::Unavailable(why) = &s.state {
             eprintln!("wbscope: {} unavailable: {why}", s.concept);
         }
@@ -126,113 +110,40 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
     if let Some(x) = &exporter {
         eprintln!("wbscope: metrics on http://{}/metrics", x.local_addr);
     }
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
 
-    let mut printer = Printer {
+    let mut out = TraceOutput {
         json: args.json,
         events: args.events,
         out: BufWriter::new(io::stdout()),
-        totals: Totals::default(),
-        interval: CallAggregate::default(),
-        error: None,
+        exporter,
     };
-    if !args.json {
-        printer.line(if args.events {
-            text::HEADER
-        } else {
-            text::INTERVAL_HEADER
-        });
-    }
-    let period = args.interval.unwrap_or(DEFAULT_INTERVAL);
-    let started = Instant::now();
-    let mut last_tick = started;
-    let mut prev = KernelSnapshot::take(&tracer)?;
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
-    let mut pid_gone_reported = false;
-    // Signals people and tests wait for: the probes are live from here on.
-    eprintln!("wbscope: tracing; Ctrl-C to stop");
-
-    loop {
-        let flushed = tokio::select! {
-            drained = collector.wait_and_drain(|e| { export(&e); printer.event(e) }) => {
-                drained?;
-                printer.flush()
-            }
-            _ = ticks.tick() => {
-                let now = Instant::now();
-                let cur = KernelSnapshot::take(&tracer)?;
-                let line = IntervalLine::new(
-                    now.duration_since(started).as_secs_f64(),
-                    now.duration_since(last_tick).as_secs_f64(),
-                    &printer.interval,
-                    &prev,
-                    &cur,
-                );
-                printer.interval_line(&line);
-                export_line(&line);
-                printer.interval = CallAggregate::default();
-                prev = cur;
-                last_tick = now;
-                if let Some(pid) = args.filter.pid
-                    && !pid_gone_reported
-                    && !Path::new(&format!("/proc/{pid}")).exists()
-                {
-                    eprintln!("wbscope: pid {pid} has exited; nothing more will match --pid");
-                    pid_gone_reported = true;
-                }
-                printer.flush()
-            }
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            _ = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            } => break,
-        };
-        match flushed {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-            Err(e) => return Err(e).context("writing to stdout"),
-        }
-    }
-    // Records completed before we stopped are still in the ring: keep them,
-    // and close the partial interval so its figures are not lost.
-    collector.drain(|e| {
-        export(&e);
-        printer.event(e)
-    });
-    let now = Instant::now();
-    let cur = KernelSnapshot::take(&tracer)?;
-    let line = IntervalLine::new(
-        now.duration_since(started).as_secs_f64(),
-        now.duration_since(last_tick).as_secs_f64(),
-        &printer.interval,
-        &prev,
-        &cur,
-    );
-    printer.interval_line(&line);
-    export_line(&line);
-    let elapsed = started.elapsed().as_secs_f64();
-    if args.json {
-        let summary = SummaryLine::new(
-            elapsed,
-            &printer.totals,
-            &cur.stats,
-            collector.bad_records,
-            &statuses,
-            &cur.run_times,
-        );
-        printer.json(&summary);
+    let header = if args.events {
+        text::HEADER
     } else {
-        let summary = text::summary(elapsed, &printer.totals, &cur.stats, &statuses);
-        printer.line(summary.trim_end());
+        text::INTERVAL_HEADER
+    };
+    let limits = Limits {
+        interval: args.interval.unwrap_or(DEFAULT_INTERVAL),
+        duration: args.duration,
+        max_records: None,
+        watch_pid: args.filter.pid,
+    };
+    let result = async {
+        if !args.json {
+            out.line(header)?;
+        }
+        session::run(&tracer, &mut collector, &limits, &mut out).await
     }
-    match printer.flush() {
-        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
-        _ => Ok(ExitCode::SUCCESS),
+    .await;
+    match result {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        // A closed pipe ends the trace quietly, like `perf trace | head`.
+        Err(e)
+            if e.downcast_ref::<io::Error>()
+                .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Err(e).context("tracing"),
     }
 }

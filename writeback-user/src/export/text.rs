@@ -1,10 +1,10 @@
 //! `wbscope trace` without `--json`: a fixed-width table for people, in the
 //! spirit of perf-trace and bcc's tools.
 use crate::{
+    export::json_lines::SummaryLine,
     interval::IntervalLine,
-    loader::KernelStats,
-    model::{CallRecord, Totals, cause_name, sync_mode_name},
-    plan::{ProbeState, ProbeStatus},
+    model::{CallRecord, cause_name, sync_mode_name},
+    plan::ProbeState,
 };
 
 pub const HEADER: &str = "DEV        INO        PID     COMM             SYNC  ASKED      WRITTEN  SKIPPED  DUR_US     RET CAUSE";
@@ -58,21 +58,13 @@ pub fn interval_row(l: &IntervalLine) -> String {
     )
 }
 
-pub fn summary(
-    duration_s: f64,
-    totals: &Totals,
-    kernel: &KernelStats,
-    probes: &[ProbeStatus],
-) -> String {
+/// The closing lines of a text trace.
+pub fn summary(l: &SummaryLine<'_>) -> String {
     let mut s = format!(
         "\n{} calls, {} pages written in {:.1} s; lost records: {}, unmatched results: {}\n",
-        totals.calls,
-        totals.pages_written,
-        duration_s,
-        kernel.lost_records,
-        kernel.unmatched_results
+        l.calls, l.pages_written, l.duration_s, l.lost_records, l.unmatched_results
     );
-    for p in probes {
+    for p in l.probes {
         match &p.state {
             ProbeState::Attached => s.push_str(&format!(
                 "  {}: {}\n",
