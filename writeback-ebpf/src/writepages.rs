@@ -288,6 +288,24 @@ fn inode_key(inode: *const u8) -> InflightKey {
     }
 }
 
+/// Start-side values read from a `struct writeback_control *`.
+#[inline(always)]
+fn start_from_wbc(key: InflightKey, wbc: *const u8, writeback_index: u64) -> Start {
+    let k = &KERNEL_MEMBERS;
+    Start {
+        key,
+        nr_to_write: member(wbc, k, m::WBC_NR_TO_WRITE),
+        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
+        range_start: member(wbc, k, m::WBC_RANGE_START),
+        range_end: member(wbc, k, m::WBC_RANGE_END),
+        writeback_index,
+        sync_mode: member(wbc, k, m::WBC_SYNC_MODE),
+        for_kupdate: member(wbc, k, m::WBC_FOR_KUPDATE) != 0,
+        range_cyclic: member(wbc, k, m::WBC_RANGE_CYCLIC) != 0,
+        for_background: Some(member(wbc, k, m::WBC_FOR_BACKGROUND) != 0),
+    }
+}
+
 /// `inode->i_mapping->writeback_index`.
 #[inline(always)]
 fn writeback_index(inode: *const u8) -> u64 {
@@ -302,19 +320,7 @@ fn writeback_index(inode: *const u8) -> u64 {
 pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
     let inode: *const u8 = ctx.arg(0);
     let wbc: *const u8 = ctx.arg(1);
-    let k = &KERNEL_MEMBERS;
-    let start = Start {
-        key: inode_key(inode),
-        nr_to_write: member(wbc, k, m::WBC_NR_TO_WRITE),
-        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
-        range_start: member(wbc, k, m::WBC_RANGE_START),
-        range_end: member(wbc, k, m::WBC_RANGE_END),
-        writeback_index: writeback_index(inode),
-        sync_mode: member(wbc, k, m::WBC_SYNC_MODE),
-        for_kupdate: member(wbc, k, m::WBC_FOR_KUPDATE) != 0,
-        range_cyclic: member(wbc, k, m::WBC_RANGE_CYCLIC) != 0,
-        for_background: Some(member(wbc, k, m::WBC_FOR_BACKGROUND) != 0),
-    };
+    let start = start_from_wbc(inode_key(inode), wbc, writeback_index(inode));
     match begin(&ctx, start) {
         Ok(r) | Err(r) => r as i32,
     }
@@ -349,18 +355,8 @@ pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
 fn function_begin<C: EbpfContext>(ctx: &C, mapping: *const u8, wbc: *const u8) -> u32 {
     let k = &KERNEL_MEMBERS;
     let inode = member(mapping, k, m::MAPPING_HOST) as u64 as *const u8;
-    let start = Start {
-        key: inode_key(inode),
-        nr_to_write: member(wbc, k, m::WBC_NR_TO_WRITE),
-        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
-        range_start: member(wbc, k, m::WBC_RANGE_START),
-        range_end: member(wbc, k, m::WBC_RANGE_END),
-        writeback_index: member(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64,
-        sync_mode: member(wbc, k, m::WBC_SYNC_MODE),
-        for_kupdate: member(wbc, k, m::WBC_FOR_KUPDATE) != 0,
-        range_cyclic: member(wbc, k, m::WBC_RANGE_CYCLIC) != 0,
-        for_background: Some(member(wbc, k, m::WBC_FOR_BACKGROUND) != 0),
-    };
+    let index = member(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
+    let start = start_from_wbc(inode_key(inode), wbc, index);
     match begin(ctx, start) {
         Ok(r) | Err(r) => r,
     }

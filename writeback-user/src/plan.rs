@@ -334,8 +334,8 @@ const SCHED_SWITCH_TP: &[TracepointAttach] = &[tp(
     &fields::sched_switch::NAMES,
 )];
 
-/// What the function-hook writepages programs read (they see the wbc
-/// itself, so `for_background` too).
+/// What the BTF-typed writepages programs (fentry, kprobe, tp_btf) read:
+/// they see the wbc itself, so `for_background` too.
 const FUNCTION_WRITEPAGES_FIELDS: &[&str] = &[
     "dev",
     "ino",
@@ -400,21 +400,7 @@ pub const TP_BTF_WRITEPAGES: Candidate = Candidate::BtfPrograms {
             target: "ext4_writepages_result",
         },
     ],
-    fields: &[
-        "dev",
-        "ino",
-        "nr_to_write",
-        "pages_skipped",
-        "range_start",
-        "range_end",
-        "writeback_index",
-        "sync_mode",
-        "for_kupdate",
-        "for_background",
-        "range_cyclic",
-        "ret",
-        "pages_written",
-    ],
+    fields: FUNCTION_WRITEPAGES_FIELDS,
 };
 
 const fn func(kind: HookKind, target: &'static str) -> Candidate {
