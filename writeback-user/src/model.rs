@@ -419,6 +419,10 @@ pub struct WriterModel {
     pub file_size: u64,
     pub elapsed_s: f64,
     pub bytes: u64,
+    /// Bytes written by every run since start (runs loop until stopped).
+    pub total_bytes: u64,
+    /// Runs started.
+    pub runs: u64,
     /// Bytes per second, newest last, at most [`HISTORY_SECS`].
     pub throughput: std::collections::VecDeque<u64>,
     /// Pages per chunk since start (or the last reset), and in the last
@@ -555,6 +559,7 @@ impl Model {
                 file_size,
             } => {
                 w.run = run;
+                w.runs += 1;
                 w.phase = WriterPhase::Running;
                 w.dir = dir;
                 w.file_size = file_size;
@@ -566,6 +571,7 @@ impl Model {
                 let s = *s;
                 w.elapsed_s = s.elapsed_s;
                 w.bytes = s.bytes;
+                w.total_bytes += s.bytes_last_second;
                 w.throughput.push_back(s.bytes_last_second);
                 while w.throughput.len() > HISTORY_SECS {
                     w.throughput.pop_front();

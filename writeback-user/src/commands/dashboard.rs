@@ -38,8 +38,10 @@ const FRAME: Duration = Duration::from_millis(100);
 /// Sampling period of the kernel maps and /proc.
 const SAMPLE: Duration = Duration::from_secs(1);
 /// Bytes per file of a writer run, at most; a run that completes starts
-/// again, so this only bounds the disk space one run takes.
-const FILE_SIZE: u64 = 1 << 30;
+/// again, so this only bounds the disk space one run takes. Large enough
+/// that a buffered run's dirty pages pass the background threshold and
+/// the flusher writes them back before the file is removed.
+const FILE_SIZE: u64 = 8 << 30;
 /// The writer's threads carry this name (its job threads inherit it), so
 /// the dashboard's own CPU figure can leave them out.
 const WRITER_THREAD: &str = "wbscope-writer";
@@ -230,54 +232,93 @@ async fn event_loop(
     }
 }
 
-/// Forwards a run's observer events to the dashboard once a second: chunk
-/// sizes and sync latencies are added up here, on the writing threads,
-/// and sent with writer-core's per-second `Tick`, so 4 KiB chunks do not
-/// flood the dashboard task with a message each.
-struct SecondObserver {
-    run: u64,
-    page: u64,
-    tx: UnboundedSender<Msg>,
-    second: Mutex<(Log2Histogram, Vec<(SyncKind, LatencyHist)>)>,
+/// What the writer's threads report, added up until the dashboard takes
+/// it once a second. Shared by every run: runs can be shorter than
+/// writer-core's one-second `Tick`, and per-chunk messages would flood the
+/// dashboard task with 4 KiB chunks.
+#[derive(Default)]
+struct WriterFeed {
+    second: Mutex<FeedSecond>,
 }
 
-impl writer_core::Observer for SecondObserver {
-    fn on_event(&self, event: &writer_core::Event) {
-        // A poisoned lock only means another writing thread panicked; the
+#[derive(Default)]
+struct FeedSecond {
+    /// The latest run started, and whether one is going.
+    run: u64,
+    active: bool,
+    bytes: u64,
+    chunk_pages: Log2Histogram,
+    sync: Vec<(SyncKind, LatencyHist)>,
+}
+
+impl WriterFeed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FeedSecond> {
+        // A poisoned lock only means a writing thread panicked; the
         // figures are still usable.
-        let mut second = self.second.lock().unwrap_or_else(|e| e.into_inner());
+        self.second.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The observer of one run: chunk sizes in pages, bytes and sync
+/// latencies into the feed.
+struct FeedObserver {
+    page: u64,
+    feed: Arc<WriterFeed>,
+}
+
+impl writer_core::Observer for FeedObserver {
+    fn on_event(&self, event: &writer_core::Event) {
         match event {
             writer_core::Event::ChunkWritten { len, .. } => {
-                second.0.record(len.div_ceil(self.page));
+                let mut second = self.feed.lock();
+                second.bytes += len;
+                second.chunk_pages.record(len.div_ceil(self.page));
             }
             writer_core::Event::SyncEnded { kind, latency, .. } => {
-                match second.1.iter_mut().find(|(k, _)| k == kind) {
+                let mut second = self.feed.lock();
+                match second.sync.iter_mut().find(|(k, _)| k == kind) {
                     Some((_, h)) => h.record(*latency),
                     None => {
                         let mut h = LatencyHist::new();
                         h.record(*latency);
-                        second.1.push((*kind, h));
+                        second.sync.push((*kind, h));
                     }
                 }
             }
-            writer_core::Event::Tick {
-                elapsed,
-                bytes,
-                bytes_last_second,
-            } => {
-                let (chunk_pages, sync) = std::mem::take(&mut *second);
-                let _ = self
-                    .tx
-                    .send(Msg::Writer(WriterUpdate::Second(Box::new(WriterSecond {
-                        run: self.run,
-                        elapsed_s: elapsed.as_secs_f64(),
-                        bytes: *bytes,
-                        bytes_last_second: *bytes_last_second,
-                        chunk_pages,
-                        sync,
-                    }))));
-            }
             _ => {}
+        }
+    }
+}
+
+/// Once a second while a run goes (and once more after it ended, for its
+/// last partial second), the feed becomes a [`WriterSecond`] message.
+async fn writer_sampler(feed: Arc<WriterFeed>, tx: UnboundedSender<Msg>) {
+    let mut tick = tokio::time::interval(SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut was_active = false;
+    loop {
+        tick.tick().await;
+        let msg = {
+            let mut second = feed.lock();
+            let active = second.active;
+            if !active && !was_active {
+                continue;
+            }
+            was_active = active;
+            WriterSecond {
+                run: second.run,
+                elapsed_s: 0.0,
+                bytes: 0,
+                bytes_last_second: std::mem::take(&mut second.bytes),
+                chunk_pages: std::mem::take(&mut second.chunk_pages),
+                sync: std::mem::take(&mut second.sync),
+            }
+        };
+        if tx
+            .send(Msg::Writer(WriterUpdate::Second(Box::new(msg))))
+            .is_err()
+        {
+            return;
         }
     }
 }
@@ -289,15 +330,19 @@ struct WriterRunner {
     /// Our temporary directory, removed (with anything left in it) on drop.
     temp: Option<tempfile::TempDir>,
     current: Option<(Arc<LiveTunables>, JoinHandle<()>)>,
+    feed: Arc<WriterFeed>,
     tx: UnboundedSender<Msg>,
 }
 
 impl WriterRunner {
     fn new(dir: Option<PathBuf>, tx: UnboundedSender<Msg>) -> WriterRunner {
+        let feed = Arc::new(WriterFeed::default());
+        tokio::spawn(writer_sampler(Arc::clone(&feed), tx.clone()));
         WriterRunner {
             dir,
             temp: None,
             current: None,
+            feed,
             tx,
         }
     }
@@ -348,15 +393,19 @@ impl WriterRunner {
             ..WriterSpec::default()
         };
         let cfg = WriterConfig::new(spec)?;
-        let observer = SecondObserver {
-            run,
+        let observer = FeedObserver {
             page: page_size(),
-            tx: self.tx.clone(),
-            second: Mutex::default(),
+            feed: Arc::clone(&self.feed),
         };
         let writer = Writer::new(cfg).with_observer(Arc::new(observer));
         let tunables = writer.tunables();
         let tx = self.tx.clone();
+        {
+            let mut second = self.feed.lock();
+            second.run = run;
+            second.active = true;
+        }
+        let feed = Arc::clone(&self.feed);
         let _ = tx.send(Msg::Writer(WriterUpdate::Started {
             run,
             dir: display_dir(&dir),
@@ -378,6 +427,7 @@ impl WriterRunner {
                     ),
                     Err(f) => format!("failed: {}", f.error),
                 };
+                feed.lock().active = false;
                 let _ = tx.send(Msg::Writer(WriterUpdate::Ended { run, outcome }));
             })
             .context("starting the writer thread")?;

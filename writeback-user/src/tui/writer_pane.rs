@@ -42,9 +42,12 @@ pub fn render(app: &App, frame: &mut Frame, area: Rect) {
         (RunState::Stopping { .. }, _) => Line::from(Span::styled("stopping", theme::warn())),
         (RunState::Running { .. }, WriterPhase::Running) => Line::from(vec![
             Span::styled("running ", theme::good()),
-            Span::raw(format!("{:.0} s  ", w.elapsed_s)),
             Span::styled(fmt::mb_s(w.current_rate() as f64), theme::writer()),
-            Span::raw(format!("  {} written", fmt::bytes(w.bytes))),
+            Span::raw(format!(
+                "  {} in {} run(s)",
+                fmt::bytes(w.total_bytes),
+                w.runs
+            )),
         ]),
         (RunState::Running { .. }, _) => Line::from(Span::styled("starting", theme::warn())),
         (RunState::Idle, WriterPhase::Ended(how)) => Line::from(vec![
