@@ -274,7 +274,10 @@ impl Tracer {
         let stats_fd = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
             Ok(fd) => Some(fd),
             Err(e) => {
-                warn!("BPF run-time statistics unavailable: {e}");
+                warn!(
+                    "BPF run-time statistics unavailable (BPF_ENABLE_STATS needs \
+                     CAP_SYS_ADMIN; the kernel.bpf_stats_enabled sysctl is the alternative): {e}"
+                );
                 None
             }
         };

@@ -148,19 +148,43 @@ fn split_decl(decl: &str) -> Option<(String, String)> {
 }
 
 /// Returns the tracefs root, mounting tracefs at /sys/kernel/tracing when no
-/// mount is found (it is not mounted at boot on some hosts).
+/// mount is found (it is not mounted at boot on some hosts). Errors name
+/// the capability that is missing.
 pub fn ensure_mounted() -> anyhow::Result<PathBuf> {
     if let Some(root) = find_mounted() {
         return Ok(root);
     }
+    // Mounted but not readable: tracefs directories are 0700 root, so a
+    // non-root tracer needs to bypass directory permissions.
+    if let Some(root) = mounted_in_proc() {
+        bail!(
+            "tracefs at {} is not readable: wbscope needs root or CAP_DAC_READ_SEARCH",
+            root.display()
+        );
+    }
     let target = Path::new(TRACEFS_PATHS[0]);
-    mount_tracefs(target).with_context(|| {
-        format!(
+    match mount_tracefs(target) {
+        Ok(()) => Ok(target.to_path_buf()),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => bail!(
+            "tracefs is not mounted and mounting it needs CAP_SYS_ADMIN: run as root, or \
+             mount it first (mount -t tracefs tracefs {})",
+            target.display()
+        ),
+        Err(e) => Err(anyhow::Error::new(e).context(format!(
             "tracefs is not mounted and mounting it at {} failed",
             target.display()
-        )
-    })?;
-    Ok(target.to_path_buf())
+        ))),
+    }
+}
+
+/// A tracefs mount point from /proc/self/mounts (world-readable, unlike
+/// tracefs itself).
+fn mounted_in_proc() -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&"tracefs")).then(|| PathBuf::from(f[1]))
+    })
 }
 
 fn find_mounted() -> Option<PathBuf> {
@@ -171,10 +195,10 @@ fn find_mounted() -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-fn mount_tracefs(target: &Path) -> anyhow::Result<()> {
+fn mount_tracefs(target: &Path) -> std::io::Result<()> {
     use std::ffi::CString;
-    let src = CString::new("tracefs")?;
-    let dst = CString::new(target.as_os_str().as_encoded_bytes())?;
+    let src = CString::new("tracefs").map_err(std::io::Error::other)?;
+    let dst = CString::new(target.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: valid NUL-terminated strings; no data argument.
     let rc = unsafe {
         libc::mount(
@@ -186,7 +210,7 @@ fn mount_tracefs(target: &Path) -> anyhow::Result<()> {
         )
     };
     if rc != 0 {
-        return Err(std::io::Error::last_os_error().into());
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{LoopFs, Tracing, dev_of, wbscope};
+use support::{LoopFs, Tracing, dev_of, wbscope, wbscope_with_caps};
 
 const PAGE: u64 = 4096;
 
@@ -203,4 +203,39 @@ fn tp_btf_and_classic_tracepoint_paths_agree() {
     ] {
         assert_eq!(a[key], b[key], "{key}: tp_btf {a} vs tracepoint {b}");
     }
+}
+
+/// Not root, only CAP_BPF + CAP_PERFMON: the one thing still missing
+/// (reading tracefs) is named, exit code 1.
+#[test]
+fn bpf_and_perfmon_alone_name_the_missing_tracefs_capability() {
+    let out = wbscope_with_caps("+bpf,+perfmon")
+        .args(["trace", "--json", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("CAP_DAC_READ_SEARCH"), "{stderr}");
+}
+
+/// Not root, with CAP_BPF + CAP_PERFMON + CAP_DAC_READ_SEARCH: the trace
+/// works and counts exactly.
+#[test]
+fn capability_reduced_trace_counts_exactly() {
+    let fs = LoopFs::new("ext4", 256);
+    let trace = Tracing::start_with(
+        wbscope_with_caps("+bpf,+perfmon,+dac_read_search"),
+        &["--json", "--events"],
+    );
+    let path = fs.path("data");
+    let ino = write_and_fsync(&path, 16);
+    let dev = dev_of(&path);
+    let lines = trace.stop(libc::SIGINT);
+    let written: i64 = calls_for(&lines, &dev, ino)
+        .iter()
+        .map(|c| c["pages_written"].as_i64().unwrap())
+        .sum();
+    assert_eq!(written, 4096);
+    assert_eq!(lines.last().unwrap()["probes"][0]["state"], "attached");
 }

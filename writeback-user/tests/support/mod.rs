@@ -94,9 +94,26 @@ pub struct Tracing {
     stderr: mpsc::Receiver<String>,
 }
 
+/// `wbscope` as user nobody with only the given capabilities (setpriv's
+/// `+bpf,+perfmon` syntax), inherited and ambient so they survive exec.
+pub fn wbscope_with_caps(caps: &str) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--inh-caps={caps}"))
+        .arg(format!("--ambient-caps={caps}"))
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_wbscope"));
+    cmd
+}
+
 impl Tracing {
     pub fn start(args: &[&str]) -> Tracing {
-        let mut child = wbscope()
+        Self::start_with(wbscope(), args)
+    }
+
+    /// `trace ARGS` run through `cmd` (e.g. [`wbscope_with_caps`]).
+    pub fn start_with(mut cmd: Command, args: &[&str]) -> Tracing {
+        let mut child = cmd
             .arg("trace")
             .args(args)
             .stdout(Stdio::piped())
