@@ -135,6 +135,11 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_records: Option<u64>,
 
+    /// Above this many calls per second, stop recording calls one by one
+    /// (interval figures go on) until the rate falls below half of it.
+    #[arg(long, value_name = "CALLS", default_value_t = DEFAULT_MAX_EVENT_RATE, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_event_rate: u64,
+
     /// Seconds per interval frame (default 1).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Option<Duration>,
@@ -167,6 +172,12 @@ pub struct TraceArgs {
     /// lines only).
     #[arg(long)]
     pub events: bool,
+
+    /// With --events: above this many calls per second, stop printing
+    /// calls one by one (interval figures go on) until the rate falls
+    /// below half of it.
+    #[arg(long, value_name = "CALLS", default_value_t = DEFAULT_MAX_EVENT_RATE, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_event_rate: u64,
 
     /// Seconds per interval line (a positive number; default 1).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
@@ -225,6 +236,11 @@ pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
     s.parse()
         .map_err(|_| format!("`{s}` is not ADDR:PORT (e.g. 127.0.0.1:9464)"))
 }
+
+/// Default `--max-event-rate`: far above what writepages calls reach on a
+/// busy host (one call writes up to a whole chunk), low enough that a
+/// pathological storm of tiny calls cannot flood a terminal or a disk.
+pub const DEFAULT_MAX_EVENT_RATE: u64 = 20_000;
 
 /// Parses a strictly positive, finite number of seconds.
 pub fn parse_seconds(s: &str) -> Result<Duration, String> {

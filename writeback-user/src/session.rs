@@ -38,6 +38,38 @@ pub struct Limits {
     pub max_records: Option<u64>,
     /// Say once when this traced pid has exited.
     pub watch_pid: Option<u32>,
+    /// Calls per second above which calls stop being written one by one
+    /// (they are still counted in every figure) until the rate falls
+    /// below half of it.
+    pub max_event_rate: u64,
+}
+
+/// Switches per-call output off while the call rate is over the limit, so
+/// a busy host costs aggregation, not an unbounded stream.
+#[derive(Debug, Default)]
+struct RateGate {
+    suspended: bool,
+    not_written: u64,
+}
+
+impl RateGate {
+    /// Decides at the end of an interval of `secs` with `calls` calls.
+    fn interval(&mut self, calls: u64, secs: f64, limit: u64) {
+        if secs <= 0.0 {
+            return;
+        }
+        let rate = calls as f64 / secs;
+        if !self.suspended && rate > limit as f64 {
+            self.suspended = true;
+            eprintln!(
+                "wbscope: {rate:.0} calls/s is over --max-event-rate {limit}: per-call output \
+                 suspended, interval and summary figures go on"
+            );
+        } else if self.suspended && rate < limit as f64 / 2.0 {
+            self.suspended = false;
+            eprintln!("wbscope: {rate:.0} calls/s: per-call output resumed");
+        }
+    }
 }
 
 /// Why the session ended.
@@ -70,6 +102,7 @@ pub async fn run(
     let mut interval = CallAggregate::default();
     let mut pid_gone_reported = false;
     let max = limits.max_records.unwrap_or(u64::MAX);
+    let mut gate = RateGate::default();
     eprintln!("wbscope: tracing; Ctrl-C to stop");
 
     let ending = loop {
@@ -81,13 +114,15 @@ pub async fn run(
             _ = ticks.tick() => {
                 let now = Instant::now();
                 let cur = KernelSnapshot::take(tracer)?;
+                let secs = now.duration_since(last_tick).as_secs_f64();
                 out.interval(&IntervalLine::new(
                     now.duration_since(started).as_secs_f64(),
-                    now.duration_since(last_tick).as_secs_f64(),
+                    secs,
                     &interval,
                     &prev,
                     &cur,
                 ))?;
+                gate.interval(interval.calls, secs, limits.max_event_rate);
                 interval = CallAggregate::default();
                 prev = cur;
                 last_tick = now;
@@ -115,7 +150,11 @@ pub async fn run(
             }
             totals.add(&call);
             interval.add(&call);
-            out.call(&call)?;
+            if gate.suspended {
+                gate.not_written += 1;
+            } else {
+                out.call(&call)?;
+            }
         }
         out.flush()?;
         if totals.calls >= max {
@@ -132,7 +171,11 @@ pub async fn run(
         }
         totals.add(&call);
         interval.add(&call);
-        out.call(&call)?;
+        if gate.suspended {
+            gate.not_written += 1;
+        } else {
+            out.call(&call)?;
+        }
     }
     let now = Instant::now();
     let cur = KernelSnapshot::take(tracer)?;
@@ -143,14 +186,36 @@ pub async fn run(
         &prev,
         &cur,
     ))?;
-    out.summary(&SummaryLine::new(
+    let mut summary = SummaryLine::new(
         started.elapsed().as_secs_f64(),
         &totals,
         &cur.stats,
         collector.bad_records,
         &statuses,
         &cur.run_times,
-    ))?;
+    );
+    summary.calls_not_written = gate.not_written;
+    out.summary(&summary)?;
     out.flush()?;
     Ok(ending)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_gate_suspends_over_the_limit_and_resumes_under_half() {
+        let mut g = RateGate::default();
+        g.interval(900, 1.0, 1000);
+        assert!(!g.suspended);
+        g.interval(2001, 2.0, 1000);
+        assert!(g.suspended);
+        g.interval(600, 1.0, 1000);
+        assert!(g.suspended, "hysteresis: 600/s is not under half of 1000");
+        g.interval(499, 1.0, 1000);
+        assert!(!g.suspended);
+        g.interval(5, 0.0, 1000);
+        assert!(!g.suspended);
+    }
 }

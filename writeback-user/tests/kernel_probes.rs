@@ -293,3 +293,43 @@ fn traced_pid_that_exits_is_reported_and_the_trace_continues() {
     let last: Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
     assert_eq!(last["type"], "summary");
 }
+
+/// Over `--max-event-rate`, calls stop being printed one by one but are
+/// still counted: printed + not written = all calls.
+#[test]
+fn event_rate_limit_switches_to_aggregation_only() {
+    let fs = LoopFs::new("ext4", 128);
+    let trace = Tracing::start(&[
+        "--json",
+        "--events",
+        "--interval",
+        "0.3",
+        "--max-event-rate",
+        "5",
+        "--device",
+        &fs.mountpoint.to_string_lossy(),
+    ]);
+    // Many small files each fsynced: one call per file, well over 5/s.
+    for i in 0..60 {
+        let mut f = File::create_new(fs.path(&format!("f{i}"))).unwrap();
+        f.write_all(&[1u8; 4096]).unwrap();
+        f.sync_all().unwrap();
+        if i % 20 == 19 {
+            std::thread::sleep(std::time::Duration::from_millis(350));
+        }
+    }
+    let lines = trace.stop(libc::SIGINT);
+    let summary = lines.last().unwrap();
+    let printed = calls(&lines).count() as u64;
+    let not_written = summary["calls_not_written"].as_u64().unwrap();
+    assert!(not_written > 0, "{summary}");
+    assert_eq!(printed + not_written, summary["calls"].as_u64().unwrap());
+    // The interval figures still count every call.
+    let in_intervals: u64 = lines
+        .iter()
+        .filter(|l| l["type"] == "interval")
+        .map(|l| l["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(in_intervals, summary["calls"].as_u64().unwrap());
+    assert!(summary["calls"].as_u64().unwrap() >= 60);
+}

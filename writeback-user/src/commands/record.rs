@@ -125,6 +125,7 @@ pub async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Result<Exi
         duration: args.duration,
         max_records: args.max_records,
         watch_pid: args.filter.pid,
+        max_event_rate: args.max_event_rate,
     };
     let ending = session::run(&tracer, &mut collector, &limits, &mut out)
         .await

@@ -127,6 +127,7 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
         duration: args.duration,
         max_records: None,
         watch_pid: args.filter.pid,
+        max_event_rate: args.max_event_rate,
     };
     let result = async {
         if !args.json {

@@ -107,6 +107,9 @@ pub struct SummaryLine<'a> {
     pub bad_records: u64,
     /// Calls the in-kernel filters dropped.
     pub filtered: u64,
+    /// Calls counted in the figures but not written out one by one because
+    /// the call rate was over `--max-event-rate`.
+    pub calls_not_written: u64,
     pub probes: &'a [ProbeStatus],
     /// BPF run time per program over the whole trace (null figures when
     /// the kernel keeps no BPF statistics).
@@ -131,6 +134,7 @@ impl<'a> SummaryLine<'a> {
             unmatched_results: kernel.unmatched_results,
             bad_records,
             filtered: kernel.filtered,
+            calls_not_written: 0,
             probes,
             run_time: run_times
                 .iter()
