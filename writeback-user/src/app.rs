@@ -11,6 +11,7 @@ use writer_core::Strategy;
 
 use crate::{
     interval::{CallAggregate, IntervalLine, KernelSnapshot},
+    loader::KernelStats,
     model::{CallRecord, DevId, Model, WriterUpdate},
 };
 
@@ -172,6 +173,12 @@ pub enum Msg {
         tracer_cpu: Option<f64>,
     },
     Writer(WriterUpdate),
+    /// A finished interval read back from a recording (replay), with the
+    /// kernel counters as of its end.
+    Interval {
+        line: Box<IntervalLine>,
+        kernel: KernelStats,
+    },
     /// SIGTERM or the end of the terminal's input.
     Terminate,
 }
@@ -207,6 +214,9 @@ pub struct App {
     pub status: Option<String>,
     /// Whether the screen changed since the last frame.
     pub dirty: bool,
+    /// Set when showing a recording: there is no live host to write on,
+    /// so the writer keys say so instead of starting runs.
+    pub replay: Option<String>,
 }
 
 impl App {
@@ -255,6 +265,11 @@ impl App {
                 Vec::new()
             }
             Msg::Writer(update) => self.on_writer(update),
+            Msg::Interval { line, kernel } => {
+                self.model.on_interval(*line, kernel, None);
+                self.dirty |= !self.paused();
+                Vec::new()
+            }
             Msg::Terminate => vec![Effect::Quit],
         }
     }
@@ -383,6 +398,14 @@ impl App {
             }
             KeyCode::Char('d') => self.next_device(),
             KeyCode::Char('o') => self.view.sort = self.view.sort.next(),
+            KeyCode::Char(
+                'w' | 's' | 'S' | '+' | '=' | '-' | '_' | ']' | '[' | '>' | '.' | '<' | ',',
+            ) if self.replay.is_some() => {
+                self.status = Some(format!(
+                    "replaying {}: the writer runs only live",
+                    self.replay.as_deref().unwrap_or("a recording")
+                ));
+            }
             KeyCode::Char('w') => {
                 return match self.run_state {
                     RunState::Idle => vec![self.start()],

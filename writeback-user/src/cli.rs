@@ -90,6 +90,8 @@ kill -9) stays readable up to its last whole frame.")]
     /// Print a recording the way `trace` printed it live.
     #[command(after_help = "\
 Examples:
+  wbscope replay wb.rec                 in the dashboard, as it was recorded
+  wbscope replay wb.rec --speed 10      ten times faster
   wbscope replay wb.rec --json | jq 'select(.type == \"call\")'
   wbscope replay wb.rec --summary")]
     Replay(ReplayArgs),
@@ -154,12 +156,28 @@ pub struct ReplayArgs {
     pub file: PathBuf,
 
     /// JSON lines, as `trace --json --events` prints them.
-    #[arg(long, conflicts_with = "summary")]
+    #[arg(long, conflicts_with_all = ["summary", "text"])]
     pub json: bool,
 
     /// Only the summary line.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "text")]
     pub summary: bool,
+
+    /// A table, as `trace --events` prints it (without any of these three
+    /// flags the recording opens in the dashboard).
+    #[arg(long)]
+    pub text: bool,
+
+    /// Dashboard replay speed: 2 plays twice as fast as recorded.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
+    pub speed: f64,
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number")),
+    }
 }
 
 #[derive(Debug, Args)]

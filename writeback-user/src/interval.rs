@@ -4,7 +4,13 @@
 //! between two snapshots; levels from the latest values.
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+/// A name that is usually a static string (a cause, a reason, a line
+/// type) but is owned when read back from a recording.
+pub type Name = Cow<'static, str>;
 use writeback_common::{BlockHistKey, agg, block_hist, dirty};
 
 use crate::{
@@ -81,7 +87,7 @@ impl CallAggregate {
 }
 
 /// `/proc/vmstat` figures we compare against (pages).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VmStat {
     pub nr_dirty: u64,
     pub nr_writeback: u64,
@@ -137,7 +143,7 @@ impl KernelSnapshot {
 }
 
 /// A histogram bucket: values in `[lo, hi]`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bucket {
     pub lo: u64,
     pub hi: u64,
@@ -167,7 +173,7 @@ pub fn histogram_buckets(h: &Log2Histogram) -> Vec<Bucket> {
     buckets_of(h.buckets().iter().copied().enumerate())
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ScanLine {
     pub bytes_scanned: u64,
     pub pages_written: u64,
@@ -176,7 +182,7 @@ pub struct ScanLine {
     pub pages_scanned_per_page_written: Option<f64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeviceLine {
     pub dev: DevId,
     pub requests: u64,
@@ -184,14 +190,14 @@ pub struct DeviceLine {
     pub latency_ns: Vec<Bucket>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FlusherLine {
-    pub reason: &'static str,
+    pub reason: Name,
     pub chunks: u64,
     pub pages: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ThrottleLine {
     pub events: u64,
     pub pauses: u64,
@@ -199,17 +205,17 @@ pub struct ThrottleLine {
     pub pause_ms: Vec<Bucket>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DirtyLine {
     /// From `writeback:global_dirty_state` (null until it fires).
-    pub tracepoint: Option<BTreeMap<&'static str, u64>>,
+    pub tracepoint: Option<BTreeMap<Name, u64>>,
     pub vmstat: VmStat,
     /// `nr_written` and `nr_dirtied` deltas over the interval.
     pub vmstat_written_delta: u64,
     pub vmstat_dirtied_delta: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunTimeLine {
     pub program: String,
     pub run_count: u64,
@@ -218,15 +224,15 @@ pub struct RunTimeLine {
 }
 
 /// `{"type":"interval", ...}`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IntervalLine {
-    pub r#type: &'static str,
+    pub r#type: Name,
     /// Seconds since the trace started, at the end of the interval.
     pub time_s: f64,
     pub interval_s: f64,
     pub calls: u64,
     pub pages_written: u64,
-    pub calls_by_cause: BTreeMap<&'static str, u64>,
+    pub calls_by_cause: BTreeMap<Name, u64>,
     pub pages_per_call: Vec<Bucket>,
     /// Pages written / pages asked over calls with a finite budget.
     pub written_per_asked: Option<f64>,
@@ -271,7 +277,7 @@ impl IntervalLine {
         let flusher = (0..agg::WB_REASONS)
             .filter(|&r| d(agg::WORK_CHUNKS + r) > 0)
             .map(|r| FlusherLine {
-                reason: wb_reason_name(r + 1).unwrap_or("other"),
+                reason: Cow::Borrowed(wb_reason_name(r + 1).unwrap_or("other")),
                 chunks: d(agg::WORK_CHUNKS + r),
                 pages: d(agg::WORK_PAGES + r),
             })
@@ -317,7 +323,7 @@ impl IntervalLine {
                 writeback_common::fields::global_dirty::NAMES
                     .iter()
                     .enumerate()
-                    .map(|(i, name)| (*name, cur.dirty.get(i).copied().unwrap_or(0)))
+                    .map(|(i, name)| (Cow::Borrowed(*name), cur.dirty.get(i).copied().unwrap_or(0)))
                     .collect()
             });
 
@@ -338,12 +344,16 @@ impl IntervalLine {
             .collect();
 
         IntervalLine {
-            r#type: "interval",
+            r#type: Cow::Borrowed("interval"),
             time_s,
             interval_s,
             calls: calls.calls,
             pages_written: calls.pages_written,
-            calls_by_cause: calls.by_cause.clone(),
+            calls_by_cause: calls
+                .by_cause
+                .iter()
+                .map(|(k, v)| (Cow::Borrowed(*k), *v))
+                .collect(),
             pages_per_call: histogram_buckets(&calls.pages_per_call),
             written_per_asked: ratio(calls.pages_written_finite, calls.pages_asked_finite),
             calls_asking_everything: calls.calls_unbounded,
@@ -482,9 +492,13 @@ mod tests {
         assert_eq!(line.on_cpu_ns_per_written_page, Some(1200.0 / 140.0));
         assert_eq!(line.flusher.len(), 1);
         assert_eq!(
-            (line.flusher[0].reason, line.flusher[0].pages),
+            (line.flusher[0].reason.as_ref(), line.flusher[0].pages),
             ("background", 40)
         );
+        // Interval lines read back from a recording are the same lines.
+        let json = serde_json::to_string(&line).unwrap();
+        let back: IntervalLine = serde_json::from_str(&json).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), json);
         assert_eq!(line.throttle.pause_ms_total, 30);
         assert_eq!(
             line.throttle.pause_ms,

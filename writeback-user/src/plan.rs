@@ -9,10 +9,10 @@
 //! candidates of the same concept, and the plan takes whichever exists.
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use writeback_common::fields;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum HookKind {
     Fentry,
@@ -34,7 +34,7 @@ impl fmt::Display for HookKind {
 }
 
 /// What the tracer measures, independent of how a kernel exposes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Concept {
     WritepagesCall,
@@ -464,14 +464,14 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
 }
 
 /// A refused candidate and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejection {
     pub hook: String,
     pub reason: String,
 }
 
 /// The outcome for one concept.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConceptPlan {
     pub concept: Concept,
     /// The chosen hook's label, or `None` when nothing could be used.
@@ -509,7 +509,7 @@ impl ConceptPlan {
 const ALL_HOOKS: &str = "all hooks";
 
 /// The whole plan, as `wbscope probes --json` prints it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbePlan {
     pub kernel: String,
     pub concepts: Vec<ConceptPlan>,

@@ -54,9 +54,21 @@ fn figure(screen: &str, label: &str) -> Option<u64> {
 }
 
 fn start(session: &Session, log: &std::path::Path, cwd: &std::path::Path, w: u16, h: u16) {
+    start_with(session, log, cwd, w, h, "");
+}
+
+/// `wbscope ARGS --log LOG` in a new tmux session of `w`x`h`.
+fn start_with(
+    session: &Session,
+    log: &std::path::Path,
+    cwd: &std::path::Path,
+    w: u16,
+    h: u16,
+    args: &str,
+) {
     // The exit status lands next to the log, for `exited_ok`.
     let cmd = format!(
-        "{} --log {}; echo $? > {}.status",
+        "{} {args} --log {}; echo $? > {}.status",
         env!("CARGO_BIN_EXE_wbscope"),
         log.display(),
         log.display()
@@ -173,4 +185,43 @@ fn writer_from_keys_loads_the_kernel_and_cleans_up() {
         .filter(|n| n != "lost+found")
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// `wbscope replay FILE` opens a recording in the dashboard: the recorded
+/// fsync shows in the histogram, and the writer keys are refused.
+#[test]
+fn replay_opens_a_recording_in_the_dashboard() {
+    let fs = LoopFs::new("ext4", 128);
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let rec = dir.path().join("run.rec");
+    let mut record = Command::new(env!("CARGO_BIN_EXE_wbscope"))
+        .args(["record", "--duration", "4", "--interval", "0.5", "-o"])
+        .arg(&rec)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = record.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("tracing;"))));
+    let mut f = File::create_new(fs.path("data")).unwrap();
+    f.write_all(&vec![1u8; 16 << 20]).unwrap();
+    f.sync_all().unwrap();
+    assert!(record.wait().unwrap().success());
+
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let session = Session(format!("wbscope-replay-{}", std::process::id()));
+    let args = format!("replay {} --speed 4", rec.display());
+    start_with(&session, log.path(), dir.path(), 120, 40, &args);
+    session.wait_for("the recorded fsync", |s| {
+        s.lines().any(|l| l.contains("4K-8K") && l.contains('#'))
+    });
+    keys(&session, "w");
+    session.wait_for("the refused writer", |s| {
+        s.contains("the writer runs only live")
+    });
+    keys(&session, "q");
+    wait_gone(&session, log.path());
+    // Nothing was written next to the recording.
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
 }

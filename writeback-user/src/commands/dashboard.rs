@@ -26,10 +26,11 @@ use writer_core::{LiveTunables, SyncKind, Writer, WriterConfig, WriterSpec, stat
 use crate::{
     app::{App, Effect, Msg, WriterSettings},
     collector::{Event, RingCollector},
-    interval::{KernelSnapshot, VmStat, page_size},
-    loader::{Tracer, TracerOptions},
+    interval::{IntervalLine, KernelSnapshot, VmStat, page_size},
+    loader::{KernelStats, Tracer, TracerOptions},
     model::{Log2Histogram, Model, WriterSecond, WriterUpdate},
     plan::{HookKind, ProbePlan, kernel_release},
+    recording::{Header, reader::Frame},
     tui,
 };
 
@@ -93,6 +94,70 @@ pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
     // before we exit, whatever ended the loop.
     writer.shutdown().await;
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// `wbscope replay FILE`: the recording shown in the dashboard, its calls
+/// and intervals fed through the same messages as a live trace, paced by
+/// the intervals' lengths divided by `speed`.
+pub async fn replay(
+    header: Header,
+    frames: Vec<Frame>,
+    name: String,
+    speed: f64,
+) -> anyhow::Result<ExitCode> {
+    let (tx, rx) = mpsc::unbounded_channel::<Msg>();
+    let plan: ProbePlan = serde_json::from_value(header.probe_plan.clone()).unwrap_or_else(|e| {
+        ProbePlan::unavailable(
+            header.kernel.clone(),
+            &format!("probe plan unreadable: {e}"),
+        )
+    });
+    let mut app = App::new(Model::with_plan(plan, header.host.clone()));
+    app.replay = Some(name);
+    tokio::spawn(feed_recording(frames, tx.clone(), speed));
+    // Never started: the app refuses writer keys while replaying.
+    let mut writer = WriterRunner::new(None, tx.clone());
+    let mut terminal = ratatui::init();
+    let result = event_loop(&mut terminal, &mut app, &mut writer, rx).await;
+    ratatui::restore();
+    writer.shutdown().await;
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+async fn feed_recording(frames: Vec<Frame>, tx: UnboundedSender<Msg>, speed: f64) {
+    let mut lost = 0;
+    for frame in frames {
+        let msg = match frame {
+            Frame::Call(call) => Msg::Call(call),
+            Frame::Interval(value) => {
+                let line: IntervalLine = match serde_json::from_value(value) {
+                    Ok(line) => line,
+                    Err(e) => {
+                        log::warn!("replay: unreadable interval frame: {e}");
+                        continue;
+                    }
+                };
+                lost += line.lost_records;
+                let pause = Duration::from_secs_f64((line.interval_s / speed).clamp(0.0, 60.0));
+                let msg = Msg::Interval {
+                    line: Box::new(line),
+                    kernel: KernelStats {
+                        lost_records: lost,
+                        ..KernelStats::default()
+                    },
+                };
+                if tx.send(msg).is_err() {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            Frame::Summary(_) => continue,
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+    }
 }
 
 /// Moves records from the ring buffer to the dashboard task. Stops when

@@ -16,6 +16,9 @@ use crate::{
 };
 
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+    if !args.json && !args.summary && !args.text {
+        return dashboard(args);
+    }
     let file =
         File::open(&args.file).map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
     // SAFETY: the mapping is read-only and private; a recording being
@@ -90,6 +93,35 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The recording in the dashboard (the default with no output flag).
+fn dashboard(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+    let file =
+        File::open(&args.file).map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
+    // SAFETY: see `run`.
+    let map = unsafe { memmap2::Mmap::map(&file) }
+        .with_context(|| format!("mapping {}", args.file.display()))?;
+    let mut reader = RecordingReader::open(&map)
+        .map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
+    let frames: Vec<Frame> = reader.by_ref().collect();
+    for damage in &reader.damage {
+        log::warn!("replay: {damage}");
+    }
+    let name = args
+        .file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let header = reader.header.clone();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(crate::commands::dashboard::replay(
+            header, frames, name, args.speed,
+        ))
 }
 
 fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) -> io::Result<()> {
