@@ -5,6 +5,7 @@
 //! is (see ../shared/toolchain.md for why each piece is what it is).
 mod bench;
 mod setup;
+mod vm;
 
 use std::{
     path::PathBuf,
@@ -54,7 +55,17 @@ enum Task {
         #[arg(long, default_value_t = 10)]
         idle_secs: u64,
     },
-    /// fmt check, clippy -D warnings, unit and kernel integration tests.
+    /// Boot Debian's 6.1 and 6.12 kernels in qemu (TCG) and check the
+    /// fentry, kprobe and tracepoint paths inside.
+    ///
+    /// Example: cargo xtask vm-test --kernel 6.12
+    VmTest {
+        /// 6.1, 6.12 or all.
+        #[arg(long)]
+        kernel: Option<String>,
+    },
+    /// fmt check, clippy -D warnings, unit and kernel integration tests
+    /// (and the qemu kernel matrix with WBSCOPE_VM_TESTS=1).
     Test {
         /// Extra arguments for `cargo test` (after `--`), e.g. a test name.
         #[arg(last = true)]
@@ -99,6 +110,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Task::Test { args } => test(&args),
+        Task::VmTest { kernel } => vm::vm_test(kernel.as_deref()),
         Task::Bench {
             size_mib,
             pairs,
@@ -213,7 +225,7 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     if !counts.success {
         bail!("cargo test failed");
     }
-    Ok(())
+    vm::from_test_suite()
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -41,6 +41,13 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("script", "bsdutils"),
     // The exporter's end-to-end test runs the server binary itself.
     ("prometheus", "prometheus"),
+    // cargo xtask vm-test (xtask/src/vm.rs): qemu boots Debian's 6.1 and
+    // 6.12 under TCG, busybox-static is the guest's /init shell, kmod
+    // resolves the guest's module order, xz unpacks 6.12's .ko.xz modules.
+    ("qemu-system-x86_64", "qemu-system-x86"),
+    ("busybox", "busybox-static"),
+    ("depmod", "kmod"),
+    ("xz", "xz-utils"),
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq)]

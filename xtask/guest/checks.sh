@@ -1,0 +1,89 @@
+#!/bin/sh
+# Runs inside the vm-test guest, chrooted into the host's root (shared
+# read-only over 9p), with /tmp a guest tmpfs and /tmp/out the host's
+# output directory. It only collects: every pass/fail decision is made by
+# the host (xtask/src/vm/checks.rs) from the files written here.
+#
+# Variables from /vm.env (written by the host): WBSCOPE (absolute path of
+# the host's binary), STEP_TIMEOUT (seconds for one wbscope run).
+set -u
+# init's PATH is busybox's /bin; here the host's tools are wanted.
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+OUT=/tmp/out
+MNT=/tmp/mnt
+
+step() { echo "WBVM step $*"; }
+
+# Whether wbscope's stderr ($1) has its "tracing;" line (builtins only).
+tracing_started() {
+    while IFS= read -r line; do
+        case $line in *'tracing;'*) return 0 ;; esac
+    done < "$1"
+    return 1
+}
+
+step probes
+# Which scan functions this kernel can hook (function hooks need them
+# traceable): the host expects a function hook for scan exactly when one
+# of these is listed.
+grep -Ew 'writeback_iter|write_cache_pages' \
+    /sys/kernel/tracing/available_filter_functions > "$OUT/functions.txt" 2>&1
+ls /sys/kernel/btf > "$OUT/btf.txt" 2>&1
+timeout "$STEP_TIMEOUT" "$WBSCOPE" probes --json \
+    > "$OUT/probes.json" 2> "$OUT/probes.err"
+echo $? > "$OUT/probes.rc"
+
+step mkfs
+# The host attached an empty raw image as a virtio disk: an ext4 of our own.
+mkfs.ext4 -q -F /dev/vda > "$OUT/mkfs.log" 2>&1 || {
+    echo "WBVM fail mkfs.ext4 /dev/vda failed: $(tail -n 1 "$OUT/mkfs.log")"
+    exit 1
+}
+mkdir -p "$MNT"
+mount -t ext4 /dev/vda "$MNT" > "$OUT/mount.log" 2>&1 || {
+    echo "WBVM fail mount /dev/vda failed: $(tail -n 1 "$OUT/mount.log")"
+    exit 1
+}
+
+# One traced 64 MiB write + fsync per run: NAME and the --disable list.
+trace_run() {
+    name=$1
+    disable=$2
+    step "trace-$name"
+    if [ -n "$disable" ]; then
+        set -- --disable "$disable"
+    else
+        set --
+    fi
+    timeout "$STEP_TIMEOUT" "$WBSCOPE" "$@" trace --json --events \
+        > "$OUT/$name.jsonl" 2> "$OUT/$name.err" &
+    pid=$!
+    # Wait until the probes are live (wbscope's "tracing;" line). Every
+    # external command is an exec over 9p, slow under TCG, so the check is
+    # a shell builtin loop and the poll interval is coarse.
+    t0=$(date +%s%N)
+    until tracing_started "$OUT/$name.err"; do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.3
+    done
+    echo "$(( ($(date +%s%N) - t0) / 1000000 ))" > "$OUT/$name.startup-ms"
+    file="$MNT/data-$name"
+    dd if=/dev/zero of="$file" bs=1M count=64 conv=fsync 2> "$OUT/$name.dd"
+    # st_dev as a number (decoded into major:minor by the host) and ino.
+    stat -c '%d %i' "$file" > "$OUT/$name.stat"
+    # timeout forwards SIGTERM to wbscope, which ends with its summary line.
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    echo $? > "$OUT/$name.rc"
+    # Free the space for the next run.
+    rm -f "$file"
+}
+
+trace_run default ""
+trace_run no-fentry fentry
+trace_run tracepoints-only fentry,kprobe,tp_btf
+
+umount "$MNT"
+sync
+exit 0

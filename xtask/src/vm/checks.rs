@@ -1,0 +1,483 @@
+//! Pass/fail decisions over what the guest wrote to its output share
+//! (xtask/guest/checks.sh). Everything is judged here, on the host, so the
+//! guest needs no JSON tooling and the rules are unit-tested.
+use std::{fmt, path::Path};
+
+use serde_json::Value;
+
+/// 64 MiB in 4 KiB pages: what the traced write + fsync must add up to.
+const EXPECTED_PAGES: i64 = (64 << 20) / 4096;
+
+/// A large folio can overshoot the budget by `folio_nr_pages - 1` pages
+/// (docs/probes.md, "What the per-call figures mean").
+const FOLIO_SLACK: i64 = 511;
+
+/// The traced runs the guest makes: name, what was disabled, and the hook
+/// kinds its writepages call may use.
+const RUNS: &[(&str, &str, &[&str])] = &[
+    ("default", "", &["fentry", "kprobe"]),
+    ("no-fentry", "fentry", &["kprobe"]),
+    ("tracepoints-only", "fentry,kprobe,tp_btf", &["tracepoint"]),
+];
+
+/// Functions whose hooks serve the scan concept (plan.rs's candidates).
+const SCAN_FUNCTIONS: &[&str] = &["writeback_iter", "write_cache_pages"];
+
+const FUNCTION_KINDS: &[&str] = &["fentry", "kprobe"];
+
+#[derive(Debug)]
+pub struct Check {
+    pub name: String,
+    pub pass: bool,
+    pub detail: String,
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verdict = if self.pass { "PASS" } else { "FAIL" };
+        write!(f, "{}: {verdict} ({})", self.name, self.detail)
+    }
+}
+
+fn check(name: &str, pass: bool, detail: String) -> Check {
+    Check {
+        name: name.to_string(),
+        pass,
+        detail,
+    }
+}
+
+/// All checks, from the files in `out`.
+pub fn judge(out: &Path) -> Vec<Check> {
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    let mut checks = Vec::new();
+    let probes = parse_probes(
+        &read("probes.json"),
+        &read("probes.rc"),
+        &read("probes.err"),
+    );
+    let functions = scan_functions(&read("functions.txt"));
+    checks.push(writepages_function_hook(&probes));
+    checks.push(scan_function_hook(&probes, &functions));
+    for (run, disabled, kinds) in RUNS {
+        let trace = TraceRun::parse(
+            &read(&format!("{run}.jsonl")),
+            &read(&format!("{run}.rc")),
+            &read(&format!("{run}.err")),
+            &read(&format!("{run}.stat")),
+        );
+        let startup_s = read(&format!("{run}.startup-ms"))
+            .trim()
+            .parse::<f64>()
+            .map_or(f64::NAN, |ms| ms / 1000.0);
+        checks.push(pages(run, &trace, startup_s));
+        checks.push(invariants(run, &trace));
+        if *run == "default" {
+            checks.push(function_hook_fields(&trace));
+        }
+        checks.push(kind_of_run(run, disabled, kinds, &trace));
+    }
+    checks
+}
+
+/// `wbscope probes --json`, or why there is none.
+fn parse_probes(json: &str, rc: &str, stderr: &str) -> Result<Value, String> {
+    if rc.trim() != "0" {
+        return Err(exit_reason("wbscope probes", rc, stderr));
+    }
+    serde_json::from_str(json).map_err(|e| format!("wbscope probes --json: {e}"))
+}
+
+fn concept<'a>(probes: &'a Value, name: &str) -> Option<&'a Value> {
+    probes["concepts"]
+        .as_array()?
+        .iter()
+        .find(|c| c["concept"] == name)
+}
+
+/// "chose K (HOOK); rejected: HOOK: REASON; ..." for one concept.
+fn describe(concept: &Value) -> String {
+    let kind = concept["kind"].as_str().unwrap_or("nothing");
+    let hook = concept["hook"].as_str().unwrap_or("no hook");
+    let rejected: Vec<String> = concept["rejected"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .map(|r| {
+                    format!(
+                        "{}: {}",
+                        r["hook"].as_str().unwrap_or("?"),
+                        r["reason"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if rejected.is_empty() {
+        format!("chose {kind} ({hook}); nothing rejected")
+    } else {
+        format!("chose {kind} ({hook}); rejected: {}", rejected.join("; "))
+    }
+}
+
+fn writepages_function_hook(probes: &Result<Value, String>) -> Check {
+    const NAME: &str = "probes-writepages-function-hook";
+    let probes = match probes {
+        Ok(p) => p,
+        Err(e) => return check(NAME, false, e.clone()),
+    };
+    match concept(probes, "writepages_call") {
+        None => check(NAME, false, "no writepages_call in the plan".into()),
+        Some(c) => check(
+            NAME,
+            c["kind"]
+                .as_str()
+                .is_some_and(|k| FUNCTION_KINDS.contains(&k)),
+            describe(c),
+        ),
+    }
+}
+
+/// Scan functions the guest's available_filter_functions listed (lines
+/// like `writeback_iter` or `name [module]`).
+fn scan_functions(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|f| SCAN_FUNCTIONS.contains(f))
+        .map(str::to_string)
+        .collect()
+}
+
+fn scan_function_hook(probes: &Result<Value, String>, functions: &[String]) -> Check {
+    const NAME: &str = "probes-scan-function-hook";
+    let probes = match probes {
+        Ok(p) => p,
+        Err(e) => return check(NAME, false, e.clone()),
+    };
+    let Some(c) = concept(probes, "scan") else {
+        return check(NAME, false, "no scan in the plan".into());
+    };
+    if functions.is_empty() {
+        return check(
+            NAME,
+            true,
+            format!(
+                "kernel traces none of {}: {}",
+                SCAN_FUNCTIONS.join(", "),
+                describe(c)
+            ),
+        );
+    }
+    check(
+        NAME,
+        c["kind"]
+            .as_str()
+            .is_some_and(|k| FUNCTION_KINDS.contains(&k)),
+        format!("kernel has {}; {}", functions.join(", "), describe(c)),
+    )
+}
+
+/// One traced run as the guest recorded it.
+#[derive(Debug, Default)]
+struct TraceRun {
+    lines: Vec<Value>,
+    /// `major:minor` and inode of the written file.
+    file: Option<(String, u64)>,
+    /// Why the run itself is unusable, if it is.
+    broken: Option<String>,
+}
+
+impl TraceRun {
+    fn parse(jsonl: &str, rc: &str, stderr: &str, stat: &str) -> TraceRun {
+        let mut run = TraceRun::default();
+        let mut bad = None;
+        for line in jsonl.lines().filter(|l| !l.trim().is_empty()) {
+            match serde_json::from_str::<Value>(line) {
+                Ok(v) => run.lines.push(v),
+                Err(e) => {
+                    bad.get_or_insert(format!("unparsable output line ({e}): {line}"));
+                }
+            }
+        }
+        run.file = parse_stat(stat);
+        run.broken = if rc.trim() != "0" {
+            Some(exit_reason("wbscope trace", rc, stderr))
+        } else if let Some(bad) = bad {
+            Some(bad)
+        } else if run.lines.last().is_none_or(|l| l["type"] != "summary") {
+            Some("no summary line at the end of the trace".into())
+        } else if run.file.is_none() {
+            Some(format!("no stat of the written file ({:?})", stat.trim()))
+        } else {
+            None
+        };
+        run
+    }
+
+    fn calls(&self) -> impl Iterator<Item = &Value> {
+        self.lines.iter().filter(|l| l["type"] == "call")
+    }
+
+    fn file_calls(&self) -> Vec<&Value> {
+        match &self.file {
+            Some((dev, ino)) => self
+                .calls()
+                .filter(|c| c["dev"] == dev.as_str() && c["ino"] == *ino)
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn summary(&self) -> Option<&Value> {
+        self.lines.last().filter(|l| l["type"] == "summary")
+    }
+
+    /// Kind of the hook the writepages call used (the first word of the
+    /// summary's hook label, e.g. "fentry ext4_writepages").
+    fn writepages_kind(&self) -> String {
+        self.summary()
+            .and_then(|s| s["probes"].as_array())
+            .and_then(|p| p.iter().find(|p| p["concept"] == "writepages_call"))
+            .map_or_else(
+                || "unknown".to_string(),
+                |p| match (p["hook"].as_str(), p["state"].as_str()) {
+                    (Some(hook), Some("attached")) => {
+                        hook.split_whitespace().next().unwrap_or("?").to_string()
+                    }
+                    (hook, state) => format!(
+                        "none ({} {})",
+                        hook.unwrap_or("no hook"),
+                        state.unwrap_or("?")
+                    ),
+                },
+            )
+    }
+}
+
+/// `stat -c '%d %i'` → ("major:minor", ino); st_dev is glibc's encoding.
+fn parse_stat(text: &str) -> Option<(String, u64)> {
+    let mut it = text.split_whitespace();
+    let dev: u64 = it.next()?.parse().ok()?;
+    let ino: u64 = it.next()?.parse().ok()?;
+    Some((format!("{}:{}", libc::major(dev), libc::minor(dev)), ino))
+}
+
+fn pages(run: &str, trace: &TraceRun, startup_s: f64) -> Check {
+    let name = format!("trace-{run}-16384-pages");
+    if let Some(why) = &trace.broken {
+        return check(&name, false, why.clone());
+    }
+    let calls = trace.file_calls();
+    let written: i64 = calls
+        .iter()
+        .filter_map(|c| c["pages_written"].as_i64())
+        .sum();
+    let lost = trace
+        .summary()
+        .and_then(|s| s["lost_records"].as_u64())
+        .unwrap_or(0);
+    let (dev, ino) = trace.file.clone().unwrap_or_default();
+    check(
+        &name,
+        written == EXPECTED_PAGES && lost == 0,
+        format!(
+            "{written} pages in {} call(s) for {dev} ino {ino} via {}; {lost} lost records; wbscope startup {startup_s:.1}s",
+            calls.len(),
+            trace.writepages_kind()
+        ),
+    )
+}
+
+fn invariants(run: &str, trace: &TraceRun) -> Check {
+    let name = format!("trace-{run}-call-invariants");
+    if let Some(why) = &trace.broken {
+        return check(&name, false, why.clone());
+    }
+    let mut checked = 0usize;
+    let mut violations = Vec::new();
+    for c in trace.calls() {
+        checked += 1;
+        if let (Some(on_cpu), Some(duration)) = (c["on_cpu_ns"].as_u64(), c["duration_ns"].as_u64())
+            && on_cpu > duration
+        {
+            violations.push(format!("on_cpu_ns {on_cpu} > duration_ns {duration}"));
+        }
+        if c["start_seen"] == true
+            && let (Some(written), Some(asked)) =
+                (c["pages_written"].as_i64(), c["nr_to_write"].as_i64())
+            && written > asked.saturating_add(FOLIO_SLACK)
+        {
+            violations.push(format!(
+                "pages_written {written} > nr_to_write {asked} + {FOLIO_SLACK}"
+            ));
+        }
+    }
+    match violations.first() {
+        None if checked == 0 => check(&name, false, "no call records".into()),
+        None => check(&name, true, format!("{checked} call(s) checked")),
+        Some(first) => check(
+            &name,
+            false,
+            format!(
+                "{} violation(s) in {checked} call(s), first: {first}",
+                violations.len()
+            ),
+        ),
+    }
+}
+
+/// The figures the function hooks add: scan and on-CPU time on the calls
+/// for the written file.
+fn function_hook_fields(trace: &TraceRun) -> Check {
+    const NAME: &str = "trace-default-function-hook-fields";
+    if let Some(why) = &trace.broken {
+        return check(NAME, false, why.clone());
+    }
+    let calls = trace.file_calls();
+    let with_scan = calls.iter().filter(|c| !c["scan"].is_null()).count();
+    let with_cpu = calls.iter().filter(|c| !c["on_cpu_ns"].is_null()).count();
+    check(
+        NAME,
+        !calls.is_empty() && with_scan == calls.len() && with_cpu == calls.len(),
+        format!(
+            "of {} call(s) for the file: {with_scan} with scan, {with_cpu} with on_cpu_ns",
+            calls.len()
+        ),
+    )
+}
+
+fn kind_of_run(run: &str, disabled: &str, kinds: &[&str], trace: &TraceRun) -> Check {
+    let name = format!("trace-{run}-uses-{}", kinds.join("-or-"));
+    if let Some(why) = &trace.broken {
+        return check(&name, false, why.clone());
+    }
+    let kind = trace.writepages_kind();
+    let disabled = if disabled.is_empty() {
+        "nothing disabled".to_string()
+    } else {
+        format!("--disable {disabled}")
+    };
+    check(
+        &name,
+        kinds.contains(&kind.as_str()),
+        format!("{disabled}: writepages_call used {kind}"),
+    )
+}
+
+/// "exited N: last stderr line", or that the guest's `timeout` stopped it.
+fn exit_reason(what: &str, rc: &str, stderr: &str) -> String {
+    match rc.trim() {
+        // coreutils timeout's status when it had to kill the command.
+        "124" => format!(
+            "{what} timed out in the guest (its step limit); stderr: {}",
+            last_line(stderr)
+        ),
+        "" => format!("{what} left no exit status; stderr: {}", last_line(stderr)),
+        rc => format!("{what} exited {rc}: {}", last_line(stderr)),
+    }
+}
+
+fn last_line(text: &str) -> &str {
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no output")
+        .trim()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(dev: &str, ino: u64, pages: i64, asked: i64) -> String {
+        format!(
+            r#"{{"type":"call","dev":"{dev}","ino":{ino},"pages_written":{pages},"nr_to_write":{asked},"start_seen":true,"on_cpu_ns":5,"duration_ns":9,"scan":{{"iterations":1,"bytes":4096,"first_pos":0,"last_pos":0}}}}"#
+        )
+    }
+
+    fn summary(hook: &str) -> String {
+        format!(
+            r#"{{"type":"summary","lost_records":0,"probes":[{{"concept":"writepages_call","hook":"{hook}","state":"attached"}}]}}"#
+        )
+    }
+
+    #[test]
+    fn pages_and_kind_of_a_good_run() {
+        // 254:0 as glibc encodes it in st_dev.
+        let dev = (254u64 << 8).to_string();
+        let jsonl = [
+            call("254:0", 12, 16000, i64::MAX),
+            call("254:0", 12, 384, i64::MAX),
+            call("254:0", 13, 7, 1024),
+            summary("kprobe ext4_writepages"),
+        ]
+        .join("\n");
+        let trace = TraceRun::parse(&jsonl, "0\n", "", &format!("{dev} 12\n"));
+        assert_eq!(trace.broken, None);
+        let c = pages("no-fentry", &trace, 1.5);
+        assert!(c.pass, "{c}");
+        assert!(c.detail.contains("2 call(s)"), "{c}");
+        assert!(invariants("no-fentry", &trace).pass);
+        assert!(function_hook_fields(&trace).pass);
+        assert!(kind_of_run("no-fentry", "fentry", &["kprobe"], &trace).pass);
+        let wrong = kind_of_run("x", "", &["fentry"], &trace);
+        assert!(!wrong.pass);
+        assert!(wrong.detail.contains("used kprobe"), "{wrong}");
+    }
+
+    #[test]
+    fn short_counts_overshoots_and_broken_runs_fail() {
+        let dev = (254u64 << 8).to_string();
+        let jsonl = [call("254:0", 12, 1024, 100), summary("tracepoint x")].join("\n");
+        let trace = TraceRun::parse(&jsonl, "0", "", &format!("{dev} 12"));
+        assert!(!pages("d", &trace, 0.0).pass);
+        let inv = invariants("d", &trace);
+        assert!(!inv.pass && inv.detail.contains("nr_to_write 100"), "{inv}");
+
+        let killed = TraceRun::parse("", "124", "wbscope: something\n", "");
+        let c = pages("d", &killed, 0.0);
+        assert!(
+            !c.pass && c.detail.contains("timed out in the guest"),
+            "{c}"
+        );
+        let crashed = TraceRun::parse("", "101", "wbscope: something\n", "");
+        let c = pages("d", &crashed, 0.0);
+        assert!(c.detail.ends_with("exited 101: wbscope: something"), "{c}");
+
+        let no_summary = TraceRun::parse(&call("254:0", 12, 1, 1), "0", "", "1 2");
+        assert!(no_summary.broken.is_some());
+    }
+
+    #[test]
+    fn probe_checks_report_the_choice_and_rejections() {
+        let probes: Value = serde_json::from_str(
+            r#"{"concepts":[
+              {"concept":"writepages_call","kind":"tp_btf","hook":"tp_btf ext4_writepages",
+               "rejected":[{"hook":"fentry ext4_writepages","reason":"no program"}]},
+              {"concept":"scan","kind":"tracepoint","hook":"tracepoint a + b","rejected":[]}]}"#,
+        )
+        .unwrap();
+        let probes = Ok(probes);
+        let c = writepages_function_hook(&probes);
+        assert!(!c.pass);
+        assert!(
+            c.detail
+                .starts_with("chose tp_btf (tp_btf ext4_writepages); rejected: fentry ext4_writepages: no program"),
+            "{c}"
+        );
+        let functions = scan_functions("write_cache_pages\nwriteback_iter_x\n");
+        assert_eq!(functions, vec!["write_cache_pages".to_string()]);
+        assert!(!scan_function_hook(&probes, &functions).pass);
+        let none = scan_function_hook(&probes, &[]);
+        assert!(
+            none.pass && none.detail.starts_with("kernel traces none"),
+            "{none}"
+        );
+
+        let failed = parse_probes("", "1\n", "wbscope: no BTF\n");
+        assert_eq!(
+            writepages_function_hook(&failed).detail,
+            "wbscope probes exited 1: wbscope: no BTF"
+        );
+    }
+}
