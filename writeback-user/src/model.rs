@@ -325,6 +325,10 @@ pub struct HistoryPoint {
     pub dirty_pages: u64,
 }
 
+/// At most this many per-inode rows are kept (~100 bytes each, so well
+/// under 1 MiB); see [`Model::on_call`].
+pub const MAX_INODE_ROWS: usize = 4096;
+
 /// Per-device or per-inode sums for the top table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopRow {
@@ -477,6 +481,8 @@ pub struct Model {
     pub history: std::collections::VecDeque<HistoryPoint>,
     pub devices: std::collections::BTreeMap<DevId, TopRow>,
     pub inodes: std::collections::HashMap<(DevId, u64), TopRow>,
+    /// Per-inode rows dropped to stay within [`MAX_INODE_ROWS`].
+    pub inodes_evicted: u64,
     pub writer: WriterModel,
     interval_calls: u64,
     interval_pages: u64,
@@ -508,10 +514,26 @@ impl Model {
         self.interval_calls += 1;
         self.interval_pages += pages;
         self.devices.entry(call.dev).or_default().add(call);
-        self.inodes
-            .entry((call.dev, call.ino))
-            .or_default()
-            .add(call);
+        let key = (call.dev, call.ino);
+        if !self.inodes.contains_key(&key) && self.inodes.len() >= MAX_INODE_ROWS {
+            self.evict_smallest_inode();
+        }
+        self.inodes.entry(key).or_default().add(call);
+    }
+
+    /// Keeps the per-inode table bounded on hosts that write back many
+    /// files: the row with the fewest pages written goes (the top table
+    /// shows the largest ones anyway), and the eviction is counted.
+    fn evict_smallest_inode(&mut self) {
+        let smallest = self
+            .inodes
+            .iter()
+            .min_by_key(|(_, row)| (row.pages_written, row.calls))
+            .map(|(k, _)| *k);
+        if let Some(k) = smallest {
+            self.inodes.remove(&k);
+            self.inodes_evicted += 1;
+        }
     }
 
     /// Closes a display interval of `secs` seconds: rates are computed and
@@ -607,6 +629,7 @@ impl Model {
         self.lost_records = 0;
         self.devices.clear();
         self.inodes.clear();
+        self.inodes_evicted = 0;
         self.interval_calls = 0;
         self.interval_pages = 0;
         self.writer.chunk_pages = Log2Histogram::default();
@@ -625,6 +648,28 @@ fn bucket_floor(k: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_inode_rows_are_bounded_and_evict_the_smallest() {
+        let mut m = Model::default();
+        let call = |ino: u64, pages: i64| {
+            CallRecord::from(&WritepagesCall {
+                ino,
+                pages_written: pages,
+                flags: call_flags::START_SEEN,
+                ..Default::default()
+            })
+        };
+        m.on_call(&call(1, 1_000_000));
+        for ino in 2..(MAX_INODE_ROWS as u64 + 500) {
+            m.on_call(&call(ino, 1));
+        }
+        assert_eq!(m.inodes.len(), MAX_INODE_ROWS);
+        assert_eq!(m.inodes_evicted, 499);
+        // The big one survives; totals still count every call.
+        assert!(m.inodes.keys().any(|(_, ino)| *ino == 1));
+        assert_eq!(m.totals.calls, MAX_INODE_ROWS as u64 + 499);
+    }
 
     #[test]
     fn kernel_dev_t_decoding() {
