@@ -83,15 +83,26 @@ fn write_and_fsync(path: &Path, size_mib: u64) -> anyhow::Result<Duration> {
     Ok(started.elapsed())
 }
 
-/// A running `wbscope trace`.
+/// A running `wbscope trace` or `wbscope record`.
 struct Tracer {
     child: Child,
+    /// The recording, for `record`.
+    recording: Option<PathBuf>,
 }
 
 impl Tracer {
     fn start(binary: &Path) -> anyhow::Result<Tracer> {
+        Self::spawn(binary, &["trace", "--json", "--interval", "1"], None)
+    }
+
+    fn record(binary: &Path, to: &Path) -> anyhow::Result<Tracer> {
+        let out = to.to_string_lossy().into_owned();
+        Self::spawn(binary, &["record", "-o", &out], Some(to.to_path_buf()))
+    }
+
+    fn spawn(binary: &Path, args: &[&str], recording: Option<PathBuf>) -> anyhow::Result<Tracer> {
         let mut child = Command::new(binary)
-            .args(["trace", "--json", "--interval", "1"])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -105,7 +116,19 @@ impl Tracer {
                 _ => bail!("wbscope trace exited before attaching"),
             }
         }
-        Ok(Tracer { child })
+        Ok(Tracer { child, recording })
+    }
+
+    /// Peak resident memory so far (VmHWM, kB), from /proc/PID/status.
+    fn peak_rss_kb(&self) -> Option<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
     }
 
     /// utime + stime of the tracer so far, in seconds.
@@ -120,15 +143,33 @@ impl Tracer {
         Ok(ticks / hz)
     }
 
-    /// Stops with SIGINT and returns the summary line.
-    fn stop(self) -> anyhow::Result<serde_json::Value> {
+    /// Stops with SIGINT and returns the summary line (for a recording,
+    /// `replay --summary` of it).
+    fn stop(self, binary: &Path) -> anyhow::Result<serde_json::Value> {
         // SAFETY: plain syscall on our child.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
         let out = self.child.wait_with_output()?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stdout = match &self.recording {
+            Some(path) => {
+                let replay = Command::new(binary)
+                    .arg("replay")
+                    .arg(path)
+                    .arg("--summary")
+                    .output()?;
+                String::from_utf8_lossy(&replay.stdout).into_owned()
+            }
+            None => String::from_utf8_lossy(&out.stdout).into_owned(),
+        };
         let last = stdout.lines().last().context("no output from wbscope")?;
         serde_json::from_str(last).context("summary line")
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Plain,
+    Traced,
+    Recorded,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -150,37 +191,44 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     let mut run_times: Vec<serde_json::Value> = Vec::new();
     let mut lost = 0u64;
     let mb = opts.size_mib as f64 * 1048576.0 / 1e6;
+    let mut recorded = Vec::new();
+    let mut peak_rss_kb = 0u64;
+    let mut record_bytes = 0u64;
+    let mut record_calls = 0u64;
+    let rec_path = fs.dir.join("bench.rec");
     for pair in 0..opts.pairs {
-        // Alternate which side goes first, so drift favours neither.
-        let order = if pair % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for with_tracer in order {
+        // Rotate which side goes first, so drift favours none.
+        let mut order = [Side::Plain, Side::Traced, Side::Recorded];
+        order.rotate_left(pair % 3);
+        for side in order {
             let _ = fs::remove_file(&file);
+            let _ = fs::remove_file(&rec_path);
             drop_caches()?;
-            if with_tracer {
-                let tracer = Tracer::start(binary)?;
-                let cpu0 = tracer.cpu_secs()?;
-                let t = write_and_fsync(&file, opts.size_mib)?;
-                let cpu = tracer.cpu_secs()? - cpu0;
-                let summary = tracer.stop()?;
-                lost += summary["lost_records"].as_u64().unwrap_or(0);
-                run_times.push(summary["run_time"].clone());
-                traced.push(mb / t.as_secs_f64());
-                traced_cpu.push(100.0 * cpu / t.as_secs_f64());
-                eprintln!(
-                    "xtask: bench pair {pair}: traced   {:7.1} MB/s",
-                    mb / t.as_secs_f64()
-                );
+            let tracer = match side {
+                Side::Plain => None,
+                Side::Traced => Some(Tracer::start(binary)?),
+                Side::Recorded => Some(Tracer::record(binary, &rec_path)?),
+            };
+            let cpu0 = tracer.as_ref().map(Tracer::cpu_secs).transpose()?;
+            let t = write_and_fsync(&file, opts.size_mib)?;
+            let rate = mb / t.as_secs_f64();
+            eprintln!("xtask: bench pair {pair}: {side:?} {rate:7.1} MB/s");
+            let Some(tracer) = tracer else {
+                plain.push(rate);
+                continue;
+            };
+            let cpu = tracer.cpu_secs()? - cpu0.unwrap_or(0.0);
+            peak_rss_kb = peak_rss_kb.max(tracer.peak_rss_kb().unwrap_or(0));
+            let summary = tracer.stop(binary)?;
+            lost += summary["lost_records"].as_u64().unwrap_or(0);
+            if side == Side::Recorded {
+                recorded.push(rate);
+                record_bytes += fs::metadata(&rec_path).map(|m| m.len()).unwrap_or(0);
+                record_calls += summary["calls"].as_u64().unwrap_or(0);
             } else {
-                let t = write_and_fsync(&file, opts.size_mib)?;
-                plain.push(mb / t.as_secs_f64());
-                eprintln!(
-                    "xtask: bench pair {pair}: untraced {:7.1} MB/s",
-                    mb / t.as_secs_f64()
-                );
+                run_times.push(summary["run_time"].clone());
+                traced.push(rate);
+                traced_cpu.push(100.0 * cpu / t.as_secs_f64());
             }
         }
     }
@@ -191,22 +239,37 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     let cpu0 = tracer.cpu_secs()?;
     std::thread::sleep(Duration::from_secs(opts.idle_secs));
     let idle_cpu = 100.0 * (tracer.cpu_secs()? - cpu0) / opts.idle_secs as f64;
-    tracer.stop()?;
+    tracer.stop(binary)?;
 
     let (mp, mt) = (median(&mut plain.clone()), median(&mut traced.clone()));
+    let mr = median(&mut recorded.clone());
     let mut out = String::new();
     out.push_str(&format!(
-        "{} MiB buffered write + fsync on a journaled ext4 loop filesystem, {} alternating pairs\n\n",
+        "{} MiB buffered write + fsync on a journaled ext4 loop filesystem, {} rounds of \
+         untraced / traced / recorded in rotating order\n\n",
         opts.size_mib, opts.pairs
     ));
-    out.push_str("| | untraced MB/s | traced MB/s |\n|---|---|---|\n");
-    for (i, (p, t)) in plain.iter().zip(&traced).enumerate() {
-        out.push_str(&format!("| pair {i} | {p:.1} | {t:.1} |\n"));
+    out.push_str("| | untraced MB/s | traced MB/s | recorded MB/s |\n|---|---|---|---|\n");
+    for (i, ((p, t), r)) in plain.iter().zip(&traced).zip(&recorded).enumerate() {
+        out.push_str(&format!("| round {i} | {p:.1} | {t:.1} | {r:.1} |\n"));
     }
-    out.push_str(&format!("| **median** | **{mp:.1}** | **{mt:.1}** |\n\n"));
     out.push_str(&format!(
-        "ratio of medians (traced / untraced): **{:.3}**\n\n",
-        mt / mp
+        "| **median** | **{mp:.1}** | **{mt:.1}** | **{mr:.1}** |\n\n"
+    ));
+    out.push_str(&format!(
+        "ratio of medians: traced / untraced **{:.3}**, recorded / untraced **{:.3}**\n\n",
+        mt / mp,
+        mr / mp
+    ));
+    if record_calls > 0 {
+        out.push_str(&format!(
+            "recording size: {record_bytes} bytes for {record_calls} calls (header and \
+             interval frames included): {:.0} MB per million calls\n\n",
+            record_bytes as f64 / record_calls as f64
+        ));
+    }
+    out.push_str(&format!(
+        "tracer peak RSS (VmHWM) over the runs: {peak_rss_kb} kB\n\n"
     ));
     out.push_str(&format!("lost records over all traced runs: {lost}\n\n"));
     out.push_str(&format!(
