@@ -23,10 +23,10 @@ pub struct BenchOptions {
 }
 
 /// A journaled ext4 on a loop device over a sparse image; removed on drop.
-struct LoopFs {
-    dir: PathBuf,
+pub(crate) struct LoopFs {
+    pub(crate) dir: PathBuf,
     device: String,
-    mountpoint: PathBuf,
+    pub(crate) mountpoint: PathBuf,
 }
 
 fn run(cmd: &mut Command) -> anyhow::Result<String> {
@@ -38,7 +38,7 @@ fn run(cmd: &mut Command) -> anyhow::Result<String> {
 }
 
 impl LoopFs {
-    fn new(size_mib: u64) -> anyhow::Result<LoopFs> {
+    pub(crate) fn new(size_mib: u64) -> anyhow::Result<LoopFs> {
         let dir = PathBuf::from(format!("/var/tmp/wbscope-bench-{}", std::process::id()));
         fs::create_dir_all(&dir)?;
         let image = dir.join("fs.img");
@@ -64,7 +64,7 @@ impl Drop for LoopFs {
     }
 }
 
-fn drop_caches() -> anyhow::Result<()> {
+pub(crate) fn drop_caches() -> anyhow::Result<()> {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
     fs::write("/proc/sys/vm/drop_caches", "3").context("dropping caches")
@@ -172,7 +172,7 @@ enum Side {
     Recorded,
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {

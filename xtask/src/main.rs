@@ -4,6 +4,7 @@
 //! installed from here, so README's two commands are all the set-up there
 //! is (see ../shared/toolchain.md for why each piece is what it is).
 mod bench;
+mod bench_writer;
 mod setup;
 mod vm;
 
@@ -41,10 +42,17 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Measure the tracer's overhead (root; writes SIZE MiB per run).
+    /// Measure the tracer's overhead (root; writes SIZE MiB per run), or
+    /// with `writer`, `wbscope write` against dd and fio.
     ///
     /// Example: cargo xtask bench --size-mib 2048 --pairs 5
+    ///
+    /// Example: cargo xtask bench writer --size-mib 1024 --rounds 3
+    #[command(args_conflicts_with_subcommands = true)]
     Bench {
+        /// Another benchmark than the tracer's overhead (the default).
+        #[command(subcommand)]
+        what: Option<BenchTarget>,
         /// MiB written (then fsynced) per run.
         #[arg(long, default_value_t = 2048)]
         size_mib: u64,
@@ -70,6 +78,21 @@ enum Task {
         /// Extra arguments for `cargo test` (after `--`), e.g. a test name.
         #[arg(last = true)]
         args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchTarget {
+    /// `wbscope write`'s strategies against dd and the equivalent fio jobs
+    /// on one loop-mounted ext4 (root; needs fio). Report in
+    /// target/bench/writer.md.
+    Writer {
+        /// MiB written per run.
+        #[arg(long, default_value_t = 1024)]
+        size_mib: u64,
+        /// Rounds over every case, in rotating order.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
 }
 
@@ -112,6 +135,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Test { args } => test(&args),
         Task::VmTest { kernel } => vm::vm_test(kernel.as_deref()),
         Task::Bench {
+            what: Some(BenchTarget::Writer { size_mib, rounds }),
+            ..
+        } => {
+            if !setup::is_root() {
+                bail!(
+                    "bench writer mounts a loop filesystem and drops the page cache: run it as root"
+                );
+            }
+            let binary = build(true)?;
+            let report = bench_writer::bench(
+                &binary,
+                &bench_writer::WriterBenchOptions { size_mib, rounds },
+            )?;
+            write_report("writer.md", &report)
+        }
+        Task::Bench {
+            what: None,
             size_mib,
             pairs,
             idle_secs,
@@ -128,15 +168,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     idle_secs,
                 },
             )?;
-            let dir = workspace_root().join("target/bench");
-            std::fs::create_dir_all(&dir)?;
-            let path = dir.join("results.md");
-            std::fs::write(&path, &report)?;
-            println!("{report}");
-            eprintln!("xtask: written to {}", path.display());
-            Ok(())
+            write_report("results.md", &report)
         }
     }
+}
+
+/// Writes a benchmark report to target/bench/NAME and prints it.
+fn write_report(name: &str, report: &str) -> anyhow::Result<()> {
+    let dir = workspace_root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(name);
+    std::fs::write(&path, report)?;
+    println!("{report}");
+    eprintln!("xtask: written to {}", path.display());
+    Ok(())
 }
 
 fn workspace_root() -> PathBuf {

@@ -1,0 +1,677 @@
+//! `cargo xtask bench writer`: `wbscope write` against `dd` and `fio` on
+//! the same filesystem in one run (issue 4, "Performance").
+//!
+//! Every run is one child process on a fresh journaled ext4 on a loop
+//! device, after `sync` and dropping the caches; its file is removed after
+//! it. The figures are the same for every tool:
+//!
+//! - durable throughput: bytes / wall time of the whole command (process
+//!   start to exit, final flush included), MB = 10^6 bytes;
+//! - system CPU: the child's `ru_stime` (getrusage(RUSAGE_CHILDREN) delta
+//!   around the wait), per GiB written;
+//! - per-second CV: fio's `--write_bw_log` averaged over 1000 ms, dd's
+//!   pages dirtied per second from /proc/vmstat, the writer's own report.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::bench::{LoopFs, drop_caches, median};
+
+pub struct WriterBenchOptions {
+    pub size_mib: u64,
+    pub rounds: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tool {
+    Dd,
+    Fio,
+    Writer,
+}
+
+/// One configuration measured once per round.
+struct Case {
+    label: &'static str,
+    tool: Tool,
+    /// Tool-specific arguments (the common ones are added at run time).
+    args: &'static [&'static str],
+    /// The command ends with its data on stable storage.
+    durable: bool,
+}
+
+const FIO_BUFFERED: &[&str] = &["--ioengine=psync", "--fallocate=none"];
+const FIO_END_FSYNC: &[&str] = &["--ioengine=psync", "--fallocate=none", "--end_fsync=1"];
+const FIO_FDATASYNC: &[&str] = &["--ioengine=psync", "--fallocate=none", "--fdatasync=1"];
+const FIO_SRF: &[&str] = &[
+    "--ioengine=psync",
+    "--fallocate=none",
+    "--sync_file_range=write:1",
+    "--end_fsync=1",
+];
+const FIO_DIRECT: &[&str] = &[
+    "--ioengine=psync",
+    "--direct=1",
+    "--fallocate=native",
+    "--end_fsync=1",
+];
+const FIO_URING: &[&str] = &[
+    "--ioengine=io_uring",
+    "--iodepth=32",
+    "--direct=1",
+    "--fallocate=native",
+    "--end_fsync=1",
+];
+
+/// In alternating order: each writer strategy right after its fio twin.
+const CASES: &[Case] = &[
+    Case {
+        label: "dd conv=fsync",
+        tool: Tool::Dd,
+        args: &[],
+        durable: true,
+    },
+    Case {
+        label: "fio buffered",
+        tool: Tool::Fio,
+        args: FIO_BUFFERED,
+        durable: false,
+    },
+    Case {
+        label: "writer buffered",
+        tool: Tool::Writer,
+        args: &["--strategy", "buffered"],
+        durable: false,
+    },
+    Case {
+        label: "fio end_fsync",
+        tool: Tool::Fio,
+        args: FIO_END_FSYNC,
+        durable: true,
+    },
+    Case {
+        label: "writer fsync-end",
+        tool: Tool::Writer,
+        args: &["--strategy", "fsync-end"],
+        durable: true,
+    },
+    Case {
+        label: "fio fdatasync=1",
+        tool: Tool::Fio,
+        args: FIO_FDATASYNC,
+        durable: true,
+    },
+    Case {
+        label: "writer fdatasync-chunk",
+        tool: Tool::Writer,
+        args: &["--strategy", "fdatasync-chunk"],
+        durable: true,
+    },
+    Case {
+        label: "fio sync_file_range=write:1",
+        tool: Tool::Fio,
+        args: FIO_SRF,
+        durable: true,
+    },
+    Case {
+        label: "writer srf-pipelined",
+        tool: Tool::Writer,
+        args: &["--strategy", "srf-pipelined"],
+        durable: true,
+    },
+    Case {
+        label: "fio direct psync",
+        tool: Tool::Fio,
+        args: FIO_DIRECT,
+        durable: true,
+    },
+    Case {
+        label: "writer direct --fallocate",
+        tool: Tool::Writer,
+        args: &["--strategy", "direct", "--fallocate"],
+        durable: true,
+    },
+    Case {
+        label: "fio io_uring direct qd32",
+        tool: Tool::Fio,
+        args: FIO_URING,
+        durable: true,
+    },
+    Case {
+        label: "writer uring --direct-io --fallocate",
+        tool: Tool::Writer,
+        args: &["--strategy", "uring", "--direct-io", "--fallocate"],
+        durable: true,
+    },
+];
+
+/// (writer case, its fio equivalent).
+const PAIRS: &[(&str, &str)] = &[
+    ("writer buffered", "fio buffered"),
+    ("writer fsync-end", "fio end_fsync"),
+    ("writer fdatasync-chunk", "fio fdatasync=1"),
+    ("writer srf-pipelined", "fio sync_file_range=write:1"),
+    ("writer direct --fallocate", "fio direct psync"),
+    (
+        "writer uring --direct-io --fallocate",
+        "fio io_uring direct qd32",
+    ),
+];
+const CEILING: &str = "fio io_uring direct qd32";
+/// The case whose 1 MiB run gives each tool's fixed cost, in `Tool` order.
+const STARTUP_CASES: [&str; 3] = ["dd conv=fsync", "fio end_fsync", "writer fsync-end"];
+
+fn tool_slot(tool: Tool) -> usize {
+    match tool {
+        Tool::Dd => 0,
+        Tool::Fio => 1,
+        Tool::Writer => 2,
+    }
+}
+
+/// One run's figures.
+#[derive(Clone, Debug)]
+struct Sample {
+    wall_s: f64,
+    mb_s: f64,
+    cv: Option<f64>,
+    sys_s: f64,
+    /// The writer's self-reported durable (or write) MB/s.
+    own_mb_s: Option<f64>,
+}
+
+fn children_rusage() -> (f64, f64) {
+    // SAFETY: rusage is plain data (all zeroes is valid); getrusage writes
+    // into the struct we own.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+fn population_cv(v: &[f64]) -> Option<f64> {
+    if v.len() < 2 {
+        return None;
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    if mean <= 0.0 {
+        return None;
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    Some(var.sqrt() / mean)
+}
+
+fn vmstat(field: &str) -> Option<u64> {
+    fs::read_to_string("/proc/vmstat")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+}
+
+/// Samples /proc/vmstat `nr_dirtied` once a second until `stop`; returns
+/// MB dirtied in each full second (system-wide).
+fn dirtied_per_second(stop: Arc<AtomicBool>) -> Vec<f64> {
+    let started = Instant::now();
+    let mut last = vmstat("nr_dirtied").unwrap_or(0);
+    let mut out = Vec::new();
+    let mut tick = 1u32;
+    loop {
+        let due = started + Duration::from_secs(tick.into());
+        while Instant::now() < due {
+            if stop.load(Ordering::Relaxed) {
+                return out;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let now = vmstat("nr_dirtied").unwrap_or(last);
+        out.push(now.saturating_sub(last) as f64 * 4096.0 / 1e6);
+        last = now;
+        tick += 1;
+    }
+}
+
+/// fio's averaged bandwidth log: `msec, KiB/s, dir, bs, offset[, prio]`.
+fn fio_bw_log(path: &Path) -> anyhow::Result<Vec<f64>> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split(',').nth(1)?.trim().parse::<f64>().ok())
+        .map(|kib_s| kib_s * 1024.0 / 1e6)
+        .collect())
+}
+
+fn clear_dir(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_name() != "lost+found" {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+fn command_line(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+struct Runner<'a> {
+    binary: &'a Path,
+    fs: &'a LoopFs,
+    size_mib: u64,
+    /// Example command line per case, for the report.
+    commands: Vec<String>,
+}
+
+impl Runner<'_> {
+    fn command(&self, case: &Case, tag: &str, size: u64) -> (Command, Option<PathBuf>) {
+        let file = self.fs.mountpoint.join("bench.dat");
+        match case.tool {
+            Tool::Dd => {
+                let mut c = Command::new("dd");
+                c.arg("if=/dev/zero")
+                    .arg(format!("of={}", file.display()))
+                    .args(["bs=1M", &format!("count={size}"), "conv=fsync"]);
+                (c, None)
+            }
+            Tool::Fio => {
+                let prefix = self.fs.dir.join(format!("fio-{tag}"));
+                let mut c = Command::new("fio");
+                c.args(["--name=bench", "--rw=write", "--bs=1M"])
+                    .arg(format!("--filename={}", file.display()))
+                    .arg(format!("--size={size}M"))
+                    .args(case.args)
+                    .arg(format!("--write_bw_log={}", prefix.display()))
+                    .args(["--log_avg_msec=1000", "--output-format=terse"]);
+                let log = PathBuf::from(format!("{}_bw.1.log", prefix.display()));
+                (c, Some(log))
+            }
+            Tool::Writer => {
+                let mut c = Command::new(self.binary);
+                c.arg("write")
+                    .arg("--dir")
+                    .arg(&self.fs.mountpoint)
+                    .arg("--size")
+                    .arg(format!("{size}M"))
+                    .args(["--chunk", "1M"])
+                    .args(case.args)
+                    .arg("--json");
+                (c, None)
+            }
+        }
+    }
+
+    fn run(&mut self, idx: usize, case: &Case, tag: &str, size: u64) -> anyhow::Result<Sample> {
+        clear_dir(&self.fs.mountpoint);
+        drop_caches()?;
+        let (mut cmd, bw_log) = self.command(case, tag, size);
+        if self.commands[idx].is_empty() && size == self.size_mib {
+            self.commands[idx] = command_line(&cmd);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let sampler = (case.tool == Tool::Dd).then(|| {
+            let stop = stop.clone();
+            std::thread::spawn(move || dirtied_per_second(stop))
+        });
+        let (_, sys0) = children_rusage();
+        let started = Instant::now();
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {}", command_line(&cmd)));
+        let wall = started.elapsed().as_secs_f64();
+        let (_, sys1) = children_rusage();
+        stop.store(true, Ordering::Relaxed);
+        let dd_series = sampler.map(|h| h.join().unwrap_or_default());
+        clear_dir(&self.fs.mountpoint);
+        let out = out?;
+        if !out.status.success() {
+            bail!(
+                "{} failed ({}): {}",
+                case.label,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let mb = size as f64 * 1048576.0 / 1e6;
+        let mut sample = Sample {
+            wall_s: wall,
+            mb_s: mb / wall,
+            cv: None,
+            sys_s: sys1 - sys0,
+            own_mb_s: None,
+        };
+        match case.tool {
+            Tool::Dd => sample.cv = dd_series.as_deref().and_then(population_cv),
+            Tool::Fio => {
+                let log = bw_log.context("no fio log path")?;
+                sample.cv = population_cv(&fio_bw_log(&log)?);
+                let _ = fs::remove_file(&log);
+            }
+            Tool::Writer => {
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let last = stdout
+                    .lines()
+                    .last()
+                    .context("no JSON from wbscope write")?;
+                let report: serde_json::Value =
+                    serde_json::from_str(last).context("wbscope write --json report")?;
+                if report["status"] != "completed" {
+                    bail!("{}: status {}", case.label, report["status"]);
+                }
+                sample.cv = report["cv"].as_f64();
+                let own = if case.durable {
+                    "durable_mb_s"
+                } else {
+                    "write_mb_s"
+                };
+                sample.own_mb_s = report[own].as_f64();
+            }
+        }
+        Ok(sample)
+    }
+}
+
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "n/a".into(), |x| format!("{x:.digits$}"))
+}
+
+fn median_of(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = v.collect();
+    (!v.is_empty()).then(|| median(&mut v))
+}
+
+pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String> {
+    if opts.size_mib == 0 || opts.rounds == 0 {
+        bail!("--size-mib and --rounds must be at least 1");
+    }
+    let load_before = loadavg();
+    let fs = LoopFs::new(opts.size_mib * 2 + 512)?;
+    let mut runner = Runner {
+        binary,
+        fs: &fs,
+        size_mib: opts.size_mib,
+        commands: vec![String::new(); CASES.len()],
+    };
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); CASES.len()];
+    let started = Instant::now();
+    // Fixed cost of each tool (exec, set-up, exit): a 1 MiB run, median
+    // of three, after the same sync + drop caches.
+    let mut startup = [f64::NAN; 3];
+    for (slot, label) in STARTUP_CASES.iter().enumerate() {
+        let idx = CASES
+            .iter()
+            .position(|c| c.label == *label)
+            .context("case")?;
+        let mut walls = Vec::new();
+        for i in 0..3 {
+            walls.push(
+                runner
+                    .run(idx, &CASES[idx], &format!("startup-{i}"), 1)?
+                    .wall_s,
+            );
+        }
+        startup[slot] = median(&mut walls);
+        eprintln!(
+            "xtask: bench writer: {label} with 1 MiB: {:.3} s",
+            startup[slot]
+        );
+    }
+    for round in 0..opts.rounds {
+        // Rotate the start, and reverse every other round (A/B then B/A),
+        // so drift favours no case.
+        let mut order: Vec<usize> = (0..CASES.len()).collect();
+        order.rotate_left(round * CASES.len() / opts.rounds.max(1) % CASES.len());
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for idx in order {
+            let case = &CASES[idx];
+            let s = runner.run(idx, case, &format!("{round}-{idx}"), opts.size_mib)?;
+            eprintln!(
+                "xtask: bench writer round {round}: {:<38} {:8.1} MB/s  cv {}  sys {:.2}s",
+                case.label,
+                s.mb_s,
+                fmt_opt(s.cv, 3),
+                s.sys_s
+            );
+            samples[idx].push(s);
+        }
+    }
+    let took = started.elapsed().as_secs_f64();
+    let load_after = loadavg();
+    let commands = std::mem::take(&mut runner.commands);
+    drop(runner);
+    drop(fs);
+
+    let gib = opts.size_mib as f64 / 1024.0;
+    let med = |idx: usize| Summary {
+        mb_s: median_of(samples[idx].iter().map(|s| s.mb_s)).unwrap_or(f64::NAN),
+        cv: median_of(samples[idx].iter().filter_map(|s| s.cv)),
+        sys_per_gib: median_of(samples[idx].iter().map(|s| s.sys_s / gib)).unwrap_or(f64::NAN),
+        own: median_of(samples[idx].iter().filter_map(|s| s.own_mb_s)),
+        corrected: median_of(samples[idx].iter().map(|s| {
+            let fixed = startup[tool_slot(CASES[idx].tool)];
+            s.mb_s * s.wall_s / (s.wall_s - fixed)
+        })),
+    };
+    let by_label = |label: &str| CASES.iter().position(|c| c.label == label);
+    let summaries: Vec<Summary> = (0..CASES.len()).map(med).collect();
+
+    let mut out = String::new();
+    out.push_str(&format!(
+        "# `cargo xtask bench writer`\n\n\
+         {} MiB per run, 1 MiB writes, one file, on a journaled ext4 (mkfs.ext4 defaults) on a \
+         loop device over a sparse image in /var/tmp; {} rounds of the {} cases below in \
+         rotating order (every other round reversed), `sync` + drop caches before each run, \
+         the file removed after it. {:.0} s in all. Load average (1, 5, 15 min): {} before, {} \
+         after; {} CPUs.\n\n",
+        opts.size_mib,
+        opts.rounds,
+        CASES.len(),
+        took,
+        load_before,
+        load_after,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    ));
+    out.push_str(
+        "| case | durable MB/s (median) | per round | per-second CV (median) | sys CPU s/GiB \
+         (median) | writer's own MB/s |\n|---|---|---|---|---|---|\n",
+    );
+    for (idx, case) in CASES.iter().enumerate() {
+        let s = &summaries[idx];
+        let rounds: Vec<String> = samples[idx]
+            .iter()
+            .map(|x| format!("{:.0}", x.mb_s))
+            .collect();
+        let rate = if case.durable {
+            format!("**{:.1}**", s.mb_s)
+        } else {
+            format!("{:.1} (not durable)", s.mb_s)
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {:.3} | {} |\n",
+            case.label,
+            rate,
+            rounds.join(" / "),
+            fmt_opt(s.cv, 3),
+            s.sys_per_gib,
+            fmt_opt(s.own, 1),
+        ));
+    }
+
+    out.push_str(
+        "\n## Writer / fio per matching strategy (goal: >= 0.95)\n\n\
+         | writer | fio equivalent | writer MB/s | fio MB/s | ratio | goal | ratio, start-up \
+         cost subtracted |\n|---|---|---|---|---|---|---|\n",
+    );
+    let mut missed = Vec::new();
+    for (w, f) in PAIRS {
+        let (Some(wi), Some(fi)) = (by_label(w), by_label(f)) else {
+            continue;
+        };
+        let ratio = summaries[wi].mb_s / summaries[fi].mb_s;
+        let ok = ratio >= 0.95;
+        if !ok {
+            missed.push(format!("{w} / {f} = {ratio:.3}"));
+        }
+        out.push_str(&format!(
+            "| {w} | {f} | {:.1} | {:.1} | {ratio:.3} | {} | {} |\n",
+            summaries[wi].mb_s,
+            summaries[fi].mb_s,
+            if ok { "met" } else { "**missed**" },
+            fmt_opt(
+                summaries[wi]
+                    .corrected
+                    .zip(summaries[fi].corrected)
+                    .map(|(a, b)| a / b),
+                3
+            ),
+        ));
+    }
+
+    let best = CASES
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.tool == Tool::Writer && c.durable)
+        .max_by(|a, b| summaries[a.0].mb_s.total_cmp(&summaries[b.0].mb_s));
+    let ceiling = by_label(CEILING).map(|i| summaries[i].mb_s);
+    out.push('\n');
+    if let (Some((bi, bc)), Some(ceil)) = (best, ceiling) {
+        let ratio = summaries[bi].mb_s / ceil;
+        let ok = ratio >= 0.9;
+        if !ok {
+            missed.push(format!("best writer / ceiling = {ratio:.3}"));
+        }
+        let corrected = by_label(CEILING)
+            .and_then(|ci| summaries[bi].corrected.zip(summaries[ci].corrected))
+            .map(|(a, b)| a / b);
+        out.push_str(&format!(
+            "Best writer / fio's O_DIRECT ceiling (goal: >= 0.9): {} {:.1} MB/s / {CEILING} \
+             {ceil:.1} MB/s = **{ratio:.3}** ({}; {} with each tool's start-up cost \
+             subtracted).\n\n",
+            bc.label,
+            summaries[bi].mb_s,
+            if ok { "met" } else { "missed" },
+            fmt_opt(corrected, 3),
+        ));
+    }
+    let cv_of = |label: &str| by_label(label).and_then(|i| summaries[i].cv);
+    if let (Some(srf), Some(buf)) = (cv_of("writer srf-pipelined"), cv_of("writer buffered")) {
+        let ok = srf < buf;
+        if !ok {
+            missed.push(format!("srf-pipelined CV {srf:.3} >= buffered CV {buf:.3}"));
+        }
+        out.push_str(&format!(
+            "Per-second CV, srf-pipelined below buffered (writer's own series): {srf:.3} vs \
+             {buf:.3} ({}).\n\n",
+            if ok { "met" } else { "missed" }
+        ));
+    }
+    if missed.is_empty() {
+        out.push_str("All goals met.\n\n");
+    } else {
+        out.push_str(&format!("Goals missed: {}.\n\n", missed.join("; ")));
+    }
+
+    out.push_str(&format!(
+        "Fixed cost per command (exec, set-up, exit; a 1 MiB run after sync + drop caches, \
+         median of 3): dd {:.3} s, fio {:.3} s, wbscope write {:.3} s. It is part of every \
+         wall time above, as the durable definition wants; the last column of the ratio table \
+         subtracts it from each run's wall time, to show how much of a ratio it makes.\n\n",
+        startup[0], startup[1], startup[2]
+    ));
+    out.push_str(
+        "## How it is measured\n\n\
+         - **Durable MB/s** (10^6 bytes): bytes / wall time of the whole command, measured \
+         around the child process (start to exit, final flush included), the same for every \
+         tool. `buffered` runs (writer and fio) end without a flush: their figure is write \
+         throughput, not durability, and they are kept out of the best-writer figure.\n\
+         - **Sys CPU**: the child's system time (getrusage(RUSAGE_CHILDREN) delta around \
+         each run; io_uring's io-wq workers belong to the process and are included; the \
+         kernel's flusher threads, which do buffered writeback, belong to nobody and are not).\n\
+         - **Per-second CV** (population stddev / mean): writer: its JSON report's `cv` (seconds \
+         spent in the final sync count as slow seconds); fio: its `--write_bw_log` with \
+         `--log_avg_msec=1000` (seconds spent in `end_fsync` complete no I/O and log nothing, \
+         so fio's CV leaves the flush out); dd: pages dirtied per full second from \
+         /proc/vmstat `nr_dirtied` (system-wide, so other jobs' writes count too; the fsync \
+         seconds count as slow seconds).\n\
+         - **Allocation**: fio lays out (fallocates) its file by default. The buffered fio \
+         jobs run with `--fallocate=none`, like the writer's buffered strategies (delayed \
+         allocation on both sides); the O_DIRECT fio jobs keep preallocation \
+         (`--fallocate=native`) and the writer's `direct` and `uring` run with `--fallocate` \
+         to match (an extending O_DIRECT write on ext4 takes the inode lock exclusively; see \
+         docs/writer.md).\n\
+         - fio's `sync_file_range=write:1` issues SYNC_FILE_RANGE_WRITE after every 1 MiB \
+         write, then `end_fsync`; it has no WAIT_BEFORE pass (the writer's srf-pipelined \
+         waits on chunk i-4 and ends with fdatasync). fio's `end_fsync` is fsync(2); the \
+         writer's fsync-end uses fsync(2) too.\n\n\
+         ## Commands (first round; file and log names vary per run)\n\n",
+    );
+    for (case, cmd) in CASES.iter().zip(&commands) {
+        out.push_str(&format!("- {}: `{cmd}`\n", case.label));
+    }
+    Ok(out)
+}
+
+struct Summary {
+    mb_s: f64,
+    cv: Option<f64>,
+    sys_per_gib: f64,
+    own: Option<f64>,
+    /// MB/s with the tool's fixed start-up cost subtracted from the wall.
+    corrected: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cv_is_population_stddev_over_mean() {
+        assert_eq!(population_cv(&[5.0]), None);
+        let cv = population_cv(&[1.0, 3.0]).unwrap();
+        assert!((cv - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn every_pair_names_existing_cases() {
+        for (w, f) in PAIRS {
+            assert!(
+                CASES
+                    .iter()
+                    .any(|c| c.label == *w && c.tool == Tool::Writer)
+            );
+            assert!(CASES.iter().any(|c| c.label == *f && c.tool == Tool::Fio));
+        }
+        assert!(CASES.iter().any(|c| c.label == CEILING));
+    }
+}
