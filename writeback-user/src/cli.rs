@@ -8,7 +8,7 @@ use std::{
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::commands::write::WriteArgs;
+use crate::commands::{compare::CompareArgs, scenario::ScenarioArgs, write::WriteArgs};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -95,6 +95,12 @@ Examples:
   wbscope replay wb.rec --json | jq 'select(.type == \"call\")'
   wbscope replay wb.rec --summary")]
     Replay(ReplayArgs),
+    /// The same workload written by several strategies while the kernel
+    /// side is traced: a side-by-side table (root).
+    Compare(CompareArgs),
+    /// A classic writeback experiment on its own loop-mounted filesystems,
+    /// removed afterwards whatever happens (root).
+    Scenario(ScenarioArgs),
 }
 
 #[derive(Debug, Args)]

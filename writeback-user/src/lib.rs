@@ -14,6 +14,7 @@ pub mod export;
 pub mod filters;
 pub mod interval;
 pub mod loader;
+pub mod loopfs;
 pub mod model;
 pub mod plan;
 pub mod privileges;
@@ -42,6 +43,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(commands::record::run(args, &cli.disable))
         }
         Some(Command::Replay(args)) => commands::replay::run(args),
+        Some(Command::Compare(args)) => {
+            runtime()?.block_on(commands::compare::run(args, &cli.disable))
+        }
+        Some(Command::Scenario(args)) => {
+            runtime()?.block_on(commands::scenario::run(args, &cli.disable))
+        }
         None => runtime()?.block_on(commands::dashboard::run(
             &commands::dashboard::DashboardOptions {
                 disabled: cli.disable.clone(),

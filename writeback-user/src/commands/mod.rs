@@ -1,7 +1,9 @@
 //! One module per subcommand.
+pub mod compare;
 pub mod dashboard;
 pub mod probes;
 pub mod record;
 pub mod replay;
+pub mod scenario;
 pub mod trace;
 pub mod write;

@@ -1,0 +1,644 @@
+//! `wbscope scenario NAME`: the classic writeback experiments of BRIEF.md
+//! §1, each on its own loop-mounted filesystems (made here, removed
+//! whatever happens: `loopfs::LoopFs` in `Drop`, SIGINT/SIGTERM/SIGHUP
+//! turned into a flag that stops the writers and unwinds), traced with
+//! one tracer and split per run and per filesystem as `compare` does.
+//! What each one reproduces is in docs/scenarios.md.
+use std::{process::ExitCode, sync::Arc, time::Instant};
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use writer_core::{
+    FileSync, LiveTunables, Report, RunFailure, SmallFiles, Strategy, Writer, WriterConfig,
+    WriterSpec,
+};
+
+use super::compare::{self, KernelFigures, Run, SYSTEM_WIDE, Traced, cell, kernel_rows, render};
+use crate::{loopfs, loopfs::LoopFs, plan::HookKind};
+
+const EXAMPLES: &str = "\
+Examples:
+  wbscope scenario single-stream --scale tiny
+  wbscope scenario three-filesystems --scale small --fs xfs
+  wbscope scenario sync-after-write --json > sync.json
+  wbscope scenario package-unpack --scale tiny
+  wbscope scenario many-writers --fs both
+
+Each scenario makes its filesystems on loop devices over sparse images in
+/var/tmp (ext4 with its journal, or xfs), and removes mounts, devices and
+images at the end, on error and on Ctrl-C. At tiny and small scale each
+filesystem's dirty page cache is capped (per-device strict limit,
+/sys/class/bdi/MAJ:MIN/max_bytes) so that writeback starts as it would on a
+small machine. Before every run: sync and drop caches. Needs root.
+What each scenario reproduces: docs/scenarios.md.";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ScenarioName {
+    /// One large file: buffered vs fsync-end vs srf-pipelined vs direct.
+    SingleStream,
+    /// Three buffered writers at once, one per filesystem: mean and
+    /// minimum per-second throughput.
+    ThreeFilesystems,
+    /// A large buffered write, then sync: time and CPU of the sync.
+    SyncAfterWrite,
+    /// Many small files with per-file sync policies (dpkg).
+    PackageUnpack,
+    /// N threads each writing a large file, ext4 vs xfs.
+    ManyWriters,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Scale {
+    /// Under a minute on a 2-core machine.
+    Tiny,
+    /// A few minutes.
+    Small,
+    /// The original reports' proportions where the disk allows.
+    Full,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FsChoice {
+    Ext4,
+    Xfs,
+    Both,
+}
+
+/// Arguments of `wbscope scenario`.
+#[derive(Debug, Args)]
+#[command(after_help = EXAMPLES)]
+pub struct ScenarioArgs {
+    /// Which experiment.
+    #[arg(value_enum)]
+    pub name: ScenarioName,
+    /// How big.
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub scale: Scale,
+    /// Filesystem(s) to run on (default: ext4; both for many-writers).
+    #[arg(long, value_enum)]
+    pub fs: Option<FsChoice>,
+    /// One JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// The table as Markdown.
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
+    /// Testing: fail on purpose once the filesystems are mounted (the
+    /// cleanup must still remove them).
+    #[arg(long, hide = true)]
+    pub fail_after_mount: bool,
+}
+
+/// Sizes of one scale.
+struct Sizes {
+    image_mib: u64,
+    /// Per-filesystem dirty cap (None: the system's own thresholds).
+    dirty_cap: Option<u64>,
+    file: u64,
+    chunk: u64,
+    small_files: u64,
+    small_max: u64,
+    writers: u32,
+    writer_file: u64,
+}
+
+const MIB: u64 = 1 << 20;
+
+fn sizes(scale: Scale) -> Sizes {
+    match scale {
+        Scale::Tiny => Sizes {
+            image_mib: 1024,
+            dirty_cap: Some(64 * MIB),
+            file: 256 * MIB,
+            chunk: 8 * MIB,
+            small_files: 300,
+            small_max: 512 << 10,
+            writers: 4,
+            writer_file: 96 * MIB,
+        },
+        Scale::Small => Sizes {
+            image_mib: 4096,
+            dirty_cap: Some(256 * MIB),
+            file: 1024 * MIB,
+            chunk: 8 * MIB,
+            small_files: 2000,
+            small_max: SmallFiles::DEFAULT_MAX,
+            writers: 8,
+            writer_file: 256 * MIB,
+        },
+        Scale::Full => Sizes {
+            image_mib: 20 * 1024,
+            dirty_cap: None,
+            file: 8192 * MIB,
+            chunk: 8 * MIB,
+            small_files: 10000,
+            small_max: SmallFiles::DEFAULT_MAX,
+            writers: 16,
+            writer_file: 1024 * MIB,
+        },
+    }
+}
+
+#[derive(Serialize)]
+struct ScenarioJson<'a> {
+    scenario: &'a str,
+    scale: &'a str,
+    runs: &'a [Run],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sync: Option<&'a SyncFigures>,
+}
+
+/// sync-after-write: the sync call itself.
+#[derive(Clone, Debug, Serialize)]
+pub struct SyncFigures {
+    pub fs: String,
+    pub sync_wall_s: f64,
+    /// CPU of the thread that called syncfs(2) (the flusher's work is in
+    /// the kernel figures' on-CPU time, not here).
+    pub sync_thread_sys_s: f64,
+    pub sync_thread_user_s: f64,
+    pub kernel: KernelFigures,
+}
+
+fn name_of<T: ValueEnum>(v: T) -> String {
+    v.to_possible_value()
+        .map(|p| p.get_name().to_string())
+        .unwrap_or_default()
+}
+
+fn filesystems(args: &ScenarioArgs) -> Vec<&'static str> {
+    let default = if args.name == ScenarioName::ManyWriters {
+        FsChoice::Both
+    } else {
+        FsChoice::Ext4
+    };
+    match args.fs.unwrap_or(default) {
+        FsChoice::Ext4 => vec!["ext4"],
+        FsChoice::Xfs => vec!["xfs"],
+        FsChoice::Both => vec!["ext4", "xfs"],
+    }
+}
+
+fn mount(fstype: &str, sz: &Sizes) -> anyhow::Result<LoopFs> {
+    loopfs::check_interrupted()?;
+    let fs = LoopFs::new(fstype, sz.image_mib)?;
+    if let Some(cap) = sz.dirty_cap {
+        fs.limit_dirty(cap)?;
+    }
+    eprintln!(
+        "wbscope: {} on {} ({}) mounted at {}{}",
+        fstype,
+        fs.device,
+        fs.dev,
+        fs.mountpoint.display(),
+        sz.dirty_cap
+            .map_or(String::new(), |c| format!(", dirty cap {} MiB", c / MIB))
+    );
+    Ok(fs)
+}
+
+fn injected(args: &ScenarioArgs) -> anyhow::Result<()> {
+    if args.fail_after_mount || std::env::var_os("WBSCOPE_SCENARIO_FAIL_AFTER_MOUNT").is_some() {
+        bail!("injected failure after mount (--fail-after-mount)");
+    }
+    Ok(())
+}
+
+fn config(spec: WriterSpec) -> anyhow::Result<WriterConfig> {
+    WriterConfig::new(WriterSpec { keep: true, ..spec }).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn before_run(what: &str) -> anyhow::Result<()> {
+    loopfs::check_interrupted()?;
+    eprintln!("wbscope: {what}: sync + drop caches");
+    loopfs::sync_and_drop_caches()
+}
+
+fn after_run(what: &str, r: &Report, k: &KernelFigures) {
+    eprintln!(
+        "wbscope: {what}: {:.2} s, {:.1} MB/s written, {} writepages calls",
+        r.elapsed_s, r.write_mb_s, k.calls
+    );
+}
+
+pub async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+    let _signals = loopfs::SignalGuard::install();
+    let started = Instant::now();
+    let sz = sizes(args.scale);
+    let fss = filesystems(args);
+    let mut traced = Traced::attach(disabled)?;
+    let name = name_of(args.name);
+    let mut sync = None;
+    let (runs, columns) = match args.name {
+        ScenarioName::SingleStream => single_stream(args, &sz, &fss, &mut traced).await?,
+        ScenarioName::ThreeFilesystems => three_filesystems(args, &sz, &fss, &mut traced).await?,
+        ScenarioName::SyncAfterWrite => {
+            let (runs, cols, s) = sync_after_write(args, &sz, &fss, &mut traced).await?;
+            sync = Some(s);
+            (runs, cols)
+        }
+        ScenarioName::PackageUnpack => package_unpack(args, &sz, &fss, &mut traced).await?,
+        ScenarioName::ManyWriters => many_writers(args, &sz, &fss, &mut traced).await?,
+    };
+    eprintln!(
+        "wbscope: scenario {name} done in {:.1} s; filesystems removed",
+        started.elapsed().as_secs_f64()
+    );
+    if args.json {
+        let doc = ScenarioJson {
+            scenario: &name,
+            scale: &name_of(args.scale),
+            runs: &runs,
+            sync: sync.as_ref(),
+        };
+        println!("{}", serde_json::to_string(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("scenario {name}, scale {}", name_of(args.scale));
+    match &sync {
+        Some(s) => print!("{}", sync_table(&runs, s, args.markdown)),
+        None => print!("{}", compare::table(&runs, &columns, args.markdown)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+type Outcome = (Vec<Run>, Vec<String>);
+
+async fn single_stream(
+    args: &ScenarioArgs,
+    sz: &Sizes,
+    fss: &[&str],
+    traced: &mut Traced,
+) -> anyhow::Result<Outcome> {
+    let mounted = fss
+        .iter()
+        .map(|f| mount(f, sz))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    injected(args)?;
+    let mut runs = Vec::new();
+    let mut columns = Vec::new();
+    for fs in &mounted {
+        for strategy in [
+            Strategy::Buffered,
+            Strategy::FsyncEnd,
+            Strategy::SrfPipelined,
+            Strategy::Direct,
+        ] {
+            let what = format!("{} {strategy}", fs.fstype);
+            before_run(&what)?;
+            let cfg = config(WriterSpec {
+                dirs: vec![fs.mountpoint.clone()],
+                size: sz.file,
+                chunk: sz.chunk,
+                strategy,
+                ..WriterSpec::default()
+            })?;
+            let (writer, kernel) = compare::traced_write(traced, &[fs.dev], cfg, true).await?;
+            after_run(&what, &writer, &kernel);
+            let run = Run {
+                fs: (mounted.len() > 1).then(|| fs.fstype.clone()),
+                strategy: strategy.name().into(),
+                repeat: 0,
+                writer,
+                kernel,
+            };
+            columns.push(run.column());
+            runs.push(run);
+        }
+    }
+    Ok((runs, columns))
+}
+
+/// Runs several writers at once, one per config, traced; one figure set
+/// per writer (its filesystem's device).
+async fn concurrent(
+    traced: &mut Traced,
+    fss: &[&LoopFs],
+    cfgs: Vec<WriterConfig>,
+) -> anyhow::Result<Vec<(Report, KernelFigures)>> {
+    let writers: Vec<Writer> = cfgs.into_iter().map(Writer::new).collect();
+    let lives: Vec<Arc<LiveTunables>> = writers.iter().map(Writer::tunables).collect();
+    let dirs: Vec<_> = fss.iter().map(|f| f.mountpoint.clone()).collect();
+    let groups: Vec<_> = fss.iter().map(|f| vec![f.dev]).collect();
+    let (results, figures) = traced
+        .window(
+            &groups,
+            move || -> Vec<Result<Report, RunFailure>> {
+                let results = std::thread::scope(|s| {
+                    let handles: Vec<_> = writers.iter().map(|w| s.spawn(|| w.run())).collect();
+                    handles
+                        .into_iter()
+                        .map(|h| {
+                            h.join().unwrap_or_else(|_| {
+                                Err(writer_core::WriterError::Panicked(0).into())
+                            })
+                        })
+                        .collect()
+                });
+                for d in &dirs {
+                    let _ = compare::syncfs(d);
+                }
+                results
+            },
+            move || lives.iter().for_each(|l| l.request_stop()),
+        )
+        .await?;
+    let mut out = Vec::new();
+    let mut first_error = None;
+    for (r, k) in results.into_iter().zip(figures) {
+        match r {
+            Ok(rep) => {
+                remove_kept(&rep);
+                out.push((rep, k));
+            }
+            Err(f) => {
+                if let Some(p) = &f.partial {
+                    remove_kept(p);
+                }
+                first_error.get_or_insert(f.error.to_string());
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        bail!("{e}");
+    }
+    Ok(out)
+}
+
+fn remove_kept(r: &Report) {
+    for f in &r.kept_files {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+async fn three_filesystems(
+    args: &ScenarioArgs,
+    sz: &Sizes,
+    fss: &[&str],
+    traced: &mut Traced,
+) -> anyhow::Result<Outcome> {
+    // Three filesystems: all of one type, or ext4, xfs, ext4 for both.
+    let types: Vec<&str> = (0..3).map(|i| fss[i % fss.len()]).collect();
+    let mounted = types
+        .iter()
+        .map(|f| mount(f, sz))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    injected(args)?;
+    before_run("three buffered writers")?;
+    let cfgs = mounted
+        .iter()
+        .map(|fs| {
+            config(WriterSpec {
+                dirs: vec![fs.mountpoint.clone()],
+                size: sz.file,
+                chunk: sz.chunk,
+                strategy: Strategy::Buffered,
+                ..WriterSpec::default()
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let refs: Vec<&LoopFs> = mounted.iter().collect();
+    let results = concurrent(traced, &refs, cfgs).await?;
+    let mut runs = Vec::new();
+    let mut columns = Vec::new();
+    for (i, ((writer, kernel), fs)) in results.into_iter().zip(&mounted).enumerate() {
+        after_run(&format!("fs{} {}", i + 1, fs.fstype), &writer, &kernel);
+        let run = Run {
+            fs: Some(format!("fs{} {}", i + 1, fs.fstype)),
+            strategy: "buffered".into(),
+            repeat: 0,
+            writer,
+            kernel,
+        };
+        columns.push(run.column());
+        runs.push(run);
+    }
+    Ok((runs, columns))
+}
+
+/// getrusage(RUSAGE_THREAD): (user, sys) seconds.
+fn thread_cpu() -> (f64, f64) {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (s(ru.ru_utime), s(ru.ru_stime))
+}
+
+async fn sync_after_write(
+    args: &ScenarioArgs,
+    sz: &Sizes,
+    fss: &[&str],
+    traced: &mut Traced,
+) -> anyhow::Result<(Vec<Run>, Vec<String>, SyncFigures)> {
+    // No dirty cap here: the point is a large amount of dirty data for the
+    // sync to write (the RHEL5 10 GB dd + sync).
+    let nocap = Sizes {
+        dirty_cap: None,
+        ..sizes(args.scale)
+    };
+    let fs = mount(fss[0], &nocap)?;
+    injected(args)?;
+    before_run("buffered write")?;
+    let cfg = config(WriterSpec {
+        dirs: vec![fs.mountpoint.clone()],
+        size: sz.file * 2,
+        chunk: sz.chunk,
+        strategy: Strategy::Buffered,
+        ..WriterSpec::default()
+    })?;
+    let writer = Writer::new(cfg);
+    let live = writer.tunables();
+    let (result, mut kernel) = traced
+        .window(
+            &[vec![fs.dev]],
+            move || writer.run(),
+            move || live.request_stop(),
+        )
+        .await?;
+    let report = result.map_err(|f| {
+        if let Some(p) = &f.partial {
+            remove_kept(p);
+        }
+        anyhow::anyhow!("{}", f.error)
+    })?;
+    let write_kernel = kernel.remove(0);
+    after_run("buffered write", &report, &write_kernel);
+    loopfs::check_interrupted().inspect_err(|_| remove_kept(&report))?;
+    eprintln!("wbscope: syncfs on {}", fs.mountpoint.display());
+    let dir = fs.mountpoint.clone();
+    let (timed, mut sync_kernel) = traced
+        .window(
+            &[vec![fs.dev]],
+            move || -> anyhow::Result<(f64, f64, f64)> {
+                let (u0, s0) = thread_cpu();
+                let t = Instant::now();
+                compare::syncfs(&dir)?;
+                let wall = t.elapsed().as_secs_f64();
+                let (u1, s1) = thread_cpu();
+                Ok((wall, u1 - u0, s1 - s0))
+            },
+            || {},
+        )
+        .await?;
+    remove_kept(&report);
+    let (wall, user, sys) = timed.context("syncfs")?;
+    let sync_kernel = sync_kernel.remove(0);
+    eprintln!(
+        "wbscope: sync: {wall:.2} s, {} writepages calls",
+        sync_kernel.calls
+    );
+    let runs = vec![Run {
+        fs: Some(fs.fstype.clone()),
+        strategy: "buffered".into(),
+        repeat: 0,
+        writer: report,
+        kernel: write_kernel,
+    }];
+    let cols = runs.iter().map(Run::column).collect();
+    Ok((
+        runs,
+        cols,
+        SyncFigures {
+            fs: fs.fstype.clone(),
+            sync_wall_s: wall,
+            sync_thread_sys_s: sys,
+            sync_thread_user_s: user,
+            kernel: sync_kernel,
+        },
+    ))
+}
+
+fn sync_table(runs: &[Run], s: &SyncFigures, markdown: bool) -> String {
+    let w = &runs[0];
+    let mut rows = vec![vec![
+        String::new(),
+        format!("{} write", s.fs),
+        format!("{} sync", s.fs),
+    ]];
+    rows.push(vec![
+        "wall s".into(),
+        format!("{:.2}", w.writer.elapsed_s),
+        format!("{:.2}", s.sync_wall_s),
+    ]);
+    rows.push(vec![
+        "MB/s (write; bytes/(write+sync))".into(),
+        format!("{:.1}", w.writer.write_mb_s),
+        format!(
+            "{:.1}",
+            w.writer.bytes as f64 / 1e6 / (w.writer.elapsed_s + s.sync_wall_s)
+        ),
+    ]);
+    rows.push(vec![
+        "sys CPU s (caller)".into(),
+        format!("{:.2}", w.writer.sys_cpu_s),
+        format!("{:.2}", s.sync_thread_sys_s),
+    ]);
+    rows.push(vec![
+        "writepages on-CPU s".into(),
+        cell(w.kernel.calls_on_cpu_s.into_iter().collect(), 3),
+        cell(s.kernel.calls_on_cpu_s.into_iter().collect(), 3),
+    ]);
+    rows.extend(kernel_rows(&[vec![&w.kernel], vec![&s.kernel]]));
+    let mut out = render(&rows, markdown);
+    out.push_str(SYSTEM_WIDE);
+    out.push('\n');
+    out
+}
+
+async fn package_unpack(
+    args: &ScenarioArgs,
+    sz: &Sizes,
+    fss: &[&str],
+    traced: &mut Traced,
+) -> anyhow::Result<Outcome> {
+    let mounted = fss
+        .iter()
+        .map(|f| mount(f, sz))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    injected(args)?;
+    let variants: [(FileSync, bool, &str); 5] = [
+        (FileSync::FsyncEach, false, "fsync-each"),
+        (FileSync::SrfThenFsync, false, "srf-then-fsync"),
+        (FileSync::TwoPass, false, "two-pass"),
+        (FileSync::FsyncEach, true, "fsync-each+na+fd"),
+        (FileSync::TwoPass, true, "two-pass+na+fd"),
+    ];
+    let mut runs = Vec::new();
+    let mut columns = Vec::new();
+    for fs in &mounted {
+        for (policy, tuned, label) in variants {
+            let what = format!("{} {label}", fs.fstype);
+            before_run(&what)?;
+            let mut small = SmallFiles::new(sz.small_files, policy);
+            small.max_size = sz.small_max;
+            let cfg = config(WriterSpec {
+                dirs: vec![fs.mountpoint.clone()],
+                chunk: 1 << 20,
+                small_files: Some(small),
+                noatime: tuned,
+                datasync: tuned,
+                ..WriterSpec::default()
+            })?;
+            let (writer, kernel) = compare::traced_write(traced, &[fs.dev], cfg, false).await?;
+            eprintln!(
+                "wbscope: {what}: {} files in {:.2} s ({:.0} files/s), {} writepages calls",
+                writer.files_written,
+                writer.elapsed_s,
+                writer.files_per_s.unwrap_or(0.0),
+                kernel.calls
+            );
+            let run = Run {
+                fs: (mounted.len() > 1).then(|| fs.fstype.clone()),
+                strategy: label.into(),
+                repeat: 0,
+                writer,
+                kernel,
+            };
+            columns.push(run.column());
+            runs.push(run);
+        }
+    }
+    Ok((runs, columns))
+}
+
+async fn many_writers(
+    args: &ScenarioArgs,
+    sz: &Sizes,
+    fss: &[&str],
+    traced: &mut Traced,
+) -> anyhow::Result<Outcome> {
+    let mounted = fss
+        .iter()
+        .map(|f| mount(f, sz))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    injected(args)?;
+    let mut runs = Vec::new();
+    let mut columns = Vec::new();
+    for fs in &mounted {
+        let what = format!("{} {} writers", fs.fstype, sz.writers);
+        before_run(&what)?;
+        let cfg = config(WriterSpec {
+            dirs: vec![fs.mountpoint.clone()],
+            size: sz.writer_file,
+            chunk: sz.chunk,
+            jobs: sz.writers,
+            strategy: Strategy::Buffered,
+            ..WriterSpec::default()
+        })?;
+        let (writer, kernel) = compare::traced_write(traced, &[fs.dev], cfg, true).await?;
+        after_run(&what, &writer, &kernel);
+        let run = Run {
+            fs: Some(fs.fstype.clone()),
+            strategy: format!("{}x buffered", sz.writers),
+            repeat: 0,
+            writer,
+            kernel,
+        };
+        columns.push(run.column());
+        runs.push(run);
+    }
+    Ok((runs, columns))
+}
