@@ -5,7 +5,8 @@
 # the host (xtask/src/vm/checks.rs) from the files written here.
 #
 # Variables from /vm.env (written by the host): WBSCOPE (absolute path of
-# the host's binary), STEP_TIMEOUT (seconds for one wbscope run).
+# the host's binary), TRACE_TIMEOUT and PROBES_TIMEOUT (seconds for one
+# wbscope trace or probes run).
 set -u
 # init's PATH is busybox's /bin; here the host's tools are wanted.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -30,7 +31,8 @@ step probes
 grep -Ew 'writeback_iter|write_cache_pages' \
     /sys/kernel/tracing/available_filter_functions > "$OUT/functions.txt" 2>&1
 ls /sys/kernel/btf > "$OUT/btf.txt" 2>&1
-timeout "$STEP_TIMEOUT" "$WBSCOPE" probes --json \
+# --log keeps wbscope's diagnostics (verifier refusals) beside the results.
+timeout "$PROBES_TIMEOUT" "$WBSCOPE" --log "$OUT/probes.log" probes --json \
     > "$OUT/probes.json" 2> "$OUT/probes.err"
 echo $? > "$OUT/probes.rc"
 
@@ -56,7 +58,7 @@ trace_run() {
     else
         set --
     fi
-    timeout "$STEP_TIMEOUT" "$WBSCOPE" "$@" trace --json --events \
+    timeout "$TRACE_TIMEOUT" "$WBSCOPE" --log "$OUT/$name.log" "$@" trace --json --events \
         > "$OUT/$name.jsonl" 2> "$OUT/$name.err" &
     pid=$!
     # Wait until the probes are live (wbscope's "tracing;" line). Every

@@ -244,10 +244,10 @@ impl TraceRun {
                     (Some(hook), Some("attached")) => {
                         hook.split_whitespace().next().unwrap_or("?").to_string()
                     }
-                    (hook, state) => format!(
-                        "none ({} {})",
-                        hook.unwrap_or("no hook"),
-                        state.unwrap_or("?")
+                    (_, state) => format!(
+                        "nothing ({}: {})",
+                        state.unwrap_or("?"),
+                        p["reason"].as_str().unwrap_or("no reason given")
                     ),
                 },
             )

@@ -18,7 +18,9 @@ pub struct GuestConfig<'a> {
     /// Absolute path of the host's wbscope; the guest sees the same path
     /// inside its chroot of the shared host root.
     pub wbscope: &'a Path,
-    pub step_timeout_secs: u64,
+    /// Limits for one `wbscope trace` and one `wbscope probes` run.
+    pub trace_timeout_secs: u64,
+    pub probes_timeout_secs: u64,
 }
 
 pub fn build(tree: &KernelTree, config: &GuestConfig, dest: &Path) -> anyhow::Result<()> {
@@ -50,8 +52,9 @@ pub fn build(tree: &KernelTree, config: &GuestConfig, dest: &Path) -> anyhow::Re
         "vm.env",
         0o644,
         format!(
-            "WBSCOPE='{wbscope}'\nSTEP_TIMEOUT={}\nexport WBSCOPE STEP_TIMEOUT\n",
-            config.step_timeout_secs
+            "WBSCOPE='{wbscope}'\nTRACE_TIMEOUT={}\nPROBES_TIMEOUT={}\n\
+             export WBSCOPE TRACE_TIMEOUT PROBES_TIMEOUT\n",
+            config.trace_timeout_secs, config.probes_timeout_secs
         )
         .as_bytes(),
     );
