@@ -504,7 +504,7 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
     ));
     out.push_str(
         "| case | durable MB/s (median) | per round | per-second CV (median) | sys CPU s/GiB \
-         (median) | writer's own MB/s |\n|---|---|---|---|---|---|\n",
+         (median) | writer's own MB/s (its report) |\n|---|---|---|---|---|---|\n",
     );
     for (idx, case) in CASES.iter().enumerate() {
         let s = &summaries[idx];
@@ -517,12 +517,19 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
         } else {
             format!("{:.1} (not durable)", s.mb_s)
         };
+        let with_cv = samples[idx].iter().filter(|x| x.cv.is_some()).count();
+        let cv = match s.cv {
+            Some(cv) if with_cv < samples[idx].len() => {
+                format!("{cv:.3} ({with_cv} of {} rounds)", samples[idx].len())
+            }
+            cv => fmt_opt(cv, 3),
+        };
         out.push_str(&format!(
             "| {} | {} | {} | {} | {:.3} | {} |\n",
             case.label,
             rate,
             rounds.join(" / "),
-            fmt_opt(s.cv, 3),
+            cv,
             s.sys_per_gib,
             fmt_opt(s.own, 1),
         ));
@@ -618,12 +625,19 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
          - **Sys CPU**: the child's system time (getrusage(RUSAGE_CHILDREN) delta around \
          each run; io_uring's io-wq workers belong to the process and are included; the \
          kernel's flusher threads, which do buffered writeback, belong to nobody and are not).\n\
-         - **Per-second CV** (population stddev / mean): writer: its JSON report's `cv` (seconds \
+         - **Writer's own MB/s**: the median of its report's `durable_mb_s` (`write_mb_s` \
+         for buffered), timed from its first write to the end of its last sync, so without \
+         process start-up and exit.\n\
+         - **Per-second CV** (population stddev / mean; n/a for a run shorter than two full \
+         seconds, the median over the rounds that have one): writer: its JSON report's `cv` (seconds \
          spent in the final sync count as slow seconds); fio: its `--write_bw_log` with \
          `--log_avg_msec=1000` (seconds spent in `end_fsync` complete no I/O and log nothing, \
          so fio's CV leaves the flush out); dd: pages dirtied per full second from \
          /proc/vmstat `nr_dirtied` (system-wide, so other jobs' writes count too; the fsync \
          seconds count as slow seconds).\n\
+         - **The device**: the loop device is buffered (no `--direct-io`): its writes go \
+         through the page cache of /var/tmp's filesystem, and a flush of the loop device \
+         fsyncs the image file, so \"durable\" here ends on /var/tmp's disk.\n\
          - **Allocation**: fio lays out (fallocates) its file by default. The buffered fio \
          jobs run with `--fallocate=none`, like the writer's buffered strategies (delayed \
          allocation on both sides); the O_DIRECT fio jobs keep preallocation \
