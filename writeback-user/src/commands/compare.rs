@@ -471,10 +471,19 @@ pub fn plan(args: &CompareArgs) -> Result<ComparePlan, UsageError> {
 
 pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let plan = plan(args)?;
-    if let Some(p) = &args.plot
-        && p.exists()
-    {
-        return Err(UsageError(format!("--plot {}: exists; not overwritten", p.display())).into());
+    if let Some(p) = &args.plot {
+        if p.exists() {
+            return Err(
+                UsageError(format!("--plot {}: exists; not overwritten", p.display())).into(),
+            );
+        }
+        // Refused before any run rather than after minutes of writing.
+        return Err(UsageError(format!(
+            "--plot {}: SVG plots are not available in this build yet; use --json and plot \
+             runs[].writer.per_second_mb_s and runs[].kernel.pages_per_call_hist",
+            p.display()
+        ))
+        .into());
     }
     let dev = dev_of(&args.dir)?;
     let _signals = loopfs::SignalGuard::install();
@@ -511,10 +520,6 @@ pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<Ex
     }
     let names: Vec<String> = plan.strategies.iter().map(|s| s.name().into()).collect();
     print_runs(&runs, &names, args.json, args.markdown)?;
-    if let Some(path) = &args.plot {
-        plot::draw(path, &runs, &names)?;
-        eprintln!("wbscope: plot written to {}", path.display());
-    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -744,17 +749,4 @@ pub fn render(rows: &[Vec<String>], markdown: bool) -> String {
         }
     }
     s
-}
-
-pub mod plot {
-    //! `--plot`: throughput per second per run, and the pages-per-call
-    //! histograms side by side, as one SVG.
-    use std::path::Path;
-
-    use super::Run;
-
-    pub fn draw(path: &Path, runs: &[Run], _columns: &[String]) -> anyhow::Result<()> {
-        let _ = (path, runs);
-        anyhow::bail!("--plot is not implemented yet")
-    }
 }

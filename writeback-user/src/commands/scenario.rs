@@ -386,12 +386,14 @@ async fn three_filesystems(
         .collect::<anyhow::Result<Vec<_>>>()?;
     injected(args)?;
     before_run("three buffered writers")?;
+    // Three times the single-stream size each: long enough for several
+    // per-second samples (the case is about the minimum, not the mean).
     let cfgs = mounted
         .iter()
         .map(|fs| {
             config(WriterSpec {
                 dirs: vec![fs.mountpoint.clone()],
-                size: sz.file,
+                size: (sz.file * 3).min((sz.image_mib << 20) * 3 / 4),
                 chunk: sz.chunk,
                 strategy: Strategy::Buffered,
                 ..WriterSpec::default()

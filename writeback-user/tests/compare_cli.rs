@@ -1,0 +1,139 @@
+//! `wbscope compare` against the running kernel (root), on an ext4 made
+//! for the test: one run per strategy, each with its own kernel calls; bad
+//! input refused with one line and exit code 2 before anything runs.
+mod support;
+
+use support::{LoopFs, dev_of, wbscope};
+
+#[test]
+fn compare_json_has_one_run_per_strategy_with_kernel_calls() {
+    let fs = LoopFs::new("ext4", 512);
+    let out = wbscope()
+        .args(["compare", "--dir"])
+        .arg(&fs.mountpoint)
+        .args([
+            "--size",
+            "48M",
+            "--chunk",
+            "4M",
+            "--strategies",
+            "buffered,fsync-end,srf-pipelined",
+            "--json",
+        ])
+        .output()
+        .expect("spawn");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "compare failed: {stderr}");
+    assert_eq!(
+        stderr.matches("sync + drop caches").count(),
+        3,
+        "each run says it synced and dropped caches: {stderr}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let runs = doc["runs"].as_array().expect("runs");
+    let names: Vec<&str> = runs
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["buffered", "fsync-end", "srf-pipelined"]);
+    let dev = dev_of(&fs.mountpoint);
+    for r in runs {
+        let k = &r["kernel"];
+        assert!(k["calls"].as_u64().unwrap() > 0, "no kernel calls: {r}");
+        assert_eq!(k["devices"], serde_json::json!([dev]));
+        // 48 MiB = 12288 pages, all written back inside the run's window
+        // (the syncfs after the writer is part of it).
+        assert_eq!(
+            k["pages_written"].as_u64(),
+            Some(12288),
+            "{}",
+            r["strategy"]
+        );
+        assert!(k["pages_per_call"]["max"].as_u64().unwrap() > 0);
+        assert!(k["device_requests"].as_u64().unwrap() > 0);
+        assert_eq!(r["writer"]["bytes"].as_u64(), Some(48 << 20));
+    }
+    // The run's files are gone; nothing else was created.
+    let left: Vec<_> = std::fs::read_dir(&fs.mountpoint)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "lost+found")
+        .collect();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+}
+
+#[test]
+fn compare_table_has_a_column_per_strategy() {
+    let fs = LoopFs::new("ext4", 256);
+    let out = wbscope()
+        .args(["compare", "--dir"])
+        .arg(&fs.mountpoint)
+        .args([
+            "--size",
+            "16M",
+            "--strategies",
+            "fsync-end,direct",
+            "--chunk",
+            "1M",
+            "--markdown",
+        ])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let header = table.lines().next().unwrap();
+    assert!(
+        header.contains("fsync-end") && header.contains("direct"),
+        "{table}"
+    );
+    for row in [
+        "durable MB/s",
+        "writepages calls",
+        "pages/call p50",
+        "scanned/written page",
+        "device request p50",
+    ] {
+        assert!(table.contains(row), "no {row} row: {table}");
+    }
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--dir", "/var/tmp", "--size", "8Q"], "--size"),
+        (
+            &["--dir", "/var/tmp", "--size", "1M", "--strategies", "dd"],
+            "unknown strategy",
+        ),
+        (
+            &["--dir", "/nonexistent/wbscope", "--size", "1M"],
+            "--dir /nonexistent/wbscope",
+        ),
+        (
+            &["--dir", "/var/tmp", "--size", "1M", "--chunk", "2M"],
+            "larger than --size",
+        ),
+        (
+            &[
+                "--dir",
+                "/var/tmp",
+                "--size",
+                "1M",
+                "--strategies",
+                "buffered,buffered",
+            ],
+            "twice",
+        ),
+    ];
+    for (args, expect) in cases {
+        let out = wbscope().arg("compare").args(args).output().expect("spawn");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+    }
+}
