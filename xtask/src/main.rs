@@ -5,6 +5,7 @@
 //! is (see ../shared/toolchain.md for why each piece is what it is).
 mod bench;
 mod bench_writer;
+mod dist;
 mod setup;
 mod vm;
 
@@ -32,12 +33,18 @@ enum Task {
         #[arg(long)]
         release: bool,
     },
-    /// Build and run wbscope as root (through sudo when not root).
+    /// Build the release `wbscope` for hosts without Rust: one binary with
+    /// the eBPF object embedded, stripped, with its sha256, under
+    /// target/dist/.
+    Dist,
+    /// Build (release) and run wbscope as root (through sudo when not root).
     ///
     /// Example: cargo xtask run -- trace --json --duration 5
     Run {
+        /// Run the debug build instead: quicker to build, but the dashboard
+        /// then costs more CPU than the 2%-of-a-core budget when idle.
         #[arg(long)]
-        release: bool,
+        debug: bool,
         /// Arguments for wbscope (after `--`); none opens the dashboard.
         #[arg(last = true)]
         args: Vec<String>,
@@ -113,8 +120,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Task::Build { release } => build(release).map(|_| ()),
-        Task::Run { release, args } => {
-            let binary = build(release)?;
+        Task::Run { debug, args } => {
+            let binary = build(!debug)?;
             let mut cmd = if setup::is_root() {
                 Command::new(&binary)
             } else {
@@ -133,6 +140,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Task::Test { args } => test(&args),
+        Task::Dist => dist::dist(&build(true)?, &workspace_root()),
         Task::VmTest { kernel } => vm::vm_test(kernel.as_deref()),
         Task::Bench {
             what: Some(BenchTarget::Writer { size_mib, rounds }),
