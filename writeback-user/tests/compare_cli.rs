@@ -65,9 +65,13 @@ fn compare_json_has_one_run_per_strategy_with_kernel_calls() {
 #[test]
 fn compare_table_has_a_column_per_strategy() {
     let fs = LoopFs::new("ext4", 256);
+    let plots = tempfile::tempdir_in("/var/tmp").unwrap();
+    let svg = plots.path().join("cmp.svg");
     let out = wbscope()
         .args(["compare", "--dir"])
         .arg(&fs.mountpoint)
+        .arg("--plot")
+        .arg(&svg)
         .args([
             "--size",
             "16M",
@@ -99,6 +103,27 @@ fn compare_table_has_a_column_per_strategy() {
     ] {
         assert!(table.contains(row), "no {row} row: {table}");
     }
+    // The plot: an SVG with both runs' throughput lines (legend) and a
+    // histogram panel per run.
+    let svg = std::fs::read_to_string(&svg).expect("--plot wrote no file");
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+    for text in [
+        "writer throughput per second",
+        "fsync-end: pages per writepages call",
+        "direct: pages per writepages call",
+    ] {
+        assert!(svg.contains(text), "no {text:?} in the SVG");
+    }
+    // An existing plot file is never overwritten.
+    let again = wbscope()
+        .args(["compare", "--dir"])
+        .arg(&fs.mountpoint)
+        .arg("--plot")
+        .arg(plots.path().join("cmp.svg"))
+        .args(["--size", "4M", "--strategies", "fsync-end"])
+        .output()
+        .expect("spawn");
+    assert_eq!(again.status.code(), Some(2));
 }
 
 #[test]

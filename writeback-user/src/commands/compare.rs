@@ -477,13 +477,12 @@ pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<Ex
                 UsageError(format!("--plot {}: exists; not overwritten", p.display())).into(),
             );
         }
-        // Refused before any run rather than after minutes of writing.
-        return Err(UsageError(format!(
-            "--plot {}: SVG plots are not available in this build yet; use --json and plot \
-             runs[].writer.per_second_mb_s and runs[].kernel.pages_per_call_hist",
-            p.display()
-        ))
-        .into());
+        // Checked before any run rather than after minutes of writing.
+        if let Some(parent) = p.parent().filter(|d| !d.as_os_str().is_empty())
+            && !parent.is_dir()
+        {
+            return Err(UsageError(format!("--plot {}: no such directory", p.display())).into());
+        }
     }
     let dev = dev_of(&args.dir)?;
     let _signals = loopfs::SignalGuard::install();
@@ -520,6 +519,10 @@ pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<Ex
     }
     let names: Vec<String> = plan.strategies.iter().map(|s| s.name().into()).collect();
     print_runs(&runs, &names, args.json, args.markdown)?;
+    if let Some(p) = &args.plot {
+        crate::export::plot::write_svg(p, &runs)?;
+        eprintln!("wbscope: plot written to {}", p.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 
