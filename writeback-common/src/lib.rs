@@ -61,20 +61,42 @@ impl Default for TracepointLayout {
 
 /// Where one kernel struct member lives, resolved from the kernel's BTF
 /// by userspace, for the programs that read structs through pointers
-/// (tp_btf, fentry, kprobe).
+/// (tp_btf, fentry, kprobe). The program reads 8 bytes at `offset` and
+/// keeps `(raw << left_shift) >> right_shift` (arithmetic when `signed`):
+/// the same two shifts serve whole members and bitfields, without a branch.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemberSpec {
     pub offset: u16,
-    /// Bytes to read at `offset`: 1, 2, 4 or 8; 0 when unresolved.
-    pub size: u8,
-    /// For bitfields: the bits' position and width inside the unit read.
-    pub bit_offset: u8,
-    /// 0 for a whole member.
-    pub bit_size: u8,
-    /// 1 to sign-extend a whole member.
+    pub left_shift: u8,
+    pub right_shift: u8,
+    /// 1 to sign-extend.
     pub signed: u8,
+    /// 0 when unresolved: the member reads as 0.
+    pub present: u8,
     pub _pad: [u8; 2],
+}
+
+impl MemberSpec {
+    /// A member `size` bytes wide at `offset`, or a bitfield of
+    /// `bit_size` bits at `bit_offset` inside the `size`-byte unit there
+    /// (little-endian).
+    pub const fn new(offset: u16, size: u8, bit_offset: u8, bit_size: u8, signed: bool) -> Self {
+        let (left, right) = if bit_size == 0 {
+            let s = 64 - 8 * size;
+            (s, s)
+        } else {
+            (64 - bit_offset - bit_size, 64 - bit_size)
+        };
+        MemberSpec {
+            offset,
+            left_shift: left,
+            right_shift: right,
+            signed: signed as u8,
+            present: 1,
+            _pad: [0; 2],
+        }
+    }
 }
 
 /// Member table of the BTF-typed programs, indexed by [`members`].

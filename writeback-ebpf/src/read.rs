@@ -4,31 +4,38 @@ use writeback_common::{FieldSpec, KernelMembers, MemberSpec, TracepointLayout};
 
 /// Reads field `index` of `layout` from the raw tracepoint record, sign- or
 /// zero-extended to i64. An absent field reads as 0.
-#[inline(always)]
+///
+/// Branch-free on purpose: eight bytes are read and the field's bytes kept
+/// with shifts and masks derived from its size. A `match` on the size per
+/// field multiplies the paths the verifier walks (5^fields): 6.18 prunes
+/// them, 6.1 gives up with E2BIG. Not inlined, for the stack (see
+/// [`member`]).
+#[inline(never)]
 pub fn field(ctx: &TracePointContext, layout: &TracepointLayout, index: usize) -> i64 {
     // SAFETY: the global lives in .rodata; read_volatile stops the compiler
     // from folding the load-time value away.
     let spec: FieldSpec = unsafe { core::ptr::read_volatile(&layout.fields[index]) };
-    let offset = spec.offset as usize;
-    let signed = spec.signed != 0;
-    // SAFETY: bpf_probe_read_kernel checks the address; a bad offset yields
-    // an error, mapped to 0, never a fault.
-    unsafe {
-        match spec.size {
-            1 => ctx
-                .read_at::<u8>(offset)
-                .map(|v| if signed { v as i8 as i64 } else { v as i64 }),
-            2 => ctx
-                .read_at::<u16>(offset)
-                .map(|v| if signed { v as i16 as i64 } else { v as i64 }),
-            4 => ctx
-                .read_at::<u32>(offset)
-                .map(|v| if signed { v as i32 as i64 } else { v as i64 }),
-            8 => ctx.read_at::<u64>(offset).map(|v| v as i64),
-            _ => Ok(0),
-        }
-    }
-    .unwrap_or(0)
+    // SAFETY: bpf_probe_read_kernel checks the address; reading past a
+    // field at the end of the record stays inside the trace buffer, and
+    // the extra bytes are masked off below.
+    let raw: u64 = unsafe { ctx.read_at::<u64>(spec.offset as usize) }.unwrap_or(0);
+    let size = (spec.size & 15) as u64;
+    // 1 for sizes 1..=8, 0 for an absent field (size 0).
+    let present = (size + 7) >> 3;
+    let shift = ((8 - size.min(8)) * 8) & 63;
+    extend(raw, shift, shift, spec.signed as u64, present)
+}
+
+/// `(raw << left) >> right`, arithmetic when `signed` is 1, and 0 unless
+/// `present` is 1: the whole of a field or bitfield read, without a branch.
+#[inline(always)]
+pub fn extend(raw: u64, left: u64, right: u64, signed: u64, present: u64) -> i64 {
+    let up = raw << (left & 63);
+    let arith = ((up as i64) >> (right & 63)) as u64;
+    let logical = up >> (right & 63);
+    let smask = 0u64.wrapping_sub(signed & 1);
+    let value = (arith & smask) | (logical & !smask);
+    (value & 0u64.wrapping_sub(present & 1)) as i64
 }
 
 /// The current thread id (`task->pid`).
@@ -44,44 +51,23 @@ pub fn now_ns() -> u64 {
 }
 
 /// Reads member `index` of `table` from the kernel struct at `base`: a
-/// whole member sign- or zero-extended, or a bitfield's bits. A null base
-/// or an unresolved member reads as 0.
+/// whole member sign- or zero-extended, or a bitfield's bits, with the
+/// shifts userspace derived from BTF (branch-free, see [`field`]). A null
+/// base or an unresolved member reads as 0.
+///
 #[inline(always)]
 pub fn member(base: *const u8, table: &KernelMembers, index: usize) -> i64 {
     // SAFETY: .rodata global, see `field`.
     let spec: MemberSpec = unsafe { core::ptr::read_volatile(&table.members[index]) };
-    if base.is_null() {
-        return 0;
-    }
-    // SAFETY: bpf_probe_read_kernel validates the address; an error reads
-    // as 0.
-    let raw: u64 = unsafe {
-        let p = base.wrapping_add(spec.offset as usize);
-        match spec.size {
-            1 => bpf_probe_read_kernel(p.cast::<u8>()).map(u64::from),
-            2 => bpf_probe_read_kernel(p.cast::<u16>()).map(u64::from),
-            4 => bpf_probe_read_kernel(p.cast::<u32>()).map(u64::from),
-            8 => bpf_probe_read_kernel(p.cast::<u64>()),
-            _ => Ok(0),
-        }
-    }
-    .unwrap_or(0);
-    if spec.bit_size != 0 {
-        let bits = spec.bit_size as u32;
-        let mask = if bits >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << bits) - 1
-        };
-        return ((raw >> (spec.bit_offset as u32 & 63)) & mask) as i64;
-    }
-    if spec.signed == 0 {
-        return raw as i64;
-    }
-    match spec.size {
-        1 => raw as u8 as i8 as i64,
-        2 => raw as u16 as i16 as i64,
-        4 => raw as u32 as i32 as i64,
-        _ => raw as i64,
-    }
+    let p = base.wrapping_add(spec.offset as usize);
+    // SAFETY: bpf_probe_read_kernel validates the address (a null base
+    // faults inside the helper and reads as 0).
+    let raw: u64 = unsafe { bpf_probe_read_kernel(p.cast::<u64>()) }.unwrap_or(0);
+    extend(
+        raw,
+        spec.left_shift as u64,
+        spec.right_shift as u64,
+        spec.signed as u64,
+        spec.present as u64,
+    )
 }

@@ -7,7 +7,7 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
-    maps::HashMap,
+    maps::{HashMap, PerCpuArray},
     programs::{
         BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext,
         TracePointContext,
@@ -39,10 +39,10 @@ static WRITEPAGES_RESULT_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 static KERNEL_MEMBERS: KernelMembers = KernelMembers {
     members: [writeback_common::MemberSpec {
         offset: 0,
-        size: 0,
-        bit_offset: 0,
-        bit_size: 0,
+        left_shift: 0,
+        right_shift: 0,
         signed: 0,
+        present: 0,
         _pad: [0; 2],
     }; 16],
 };
@@ -128,7 +128,14 @@ fn begin<C: EbpfContext>(ctx: &C, s: Start) -> Result<u32, u32> {
         Some(_) => cause::FLUSHER_OTHER,
         None => cause::DIRECT,
     };
-    let call = InflightCall {
+    // Built in a per-CPU scratch slot, not on the 512-byte BPF stack that
+    // the function-hook programs already fill with member reads.
+    let Some(call) = SCRATCH.get_ptr_mut(0) else {
+        return Err(0);
+    };
+    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
+    let call = unsafe { &mut *call };
+    *call = InflightCall {
         start_ns: now_ns(),
         nr_to_write: s.nr_to_write,
         pages_skipped: s.pages_skipped,
@@ -140,7 +147,7 @@ fn begin<C: EbpfContext>(ctx: &C, s: Start) -> Result<u32, u32> {
         work_reason: work.map(|w| w.reason).unwrap_or(0),
         ..InflightCall::default()
     };
-    if let Err(err) = INFLIGHT.insert(&s.key, &call, 0) {
+    if let Err(err) = INFLIGHT.insert(&s.key, &*call, 0) {
         // Rare (LRU maps evict instead of failing): worth a log line.
         bump(stat::INFLIGHT_FULL);
         warn!(ctx, "in-flight map update failed: {}", err);
@@ -275,6 +282,17 @@ pub fn writepages_end(ctx: TracePointContext) -> u32 {
     }
 }
 
+/// Argument `n` of a BTF-typed program (tp_btf, fentry, fexit: the context
+/// is the array of the traced function's u64 arguments), read as a plain
+/// number. The verifier would type a direct load as a BTF pointer, and
+/// such pointers only take constant offsets; ours come from a table.
+#[inline(always)]
+fn raw_arg<C: EbpfContext>(ctx: &C, n: usize) -> u64 {
+    let slot = (ctx.as_ptr() as *const u64).wrapping_add(n);
+    // SAFETY: bpf_probe_read_kernel validates the address.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(slot) }.unwrap_or(0)
+}
+
 /// (inode, device) of an inode pointer: `inode->i_ino`,
 /// `inode->i_sb->s_dev`.
 #[inline(always)]
@@ -318,8 +336,8 @@ fn writeback_index(inode: *const u8) -> u64 {
 /// writeback_control *wbc) in include/trace/events/ext4.h.
 #[btf_tracepoint(function = "ext4_writepages")]
 pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
-    let inode: *const u8 = ctx.arg(0);
-    let wbc: *const u8 = ctx.arg(1);
+    let inode = raw_arg(&ctx, 0) as *const u8;
+    let wbc = raw_arg(&ctx, 1) as *const u8;
     let start = start_from_wbc(inode_key(inode), wbc, writeback_index(inode));
     match begin(&ctx, start) {
         Ok(r) | Err(r) => r as i32,
@@ -330,10 +348,10 @@ pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
 /// writeback_control *wbc, int ret, int pages_written).
 #[btf_tracepoint(function = "ext4_writepages_result")]
 pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
-    let inode: *const u8 = ctx.arg(0);
-    let wbc: *const u8 = ctx.arg(1);
-    let ret: i32 = ctx.arg(2);
-    let pages_written: i32 = ctx.arg(3);
+    let inode = raw_arg(&ctx, 0) as *const u8;
+    let wbc = raw_arg(&ctx, 1) as *const u8;
+    let ret = raw_arg(&ctx, 2) as i32;
+    let pages_written = raw_arg(&ctx, 3) as i32;
     let k = &KERNEL_MEMBERS;
     let end = End {
         key: inode_key(inode),
@@ -383,15 +401,27 @@ fn function_end(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
 
 #[fentry(function = "ext4_writepages")]
 pub fn fentry_writepages(ctx: FEntryContext) -> u32 {
-    function_begin(&ctx, ctx.arg(0), ctx.arg(1))
+    function_begin(
+        &ctx,
+        raw_arg(&ctx, 0) as *const u8,
+        raw_arg(&ctx, 1) as *const u8,
+    )
 }
 
 /// fexit sees the arguments and, after them, the return value.
 #[fexit(function = "ext4_writepages")]
 pub fn fexit_writepages(ctx: FExitContext) -> u32 {
-    let ret: i64 = ctx.arg(2);
-    function_end(ctx.arg(0), ctx.arg(1), ret as i32)
+    let ret = raw_arg(&ctx, 2) as i32;
+    function_end(
+        raw_arg(&ctx, 0) as *const u8,
+        raw_arg(&ctx, 1) as *const u8,
+        ret,
+    )
 }
+
+/// Scratch space for building an in-flight entry off the stack.
+#[map]
+static SCRATCH: PerCpuArray<InflightCall> = PerCpuArray::with_max_entries(1, 0);
 
 /// Arguments a kprobe saw, for its kretprobe (which sees none).
 #[map]

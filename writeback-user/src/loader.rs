@@ -97,14 +97,16 @@ fn resolve_members() -> Result<KernelMembers, String> {
             .ok()
             .filter(|s| matches!(s, 1 | 2 | 4 | 8))
             .ok_or_else(|| format!("{strukt}.{name} is {} bytes, not an integer", m.size))?;
-        table.members[slot] = MemberSpec {
+        if m.bit_size != 0 && u32::from(m.bit_offset) + u32::from(m.bit_size) > 64 {
+            return Err(format!("{strukt}.{name}: bitfield past 64 bits"));
+        }
+        table.members[slot] = MemberSpec::new(
             offset,
             size,
-            bit_offset: m.bit_offset,
-            bit_size: m.bit_size,
-            signed: u8::from(*signed && m.bit_size == 0),
-            _pad: [0; 2],
-        };
+            m.bit_offset,
+            m.bit_size,
+            *signed && m.bit_size == 0,
+        );
     }
     Ok(table)
 }
@@ -265,6 +267,16 @@ impl Tracer {
                 None => info!("{}: unavailable", c.concept.name()),
             }
         }
+        // How hard the verifier worked per program: the figure to watch on
+        // older kernels, whose verifiers prune less (E2BIG past 1M).
+        for name in &attached_programs {
+            if let Some(info) = ebpf.program(name).and_then(|p| p.info().ok()) {
+                info!(
+                    "program {name}: {} instructions verified",
+                    info.verified_instruction_count().unwrap_or(0)
+                );
+            }
+        }
 
         if plan.attached(Concept::CpuTime) {
             let mut config: Array<_, u32> =
@@ -417,7 +429,12 @@ fn offsets_json(prepared: &[Prepared], members: Option<&KernelMembers>) -> serde
             .map(|((s, n, _), spec)| {
                 (
                     format!("{s}.{n}"),
-                    serde_json::json!([spec.offset, spec.size, spec.bit_offset, spec.bit_size]),
+                    serde_json::json!([
+                        spec.offset,
+                        spec.left_shift,
+                        spec.right_shift,
+                        spec.signed
+                    ]),
                 )
             })
             .collect();
@@ -639,7 +656,13 @@ where
 /// what happened ("BPF_PROG_LOAD returned EPERM").
 fn describe(e: &ProgramError, target: &str) -> String {
     match e {
-        ProgramError::LoadError { io_error, .. } => {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            // The verifier's reasons, for --log: the one-line reason below
+            // says only that it refused.
+            log::info!("{target}: BPF_PROG_LOAD failed; verifier log:\n{verifier_log}");
             format!("BPF_PROG_LOAD returned {}", errno_text(io_error))
         }
         ProgramError::Btf(_) if crate::btf::Btf::kernel_has_module_btf("ext4") => format!(
