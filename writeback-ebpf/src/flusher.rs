@@ -1,6 +1,7 @@
 //! Flusher work, inode passes, dirty state and throttling: counters and
 //! levels added up in maps for userspace's interval lines.
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_log_ebpf::warn;
 use writeback_common::{
     FlusherWork, TracepointLayout, agg, dirty,
     fields::{balance_dirty as bd, global_dirty, single_inode as si, wb_work},
@@ -32,14 +33,26 @@ fn reason_slot(reason: i64) -> u32 {
     }
 }
 
+/// A `wb_reason` beyond the table (a kernel newer than wbscope): counted
+/// in the last slot, and said in --log. A program of its own, rare and
+/// small, because aya-log's formatting code is large.
+#[inline(never)]
+fn unknown_reason(ctx: &TracePointContext, reason: i64) {
+    warn!(ctx, "writeback_start: unknown wb_reason {}", reason);
+}
+
 /// `writeback:writeback_start`: a flusher thread starts a chunk of work;
 /// remember its budget and reason for the calls it makes.
 #[tracepoint]
 pub fn wb_start(ctx: TracePointContext) -> u32 {
     let layout = &WB_START_LAYOUT;
+    let reason = field(&ctx, layout, wb_work::REASON);
+    if !(0..agg::WB_REASONS as i64).contains(&reason) {
+        unknown_reason(&ctx, reason);
+    }
     let work = FlusherWork {
         nr_pages: field(&ctx, layout, wb_work::NR_PAGES),
-        reason: reason_slot(field(&ctx, layout, wb_work::REASON)) + 1,
+        reason: reason_slot(reason) + 1,
         for_background: field(&ctx, layout, wb_work::FOR_BACKGROUND) as u32,
     };
     let _ = WORK.insert(&current_tid(), &work, 0);

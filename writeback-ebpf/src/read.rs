@@ -1,5 +1,5 @@
 //! Reading tracepoint fields through load-time layouts.
-use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::TracePointContext};
+use aya_ebpf::{EbpfContext, cty::c_void, helpers::generated, programs::TracePointContext};
 use writeback_common::{FieldSpec, KernelMembers, MemberSpec, TracepointLayout};
 
 /// Reads field `index` of `layout` from the raw tracepoint record, sign- or
@@ -15,15 +15,31 @@ pub fn field(ctx: &TracePointContext, layout: &TracepointLayout, index: usize) -
     // SAFETY: the global lives in .rodata; read_volatile stops the compiler
     // from folding the load-time value away.
     let spec: FieldSpec = unsafe { core::ptr::read_volatile(&layout.fields[index]) };
-    // SAFETY: bpf_probe_read_kernel checks the address; reading past a
-    // field at the end of the record stays inside the trace buffer, and
-    // the extra bytes are masked off below.
-    let raw: u64 = unsafe { ctx.read_at::<u64>(spec.offset as usize) }.unwrap_or(0);
+    let raw = read_u64(ctx.as_ptr().cast::<u8>().wrapping_add(spec.offset as usize));
     let size = (spec.size & 15) as u64;
     // 1 for sizes 1..=8, 0 for an absent field (size 0).
     let present = (size + 7) >> 3;
     let shift = ((8 - size.min(8)) * 8) & 63;
     extend(raw, shift, shift, spec.signed as u64, present)
+}
+
+/// Eight bytes at `src`, or 0 where they cannot be read. The helper's
+/// return value is not looked at: on failure it zero-fills the
+/// destination already (bpf_probe_read_kernel in kernel/trace/
+/// bpf_trace.c), and a branch on it per field would double the paths the
+/// verifier walks each time. Reading past a field at the end of a
+/// tracepoint record stays inside the trace buffer; callers mask the
+/// extra bytes off. Not inlined: each read's 8-byte buffer then lives in
+/// the callee's frame, which keeps the programs that read a dozen members
+/// within the 512-byte BPF stack.
+#[inline(never)]
+pub fn read_u64(src: *const u8) -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: the helper validates `src`; `v` is a valid 8-byte buffer.
+    unsafe {
+        generated::bpf_probe_read_kernel((&raw mut v).cast::<c_void>(), 8, src.cast::<c_void>());
+    }
+    v
 }
 
 /// `(raw << left) >> right`, arithmetic when `signed` is 1, and 0 unless
@@ -59,10 +75,7 @@ pub fn now_ns() -> u64 {
 pub fn member(base: *const u8, table: &KernelMembers, index: usize) -> i64 {
     // SAFETY: .rodata global, see `field`.
     let spec: MemberSpec = unsafe { core::ptr::read_volatile(&table.members[index]) };
-    let p = base.wrapping_add(spec.offset as usize);
-    // SAFETY: bpf_probe_read_kernel validates the address (a null base
-    // faults inside the helper and reads as 0).
-    let raw: u64 = unsafe { bpf_probe_read_kernel(p.cast::<u64>()) }.unwrap_or(0);
+    let raw = read_u64(base.wrapping_add(spec.offset as usize));
     extend(
         raw,
         spec.left_shift as u64,
