@@ -16,9 +16,9 @@ use crate::{
     collector::{Event, RingCollector},
     export::json_lines::SummaryLine,
     interval::{CallAggregate, IntervalLine, KernelSnapshot},
-    loader::Tracer,
+    loader::{Tracer, TracerOptions},
     model::{CallRecord, Totals},
-    plan::ProbeStatus,
+    plan::{HookKind, ProbeStatus},
 };
 
 /// Where a session's figures go.
@@ -78,6 +78,47 @@ pub enum Ending {
     Duration,
     MaxRecords,
     Signal,
+}
+
+/// Counts a batch of calls (up to `max` in all) and writes them out one by
+/// one unless the rate gate is closed.
+fn take(
+    batch: Vec<CallRecord>,
+    totals: &mut Totals,
+    interval: &mut CallAggregate,
+    gate: &mut RateGate,
+    max: u64,
+    out: &mut dyn SessionOutput,
+) -> io::Result<()> {
+    for call in batch {
+        if totals.calls >= max {
+            break;
+        }
+        totals.add(&call);
+        interval.add(&call);
+        if gate.suspended {
+            gate.not_written += 1;
+        } else {
+            out.call(&call)?;
+        }
+    }
+    Ok(())
+}
+
+/// Attaches the tracer with these filters and hook kinds, starts its log
+/// pump and opens its ring buffer, and says on stderr what is attached.
+pub fn attach(
+    filter: writeback_common::Filter,
+    disabled: &[HookKind],
+) -> anyhow::Result<(Tracer, RingCollector)> {
+    let mut tracer = Tracer::attach(&TracerOptions {
+        filter,
+        disabled: disabled.to_vec(),
+    })?;
+    crate::spawn_ebpf_log_pump(&mut tracer);
+    let collector = RingCollector::new(tracer.take_events()?)?;
+    eprintln!("wbscope: probes: {}", tracer.plan.summary());
+    Ok((tracer, collector))
 }
 
 pub async fn run(
@@ -144,18 +185,7 @@ pub async fn run(
                 }
             } => break Ending::Duration,
         }
-        for call in batch {
-            if totals.calls >= max {
-                break;
-            }
-            totals.add(&call);
-            interval.add(&call);
-            if gate.suspended {
-                gate.not_written += 1;
-            } else {
-                out.call(&call)?;
-            }
-        }
+        take(batch, &mut totals, &mut interval, &mut gate, max, out)?;
         out.flush()?;
         if totals.calls >= max {
             break Ending::MaxRecords;
@@ -165,18 +195,7 @@ pub async fn run(
     // (within --max-records), and close the partial interval.
     let mut rest: Vec<CallRecord> = Vec::new();
     collector.drain(|Event::Call(c)| rest.push(c));
-    for call in rest {
-        if totals.calls >= max {
-            break;
-        }
-        totals.add(&call);
-        interval.add(&call);
-        if gate.suspended {
-            gate.not_written += 1;
-        } else {
-            out.call(&call)?;
-        }
-    }
+    take(rest, &mut totals, &mut interval, &mut gate, max, out)?;
     let now = Instant::now();
     let cur = KernelSnapshot::take(tracer)?;
     out.interval(&IntervalLine::new(

@@ -12,11 +12,9 @@ use anyhow::Context as _;
 use crate::{
     UsageError,
     cli::RecordArgs,
-    collector::RingCollector,
     export::json_lines::SummaryLine,
     filters,
     interval::IntervalLine,
-    loader::{Tracer, TracerOptions},
     model::CallRecord,
     plan::HookKind,
     recording::{FORMAT_VERSION, FrameKind, Header, writer::RecordingWriter},
@@ -92,13 +90,7 @@ pub async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Result<Exi
     {
         return Err(UsageError(format!("-o {}: no such directory", args.output.display())).into());
     }
-    let mut tracer = Tracer::attach(&TracerOptions {
-        filter,
-        disabled: disabled.to_vec(),
-    })?;
-    crate::spawn_ebpf_log_pump(&mut tracer);
-    let mut collector = RingCollector::new(tracer.take_events()?)?;
-    eprintln!("wbscope: probes: {}", tracer.plan.summary());
+    let (tracer, mut collector) = session::attach(filter, disabled)?;
 
     let file = create_new(&args.output)?;
     let header = Header {

@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use crate::{
     cli::TraceArgs,
-    collector::RingCollector,
     export::{
         json_lines::{CallLine, SummaryLine},
         prometheus::Exporter,
@@ -19,7 +18,6 @@ use crate::{
     },
     filters,
     interval::IntervalLine,
-    loader::{Tracer, TracerOptions},
     model::CallRecord,
     plan::{HookKind, ProbeState},
     session::{self, Limits, SessionOutput},
@@ -92,13 +90,7 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
         Some(addr) => Some(Exporter::start(addr).await?),
         None => None,
     };
-    let mut tracer = Tracer::attach(&TracerOptions {
-        filter,
-        disabled: disabled.to_vec(),
-    })?;
-    crate::spawn_ebpf_log_pump(&mut tracer);
-    let mut collector = RingCollector::new(tracer.take_events()?)?;
-    eprintln!("wbscope: probes: {}", tracer.plan.summary());
+    let (tracer, mut collector) = session::attach(filter, disabled)?;
     for s in tracer.plan.statuses() {
         if let ProbeState::Unavailable(why) = &s.state {
             eprintln!("wbscope: {} unavailable: {why}", s.concept);
