@@ -194,8 +194,12 @@ fn replay_opens_a_recording_in_the_dashboard() {
     let fs = LoopFs::new("ext4", 128);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let rec = dir.path().join("run.rec");
+    // Only this test's filesystem: other writers on the host must not
+    // crowd the histogram the test reads.
     let mut record = Command::new(env!("CARGO_BIN_EXE_wbscope"))
-        .args(["record", "--duration", "4", "--interval", "0.5", "-o"])
+        .args(["record", "--duration", "4", "--interval", "0.5", "--device"])
+        .arg(&fs.mountpoint)
+        .arg("-o")
         .arg(&rec)
         .stderr(std::process::Stdio::piped())
         .spawn()
