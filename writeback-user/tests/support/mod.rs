@@ -71,8 +71,30 @@ impl LoopFs {
 }
 
 impl Drop for LoopFs {
+    /// A process of the test may still be leaving the filesystem (a tmux
+    /// session just killed): retry, then detach lazily rather than leave a
+    /// mount behind.
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mountpoint).status();
+        let umount = |lazy: bool| {
+            let mut cmd = Command::new("umount");
+            if lazy {
+                cmd.arg("-l");
+            }
+            cmd.arg(&self.mountpoint)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let mut done = false;
+        for _ in 0..20 {
+            if umount(false) {
+                done = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !done {
+            umount(true);
+        }
         let _ = Command::new("losetup").args(["-d", &self.device]).status();
     }
 }
