@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Bucket rows to show: the union of the three histograms' spans, cut
-/// to `rows` around the busiest part when it does not fit.
+/// to `rows` around the part holding the most pages when it does not fit.
 fn rows(hists: [&Log2Histogram; 3], rows: usize) -> Vec<usize> {
     let spans: Vec<(usize, usize)> = hists.iter().filter_map(|h| h.span()).collect();
     let (Some(first), Some(last)) = (
@@ -33,8 +33,17 @@ fn rows(hists: [&Log2Histogram; 3], rows: usize) -> Vec<usize> {
     if all.len() <= rows {
         return all;
     }
-    // The window of `rows` buckets holding the most calls and chunks.
-    let weight = |k: usize| -> u64 { hists.iter().map(|h| h.buckets()[k]).sum() };
+    // The window of `rows` buckets holding the most pages: a writeback
+    // histogram is read for where the volume goes, and the few large calls
+    // that write most of it must not fall off the edge behind many tiny
+    // ones (bucket k holds values of at least 2^(k-1)).
+    let weight = |k: usize| -> u64 {
+        let low = if k == 0 { 0 } else { 1u64 << (k - 1).min(62) };
+        hists
+            .iter()
+            .map(|h| h.buckets()[k].saturating_mul(low.max(1)))
+            .fold(0u64, u64::saturating_add)
+    };
     let best = (0..=all.len() - rows)
         .max_by_key(|&i| all[i..i + rows].iter().map(|&k| weight(k)).sum::<u64>())
         .unwrap_or(0);
