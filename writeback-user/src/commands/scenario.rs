@@ -198,6 +198,17 @@ fn mount(fstype: &str, sz: &Sizes) -> anyhow::Result<LoopFs> {
     Ok(fs)
 }
 
+/// Mounts one filesystem per type, then applies the injected failure
+/// (tests: whatever fails after mounting must leave nothing mounted).
+fn mount_all(args: &ScenarioArgs, types: &[&str], sz: &Sizes) -> anyhow::Result<Vec<LoopFs>> {
+    let mounted = types
+        .iter()
+        .map(|f| mount(f, sz))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    injected(args)?;
+    Ok(mounted)
+}
+
 fn injected(args: &ScenarioArgs) -> anyhow::Result<()> {
     if args.fail_after_mount || std::env::var_os("WBSCOPE_SCENARIO_FAIL_AFTER_MOUNT").is_some() {
         bail!("injected failure after mount (--fail-after-mount)");
@@ -271,11 +282,7 @@ async fn single_stream(
     fss: &[&str],
     traced: &mut Traced,
 ) -> anyhow::Result<Outcome> {
-    let mounted = fss
-        .iter()
-        .map(|f| mount(f, sz))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    injected(args)?;
+    let mounted = mount_all(args, fss, sz)?;
     let mut runs = Vec::new();
     let mut columns = Vec::new();
     for fs in &mounted {
@@ -380,11 +387,7 @@ async fn three_filesystems(
 ) -> anyhow::Result<Outcome> {
     // Three filesystems: all of one type, or ext4, xfs, ext4 for both.
     let types: Vec<&str> = (0..3).map(|i| fss[i % fss.len()]).collect();
-    let mounted = types
-        .iter()
-        .map(|f| mount(f, sz))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    injected(args)?;
+    let mounted = mount_all(args, &types, sz)?;
     before_run("three buffered writers")?;
     // Three times the single-stream size each: long enough for several
     // per-second samples (the case is about the minimum, not the mean).
@@ -556,11 +559,7 @@ async fn package_unpack(
     fss: &[&str],
     traced: &mut Traced,
 ) -> anyhow::Result<Outcome> {
-    let mounted = fss
-        .iter()
-        .map(|f| mount(f, sz))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    injected(args)?;
+    let mounted = mount_all(args, fss, sz)?;
     let variants: [(FileSync, bool, &str); 5] = [
         (FileSync::FsyncEach, false, "fsync-each"),
         (FileSync::SrfThenFsync, false, "srf-then-fsync"),
@@ -612,11 +611,7 @@ async fn many_writers(
     fss: &[&str],
     traced: &mut Traced,
 ) -> anyhow::Result<Outcome> {
-    let mounted = fss
-        .iter()
-        .map(|f| mount(f, sz))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    injected(args)?;
+    let mounted = mount_all(args, fss, sz)?;
     let mut runs = Vec::new();
     let mut columns = Vec::new();
     for fs in &mounted {
