@@ -417,18 +417,7 @@ mod tests {
             duration_ns: 1000,
             nr_to_write: asked,
             pages_written: pages,
-            pages_skipped: 0,
-            sync_mode: 0,
-            ret: 0,
-            range_start: 0,
-            range_end: 0,
-            writeback_index_before: 0,
-            writeback_index_after: 0,
-            for_kupdate: false,
-            range_cyclic: false,
             start_seen: true,
-            for_background: false,
-            cgroup_id: 0,
             cause: writeback_common::cause::BACKGROUND,
             work_reason: 1,
             on_cpu_ns: Some(400),
@@ -440,9 +429,9 @@ mod tests {
             }),
             extents: 1,
             extent_blocks: 8,
-            folios_written: 0,
             bios: 2,
             bio_bytes: 8192,
+            ..CallRecord::default()
         }
     }
 

@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// A block device number as userspace writes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DevId {
     pub major: u32,
     pub minor: u32,
@@ -114,7 +114,7 @@ pub fn wb_reason_name(reason_plus_one: u32) -> Option<&'static str> {
 }
 
 /// One writepages call, decoded. Serialised as is into recordings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CallRecord {
     pub dev: DevId,
     pub ino: u64,

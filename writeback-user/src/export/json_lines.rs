@@ -166,27 +166,15 @@ mod tests {
             duration_ns: 9,
             nr_to_write: i64::MAX,
             pages_written: 16384,
-            pages_skipped: 0,
             sync_mode: 1,
-            ret: 0,
-            range_start: 0,
             range_end: i64::MAX,
-            writeback_index_before: 0,
-            writeback_index_after: 0,
-            for_kupdate: false,
-            range_cyclic: false,
             start_seen: true,
-            for_background: false,
             cgroup_id: 1,
             cause: writeback_common::cause::SYNC,
-            work_reason: 0,
             on_cpu_ns: Some(5),
-            scan: None,
-            extents: 0,
-            extent_blocks: 0,
-            folios_written: 0,
             bios: 3,
             bio_bytes: 1 << 20,
+            ..CallRecord::default()
         };
         let v: serde_json::Value = serde_json::to_value(CallLine::from(&rec)).unwrap();
         assert_eq!(v["type"], "call");

@@ -678,20 +678,8 @@ mod tests {
             duration_ns: 2_000_000,
             nr_to_write: asked,
             pages_written: pages,
-            pages_skipped: 0,
-            sync_mode: 0,
-            ret: 0,
-            range_start: 0,
-            range_end: 0,
-            writeback_index_before: 0,
-            writeback_index_after: 0,
-            for_kupdate: false,
-            range_cyclic: false,
             start_seen: true,
-            for_background: false,
-            cgroup_id: 0,
             cause,
-            work_reason: 0,
             on_cpu_ns: Some(1_000_000),
             scan: Some(ScanFigures {
                 iterations: 1,
@@ -699,11 +687,7 @@ mod tests {
                 first_pos: 0,
                 last_pos: 0,
             }),
-            extents: 0,
-            extent_blocks: 0,
-            folios_written: 0,
-            bios: 0,
-            bio_bytes: 0,
+            ..CallRecord::default()
         }
     }
 

@@ -227,27 +227,18 @@ mod tests {
             duration_ns: 77,
             nr_to_write: i64::MAX,
             pages_written: i as i64,
-            pages_skipped: 0,
             sync_mode: 1,
-            ret: 0,
-            range_start: 0,
             range_end: i64::MAX,
-            writeback_index_before: 0,
             writeback_index_after: i,
-            for_kupdate: false,
-            range_cyclic: false,
             start_seen: true,
-            for_background: false,
             cgroup_id: 1,
             cause: 1,
-            work_reason: 0,
             on_cpu_ns: Some(70),
-            scan: None,
             extents: 1,
             extent_blocks: 8,
-            folios_written: 0,
             bios: 1,
             bio_bytes: 4096,
+            ..CallRecord::default()
         }
     }
 
