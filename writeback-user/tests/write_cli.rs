@@ -1,11 +1,14 @@
 //! `wbscope write` end to end: the built binary, its JSON report, its exit
 //! codes, and the system calls it really makes, counted from outside with
 //! strace(1).
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+use support::LoopFs;
 
 const BIN: &str = env!("CARGO_BIN_EXE_wbscope");
 
@@ -187,68 +190,12 @@ fn files_of_an_earlier_run_are_left_alone() {
 }
 
 /// A small ext4 on a loop device, unmounted and detached on drop.
-struct LoopFs {
-    _dir: tempfile::TempDir,
-    mnt: PathBuf,
-    dev: String,
-}
-
-fn sh(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-impl LoopFs {
-    fn ext4(mb: u64, opts: &[&str]) -> LoopFs {
-        let dir = tmp();
-        let img = dir.path().join("img");
-        std::fs::File::create(&img)
-            .unwrap()
-            .set_len(mb << 20)
-            .unwrap();
-        let dev = sh("losetup", &["-f", "--show", img.to_str().unwrap()]);
-        let mnt = dir.path().join("mnt");
-        let me = LoopFs {
-            _dir: dir,
-            mnt,
-            dev,
-        };
-        sh("mkfs.ext4", &["-q", "-F", &me.dev]);
-        std::fs::create_dir(&me.mnt).unwrap();
-        let mut args = opts.to_vec();
-        args.extend([me.dev.as_str(), me.mnt.to_str().unwrap()]);
-        sh("mount", &args);
-        me
-    }
-}
-
-impl Drop for LoopFs {
-    fn drop(&mut self) {
-        if !Command::new("umount")
-            .arg(&self.mnt)
-            .status()
-            .is_ok_and(|s| s.success())
-        {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        }
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
-}
-
 #[test]
 fn full_and_read_only_filesystems() {
-    let fs = LoopFs::ext4(32, &[]);
+    let fs = LoopFs::new("ext4", 32);
     // Refused up front: does not fit.
     let out = wbscope(
-        &fs.mnt,
+        &fs.mountpoint,
         &["--size", "64M", "--chunk", "1M", "--strategy", "fsync-end"],
     );
     assert_eq!(out.status.code(), Some(2));
@@ -256,7 +203,7 @@ fn full_and_read_only_filesystems() {
     assert!(err.lines().count() == 1 && err.contains("only"), "{err}");
     // Forced: ENOSPC mid-run, partial report, exit 1, nothing left behind.
     let out = wbscope(
-        &fs.mnt,
+        &fs.mountpoint,
         &[
             "--size",
             "64M",
@@ -278,21 +225,21 @@ fn full_and_read_only_filesystems() {
     let v = json(&out);
     assert_eq!(v["status"], "failed");
     assert!(v["bytes"].as_u64().unwrap() > 1 << 20);
-    let left: Vec<PathBuf> = entries(&fs.mnt)
+    let left: Vec<PathBuf> = entries(&fs.mountpoint)
         .into_iter()
         .filter(|p| p.is_file())
         .collect();
     assert!(left.is_empty(), "{left:?}");
     drop(fs);
 
-    let ro = LoopFs::ext4(32, &["-o", "ro"]);
-    let out = wbscope(&ro.mnt, &["--size", "1M", "--strategy", "buffered"]);
+    let ro = LoopFs::with_mount_options("ext4", 32, &["-o", "ro"]);
+    let out = wbscope(&ro.mountpoint, &["--size", "1M", "--strategy", "buffered"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim_end(),
         format!(
             "wbscope: error: --dir {}: is on a read-only filesystem",
-            ro.mnt.display()
+            ro.mountpoint.display()
         )
     );
 }

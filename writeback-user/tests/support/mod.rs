@@ -38,6 +38,11 @@ pub struct LoopFs {
 impl LoopFs {
     /// `fstype` is `ext4` (with its default journal) or `xfs`.
     pub fn new(fstype: &str, size_mib: u64) -> LoopFs {
+        Self::with_mount_options(fstype, size_mib, &[])
+    }
+
+    /// [`LoopFs::new`] with extra `mount` arguments, e.g. `["-o", "ro"]`.
+    pub fn with_mount_options(fstype: &str, size_mib: u64, options: &[&str]) -> LoopFs {
         // Under /var/tmp: the image must not live on a tmpfs.
         let dir = tempfile::Builder::new()
             .prefix("wbscope-test-")
@@ -61,7 +66,10 @@ impl LoopFs {
             "xfs" => run(Command::new("mkfs.xfs").args(["-q", "-f", &fs.device])),
             other => panic!("unsupported fstype {other}"),
         };
-        run(Command::new("mount").arg(&fs.device).arg(&fs.mountpoint));
+        run(Command::new("mount")
+            .args(options)
+            .arg(&fs.device)
+            .arg(&fs.mountpoint));
         fs
     }
 
