@@ -289,7 +289,8 @@ pub mod agg {
     /// Pages written per reason: `nr_pages` at writeback_start minus at
     /// writeback_written (the budget consumed).
     pub const WORK_PAGES: u32 = WORK_CHUNKS + WB_REASONS;
-    /// writeback_single_inode: passes, pages asked, pages written.
+    /// writeback_single_inode: passes, pages asked, pages written, on
+    /// every device (per device: `INODE_PASS`, [`crate::inode_pass`]).
     pub const INODE_PASSES: u32 = WORK_PAGES + WB_REASONS;
     pub const INODE_ASKED: u32 = INODE_PASSES + 1;
     pub const INODE_WROTE: u32 = INODE_PASSES + 2;
@@ -339,6 +340,45 @@ pub mod block_hist {
     pub const ISSUE_BYTES: u16 = 0;
     /// Issue-to-complete latency in ns.
     pub const LATENCY_NS: u16 = 1;
+}
+
+/// Key of the per-device inode-pass aggregates (`INODE_PASS`, per CPU):
+/// one counter or histogram bucket of [`inode_pass`] for one device.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DevCounterKey {
+    /// Kernel `dev_t` of the inode's filesystem (`inode->i_sb->s_dev`).
+    pub dev: u32,
+    /// [`inode_pass`].
+    pub index: u32,
+}
+
+/// Indexes of the per-device inode-pass aggregates. A pass is one call of
+/// `__writeback_single_inode()` (fs/fs-writeback.c): the flusher's
+/// `writeback_sb_inodes()` makes one per inode per chunk with
+/// `nr_to_write = writeback_chunk_size()`; `writeback_single_inode()`
+/// (write_inode_now, sync_inode_metadata) makes others. Pages written is
+/// the budget consumed, `nr_to_write - wbc->nr_to_write`, as the
+/// `writeback_single_inode` tracepoint reports it.
+pub mod inode_pass {
+    /// Buckets per log2 histogram: 0 holds 0, k holds [2^(k-1), 2^k).
+    pub const HIST_BUCKETS: u32 = 64;
+    /// Pages written, every pass.
+    pub const WROTE: u32 = 0;
+    /// Passes with a finite budget (0 < `nr_to_write` < LONG_MAX, i.e.
+    /// the flusher's WB_SYNC_NONE chunks): pages asked, pages written.
+    pub const BUDGET_ASKED: u32 = 1;
+    pub const BUDGET_WROTE: u32 = 2;
+    /// log2 histogram of pages written per pass with a finite budget; its
+    /// counts add up to those passes.
+    pub const WROTE_HIST: u32 = 16;
+    /// The same for the other passes: budget LONG_MAX (WB_SYNC_ALL and
+    /// tagged sync writeback, `writeback_chunk_size()`; write_inode_now)
+    /// or 0 (`sync_inode_metadata()`: the inode only).
+    pub const UNBOUNDED_WROTE_HIST: u32 = WROTE_HIST + HIST_BUCKETS;
+    /// log2 histogram of the budgets of passes with a finite one.
+    pub const ASKED_HIST: u32 = UNBOUNDED_WROTE_HIST + HIST_BUCKETS;
+    pub const COUNT: u32 = ASKED_HIST + HIST_BUCKETS;
 }
 
 /// Key of a request in flight on a device (issue → complete).
@@ -413,4 +453,5 @@ mod pod {
     unsafe impl aya::Pod for super::BlockHistKey {}
     unsafe impl aya::Pod for super::RequestKey {}
     unsafe impl aya::Pod for super::FlusherWork {}
+    unsafe impl aya::Pod for super::DevCounterKey {}
 }

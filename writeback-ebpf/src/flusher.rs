@@ -1,15 +1,21 @@
 //! Flusher work, inode passes, dirty state and throttling: counters and
 //! levels added up in maps for userspace's interval lines.
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
+};
 use aya_log_ebpf::warn;
 use writeback_common::{
-    FlusherWork, TracepointLayout, agg, dirty,
+    DevCounterKey, FlusherWork, TracepointLayout, agg, dirty,
     fields::{balance_dirty as bd, global_dirty, single_inode as si, wb_work},
+    inode_pass as ip, members as m,
 };
 
 use crate::{
-    AGG, DIRTY, WORK, add, log2_bucket,
-    read::{current_tid, field, now_ns},
+    AGG, DIRTY, INODE_PASS, WORK, add, log2_bucket,
+    read::{current_tid, field, member, now_ns},
+    writepages::{KERNEL_MEMBERS, filtered_out, inode_key, raw_arg},
 };
 
 #[unsafe(no_mangle)]
@@ -79,21 +85,87 @@ pub fn wb_written(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// A finite budget: not LONG_MAX ("everything": WB_SYNC_ALL and tagged
+/// passes, `writeback_chunk_size()` in fs/fs-writeback.c) and not 0
+/// (`sync_inode_metadata()`, the inode only).
+#[inline(always)]
+fn finite_budget(asked: i64) -> bool {
+    asked > 0 && asked != i64::MAX
+}
+
+/// The system-wide inode-pass counters, whichever hook saw the pass.
+#[inline(always)]
+fn count_pass(asked: i64, wrote: u64) {
+    add(&AGG, agg::INODE_PASSES, 1);
+    if finite_budget(asked) {
+        add(&AGG, agg::INODE_ASKED, asked as u64);
+    }
+    add(&AGG, agg::INODE_WROTE, wrote);
+}
+
 /// `writeback:writeback_single_inode`: one inode pass (any filesystem).
+/// The record names the bdi, not the device: system-wide counters only.
 #[tracepoint]
 pub fn single_inode(ctx: TracePointContext) -> u32 {
     let layout = &SINGLE_INODE_LAYOUT;
-    add(&AGG, agg::INODE_PASSES, 1);
-    let asked = field(&ctx, layout, si::NR_TO_WRITE);
-    // LONG_MAX ("everything", WB_SYNC_ALL passes) is no budget to add up.
-    if asked > 0 && asked != i64::MAX {
-        add(&AGG, agg::INODE_ASKED, asked as u64);
-    }
-    add(
-        &AGG,
-        agg::INODE_WROTE,
+    count_pass(
+        field(&ctx, layout, si::NR_TO_WRITE),
         field(&ctx, layout, si::WROTE) as u64,
     );
+    0
+}
+
+/// Adds `value` to counter `index` of device `dev` in `INODE_PASS`.
+#[inline(always)]
+fn dev_add(dev: u32, index: u32, value: u64) {
+    let key = DevCounterKey { dev, index };
+    match INODE_PASS.get_ptr_mut(&key) {
+        // SAFETY: this CPU's value; see `add`.
+        Some(v) => unsafe { *v += value },
+        // An update of a per-CPU hash from a program sets this CPU's slot
+        // only (htab_percpu_map_update_elem in kernel/bpf/hashtab.c), so a
+        // racing first insert on another CPU loses nothing.
+        None => {
+            let _ = INODE_PASS.insert(&key, &value, 0);
+        }
+    }
+}
+
+/// `tp_btf/writeback_single_inode`: TP_PROTO(struct inode *inode, struct
+/// writeback_control *wbc, unsigned long nr_to_write) in
+/// include/trace/events/writeback.h, fired at the end of
+/// `__writeback_single_inode()` (fs/fs-writeback.c) with the budget the
+/// pass started with; the tracepoint's `wrote` is `nr_to_write -
+/// wbc->nr_to_write`. Seeing the inode gives the device, so the pass is
+/// also added up per device, after the in-kernel filters.
+#[btf_tracepoint(function = "writeback_single_inode")]
+pub fn tp_btf_single_inode(ctx: BtfTracePointContext) -> i32 {
+    let inode = raw_arg(&ctx, 0) as *const u8;
+    let wbc = raw_arg(&ctx, 1) as *const u8;
+    let asked = raw_arg(&ctx, 2) as i64;
+    let left = member(wbc, &KERNEL_MEMBERS, m::WBC_NR_TO_WRITE);
+    // Never negative in practice; clamped so a surprise cannot add 2^64.
+    let wrote = asked.wrapping_sub(left).max(0) as u64;
+    count_pass(asked, wrote);
+
+    let key = inode_key(inode);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: plain helper call.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
+        return 0;
+    }
+    let bucket = log2_bucket(wrote, ip::HIST_BUCKETS - 1);
+    dev_add(key.dev, ip::WROTE, wrote);
+    if finite_budget(asked) {
+        dev_add(key.dev, ip::BUDGET_ASKED, asked as u64);
+        dev_add(key.dev, ip::BUDGET_WROTE, wrote);
+        dev_add(key.dev, ip::WROTE_HIST + bucket, 1);
+        let asked_bucket = log2_bucket(asked as u64, ip::HIST_BUCKETS - 1);
+        dev_add(key.dev, ip::ASKED_HIST + asked_bucket, 1);
+    } else {
+        dev_add(key.dev, ip::UNBOUNDED_WROTE_HIST + bucket, 1);
+    }
     0
 }
 

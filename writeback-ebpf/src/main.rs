@@ -24,7 +24,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use writeback_common::{
-    BlockHistKey, Filter, FlusherWork, InflightCall, InflightKey, RequestKey, agg, dirty, stat,
+    BlockHistKey, DevCounterKey, Filter, FlusherWork, InflightCall, InflightKey, RequestKey, agg,
+    dirty, stat,
 };
 
 /// Per-call records to userspace. 4 MiB holds ~17000 records of 240 bytes:
@@ -67,6 +68,13 @@ static RQ_START: HashMap<RequestKey, u64> = HashMap::with_max_entries(65536, 0);
 /// Per-device log2 histograms of request size and latency.
 #[map]
 static BLOCK_HIST: PerCpuHashMap<BlockHistKey, u64> = PerCpuHashMap::with_max_entries(8192, 0);
+
+/// Per-device inode-pass counters and histograms (`writeback_single_inode`
+/// through tp_btf, which sees the inode), keyed by (device,
+/// `writeback_common::inode_pass` index). 4096 entries hold 21 devices
+/// with every bucket of every histogram in use.
+#[map]
+static INODE_PASS: PerCpuHashMap<DevCounterKey, u64> = PerCpuHashMap::with_max_entries(4096, 0);
 
 /// Counters indexed by `writeback_common::stat`.
 #[map]

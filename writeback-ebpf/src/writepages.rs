@@ -35,7 +35,7 @@ static WRITEPAGES_RESULT_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 
 /// Struct members read by the BTF-typed programs, from the kernel's BTF.
 #[unsafe(no_mangle)]
-static KERNEL_MEMBERS: KernelMembers = KernelMembers {
+pub(crate) static KERNEL_MEMBERS: KernelMembers = KernelMembers {
     members: [writeback_common::MemberSpec {
         offset: 0,
         left_shift: 0,
@@ -78,7 +78,7 @@ struct End {
 
 /// True when the in-kernel filters drop this call.
 #[inline(always)]
-fn filtered_out(dev: u32, ino: u64, tgid: u32, cgroup_id: u64) -> bool {
+pub(crate) fn filtered_out(dev: u32, ino: u64, tgid: u32, cgroup_id: u64) -> bool {
     // SAFETY: .rodata global, see read::field.
     let f: Filter = unsafe { core::ptr::read_volatile(&FILTER) };
     (f.dev != 0 && f.dev != dev)
@@ -287,14 +287,14 @@ pub fn writepages_end(ctx: TracePointContext) -> u32 {
 /// number. The verifier would type a direct load as a BTF pointer, and
 /// such pointers only take constant offsets; ours come from a table.
 #[inline(always)]
-fn raw_arg<C: EbpfContext>(ctx: &C, n: usize) -> u64 {
+pub(crate) fn raw_arg<C: EbpfContext>(ctx: &C, n: usize) -> u64 {
     crate::read::read_u64(ctx.as_ptr().cast::<u8>().wrapping_add(n * 8))
 }
 
 /// (inode, device) of an inode pointer: `inode->i_ino`,
 /// `inode->i_sb->s_dev`.
 #[inline(always)]
-fn inode_key(inode: *const u8) -> InflightKey {
+pub(crate) fn inode_key(inode: *const u8) -> InflightKey {
     let k = &KERNEL_MEMBERS;
     let sb = member(inode, k, m::INODE_I_SB) as u64 as *const u8;
     InflightKey {

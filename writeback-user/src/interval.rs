@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// A name that is usually a static string (a cause, a reason, a line
 /// type) but is owned when read back from a recording.
 pub type Name = Cow<'static, str>;
-use writeback_common::{BlockHistKey, agg, block_hist, dirty};
+use writeback_common::{BlockHistKey, DevCounterKey, agg, block_hist, dirty, inode_pass as ip};
 
 use crate::{
     loader::{KernelStats, ProgramRunTime, Tracer},
@@ -119,6 +119,9 @@ impl VmStat {
 pub struct KernelSnapshot {
     pub agg: Vec<u64>,
     pub block: HashMap<BlockHistKey, u64>,
+    /// Per-device inode-pass counters (empty unless the tp_btf hook of
+    /// `writeback_single_inode` is attached).
+    pub inode_pass: HashMap<DevCounterKey, u64>,
     pub dirty: Vec<u64>,
     pub stats: KernelStats,
     pub run_times: Vec<ProgramRunTime>,
@@ -130,6 +133,7 @@ impl KernelSnapshot {
         Ok(KernelSnapshot {
             agg: tracer.aggregates()?,
             block: tracer.block_histograms()?,
+            inode_pass: tracer.inode_pass_counters()?,
             dirty: tracer.dirty_levels()?,
             stats: tracer.stats()?,
             run_times: tracer.run_times(),
@@ -173,6 +177,35 @@ pub fn histogram_buckets(h: &Log2Histogram) -> Vec<Bucket> {
     buckets_of(h.buckets().iter().copied().enumerate())
 }
 
+/// The bucket `[lo, hi]` holding quantile `q` (0 < q <= 1) of a histogram
+/// whose buckets are in ascending order: the first whose cumulative count
+/// reaches `ceil(q * total)`. `None` when the histogram is empty. A log2
+/// histogram can say no more than this: the quantile lies in the bucket.
+pub fn quantile_bucket(buckets: &[Bucket], q: f64) -> Option<[u64; 2]> {
+    let total: u64 = buckets.iter().map(|b| b.count).sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    buckets.iter().find_map(|b| {
+        seen += b.count;
+        (seen >= rank).then_some([b.lo, b.hi])
+    })
+}
+
+/// Two histograms of the same buckets added up, in ascending order.
+pub fn merge_buckets(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
+    let mut counts: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+    for x in a.iter().chain(b) {
+        *counts.entry((x.lo, x.hi)).or_default() += x.count;
+    }
+    counts
+        .into_iter()
+        .map(|((lo, hi), count)| Bucket { lo, hi, count })
+        .collect()
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ScanLine {
     pub bytes_scanned: u64,
@@ -188,6 +221,85 @@ pub struct DeviceLine {
     pub requests: u64,
     pub request_bytes: Vec<Bucket>,
     pub latency_ns: Vec<Bucket>,
+}
+
+/// Inode passes (`writeback_single_inode`, `__writeback_single_inode()`
+/// in fs/fs-writeback.c) on one device or a group of devices. A pass's
+/// budget is `nr_to_write` at its start; pages written is the budget
+/// consumed. "Budget" passes are those with a finite one, 0 <
+/// `nr_to_write` < LONG_MAX: the flusher's WB_SYNC_NONE chunks
+/// (`writeback_chunk_size()`), the chunk of the Linux 3.2 discussion.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InodePassCounts {
+    pub passes: u64,
+    pub pages_written: u64,
+    pub budget_passes: u64,
+    pub budget_pages_asked: u64,
+    pub budget_pages_written: u64,
+    /// log2 histogram of pages written per budget pass.
+    pub pages_per_pass: Vec<Bucket>,
+    /// The same for the other passes (budget LONG_MAX: WB_SYNC_ALL,
+    /// tagged sync writeback, write_inode_now; budget 0:
+    /// sync_inode_metadata).
+    pub pages_per_unbounded_pass: Vec<Bucket>,
+    /// log2 histogram of the budget of each budget pass.
+    pub pages_asked_per_pass: Vec<Bucket>,
+}
+
+impl InodePassCounts {
+    /// From one device's `INODE_PASS` deltas, by `inode_pass` index.
+    fn from_deltas(d: impl Fn(u32) -> u64) -> InodePassCounts {
+        let hist = |base: u32| buckets_of((0..ip::HIST_BUCKETS).map(|b| (b as usize, d(base + b))));
+        let pages_per_pass = hist(ip::WROTE_HIST);
+        let pages_per_unbounded_pass = hist(ip::UNBOUNDED_WROTE_HIST);
+        let count = |h: &[Bucket]| h.iter().map(|b| b.count).sum::<u64>();
+        let budget_passes = count(&pages_per_pass);
+        InodePassCounts {
+            passes: budget_passes + count(&pages_per_unbounded_pass),
+            pages_written: d(ip::WROTE),
+            budget_passes,
+            budget_pages_asked: d(ip::BUDGET_ASKED),
+            budget_pages_written: d(ip::BUDGET_WROTE),
+            pages_per_pass,
+            pages_per_unbounded_pass,
+            pages_asked_per_pass: hist(ip::ASKED_HIST),
+        }
+    }
+
+    /// Adds another device's counts.
+    pub fn merge(&mut self, o: &InodePassCounts) {
+        self.passes += o.passes;
+        self.pages_written += o.pages_written;
+        self.budget_passes += o.budget_passes;
+        self.budget_pages_asked += o.budget_pages_asked;
+        self.budget_pages_written += o.budget_pages_written;
+        self.pages_per_pass = merge_buckets(&self.pages_per_pass, &o.pages_per_pass);
+        self.pages_per_unbounded_pass =
+            merge_buckets(&self.pages_per_unbounded_pass, &o.pages_per_unbounded_pass);
+        self.pages_asked_per_pass =
+            merge_buckets(&self.pages_asked_per_pass, &o.pages_asked_per_pass);
+    }
+
+    /// Quantile `q` of pages written per budget pass, over the passes that
+    /// wrote at least one page (a pass finding only pages already under
+    /// writeback, or only a dirty inode, writes none: it is no chunk).
+    pub fn pages_per_pass_quantile(&self, q: f64) -> Option<[u64; 2]> {
+        let writing: Vec<Bucket> = self
+            .pages_per_pass
+            .iter()
+            .filter(|b| b.hi > 0)
+            .cloned()
+            .collect();
+        quantile_bucket(&writing, q)
+    }
+}
+
+/// [`InodePassCounts`] of one device.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InodePassLine {
+    pub dev: DevId,
+    #[serde(flatten)]
+    pub counts: InodePassCounts,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -250,6 +362,10 @@ pub struct IntervalLine {
     pub inode_passes: u64,
     pub inode_pages_asked: u64,
     pub inode_pages_wrote: u64,
+    /// Inode passes per device (tp_btf hook only; empty otherwise, and in
+    /// recordings made before it existed).
+    #[serde(default)]
+    pub inode_passes_by_device: Vec<InodePassLine>,
     pub flusher: Vec<FlusherLine>,
     pub dirty: DirtyLine,
     pub throttle: ThrottleLine,
@@ -311,6 +427,27 @@ impl IntervalLine {
                     latency_ns: buckets_of(lat),
                 }
             })
+            .collect();
+
+        let pass_devs: std::collections::BTreeSet<u32> =
+            cur.inode_pass.keys().map(|k| k.dev).collect();
+        let inode_passes_by_device = pass_devs
+            .into_iter()
+            .map(|dev| {
+                let get = |snap: &KernelSnapshot, index| {
+                    snap.inode_pass
+                        .get(&DevCounterKey { dev, index })
+                        .copied()
+                        .unwrap_or(0)
+                };
+                InodePassLine {
+                    dev: DevId::from_kernel(dev),
+                    counts: InodePassCounts::from_deltas(|i| {
+                        get(cur, i).wrapping_sub(get(prev, i))
+                    }),
+                }
+            })
+            .filter(|l| l.counts.passes > 0)
             .collect();
 
         let tracepoint_dirty = (cur
@@ -376,6 +513,7 @@ impl IntervalLine {
             inode_passes: d(agg::INODE_PASSES),
             inode_pages_asked: d(agg::INODE_ASKED),
             inode_pages_wrote: d(agg::INODE_WROTE),
+            inode_passes_by_device,
             flusher,
             dirty: DirtyLine {
                 tracepoint: tracepoint_dirty,
@@ -517,5 +655,108 @@ mod tests {
         assert_eq!(pages, vec![(8, 1), (16, 1), (64, 1)]);
         let json = serde_json::to_value(&line).unwrap();
         assert_eq!(json["type"], "interval");
+        assert_eq!(json["inode_passes_by_device"], serde_json::json!([]));
+    }
+
+    fn b(lo: u64, hi: u64, count: u64) -> Bucket {
+        Bucket { lo, hi, count }
+    }
+
+    #[test]
+    fn quantile_bucket_is_the_bucket_reaching_the_rank() {
+        assert_eq!(quantile_bucket(&[], 0.5), None);
+        assert_eq!(quantile_bucket(&[b(0, 0, 0)], 0.5), None);
+        let h = [b(1, 1, 2), b(8, 15, 1), b(1024, 2047, 7)];
+        // 10 values: rank 5 (p50) and 10 (p99) are in the last bucket,
+        // rank 2 (p20) in the first, rank 3 (p30) in the second.
+        assert_eq!(quantile_bucket(&h, 0.5), Some([1024, 2047]));
+        assert_eq!(quantile_bucket(&h, 0.99), Some([1024, 2047]));
+        assert_eq!(quantile_bucket(&h, 0.2), Some([1, 1]));
+        assert_eq!(quantile_bucket(&h, 0.3), Some([8, 15]));
+        // q = 0 still names the smallest value's bucket.
+        assert_eq!(quantile_bucket(&h, 0.0), Some([1, 1]));
+        // Same answer as the device-request median of compare for even
+        // totals: the bucket where half the count is reached.
+        assert_eq!(
+            quantile_bucket(&[b(1, 1, 1), b(2, 3, 1)], 0.5),
+            Some([1, 1])
+        );
+    }
+
+    #[test]
+    fn merge_buckets_adds_counts_per_bucket_in_order() {
+        let m = merge_buckets(&[b(4, 7, 1), b(16, 31, 2)], &[b(1, 1, 5), b(16, 31, 3)]);
+        assert_eq!(m, vec![b(1, 1, 5), b(4, 7, 1), b(16, 31, 5)]);
+    }
+
+    #[test]
+    fn inode_passes_per_device_from_snapshots() {
+        let key = |dev, index| DevCounterKey { dev, index };
+        let (xfs, ext4) = ((7 << 20) | 3, (7 << 20) | 4);
+        let mut prev = KernelSnapshot {
+            agg: vec![0; agg::COUNT as usize],
+            ..Default::default()
+        };
+        // Counts from before the interval are differenced away.
+        prev.inode_pass.insert(key(xfs, ip::WROTE_HIST + 14), 5);
+        prev.inode_pass.insert(key(xfs, ip::WROTE), 5 * 8192);
+        let mut cur = prev.clone();
+        // xfs: three budget passes of 8192 asked (bucket 14), two of which
+        // wrote 8192 pages (bucket 14) and one none (bucket 0); one
+        // WB_SYNC_ALL pass wrote 100 (bucket 7).
+        cur.inode_pass.insert(key(xfs, ip::WROTE_HIST + 14), 5 + 2);
+        cur.inode_pass.insert(key(xfs, ip::WROTE_HIST), 1);
+        cur.inode_pass.insert(key(xfs, ip::ASKED_HIST + 14), 3);
+        cur.inode_pass
+            .insert(key(xfs, ip::UNBOUNDED_WROTE_HIST + 7), 1);
+        cur.inode_pass
+            .insert(key(xfs, ip::WROTE), 5 * 8192 + 2 * 8192 + 100);
+        cur.inode_pass.insert(key(xfs, ip::BUDGET_ASKED), 3 * 8192);
+        cur.inode_pass.insert(key(xfs, ip::BUDGET_WROTE), 2 * 8192);
+        // ext4: nothing new in this interval.
+        cur.inode_pass.insert(key(ext4, ip::WROTE), 0);
+        prev.inode_pass.insert(key(ext4, ip::WROTE), 0);
+
+        let line = IntervalLine::new(1.0, 1.0, &CallAggregate::default(), &prev, &cur);
+        assert_eq!(
+            line.inode_passes_by_device.len(),
+            1,
+            "idle devices left out"
+        );
+        let l = &line.inode_passes_by_device[0];
+        assert_eq!(l.dev.to_string(), "7:3");
+        let c = &l.counts;
+        assert_eq!(c.passes, 4);
+        assert_eq!(c.pages_written, 2 * 8192 + 100);
+        assert_eq!(c.budget_passes, 3);
+        assert_eq!(c.budget_pages_asked, 3 * 8192);
+        assert_eq!(c.budget_pages_written, 2 * 8192);
+        assert_eq!(c.pages_per_pass, vec![b(0, 0, 1), b(8192, 16383, 2)]);
+        assert_eq!(c.pages_per_unbounded_pass, vec![b(64, 127, 1)]);
+        assert_eq!(c.pages_asked_per_pass, vec![b(8192, 16383, 3)]);
+        // The pass that wrote nothing is no chunk.
+        assert_eq!(c.pages_per_pass_quantile(0.5), Some([8192, 16383]));
+        assert_eq!(quantile_bucket(&c.pages_per_pass, 0.3), Some([0, 0]));
+
+        let mut both = c.clone();
+        both.merge(c);
+        assert_eq!(both.passes, 8);
+        assert_eq!(both.pages_per_pass, vec![b(0, 0, 2), b(8192, 16383, 4)]);
+
+        // The JSON shape: the device and the counts side by side; a line
+        // from a recording without the field reads back as empty.
+        let json = serde_json::to_value(&line).unwrap();
+        let d = &json["inode_passes_by_device"][0];
+        assert_eq!(d["dev"], "7:3");
+        assert_eq!(d["budget_pages_written"], 16384);
+        assert_eq!(d["pages_per_pass"][1]["lo"], 8192);
+        let back: IntervalLine = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back.inode_passes_by_device[0].counts, *c);
+        let mut old = json;
+        old.as_object_mut()
+            .unwrap()
+            .remove("inode_passes_by_device");
+        let back: IntervalLine = serde_json::from_value(old).unwrap();
+        assert!(back.inode_passes_by_device.is_empty());
     }
 }

@@ -384,6 +384,23 @@ impl Tracer {
         Ok(out)
     }
 
+    /// Per-device inode-pass counters (`INODE_PASS`), summed over CPUs.
+    pub fn inode_pass_counters(
+        &self,
+    ) -> anyhow::Result<HashMap<writeback_common::DevCounterKey, u64>> {
+        let map: PerCpuHashMap<_, writeback_common::DevCounterKey, u64> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map("INODE_PASS")
+                .context("INODE_PASS map missing")?,
+        )?;
+        let mut out = HashMap::new();
+        for entry in map.iter() {
+            let (key, values) = entry.context("reading INODE_PASS")?;
+            out.insert(key, sum_counters(values.iter()));
+        }
+        Ok(out)
+    }
+
     /// Run count and time of each attached program, when the kernel keeps
     /// BPF statistics.
     pub fn run_times(&self) -> Vec<ProgramRunTime> {

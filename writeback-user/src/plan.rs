@@ -252,6 +252,18 @@ const SINGLE_INODE_TP: &[TracepointAttach] = &[tp(
     &fields::single_inode::NAMES,
 )];
 
+/// `writeback_single_inode` as a BTF tracepoint: the raw arguments
+/// (inode, wbc, nr_to_write) give the inode's device and number too, so
+/// passes are also added up per device (`INODE_PASS`).
+pub const TP_BTF_SINGLE_INODE: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[BtfAttach {
+        program: "tp_btf_single_inode",
+        target: "writeback_single_inode",
+    }],
+    fields: &["dev", "ino", "nr_to_write", "wrote"],
+};
+
 const WB_WORK_TP: &[TracepointAttach] = &[
     tp(
         "wb_start",
@@ -432,10 +444,9 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             func(TpBtf, "wbc_writepage"),
             Candidate::Tracepoints(WBC_WRITEPAGE_TP),
         ],
-        Concept::InodeWriteback => vec![
-            func(TpBtf, "writeback_single_inode"),
-            Candidate::Tracepoints(SINGLE_INODE_TP),
-        ],
+        Concept::InodeWriteback => {
+            vec![TP_BTF_SINGLE_INODE, Candidate::Tracepoints(SINGLE_INODE_TP)]
+        }
         Concept::FlusherWork => vec![
             func(TpBtf, "writeback_start"),
             Candidate::Tracepoints(WB_WORK_TP),
