@@ -29,11 +29,13 @@ use writer_core::{Report, RunFailure, Strategy, Writer, WriterConfig, WriterSpec
 use crate::{
     UsageError,
     collector::{Event, RingCollector},
-    interval::{Bucket, CallAggregate, IntervalLine, KernelSnapshot, VmStat, page_size},
+    interval::{
+        Bucket, CallAggregate, InodePassCounts, IntervalLine, KernelSnapshot, VmStat, page_size,
+    },
     loader::{Tracer, TracerOptions},
     loopfs,
     model::{CallRecord, DevId},
-    plan::HookKind,
+    plan::{Concept, HookKind},
 };
 
 const EXAMPLES: &str = "\
@@ -145,6 +147,9 @@ pub struct KernelFigures {
     /// filesystem, system-wide).
     pub inode_passes: u64,
     pub inode_pages_wrote: u64,
+    /// The same passes on these devices, with their chunk sizes; null
+    /// when the hook that sees the device (tp_btf) is not attached.
+    pub inode_pass: Option<InodePassFigures>,
     /// /proc/vmstat sampled every 100 ms (system-wide, KiB).
     pub peak_dirty_kib: u64,
     pub peak_writeback_kib: u64,
@@ -159,6 +164,52 @@ pub struct KernelFigures {
     /// /proc/vmstat `nr_written` delta (pages, system-wide).
     pub vmstat_written_pages: u64,
     pub lost_records: u64,
+}
+
+/// Inode passes on a run's devices: the counts, and the log2 buckets
+/// holding the median and 99th percentile of the chunk per pass.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct InodePassFigures {
+    #[serde(flatten)]
+    pub counts: InodePassCounts,
+    /// Pages written per budget pass that wrote any, p50/p99 (bucket
+    /// `[lo, hi]`) and mean.
+    pub pages_per_pass_p50: Option<[u64; 2]>,
+    pub pages_per_pass_p99: Option<[u64; 2]>,
+    pub pages_per_pass_mean: Option<f64>,
+    /// Budget per budget pass, p50 (bucket `[lo, hi]`).
+    pub pages_asked_per_pass_p50: Option<[u64; 2]>,
+}
+
+impl InodePassFigures {
+    /// The passes of `devs` among an interval line's devices.
+    pub fn of(line: &IntervalLine, devs: &[DevId]) -> InodePassFigures {
+        let mut counts = InodePassCounts::default();
+        for l in line
+            .inode_passes_by_device
+            .iter()
+            .filter(|l| devs.contains(&l.dev))
+        {
+            counts.merge(&l.counts);
+        }
+        let writing: u64 = counts
+            .pages_per_pass
+            .iter()
+            .filter(|b| b.hi > 0)
+            .map(|b| b.count)
+            .sum();
+        InodePassFigures {
+            pages_per_pass_p50: counts.pages_per_pass_quantile(0.5),
+            pages_per_pass_p99: counts.pages_per_pass_quantile(0.99),
+            pages_per_pass_mean: (writing > 0)
+                .then(|| counts.budget_pages_written as f64 / writing as f64),
+            pages_asked_per_pass_p50: crate::interval::quantile_bucket(
+                &counts.pages_asked_per_pass,
+                0.5,
+            ),
+            counts,
+        }
+    }
 }
 
 fn median_bucket(buckets: &[Bucket]) -> Option<[u64; 2]> {
@@ -181,6 +232,7 @@ impl KernelFigures {
         prev: &KernelSnapshot,
         cur: &KernelSnapshot,
         peaks: (u64, u64),
+        per_device_passes: bool,
     ) -> KernelFigures {
         let mut agg = CallAggregate::default();
         let mut pages = Vec::with_capacity(calls.len());
@@ -202,6 +254,7 @@ impl KernelFigures {
             .map(|((lo, hi), count)| Bucket { lo, hi, count })
             .collect();
         let kib = page_size() / 1024;
+        let inode_pass = per_device_passes.then(|| InodePassFigures::of(&line, devs));
         KernelFigures {
             devices: devs.to_vec(),
             window_s,
@@ -225,6 +278,7 @@ impl KernelFigures {
             extents: agg.extents,
             inode_passes: line.inode_passes,
             inode_pages_wrote: line.inode_pages_wrote,
+            inode_pass,
             peak_dirty_kib: peaks.0 * kib,
             peak_writeback_kib: peaks.1 * kib,
             throttle_events: line.throttle.events,
@@ -307,6 +361,11 @@ impl Traced {
         });
         let cur = KernelSnapshot::take(&self.tracer)?;
         let window_s = started.elapsed().as_secs_f64();
+        let per_device_passes = self
+            .tracer
+            .plan
+            .concept(Concept::InodeWriteback)
+            .is_some_and(|c| c.kind == Some(HookKind::TpBtf));
         let figures = groups
             .iter()
             .map(|g| {
@@ -315,7 +374,7 @@ impl Traced {
                     .filter(|c| g.contains(&c.dev))
                     .cloned()
                     .collect();
-                KernelFigures::build(g, window_s, &mine, &prev, &cur, peaks)
+                KernelFigures::build(g, window_s, &mine, &prev, &cur, peaks, per_device_passes)
             })
             .collect();
         Ok((result, figures))
@@ -624,6 +683,52 @@ pub const KERNEL_METRICS: &[Metric<KernelFigures>] = &[
     ("device requests", |k| Some(k.device_requests as f64), 0),
 ];
 
+/// Rows of the inode passes on the run's devices ("-" without the
+/// per-device hook); the chunk-size rows follow in [`kernel_rows`].
+pub const PASS_METRICS: &[Metric<KernelFigures>] = &[
+    (
+        "inode passes",
+        |k| k.inode_pass.as_ref().map(|p| p.counts.passes as f64),
+        0,
+    ),
+    (
+        "pages written (passes)",
+        |k| k.inode_pass.as_ref().map(|p| p.counts.pages_written as f64),
+        0,
+    ),
+    (
+        "pages/pass mean",
+        |k| k.inode_pass.as_ref().and_then(|p| p.pages_per_pass_mean),
+        0,
+    ),
+];
+
+/// Bucket-valued rows: label and the `[lo, hi]` of the first run.
+type RangeRow = (&'static str, fn(&KernelFigures) -> Option<[u64; 2]>);
+
+const RANGE_ROWS: &[RangeRow] = &[
+    ("pages/pass p50", |k| {
+        k.inode_pass.as_ref().and_then(|p| p.pages_per_pass_p50)
+    }),
+    ("pages/pass p99", |k| {
+        k.inode_pass.as_ref().and_then(|p| p.pages_per_pass_p99)
+    }),
+    ("pages asked/pass p50", |k| {
+        k.inode_pass
+            .as_ref()
+            .and_then(|p| p.pages_asked_per_pass_p50)
+    }),
+];
+
+/// A log2 bucket of pages, `lo-hi` (both included).
+fn fmt_range([lo, hi]: [u64; 2]) -> String {
+    if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo}-{hi}")
+    }
+}
+
 /// A cell: the value, or `median ±half-range` over repetitions.
 pub fn cell(mut vals: Vec<f64>, decimals: u8) -> String {
     let d = decimals as usize;
@@ -646,6 +751,21 @@ pub fn kernel_rows(columns: &[Vec<&KernelFigures>]) -> Vec<Vec<String>> {
         let mut row = vec![label.to_string()];
         for col in columns {
             row.push(cell(col.iter().filter_map(|k| f(k)).collect(), *decimals));
+        }
+        rows.push(row);
+    }
+    for (label, f, decimals) in PASS_METRICS {
+        let mut row = vec![label.to_string()];
+        for col in columns {
+            row.push(cell(col.iter().filter_map(|k| f(k)).collect(), *decimals));
+        }
+        rows.push(row);
+    }
+    // Buckets do not take a median over repetitions: the first run's.
+    for (label, f) in RANGE_ROWS {
+        let mut row = vec![label.to_string()];
+        for col in columns {
+            row.push(col.first().and_then(|k| f(k)).map_or("-".into(), fmt_range));
         }
         rows.push(row);
     }
@@ -752,4 +872,111 @@ pub fn render(rows: &[Vec<String>], markdown: bool) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interval::InodePassLine;
+
+    fn b(lo: u64, hi: u64, count: u64) -> Bucket {
+        Bucket { lo, hi, count }
+    }
+
+    fn line_with(passes: Vec<InodePassLine>) -> IntervalLine {
+        let snap = KernelSnapshot::default();
+        let mut line = IntervalLine::new(1.0, 1.0, &CallAggregate::default(), &snap, &snap);
+        line.inode_passes_by_device = passes;
+        line
+    }
+
+    fn dev(minor: u32) -> DevId {
+        DevId { major: 7, minor }
+    }
+
+    #[test]
+    fn inode_pass_figures_take_the_runs_devices_only() {
+        let counts = |written: Vec<Bucket>, asked: Vec<Bucket>, pages: u64| {
+            let budget_passes = written.iter().map(|b| b.count).sum();
+            InodePassCounts {
+                passes: budget_passes + 1,
+                pages_written: pages + 10,
+                budget_passes,
+                budget_pages_asked: 0,
+                budget_pages_written: pages,
+                pages_per_pass: written,
+                pages_per_unbounded_pass: vec![b(8, 15, 1)],
+                pages_asked_per_pass: asked,
+            }
+        };
+        let line = line_with(vec![
+            InodePassLine {
+                dev: dev(1),
+                // One pass that wrote nothing, three of 1024..2047 pages.
+                counts: counts(
+                    vec![b(0, 0, 1), b(1024, 2047, 3)],
+                    vec![b(2048, 4095, 4)],
+                    4000,
+                ),
+            },
+            InodePassLine {
+                dev: dev(2),
+                counts: counts(vec![b(8192, 16383, 1)], vec![b(8192, 16383, 1)], 9000),
+            },
+            InodePassLine {
+                dev: dev(3),
+                counts: counts(vec![b(1, 1, 50)], vec![b(1, 1, 50)], 50),
+            },
+        ]);
+        let f = InodePassFigures::of(&line, &[dev(1), dev(2)]);
+        assert_eq!(f.counts.passes, 4 + 1 + 1 + 1);
+        assert_eq!(f.counts.pages_written, 4010 + 9010);
+        assert_eq!(f.counts.budget_passes, 5);
+        // Four passes wrote pages: rank 2 and 4 of them.
+        assert_eq!(f.pages_per_pass_p50, Some([1024, 2047]));
+        assert_eq!(f.pages_per_pass_p99, Some([8192, 16383]));
+        assert_eq!(f.pages_per_pass_mean, Some(13000.0 / 4.0));
+        assert_eq!(f.pages_asked_per_pass_p50, Some([2048, 4095]));
+        // A device without passes: zeros and no percentiles.
+        let none = InodePassFigures::of(&line, &[dev(9)]);
+        assert_eq!(none.counts.passes, 0);
+        assert_eq!(none.pages_per_pass_p50, None);
+        assert_eq!(none.pages_per_pass_mean, None);
+    }
+
+    #[test]
+    fn pass_rows_show_buckets_or_a_dash() {
+        let with = KernelFigures {
+            inode_pass: Some(InodePassFigures {
+                counts: InodePassCounts {
+                    passes: 12,
+                    pages_written: 24576,
+                    ..Default::default()
+                },
+                pages_per_pass_p50: Some([2048, 4095]),
+                pages_per_pass_p99: Some([1, 1]),
+                pages_per_pass_mean: Some(2048.0),
+                pages_asked_per_pass_p50: None,
+            }),
+            ..Default::default()
+        };
+        // Without the per-device hook (classic tracepoint fallback).
+        let without = KernelFigures::default();
+        let rows = kernel_rows(&[vec![&with], vec![&without]]);
+        let row = |label: &str| -> Vec<String> {
+            rows.iter()
+                .find(|r| r[0] == label)
+                .unwrap_or_else(|| panic!("no row {label}: {rows:?}"))[1..]
+                .to_vec()
+        };
+        assert_eq!(row("inode passes"), ["12", "-"]);
+        assert_eq!(row("pages written (passes)"), ["24576", "-"]);
+        assert_eq!(row("pages/pass mean"), ["2048", "-"]);
+        assert_eq!(row("pages/pass p50"), ["2048-4095", "-"]);
+        assert_eq!(row("pages/pass p99"), ["1", "-"]);
+        assert_eq!(row("pages asked/pass p50"), ["-", "-"]);
+        // The existing rows stay.
+        assert_eq!(row("inode passes*"), ["0", "0"]);
+        assert_eq!(row("device request p50"), ["-", "-"]);
+    }
 }
