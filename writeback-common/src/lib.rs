@@ -78,6 +78,16 @@ pub struct MemberSpec {
 }
 
 impl MemberSpec {
+    /// Unresolved: reads as 0.
+    pub const ABSENT: MemberSpec = MemberSpec {
+        offset: 0,
+        left_shift: 0,
+        right_shift: 0,
+        signed: 0,
+        present: 0,
+        _pad: [0; 2],
+    };
+
     /// A member `size` bytes wide at `offset`, or a bitfield of
     /// `bit_size` bits at `bit_offset` inside the `size`-byte unit there
     /// (little-endian).
@@ -104,6 +114,43 @@ impl MemberSpec {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelMembers {
     pub members: [MemberSpec; 16],
+}
+
+/// What the function-hook scan programs read of ext4's `struct
+/// mpage_da_data` (fs/ext4/inode.c), the argument of
+/// `mpage_prepare_extent_to_map()`: where a scan pass starts (at entry) and
+/// where it stopped (at return). The struct is ext4's own, so userspace
+/// resolves it from the ext4 module's split BTF when ext4 is a module.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanMembers {
+    /// `first_page` (page index, before 6.16) or `start_pos` (bytes).
+    pub start: MemberSpec,
+    /// `next_page` (page index) or `next_pos` (bytes).
+    pub next: MemberSpec,
+    /// Left shift turning the members' unit into bytes: the page shift for
+    /// page indices, 0 for byte positions.
+    pub pos_shift: u32,
+    pub _pad: u32,
+}
+
+impl ScanMembers {
+    pub const EMPTY: ScanMembers = ScanMembers {
+        start: MemberSpec::ABSENT,
+        next: MemberSpec::ABSENT,
+        pos_shift: 0,
+        _pad: 0,
+    };
+
+    /// `(start, next, in_pages)` member names of `struct mpage_da_data`,
+    /// newest layout first: 6.16 made ext4's writeback folio-sized and
+    /// moved the cursor to byte positions (`start_pos`/`next_pos`, the
+    /// same figures `ext4_da_write_folios_start/end` print); earlier
+    /// kernels keep page indices.
+    pub const LAYOUTS: [(&'static str, &'static str, bool); 2] = [
+        ("start_pos", "next_pos", false),
+        ("first_page", "next_page", true),
+    ];
 }
 
 /// The kernel struct members the BTF-typed writepages programs read, with
@@ -445,6 +492,7 @@ mod pod {
     unsafe impl aya::Pod for super::FieldSpec {}
     unsafe impl aya::Pod for super::MemberSpec {}
     unsafe impl aya::Pod for super::KernelMembers {}
+    unsafe impl aya::Pod for super::ScanMembers {}
     unsafe impl aya::Pod for super::TracepointLayout {}
     unsafe impl aya::Pod for super::Filter {}
     unsafe impl aya::Pod for super::WritepagesCall {}

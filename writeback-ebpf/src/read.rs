@@ -70,11 +70,17 @@ pub fn now_ns() -> u64 {
 /// whole member sign- or zero-extended, or a bitfield's bits, with the
 /// shifts userspace derived from BTF (branch-free, see [`field`]). A null
 /// base or an unresolved member reads as 0.
-///
 #[inline(always)]
 pub fn member(base: *const u8, table: &KernelMembers, index: usize) -> i64 {
+    member_at(base, &table.members[index])
+}
+
+/// [`member`] with its [`MemberSpec`] given directly (`spec` must be in a
+/// load-time global).
+#[inline(always)]
+pub fn member_at(base: *const u8, spec: &MemberSpec) -> i64 {
     // SAFETY: .rodata global, see `field`.
-    let spec: MemberSpec = unsafe { core::ptr::read_volatile(&table.members[index]) };
+    let spec: MemberSpec = unsafe { core::ptr::read_volatile(spec) };
     let raw = read_u64(base.wrapping_add(spec.offset as usize));
     extend(
         raw,

@@ -1,15 +1,19 @@
 //! The scan, extents and per-folio concepts: hooks that fire inside a
 //! writepages call and add to its in-flight state.
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    macros::{btf_tracepoint, kprobe, kretprobe, map, tracepoint},
+    maps::HashMap,
+    programs::{BtfTracePointContext, ProbeContext, RetProbeContext, TracePointContext},
+};
 use writeback_common::{
-    InflightKey, TracepointLayout, agg, call_flags,
+    InflightCall, InflightKey, MemberSpec, ScanMembers, TracepointLayout, agg, call_flags,
     fields::{extent as ex, folios as fo},
 };
 
 use crate::{
     AGG, INFLIGHT, add,
-    read::{current_tid, field},
-    writepages::current_call,
+    read::{current_tid, field, member_at},
+    writepages::{current_call, inode_key, raw_arg},
 };
 
 #[unsafe(no_mangle)]
@@ -33,6 +37,34 @@ fn key_of(
     }
 }
 
+/// A scan pass of the call begins at byte position `start_pos`.
+#[inline(always)]
+fn scan_started(call: *mut InflightCall, start_pos: i64) {
+    // SAFETY: entry of this thread's own call; only this thread and its
+    // sched_switch updates touch it, never at the same time.
+    unsafe {
+        if (*call).scan_iterations == 0 {
+            (*call).scan_first_pos = start_pos;
+        }
+        (*call).scan_iter_start = start_pos;
+        (*call).flags |= call_flags::SCAN_SEEN;
+    }
+}
+
+/// The scan pass stopped at byte position `next_pos`.
+#[inline(always)]
+fn scan_ended(call: *mut InflightCall, next_pos: i64) {
+    // SAFETY: see scan_started.
+    unsafe {
+        let scanned = next_pos - (*call).scan_iter_start;
+        if scanned > 0 {
+            (*call).scan_bytes += scanned as u64;
+        }
+        (*call).scan_last_pos = next_pos;
+        (*call).scan_iterations += 1;
+    }
+}
+
 /// `ext4:ext4_da_write_folios_start`: an iteration of the map-and-submit
 /// loop begins scanning at `start_pos`.
 #[tracepoint]
@@ -40,16 +72,7 @@ pub fn folios_start(ctx: TracePointContext) -> u32 {
     let layout = &FOLIOS_START_LAYOUT;
     let key = key_of(&ctx, layout, fo::DEV, fo::INO);
     if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
-        let start_pos = field(&ctx, layout, fo::START_POS);
-        // SAFETY: entry of this thread's own call; only this thread and
-        // its sched_switch updates touch it, never at the same time.
-        unsafe {
-            if (*call).scan_iterations == 0 {
-                (*call).scan_first_pos = start_pos;
-            }
-            (*call).scan_iter_start = start_pos;
-            (*call).flags |= call_flags::SCAN_SEEN;
-        }
+        scan_started(call, field(&ctx, layout, fo::START_POS));
     }
     0
 }
@@ -60,16 +83,80 @@ pub fn folios_end(ctx: TracePointContext) -> u32 {
     let layout = &FOLIOS_END_LAYOUT;
     let key = key_of(&ctx, layout, fo::DEV, fo::INO);
     if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
-        let next_pos = field(&ctx, layout, fo::NEXT_POS);
-        // SAFETY: see folios_start.
-        unsafe {
-            let scanned = next_pos - (*call).scan_iter_start;
-            if scanned > 0 {
-                (*call).scan_bytes += scanned as u64;
-            }
-            (*call).scan_last_pos = next_pos;
-            (*call).scan_iterations += 1;
-        }
+        scan_ended(call, field(&ctx, layout, fo::NEXT_POS));
+    }
+    0
+}
+
+/// `tp_btf/ext4_da_write_folios_start`: TP_PROTO(struct inode *inode,
+/// loff_t start_pos, loff_t next_pos, struct writeback_control *wbc)
+/// (include/trace/events/ext4.h, 6.16+): the raw arguments, without the
+/// classic tracepoint's record.
+#[btf_tracepoint(function = "ext4_da_write_folios_start")]
+pub fn tp_btf_folios_start(ctx: BtfTracePointContext) -> i32 {
+    let key = inode_key(raw_arg(&ctx, 0) as *const u8);
+    if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
+        scan_started(call, raw_arg(&ctx, 1) as i64);
+    }
+    0
+}
+
+/// `tp_btf/ext4_da_write_folios_end`: same arguments, `next_pos` now where
+/// the pass stopped.
+#[btf_tracepoint(function = "ext4_da_write_folios_end")]
+pub fn tp_btf_folios_end(ctx: BtfTracePointContext) -> i32 {
+    let key = inode_key(raw_arg(&ctx, 0) as *const u8);
+    if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
+        scan_ended(call, raw_arg(&ctx, 2) as i64);
+    }
+    0
+}
+
+/// `struct mpage_da_data` members, from BTF (ext4's module BTF when ext4
+/// is a module).
+#[unsafe(no_mangle)]
+static SCAN_MEMBERS: ScanMembers = ScanMembers::EMPTY;
+
+/// The `mpd` argument a scan kprobe saw, for its kretprobe.
+#[map]
+static SCAN_ARGS: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
+
+/// A cursor of `mpd` in bytes (page indices shifted by the page shift).
+#[inline(always)]
+fn mpd_pos(mpd: u64, spec: &MemberSpec) -> i64 {
+    // SAFETY: .rodata global, see read::field.
+    let shift = unsafe { core::ptr::read_volatile(&SCAN_MEMBERS.pos_shift) };
+    member_at(mpd as *const u8, spec) << (shift & 63)
+}
+
+/// kprobe on ext4's `mpage_prepare_extent_to_map(struct mpage_da_data
+/// *mpd)`: one scan pass of the writepages loop (ext4_writepages on 6.1,
+/// ext4_do_writepages later), the function the folios tracepoints
+/// bracket on 6.16+. It scans from `mpd->first_page` (`start_pos`) and,
+/// returning, has left `mpd->next_page` (`next_pos`) one past the last
+/// folio it took (fs/ext4/inode.c).
+#[kprobe]
+pub fn kprobe_scan(ctx: ProbeContext) -> u32 {
+    let Some(mpd) = ctx.arg::<u64>(0) else {
+        return 0;
+    };
+    if let Some(call) = current_call() {
+        let _ = SCAN_ARGS.insert(&current_tid(), &mpd, 0);
+        scan_started(call, mpd_pos(mpd, &SCAN_MEMBERS.start));
+    }
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_scan(_ctx: RetProbeContext) -> u32 {
+    let tid = current_tid();
+    // SAFETY: value copied out at once.
+    let Some(mpd) = (unsafe { SCAN_ARGS.get(&tid) }).copied() else {
+        return 0;
+    };
+    let _ = SCAN_ARGS.remove(&tid);
+    if let Some(call) = current_call() {
+        scan_ended(call, mpd_pos(mpd, &SCAN_MEMBERS.next));
     }
     0
 }
@@ -81,7 +168,7 @@ pub fn extent(ctx: TracePointContext) -> u32 {
     let key = key_of(&ctx, layout, ex::DEV, ex::INO);
     if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
         let len = field(&ctx, layout, ex::LEN) as u64;
-        // SAFETY: see folios_start.
+        // SAFETY: see scan_started.
         unsafe {
             (*call).extents += 1;
             (*call).extent_blocks += len;
@@ -96,7 +183,7 @@ pub fn extent(ctx: TracePointContext) -> u32 {
 pub fn wbc_writepage(_ctx: TracePointContext) -> u32 {
     add(&AGG, agg::WBC_WRITEPAGE, 1);
     if let Some(call) = current_call() {
-        // SAFETY: see folios_start.
+        // SAFETY: see scan_started.
         unsafe { (*call).folios_written += 1 };
     }
     0

@@ -17,14 +17,15 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockHistKey, Filter, KernelMembers, MemberSpec, TracepointLayout, members, stat,
+    BlockHistKey, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout, members, stat,
 };
 
 use crate::{
+    btf::Btf as KernelBtf,
     ebpf_object::EBPF_OBJECT,
     plan::{
-        BtfAttach, Candidate, Concept, ConceptPlan, HookKind, ProbePlan, TracepointAttach,
-        candidates,
+        BtfAttach, Candidate, Concept, ConceptPlan, EXT4_SCAN_FUNCTION, HookKind, ProbePlan,
+        TracepointAttach, candidates,
     },
     privileges, tracefs,
 };
@@ -87,28 +88,81 @@ struct Prepared {
 /// Offsets of the struct members the BTF-typed programs read, from the
 /// running kernel's BTF. Errors are the rejection reason.
 fn resolve_members() -> Result<KernelMembers, String> {
-    let btf = crate::btf::Btf::from_kernel(None).map_err(|e| format!("kernel BTF: {e}"))?;
+    let btf = KernelBtf::from_kernel(None).map_err(|e| format!("kernel BTF: {e}"))?;
     let mut table = KernelMembers::default();
     for (slot, (strukt, name, signed)) in members::PATHS.iter().enumerate() {
-        let m = btf.member(strukt, name).map_err(|e| e.to_string())?;
-        let offset = u16::try_from(m.byte_offset)
-            .map_err(|_| format!("{strukt}.{name} at offset {} is too far", m.byte_offset))?;
-        let size = u8::try_from(m.size)
-            .ok()
-            .filter(|s| matches!(s, 1 | 2 | 4 | 8))
-            .ok_or_else(|| format!("{strukt}.{name} is {} bytes, not an integer", m.size))?;
-        if m.bit_size != 0 && u32::from(m.bit_offset) + u32::from(m.bit_size) > 64 {
-            return Err(format!("{strukt}.{name}: bitfield past 64 bits"));
-        }
-        table.members[slot] = MemberSpec::new(
-            offset,
-            size,
-            m.bit_offset,
-            m.bit_size,
-            *signed && m.bit_size == 0,
-        );
+        table.members[slot] = member_spec(&btf, strukt, name, *signed)?;
     }
     Ok(table)
+}
+
+/// One member's [`MemberSpec`]; errors are the rejection reason.
+fn member_spec(
+    btf: &KernelBtf,
+    strukt: &str,
+    name: &str,
+    signed: bool,
+) -> Result<MemberSpec, String> {
+    let m = btf.member(strukt, name).map_err(|e| e.to_string())?;
+    let offset = u16::try_from(m.byte_offset)
+        .map_err(|_| format!("{strukt}.{name} at offset {} is too far", m.byte_offset))?;
+    let size = u8::try_from(m.size)
+        .ok()
+        .filter(|s| matches!(s, 1 | 2 | 4 | 8))
+        .ok_or_else(|| format!("{strukt}.{name} is {} bytes, not an integer", m.size))?;
+    if m.bit_size != 0 && u32::from(m.bit_offset) + u32::from(m.bit_size) > 64 {
+        return Err(format!("{strukt}.{name}: bitfield past 64 bits"));
+    }
+    Ok(MemberSpec::new(
+        offset,
+        size,
+        m.bit_offset,
+        m.bit_size,
+        signed && m.bit_size == 0,
+    ))
+}
+
+/// The `struct mpage_da_data` cursors the scan function hooks read. The
+/// struct is private to fs/ext4/inode.c: it is in the ext4 module's split
+/// BTF when ext4 is a module, in vmlinux's otherwise.
+fn resolve_scan_members() -> Result<ScanMembers, String> {
+    let module = KernelBtf::kernel_has_module_btf("ext4").then_some("ext4");
+    let btf = KernelBtf::from_kernel(module).map_err(|e| format!("kernel BTF: {e}"))?;
+    scan_members_from(&btf, page_shift())
+}
+
+fn scan_members_from(btf: &KernelBtf, page_shift: u32) -> Result<ScanMembers, String> {
+    const STRUCT: &str = "mpage_da_data";
+    for (start, next, in_pages) in ScanMembers::LAYOUTS {
+        // Page indices are pgoff_t (unsigned long), positions loff_t.
+        let signed = !in_pages;
+        if let (Ok(start), Ok(next)) = (
+            member_spec(btf, STRUCT, start, signed),
+            member_spec(btf, STRUCT, next, signed),
+        ) {
+            return Ok(ScanMembers {
+                start,
+                next,
+                pos_shift: if in_pages { page_shift } else { 0 },
+                _pad: 0,
+            });
+        }
+    }
+    let names: Vec<String> = ScanMembers::LAYOUTS
+        .iter()
+        .map(|(s, n, _)| format!("{s}/{n}"))
+        .collect();
+    Err(format!(
+        "struct {STRUCT} has none of {} in the kernel's BTF",
+        names.join(", ")
+    ))
+}
+
+/// log2 of the page size (pages are a power of two).
+fn page_shift() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).map_or(12, u64::trailing_zeros)
 }
 
 impl Tracer {
@@ -131,6 +185,7 @@ impl Tracer {
         // first classic tracepoint candidate that can work is prepared;
         // every candidate refused here keeps its reason.
         let mut members: Option<Result<KernelMembers, String>> = None;
+        let mut scan_members: Option<Result<ScanMembers, String>> = None;
         let mut refused: HashMap<(Concept, String), String> = HashMap::new();
         let mut prepared: Vec<Prepared> = Vec::new();
         for &concept in &Concept::ALL {
@@ -155,6 +210,15 @@ impl Tracer {
                             Err(reason) => {
                                 refused.insert((concept, candidate.label()), reason);
                             }
+                        }
+                    }
+                    // The scan function hooks read only ext4's mpd; the
+                    // others the vmlinux structs.
+                    Candidate::BtfPrograms { attaches, .. }
+                        if attaches.iter().any(|a| a.target == EXT4_SCAN_FUNCTION) =>
+                    {
+                        if let Err(reason) = scan_members.get_or_insert_with(resolve_scan_members) {
+                            refused.insert((concept, candidate.label()), reason.clone());
                         }
                     }
                     Candidate::BtfPrograms { .. } => {
@@ -183,6 +247,8 @@ impl Tracer {
         let field_offsets = offsets_json(&prepared, members.as_ref().and_then(|m| m.as_ref().ok()));
         let kernel_members = members.and_then(Result::ok).unwrap_or_default();
         loader.override_global("KERNEL_MEMBERS", &kernel_members, true);
+        let scan_members = scan_members.and_then(Result::ok).unwrap_or_default();
+        loader.override_global("SCAN_MEMBERS", &scan_members, true);
         loader.override_global("FILTER", &options.filter, true);
         let mut ebpf = loader
             .load(EBPF_OBJECT)
@@ -682,7 +748,9 @@ fn describe(e: &ProgramError, target: &str) -> String {
             log::info!("{target}: BPF_PROG_LOAD failed; verifier log:\n{verifier_log}");
             format!("BPF_PROG_LOAD returned {}", errno_text(io_error))
         }
-        ProgramError::Btf(_) if crate::btf::Btf::kernel_has_module_btf("ext4") => format!(
+        // Only a function ext4's own BTF has is "in the module"; others
+        // (writeback_iter on 6.1) are simply absent.
+        ProgramError::Btf(_) if in_ext4_module_btf(target) => format!(
             "{target} is not in vmlinux's BTF (ext4 is a module here: its BTF is split, in \
              /sys/kernel/btf/ext4, which aya 0.14 cannot load programs against)"
         ),
@@ -692,6 +760,12 @@ fn describe(e: &ProgramError, target: &str) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// Whether `function` is in the ext4 module's split BTF (errors: no).
+fn in_ext4_module_btf(function: &str) -> bool {
+    KernelBtf::kernel_has_module_btf("ext4")
+        && KernelBtf::from_kernel(Some("ext4")).is_ok_and(|b| b.func_params(function).is_ok())
 }
 
 fn errno_text(e: &std::io::Error) -> String {
@@ -707,4 +781,39 @@ fn errno_text(e: &std::io::Error) -> String {
         _ => return e.to_string(),
     };
     name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The running kernel's `struct mpage_da_data` resolves to one of the
+    /// known layouts, with the unit that layout uses: byte positions need
+    /// no shift, page indices the page shift.
+    #[test]
+    fn scan_members_follow_the_running_kernels_layout() {
+        let module = KernelBtf::kernel_has_module_btf("ext4").then_some("ext4");
+        let btf = KernelBtf::from_kernel(module).expect("kernel BTF");
+        let scan = scan_members_from(&btf, 12).expect("mpage_da_data cursors");
+        assert_eq!((scan.start.present, scan.next.present), (1, 1));
+        let positions = btf.member("mpage_da_data", "start_pos").is_ok();
+        let (start, next, shift) = if positions {
+            ("start_pos", "next_pos", 0)
+        } else {
+            ("first_page", "next_page", 12)
+        };
+        assert_eq!(scan.pos_shift, shift);
+        let offset = |name| btf.member("mpage_da_data", name).unwrap().byte_offset;
+        assert_eq!(u64::from(scan.start.offset), offset(start) as u64);
+        assert_eq!(u64::from(scan.next.offset), offset(next) as u64);
+        // Both are 8-byte integers: no bits dropped by the shifts.
+        assert_eq!((scan.start.left_shift, scan.start.right_shift), (0, 0));
+    }
+
+    #[test]
+    fn page_shift_matches_the_page_size() {
+        // SAFETY: sysconf has no preconditions.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        assert_eq!(1i64 << page_shift(), size);
+    }
 }

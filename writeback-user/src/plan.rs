@@ -415,6 +415,45 @@ pub const TP_BTF_WRITEPAGES: Candidate = Candidate::BtfPrograms {
     fields: FUNCTION_WRITEPAGES_FIELDS,
 };
 
+/// ext4's scan-pass function, the one `ext4_da_write_folios_start/end`
+/// bracket on 6.16+ and the only scan hook on kernels without those
+/// tracepoints (ext4 never calls write_cache_pages/writeback_iter for
+/// delalloc writeback).
+pub const EXT4_SCAN_FUNCTION: &str = "mpage_prepare_extent_to_map";
+
+/// kprobe/kretprobe on `mpage_prepare_extent_to_map(mpd)`: scan start and
+/// end read from `struct mpage_da_data` (ScanMembers).
+pub const KPROBE_SCAN: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::Kprobe,
+    attaches: &[
+        BtfAttach {
+            program: "kprobe_scan",
+            target: EXT4_SCAN_FUNCTION,
+        },
+        BtfAttach {
+            program: "kretprobe_scan",
+            target: EXT4_SCAN_FUNCTION,
+        },
+    ],
+    fields: &["start_pos", "next_pos"],
+};
+
+/// `ext4_da_write_folios_start/end` as BTF tracepoints (6.16+).
+pub const TP_BTF_SCAN: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[
+        BtfAttach {
+            program: "tp_btf_folios_start",
+            target: "ext4_da_write_folios_start",
+        },
+        BtfAttach {
+            program: "tp_btf_folios_end",
+            target: "ext4_da_write_folios_end",
+        },
+    ],
+    fields: &["dev", "ino", "start_pos", "next_pos"],
+};
+
 const fn func(kind: HookKind, target: &'static str) -> Candidate {
     Candidate::Function { kind, target }
 }
@@ -433,11 +472,13 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             Candidate::Tracepoints(DA_WRITEPAGES_TP),
         ],
         Concept::Scan => vec![
+            func(Fentry, EXT4_SCAN_FUNCTION),
             func(Fentry, "writeback_iter"),
             func(Fentry, "write_cache_pages"),
+            KPROBE_SCAN,
             func(Kprobe, "writeback_iter"),
             func(Kprobe, "write_cache_pages"),
-            func(TpBtf, "ext4_da_write_folios_start"),
+            TP_BTF_SCAN,
             Candidate::Tracepoints(FOLIOS_TP),
         ],
         Concept::PerPageWrite => vec![

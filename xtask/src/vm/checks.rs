@@ -20,8 +20,17 @@ const RUNS: &[(&str, &str, &[&str])] = &[
     ("tracepoints-only", "fentry,kprobe,tp_btf", &["tracepoint"]),
 ];
 
-/// Functions whose hooks serve the scan concept (plan.rs's candidates).
-const SCAN_FUNCTIONS: &[&str] = &["writeback_iter", "write_cache_pages"];
+/// Functions whose hooks serve the scan concept (plan.rs's candidates):
+/// ext4's own scan pass first (what ext4 delalloc writeback runs), then
+/// the generic page-cache walkers.
+const SCAN_FUNCTIONS: &[&str] = &[
+    "mpage_prepare_extent_to_map",
+    "writeback_iter",
+    "write_cache_pages",
+];
+
+/// Page size of the guests (x86_64), for scan bytes against pages.
+const PAGE_BYTES: u64 = 4096;
 
 const FUNCTION_KINDS: &[&str] = &["fentry", "kprobe"];
 
@@ -302,6 +311,15 @@ fn invariants(run: &str, trace: &TraceRun) -> Check {
         {
             violations.push(format!("on_cpu_ns {on_cpu} > duration_ns {duration}"));
         }
+        // Every page a call wrote lay inside one of its scan passes.
+        if let (Some(scanned), Some(written)) =
+            (c["scan"]["bytes"].as_u64(), c["pages_written"].as_u64())
+            && scanned < written * PAGE_BYTES
+        {
+            violations.push(format!(
+                "scan.bytes {scanned} < pages_written {written} x {PAGE_BYTES}"
+            ));
+        }
         if c["start_seen"] == true
             && let (Some(written), Some(asked)) =
                 (c["pages_written"].as_i64(), c["nr_to_write"].as_i64())
@@ -391,7 +409,8 @@ mod tests {
 
     fn call(dev: &str, ino: u64, pages: i64, asked: i64) -> String {
         format!(
-            r#"{{"type":"call","dev":"{dev}","ino":{ino},"pages_written":{pages},"nr_to_write":{asked},"start_seen":true,"on_cpu_ns":5,"duration_ns":9,"scan":{{"iterations":1,"bytes":4096,"first_pos":0,"last_pos":0}}}}"#
+            r#"{{"type":"call","dev":"{dev}","ino":{ino},"pages_written":{pages},"nr_to_write":{asked},"start_seen":true,"on_cpu_ns":5,"duration_ns":9,"scan":{{"iterations":1,"bytes":{},"first_pos":0,"last_pos":0}}}}"#,
+            pages * 4096
         )
     }
 
@@ -433,6 +452,15 @@ mod tests {
         assert!(!pages("d", &trace, 0.0).pass);
         let inv = invariants("d", &trace);
         assert!(!inv.pass && inv.detail.contains("nr_to_write 100"), "{inv}");
+        let short_scan = call("254:0", 12, 2, 2).replace(r#""bytes":8192"#, r#""bytes":4096"#);
+        let trace = TraceRun::parse(
+            &[short_scan, summary("kprobe x")].join("\n"),
+            "0",
+            "",
+            &format!("{dev} 12"),
+        );
+        let inv = invariants("d", &trace);
+        assert!(!inv.pass && inv.detail.contains("scan.bytes 4096"), "{inv}");
 
         let killed = TraceRun::parse("", "124", "wbscope: something\n", "");
         let c = pages("d", &killed, 0.0);
