@@ -17,3 +17,50 @@ pub fn version_text() -> String {
         EBPF_OBJECT.len()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use object::{Object, ObjectSymbol};
+
+    use super::*;
+    use crate::plan::{Candidate, Concept, candidates};
+
+    /// Every program and load-time global the loader names is in the
+    /// embedded object. A stale object (build.rs's nested eBPF build is
+    /// fingerprinted by file times) would otherwise only show at attach
+    /// time, as a refused candidate or a load error.
+    #[test]
+    fn the_object_has_every_program_and_global_the_loader_names() {
+        let elf = object::File::parse(EBPF_OBJECT).expect("embedded object is ELF");
+        let symbols: HashSet<&str> = elf.symbols().filter_map(|s| s.name().ok()).collect();
+        let mut wanted: Vec<&str> = vec![
+            "KERNEL_MEMBERS",
+            "SCAN_MEMBERS",
+            "FILTER",
+            "trial_fentry",
+            "trial_kprobe",
+            "trial_tp_btf",
+        ];
+        for concept in Concept::ALL {
+            for candidate in candidates(concept) {
+                match candidate {
+                    Candidate::BtfPrograms { attaches, .. } => {
+                        wanted.extend(attaches.iter().map(|a| a.program));
+                    }
+                    Candidate::Tracepoints(attaches) => {
+                        wanted.extend(attaches.iter().map(|a| a.program));
+                        wanted.extend(attaches.iter().filter_map(|a| a.layout_global));
+                    }
+                    Candidate::Function { .. } => {}
+                }
+            }
+        }
+        let missing: Vec<&str> = wanted
+            .into_iter()
+            .filter(|name| !symbols.contains(name))
+            .collect();
+        assert!(missing.is_empty(), "missing from the eBPF object: {missing:?}");
+    }
+}
