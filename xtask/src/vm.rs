@@ -24,9 +24,9 @@ use anyhow::{Context as _, bail};
 
 pub use kernel::KERNELS;
 
-/// What `cargo xtask test` does about the VM checks. Opt-in for now: the
-/// function-hook checks fail until wbscope has fentry/kprobe programs for
-/// the writepages call, and the suite must not fail for that on every run.
+/// What `cargo xtask test` does about the VM checks: they run whenever
+/// qemu is installed (`cargo xtask setup` installs it), unless this is
+/// `0` (e.g. on a laptop without network for the kernel packages).
 pub const ENABLE_VAR: &str = "WBSCOPE_VM_TESTS";
 
 /// Seconds one `wbscope trace` run may take inside the guest (its own
@@ -95,19 +95,26 @@ fn wbscope_binary() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// Called by `cargo xtask test` after `cargo test`.
+/// Called by `cargo xtask test` after `cargo test`, with the debug
+/// wbscope `cargo test` has just built: a release build would add minutes
+/// of compiling to every run for a few seconds of guest start-up.
 pub fn from_test_suite() -> anyhow::Result<()> {
-    if std::env::var(ENABLE_VAR).as_deref() != Ok("1") {
-        println!(
-            "vm: skipped: set {ENABLE_VAR}=1 to run the qemu kernel matrix (cargo xtask vm-test runs it always)"
-        );
+    if std::env::var(ENABLE_VAR).as_deref() == Ok("0") {
+        println!("vm: skipped: {ENABLE_VAR}=0");
         return Ok(());
     }
     if !qemu_available() {
-        println!("vm: skipped: qemu not installed ({})", qemu::QEMU);
+        println!(
+            "vm: skipped: qemu not installed ({}; `cargo xtask setup` installs it)",
+            qemu::QEMU
+        );
         return Ok(());
     }
-    run(&select(None)?, &wbscope_binary()?)
+    let wbscope = match std::env::var_os(BINARY_VAR) {
+        Some(_) => wbscope_binary()?,
+        None => crate::build(false)?,
+    };
+    run(&select(None)?, &wbscope)
 }
 
 /// Runs the checks on each kernel, prints one line per check per kernel,
