@@ -12,6 +12,7 @@
 #![no_main]
 
 mod block;
+mod floor;
 mod flusher;
 mod read;
 mod scan;

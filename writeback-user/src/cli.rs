@@ -73,7 +73,8 @@ summary (calls, pages written, lost records), whether the trace ends by
     #[command(after_help = "\
 Examples:
   wbscope probes
-  wbscope probes --json | jq '.concepts[] | {concept, kind}'")]
+  wbscope probes --json | jq '.concepts[] | {concept, kind}'
+  wbscope probes --cost 5        # this machine's floor per BPF program")]
     Probes(ProbesArgs),
     /// Write files with the writer-core engine.
     Write(WriteArgs),
@@ -108,6 +109,12 @@ pub struct ProbesArgs {
     /// One JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// Instead of the plan, measure for SECONDS what any BPF program costs
+    /// on this machine (an empty one, a hash lookup, a clock read), to read
+    /// the tracer's per-program run times against.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub cost: Option<Duration>,
 }
 
 /// Filters applied in the kernel.

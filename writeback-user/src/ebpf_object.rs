@@ -43,6 +43,11 @@ mod tests {
             "trial_kprobe",
             "trial_tp_btf",
         ];
+        wanted.extend(
+            crate::cost::FLOOR_PROGRAMS
+                .iter()
+                .map(|(program, _)| *program),
+        );
         for concept in Concept::ALL {
             for candidate in candidates(concept) {
                 match candidate {
@@ -61,6 +66,9 @@ mod tests {
             .into_iter()
             .filter(|name| !symbols.contains(name))
             .collect();
-        assert!(missing.is_empty(), "missing from the eBPF object: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "missing from the eBPF object: {missing:?}"
+        );
     }
 }

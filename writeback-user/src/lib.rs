@@ -9,6 +9,7 @@ pub mod btf;
 pub mod cli;
 pub mod collector;
 pub mod commands;
+pub mod cost;
 pub mod ebpf_object;
 pub mod export;
 pub mod filters;

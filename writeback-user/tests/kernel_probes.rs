@@ -457,3 +457,42 @@ fn event_rate_limit_switches_to_aggregation_only() {
     assert_eq!(in_intervals, summary["calls"].as_u64().unwrap());
     assert!(summary["calls"].as_u64().unwrap() >= 60);
 }
+
+/// `probes --cost`: the three calibration programs ran on every context
+/// switch of the measurement (the same event, attached one after the
+/// other, so their counts differ only by the switches between attaches).
+#[test]
+fn probes_cost_measures_the_calibration_programs() {
+    let out = wbscope()
+        .args(["probes", "--cost", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let costs: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = costs
+        .iter()
+        .map(|c| c["program"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["floor_empty", "floor_lookup", "floor_clock"]);
+    // The measurement sleeps in 1 ms steps: at least a few hundred
+    // switches of its own in a second.
+    let counts: Vec<u64> = costs
+        .iter()
+        .map(|c| c["invocations"].as_u64().unwrap())
+        .collect();
+    for c in &costs {
+        let n = c["invocations"].as_u64().unwrap();
+        assert!(n >= 200, "{c}");
+        let avg = c["avg_ns"].as_f64().unwrap();
+        let total = c["run_time_ns"].as_u64().unwrap() as f64;
+        assert!(avg > 0.0 && (avg * n as f64 - total).abs() < 1.0, "{c}");
+    }
+    assert!(
+        counts[0] >= counts[2],
+        "attached first, ran at least as often: {counts:?}"
+    );
+
+    let bad = wbscope().args(["probes", "--cost", "0"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(String::from_utf8(bad.stderr).unwrap().lines().count(), 1);
+}

@@ -1,4 +1,5 @@
-//! `wbscope probes`: carry out the probe plan, print it, detach.
+//! `wbscope probes`: carry out the probe plan, print it, detach; or,
+//! with `--cost`, measure the BPF program floor of this machine.
 use std::{
     io::{self, Write as _},
     process::ExitCode,
@@ -8,19 +9,36 @@ use anyhow::Context as _;
 
 use crate::{
     cli::ProbesArgs,
+    cost,
     loader::{Tracer, TracerOptions},
     plan::HookKind,
 };
 
 pub fn run(args: &ProbesArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
-    let tracer = Tracer::attach(&TracerOptions {
-        disabled: disabled.to_vec(),
-        ..TracerOptions::default()
-    })?;
-    let text = if args.json {
-        serde_json::to_string_pretty(&tracer.plan).context("encoding the plan")? + "\n"
-    } else {
-        tracer.plan.table()
+    let text = match args.cost {
+        Some(duration) => {
+            eprintln!(
+                "wbscope: measuring the BPF program floor for {:.1} s",
+                duration.as_secs_f64()
+            );
+            let costs = cost::measure(duration)?;
+            if args.json {
+                serde_json::to_string(&costs).context("encoding the costs")? + "\n"
+            } else {
+                cost::table(&costs, duration)
+            }
+        }
+        None => {
+            let tracer = Tracer::attach(&TracerOptions {
+                disabled: disabled.to_vec(),
+                ..TracerOptions::default()
+            })?;
+            if args.json {
+                serde_json::to_string_pretty(&tracer.plan).context("encoding the plan")? + "\n"
+            } else {
+                tracer.plan.table()
+            }
+        }
     };
     match io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
