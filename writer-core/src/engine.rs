@@ -702,10 +702,9 @@ fn monitor(
     };
     sample(&mut out);
     let mut next_sample = start + MEMINFO_EVERY;
-    let mut next_tick = start + Duration::from_secs(1);
-    let (mut last_at, mut last_bytes) = (start, 0u64);
+    let mut series = PerSecond::new(start);
     loop {
-        let wake = next_sample.min(next_tick);
+        let wake = next_sample.min(series.next_tick());
         match stop.recv_timeout(wake.saturating_duration_since(Instant::now())) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
@@ -715,22 +714,69 @@ fn monitor(
             sample(&mut out);
             next_sample = (next_sample + MEMINFO_EVERY).max(now);
         }
-        if now >= next_tick {
+        if now >= series.next_tick() {
             let bytes = progress.load(Ordering::Relaxed);
-            let dt = now.duration_since(last_at).as_secs_f64().max(1e-9);
-            let delta = bytes - last_bytes;
-            out.per_second_mb_s.push(delta as f64 / 1e6 / dt);
+            let delta = series.tick(now, bytes);
             observer.on_event(&Event::Tick {
                 elapsed: now.duration_since(start),
                 bytes,
                 bytes_last_second: delta,
             });
-            (last_at, last_bytes) = (now, bytes);
-            next_tick += Duration::from_secs(1);
         }
     }
+    // The partial last second (from the last tick to the end of the run) is
+    // left out: a fraction of a second would count as a whole sample.
+    out.per_second_mb_s = series.samples;
     sample(&mut out);
     out
+}
+
+/// The per-second throughput series of a run (`per_second_mb_s`).
+///
+/// Ticks fall on whole seconds from the start of the run; each sample is the
+/// bytes handed to the kernel (write(2) returned, or io_uring completion
+/// reaped) between two ticks, divided by the time between them (so a tick
+/// taken a little late is still a rate in MB/s). Seconds in which the writer
+/// waits in a sync count, with whatever few bytes they saw. A tick taken more
+/// than a second late (the monitor thread starved) covers all the time since
+/// the previous one and the ticks it missed are skipped, rather than closing
+/// intervals of almost no length whose rate would be noise.
+#[derive(Debug)]
+struct PerSecond {
+    next_tick: Instant,
+    last_at: Instant,
+    last_bytes: u64,
+    samples: Vec<f64>,
+}
+
+impl PerSecond {
+    const TICK: Duration = Duration::from_secs(1);
+
+    fn new(start: Instant) -> Self {
+        PerSecond {
+            next_tick: start + Self::TICK,
+            last_at: start,
+            last_bytes: 0,
+            samples: Vec::new(),
+        }
+    }
+
+    fn next_tick(&self) -> Instant {
+        self.next_tick
+    }
+
+    /// Closes the interval ending `now` (at or after `next_tick()`), with
+    /// `bytes` written so far; returns the bytes written in it.
+    fn tick(&mut self, now: Instant, bytes: u64) -> u64 {
+        let dt = now.duration_since(self.last_at).as_secs_f64().max(1e-9);
+        let delta = bytes.saturating_sub(self.last_bytes);
+        self.samples.push(delta as f64 / 1e6 / dt);
+        (self.last_at, self.last_bytes) = (now, bytes);
+        while self.next_tick <= now {
+            self.next_tick += Self::TICK;
+        }
+        delta
+    }
 }
 
 /// (user, system) CPU seconds of the whole process so far (getrusage(2),
@@ -760,6 +806,26 @@ mod tests {
         };
         f(&mut s);
         Writer::new(WriterConfig::new(s).unwrap())
+    }
+
+    #[test]
+    fn per_second_series_has_whole_seconds_only() {
+        let t0 = Instant::now();
+        let s = |x: f64| t0 + Duration::from_secs_f64(x);
+        let mut p = PerSecond::new(t0);
+        assert_eq!(p.next_tick(), s(1.0));
+        assert_eq!(p.tick(s(1.0), 300_000_000), 300_000_000);
+        // 10 ms late: still a rate over the time since the last tick.
+        assert_eq!(p.tick(s(2.01), 501_000_000), 201_000_000);
+        assert_eq!(p.next_tick(), s(3.0));
+        assert!((p.samples[0] - 300.0).abs() < 1e-9);
+        assert!((p.samples[1] - 201.0 / 1.01).abs() < 1e-9);
+        // 1.5 s late: one sample over the 2.49 s since the last tick, the
+        // missed tick skipped (no zero-length interval follows).
+        p.tick(s(4.5), 1_001_000_000);
+        assert_eq!(p.next_tick(), s(5.0));
+        assert_eq!(p.samples.len(), 3);
+        assert!((p.samples[2] - 500.0 / 2.49).abs() < 1e-9);
     }
 
     #[test]

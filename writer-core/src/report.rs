@@ -69,8 +69,13 @@ pub struct Report {
     /// bytes_durable / elapsed_s, flush included. `None` when nothing was
     /// made durable (buffered, `--file-sync none`).
     pub durable_mb_s: Option<f64>,
-    /// MB written in each full second of the run (the final syncs included,
-    /// so a long fsync at the end shows as slow seconds).
+    /// Throughput in each whole second of the run, MB/s: bytes handed to
+    /// the kernel (write(2) returned; uring: completion reaped) between two
+    /// ticks on whole seconds from the start, over the time between them.
+    /// Seconds spent waiting in syncs count (a long final fsync shows as
+    /// slow seconds); the partial last second is left out. Not durable
+    /// bytes: `buffered`'s series ends with its last write. The definition
+    /// is in docs/writer.md ("Per-second series").
     pub per_second_mb_s: Vec<f64>,
     pub per_second: Option<SeriesStats>,
     /// Coefficient of variation of `per_second_mb_s` (copy of
