@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use clap::Args;
 use writer_core::{
-    ByteSize, Event, FileSync, Report, RunStatus, SmallFiles, Strategy, Writer, WriterConfig,
-    WriterSpec, parse_size, stats::LatencySummary,
+    ByteSize, Event, FileSync, Observer, Report, RunStatus, SmallFiles, Strategy, Writer,
+    WriterConfig, WriterSpec, parse_size, stats::LatencySummary,
 };
 
 const EXAMPLES: &str = "\
@@ -198,6 +198,21 @@ impl Drop for SigintGuard {
     }
 }
 
+/// Forwards only the once-a-second ticks, the one event this command shows.
+/// Passing every chunk and sync event through the channel woke the waiting
+/// main thread up to six times per chunk (a futex wake and a context switch
+/// each: 4973 voluntary switches for 2048 chunks of srf-pipelined), CPU taken
+/// from the writer on a small machine.
+struct TicksOnly(mpsc::Sender<Event>);
+
+impl Observer for TicksOnly {
+    fn on_event(&self, event: &Event) {
+        if matches!(event, Event::Tick { .. }) {
+            let _ = self.0.send(event.clone());
+        }
+    }
+}
+
 fn usage_error(msg: &str) -> ExitCode {
     eprintln!("wbscope: error: {msg}");
     ExitCode::from(2)
@@ -209,7 +224,7 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<ExitCode> {
         Err(msg) => return Ok(usage_error(&msg)),
     };
     let (tx, rx) = mpsc::channel::<Event>();
-    let writer = Writer::new(cfg).with_observer(Arc::new(tx));
+    let writer = Writer::new(cfg).with_observer(Arc::new(TicksOnly(tx)));
     let total: u64 = writer.plan().iter().flatten().map(|f| f.size).sum();
     let live = writer.tunables();
     let progress = std::io::stderr().is_terminal();
