@@ -39,11 +39,24 @@ fn run(cmd: &mut Command) -> anyhow::Result<String> {
 
 impl LoopFs {
     pub(crate) fn new(size_mib: u64) -> anyhow::Result<LoopFs> {
+        Self::with_direct_io(size_mib, false)
+    }
+
+    /// With `direct_io`, the loop device reads and writes its image with
+    /// O_DIRECT (`losetup --direct-io=on`): a write completes when the disk
+    /// under /var/tmp took it, not when it was copied into /var/tmp's page
+    /// cache (where it would be dirty again, and throttled again).
+    pub(crate) fn with_direct_io(size_mib: u64, direct_io: bool) -> anyhow::Result<LoopFs> {
         let dir = PathBuf::from(format!("/var/tmp/wbscope-bench-{}", std::process::id()));
         fs::create_dir_all(&dir)?;
         let image = dir.join("fs.img");
         File::create(&image)?.set_len(size_mib << 20)?;
-        let device = run(Command::new("losetup").args(["-f", "--show"]).arg(&image))?;
+        let mut losetup = Command::new("losetup");
+        losetup.args(["-f", "--show"]);
+        if direct_io {
+            losetup.arg("--direct-io=on");
+        }
+        let device = run(losetup.arg(&image))?;
         let fs = LoopFs {
             mountpoint: dir.join("mnt"),
             dir,
@@ -53,6 +66,18 @@ impl LoopFs {
         run(Command::new("mkfs.ext4").args(["-q", "-F", &fs.device]))?;
         run(Command::new("mount").arg(&fs.device).arg(&fs.mountpoint))?;
         Ok(fs)
+    }
+}
+
+impl LoopFs {
+    /// Whether the loop device really does O_DIRECT on its image (the
+    /// kernel falls back to buffered when the image's filesystem cannot).
+    pub(crate) fn direct_io(&self) -> bool {
+        let name = Path::new(&self.device)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        fs::read_to_string(format!("/sys/block/{name}/loop/dio")).is_ok_and(|s| s.trim() == "1")
     }
 }
 

@@ -2,8 +2,10 @@
 //! the same filesystem in one run (issue 4, "Performance").
 //!
 //! Every run is one child process on a fresh journaled ext4 on a loop
-//! device, after `sync` and dropping the caches; its file is removed after
-//! it. The figures are the same for every tool:
+//! device (O_DIRECT on its image unless `--buffered-loop`), after `sync` and
+//! dropping the caches; its file is removed after it, outside the timing,
+//! for every tool (the writer runs with `--keep`). The figures are the same
+//! for every tool:
 //!
 //! - durable throughput: bytes / wall time of the whole command (process
 //!   start to exit, final flush included), MB = 10^6 bytes;
@@ -29,6 +31,11 @@ use crate::bench::{LoopFs, drop_caches, median};
 pub struct WriterBenchOptions {
     pub size_mib: u64,
     pub rounds: usize,
+    /// The loop device writes its image through /var/tmp's page cache
+    /// (losetup's default) rather than with O_DIRECT.
+    pub buffered_loop: bool,
+    /// Pause after dropping the caches, before each run.
+    pub settle_secs: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,6 +288,7 @@ struct Runner<'a> {
     binary: &'a Path,
     fs: &'a LoopFs,
     size_mib: u64,
+    settle: Duration,
     /// Example command line per case, for the report.
     commands: Vec<String>,
 }
@@ -317,6 +325,10 @@ impl Runner<'_> {
                     .arg(format!("{size}M"))
                     .args(["--chunk", "1M"])
                     .args(case.args)
+                    // Removed by the bench after the timing, as dd's and
+                    // fio's files are: unlinking a file with gigabytes in
+                    // the page cache is not part of writing it.
+                    .arg("--keep")
                     .arg("--json");
                 (c, None)
             }
@@ -326,6 +338,14 @@ impl Runner<'_> {
     fn run(&mut self, idx: usize, case: &Case, tag: &str, size: u64) -> anyhow::Result<Sample> {
         clear_dir(&self.fs.mountpoint);
         drop_caches()?;
+        // The pages just freed are reported to the hypervisor (virtio
+        // balloon free page reporting) a little later; until then a write
+        // into the page cache reuses them at memory speed, after it each
+        // new page costs a fault on the host (measured here: 4 GiB buffered
+        // in 0.8-1.0 s right after drop_caches, 5.3 s after 10 s). Waiting
+        // lets every run start from the same state, instead of as fast as
+        // the previous run was large.
+        std::thread::sleep(self.settle);
         let (mut cmd, bw_log) = self.command(case, tag, size);
         if self.commands[idx].is_empty() && size == self.size_mib {
             self.commands[idx] = command_line(&cmd);
@@ -414,11 +434,19 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
         bail!("--size-mib and --rounds must be at least 1");
     }
     let load_before = loadavg();
-    let fs = LoopFs::new(opts.size_mib * 2 + 512)?;
+    let fs = LoopFs::with_direct_io(opts.size_mib * 2 + 512, !opts.buffered_loop)?;
+    let loop_dio = fs.direct_io();
+    if !opts.buffered_loop && !loop_dio {
+        eprintln!(
+            "xtask: bench writer: the loop device fell back to buffered I/O on its image \
+             (the report says so)"
+        );
+    }
     let mut runner = Runner {
         binary,
         fs: &fs,
         size_mib: opts.size_mib,
+        settle: Duration::from_secs(opts.settle_secs),
         commands: vec![String::new(); CASES.len()],
     };
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); CASES.len()];
@@ -490,13 +518,19 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
     out.push_str(&format!(
         "# `cargo xtask bench writer`\n\n\
          {} MiB per run, 1 MiB writes, one file, on a journaled ext4 (mkfs.ext4 defaults) on a \
-         loop device over a sparse image in /var/tmp; {} rounds of the {} cases below in \
-         rotating order (every other round reversed), `sync` + drop caches before each run, \
-         the file removed after it. {:.0} s in all. Load average (1, 5, 15 min): {} before, {} \
+         loop device over a sparse image in /var/tmp ({}); {} rounds of the {} cases below in \
+         rotating order (every other round reversed), `sync` + drop caches and a {} s pause \
+         before each run, the file removed after it. {:.0} s in all. Load average (1, 5, 15 min): {} before, {} \
          after; {} CPUs.\n\n",
         opts.size_mib,
+        if loop_dio {
+            "the loop device does O_DIRECT on its image"
+        } else {
+            "the loop device writes its image through /var/tmp's page cache"
+        },
         opts.rounds,
         CASES.len(),
+        opts.settle_secs,
         took,
         load_before,
         load_after,
@@ -628,12 +662,29 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
          subtracts it from each run's wall time, to show how much of a ratio it makes.\n\n",
         startup[0], startup[1], startup[2]
     ));
+    let device = if loop_dio {
+        "- **The device**: the loop device does O_DIRECT on its image (`losetup \
+         --direct-io=on`): a write to it completes when the disk under /var/tmp (a virtio \
+         disk, cached by the hypervisor) took it, and a flush of the loop device flushes that \
+         disk. Without it (`--buffered-loop`, losetup's default) the loop device completes a \
+         write once it is copied into /var/tmp's page cache, where it is dirty again: \
+         srf-pipelined's window then bounds nothing (the image's dirty pages grow to the \
+         dirty limits and the loop worker is throttled like a buffered writer), and its CV is \
+         buffered's.\n"
+    } else {
+        "- **The device**: the loop device writes its image through /var/tmp's page cache \
+         (`--buffered-loop`): a write to it completes once copied there, dirty again, so \
+         srf-pipelined's window bounds only the upper file's pages and its per-second series \
+         is throttled like buffered's; a flush of the loop device fsyncs the image, so \
+         \"durable\" still ends on /var/tmp's disk.\n"
+    };
     out.push_str(
         "## How it is measured\n\n\
          - **Durable MB/s** (10^6 bytes): bytes / wall time of the whole command, measured \
          around the child process (start to exit, final flush included), the same for every \
          tool. `buffered` runs (writer and fio) end without a flush: their figure is write \
-         throughput, not durability, and they are kept out of the best-writer figure.\n\
+         throughput, not durability, and they are kept out of the best-writer figure. Every \
+         tool's file is removed by the bench after the timing (the writer runs with `--keep`).\n\
          - **Sys CPU**: the child's system time (getrusage(RUSAGE_CHILDREN) delta around \
          each run; io_uring's io-wq workers belong to the process and are included; the \
          kernel's flusher threads, which do buffered writeback, belong to nobody and are not).\n\
@@ -641,15 +692,19 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
          for buffered), timed from its first write to the end of its last sync, so without \
          process start-up and exit.\n\
          - **Per-second CV** (population stddev / mean; n/a for a run shorter than two full \
-         seconds, the median over the rounds that have one): writer: its JSON report's `cv` (seconds \
-         spent in the final sync count as slow seconds); fio: its `--write_bw_log` with \
-         `--log_avg_msec=1000` (seconds spent in `end_fsync` complete no I/O and log nothing, \
-         so fio's CV leaves the flush out); dd: pages dirtied per full second from \
-         /proc/vmstat `nr_dirtied` (system-wide, so other jobs' writes count too; the fsync \
-         seconds count as slow seconds).\n\
-         - **The device**: the loop device is buffered (no `--direct-io`): its writes go \
-         through the page cache of /var/tmp's filesystem, and a flush of the loop device \
-         fsyncs the image file, so \"durable\" here ends on /var/tmp's disk.\n\
+         seconds, the median over the rounds that have one): writer: its JSON report's `cv`, \
+         over bytes handed to the kernel (write(2) returned) per whole second from its start \
+         to the end of its last sync, the partial last second left out, seconds spent in \
+         syncs counted (docs/writer.md, \"Per-second series\"); the goal compares two writer \
+         strategies, so one definition on both sides. fio: its `--write_bw_log` with \
+         `--log_avg_msec=1000` (completed writes per whole second, partial last second \
+         dropped, nothing logged while in `end_fsync`, so fio's CV leaves the flush out); \
+         dd: pages dirtied per full second from /proc/vmstat `nr_dirtied` (system-wide, so \
+         other jobs' writes count too; the fsync seconds count as slow seconds).\n",
+    );
+    out.push_str(device);
+    out.push_str(
+        "\
          - **Allocation**: fio lays out (fallocates) its file by default. The buffered fio \
          jobs run with `--fallocate=none`, like the writer's buffered strategies (delayed \
          allocation on both sides); the O_DIRECT fio jobs keep preallocation \

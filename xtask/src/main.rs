@@ -101,6 +101,17 @@ enum BenchTarget {
         /// Rounds over every case, in rotating order.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Let the loop device write its image through /var/tmp's page
+        /// cache (losetup's default) instead of O_DIRECT: the set-up of the
+        /// runs before issue 4's fix, to compare.
+        #[arg(long)]
+        buffered_loop: bool,
+        /// Seconds to wait after dropping the caches before each run, so
+        /// that every run starts with the memory just freed handed back to
+        /// the hypervisor (free page reporting), not only those after a
+        /// long run.
+        #[arg(long, default_value_t = 10)]
+        settle_secs: u64,
     },
 }
 
@@ -144,7 +155,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Dist => dist::dist(&build(true)?, &workspace_root()),
         Task::VmTest { kernel } => vm::vm_test(kernel.as_deref()),
         Task::Bench {
-            what: Some(BenchTarget::Writer { size_mib, rounds }),
+            what:
+                Some(BenchTarget::Writer {
+                    size_mib,
+                    rounds,
+                    buffered_loop,
+                    settle_secs,
+                }),
             ..
         } => {
             if !setup::is_root() {
@@ -155,7 +172,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let binary = build(true)?;
             let report = bench_writer::bench(
                 &binary,
-                &bench_writer::WriterBenchOptions { size_mib, rounds },
+                &bench_writer::WriterBenchOptions {
+                    size_mib,
+                    rounds,
+                    buffered_loop,
+                    settle_secs,
+                },
             )?;
             write_report("writer.md", &report)
         }
