@@ -53,6 +53,18 @@ static INFLIGHT: LruHashMap<InflightKey, InflightCall> = LruHashMap::with_max_en
 #[map]
 static CURRENT: HashMap<u32, InflightKey> = HashMap::with_max_entries(16384, 0);
 
+/// One byte per thread id, non-zero while the thread is inside a
+/// writepages call (has an entry in CURRENT); eight threads to an array
+/// entry. Array lookups are inlined by the verifier, a hash lookup is a
+/// helper call (about 90 ns here, `wbscope probes --cost`), and
+/// sched_switch and the per-bio hooks ask on every event whether a thread
+/// is in a call, almost always to hear no. Bytes, not bits: each thread
+/// writes only its own byte, so no atomics are needed (the BPF target has
+/// no atomic OR). Userspace sizes it to the kernel's pid_max at load; the
+/// default here covers PID_MAX_LIMIT on 64-bit (include/linux/threads.h).
+#[map]
+static IN_CALL: Array<u64> = Array::with_max_entries((4 << 20) / 8, 0);
+
 /// When a thread inside a call was switched out (sched_switch).
 #[map]
 static OFFCPU_SINCE: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);

@@ -5,22 +5,25 @@ use writeback_common::{TracepointLayout, fields::sched_switch as ss};
 
 use crate::{
     CURRENT, INFLIGHT, OFFCPU_SINCE,
-    read::{field, now_ns},
+    read::{current_tid, field, now_ns},
+    writepages::in_call,
 };
 
 #[unsafe(no_mangle)]
 static SCHED_SWITCH_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 
-/// `sched:sched_switch`: two hash lookups per switch; the clock is read
-/// only when a thread inside a writepages call is involved (a clock read
-/// costs more than both lookups on virtualised hosts).
+/// `sched:sched_switch`: runs in `prev`'s context (__schedule() traces
+/// before context_switch()), so `prev` is the current thread. Two array
+/// lookups per switch (IN_CALL_BITS); hashes and the clock only when a
+/// thread inside a writepages call is involved.
 #[tracepoint]
 pub fn sched_switch(ctx: TracePointContext) -> u32 {
-    let layout = &SCHED_SWITCH_LAYOUT;
-    let prev = field(&ctx, layout, ss::PREV_PID) as u32;
-    let next = field(&ctx, layout, ss::NEXT_PID) as u32;
-    // SAFETY: presence test only.
-    let prev_in_call = unsafe { CURRENT.get(&prev) }.is_some();
+    let prev = current_tid();
+    let prev_in_call = in_call(prev);
+    let next = field(&ctx, &SCHED_SWITCH_LAYOUT, ss::NEXT_PID) as u32;
+    if !prev_in_call && !in_call(next) {
+        return 0;
+    }
     // SAFETY: value copied out at once.
     let next_since = unsafe { OFFCPU_SINCE.get(&next) }.copied();
     if !prev_in_call && next_since.is_none() {

@@ -21,7 +21,7 @@ use writeback_common::{
 };
 
 use crate::{
-    CONFIG, CURRENT, EVENTS, FILTER, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, bump,
+    CONFIG, CURRENT, EVENTS, FILTER, IN_CALL, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, bump,
     read::{current_tid, field, member, now_ns},
 };
 
@@ -153,7 +153,9 @@ fn begin(s: Start) -> Result<u32, u32> {
         bump(stat::INFLIGHT_FULL);
         return Err(0);
     }
-    let _ = CURRENT.insert(&s.key.tid, &s.key, 0);
+    if CURRENT.insert(&s.key.tid, &s.key, 0).is_ok() {
+        mark_in_call(s.key.tid, true);
+    }
     Ok(0)
 }
 
@@ -169,6 +171,7 @@ fn finish(e: End) -> Result<u32, u32> {
     if start.is_some() {
         let _ = INFLIGHT.remove(&key);
         let _ = CURRENT.remove(&key.tid);
+        mark_in_call(key.tid, false);
         let _ = OFFCPU_SINCE.remove(&key.tid);
     } else if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
         return Ok(0);
@@ -447,7 +450,27 @@ pub fn kretprobe_writepages(ctx: RetProbeContext) -> u32 {
 #[inline(always)]
 pub fn current_call() -> Option<*mut InflightCall> {
     let tid = current_tid();
+    if !in_call(tid) {
+        return None;
+    }
     // SAFETY: the key is copied out at once.
     let key = unsafe { CURRENT.get(&tid) }.copied()?;
     INFLIGHT.get_ptr_mut(&key)
+}
+
+/// Whether thread `tid` is inside a writepages call (IN_CALL).
+#[inline(always)]
+pub fn in_call(tid: u32) -> bool {
+    IN_CALL
+        .get(tid >> 3)
+        .is_some_and(|word| (*word >> ((tid & 7) * 8)) & 0xff != 0)
+}
+
+/// Sets or clears `tid`'s byte of IN_CALL; called only by `tid` itself.
+#[inline(always)]
+fn mark_in_call(tid: u32, on: bool) {
+    if let Some(word) = IN_CALL.get_ptr_mut(tid >> 3) {
+        // SAFETY: a byte inside the 8-byte array value, owned by `tid`.
+        unsafe { *word.cast::<u8>().add((tid & 7) as usize) = on as u8 };
+    }
 }

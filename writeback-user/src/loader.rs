@@ -158,6 +158,15 @@ fn scan_members_from(btf: &KernelBtf, page_shift: u32) -> Result<ScanMembers, St
     ))
 }
 
+/// Entries of the IN_CALL map (one byte per thread id, eight to an
+/// entry) for this kernel's pid_max; `None` keeps the object's default,
+/// which covers PID_MAX_LIMIT.
+fn in_call_entries() -> Option<u32> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok()?;
+    let pid_max: u32 = text.trim().parse().ok()?;
+    Some(pid_max.div_ceil(8).max(1))
+}
+
 /// log2 of the page size (pages are a power of two).
 fn page_shift() -> u32 {
     // SAFETY: sysconf has no preconditions.
@@ -250,6 +259,9 @@ impl Tracer {
         let scan_members = scan_members.and_then(Result::ok).unwrap_or_default();
         loader.override_global("SCAN_MEMBERS", &scan_members, true);
         loader.override_global("FILTER", &options.filter, true);
+        if let Some(entries) = in_call_entries() {
+            loader.set_max_entries("IN_CALL", entries);
+        }
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .context("loading the embedded eBPF object")?;
