@@ -260,7 +260,7 @@ impl Tracer {
         loader.override_global("SCAN_MEMBERS", &scan_members, true);
         loader.override_global("FILTER", &options.filter, true);
         if let Some(entries) = in_call_entries() {
-            loader.set_max_entries("IN_CALL", entries);
+            loader.map_max_entries("IN_CALL", entries);
         }
         let mut ebpf = loader
             .load(EBPF_OBJECT)
