@@ -2,13 +2,14 @@
 //! to `sched:sched_switch`, never while tracing. Their run times are this
 //! machine's floor for any program: what dispatching a tracepoint program
 //! and keeping its BPF statistics cost before it does anything, and what
-//! the two things every wbscope program does cost on top (a hash lookup, a
-//! clock read). On virtualised hosts the clock read can dominate.
+//! the things every wbscope program does cost on top (a hash lookup, a
+//! clock read, a field read).
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use writeback_common::TracepointLayout;
 
 use crate::{
     CURRENT,
-    read::{current_tid, now_ns},
+    read::{current_tid, field, now_ns},
 };
 
 /// Nothing at all.
@@ -24,6 +25,18 @@ pub fn floor_lookup(_ctx: TracePointContext) -> u32 {
     // SAFETY: presence test only.
     unsafe { CURRENT.get(&current_tid()) }.is_some() as u32 & 0
 }
+
+/// One tracepoint field read the way every wbscope tracepoint program
+/// reads its fields (`read::field`: one bpf_probe_read_kernel each).
+#[tracepoint]
+pub fn floor_field(ctx: TracePointContext) -> u32 {
+    (field(&ctx, &FLOOR_LAYOUT, 0) & 0) as u32
+}
+
+/// Layout of the field `floor_field` reads: `next_pid` of sched_switch,
+/// filled by userspace like every layout.
+#[unsafe(no_mangle)]
+static FLOOR_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 
 /// One `bpf_ktime_get_ns()`.
 #[tracepoint]

@@ -1,5 +1,5 @@
 //! `wbscope probes --cost SECONDS`: the floor a BPF program costs on this
-//! machine, measured with the kernel's own BPF statistics on three
+//! machine, measured with the kernel's own BPF statistics on four
 //! calibration programs (writeback-ebpf/src/floor.rs) attached to
 //! `sched:sched_switch`. The tracer's per-program run times (trace and
 //! record summaries, `cargo xtask bench`) read against these: a program
@@ -17,12 +17,16 @@ use serde::Serialize;
 use crate::{ebpf_object::EBPF_OBJECT, privileges, tracefs};
 
 /// `(program, what it does)`, cheapest first.
-pub const FLOOR_PROGRAMS: [(&str, &str); 3] = [
+pub const FLOOR_PROGRAMS: [(&str, &str); 4] = [
     (
         "floor_empty",
         "nothing (dispatch and the statistics' own clock reads)",
     ),
     ("floor_lookup", "one hash lookup by thread id"),
+    (
+        "floor_field",
+        "one tracepoint field read (bpf_probe_read_kernel)",
+    ),
     ("floor_clock", "one bpf_ktime_get_ns()"),
 ];
 
@@ -58,8 +62,14 @@ impl FloorCost {
 /// returns their run times. Everything is detached when it returns.
 pub fn measure(duration: Duration) -> anyhow::Result<Vec<FloorCost>> {
     privileges::check()?;
-    tracefs::ensure_mounted()?;
+    let root = tracefs::ensure_mounted()?;
+    // floor_field reads sched_switch's next_pid at its offset here, as the
+    // tracer's programs read their fields.
+    let (layout, _) = tracefs::read_format(&root, EVENT.0, EVENT.1)?
+        .layout(&["next_pid"])
+        .context("sched_switch's next_pid")?;
     let mut ebpf = EbpfLoader::new()
+        .override_global("FLOOR_LAYOUT", &layout, true)
         .load(EBPF_OBJECT)
         .context("loading the embedded eBPF object")?;
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)

@@ -458,7 +458,7 @@ fn event_rate_limit_switches_to_aggregation_only() {
     assert!(summary["calls"].as_u64().unwrap() >= 60);
 }
 
-/// `probes --cost`: the three calibration programs ran on every context
+/// `probes --cost`: the calibration programs ran on every context
 /// switch of the measurement (the same event, attached one after the
 /// other, so their counts differ only by the switches between attaches).
 #[test]
@@ -473,7 +473,10 @@ fn probes_cost_measures_the_calibration_programs() {
         .iter()
         .map(|c| c["program"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["floor_empty", "floor_lookup", "floor_clock"]);
+    assert_eq!(
+        names,
+        ["floor_empty", "floor_lookup", "floor_field", "floor_clock"]
+    );
     // The measurement sleeps in 1 ms steps: at least a few hundred
     // switches of its own in a second.
     let counts: Vec<u64> = costs
