@@ -36,14 +36,7 @@ static WRITEPAGES_RESULT_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 /// Struct members read by the BTF-typed programs, from the kernel's BTF.
 #[unsafe(no_mangle)]
 pub(crate) static KERNEL_MEMBERS: KernelMembers = KernelMembers {
-    members: [writeback_common::MemberSpec {
-        offset: 0,
-        left_shift: 0,
-        right_shift: 0,
-        signed: 0,
-        present: 0,
-        _pad: [0; 2],
-    }; 16],
+    members: [writeback_common::MemberSpec::ABSENT; 16],
 };
 
 /// Start-side values, whichever hook read them.

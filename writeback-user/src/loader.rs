@@ -449,31 +449,29 @@ impl Tracer {
 
     /// Per-device block histograms, summed over CPUs.
     pub fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
-        let map: PerCpuHashMap<_, BlockHistKey, u64> = PerCpuHashMap::try_from(
-            self.ebpf
-                .map("BLOCK_HIST")
-                .context("BLOCK_HIST map missing")?,
-        )?;
-        let mut out = HashMap::new();
-        for entry in map.iter() {
-            let (key, values) = entry.context("reading BLOCK_HIST")?;
-            out.insert(key, sum_counters(values.iter()));
-        }
-        Ok(out)
+        self.per_cpu_sums("BLOCK_HIST")
     }
 
     /// Per-device inode-pass counters (`INODE_PASS`), summed over CPUs.
     pub fn inode_pass_counters(
         &self,
     ) -> anyhow::Result<HashMap<writeback_common::DevCounterKey, u64>> {
-        let map: PerCpuHashMap<_, writeback_common::DevCounterKey, u64> = PerCpuHashMap::try_from(
+        self.per_cpu_sums("INODE_PASS")
+    }
+
+    /// Every entry of the per-CPU hash `name`, its values summed over CPUs.
+    fn per_cpu_sums<K: aya::Pod + Eq + std::hash::Hash>(
+        &self,
+        name: &str,
+    ) -> anyhow::Result<HashMap<K, u64>> {
+        let map: PerCpuHashMap<_, K, u64> = PerCpuHashMap::try_from(
             self.ebpf
-                .map("INODE_PASS")
-                .context("INODE_PASS map missing")?,
+                .map(name)
+                .with_context(|| format!("{name} map missing"))?,
         )?;
         let mut out = HashMap::new();
         for entry in map.iter() {
-            let (key, values) = entry.context("reading INODE_PASS")?;
+            let (key, values) = entry.with_context(|| format!("reading {name}"))?;
             out.insert(key, sum_counters(values.iter()));
         }
         Ok(out)
