@@ -20,6 +20,11 @@ pub struct BenchOptions {
     pub size_mib: u64,
     pub pairs: usize,
     pub idle_secs: u64,
+    /// Pause after dropping the caches before each run (see the writer
+    /// bench's --settle-secs).
+    pub settle_secs: u64,
+    /// Seconds of `wbscope probes --cost` for the per-program floor.
+    pub floor_secs: u64,
 }
 
 /// A journaled ext4 on a loop device over a sparse image; removed on drop.
@@ -38,10 +43,6 @@ fn run(cmd: &mut Command) -> anyhow::Result<String> {
 }
 
 impl LoopFs {
-    pub(crate) fn new(size_mib: u64) -> anyhow::Result<LoopFs> {
-        Self::with_direct_io(size_mib, false)
-    }
-
     /// With `direct_io`, the loop device reads and writes its image with
     /// O_DIRECT (`losetup --direct-io=on`): a write completes when the disk
     /// under /var/tmp took it, not when it was copied into /var/tmp's page
@@ -208,7 +209,10 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
 }
 
 pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
-    let fs = LoopFs::new(opts.size_mib * 2 + 512)?;
+    // O_DIRECT on the image, as the writer bench: with the image in
+    // /var/tmp's page cache a run ends before its data left the VM, and the
+    // next run starts with that cache to write back.
+    let fs = LoopFs::with_direct_io(opts.size_mib * 2 + 512, true)?;
     let file = fs.mountpoint.join("bench.dat");
     let mut plain = Vec::new();
     let mut traced = Vec::new();
@@ -229,6 +233,10 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
             let _ = fs::remove_file(&file);
             let _ = fs::remove_file(&rec_path);
             drop_caches()?;
+            // Memory just freed goes back to the hypervisor (free page
+            // reporting on this VM); without a pause a run after a long
+            // one starts on memory that must be faulted back first.
+            std::thread::sleep(Duration::from_secs(opts.settle_secs));
             let tracer = match side {
                 Side::Plain => None,
                 Side::Traced => Some(Tracer::start(binary)?),
@@ -266,13 +274,22 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     let idle_cpu = 100.0 * (tracer.cpu_secs()? - cpu0) / opts.idle_secs as f64;
     tracer.stop(binary)?;
 
+    let floor = floor_costs(binary, opts.floor_secs)?;
+
     let (mp, mt) = (median(&mut plain.clone()), median(&mut traced.clone()));
+    let mut pair_ratios: Vec<f64> = traced.iter().zip(&plain).map(|(t, p)| t / p).collect();
+    // Sorts them too: min and max are the ends.
+    let ratio_median = median(&mut pair_ratios);
     let mr = median(&mut recorded.clone());
     let mut out = String::new();
     out.push_str(&format!(
-        "{} MiB buffered write + fsync on a journaled ext4 loop filesystem, {} rounds of \
-         untraced / traced / recorded in rotating order\n\n",
-        opts.size_mib, opts.pairs
+        "{} MiB buffered write + fsync on a journaled ext4 loop filesystem (image with \
+         O_DIRECT: {}), {} rounds of untraced / traced / recorded in rotating order, {} s \
+         pause after dropping the caches before each run\n\n",
+        opts.size_mib,
+        if fs.direct_io() { "yes" } else { "no, the kernel fell back" },
+        opts.pairs,
+        opts.settle_secs
     ));
     out.push_str("| | untraced MB/s | traced MB/s | recorded MB/s |\n|---|---|---|---|\n");
     for (i, ((p, t), r)) in plain.iter().zip(&traced).zip(&recorded).enumerate() {
@@ -282,9 +299,13 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
         "| **median** | **{mp:.1}** | **{mt:.1}** | **{mr:.1}** |\n\n"
     ));
     out.push_str(&format!(
-        "ratio of medians: traced / untraced **{:.3}**, recorded / untraced **{:.3}**\n\n",
+        "ratio of medians: traced / untraced **{:.3}**, recorded / untraced **{:.3}**; \
+         median of the per-round traced / untraced ratios {:.3} (min {:.3}, max {:.3})\n\n",
         mt / mp,
-        mr / mp
+        mr / mp,
+        ratio_median,
+        pair_ratios.first().copied().unwrap_or(f64::NAN),
+        pair_ratios.last().copied().unwrap_or(f64::NAN),
     ));
     if record_calls > 0 {
         out.push_str(&format!(
@@ -314,13 +335,52 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
             e.1 += r["run_time_ns"].as_u64().unwrap_or(0);
         }
     }
+    let (all_count, all_ns) = per_program
+        .values()
+        .fold((0u64, 0u64), |(c, n), (count, ns)| (c + count, n + ns));
     for (name, (count, ns)) in per_program {
-        let avg = if count > 0 {
-            format!("{:.0}", ns as f64 / count as f64)
-        } else {
-            "-".into()
-        };
-        out.push_str(&format!("| {name} | {count} | {avg} |\n"));
+        out.push_str(&format!("| {name} | {count} | {} |\n", avg_ns(ns, count)));
+    }
+    out.push_str(&format!(
+        "| **all programs** | **{all_count}** | **{}** |\n\n",
+        avg_ns(all_ns, all_count)
+    ));
+    out.push_str(&format!(
+        "The floor of this machine, measured right after (`wbscope probes --cost {}`, \
+         idle):\n\n| calibration program | invocations | avg ns |\n|---|---|---|\n",
+        opts.floor_secs
+    ));
+    for f in floor.as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "| {} ({}) | {} | {:.0} |\n",
+            f["program"].as_str().unwrap_or("?"),
+            f["does"].as_str().unwrap_or("?"),
+            f["invocations"].as_u64().unwrap_or(0),
+            f["avg_ns"].as_f64().unwrap_or(f64::NAN)
+        ));
     }
     Ok(out)
+}
+
+fn avg_ns(ns: u64, count: u64) -> String {
+    if count > 0 {
+        format!("{:.0}", ns as f64 / count as f64)
+    } else {
+        "-".into()
+    }
+}
+
+/// `wbscope probes --cost SECS --json`: the per-program floor.
+fn floor_costs(binary: &Path, secs: u64) -> anyhow::Result<serde_json::Value> {
+    let out = Command::new(binary)
+        .args(["probes", "--cost", &secs.to_string(), "--json"])
+        .output()
+        .context("running wbscope probes --cost")?;
+    if !out.status.success() {
+        bail!(
+            "wbscope probes --cost failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("probes --cost output")
 }

@@ -69,6 +69,13 @@ enum Task {
         /// Seconds of idle tracing for the idle CPU figure.
         #[arg(long, default_value_t = 10)]
         idle_secs: u64,
+        /// Seconds to wait after dropping the caches before each run (as
+        /// for `bench writer`).
+        #[arg(long, default_value_t = 10)]
+        settle_secs: u64,
+        /// Seconds of `wbscope probes --cost` for the per-program floor.
+        #[arg(long, default_value_t = 5)]
+        floor_secs: u64,
     },
     /// Boot Debian's 6.1 and 6.12 kernels in qemu (TCG) and check the
     /// fentry, kprobe and tracepoint paths inside.
@@ -186,6 +193,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             size_mib,
             pairs,
             idle_secs,
+            settle_secs,
+            floor_secs,
         } => {
             if !setup::is_root() {
                 bail!("the benchmark mounts a loop filesystem and attaches BPF: run it as root");
@@ -197,6 +206,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     size_mib,
                     pairs,
                     idle_secs,
+                    settle_secs,
+                    floor_secs,
                 },
             )?;
             write_report("results.md", &report)
