@@ -287,7 +287,11 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
          O_DIRECT: {}), {} rounds of untraced / traced / recorded in rotating order, {} s \
          pause after dropping the caches before each run\n\n",
         opts.size_mib,
-        if fs.direct_io() { "yes" } else { "no, the kernel fell back" },
+        if fs.direct_io() {
+            "yes"
+        } else {
+            "no, the kernel fell back"
+        },
         opts.pairs,
         opts.settle_secs
     ));
