@@ -172,6 +172,15 @@ pub fn run(kernels: &[&kernel::KernelSpec], wbscope: &Path) -> anyhow::Result<()
             }
         }
     }
+    // The time limits themselves, once: a guest that cannot boot in time
+    // is a one-line failure naming its serial log, and no qemu is left.
+    if let Some(spec) = kernels.iter().find(|k| !broken.contains(&k.label)) {
+        let check = boot_limit_check(spec, &root);
+        println!("vm {} {check}", spec.label);
+        if !check.pass {
+            failed += 1;
+        }
+    }
     println!(
         "vm: {} check(s) failed, {} kernel(s) could not be tested, {:.1}s",
         failed,
@@ -239,6 +248,70 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, wbscope: &Path) -> anyhow::Re
         run,
         checks,
     })
+}
+
+/// Boots `spec`'s guest of the run just made with a 1 s boot limit, which
+/// no TCG boot meets (5-10 s here).
+fn boot_limit_check(spec: &kernel::KernelSpec, root: &Path) -> checks::Check {
+    const NAME: &str = "boot-limit-enforced";
+    let work = root.join("run").join(spec.label);
+    let tree = match kernel::ensure(spec, root) {
+        Ok(tree) => tree,
+        Err(e) => return checks::Check::new(NAME, false, format!("{e:#}")),
+    };
+    let out = work.join("out-boot-limit");
+    let log = root
+        .join("logs")
+        .join(format!("{}-boot-limit-serial.log", spec.label));
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        return checks::Check::new(NAME, false, format!("creating {}: {e}", out.display()));
+    }
+    let disk = work.join("disk.img");
+    let outcome = qemu::run_guest(&qemu::GuestSpec {
+        kernel: &tree.vmlinuz,
+        initrd: &work.join("initramfs.cpio"),
+        disk: &disk,
+        out: &out,
+        log: &log,
+        boot_limit: Duration::from_secs(1),
+        step_limit: Duration::from_secs(1),
+    });
+    let _ = std::fs::remove_dir_all(&out);
+    let left = qemu_processes_using(&disk);
+    match outcome {
+        Ok(_) => checks::Check::new(NAME, false, "the guest booted within 1 s".into()),
+        Err(e) => {
+            let reason = format!("{e:#}");
+            let one_line = !reason.contains('\n');
+            let names_log = reason.contains(&log.display().to_string());
+            checks::Check::new(
+                NAME,
+                one_line && names_log && left == 0,
+                format!("{reason}; qemu processes left: {left}"),
+            )
+        }
+    }
+}
+
+/// How many processes have `path` in their command line (qemu names its
+/// disk image there).
+fn qemu_processes_using(path: &Path) -> usize {
+    let needle = path.display().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+        })
+        .count()
 }
 
 /// target/vm/ in the workspace (the only place this task writes to, apart

@@ -48,12 +48,18 @@ impl fmt::Display for Check {
     }
 }
 
-fn check(name: &str, pass: bool, detail: String) -> Check {
-    Check {
-        name: name.to_string(),
-        pass,
-        detail,
+impl Check {
+    pub fn new(name: &str, pass: bool, detail: String) -> Check {
+        Check {
+            name: name.to_string(),
+            pass,
+            detail,
+        }
     }
+}
+
+fn check(name: &str, pass: bool, detail: String) -> Check {
+    Check::new(name, pass, detail)
 }
 
 /// All checks, from the files in `out`.
