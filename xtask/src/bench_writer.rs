@@ -193,6 +193,8 @@ struct Sample {
     sys_s: f64,
     /// The writer's self-reported durable (or write) MB/s.
     own_mb_s: Option<f64>,
+    /// The per-second series the CV comes from (MB/s).
+    series: Vec<f64>,
 }
 
 fn children_rusage() -> (f64, f64) {
@@ -382,6 +384,7 @@ impl Runner<'_> {
             cv: None,
             sys_s: sys1 - sys0,
             own_mb_s: None,
+            series: Vec::new(),
         };
         match case.tool {
             Tool::Dd => sample.cv = dd_series.as_deref().and_then(population_cv),
@@ -402,6 +405,10 @@ impl Runner<'_> {
                     bail!("{}: status {}", case.label, report["status"]);
                 }
                 sample.cv = report["cv"].as_f64();
+                sample.series = report["per_second_mb_s"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
+                    .unwrap_or_default();
                 let own = if case.durable {
                     "durable_mb_s"
                 } else {
@@ -645,6 +652,24 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
              outgrow the dirty limits to be throttled at all).\n\n",
         );
     }
+    // The series behind the CV goal, round by round, so a verdict can be
+    // checked against what the seconds looked like.
+    out.push_str(
+        "Per-second series behind the CV goal (writer's own, MB/s, one line per round):\n\n",
+    );
+    for label in ["writer buffered", "writer srf-pipelined"] {
+        if let Some(i) = by_label(label) {
+            for (round, x) in samples[i].iter().enumerate() {
+                let series: Vec<String> = x.series.iter().map(|v| format!("{v:.0}")).collect();
+                out.push_str(&format!(
+                    "- {label}, round {round}: [{}] CV {}\n",
+                    series.join(", "),
+                    fmt_opt(x.cv, 3)
+                ));
+            }
+        }
+    }
+    out.push('\n');
     if missed.is_empty() {
         out.push_str(if cv_judged {
             "All goals met.\n\n"
