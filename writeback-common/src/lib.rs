@@ -170,10 +170,11 @@ pub mod members {
     pub const WBC_FOR_BACKGROUND: usize = 11;
     pub const WBC_RANGE_CYCLIC: usize = 12;
     pub const MAPPING_HOST: usize = 13;
+    pub const TASK_PID: usize = 14;
     /// Sources: include/linux/fs.h (inode, super_block, address_space) and
     /// include/linux/writeback.h (writeback_control; the flags are 1-bit
     /// bitfields).
-    pub const PATHS: [(&str, &str, bool); 14] = [
+    pub const PATHS: [(&str, &str, bool); 15] = [
         ("inode", "i_ino", false),
         ("inode", "i_sb", false),
         ("super_block", "s_dev", false),
@@ -188,6 +189,8 @@ pub mod members {
         ("writeback_control", "for_background", false),
         ("writeback_control", "range_cyclic", false),
         ("address_space", "host", false),
+        // include/linux/sched.h: the thread id (tp_btf sched_switch's next).
+        ("task_struct", "pid", false),
     ];
 }
 

@@ -454,6 +454,17 @@ pub const TP_BTF_SCAN: Candidate = Candidate::BtfPrograms {
     fields: &["dev", "ino", "start_pos", "next_pos"],
 };
 
+/// `sched_switch` as a BTF tracepoint: `next` from the task pointer, and
+/// no trace record built on every context switch.
+pub const TP_BTF_SCHED_SWITCH: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[BtfAttach {
+        program: "tp_btf_sched_switch",
+        target: "sched_switch",
+    }],
+    fields: &["prev_pid", "next_pid"],
+};
+
 const fn func(kind: HookKind, target: &'static str) -> Candidate {
     Candidate::Function { kind, target }
 }
@@ -508,10 +519,7 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             func(TpBtf, "ext4_da_write_pages_extent"),
             Candidate::Tracepoints(EXTENT_TP),
         ],
-        Concept::CpuTime => vec![
-            func(TpBtf, "sched_switch"),
-            Candidate::Tracepoints(SCHED_SWITCH_TP),
-        ],
+        Concept::CpuTime => vec![TP_BTF_SCHED_SWITCH, Candidate::Tracepoints(SCHED_SWITCH_TP)],
     }
 }
 
