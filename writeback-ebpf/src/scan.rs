@@ -181,10 +181,23 @@ pub fn extent(ctx: TracePointContext) -> u32 {
 /// write_cache_pages/writeback_iter. Counted, never sent one by one.
 #[tracepoint]
 pub fn wbc_writepage(_ctx: TracePointContext) -> u32 {
+    folio_written();
+    0
+}
+
+/// `tp_btf/wbc_writepage`: the same count without the record (the bdi's
+/// name and a dozen wbc fields) the classic tracepoint builds per folio.
+#[btf_tracepoint(function = "wbc_writepage")]
+pub fn tp_btf_wbc_writepage(_ctx: BtfTracePointContext) -> i32 {
+    folio_written();
+    0
+}
+
+#[inline(always)]
+fn folio_written() {
     add(&AGG, agg::WBC_WRITEPAGE, 1);
     if let Some(call) = current_call() {
         // SAFETY: see scan_started.
         unsafe { (*call).folios_written += 1 };
     }
-    0
 }

@@ -493,7 +493,14 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             Candidate::Tracepoints(FOLIOS_TP),
         ],
         Concept::PerPageWrite => vec![
-            func(TpBtf, "wbc_writepage"),
+            Candidate::BtfPrograms {
+                kind: TpBtf,
+                attaches: &[BtfAttach {
+                    program: "tp_btf_wbc_writepage",
+                    target: "wbc_writepage",
+                }],
+                fields: &[],
+            },
             Candidate::Tracepoints(WBC_WRITEPAGE_TP),
         ],
         Concept::InodeWriteback => {

@@ -269,6 +269,43 @@ fn inode_passes_add_up_per_device_on_xfs_and_ext4() {
     // Both traces ran over the whole write and sync (passes may differ
     // by a late metadata-only pass between the two stops).
     assert_eq!(filtered[&dev_x].1, per_dev[&dev_x].1);
+
+    // Per-folio writes: xfs writes back through writeback_iter(), which
+    // fires wbc_writepage once per folio (ext4's delalloc path does not).
+    // The tp_btf program and the classic tracepoint count the same
+    // events; the xfs file alone gives at least one folio and at most
+    // one per page.
+    let folios = |lines: &[Value]| -> u64 {
+        lines
+            .iter()
+            .filter(|l| l["type"] == "interval")
+            .map(|l| l["wbc_writepage_events"].as_u64().unwrap())
+            .sum()
+    };
+    let per_page = |lines: &[Value]| {
+        lines.last().unwrap()["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["concept"] == "per_page_write")
+            .unwrap()["hook"]
+            .clone()
+    };
+    assert_eq!(per_page(&all), "tp_btf wbc_writepage");
+    assert_eq!(per_page(&classic), "tracepoint writeback:wbc_writepage");
+    let (btf, tp) = (folios(&all), folios(&classic));
+    assert!(btf > 0, "no wbc_writepage event for 96 MiB on xfs");
+    let xfs_pages = 96 * (1 << 20) / PAGE as u64;
+    // Other filesystems' writeback in the window (the block device
+    // mappings) may add a few to both.
+    assert!(
+        btf <= xfs_pages + 1024,
+        "{btf} folios for {xfs_pages} pages"
+    );
+    assert!(
+        btf.abs_diff(tp) <= 64 + btf / 100,
+        "tp_btf {btf} vs tracepoint {tp}"
+    );
 }
 
 fn cgroup2_root() -> PathBuf {
