@@ -87,19 +87,24 @@ pub fn ensure(spec: &KernelSpec, root: &Path) -> anyhow::Result<KernelTree> {
 /// `apt-get download` into `pkgs`, once; `apt-get update` first if apt
 /// does not know the package (a fresh machine has no lists).
 fn download(spec: &KernelSpec, pkgs: &Path) -> anyhow::Result<PathBuf> {
+    download_with("apt-get", spec, pkgs)
+}
+
+/// [`download`] with another `apt-get` (the tests' stand-in).
+fn download_with(apt: &str, spec: &KernelSpec, pkgs: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(pkgs)?;
     if let Some(deb) = cached_deb(spec, pkgs)? {
         return Ok(deb);
     }
     eprintln!("xtask: vm: downloading {}", spec.package);
-    let mut last_error = match apt_download(spec, pkgs) {
+    let mut last_error = match apt_download(apt, spec, pkgs) {
         Ok(()) => String::new(),
         Err(e) => e,
     };
     if cached_deb(spec, pkgs)?.is_none() && crate::setup::is_root() {
         eprintln!("xtask: vm: apt-get update, then retrying");
-        let _ = Command::new("apt-get").args(["update", "-qq"]).status();
-        last_error = match apt_download(spec, pkgs) {
+        let _ = Command::new(apt).args(["update", "-qq"]).status();
+        last_error = match apt_download(apt, spec, pkgs) {
             Ok(()) => String::new(),
             Err(e) => e,
         };
@@ -110,8 +115,8 @@ fn download(spec: &KernelSpec, pkgs: &Path) -> anyhow::Result<PathBuf> {
     }
 }
 
-fn apt_download(spec: &KernelSpec, pkgs: &Path) -> Result<(), String> {
-    let out = Command::new("apt-get")
+fn apt_download(apt: &str, spec: &KernelSpec, pkgs: &Path) -> Result<(), String> {
+    let out = Command::new(apt)
         .args(["download", "-q", spec.package])
         .current_dir(pkgs)
         .output()
@@ -202,7 +207,42 @@ fn run(cmd: &mut Command) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
     use super::*;
+
+    /// A package apt cannot find: one line naming it and apt's reason, and
+    /// nothing left in the package cache.
+    #[test]
+    fn a_package_that_cannot_be_downloaded_is_one_line() {
+        let dir = std::env::temp_dir().join(format!("xtask-apt-{}", std::process::id()));
+        let pkgs = dir.join("pkgs");
+        std::fs::create_dir_all(&pkgs).unwrap();
+        let apt = dir.join("apt-get");
+        std::fs::write(
+            &apt,
+            "#!/bin/sh\n[ \"$1\" = update ] && exit 0\n\
+             echo 'Reading package lists...' >&2\n\
+             echo \"E: Unable to locate package $3\" >&2\nexit 100\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&apt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let spec = KernelSpec {
+            label: "none",
+            package: "linux-image-0.0-none",
+            release: "0.0-none",
+        };
+        let err = download_with(apt.to_str().unwrap(), &spec, &pkgs).unwrap_err();
+        let text = format!("{err:#}");
+        let left = std::fs::read_dir(&pkgs).unwrap().count();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(left, 0);
+        assert_eq!(
+            text,
+            "cannot download linux-image-0.0-none: E: Unable to locate package \
+             linux-image-0.0-none"
+        );
+    }
 
     #[test]
     fn show_depends_lines() {
