@@ -161,11 +161,14 @@ fn finish(e: End) -> Result<u32, u32> {
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     // SAFETY: the value is copied out before the entry is removed.
     let start = unsafe { INFLIGHT.get(&key) }.copied();
+    // The thread's call is over whether or not its start is still in
+    // INFLIGHT (an LRU eviction would otherwise leave the thread marked
+    // in a call, and every switch of it on the slow path).
+    let _ = CURRENT.remove(&key.tid);
+    mark_in_call(key.tid, false);
+    let _ = OFFCPU_SINCE.remove(&key.tid);
     if start.is_some() {
         let _ = INFLIGHT.remove(&key);
-        let _ = CURRENT.remove(&key.tid);
-        mark_in_call(key.tid, false);
-        let _ = OFFCPU_SINCE.remove(&key.tid);
     } else if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
         return Ok(0);
     } else {
