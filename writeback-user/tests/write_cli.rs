@@ -136,6 +136,10 @@ fn bad_input_is_one_line_and_exit_2() {
             "not a multiple of",
         ),
         (&["--size", "1M"], "missing --strategy"),
+        (
+            &["--size", "1M", "--strategy", "direct", "--drop-behind"],
+            "--drop-behind needs --strategy srf-pipelined or fdatasync-chunk",
+        ),
     ];
     for (args, want) in cases {
         let out = wbscope(Path::new(d), args);
@@ -254,6 +258,7 @@ fn help_has_examples() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Examples:"), "{text}");
     assert!(text.contains("--strategy srf-pipelined"), "{text}");
+    assert!(text.contains("--drop-behind"), "{text}");
     assert!(text.contains("powers of\n1024"), "{text}");
 }
 
@@ -381,6 +386,236 @@ fn srf_pipelined_syscalls_follow_the_window() {
         .unwrap();
     let fdatasync = lines.iter().position(|l| l.contains("fdatasync(")).unwrap();
     assert!(fdatasync > last_srf);
+}
+
+/// (offset, len) of each fadvise64(POSIX_FADV_DONTNEED) call, in order.
+fn dontneed_calls(lines: &[String]) -> Vec<(u64, u64)> {
+    lines
+        .iter()
+        .filter(|l| l.contains("fadvise64("))
+        .map(|l| {
+            // "1234  fadvise64(3, 0, 1048576, POSIX_FADV_DONTNEED) = 0"
+            let args = l.split_once('(').unwrap().1;
+            let fields: Vec<&str> = args.split(", ").collect();
+            let advice = fields[3].split(')').next().unwrap();
+            // 4 is POSIX_FADV_DONTNEED on x86_64 (strace prints the name).
+            assert!(
+                advice == "POSIX_FADV_DONTNEED" || advice == "4",
+                "unexpected advice: {l}"
+            );
+            assert!(l.trim_end().ends_with("= 0"), "{l}");
+            (fields[1].parse().unwrap(), fields[2].parse().unwrap())
+        })
+        .collect()
+}
+
+/// The calls of interest as short names, in order: W<off>, WB<off>, D<off>
+/// (offsets in MiB), F for fdatasync.
+fn call_sequence(lines: &[String]) -> Vec<String> {
+    const M: u64 = 1 << 20;
+    let field = |l: &str, n: usize| -> u64 {
+        let args = l.split_once('(').unwrap().1;
+        args.split(", ").nth(n).unwrap().parse().unwrap()
+    };
+    lines
+        .iter()
+        .filter_map(|l| {
+            if l.contains("pwrite64(") {
+                // pwrite64(fd, "...", len, offset): the offset is last.
+                let off: u64 = l
+                    .rsplit_once(", ")
+                    .unwrap()
+                    .1
+                    .split(')')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                Some(format!("W{}", off / M))
+            } else if l.contains("sync_file_range(") {
+                let tag = if l.contains("SYNC_FILE_RANGE_WAIT_BEFORE") {
+                    "WB"
+                } else {
+                    "S"
+                };
+                Some(format!("{tag}{}", field(l, 1) / M))
+            } else if l.contains("fadvise64(") {
+                Some(format!("D{}", field(l, 1) / M))
+            } else if l.contains("fdatasync(") {
+                Some("F".into())
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn drop_behind_fadvises_each_chunk_once_it_is_on_disk() {
+    let dir = tmp();
+    const M: u64 = 1 << 20;
+    let calls = "sync_file_range,fdatasync,fsync,pwrite64,fadvise64";
+    let a = dir.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    let lines = strace(
+        &a,
+        calls,
+        &[
+            "--size",
+            "10M",
+            "--chunk",
+            "1M",
+            "--strategy",
+            "srf-pipelined",
+            "--window",
+            "2",
+            "--drop-behind",
+        ],
+    );
+    // WRITE(i), WAIT_BEFORE(i-2), DONTNEED(i-2); the last two chunks after
+    // the final fdatasync.
+    let mut want: Vec<String> = Vec::new();
+    for i in 0..10u64 {
+        want.push(format!("W{i}"));
+        want.push(format!("S{i}"));
+        if i >= 2 {
+            want.push(format!("WB{}", i - 2));
+            want.push(format!("D{}", i - 2));
+        }
+    }
+    want.extend(["F", "D8", "D9"].map(String::from));
+    assert_eq!(call_sequence(&lines), want);
+    let drops = dontneed_calls(&lines);
+    assert_eq!(drops, (0..10).map(|i| (i * M, M)).collect::<Vec<_>>());
+
+    // fdatasync-chunk: each chunk dropped right after its fdatasync.
+    let b = dir.path().join("b");
+    std::fs::create_dir(&b).unwrap();
+    let lines = strace(
+        &b,
+        calls,
+        &[
+            "--size",
+            "3M",
+            "--chunk",
+            "1M",
+            "--strategy",
+            "fdatasync-chunk",
+            "--drop-behind",
+        ],
+    );
+    assert_eq!(
+        call_sequence(&lines),
+        ["W0", "F", "D0", "W1", "F", "D1", "W2", "F", "D2"]
+    );
+    assert_eq!(dontneed_calls(&lines), vec![(0, M), (M, M), (2 * M, M)]);
+}
+
+/// (resident pages, pages) of a file, by mincore(2) on a mapping of it
+/// (mapping does not fault pages in).
+fn resident_pages(path: &Path) -> (usize, usize) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let pages = len.div_ceil(page);
+    // SAFETY: a fresh read-only shared mapping of a file we opened; it is
+    // only passed to mincore and unmapped below, never dereferenced.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(
+        addr,
+        libc::MAP_FAILED,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    let mut vec = vec![0u8; pages];
+    // SAFETY: addr..addr+len is our mapping; vec has one byte per page.
+    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: unmapping the mapping made above.
+    unsafe { libc::munmap(addr, len) };
+    assert_eq!(rc, 0, "mincore: {err}");
+    (vec.iter().filter(|&&b| b & 1 != 0).count(), pages)
+}
+
+#[test]
+fn drop_behind_leaves_the_file_out_of_the_page_cache() {
+    let dir = tmp();
+    let run = |sub: &str, extra: &[&str]| -> (Value, (usize, usize)) {
+        let d = dir.path().join(sub);
+        std::fs::create_dir(&d).unwrap();
+        let mut args = vec![
+            "--size",
+            "32M",
+            "--chunk",
+            "1M",
+            "--strategy",
+            "srf-pipelined",
+            "--keep",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = wbscope(&d, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = json(&out);
+        let kept = PathBuf::from(v["kept_files"][0].as_str().unwrap());
+        let resident = resident_pages(&kept);
+        std::fs::remove_file(&kept).unwrap();
+        (v, resident)
+    };
+    let (v, (resident, pages)) = run("drop", &["--drop-behind"]);
+    assert_eq!(v["drop_behind"], true);
+    assert_eq!(v["sync_latency_us"]["drop_behind"]["count"], 32);
+    assert_eq!(v["sync_latency_us"]["srf_wait_before"]["count"], 28);
+    assert!(
+        resident * 10 <= pages,
+        "{resident} of {pages} pages still cached after --drop-behind"
+    );
+    // The control: without it, the pages just written stay cached (unless
+    // the machine is short of memory), so the check above can see them.
+    let (v, (resident, pages)) = run("keep", &[]);
+    assert_eq!(v["drop_behind"], false);
+    assert!(v["sync_latency_us"].get("drop_behind").is_none());
+    assert!(
+        resident * 2 > pages,
+        "only {resident} of {pages} pages cached without --drop-behind"
+    );
+
+    // --verify reads the file back after drop-behind as after anything else.
+    let d = dir.path().join("verify");
+    std::fs::create_dir(&d).unwrap();
+    let out = wbscope(
+        &d,
+        &[
+            "--size",
+            "8M",
+            "--chunk",
+            "1M",
+            "--strategy",
+            "srf-pipelined",
+            "--drop-behind",
+            "--verify",
+            "--json",
+        ],
+    );
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["verify"]["ok"], true);
+    assert_eq!(v["verify"]["bytes"], 8 << 20);
 }
 
 #[test]

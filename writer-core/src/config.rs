@@ -190,6 +190,10 @@ pub struct WriterSpec {
     pub direct_io: bool,
     /// Total bytes per second over all jobs; `None` = unlimited.
     pub rate: Option<u64>,
+    /// posix_fadvise(POSIX_FADV_DONTNEED) on each chunk once it is on disk
+    /// (srf-pipelined: after its WAIT_BEFORE; fdatasync-chunk: after its
+    /// fdatasync). Refused with any other strategy.
+    pub drop_behind: bool,
     pub verify: bool,
     pub keep: bool,
     /// Skip the free-space preflight (to test ENOSPC handling on purpose).
@@ -218,6 +222,7 @@ impl Default for WriterSpec {
             datasync: false,
             direct_io: false,
             rate: None,
+            drop_behind: false,
             verify: false,
             keep: false,
             skip_space_check: false,
@@ -268,6 +273,10 @@ pub enum ConfigError {
     BadSmallRange { min: ByteSize, max: ByteSize },
     #[error("--small-files takes --file-sync, not a large-file --strategy ({0})")]
     SmallFilesStrategy(Strategy),
+    #[error(
+        "--drop-behind needs --strategy srf-pipelined or fdatasync-chunk (the strategies that know when a chunk is on disk), not {0}"
+    )]
+    DropBehindStrategy(&'static str),
     #[error("the run is too large: jobs x files x size overflows 64 bits")]
     TooLarge,
 }
@@ -295,6 +304,17 @@ impl WriterConfig {
         }
         if spec.rate == Some(0) {
             return Err(ConfigError::ZeroRate);
+        }
+        if spec.drop_behind {
+            if spec.small_files.is_some() {
+                return Err(ConfigError::DropBehindStrategy("--small-files"));
+            }
+            if !matches!(
+                spec.strategy,
+                Strategy::SrfPipelined | Strategy::FdatasyncChunk
+            ) {
+                return Err(ConfigError::DropBehindStrategy(spec.strategy.name()));
+            }
         }
         if let Some(sf) = &spec.small_files {
             if sf.count == 0 {
@@ -447,6 +467,33 @@ mod tests {
         );
         let msg = err(|s| s.chunk = 128 << 20).to_string();
         assert_eq!(msg, "--chunk 128MiB is larger than --size 64MiB");
+    }
+
+    #[test]
+    fn drop_behind_only_with_strategies_that_know_a_chunk_is_on_disk() {
+        for st in Strategy::ALL {
+            let mut s = spec();
+            s.strategy = st;
+            s.drop_behind = true;
+            let r = WriterConfig::new(s);
+            match st {
+                Strategy::SrfPipelined | Strategy::FdatasyncChunk => assert!(r.is_ok(), "{st}"),
+                _ => assert_eq!(r, Err(ConfigError::DropBehindStrategy(st.name()))),
+            }
+        }
+        let mut s = spec();
+        s.small_files = Some(SmallFiles::new(10, FileSync::TwoPass));
+        s.drop_behind = true;
+        assert_eq!(
+            WriterConfig::new(s),
+            Err(ConfigError::DropBehindStrategy("--small-files"))
+        );
+        let msg = err(|s| s.drop_behind = true).to_string();
+        assert!(msg.starts_with("--drop-behind needs --strategy srf-pipelined"));
+        assert!(
+            msg.ends_with("not buffered") && !msg.contains('\n'),
+            "{msg}"
+        );
     }
 
     #[test]

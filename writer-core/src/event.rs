@@ -19,14 +19,18 @@ pub enum SyncKind {
     SrfWaitBefore,
     Fdatasync,
     Fsync,
+    /// posix_fadvise(POSIX_FADV_DONTNEED) on a chunk already on disk
+    /// (`--drop-behind`): not a sync, but timed and reported like one.
+    DropBehind,
 }
 
 impl SyncKind {
-    pub const ALL: [SyncKind; 4] = [
+    pub const ALL: [SyncKind; 5] = [
         SyncKind::SrfWrite,
         SyncKind::SrfWaitBefore,
         SyncKind::Fdatasync,
         SyncKind::Fsync,
+        SyncKind::DropBehind,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -34,6 +38,7 @@ impl SyncKind {
             SyncKind::SrfWaitBefore => "srf_wait_before",
             SyncKind::Fdatasync => "fdatasync",
             SyncKind::Fsync => "fsync",
+            SyncKind::DropBehind => "drop_behind",
         }
     }
 }

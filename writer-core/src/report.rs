@@ -58,6 +58,10 @@ pub struct Report {
     /// O_DIRECT alignment used (the device's logical block size).
     pub direct_align: Option<u64>,
     pub rate_bytes_s: Option<u64>,
+    /// `--drop-behind`: each chunk was dropped from the page cache with
+    /// posix_fadvise(DONTNEED) once on disk (calls and latency under
+    /// `sync_latency_us.drop_behind`).
+    pub drop_behind: bool,
     /// Bytes whose write() returned (for uring: whose completion arrived).
     pub bytes: u64,
     /// Bytes on stable storage at the end (after the strategy's syncs).
@@ -83,7 +87,8 @@ pub struct Report {
     pub cv: Option<f64>,
     /// Latency of each write (pwrite(2), or io_uring submit to completion).
     pub write_latency_us: Option<LatencySummary>,
-    /// Per sync kind: `srf_write`, `srf_wait_before`, `fdatasync`, `fsync`.
+    /// Per sync kind: `srf_write`, `srf_wait_before`, `fdatasync`, `fsync`,
+    /// and `drop_behind` (posix_fadvise(DONTNEED) calls, not a sync).
     pub sync_latency_us: BTreeMap<&'static str, LatencySummary>,
     /// getrusage(RUSAGE_SELF) over the run: all threads of the process.
     pub user_cpu_s: f64,

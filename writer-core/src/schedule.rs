@@ -20,7 +20,7 @@ use crate::tunables::LiveTunables;
 #[derive(Debug, Clone, Default)]
 pub struct JobStats {
     pub write: LatencyHist,
-    pub sync: [LatencyHist; 4],
+    pub sync: [LatencyHist; SyncKind::ALL.len()],
 }
 
 impl JobStats {
@@ -79,6 +79,9 @@ pub struct FileCtx<'a> {
     pub at: FileRef,
     pub strategy: Strategy,
     pub datasync: bool,
+    /// `--drop-behind`: posix_fadvise(DONTNEED) on each chunk once it is on
+    /// disk (srf-pipelined, fdatasync-chunk; ignored by the others).
+    pub drop_behind: bool,
     pub tunables: &'a LiveTunables,
     pub observer: &'a dyn Observer,
     /// Bytes written over all jobs (read by the monitor's ticks).
@@ -128,6 +131,7 @@ impl FileCtx<'_> {
             SyncKind::SrfWaitBefore => sink.sync_file_range(offset, len, SrfFlags::WAIT_BEFORE),
             SyncKind::Fdatasync => sink.fdatasync(),
             SyncKind::Fsync => sink.fsync(),
+            SyncKind::DropBehind => sink.fadvise_dontneed(offset, len),
         };
         let latency = t.elapsed();
         self.stats.sync_hist(kind).record(latency);
@@ -191,6 +195,17 @@ impl FileCtx<'_> {
 /// `direct` fdatasync(2) (for `direct`, the data is already on the device
 /// but its allocation metadata and the device cache may not be).
 /// `buffered` and a stopped run issue no sync.
+///
+/// With `drop_behind` (srf-pipelined and fdatasync-chunk only), each chunk
+/// is dropped from the page cache with posix_fadvise(POSIX_FADV_DONTNEED)
+/// on exactly its range as soon as it is known to be on disk: right after
+/// its WAIT_BEFORE (srf-pipelined: chunk i-W, after WRITE on chunk i), or
+/// right after the fdatasync that follows it (fdatasync-chunk). The chunks
+/// still pending at the end (srf-pipelined's last W) are dropped after the
+/// final fdatasync, oldest first. A stopped run drops nothing more: its
+/// pending chunks may still be dirty. The sync_file_range(2) + DONTNEED
+/// streaming-write recipe Linus Torvalds described on LKML in 2010; see
+/// docs/writer.md ("Drop-behind").
 pub fn write_file<S: Sink>(
     sink: &mut S,
     size: u64,
@@ -211,9 +226,15 @@ pub fn write_file<S: Sink>(
             .map_err(|e| fail(format!("write of {len} bytes at offset {off}"), e, out))?;
         out.written += len;
         match ctx.strategy {
-            Strategy::FdatasyncChunk => ctx
-                .timed_sync(sink, SyncKind::Fdatasync, 0, 0)
-                .map_err(|e| fail(format!("fdatasync after the chunk at offset {off}"), e, out))?,
+            Strategy::FdatasyncChunk => {
+                ctx.timed_sync(sink, SyncKind::Fdatasync, 0, 0)
+                    .map_err(|e| {
+                        fail(format!("fdatasync after the chunk at offset {off}"), e, out)
+                    })?;
+                if ctx.drop_behind {
+                    drop_chunk(ctx, sink, off, len, out)?;
+                }
+            }
             Strategy::SrfPipelined => {
                 ctx.timed_sync(sink, SyncKind::SrfWrite, off, len)
                     .map_err(|e| fail(format!("sync_file_range(WRITE) at offset {off}"), e, out))?;
@@ -231,6 +252,9 @@ pub fn write_file<S: Sink>(
                                 out,
                             )
                         })?;
+                    if ctx.drop_behind {
+                        drop_chunk(ctx, sink, o, l, out)?;
+                    }
                 }
             }
             _ => {}
@@ -251,7 +275,29 @@ pub fn write_file<S: Sink>(
             .map_err(|e| fail(format!("final {}", kind.name()), e, out))?;
         out.durable = true;
     }
+    if ctx.drop_behind && ctx.strategy == Strategy::SrfPipelined {
+        for (o, l) in pending.drain(..) {
+            drop_chunk(ctx, sink, o, l, out)?;
+        }
+    }
     Ok(out)
+}
+
+/// posix_fadvise(DONTNEED) on one chunk already on disk, timed as
+/// [`SyncKind::DropBehind`].
+fn drop_chunk<S: Sink>(
+    ctx: &mut FileCtx<'_>,
+    sink: &mut S,
+    offset: u64,
+    len: u64,
+    out: FileOutcome,
+) -> Result<(), OpError> {
+    ctx.timed_sync(sink, SyncKind::DropBehind, offset, len)
+        .map_err(|error| OpError {
+            op: format!("posix_fadvise(DONTNEED) at offset {offset}"),
+            error,
+            outcome: out,
+        })
 }
 
 #[cfg(test)]
@@ -270,6 +316,7 @@ mod tests {
         rate: RateLimiter,
         buf: ChunkBuf,
         pattern: Pattern,
+        drop_behind: bool,
     }
 
     impl Harness {
@@ -281,6 +328,7 @@ mod tests {
                 rate: RateLimiter::new(1),
                 buf: ChunkBuf::new(CH as usize, 4096),
                 pattern: Pattern::new(1, 0),
+                drop_behind: false,
             }
         }
 
@@ -296,6 +344,7 @@ mod tests {
                 at: FileRef { job: 0, file: 0 },
                 strategy,
                 datasync,
+                drop_behind: self.drop_behind,
                 tunables: &self.tunables,
                 observer,
                 progress: &self.progress,
@@ -309,7 +358,18 @@ mod tests {
     }
 
     fn calls(strategy: Strategy, datasync: bool, chunks: u64, window: u32) -> Vec<Call> {
+        calls_with(strategy, datasync, chunks, window, false)
+    }
+
+    fn calls_with(
+        strategy: Strategy,
+        datasync: bool,
+        chunks: u64,
+        window: u32,
+        drop_behind: bool,
+    ) -> Vec<Call> {
         let mut h = Harness::new(window);
+        h.drop_behind = drop_behind;
         let mut sink = RecordingSink::default();
         let out = h
             .run(strategy, datasync, chunks * CH, &mut sink, &NullObserver)
@@ -420,6 +480,139 @@ mod tests {
         );
     }
 
+    fn dontneed(i: u64) -> Call {
+        Call::DontNeed {
+            offset: i * CH,
+            len: CH,
+        }
+    }
+
+    #[test]
+    fn srf_pipelined_drop_behind_window_2_drops_each_chunk_after_its_wait() {
+        assert_eq!(
+            calls_with(Strategy::SrfPipelined, false, 5, 2, true),
+            vec![
+                w(0),
+                srf(0, SrfFlags::WRITE),
+                w(1),
+                srf(1, SrfFlags::WRITE),
+                w(2),
+                srf(2, SrfFlags::WRITE),
+                srf(0, SrfFlags::WAIT_BEFORE),
+                dontneed(0),
+                w(3),
+                srf(3, SrfFlags::WRITE),
+                srf(1, SrfFlags::WAIT_BEFORE),
+                dontneed(1),
+                w(4),
+                srf(4, SrfFlags::WRITE),
+                srf(2, SrfFlags::WAIT_BEFORE),
+                dontneed(2),
+                // The last W chunks: after the final fdatasync, oldest first.
+                Call::Fdatasync,
+                dontneed(3),
+                dontneed(4),
+            ]
+        );
+        // Fewer chunks than the window: all are dropped at the end.
+        assert_eq!(
+            calls_with(Strategy::SrfPipelined, false, 1, 2, true),
+            vec![w(0), srf(0, SrfFlags::WRITE), Call::Fdatasync, dontneed(0)]
+        );
+    }
+
+    #[test]
+    fn srf_pipelined_drop_behind_drops_every_chunk_once_on_its_exact_range() {
+        let mut h = Harness::new(4);
+        h.drop_behind = true;
+        let mut sink = RecordingSink::default();
+        h.run(
+            Strategy::SrfPipelined,
+            false,
+            10 * CH + 100,
+            &mut sink,
+            &NullObserver,
+        )
+        .unwrap();
+        let drops: Vec<(u64, u64)> = sink
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::DontNeed { offset, len } => Some((*offset, *len)),
+                _ => None,
+            })
+            .collect();
+        let writes: Vec<(u64, u64)> = sink
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::Write { offset, len } => Some((*offset, *len)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(drops, writes);
+        assert_eq!(drops.last(), Some(&(10 * CH, 100)));
+        // Every drop comes right after the WAIT_BEFORE on the same range,
+        // or after the final fdatasync.
+        for (i, c) in sink.calls.iter().enumerate() {
+            if let Call::DontNeed { offset, len } = *c {
+                let prev = sink.calls[i - 1];
+                assert!(
+                    prev == Call::SyncFileRange {
+                        offset,
+                        len,
+                        flags: SrfFlags::WAIT_BEFORE
+                    } || prev == Call::Fdatasync
+                        || matches!(prev, Call::DontNeed { .. }),
+                    "{prev:?} before {c:?}"
+                );
+            }
+        }
+        assert_eq!(h.stats.sync_hist(SyncKind::DropBehind).count(), 11);
+    }
+
+    #[test]
+    fn fdatasync_chunk_drop_behind_drops_each_chunk_after_its_fdatasync() {
+        assert_eq!(
+            calls_with(Strategy::FdatasyncChunk, false, 3, 4, true),
+            vec![
+                w(0),
+                Call::Fdatasync,
+                dontneed(0),
+                w(1),
+                Call::Fdatasync,
+                dontneed(1),
+                w(2),
+                Call::Fdatasync,
+                dontneed(2),
+            ]
+        );
+    }
+
+    #[test]
+    fn drop_behind_failure_names_fadvise_and_stops() {
+        let mut h = Harness::new(1);
+        h.drop_behind = true;
+        // W0 S0 W1 S1 WB0 <- EINVAL on DONTNEED(0), the 6th call.
+        let mut sink = RecordingSink {
+            fail_at: Some((5, libc::EINVAL)),
+            ..Default::default()
+        };
+        let err = h
+            .run(
+                Strategy::SrfPipelined,
+                false,
+                4 * CH,
+                &mut sink,
+                &NullObserver,
+            )
+            .unwrap_err();
+        assert_eq!(err.op, "posix_fadvise(DONTNEED) at offset 0");
+        assert_eq!(err.outcome.written, 2 * CH);
+        assert_eq!(sink.calls[5], dontneed(0));
+        assert_eq!(sink.calls.len(), 6);
+    }
+
     #[test]
     fn last_chunk_is_short_when_size_is_not_a_multiple() {
         let mut h = Harness::new(4);
@@ -476,6 +669,7 @@ mod tests {
             at: FileRef { job: 0, file: 0 },
             strategy: Strategy::SrfPipelined,
             datasync: false,
+            drop_behind: false,
             tunables: &h.tunables,
             observer: &obs,
             progress: &h.progress,

@@ -32,6 +32,9 @@ pub trait Sink {
     fn sync_file_range(&mut self, offset: u64, len: u64, flags: SrfFlags) -> io::Result<()>;
     fn fdatasync(&mut self) -> io::Result<()>;
     fn fsync(&mut self) -> io::Result<()>;
+    /// posix_fadvise(2) POSIX_FADV_DONTNEED on `[offset, offset+len)`: drop
+    /// the range's clean pages from the page cache (drop-behind).
+    fn fadvise_dontneed(&mut self, offset: u64, len: u64) -> io::Result<()>;
 }
 
 /// The real thing: a file descriptor.
@@ -84,6 +87,20 @@ impl Sink for FileSink {
     fn fsync(&mut self) -> io::Result<()> {
         self.file.sync_all()
     }
+
+    fn fadvise_dontneed(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        let (off, len) = (to_off(offset)?, to_off(len)?);
+        // SAFETY: plain syscall on a descriptor we own; no memory is passed.
+        // posix_fadvise returns the error number instead of setting errno.
+        let rc = unsafe {
+            libc::posix_fadvise(self.file.as_raw_fd(), off, len, libc::POSIX_FADV_DONTNEED)
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(rc))
+        }
+    }
 }
 
 /// One recorded call of a [`RecordingSink`].
@@ -100,6 +117,11 @@ pub enum Call {
     },
     Fdatasync,
     Fsync,
+    /// posix_fadvise(POSIX_FADV_DONTNEED) on the range.
+    DontNeed {
+        offset: u64,
+        len: u64,
+    },
 }
 
 /// A sink that records its calls and can be told to fail one of them.
@@ -136,5 +158,8 @@ impl Sink for RecordingSink {
     }
     fn fsync(&mut self) -> io::Result<()> {
         self.record(Call::Fsync)
+    }
+    fn fadvise_dontneed(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        self.record(Call::DontNeed { offset, len })
     }
 }

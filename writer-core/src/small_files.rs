@@ -111,6 +111,7 @@ pub fn write_small_files<O: SmallFileOps>(
             },
             strategy: ctx.strategy,
             datasync: ctx.datasync,
+            drop_behind: false,
             tunables: ctx.tunables,
             observer: ctx.observer,
             progress: ctx.progress,
@@ -220,6 +221,9 @@ mod tests {
         fn fsync(&mut self) -> io::Result<()> {
             self.sink.fsync()
         }
+        fn fadvise_dontneed(&mut self, offset: u64, len: u64) -> io::Result<()> {
+            self.sink.fadvise_dontneed(offset, len)
+        }
     }
 
     impl SmallFileOps for MockFiles {
@@ -258,6 +262,7 @@ mod tests {
             at: FileRef { job: 0, file: 0 },
             strategy: Strategy::Buffered,
             datasync,
+            drop_behind: false,
             tunables: &tunables,
             observer: &NullObserver,
             progress: &progress,

@@ -8,7 +8,9 @@
 //! published through them, so no stronger ordering is needed.
 //!
 //! What is *not* live: the strategy, the number of jobs/files and the uring
-//! queue depth (they shape threads, files and rings set up at the start).
+//! queue depth (they shape threads, files and rings set up at the start),
+//! and `drop_behind`, which goes with the strategy (a run either keeps its
+//! pages cached or not; a toggle would make its figures a mix of both).
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::config::{ConfigError, MAX_CHUNK};

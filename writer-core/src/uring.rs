@@ -411,6 +411,7 @@ mod tests {
             at: FileRef { job: 0, file: 0 },
             strategy: Strategy::Uring,
             datasync,
+            drop_behind: false,
             tunables: &tunables,
             observer: &NullObserver,
             progress: &progress,

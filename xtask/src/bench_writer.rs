@@ -135,6 +135,12 @@ const CASES: &[Case] = &[
         durable: true,
     },
     Case {
+        label: DROP_BEHIND,
+        tool: Tool::Writer,
+        args: &["--strategy", "srf-pipelined", "--drop-behind"],
+        durable: true,
+    },
+    Case {
         label: "fio direct psync",
         tool: Tool::Fio,
         args: FIO_DIRECT,
@@ -172,6 +178,11 @@ const PAIRS: &[(&str, &str)] = &[
         "fio io_uring direct qd32",
     ),
 ];
+/// srf-pipelined with posix_fadvise(DONTNEED) on each chunk once on disk.
+const DROP_BEHIND: &str = "writer srf-pipelined --drop-behind";
+/// Writer cases shown beside a fio job that is not their equivalent (fio
+/// has no drop-behind), with no goal on the ratio.
+const NEAREST: &[(&str, &str)] = &[(DROP_BEHIND, "fio sync_file_range=write:1")];
 const CEILING: &str = "fio io_uring direct qd32";
 /// The case whose 1 MiB run gives each tool's fixed cost, in `Tool` order.
 const STARTUP_CASES: [&str; 3] = ["dd conv=fsync", "fio end_fsync", "writer fsync-end"];
@@ -605,6 +616,24 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
             ),
         ));
     }
+    for (w, f) in NEAREST {
+        let (Some(wi), Some(fi)) = (by_label(w), by_label(f)) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "| {w} | {f} (nearest; fio has no drop-behind) | {:.1} | {:.1} | {:.3} | no goal:              not the same job | {} |\n",
+            summaries[wi].mb_s,
+            summaries[fi].mb_s,
+            summaries[wi].mb_s / summaries[fi].mb_s,
+            fmt_opt(
+                summaries[wi]
+                    .corrected
+                    .zip(summaries[fi].corrected)
+                    .map(|(a, b)| a / b),
+                3
+            ),
+        ));
+    }
 
     let best = CASES
         .iter()
@@ -644,6 +673,13 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
             if ok { "met" } else { "missed" }
         ));
     }
+    if let (Some(db), Some(buf)) = (cv_of(DROP_BEHIND), cv_of("writer buffered")) {
+        out.push_str(&format!(
+            "Per-second CV, srf-pipelined --drop-behind beside buffered (writer's own series; \
+             not the goal's configuration, shown for comparison): {db:.3} vs {buf:.3} ({}).\n\n",
+            if db < buf { "below" } else { "not below" }
+        ));
+    }
     let cv_judged = cv_of("writer srf-pipelined").is_some() && cv_of("writer buffered").is_some();
     if !cv_judged {
         out.push_str(
@@ -657,7 +693,7 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
     out.push_str(
         "Per-second series behind the CV goal (writer's own, MB/s, one line per round):\n\n",
     );
-    for label in ["writer buffered", "writer srf-pipelined"] {
+    for label in ["writer buffered", "writer srf-pipelined", DROP_BEHIND] {
         if let Some(i) = by_label(label) {
             for (round, x) in samples[i].iter().enumerate() {
                 let series: Vec<String> = x.series.iter().map(|v| format!("{v:.0}")).collect();
@@ -739,7 +775,12 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
          - fio's `sync_file_range=write:1` issues SYNC_FILE_RANGE_WRITE after every 1 MiB \
          write, then `end_fsync`; it has no WAIT_BEFORE pass (the writer's srf-pipelined \
          waits on chunk i-4 and ends with fdatasync). fio's `end_fsync` is fsync(2); the \
-         writer's fsync-end uses fsync(2) too.\n\n\
+         writer's fsync-end uses fsync(2) too.\n\
+         - `writer srf-pipelined --drop-behind` adds posix_fadvise(POSIX_FADV_DONTNEED) on \
+         chunk i-4 right after its WAIT_BEFORE, and on the last 4 chunks after the final \
+         fdatasync, so the file does not stay in the page cache. fio has no equivalent (no \
+         option drops written pages behind a sequential write); it is shown beside fio's \
+         sync_file_range job, the nearest, with no goal on the ratio.\n\n\
          ## Commands (first round; file and log names vary per run)\n\n",
     );
     for (case, cmd) in CASES.iter().zip(&commands) {
@@ -771,6 +812,14 @@ mod tests {
     #[test]
     fn every_pair_names_existing_cases() {
         for (w, f) in PAIRS {
+            assert!(
+                CASES
+                    .iter()
+                    .any(|c| c.label == *w && c.tool == Tool::Writer)
+            );
+            assert!(CASES.iter().any(|c| c.label == *f && c.tool == Tool::Fio));
+        }
+        for (w, f) in NEAREST {
             assert!(
                 CASES
                     .iter()

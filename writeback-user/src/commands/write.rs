@@ -23,6 +23,11 @@ Examples:
   # 1 GiB in 8 MiB chunks with Ts'o's pipelined sync_file_range, as JSON
   wbscope write --dir /var/tmp --size 1G --chunk 8M --strategy srf-pipelined --json
 
+  # the same, dropping each chunk from the page cache once it is on disk
+  # (posix_fadvise DONTNEED after its WAIT_BEFORE; the last ones after the
+  # final fdatasync): the file does not stay cached
+  wbscope write --dir /var/tmp --size 4G --chunk 8M --strategy srf-pipelined --drop-behind
+
   # dd conv=fsync equivalent, then read back and check every block
   wbscope write --dir /mnt/a --size 4G --chunk 1M --strategy fsync-end --verify
 
@@ -83,6 +88,12 @@ pub struct WriteArgs {
     /// O_DIRECT io_uring ceiling).
     #[arg(long)]
     pub direct_io: bool,
+    /// Drop each chunk from the page cache once it is on disk:
+    /// posix_fadvise(DONTNEED) on its range after its WAIT_BEFORE
+    /// (srf-pipelined; the last --window chunks after the final fdatasync)
+    /// or after its fdatasync (fdatasync-chunk). Other strategies: refused.
+    #[arg(long)]
+    pub drop_behind: bool,
     /// Limit to BYTES per second over all jobs (e.g. 200MB, 100MiB/s).
     #[arg(long, value_name = "BYTES/s")]
     pub rate: Option<String>,
@@ -126,6 +137,7 @@ pub fn config_from_args(args: &WriteArgs) -> Result<WriterConfig, String> {
         noatime: args.noatime,
         datasync: args.datasync,
         direct_io: args.direct_io,
+        drop_behind: args.drop_behind,
         verify: args.verify,
         keep: args.keep,
         skip_space_check: args.no_space_check,
@@ -342,7 +354,7 @@ pub fn human_report(r: &Report) -> String {
     };
     match (r.file_bytes, r.file_sync) {
         (Some(size), _) => s.push_str(&format!(
-            "wbscope write: {} ({status}), {} job(s) x {} file(s) x {}, chunk {}{}\n",
+            "wbscope write: {} ({status}), {} job(s) x {} file(s) x {}, chunk {}{}{}\n",
             r.strategy,
             r.jobs,
             r.files_planned / u64::from(r.jobs.max(1)),
@@ -352,7 +364,8 @@ pub fn human_report(r: &Report) -> String {
                 "srf-pipelined" => format!(", window {}", r.window),
                 "uring" => format!(", qd {}", r.qd),
                 _ => String::new(),
-            }
+            },
+            if r.drop_behind { ", drop-behind" } else { "" }
         )),
         (None, policy) => s.push_str(&format!(
             "wbscope write: small files ({status}), {} files, file-sync {}, {} job(s), chunk {}\n",
@@ -471,6 +484,11 @@ mod tests {
             (1 << 30, 8 << 20, Strategy::SrfPipelined)
         );
         assert_eq!(s.rate, Some(100_000_000));
+        assert!(!s.drop_behind);
+        for st in ["srf-pipelined", "fdatasync-chunk"] {
+            let c = cfg(&["--size", "1G", "--strategy", st, "--drop-behind"]).unwrap();
+            assert!(c.spec().drop_behind);
+        }
         let c = cfg(&["--small-files", "10", "--file-sync", "two-pass"]).unwrap();
         assert_eq!(
             c.spec().small_files.as_ref().unwrap().file_sync,
@@ -498,6 +516,11 @@ mod tests {
         assert!(e(&["--size", "1M"]).starts_with("missing --strategy"));
         assert!(e(&["--small-files", "3", "--strategy", "uring"]).contains("does not apply"));
         assert!(e(&["--small-files", "3", "--file-sync", "never"]).starts_with("--file-sync"));
+        assert!(
+            e(&["--size", "1M", "--strategy", "buffered", "--drop-behind"])
+                .starts_with("--drop-behind needs --strategy srf-pipelined or fdatasync-chunk")
+        );
+        assert!(e(&["--small-files", "3", "--drop-behind"]).starts_with("--drop-behind"));
         // One line: main prints it after `wbscope: error: `.
         assert!(!e(&["--size", "8Q", "--strategy", "buffered"]).contains('\n'));
     }
