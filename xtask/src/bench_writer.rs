@@ -621,7 +621,7 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
             continue;
         };
         out.push_str(&format!(
-            "| {w} | {f} (nearest; fio has no drop-behind) | {:.1} | {:.1} | {:.3} | no goal:              not the same job | {} |\n",
+            "| {w} | {f} (nearest; fio has no drop-behind) | {:.1} | {:.1} | {:.3} | no goal | {} |\n",
             summaries[wi].mb_s,
             summaries[fi].mb_s,
             summaries[wi].mb_s / summaries[fi].mb_s,
