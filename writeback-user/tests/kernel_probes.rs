@@ -212,18 +212,22 @@ fn inode_passes_add_up_per_device_on_xfs_and_ext4() {
     let classic = classic.stop(libc::SIGINT);
     check_invariants(&all);
 
-    let hook = |lines: &[Value]| {
+    // The hook a concept used, from the summary's probe list.
+    let hook = |lines: &[Value], concept: &str| {
         lines.last().unwrap()["probes"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|p| p["concept"] == "inode_writeback")
+            .find(|p| p["concept"] == concept)
             .unwrap()["hook"]
             .clone()
     };
-    assert_eq!(hook(&all), "tp_btf writeback_single_inode");
     assert_eq!(
-        hook(&classic),
+        hook(&all, "inode_writeback"),
+        "tp_btf writeback_single_inode"
+    );
+    assert_eq!(
+        hook(&classic, "inode_writeback"),
         "tracepoint writeback:writeback_single_inode"
     );
 
@@ -282,17 +286,11 @@ fn inode_passes_add_up_per_device_on_xfs_and_ext4() {
             .map(|l| l["wbc_writepage_events"].as_u64().unwrap())
             .sum()
     };
-    let per_page = |lines: &[Value]| {
-        lines.last().unwrap()["probes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["concept"] == "per_page_write")
-            .unwrap()["hook"]
-            .clone()
-    };
-    assert_eq!(per_page(&all), "tp_btf wbc_writepage");
-    assert_eq!(per_page(&classic), "tracepoint writeback:wbc_writepage");
+    assert_eq!(hook(&all, "per_page_write"), "tp_btf wbc_writepage");
+    assert_eq!(
+        hook(&classic, "per_page_write"),
+        "tracepoint writeback:wbc_writepage"
+    );
     let (btf, tp) = (folios(&all), folios(&classic));
     assert!(btf > 0, "no wbc_writepage event for 96 MiB on xfs");
     let xfs_pages = 96 * (1 << 20) / PAGE as u64;
