@@ -81,8 +81,13 @@ fn command(spec: &GuestSpec) -> Command {
     let mut cmd = Command::new(QEMU);
     // TCG only: /dev/kvm here is a nested software virtualiser under which
     // stock kernels fail (toolchain.md). No network; the host root is
-    // shared read-only, the output directory read-write.
-    cmd.args(["-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "2"])
+    // shared read-only, the output directory read-write. One vCPU:
+    // attaching and detaching BPF programs patches live kernel text
+    // (text_poke_bp: an int3 on the site, then an IPI to every CPU), and
+    // with two TCG vCPUs on a loaded 2-core host a 6.1 guest once
+    // livelocked there — CPU 0 looping in exc_int3 on the sched_switch
+    // call site, CPU 1 waiting for its IPI (soft lockup, step timed out).
+    cmd.args(["-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "1"])
         .args(["-nographic", "-no-reboot", "-nic", "none"])
         .arg("-kernel")
         .arg(spec.kernel)
