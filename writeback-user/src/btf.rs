@@ -530,6 +530,20 @@ impl Btf {
         self.starts.len() - 1
     }
 
+    /// Names of the functions (`BTF_KIND_FUNC`) with type ids above
+    /// `after`: with `after` the base's [`Btf::type_count`], the functions
+    /// a split blob (a module) adds.
+    pub fn function_names_after(&self, after: usize) -> Result<Vec<String>, BtfError> {
+        let mut names = Vec::new();
+        for id in after + 1..self.starts.len() {
+            let ty = self.ty(id as u32)?;
+            if ty.kind() == KIND_FUNC {
+                names.push(String::from_utf8_lossy(self.name(ty.name_off)?).into_owned());
+            }
+        }
+        Ok(names)
+    }
+
     /// Where member `path` lives in struct (or union) `struct_name`.
     ///
     /// Members of nested anonymous structs and unions are found as if they
@@ -1678,6 +1692,11 @@ mod tests {
         assert_eq!(
             btf.func_params("mod_writepages").unwrap(),
             ["mapping", "wbc"]
+        );
+        // The split blob's own functions, and only those.
+        assert_eq!(
+            btf.function_names_after(base_count).unwrap(),
+            ["mod_writepages"]
         );
         // The base is still all there.
         assert_eq!(

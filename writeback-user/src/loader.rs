@@ -4,9 +4,10 @@
 //! records why every other candidate was refused. The tracer keeps running
 //! with whatever could be attached.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     os::fd::OwnedFd,
     path::{Path, PathBuf},
+    sync::OnceLock,
 };
 
 use anyhow::Context as _;
@@ -773,9 +774,27 @@ fn describe(e: &ProgramError, target: &str) -> String {
 }
 
 /// Whether `function` is in the ext4 module's split BTF (errors: no).
+/// The module's function names are read once per process: every refused
+/// fentry candidate asks, and each read parses vmlinux's BTF too.
 fn in_ext4_module_btf(function: &str) -> bool {
-    KernelBtf::kernel_has_module_btf("ext4")
-        && KernelBtf::from_kernel(Some("ext4")).is_ok_and(|b| b.func_params(function).is_ok())
+    static EXT4_FUNCTIONS: OnceLock<HashSet<String>> = OnceLock::new();
+    EXT4_FUNCTIONS
+        .get_or_init(|| {
+            if !KernelBtf::kernel_has_module_btf("ext4") {
+                return HashSet::new();
+            }
+            let base = KernelBtf::from_kernel(None).map(|b| b.type_count());
+            let full = KernelBtf::from_kernel(Some("ext4"));
+            match (base, full) {
+                (Ok(base), Ok(full)) => full
+                    .function_names_after(base)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
+                _ => HashSet::new(),
+            }
+        })
+        .contains(function)
 }
 
 fn errno_text(e: &std::io::Error) -> String {
