@@ -61,7 +61,8 @@ impl Default for TracepointLayout {
 
 /// Where one kernel struct member lives, resolved from the kernel's BTF
 /// by userspace, for the programs that read structs through pointers
-/// (tp_btf, fentry, kprobe). The program reads 8 bytes at `offset` and
+/// (tp_btf, fentry, kprobe). The program reads the `size`-byte unit at
+/// `offset` (a kprobe: 8 bytes there, through bpf_probe_read_kernel) and
 /// keeps `(raw << left_shift) >> right_shift` (arithmetic when `signed`):
 /// the same two shifts serve whole members and bitfields, without a branch.
 #[repr(C)]
@@ -74,7 +75,12 @@ pub struct MemberSpec {
     pub signed: u8,
     /// 0 when unresolved: the member reads as 0.
     pub present: u8,
-    pub _pad: [u8; 2],
+    /// Bytes of the member, or of the naturally aligned unit holding a
+    /// bitfield: 1, 2, 4 or 8. BTF-typed pointers are read with a load of
+    /// exactly this size, the only kind the verifier allows on them
+    /// (btf_struct_walk() in kernel/bpf/btf.c).
+    pub size: u8,
+    pub _pad: u8,
 }
 
 impl MemberSpec {
@@ -85,7 +91,8 @@ impl MemberSpec {
         right_shift: 0,
         signed: 0,
         present: 0,
-        _pad: [0; 2],
+        size: 0,
+        _pad: 0,
     };
 
     /// A member `size` bytes wide at `offset`, or a bitfield of
@@ -104,7 +111,8 @@ impl MemberSpec {
             right_shift: right,
             signed: signed as u8,
             present: 1,
-            _pad: [0; 2],
+            size,
+            _pad: 0,
         }
     }
 }
@@ -150,6 +158,63 @@ impl ScanMembers {
     pub const LAYOUTS: [(&'static str, &'static str, bool); 2] = [
         ("start_pos", "next_pos", false),
         ("first_page", "next_page", true),
+    ];
+}
+
+/// What the BTF-typed block programs read (`tp_btf/block_rq_issue`,
+/// `block_rq_complete`, `block_bio_queue`), resolved from the kernel's BTF
+/// apart from [`KernelMembers`] so that a kernel lacking one of these
+/// refuses only the block hooks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockMembers {
+    /// Indexed by [`block_members`].
+    pub members: [MemberSpec; 9],
+    /// Bit of `QUEUE_FLAG_STATS` in `request_queue.queue_flags`, or
+    /// [`BlockMembers::NO_STATS_BIT`] when the kernel's BTF does not name
+    /// it (a `#define` before the flags became an enum).
+    pub stats_bit: u32,
+    pub _pad: u32,
+}
+
+impl BlockMembers {
+    pub const NO_STATS_BIT: u32 = 64;
+    pub const EMPTY: BlockMembers = BlockMembers {
+        members: [MemberSpec::ABSENT; 9],
+        stats_bit: Self::NO_STATS_BIT,
+        _pad: 0,
+    };
+}
+
+/// [`BlockMembers`] slots, with `(struct, member path, signed)` in
+/// [`block_members::PATHS`] order.
+pub mod block_members {
+    pub const RQ_QUEUE: usize = 0;
+    pub const QUEUE_DISK: usize = 1;
+    pub const DISK_PART0: usize = 2;
+    pub const BDEV_DEV: usize = 3;
+    pub const RQ_SECTOR: usize = 4;
+    pub const RQ_DATA_LEN: usize = 5;
+    pub const RQ_IO_START_TIME: usize = 6;
+    pub const QUEUE_FLAGS: usize = 7;
+    pub const BIO_SIZE: usize = 8;
+    /// Sources: include/linux/blk-mq.h (struct request), blkdev.h
+    /// (request_queue, gendisk), blk_types.h (block_device). The device is
+    /// what the block tracepoints print, `disk_devt(rq->q->disk)` =
+    /// `rq->q->disk->part0->bd_dev`; `__sector` and `__data_len` are what
+    /// `blk_rq_pos()` and `blk_rq_bytes()` return; bvec.h's
+    /// `bi_iter.bi_size` is what a bio still has to transfer, its whole
+    /// size at `block_bio_queue`.
+    pub const PATHS: [(&str, &str, bool); 9] = [
+        ("request", "q", false),
+        ("request_queue", "disk", false),
+        ("gendisk", "part0", false),
+        ("block_device", "bd_dev", false),
+        ("request", "__sector", false),
+        ("request", "__data_len", false),
+        ("request", "io_start_time_ns", false),
+        ("request_queue", "queue_flags", false),
+        ("bio", "bi_iter.bi_size", false),
     ];
 }
 
@@ -496,6 +561,7 @@ mod pod {
     unsafe impl aya::Pod for super::MemberSpec {}
     unsafe impl aya::Pod for super::KernelMembers {}
     unsafe impl aya::Pod for super::ScanMembers {}
+    unsafe impl aya::Pod for super::BlockMembers {}
     unsafe impl aya::Pod for super::TracepointLayout {}
     unsafe impl aya::Pod for super::Filter {}
     unsafe impl aya::Pod for super::WritepagesCall {}

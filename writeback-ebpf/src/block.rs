@@ -1,15 +1,23 @@
 //! Device I/O: bios submitted inside a writepages call, and per-device
 //! request size and latency histograms (aggregated in the kernel).
-use aya_ebpf::{macros::tracepoint, maps::PerCpuHashMap, programs::TracePointContext};
+//!
+//! Two sets of programs: BTF tracepoints reading `struct request` and
+//! `struct bio` with plain loads (chosen where tp_btf works), and classic
+//! tracepoints reading the trace records (everywhere else).
+use aya_ebpf::{
+    macros::{btf_tracepoint, tracepoint},
+    maps::PerCpuHashMap,
+    programs::{BtfTracePointContext, TracePointContext},
+};
 use writeback_common::{
-    BlockHistKey, RequestKey, TracepointLayout, block_hist,
+    BlockHistKey, BlockMembers, RequestKey, TracepointLayout, block_hist, block_members as bm,
     fields::{bio_queue as bq, rq},
 };
 
 use crate::{
     BLOCK_HIST, RQ_START, log2_bucket,
-    read::{field, now_ns},
-    writepages::current_call,
+    read::{Access, Typed, field, now_ns},
+    writepages::{current_call, raw_arg},
 };
 
 #[unsafe(no_mangle)]
@@ -89,6 +97,122 @@ pub fn rq_complete(ctx: TracePointContext) -> u32 {
         &BLOCK_HIST,
         BlockHistKey {
             dev: key.dev,
+            kind: block_hist::LATENCY_NS,
+            bucket: log2_bucket(now_ns().saturating_sub(issued), 63) as u16,
+        },
+    );
+    0
+}
+
+/// Struct members the BTF block programs read, from the kernel's BTF.
+#[unsafe(no_mangle)]
+static BLOCK_MEMBERS: BlockMembers = BlockMembers::EMPTY;
+
+#[inline(always)]
+fn scalar(base: *const u8, index: usize) -> i64 {
+    Typed::scalar(base, &BLOCK_MEMBERS.members[index])
+}
+
+#[inline(always)]
+fn pointer(base: *const u8, index: usize) -> *const u8 {
+    Typed::pointer(base, &BLOCK_MEMBERS.members[index])
+}
+
+/// The device the block tracepoints print for a request of queue `q`:
+/// `disk_devt(q->disk)` = `q->disk->part0->bd_dev` (include/linux/blkdev.h).
+#[inline(always)]
+fn queue_dev(q: *const u8) -> u32 {
+    scalar(
+        pointer(pointer(q, bm::QUEUE_DISK), bm::DISK_PART0),
+        bm::BDEV_DEV,
+    ) as u32
+}
+
+/// Whether queue `q` has block statistics on (`QUEUE_FLAG_STATS`, set
+/// while writeback throttling, blk-iolatency or another blk-stat user
+/// needs them: on by default with wbt). `blk_mq_start_request()`
+/// (block/blk-mq.c) then stamps `rq->io_start_time_ns` right after
+/// tracing `block_rq_issue`, for every request but passthrough ones.
+#[inline(always)]
+fn stats_on(q: *const u8) -> bool {
+    // SAFETY: .rodata global, see read::field.
+    let bit = unsafe { core::ptr::read_volatile(&BLOCK_MEMBERS.stats_bit) };
+    bit < 64 && (scalar(q, bm::QUEUE_FLAGS) as u64 >> (bit & 63)) & 1 != 0
+}
+
+/// `tp_btf/block_bio_queue`: TP_PROTO(struct bio *bio)
+/// (include/trace/events/block.h, since 5.11).
+#[btf_tracepoint(function = "block_bio_queue")]
+pub fn tp_btf_bio_queue(ctx: BtfTracePointContext) -> i32 {
+    if let Some(call) = current_call() {
+        let bio = raw_arg(&ctx, 0) as *const u8;
+        let bytes = scalar(bio, bm::BIO_SIZE) as u64;
+        // SAFETY: the entry of this thread's own call.
+        unsafe {
+            (*call).bios += 1;
+            (*call).bio_bytes += bytes;
+        }
+    }
+    0
+}
+
+/// `tp_btf/block_rq_issue`: TP_PROTO(struct request *rq). The issue time
+/// goes into RQ_START only where the kernel will not stamp it itself:
+/// with block statistics on, the completion reads `io_start_time_ns`
+/// instead, and the request costs no hash operation at all.
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn tp_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
+    let rq = raw_arg(&ctx, 0) as *const u8;
+    let q = pointer(rq, bm::RQ_QUEUE);
+    let dev = queue_dev(q);
+    let bytes = scalar(rq, bm::RQ_DATA_LEN) as u64;
+    hist_add(
+        &BLOCK_HIST,
+        BlockHistKey {
+            dev,
+            kind: block_hist::ISSUE_BYTES,
+            bucket: log2_bucket(bytes, 63) as u16,
+        },
+    );
+    if !stats_on(q) {
+        let key = RequestKey {
+            sector: scalar(rq, bm::RQ_SECTOR) as u64,
+            dev,
+            _pad: 0,
+        };
+        let _ = RQ_START.insert(&key, &now_ns(), 0);
+    }
+    0
+}
+
+/// `tp_btf/block_rq_complete`: TP_PROTO(struct request *rq, blk_status_t
+/// error, unsigned int nr_bytes). Latency from the kernel's own issue
+/// stamp when it made one (the same clock: blk_time_get_ns() is
+/// ktime_get_ns(), cached per plug), else from RQ_START.
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn tp_btf_rq_complete(ctx: BtfTracePointContext) -> i32 {
+    let rq = raw_arg(&ctx, 0) as *const u8;
+    let dev = queue_dev(pointer(rq, bm::RQ_QUEUE));
+    let stamped = scalar(rq, bm::RQ_IO_START_TIME) as u64;
+    let issued = if stamped != 0 {
+        stamped
+    } else {
+        let key = RequestKey {
+            sector: scalar(rq, bm::RQ_SECTOR) as u64,
+            dev,
+            _pad: 0,
+        };
+        // SAFETY: value copied out at once.
+        let Some(issued) = (unsafe { RQ_START.get(&key) }).copied() else {
+            return 0;
+        };
+        let _ = RQ_START.remove(&key);
+        issued
+    };
+    hist_add(
+        &BLOCK_HIST,
+        BlockHistKey {
+            dev,
             kind: block_hist::LATENCY_NS,
             bucket: log2_bucket(now_ns().saturating_sub(issued), 63) as u16,
         },

@@ -14,7 +14,7 @@ use writeback_common::{
 
 use crate::{
     AGG, DIRTY, INODE_PASS, WORK, add, log2_bucket,
-    read::{current_tid, field, member, now_ns},
+    read::{Typed, current_tid, field, member, now_ns},
     writepages::{KERNEL_MEMBERS, filtered_out, inode_key, raw_arg},
 };
 
@@ -143,12 +143,12 @@ pub fn tp_btf_single_inode(ctx: BtfTracePointContext) -> i32 {
     let inode = raw_arg(&ctx, 0) as *const u8;
     let wbc = raw_arg(&ctx, 1) as *const u8;
     let asked = raw_arg(&ctx, 2) as i64;
-    let left = member(wbc, &KERNEL_MEMBERS, m::WBC_NR_TO_WRITE);
+    let left = member::<Typed>(wbc, &KERNEL_MEMBERS, m::WBC_NR_TO_WRITE);
     // Never negative in practice; clamped so a surprise cannot add 2^64.
     let wrote = asked.wrapping_sub(left).max(0) as u64;
     count_pass(asked, wrote);
 
-    let key = inode_key(inode);
+    let key = inode_key::<Typed>(inode);
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: plain helper call.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };

@@ -66,17 +66,106 @@ pub fn now_ns() -> u64 {
     unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() }
 }
 
-/// Reads member `index` of `table` from the kernel struct at `base`: a
-/// whole member sign- or zero-extended, or a bitfield's bits, with the
-/// shifts userspace derived from BTF (branch-free, see [`field`]). A null
-/// base or an unresolved member reads as 0.
-#[inline(always)]
-pub fn member(base: *const u8, table: &KernelMembers, index: usize) -> i64 {
-    member_at(base, &table.members[index])
+/// How a program reads kernel structs through a pointer.
+///
+/// [`Probed`] copies through `bpf_probe_read_kernel`: kprobes see their
+/// arguments as plain numbers, which the verifier lets no program
+/// dereference. [`Typed`] loads directly: tp_btf and fentry arguments are
+/// pointers typed by the kernel's BTF, and the verifier checks each load
+/// against the struct's layout (btf_struct_access() in kernel/bpf/btf.c;
+/// the JIT guards it against faults, so a null pointer reads as 0). A
+/// helper call costs about as much as the rest of a small program here
+/// (`wbscope probes --cost`), a load next to nothing.
+///
+/// The offsets and sizes come from load-time globals in .rodata, which aya
+/// freezes after filling: the verifier reads them as constants (loads from
+/// a frozen read-only map, since Linux 5.2), so a pointer plus an offset
+/// from the table is a pointer at a known offset, and of the `match` on a
+/// member's size only one arm is ever walked.
+pub trait Access {
+    /// An integer member, or a bitfield, extended to i64; 0 if unresolved.
+    fn scalar(base: *const u8, spec: &MemberSpec) -> i64;
+    /// A pointer member; null if unresolved.
+    fn pointer(base: *const u8, spec: &MemberSpec) -> *const u8;
 }
 
-/// [`member`] with its [`MemberSpec`] given directly (`spec` must be in a
-/// load-time global).
+/// Reads through `bpf_probe_read_kernel` (kprobe arguments).
+pub struct Probed;
+
+/// Reads with plain loads (tp_btf, fentry and fexit arguments, and the
+/// pointers loaded from them).
+pub struct Typed;
+
+impl Access for Probed {
+    #[inline(always)]
+    fn scalar(base: *const u8, spec: &MemberSpec) -> i64 {
+        member_at(base, spec)
+    }
+
+    #[inline(always)]
+    fn pointer(base: *const u8, spec: &MemberSpec) -> *const u8 {
+        member_at(base, spec) as u64 as *const u8
+    }
+}
+
+impl Access for Typed {
+    #[inline(always)]
+    fn scalar(base: *const u8, spec: &MemberSpec) -> i64 {
+        // SAFETY: .rodata global, see `field`.
+        let spec: MemberSpec = unsafe { core::ptr::read_volatile(spec) };
+        let at = base.wrapping_add(spec.offset as usize);
+        // SAFETY: the verifier checks each load against the BTF of the
+        // struct `base` points to; exactly the member's (or bitfield
+        // unit's) size is loaded, as it requires.
+        let raw = unsafe {
+            match spec.size {
+                1 => *at as u64,
+                2 => *at.cast::<u16>() as u64,
+                4 => *at.cast::<u32>() as u64,
+                8 => *at.cast::<u64>(),
+                _ => 0,
+            }
+        };
+        extend(
+            raw,
+            spec.left_shift as u64,
+            spec.right_shift as u64,
+            spec.signed as u64,
+            spec.present as u64,
+        )
+    }
+
+    #[inline(always)]
+    fn pointer(base: *const u8, spec: &MemberSpec) -> *const u8 {
+        // SAFETY: .rodata global, see `field`.
+        let spec: MemberSpec = unsafe { core::ptr::read_volatile(spec) };
+        if spec.present == 0 || spec.size != 8 {
+            return core::ptr::null();
+        }
+        // SAFETY: as in `scalar`. The value is kept as loaded, never
+        // shifted or masked: the verifier types it as a pointer into the
+        // member's struct and allows no arithmetic on it but adding.
+        unsafe { *base.wrapping_add(spec.offset as usize).cast::<*const u8>() }
+    }
+}
+
+/// Integer member `index` of `table` in the struct at `base`.
+#[inline(always)]
+pub fn member<A: Access>(base: *const u8, table: &KernelMembers, index: usize) -> i64 {
+    A::scalar(base, &table.members[index])
+}
+
+/// Pointer member `index` of `table` in the struct at `base`.
+#[inline(always)]
+pub fn member_ptr<A: Access>(base: *const u8, table: &KernelMembers, index: usize) -> *const u8 {
+    A::pointer(base, &table.members[index])
+}
+
+/// Reads the member `spec` describes (a load-time global) from the kernel
+/// struct at `base` with bpf_probe_read_kernel: a whole member sign- or
+/// zero-extended, or a bitfield's bits, with the shifts userspace derived
+/// from BTF (branch-free, see [`field`]). A null base or an unresolved
+/// member reads as 0.
 #[inline(always)]
 pub fn member_at(base: *const u8, spec: &MemberSpec) -> i64 {
     // SAFETY: .rodata global, see `field`.

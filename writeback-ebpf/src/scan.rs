@@ -12,7 +12,7 @@ use writeback_common::{
 
 use crate::{
     AGG, INFLIGHT, add,
-    read::{current_tid, field, member_at},
+    read::{Typed, current_tid, field, member_at},
     writepages::{current_call, inode_key, raw_arg},
 };
 
@@ -94,7 +94,7 @@ pub fn folios_end(ctx: TracePointContext) -> u32 {
 /// classic tracepoint's record.
 #[btf_tracepoint(function = "ext4_da_write_folios_start")]
 pub fn tp_btf_folios_start(ctx: BtfTracePointContext) -> i32 {
-    let key = inode_key(raw_arg(&ctx, 0) as *const u8);
+    let key = inode_key::<Typed>(raw_arg(&ctx, 0) as *const u8);
     if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
         scan_started(call, raw_arg(&ctx, 1) as i64);
     }
@@ -105,7 +105,7 @@ pub fn tp_btf_folios_start(ctx: BtfTracePointContext) -> i32 {
 /// the pass stopped.
 #[btf_tracepoint(function = "ext4_da_write_folios_end")]
 pub fn tp_btf_folios_end(ctx: BtfTracePointContext) -> i32 {
-    let key = inode_key(raw_arg(&ctx, 0) as *const u8);
+    let key = inode_key::<Typed>(raw_arg(&ctx, 0) as *const u8);
     if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
         scan_ended(call, raw_arg(&ctx, 2) as i64);
     }

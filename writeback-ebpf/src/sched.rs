@@ -8,7 +8,7 @@ use writeback_common::{TracepointLayout, fields::sched_switch as ss, members as 
 
 use crate::{
     CURRENT, INFLIGHT, OFFCPU_SINCE,
-    read::{current_tid, field, member, now_ns},
+    read::{Typed, current_tid, field, member, now_ns},
     writepages::{KERNEL_MEMBERS, in_call, raw_arg},
 };
 
@@ -35,7 +35,7 @@ pub fn tp_btf_sched_switch(ctx: BtfTracePointContext) -> i32 {
     let next = raw_arg(&ctx, 2) as *const u8;
     switched(
         current_tid(),
-        member(next, &KERNEL_MEMBERS, m::TASK_PID) as u32,
+        member::<Typed>(next, &KERNEL_MEMBERS, m::TASK_PID) as u32,
     );
     0
 }

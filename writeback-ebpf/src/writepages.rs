@@ -22,7 +22,7 @@ use writeback_common::{
 
 use crate::{
     CONFIG, CURRENT, EVENTS, FILTER, IN_CALL, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, bump,
-    read::{current_tid, field, member, now_ns},
+    read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns},
 };
 
 /// Layout of `ext4:ext4_writepages` (or `ext4_da_writepages`).
@@ -282,51 +282,53 @@ pub fn writepages_end(ctx: TracePointContext) -> u32 {
 }
 
 /// Argument `n` of a BTF-typed program (tp_btf, fentry, fexit: the context
-/// is the array of the traced function's u64 arguments), read as a plain
-/// number. The verifier would type a direct load as a BTF pointer, and
-/// such pointers only take constant offsets; ours come from a table.
+/// is the array of the traced function's u64 arguments). A plain load at a
+/// constant offset: the verifier types a pointer argument by the
+/// function's BTF, so members are read from it with [`Typed`] loads.
 #[inline(always)]
 pub(crate) fn raw_arg<C: EbpfContext>(ctx: &C, n: usize) -> u64 {
-    crate::read::read_u64(ctx.as_ptr().cast::<u8>().wrapping_add(n * 8))
+    // SAFETY: `n` is a constant below the traced function's argument
+    // count at every call site; the verifier checks it (btf_ctx_access()).
+    unsafe { *ctx.as_ptr().cast::<u64>().add(n) }
 }
 
 /// (inode, device) of an inode pointer: `inode->i_ino`,
 /// `inode->i_sb->s_dev`.
 #[inline(always)]
-pub(crate) fn inode_key(inode: *const u8) -> InflightKey {
+pub(crate) fn inode_key<A: Access>(inode: *const u8) -> InflightKey {
     let k = &KERNEL_MEMBERS;
-    let sb = member(inode, k, m::INODE_I_SB) as u64 as *const u8;
+    let sb = member_ptr::<A>(inode, k, m::INODE_I_SB);
     InflightKey {
-        ino: member(inode, k, m::INODE_I_INO) as u64,
+        ino: member::<A>(inode, k, m::INODE_I_INO) as u64,
         tid: current_tid(),
-        dev: member(sb, k, m::SB_S_DEV) as u32,
+        dev: member::<A>(sb, k, m::SB_S_DEV) as u32,
     }
 }
 
 /// Start-side values read from a `struct writeback_control *`.
 #[inline(always)]
-fn start_from_wbc(key: InflightKey, wbc: *const u8, writeback_index: u64) -> Start {
+fn start_from_wbc<A: Access>(key: InflightKey, wbc: *const u8, writeback_index: u64) -> Start {
     let k = &KERNEL_MEMBERS;
     Start {
         key,
-        nr_to_write: member(wbc, k, m::WBC_NR_TO_WRITE),
-        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
-        range_start: member(wbc, k, m::WBC_RANGE_START),
-        range_end: member(wbc, k, m::WBC_RANGE_END),
+        nr_to_write: member::<A>(wbc, k, m::WBC_NR_TO_WRITE),
+        pages_skipped: member::<A>(wbc, k, m::WBC_PAGES_SKIPPED),
+        range_start: member::<A>(wbc, k, m::WBC_RANGE_START),
+        range_end: member::<A>(wbc, k, m::WBC_RANGE_END),
         writeback_index,
-        sync_mode: member(wbc, k, m::WBC_SYNC_MODE),
-        for_kupdate: member(wbc, k, m::WBC_FOR_KUPDATE) != 0,
-        range_cyclic: member(wbc, k, m::WBC_RANGE_CYCLIC) != 0,
-        for_background: Some(member(wbc, k, m::WBC_FOR_BACKGROUND) != 0),
+        sync_mode: member::<A>(wbc, k, m::WBC_SYNC_MODE),
+        for_kupdate: member::<A>(wbc, k, m::WBC_FOR_KUPDATE) != 0,
+        range_cyclic: member::<A>(wbc, k, m::WBC_RANGE_CYCLIC) != 0,
+        for_background: Some(member::<A>(wbc, k, m::WBC_FOR_BACKGROUND) != 0),
     }
 }
 
 /// `inode->i_mapping->writeback_index`.
 #[inline(always)]
-fn writeback_index(inode: *const u8) -> u64 {
+fn writeback_index<A: Access>(inode: *const u8) -> u64 {
     let k = &KERNEL_MEMBERS;
-    let mapping = member(inode, k, m::INODE_I_MAPPING) as u64 as *const u8;
-    member(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64
+    let mapping = member_ptr::<A>(inode, k, m::INODE_I_MAPPING);
+    member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64
 }
 
 /// `tp_btf/ext4_writepages`: TP_PROTO(struct inode *inode, struct
@@ -335,7 +337,11 @@ fn writeback_index(inode: *const u8) -> u64 {
 pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
     let inode = raw_arg(&ctx, 0) as *const u8;
     let wbc = raw_arg(&ctx, 1) as *const u8;
-    let start = start_from_wbc(inode_key(inode), wbc, writeback_index(inode));
+    let start = start_from_wbc::<Typed>(
+        inode_key::<Typed>(inode),
+        wbc,
+        writeback_index::<Typed>(inode),
+    );
     match begin(start) {
         Ok(r) | Err(r) => r as i32,
     }
@@ -351,13 +357,13 @@ pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
     let pages_written = raw_arg(&ctx, 3) as i32;
     let k = &KERNEL_MEMBERS;
     let end = End {
-        key: inode_key(inode),
+        key: inode_key::<Typed>(inode),
         pages_written: pages_written as i64,
         nr_to_write_left: None,
-        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
-        writeback_index: writeback_index(inode),
+        pages_skipped: member::<Typed>(wbc, k, m::WBC_PAGES_SKIPPED),
+        writeback_index: writeback_index::<Typed>(inode),
         ret,
-        sync_mode: member(wbc, k, m::WBC_SYNC_MODE) as u32,
+        sync_mode: member::<Typed>(wbc, k, m::WBC_SYNC_MODE) as u32,
     };
     match finish(end) {
         Ok(r) | Err(r) => r as i32,
@@ -367,11 +373,11 @@ pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
 /// Start of `ext4_writepages(struct address_space *mapping, struct
 /// writeback_control *wbc)` (fs/ext4/inode.c) seen from a function hook.
 #[inline(always)]
-fn function_begin(mapping: *const u8, wbc: *const u8) -> u32 {
+fn function_begin<A: Access>(mapping: *const u8, wbc: *const u8) -> u32 {
     let k = &KERNEL_MEMBERS;
-    let inode = member(mapping, k, m::MAPPING_HOST) as u64 as *const u8;
-    let index = member(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
-    let start = start_from_wbc(inode_key(inode), wbc, index);
+    let inode = member_ptr::<A>(mapping, k, m::MAPPING_HOST);
+    let index = member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
+    let start = start_from_wbc::<A>(inode_key::<A>(inode), wbc, index);
     match begin(start) {
         Ok(r) | Err(r) => r,
     }
@@ -379,17 +385,17 @@ fn function_begin(mapping: *const u8, wbc: *const u8) -> u32 {
 
 /// End of `ext4_writepages()` seen from a function-exit hook.
 #[inline(always)]
-fn function_end(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
+fn function_end<A: Access>(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
     let k = &KERNEL_MEMBERS;
-    let inode = member(mapping, k, m::MAPPING_HOST) as u64 as *const u8;
+    let inode = member_ptr::<A>(mapping, k, m::MAPPING_HOST);
     let end = End {
-        key: inode_key(inode),
+        key: inode_key::<A>(inode),
         pages_written: 0,
-        nr_to_write_left: Some(member(wbc, k, m::WBC_NR_TO_WRITE)),
-        pages_skipped: member(wbc, k, m::WBC_PAGES_SKIPPED),
-        writeback_index: member(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64,
+        nr_to_write_left: Some(member::<A>(wbc, k, m::WBC_NR_TO_WRITE)),
+        pages_skipped: member::<A>(wbc, k, m::WBC_PAGES_SKIPPED),
+        writeback_index: member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64,
         ret,
-        sync_mode: member(wbc, k, m::WBC_SYNC_MODE) as u32,
+        sync_mode: member::<A>(wbc, k, m::WBC_SYNC_MODE) as u32,
     };
     match finish(end) {
         Ok(r) | Err(r) => r,
@@ -398,14 +404,14 @@ fn function_end(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
 
 #[fentry(function = "ext4_writepages")]
 pub fn fentry_writepages(ctx: FEntryContext) -> u32 {
-    function_begin(raw_arg(&ctx, 0) as *const u8, raw_arg(&ctx, 1) as *const u8)
+    function_begin::<Typed>(raw_arg(&ctx, 0) as *const u8, raw_arg(&ctx, 1) as *const u8)
 }
 
 /// fexit sees the arguments and, after them, the return value.
 #[fexit(function = "ext4_writepages")]
 pub fn fexit_writepages(ctx: FExitContext) -> u32 {
     let ret = raw_arg(&ctx, 2) as i32;
-    function_end(
+    function_end::<Typed>(
         raw_arg(&ctx, 0) as *const u8,
         raw_arg(&ctx, 1) as *const u8,
         ret,
@@ -426,7 +432,7 @@ pub fn kprobe_writepages(ctx: ProbeContext) -> u32 {
         return 0;
     };
     let _ = KPROBE_ARGS.insert(&current_tid(), &[mapping, wbc], 0);
-    function_begin(mapping as *const u8, wbc as *const u8)
+    function_begin::<Probed>(mapping as *const u8, wbc as *const u8)
 }
 
 #[kretprobe]
@@ -438,7 +444,7 @@ pub fn kretprobe_writepages(ctx: RetProbeContext) -> u32 {
     };
     let _ = KPROBE_ARGS.remove(&tid);
     let ret: i64 = ctx.ret();
-    function_end(mapping as *const u8, wbc as *const u8, ret as i32)
+    function_end::<Probed>(mapping as *const u8, wbc as *const u8, ret as i32)
 }
 
 /// The in-flight call of the current thread, if any (for hooks inside a

@@ -121,6 +121,8 @@ pub enum BtfError {
     },
     #[error("no function named {0} in BTF")]
     NoSuchFunc(String),
+    #[error("no enumerator named {0} in BTF")]
+    NoSuchEnumerator(String),
 }
 
 fn malformed(msg: impl Into<String>) -> BtfError {
@@ -627,6 +629,42 @@ impl Btf {
                 .collect();
         }
         Err(BtfError::NoSuchFunc(name.to_owned()))
+    }
+
+    /// Value of the enumerator `name` in any ENUM or ENUM64 type, named or
+    /// anonymous (the kernel's flag numbers are often anonymous enums).
+    /// The first one found wins; enumerators share one C namespace.
+    pub fn enum_value(&self, name: &str) -> Result<i64, BtfError> {
+        for id in 1..self.starts.len() {
+            let ty = self.ty(id as u32)?;
+            let found = match ty.kind() {
+                // `struct btf_enum { __u32 name_off; __s32 val; }`; kind_flag
+                // set means the values are signed, which the cast keeps.
+                KIND_ENUM => ty
+                    .extra
+                    .chunks_exact(2)
+                    .find(|e| self.name_is(e[0], name))
+                    .map(|e| {
+                        if ty.kflag() {
+                            i64::from(e[1] as i32)
+                        } else {
+                            i64::from(e[1])
+                        }
+                    }),
+                // `struct btf_enum64 { __u32 name_off; __u32 val_lo32;
+                // __u32 val_hi32; }`.
+                KIND_ENUM64 => ty
+                    .extra
+                    .chunks_exact(3)
+                    .find(|e| self.name_is(e[0], name))
+                    .map(|e| (u64::from(e[2]) << 32 | u64::from(e[1])) as i64),
+                _ => None,
+            };
+            if let Some(value) = found {
+                return Ok(value);
+            }
+        }
+        Err(BtfError::NoSuchEnumerator(name.to_owned()))
     }
 
     /// Type `id`, bounds-checked. Id 0 (`void`) has kind 0 and no data.
@@ -1254,6 +1292,24 @@ mod tests {
         assert_eq!(layout(0, 16, 0, 0).read_from(&[0; 16]), None);
         assert_eq!(layout(44, 8, 0, 0).read_from(&[0; 48]), None);
         assert_eq!(layout(0, 1, 0, 65).read_from(&[0; 8]), None);
+    }
+
+    #[test]
+    fn enumerator_values_from_enum_and_enum64() {
+        let mut b = Builder::new();
+        let (a, minus, big) = (b.str("QF_A"), b.str("MINUS_TWO"), b.str("BIG"));
+        // An anonymous unsigned enum, a signed one (kind_flag), an ENUM64.
+        b.raw("", KIND_ENUM, false, 1, 4, &[a, 7]);
+        b.raw("s", KIND_ENUM, true, 1, 4, &[minus, (-2i32) as u32]);
+        b.raw("", KIND_ENUM64, false, 1, 8, &[big, 5, 1]);
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert_eq!(btf.enum_value("QF_A").unwrap(), 7);
+        assert_eq!(btf.enum_value("MINUS_TWO").unwrap(), -2);
+        assert_eq!(btf.enum_value("BIG").unwrap(), (1 << 32) | 5);
+        let e = btf.enum_value("QF_B").unwrap_err();
+        assert_eq!(e.to_string(), "no enumerator named QF_B in BTF");
+        // The sample's named enum too.
+        assert_eq!(sample().enum_value("SEVEN").unwrap(), 7);
     }
 
     #[test]

@@ -18,15 +18,16 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockHistKey, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout, members, stat,
+    BlockHistKey, BlockMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout,
+    block_members, members, stat,
 };
 
 use crate::{
     btf::Btf as KernelBtf,
     ebpf_object::EBPF_OBJECT,
     plan::{
-        BtfAttach, Candidate, Concept, ConceptPlan, EXT4_SCAN_FUNCTION, HookKind, ProbePlan,
-        TracepointAttach, candidates,
+        BLOCK_RQ_ISSUE, BtfAttach, Candidate, Concept, ConceptPlan, EXT4_SCAN_FUNCTION, HookKind,
+        ProbePlan, TracepointAttach, candidates,
     },
     privileges, tracefs,
 };
@@ -93,6 +94,24 @@ fn resolve_members() -> Result<KernelMembers, String> {
     let mut table = KernelMembers::default();
     for (slot, (strukt, name, signed)) in members::PATHS.iter().enumerate() {
         table.members[slot] = member_spec(&btf, strukt, name, *signed)?;
+    }
+    Ok(table)
+}
+
+/// What the BTF block programs read (`BlockMembers`). Without
+/// `QUEUE_FLAG_STATS` in BTF (a `#define` before the queue flags became an
+/// enum) the issue program stamps every request itself.
+fn resolve_block_members() -> Result<BlockMembers, String> {
+    let btf = KernelBtf::from_kernel(None).map_err(|e| format!("kernel BTF: {e}"))?;
+    let mut table = BlockMembers::EMPTY;
+    for (slot, (strukt, name, signed)) in block_members::PATHS.iter().enumerate() {
+        table.members[slot] = member_spec(&btf, strukt, name, *signed)?;
+    }
+    if let Ok(bit) = btf.enum_value("QUEUE_FLAG_STATS")
+        && let Ok(bit) = u32::try_from(bit)
+        && bit < BlockMembers::NO_STATS_BIT
+    {
+        table.stats_bit = bit;
     }
     Ok(table)
 }
@@ -196,6 +215,7 @@ impl Tracer {
         // every candidate refused here keeps its reason.
         let mut members: Option<Result<KernelMembers, String>> = None;
         let mut scan_members: Option<Result<ScanMembers, String>> = None;
+        let mut block_members: Option<Result<BlockMembers, String>> = None;
         let mut refused: HashMap<(Concept, String), String> = HashMap::new();
         let mut prepared: Vec<Prepared> = Vec::new();
         for &concept in &Concept::ALL {
@@ -231,6 +251,15 @@ impl Tracer {
                             refused.insert((concept, candidate.label()), reason.clone());
                         }
                     }
+                    // The block programs read requests, queues and bios.
+                    Candidate::BtfPrograms { attaches, .. }
+                        if attaches.iter().any(|a| a.target == BLOCK_RQ_ISSUE) =>
+                    {
+                        if let Err(reason) = block_members.get_or_insert_with(resolve_block_members)
+                        {
+                            refused.insert((concept, candidate.label()), reason.clone());
+                        }
+                    }
                     Candidate::BtfPrograms { .. } => {
                         if let Err(reason) = members.get_or_insert_with(resolve_members) {
                             refused.insert((concept, candidate.label()), reason.clone());
@@ -259,6 +288,10 @@ impl Tracer {
         loader.override_global("KERNEL_MEMBERS", &kernel_members, true);
         let scan_members = scan_members.and_then(Result::ok).unwrap_or_default();
         loader.override_global("SCAN_MEMBERS", &scan_members, true);
+        let block_members = block_members
+            .and_then(Result::ok)
+            .unwrap_or(BlockMembers::EMPTY);
+        loader.override_global("BLOCK_MEMBERS", &block_members, true);
         loader.override_global("FILTER", &options.filter, true);
         if let Some(entries) = in_call_entries() {
             loader.map_max_entries("IN_CALL", entries);

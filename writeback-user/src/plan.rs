@@ -454,6 +454,32 @@ pub const TP_BTF_SCAN: Candidate = Candidate::BtfPrograms {
     fields: &["dev", "ino", "start_pos", "next_pos"],
 };
 
+/// The block tracepoint the BTF device-I/O candidate is known by.
+pub const BLOCK_RQ_ISSUE: &str = "block_rq_issue";
+
+/// The block tracepoints as BTF tracepoints: requests and bios read with
+/// plain loads instead of a helper call per field, and request latency
+/// from the kernel's own issue stamp where block statistics are on
+/// (writeback-ebpf/src/block.rs).
+pub const TP_BTF_BLOCK: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[
+        BtfAttach {
+            program: "tp_btf_rq_issue",
+            target: BLOCK_RQ_ISSUE,
+        },
+        BtfAttach {
+            program: "tp_btf_rq_complete",
+            target: "block_rq_complete",
+        },
+        BtfAttach {
+            program: "tp_btf_bio_queue",
+            target: "block_bio_queue",
+        },
+    ],
+    fields: &["dev", "sector", "bytes", "io_start_time_ns", "bio_bytes"],
+};
+
 /// `sched_switch` as a BTF tracepoint: `next` from the task pointer, and
 /// no trace record built on every context switch.
 pub const TP_BTF_SCHED_SWITCH: Candidate = Candidate::BtfPrograms {
@@ -518,10 +544,7 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             func(TpBtf, "balance_dirty_pages"),
             Candidate::Tracepoints(BALANCE_DIRTY_TP),
         ],
-        Concept::DeviceIo => vec![
-            func(TpBtf, "block_rq_issue"),
-            Candidate::Tracepoints(BLOCK_TP),
-        ],
+        Concept::DeviceIo => vec![TP_BTF_BLOCK, Candidate::Tracepoints(BLOCK_TP)],
         Concept::Extents => vec![
             func(TpBtf, "ext4_da_write_pages_extent"),
             Candidate::Tracepoints(EXTENT_TP),
