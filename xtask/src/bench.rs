@@ -114,11 +114,19 @@ struct Tracer {
     child: Child,
     /// The recording, for `record`.
     recording: Option<PathBuf>,
+    /// When it said it was tracing: the zero of its interval lines'
+    /// `time_s`, give or take the time to read that line.
+    attached: Instant,
 }
+
+/// Interval length of the traced runs: short, so that the run-time
+/// statistics of the intervals a write spans are mostly the write's.
+const TRACE_INTERVAL_S: f64 = 0.25;
 
 impl Tracer {
     fn start(binary: &Path) -> anyhow::Result<Tracer> {
-        Self::spawn(binary, &["trace", "--json", "--interval", "1"], None)
+        let interval = TRACE_INTERVAL_S.to_string();
+        Self::spawn(binary, &["trace", "--json", "--interval", &interval], None)
     }
 
     fn record(binary: &Path, to: &Path) -> anyhow::Result<Tracer> {
@@ -142,7 +150,11 @@ impl Tracer {
                 _ => bail!("wbscope trace exited before attaching"),
             }
         }
-        Ok(Tracer { child, recording })
+        Ok(Tracer {
+            child,
+            recording,
+            attached: Instant::now(),
+        })
     }
 
     /// Peak resident memory so far (VmHWM, kB), from /proc/PID/status.
@@ -169,9 +181,9 @@ impl Tracer {
         Ok(ticks / hz)
     }
 
-    /// Stops with SIGINT and returns the summary line (for a recording,
-    /// `replay --summary` of it).
-    fn stop(self, binary: &Path) -> anyhow::Result<serde_json::Value> {
+    /// Stops with SIGINT and returns its JSON lines, the summary last (for
+    /// a recording, `replay --summary` of it alone).
+    fn stop(self, binary: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
         // SAFETY: plain syscall on our child.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
         let out = self.child.wait_with_output()?;
@@ -186,9 +198,32 @@ impl Tracer {
             }
             None => String::from_utf8_lossy(&out.stdout).into_owned(),
         };
-        let last = stdout.lines().last().context("no output from wbscope")?;
-        serde_json::from_str(last).context("summary line")
+        let lines: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(serde_json::from_str)
+            .collect::<Result<_, _>>()
+            .context("wbscope's JSON lines")?;
+        if lines.last().is_none_or(|l| l["type"] != "summary") {
+            bail!("no summary line from wbscope");
+        }
+        Ok(lines)
     }
+}
+
+/// The run-time entries of the interval lines that overlap `window`
+/// (seconds since the tracer attached), one array ([`run_time_table`]
+/// adds them up per program).
+fn run_time_within(lines: &[serde_json::Value], window: (f64, f64)) -> serde_json::Value {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "interval")
+        .filter(|l| {
+            let end = l["time_s"].as_f64().unwrap_or(0.0);
+            let start = end - l["interval_s"].as_f64().unwrap_or(0.0);
+            end > window.0 && start < window.1
+        })
+        .flat_map(|l| l["run_time"].as_array().cloned().unwrap_or_default())
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,7 +252,10 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     let mut plain = Vec::new();
     let mut traced = Vec::new();
     let mut traced_cpu = Vec::new();
+    // Whole traced runs (the pause before the write included), and the
+    // intervals spanning each write.
     let mut run_times: Vec<serde_json::Value> = Vec::new();
+    let mut write_run_times: Vec<serde_json::Value> = Vec::new();
     let mut lost = 0u64;
     let mb = opts.size_mib as f64 * 1048576.0 / 1e6;
     let mut recorded = Vec::new();
@@ -232,17 +270,24 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
         for side in order {
             let _ = fs::remove_file(&file);
             let _ = fs::remove_file(&rec_path);
-            drop_caches()?;
-            // Memory just freed goes back to the hypervisor (free page
-            // reporting on this VM); without a pause a run after a long
-            // one starts on memory that must be faulted back first.
-            std::thread::sleep(Duration::from_secs(opts.settle_secs));
+            // Attached before the pause, so that every side writes the same
+            // time after dropping the caches: the pause length changes the
+            // speed on this VM (below), and starting the tracer after it
+            // (0.6 s of BTF and verifier work) made the traced and recorded
+            // runs start later and slower by that alone (a `sleep`
+            // started the same way cost as much as the tracer).
             let tracer = match side {
                 Side::Plain => None,
                 Side::Traced => Some(Tracer::start(binary)?),
                 Side::Recorded => Some(Tracer::record(binary, &rec_path)?),
             };
+            drop_caches()?;
+            // Memory just freed goes back to the hypervisor (free page
+            // reporting on this VM); without a pause a run after a long
+            // one starts on memory that must be faulted back first.
+            std::thread::sleep(Duration::from_secs(opts.settle_secs));
             let cpu0 = tracer.as_ref().map(Tracer::cpu_secs).transpose()?;
+            let write_from = tracer.as_ref().map(|t| t.attached.elapsed().as_secs_f64());
             let t = write_and_fsync(&file, opts.size_mib)?;
             let rate = mb / t.as_secs_f64();
             eprintln!("xtask: bench pair {pair}: {side:?} {rate:7.1} MB/s");
@@ -252,7 +297,8 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
             };
             let cpu = tracer.cpu_secs()? - cpu0.unwrap_or(0.0);
             peak_rss_kb = peak_rss_kb.max(tracer.peak_rss_kb().unwrap_or(0));
-            let summary = tracer.stop(binary)?;
+            let lines = tracer.stop(binary)?;
+            let summary = lines.last().context("no summary")?;
             lost += summary["lost_records"].as_u64().unwrap_or(0);
             if side == Side::Recorded {
                 recorded.push(rate);
@@ -260,6 +306,8 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
                 record_calls += summary["calls"].as_u64().unwrap_or(0);
             } else {
                 run_times.push(summary["run_time"].clone());
+                let from = write_from.unwrap_or(0.0);
+                write_run_times.push(run_time_within(&lines, (from, from + t.as_secs_f64())));
                 traced.push(rate);
                 traced_cpu.push(100.0 * cpu / t.as_secs_f64());
             }
@@ -285,7 +333,7 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     out.push_str(&format!(
         "{} MiB buffered write + fsync on a journaled ext4 loop filesystem (image with \
          O_DIRECT: {}), {} rounds of untraced / traced / recorded in rotating order, {} s \
-         pause after dropping the caches before each run\n\n",
+         pause after dropping the caches before each run (tracers attached before the pause)\n\n",
         opts.size_mib,
         if fs.direct_io() {
             "yes"
@@ -327,27 +375,14 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
         opts.idle_secs,
         median(&mut traced_cpu)
     ));
-    out.push_str("BPF run time per invocation over the traced runs (kernel BPF statistics):\n\n");
-    out.push_str("| program | invocations | avg ns |\n|---|---|---|\n");
-    let mut per_program: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-    for runs in &run_times {
-        for r in runs.as_array().into_iter().flatten() {
-            let e = per_program
-                .entry(r["program"].as_str().unwrap_or("?").to_string())
-                .or_default();
-            e.0 += r["run_count"].as_u64().unwrap_or(0);
-            e.1 += r["run_time_ns"].as_u64().unwrap_or(0);
-        }
-    }
-    let (all_count, all_ns) = per_program
-        .values()
-        .fold((0u64, 0u64), |(c, n), (count, ns)| (c + count, n + ns));
-    for (name, (count, ns)) in per_program {
-        out.push_str(&format!("| {name} | {count} | {} |\n", avg_ns(ns, count)));
-    }
+    let (writes_table, writes_avg) = run_time_table(&write_run_times);
+    let (_, whole_avg) = run_time_table(&run_times);
     out.push_str(&format!(
-        "| **all programs** | **{all_count}** | **{}** |\n\n",
-        avg_ns(all_ns, all_count)
+        "BPF run time per invocation during the writes (kernel BPF statistics, from the \
+         {TRACE_INTERVAL_S} s interval lines spanning each write): **{writes_avg} ns** over all \
+         programs; over the whole traced runs, the {} s pauses before the writes included: \
+         {whole_avg} ns\n\n{writes_table}\n",
+        opts.settle_secs
     ));
     out.push_str(&format!(
         "The floor of this machine, measured right after (`wbscope probes --cost {}`, \
@@ -364,6 +399,33 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
         ));
     }
     Ok(out)
+}
+
+/// Per-program table of run-time arrays added up, and the average over
+/// all programs.
+fn run_time_table(runs: &[serde_json::Value]) -> (String, String) {
+    let mut per_program: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for run in runs {
+        for r in run.as_array().into_iter().flatten() {
+            let e = per_program
+                .entry(r["program"].as_str().unwrap_or("?").to_string())
+                .or_default();
+            e.0 += r["run_count"].as_u64().unwrap_or(0);
+            e.1 += r["run_time_ns"].as_u64().unwrap_or(0);
+        }
+    }
+    let (all_count, all_ns) = per_program
+        .values()
+        .fold((0u64, 0u64), |(c, n), (count, ns)| (c + count, n + ns));
+    let mut table = String::from("| program | invocations | avg ns |\n|---|---|---|\n");
+    for (name, (count, ns)) in per_program {
+        table.push_str(&format!("| {name} | {count} | {} |\n", avg_ns(ns, count)));
+    }
+    let all = avg_ns(all_ns, all_count);
+    table.push_str(&format!(
+        "| **all programs** | **{all_count}** | **{all}** |\n"
+    ));
+    (table, all)
 }
 
 fn avg_ns(ns: u64, count: u64) -> String {
@@ -387,4 +449,34 @@ fn floor_costs(binary: &Path, secs: u64) -> anyhow::Result<serde_json::Value> {
         );
     }
     serde_json::from_slice(&out.stdout).context("probes --cost output")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interval(time_s: f64, count: u64, ns: u64) -> serde_json::Value {
+        serde_json::json!({
+            "type": "interval", "time_s": time_s, "interval_s": 0.25,
+            "run_time": [{"program": "p", "run_count": count, "run_time_ns": ns}],
+        })
+    }
+
+    /// Only the intervals overlapping the write count; the summary line and
+    /// the idle intervals around the write do not.
+    #[test]
+    fn run_time_of_the_intervals_spanning_a_write() {
+        let lines = vec![
+            interval(0.25, 1000, 1_000_000),
+            interval(0.5, 10, 1000),
+            interval(0.75, 20, 3000),
+            interval(1.0, 1000, 1_000_000),
+            serde_json::json!({"type": "summary", "run_time": [
+                {"program": "p", "run_count": 2030, "run_time_ns": 2_004_000}]}),
+        ];
+        let within = run_time_within(&lines, (0.3, 0.7));
+        let (table, avg) = run_time_table(&[within]);
+        assert_eq!(avg, "133");
+        assert!(table.contains("| p | 30 | 133 |"), "{table}");
+    }
 }
