@@ -455,6 +455,47 @@ pub mod block_hist {
     pub const ISSUE_BYTES: u16 = 0;
     /// Issue-to-complete latency in ns.
     pub const LATENCY_NS: u16 = 1;
+    /// Histogram kinds.
+    pub const KINDS: usize = 2;
+    /// log2 buckets per histogram (0..=63).
+    pub const BUCKETS: usize = 64;
+    /// Slots of `BLOCK_SLOTS`, a power of two.
+    pub const SLOTS: u32 = 64;
+    /// Slots a device tries, from its hash on (linear probing), before it
+    /// goes to the overflow hash.
+    pub const PROBES: u32 = 4;
+
+    /// The `probe`-th `BLOCK_SLOTS` slot device `dev` may use (Fibonacci
+    /// hashing: kernel dev_t numbers cluster in their low bits).
+    pub const fn slot_of(dev: u32, probe: u32) -> u32 {
+        ((dev.wrapping_mul(0x9E37_79B1) >> (32 - SLOTS.trailing_zeros())) + probe) & (SLOTS - 1)
+    }
+}
+
+/// One device's block histograms on one CPU, in one of the slots
+/// [`block_hist::slot_of`] gives it in the per-CPU array `BLOCK_SLOTS`: the
+/// block programs' fast path, array lookups the verifier inlines where a
+/// `BLOCK_HIST` hash lookup is a helper call (about 160 ns here, `wbscope
+/// probes --cost`). A device whose slots other devices hold on that CPU
+/// goes to `BLOCK_HIST`. 64 slots of 1 KiB per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevBlockHist {
+    /// Kernel dev_t of the device holding the slot; 0 = free.
+    pub dev: u32,
+    pub _pad: u32,
+    /// Indexed by [`block_hist`] kind, then log2 bucket.
+    pub buckets: [[u64; block_hist::BUCKETS]; block_hist::KINDS],
+}
+
+impl Default for DevBlockHist {
+    fn default() -> Self {
+        DevBlockHist {
+            dev: 0,
+            _pad: 0,
+            buckets: [[0; block_hist::BUCKETS]; block_hist::KINDS],
+        }
+    }
 }
 
 /// Key of the per-device inode-pass aggregates (`INODE_PASS`, per CPU):
@@ -562,6 +603,7 @@ mod pod {
     unsafe impl aya::Pod for super::KernelMembers {}
     unsafe impl aya::Pod for super::ScanMembers {}
     unsafe impl aya::Pod for super::BlockMembers {}
+    unsafe impl aya::Pod for super::DevBlockHist {}
     unsafe impl aya::Pod for super::TracepointLayout {}
     unsafe impl aya::Pod for super::Filter {}
     unsafe impl aya::Pod for super::WritepagesCall {}

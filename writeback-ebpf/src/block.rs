@@ -6,7 +6,6 @@
 //! tracepoints reading the trace records (everywhere else).
 use aya_ebpf::{
     macros::{btf_tracepoint, tracepoint},
-    maps::PerCpuHashMap,
     programs::{BtfTracePointContext, TracePointContext},
 };
 use writeback_common::{
@@ -15,7 +14,7 @@ use writeback_common::{
 };
 
 use crate::{
-    BLOCK_HIST, RQ_START, log2_bucket,
+    BLOCK_HIST, BLOCK_SLOTS, RQ_START, log2_bucket,
     read::{Access, Typed, field, now_ns},
     writepages::{current_call, raw_arg},
 };
@@ -30,13 +29,41 @@ static RQ_COMPLETE_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 /// 512-byte sectors (SECTOR_SHIFT in include/linux/blk_types.h).
 const SECTOR_BYTES: u64 = 512;
 
+/// Counts one sample in bucket `bucket` of histogram `kind` of device
+/// `dev`: in the first of the device's `BLOCK_SLOTS` slots it holds or can
+/// take, else in `BLOCK_HIST`. Per CPU, so only a program nesting on the
+/// same CPU (a completion in interrupt context over an issue) can race a
+/// slot's claim: at worst, once per slot, one sample is counted under the
+/// other device.
 #[inline(always)]
-fn hist_add(map: &PerCpuHashMap<BlockHistKey, u64>, key: BlockHistKey) {
-    match map.get_ptr_mut(&key) {
+fn hist_add(dev: u32, kind: u16, bucket: u32) {
+    let mut probe = 0;
+    while dev != 0 && probe < block_hist::PROBES {
+        if let Some(slot) = BLOCK_SLOTS.get_ptr_mut(block_hist::slot_of(dev, probe)) {
+            // SAFETY: this CPU's copy of the slot, see above.
+            unsafe {
+                if (*slot).dev == 0 {
+                    (*slot).dev = dev;
+                }
+                if (*slot).dev == dev {
+                    let counts = &mut (*slot).buckets[kind as usize & 1];
+                    counts[bucket as usize & (block_hist::BUCKETS - 1)] += 1;
+                    return;
+                }
+            }
+        }
+        probe += 1;
+    }
+    let key = BlockHistKey {
+        dev,
+        kind,
+        bucket: bucket as u16,
+    };
+    match BLOCK_HIST.get_ptr_mut(&key) {
         // SAFETY: per-CPU value.
         Some(v) => unsafe { *v += 1 },
         None => {
-            let _ = map.insert(&key, &1, 0);
+            let _ = BLOCK_HIST.insert(&key, &1, 0);
         }
     }
 }
@@ -62,14 +89,7 @@ pub fn rq_issue(ctx: TracePointContext) -> u32 {
     let layout = &RQ_ISSUE_LAYOUT;
     let dev = field(&ctx, layout, rq::DEV) as u32;
     let bytes = field(&ctx, layout, rq::BYTES) as u64;
-    hist_add(
-        &BLOCK_HIST,
-        BlockHistKey {
-            dev,
-            kind: block_hist::ISSUE_BYTES,
-            bucket: log2_bucket(bytes, 63) as u16,
-        },
-    );
+    hist_add(dev, block_hist::ISSUE_BYTES, log2_bucket(bytes, 63));
     let key = RequestKey {
         sector: field(&ctx, layout, rq::SECTOR) as u64,
         dev,
@@ -94,12 +114,9 @@ pub fn rq_complete(ctx: TracePointContext) -> u32 {
     };
     let _ = RQ_START.remove(&key);
     hist_add(
-        &BLOCK_HIST,
-        BlockHistKey {
-            dev: key.dev,
-            kind: block_hist::LATENCY_NS,
-            bucket: log2_bucket(now_ns().saturating_sub(issued), 63) as u16,
-        },
+        key.dev,
+        block_hist::LATENCY_NS,
+        log2_bucket(now_ns().saturating_sub(issued), 63),
     );
     0
 }
@@ -166,14 +183,7 @@ pub fn tp_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let q = pointer(rq, bm::RQ_QUEUE);
     let dev = queue_dev(q);
     let bytes = scalar(rq, bm::RQ_DATA_LEN) as u64;
-    hist_add(
-        &BLOCK_HIST,
-        BlockHistKey {
-            dev,
-            kind: block_hist::ISSUE_BYTES,
-            bucket: log2_bucket(bytes, 63) as u16,
-        },
-    );
+    hist_add(dev, block_hist::ISSUE_BYTES, log2_bucket(bytes, 63));
     if !stats_on(q) {
         let key = RequestKey {
             sector: scalar(rq, bm::RQ_SECTOR) as u64,
@@ -210,12 +220,9 @@ pub fn tp_btf_rq_complete(ctx: BtfTracePointContext) -> i32 {
         issued
     };
     hist_add(
-        &BLOCK_HIST,
-        BlockHistKey {
-            dev,
-            kind: block_hist::LATENCY_NS,
-            bucket: log2_bucket(now_ns().saturating_sub(issued), 63) as u16,
-        },
+        dev,
+        block_hist::LATENCY_NS,
+        log2_bucket(now_ns().saturating_sub(issued), 63),
     );
     0
 }

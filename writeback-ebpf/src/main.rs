@@ -25,8 +25,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use writeback_common::{
-    BlockHistKey, DevCounterKey, Filter, FlusherWork, InflightCall, InflightKey, RequestKey, agg,
-    dirty, stat,
+    BlockHistKey, DevBlockHist, DevCounterKey, Filter, FlusherWork, InflightCall, InflightKey,
+    RequestKey, agg, block_hist, dirty, stat,
 };
 
 /// Per-call records to userspace. 4 MiB holds ~17000 records of 240 bytes:
@@ -78,7 +78,12 @@ static WORK: HashMap<u32, FlusherWork> = HashMap::with_max_entries(4096, 0);
 #[map]
 static RQ_START: HashMap<RequestKey, u64> = HashMap::with_max_entries(65536, 0);
 
-/// Per-device log2 histograms of request size and latency.
+/// Per-device log2 histograms of request size and latency, in a slot per
+/// device and CPU (`block_hist::slot_of`, `block.rs`).
+#[map]
+static BLOCK_SLOTS: PerCpuArray<DevBlockHist> = PerCpuArray::with_max_entries(block_hist::SLOTS, 0);
+
+/// The same histograms, for devices whose slot another device holds.
 #[map]
 static BLOCK_HIST: PerCpuHashMap<BlockHistKey, u64> = PerCpuHashMap::with_max_entries(8192, 0);
 

@@ -18,8 +18,8 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockHistKey, BlockMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout,
-    block_members, members, stat,
+    BlockHistKey, BlockMembers, DevBlockHist, Filter, KernelMembers, MemberSpec, ScanMembers,
+    TracepointLayout, block_hist, block_members, members, stat,
 };
 
 use crate::{
@@ -185,6 +185,26 @@ fn in_call_entries() -> Option<u32> {
     let text = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok()?;
     let pid_max: u32 = text.trim().parse().ok()?;
     Some(pid_max.div_ceil(8).max(1))
+}
+
+/// Adds the non-zero buckets of one `BLOCK_SLOTS` slot, as each CPU holds
+/// it, to `out` (a free slot, device 0, holds nothing).
+fn add_slot_counts<'a>(
+    out: &mut HashMap<BlockHistKey, u64>,
+    per_cpu: impl Iterator<Item = &'a DevBlockHist>,
+) {
+    for slot in per_cpu.filter(|s| s.dev != 0) {
+        for (kind, counts) in slot.buckets.iter().enumerate() {
+            for (bucket, &count) in counts.iter().enumerate().filter(|(_, c)| **c != 0) {
+                let key = BlockHistKey {
+                    dev: slot.dev,
+                    kind: kind as u16,
+                    bucket: bucket as u16,
+                };
+                *out.entry(key).or_default() += count;
+            }
+        }
+    }
 }
 
 /// log2 of the page size (pages are a power of two).
@@ -481,9 +501,22 @@ impl Tracer {
             .collect()
     }
 
-    /// Per-device block histograms, summed over CPUs.
+    /// Per-device block histograms, summed over CPUs: the per-CPU slots
+    /// (`BLOCK_SLOTS`) and the overflow hash (`BLOCK_HIST`) together.
     pub fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
-        self.per_cpu_sums("BLOCK_HIST")
+        let mut out: HashMap<BlockHistKey, u64> = self.per_cpu_sums("BLOCK_HIST")?;
+        let slots: PerCpuArray<_, DevBlockHist> = PerCpuArray::try_from(
+            self.ebpf
+                .map("BLOCK_SLOTS")
+                .context("BLOCK_SLOTS map missing")?,
+        )?;
+        for index in 0..block_hist::SLOTS {
+            let per_cpu = slots
+                .get(&index, 0)
+                .with_context(|| format!("reading BLOCK_SLOTS[{index}]"))?;
+            add_slot_counts(&mut out, per_cpu.iter());
+        }
+        Ok(out)
     }
 
     /// Per-device inode-pass counters (`INODE_PASS`), summed over CPUs.
@@ -848,6 +881,51 @@ fn errno_text(e: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Per-CPU slots of the same device add up with the overflow hash;
+    /// free slots and empty buckets add nothing.
+    #[test]
+    fn block_slot_counts_merge_across_cpus_and_with_the_hash() {
+        let key = |dev, kind, bucket| BlockHistKey { dev, kind, bucket };
+        let mut out = HashMap::from([(key(7 << 20, block_hist::LATENCY_NS, 12), 5)]);
+        let mut cpu0 = DevBlockHist {
+            dev: 7 << 20,
+            ..DevBlockHist::default()
+        };
+        cpu0.buckets[block_hist::ISSUE_BYTES as usize][20] = 3;
+        cpu0.buckets[block_hist::LATENCY_NS as usize][12] = 2;
+        let mut cpu1 = cpu0;
+        cpu1.buckets[block_hist::LATENCY_NS as usize][63] = 1;
+        let mut free = DevBlockHist::default();
+        free.buckets[0][1] = 9;
+        add_slot_counts(&mut out, [cpu0, cpu1, free].iter());
+        assert_eq!(
+            out,
+            HashMap::from([
+                (key(7 << 20, block_hist::ISSUE_BYTES, 20), 6),
+                (key(7 << 20, block_hist::LATENCY_NS, 12), 9),
+                (key(7 << 20, block_hist::LATENCY_NS, 63), 1),
+            ])
+        );
+    }
+
+    /// A host's usual devices (loop, virtio, sd, nvme, device-mapper),
+    /// claiming slots first come first served as the programs do, all get
+    /// one within their probes: none of them pays for the hash.
+    #[test]
+    fn usual_devices_get_their_own_slots() {
+        let mkdev = |major: u32, minor: u32| major << 20 | minor;
+        let mut devices: Vec<u32> = (0..8).map(|minor| mkdev(7, minor)).collect();
+        devices.extend([mkdev(254, 0), mkdev(8, 0), mkdev(8, 16), mkdev(259, 0)]);
+        let mut taken = [0u32; block_hist::SLOTS as usize];
+        for &dev in &devices {
+            let slot = (0..block_hist::PROBES)
+                .map(|probe| block_hist::slot_of(dev, probe) as usize)
+                .find(|&slot| taken[slot] == 0)
+                .unwrap_or_else(|| panic!("{dev:#x}: no free slot in {taken:x?}"));
+            taken[slot] = dev;
+        }
+    }
 
     /// The running kernel's `struct mpage_da_data` resolves to one of the
     /// known layouts, with the unit that layout uses: byte positions need
