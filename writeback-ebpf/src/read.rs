@@ -126,13 +126,7 @@ impl Access for Typed {
                 _ => 0,
             }
         };
-        extend(
-            raw,
-            spec.left_shift as u64,
-            spec.right_shift as u64,
-            spec.signed as u64,
-            spec.present as u64,
-        )
+        extend_member(raw, &spec)
     }
 
     #[inline(always)]
@@ -170,7 +164,12 @@ pub fn member_ptr<A: Access>(base: *const u8, table: &KernelMembers, index: usiz
 pub fn member_at(base: *const u8, spec: &MemberSpec) -> i64 {
     // SAFETY: .rodata global, see `field`.
     let spec: MemberSpec = unsafe { core::ptr::read_volatile(spec) };
-    let raw = read_u64(base.wrapping_add(spec.offset as usize));
+    extend_member(read_u64(base.wrapping_add(spec.offset as usize)), &spec)
+}
+
+/// [`extend`] with a member's shifts, signedness and presence.
+#[inline(always)]
+fn extend_member(raw: u64, spec: &MemberSpec) -> i64 {
     extend(
         raw,
         spec.left_shift as u64,
