@@ -87,13 +87,22 @@ struct Prepared {
     fields: Vec<String>,
 }
 
+/// The running kernel's BTF, parsed on first use into `cache` and kept
+/// there for the other member tables (one parse of vmlinux's BTF per
+/// attach, not one per table). Errors are the rejection reason.
+fn vmlinux_btf(cache: &mut Option<Result<KernelBtf, String>>) -> Result<&KernelBtf, String> {
+    cache
+        .get_or_insert_with(|| KernelBtf::from_kernel(None).map_err(|e| format!("kernel BTF: {e}")))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 /// Offsets of the struct members the BTF-typed programs read, from the
 /// running kernel's BTF. Errors are the rejection reason.
-fn resolve_members() -> Result<KernelMembers, String> {
-    let btf = KernelBtf::from_kernel(None).map_err(|e| format!("kernel BTF: {e}"))?;
+fn resolve_members(btf: &KernelBtf) -> Result<KernelMembers, String> {
     let mut table = KernelMembers::default();
     for (slot, (strukt, name, signed)) in members::PATHS.iter().enumerate() {
-        table.members[slot] = member_spec(&btf, strukt, name, *signed)?;
+        table.members[slot] = member_spec(btf, strukt, name, *signed)?;
     }
     Ok(table)
 }
@@ -101,11 +110,10 @@ fn resolve_members() -> Result<KernelMembers, String> {
 /// What the BTF block programs read (`BlockMembers`). Without
 /// `QUEUE_FLAG_STATS` in BTF (a `#define` before the queue flags became an
 /// enum) the issue program stamps every request itself.
-fn resolve_block_members() -> Result<BlockMembers, String> {
-    let btf = KernelBtf::from_kernel(None).map_err(|e| format!("kernel BTF: {e}"))?;
+fn resolve_block_members(btf: &KernelBtf) -> Result<BlockMembers, String> {
     let mut table = BlockMembers::EMPTY;
     for (slot, (strukt, name, signed)) in block_members::PATHS.iter().enumerate() {
-        table.members[slot] = member_spec(&btf, strukt, name, *signed)?;
+        table.members[slot] = member_spec(btf, strukt, name, *signed)?;
     }
     if let Ok(bit) = btf.enum_value("QUEUE_FLAG_STATS")
         && let Ok(bit) = u32::try_from(bit)
@@ -236,6 +244,7 @@ impl Tracer {
         let mut members: Option<Result<KernelMembers, String>> = None;
         let mut scan_members: Option<Result<ScanMembers, String>> = None;
         let mut block_members: Option<Result<BlockMembers, String>> = None;
+        let mut vmlinux: Option<Result<KernelBtf, String>> = None;
         let mut refused: HashMap<(Concept, String), String> = HashMap::new();
         let mut prepared: Vec<Prepared> = Vec::new();
         for &concept in &Concept::ALL {
@@ -275,13 +284,16 @@ impl Tracer {
                     Candidate::BtfPrograms { attaches, .. }
                         if attaches.iter().any(|a| a.target == BLOCK_RQ_ISSUE) =>
                     {
-                        if let Err(reason) = block_members.get_or_insert_with(resolve_block_members)
-                        {
+                        if let Err(reason) = block_members.get_or_insert_with(|| {
+                            vmlinux_btf(&mut vmlinux).and_then(resolve_block_members)
+                        }) {
                             refused.insert((concept, candidate.label()), reason.clone());
                         }
                     }
                     Candidate::BtfPrograms { .. } => {
-                        if let Err(reason) = members.get_or_insert_with(resolve_members) {
+                        if let Err(reason) = members.get_or_insert_with(|| {
+                            vmlinux_btf(&mut vmlinux).and_then(resolve_members)
+                        }) {
                             refused.insert((concept, candidate.label()), reason.clone());
                         }
                     }
@@ -290,6 +302,8 @@ impl Tracer {
             }
         }
 
+        // Several MiB parsed; the tables are resolved.
+        drop(vmlinux);
         let mut loader = EbpfLoader::new();
         let layout_values: Vec<(&'static str, TracepointLayout)> = prepared
             .iter()
