@@ -68,6 +68,45 @@ fn hist_add(dev: u32, kind: u16, bucket: u32) {
     }
 }
 
+/// Remembers when the request at `sector` of `dev` was issued.
+#[inline(always)]
+fn stamp_issue(dev: u32, sector: u64) {
+    let key = RequestKey {
+        sector,
+        dev,
+        _pad: 0,
+    };
+    let _ = RQ_START.insert(&key, &now_ns(), 0);
+}
+
+/// Takes the issue time [`stamp_issue`] kept for the request at `sector`
+/// of `dev`, if any.
+#[inline(always)]
+fn take_issue_stamp(dev: u32, sector: u64) -> Option<u64> {
+    let key = RequestKey {
+        sector,
+        dev,
+        _pad: 0,
+    };
+    // SAFETY: value copied out at once.
+    let issued = (unsafe { RQ_START.get(&key) }).copied()?;
+    let _ = RQ_START.remove(&key);
+    Some(issued)
+}
+
+/// Counts one request issued with `bytes`.
+#[inline(always)]
+fn add_issue(dev: u32, bytes: u64) {
+    hist_add(dev, block_hist::ISSUE_BYTES, log2_bucket(bytes, 63));
+}
+
+/// Counts one request completed now, issued at `issued`.
+#[inline(always)]
+fn add_latency(dev: u32, issued: u64) {
+    let latency = now_ns().saturating_sub(issued);
+    hist_add(dev, block_hist::LATENCY_NS, log2_bucket(latency, 63));
+}
+
 /// `block:block_bio_queue`: fires in the submitter's context, so a bio
 /// queued while a thread is inside a writepages call belongs to that call.
 #[tracepoint]
@@ -88,14 +127,8 @@ pub fn bio_queue(ctx: TracePointContext) -> u32 {
 pub fn rq_issue(ctx: TracePointContext) -> u32 {
     let layout = &RQ_ISSUE_LAYOUT;
     let dev = field(&ctx, layout, rq::DEV) as u32;
-    let bytes = field(&ctx, layout, rq::BYTES) as u64;
-    hist_add(dev, block_hist::ISSUE_BYTES, log2_bucket(bytes, 63));
-    let key = RequestKey {
-        sector: field(&ctx, layout, rq::SECTOR) as u64,
-        dev,
-        _pad: 0,
-    };
-    let _ = RQ_START.insert(&key, &now_ns(), 0);
+    add_issue(dev, field(&ctx, layout, rq::BYTES) as u64);
+    stamp_issue(dev, field(&ctx, layout, rq::SECTOR) as u64);
     0
 }
 
@@ -103,21 +136,10 @@ pub fn rq_issue(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn rq_complete(ctx: TracePointContext) -> u32 {
     let layout = &RQ_COMPLETE_LAYOUT;
-    let key = RequestKey {
-        sector: field(&ctx, layout, rq::SECTOR) as u64,
-        dev: field(&ctx, layout, rq::DEV) as u32,
-        _pad: 0,
-    };
-    // SAFETY: value copied out at once.
-    let Some(issued) = (unsafe { RQ_START.get(&key) }).copied() else {
-        return 0;
-    };
-    let _ = RQ_START.remove(&key);
-    hist_add(
-        key.dev,
-        block_hist::LATENCY_NS,
-        log2_bucket(now_ns().saturating_sub(issued), 63),
-    );
+    let dev = field(&ctx, layout, rq::DEV) as u32;
+    if let Some(issued) = take_issue_stamp(dev, field(&ctx, layout, rq::SECTOR) as u64) {
+        add_latency(dev, issued);
+    }
     0
 }
 
@@ -182,15 +204,9 @@ pub fn tp_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let rq = raw_arg(&ctx, 0) as *const u8;
     let q = pointer(rq, bm::RQ_QUEUE);
     let dev = queue_dev(q);
-    let bytes = scalar(rq, bm::RQ_DATA_LEN) as u64;
-    hist_add(dev, block_hist::ISSUE_BYTES, log2_bucket(bytes, 63));
+    add_issue(dev, scalar(rq, bm::RQ_DATA_LEN) as u64);
     if !stats_on(q) {
-        let key = RequestKey {
-            sector: scalar(rq, bm::RQ_SECTOR) as u64,
-            dev,
-            _pad: 0,
-        };
-        let _ = RQ_START.insert(&key, &now_ns(), 0);
+        stamp_issue(dev, scalar(rq, bm::RQ_SECTOR) as u64);
     }
     0
 }
@@ -205,24 +221,12 @@ pub fn tp_btf_rq_complete(ctx: BtfTracePointContext) -> i32 {
     let dev = queue_dev(pointer(rq, bm::RQ_QUEUE));
     let stamped = scalar(rq, bm::RQ_IO_START_TIME) as u64;
     let issued = if stamped != 0 {
-        stamped
+        Some(stamped)
     } else {
-        let key = RequestKey {
-            sector: scalar(rq, bm::RQ_SECTOR) as u64,
-            dev,
-            _pad: 0,
-        };
-        // SAFETY: value copied out at once.
-        let Some(issued) = (unsafe { RQ_START.get(&key) }).copied() else {
-            return 0;
-        };
-        let _ = RQ_START.remove(&key);
-        issued
+        take_issue_stamp(dev, scalar(rq, bm::RQ_SECTOR) as u64)
     };
-    hist_add(
-        dev,
-        block_hist::LATENCY_NS,
-        log2_bucket(now_ns().saturating_sub(issued), 63),
-    );
+    if let Some(issued) = issued {
+        add_latency(dev, issued);
+    }
     0
 }
