@@ -16,14 +16,8 @@ use writeback_common::{BlockHistKey, DevCounterKey, agg, block_hist, dirty, inod
 use crate::{
     loader::{KernelStats, ProgramRunTime, Tracer},
     model::{CallRecord, DevId, Log2Histogram, cause_name, wb_reason_name},
+    sys::page_size,
 };
-
-/// Page size the kernel counts pages in (4 KiB on x86_64).
-pub fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if v > 0 { v as u64 } else { 4096 }
-}
 
 /// Per-call figures of one interval, added up from the records.
 #[derive(Clone, Debug, Default)]

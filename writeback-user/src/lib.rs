@@ -11,6 +11,7 @@ pub mod collector;
 pub mod commands;
 pub mod cost;
 pub mod ebpf_object;
+pub mod error;
 pub mod export;
 pub mod filters;
 pub mod interval;
@@ -21,6 +22,7 @@ pub mod plan;
 pub mod privileges;
 pub mod recording;
 pub mod session;
+pub mod sys;
 pub mod tracefs;
 pub mod tui;
 
@@ -28,6 +30,7 @@ use std::{fs::File, process::ExitCode};
 
 use anyhow::Context as _;
 use cli::{Cli, Command};
+pub use error::UsageError;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -86,12 +89,6 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
     let _ = builder.try_init();
     Ok(())
 }
-
-/// A command-line value that cannot be used (exit code 2), found after
-/// parsing (a missing path, a process that does not exist).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
 
 /// Prints a clap error: help and version as clap renders them (exit 0),
 /// anything else as one line (exit 2).

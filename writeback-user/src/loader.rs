@@ -156,7 +156,7 @@ fn member_spec(
 fn resolve_scan_members() -> Result<ScanMembers, String> {
     let module = KernelBtf::kernel_has_module_btf("ext4").then_some("ext4");
     let btf = KernelBtf::from_kernel(module).map_err(|e| format!("kernel BTF: {e}"))?;
-    scan_members_from(&btf, page_shift())
+    scan_members_from(&btf, crate::sys::page_shift())
 }
 
 fn scan_members_from(btf: &KernelBtf, page_shift: u32) -> Result<ScanMembers, String> {
@@ -213,13 +213,6 @@ fn add_slot_counts<'a>(
             }
         }
     }
-}
-
-/// log2 of the page size (pages are a power of two).
-fn page_shift() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(size).map_or(12, u64::trailing_zeros)
 }
 
 impl Tracer {
@@ -404,7 +397,7 @@ impl Tracer {
             concept_plans.push(plan);
         }
         let plan = ProbePlan {
-            kernel: crate::plan::kernel_release(),
+            kernel: crate::sys::kernel_release(),
             concepts: concept_plans,
         };
         for c in &plan.concepts {
@@ -962,12 +955,5 @@ mod tests {
         assert_eq!(u64::from(scan.next.offset), offset(next) as u64);
         // Both are 8-byte integers: no bits dropped by the shifts.
         assert_eq!((scan.start.left_shift, scan.start.right_shift), (0, 0));
-    }
-
-    #[test]
-    fn page_shift_matches_the_page_size() {
-        // SAFETY: sysconf has no preconditions.
-        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        assert_eq!(1i64 << page_shift(), size);
     }
 }

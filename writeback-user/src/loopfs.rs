@@ -1,65 +1,19 @@
 //! Loop-mounted scratch filesystems for `wbscope scenario`, removed
 //! whatever happens: a [`LoopFs`] unmounts and detaches in `Drop`, and
-//! [`SignalGuard`] turns SIGINT/SIGTERM/SIGHUP into a flag the scenario
-//! polls, so an interrupted run unwinds through those `Drop`s instead of
-//! dying with the mounts in place.
+//! [`crate::sys::SignalGuard`] turns SIGINT/SIGTERM/SIGHUP into a flag the
+//! scenario polls, so an interrupted run unwinds through those `Drop`s
+//! instead of dying with the mounts in place.
 use std::{
     fs,
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     process::Command,
-    sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
 
 use anyhow::{Context as _, bail};
 
 use crate::model::DevId;
-
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe (signal-safety(7)).
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
-/// True once SIGINT, SIGTERM or SIGHUP arrived while a [`SignalGuard`]
-/// was installed.
-pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::Relaxed)
-}
-
-/// Fails with "interrupted" when a signal arrived.
-pub fn check_interrupted() -> anyhow::Result<()> {
-    if interrupted() {
-        bail!("interrupted by a signal; scratch filesystems removed");
-    }
-    Ok(())
-}
-
-const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-
-/// Catches SIGINT/SIGTERM/SIGHUP for its lifetime (the old handlers come
-/// back on drop).
-pub struct SignalGuard([libc::sighandler_t; 3]);
-
-impl SignalGuard {
-    pub fn install() -> SignalGuard {
-        INTERRUPTED.store(false, Ordering::Relaxed);
-        let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        // SAFETY: the handler only stores to an atomic.
-        SignalGuard(SIGNALS.map(|s| unsafe { libc::signal(s, handler) }))
-    }
-}
-
-impl Drop for SignalGuard {
-    fn drop(&mut self) {
-        for (s, old) in SIGNALS.iter().zip(self.0) {
-            // SAFETY: restores the handler that was there before.
-            unsafe { libc::signal(*s, old) };
-        }
-    }
-}
 
 fn run(cmd: &mut Command) -> anyhow::Result<String> {
     let out = cmd
@@ -199,11 +153,4 @@ impl Drop for LoopFs {
         }
         let _ = Command::new("losetup").args(["-d", &self.device]).status();
     }
-}
-
-/// `sync` and `echo 3 > /proc/sys/vm/drop_caches`.
-pub fn sync_and_drop_caches() -> anyhow::Result<()> {
-    // SAFETY: sync(2) has no preconditions.
-    unsafe { libc::sync() };
-    fs::write("/proc/sys/vm/drop_caches", "3").context("writing /proc/sys/vm/drop_caches")
 }

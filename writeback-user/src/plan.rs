@@ -712,11 +712,6 @@ impl ProbePlan {
 }
 
 /// `uname -r`.
-pub fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
 
 #[cfg(test)]
 mod tests {

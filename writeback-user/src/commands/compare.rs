@@ -29,13 +29,11 @@ use writer_core::{Report, RunFailure, Strategy, Writer, WriterConfig, WriterSpec
 use crate::{
     UsageError,
     collector::{Event, RingCollector},
-    interval::{
-        Bucket, CallAggregate, InodePassCounts, IntervalLine, KernelSnapshot, VmStat, page_size,
-    },
+    interval::{Bucket, CallAggregate, InodePassCounts, IntervalLine, KernelSnapshot, VmStat},
     loader::{Tracer, TracerOptions},
-    loopfs,
     model::{CallRecord, DevId},
     plan::{Concept, HookKind},
+    sys::page_size,
 };
 
 const EXAMPLES: &str = "\
@@ -345,7 +343,7 @@ impl Traced {
                 peaks.0 = peaks.0.max(v.nr_dirty);
                 peaks.1 = peaks.1.max(v.nr_writeback);
             }
-            if loopfs::interrupted() && !signalled {
+            if crate::sys::interrupted() && !signalled {
                 signalled = true;
                 on_signal();
             }
@@ -544,7 +542,7 @@ pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<Ex
         }
     }
     let dev = dev_of(&args.dir)?;
-    let _signals = loopfs::SignalGuard::install();
+    let _signals = crate::sys::SignalGuard::install();
     let mut traced = Traced::attach(disabled)?;
     let mut runs = Vec::new();
     let total = plan.configs.len() as u32 * args.repeat;
@@ -552,16 +550,16 @@ pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<Ex
     for rep in 0..args.repeat {
         for (strategy, cfg) in plan.strategies.iter().zip(&plan.configs) {
             n += 1;
-            loopfs::check_interrupted()?;
+            crate::sys::check_interrupted()?;
             eprintln!(
                 "wbscope: run {n}/{total}: {strategy}: sync + drop caches, then {} in {} chunks to {}",
                 args.size,
                 args.chunk,
                 args.dir.display()
             );
-            loopfs::sync_and_drop_caches()?;
+            crate::sys::sync_and_drop_caches()?;
             let (writer, kernel) = traced_write(&mut traced, &[dev], cfg.clone(), true).await?;
-            loopfs::check_interrupted()?;
+            crate::sys::check_interrupted()?;
             eprintln!(
                 "wbscope: run {n}/{total}: {strategy}: {:.1} MB/s durable, {} writepages calls",
                 writer.durable_mb_s.unwrap_or(0.0),

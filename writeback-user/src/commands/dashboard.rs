@@ -26,11 +26,12 @@ use writer_core::{LiveTunables, SyncKind, Writer, WriterConfig, WriterSpec, stat
 use crate::{
     app::{App, Effect, Msg, WriterSettings},
     collector::{Event, RingCollector},
-    interval::{IntervalLine, KernelSnapshot, VmStat, page_size},
+    interval::{IntervalLine, KernelSnapshot, VmStat},
     loader::{KernelStats, Tracer, TracerOptions},
     model::{Log2Histogram, Model, WriterSecond, WriterUpdate},
-    plan::{HookKind, ProbePlan, kernel_release},
+    plan::{HookKind, ProbePlan},
     recording::{Header, reader::Frame},
+    sys::{kernel_release, page_size},
     tui,
 };
 
@@ -83,7 +84,7 @@ pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
         }
     };
     tokio::spawn(sampler(tracer, tx.clone()));
-    let mut app = App::new(Model::with_plan(plan, hostname()));
+    let mut app = App::new(Model::with_plan(plan, crate::sys::hostname()));
     let mut writer = WriterRunner::new(options.dir.clone(), tx.clone());
 
     // ratatui::init restores the terminal on panic too.
@@ -247,12 +248,6 @@ fn own_cpu_ticks() -> Option<u64> {
         total += get(11).unwrap_or(0) + get(12).unwrap_or(0);
     }
     Some(total)
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "?".into())
 }
 
 async fn event_loop(

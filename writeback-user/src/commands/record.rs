@@ -43,12 +43,6 @@ impl SessionOutput for RecordingOutput {
     }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -96,7 +90,7 @@ pub async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Result<Exi
     let header = Header {
         format_version: FORMAT_VERSION,
         wbscope_version: env!("CARGO_PKG_VERSION").to_string(),
-        host: hostname(),
+        host: crate::sys::hostname(),
         kernel: tracer.plan.kernel.clone(),
         start_unix_ns: SystemTime::now()
             .duration_since(UNIX_EPOCH)

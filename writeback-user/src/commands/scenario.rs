@@ -15,7 +15,7 @@ use writer_core::{
 };
 
 use super::compare::{self, KernelFigures, Run, SYSTEM_WIDE, Traced, cell, kernel_rows, render};
-use crate::{loopfs, loopfs::LoopFs, plan::HookKind};
+use crate::{loopfs::LoopFs, plan::HookKind};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -181,7 +181,7 @@ fn filesystems(args: &ScenarioArgs) -> Vec<&'static str> {
 }
 
 fn mount(fstype: &str, sz: &Sizes) -> anyhow::Result<LoopFs> {
-    loopfs::check_interrupted()?;
+    crate::sys::check_interrupted()?;
     let fs = LoopFs::new(fstype, sz.image_mib)?;
     if let Some(cap) = sz.dirty_cap {
         fs.limit_dirty(cap)?;
@@ -221,9 +221,9 @@ fn config(spec: WriterSpec) -> anyhow::Result<WriterConfig> {
 }
 
 fn before_run(what: &str) -> anyhow::Result<()> {
-    loopfs::check_interrupted()?;
+    crate::sys::check_interrupted()?;
     eprintln!("wbscope: {what}: sync + drop caches");
-    loopfs::sync_and_drop_caches()
+    crate::sys::sync_and_drop_caches()
 }
 
 fn after_run(what: &str, r: &Report, k: &KernelFigures) {
@@ -234,7 +234,7 @@ fn after_run(what: &str, r: &Report, k: &KernelFigures) {
 }
 
 pub async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
-    let _signals = loopfs::SignalGuard::install();
+    let _signals = crate::sys::SignalGuard::install();
     let started = Instant::now();
     let sz = sizes(args.scale);
     let fss = filesystems(args);
@@ -471,7 +471,7 @@ async fn sync_after_write(
     })?;
     let write_kernel = kernel.remove(0);
     after_run("buffered write", &report, &write_kernel);
-    loopfs::check_interrupted().inspect_err(|_| remove_kept(&report))?;
+    crate::sys::check_interrupted().inspect_err(|_| remove_kept(&report))?;
     eprintln!("wbscope: syncfs on {}", fs.mountpoint.display());
     let dir = fs.mountpoint.clone();
     let (timed, mut sync_kernel) = traced

@@ -82,7 +82,7 @@ impl<'a> From<&'a CallRecord> for CallLine<'a> {
             scan: c.scan,
             pages_scanned_per_page_written: c.scan.and_then(|s| {
                 (c.pages_written > 0).then(|| {
-                    s.bytes as f64 / crate::interval::page_size() as f64 / c.pages_written as f64
+                    s.bytes as f64 / crate::sys::page_size() as f64 / c.pages_written as f64
                 })
             }),
             extents: c.extents,

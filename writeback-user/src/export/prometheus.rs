@@ -36,8 +36,9 @@ use tokio::{net::TcpListener, sync::Semaphore};
 
 use crate::{
     collector::Event,
-    interval::{Bucket, IntervalLine, page_size},
+    interval::{Bucket, IntervalLine},
     model::{CallRecord, Log2Histogram as Log2Counts, cause_name},
+    sys::page_size,
 };
 
 /// `Content-Type` of the OpenMetrics text format (what prometheus-client

@@ -12,8 +12,8 @@ use ratatui::{
 use super::{pane_block, theme};
 use crate::{
     app::{App, Pane},
-    interval::page_size,
     model::HISTORY_SECS,
+    sys::page_size,
 };
 
 pub fn render(app: &App, frame: &mut Frame, area: Rect) {

@@ -12,9 +12,9 @@ use ratatui::{
 use super::{fmt, pane_block, theme};
 use crate::{
     app::{App, Pane},
-    interval::page_size,
     model::Model,
     plan::ProbeState,
+    sys::page_size,
 };
 
 /// The reason shared by every concept when nothing could be attached (no

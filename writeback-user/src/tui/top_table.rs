@@ -12,8 +12,8 @@ use ratatui::{
 use super::{fmt, pane_block, theme};
 use crate::{
     app::{App, Pane, SortKey},
-    interval::page_size,
     model::TopRow,
+    sys::page_size,
 };
 
 fn key(row: &TopRow, sort: SortKey, page: u64) -> f64 {

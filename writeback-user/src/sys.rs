@@ -1,0 +1,102 @@
+//! Small facts and guards about the host process that every layer may
+//! need: one signal guard, the page size, the host and kernel names,
+//! `sync` + dropping the page cache. No module above keeps its own copy.
+use std::{
+    fs,
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+use anyhow::{Context as _, bail};
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe (signal-safety(7)).
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// True once SIGINT, SIGTERM or SIGHUP arrived while a [`SignalGuard`]
+/// was installed.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Fails with "interrupted" when a signal arrived.
+pub fn check_interrupted() -> anyhow::Result<()> {
+    if interrupted() {
+        bail!("interrupted by a signal; scratch filesystems removed");
+    }
+    Ok(())
+}
+
+const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// Catches SIGINT/SIGTERM/SIGHUP for its lifetime (the old handlers come
+/// back on drop).
+pub struct SignalGuard([libc::sighandler_t; 3]);
+
+impl SignalGuard {
+    pub fn install() -> SignalGuard {
+        INTERRUPTED.store(false, Ordering::Relaxed);
+        let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: the handler only stores to an atomic.
+        SignalGuard(SIGNALS.map(|s| unsafe { libc::signal(s, handler) }))
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for (s, old) in SIGNALS.iter().zip(self.0) {
+            // SAFETY: restores the handler that was there before.
+            unsafe { libc::signal(*s, old) };
+        }
+    }
+}
+
+/// Page size the kernel counts pages in (4 KiB on x86_64).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 { v as u64 } else { 4096 }
+}
+
+/// log2 of the page size (pages are a power of two).
+pub fn page_shift() -> u32 {
+    page_size().trailing_zeros()
+}
+
+/// This host's name (`/proc/sys/kernel/hostname`), or "unknown".
+pub fn hostname() -> String {
+    proc_line("/proc/sys/kernel/hostname")
+}
+
+/// The running kernel's release (`uname -r`), or "unknown".
+pub fn kernel_release() -> String {
+    proc_line("/proc/sys/kernel/osrelease")
+}
+
+fn proc_line(path: &str) -> String {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `sync` and `echo 3 > /proc/sys/vm/drop_caches`.
+pub fn sync_and_drop_caches() -> anyhow::Result<()> {
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", "3").context("writing /proc/sys/vm/drop_caches")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_shift_matches_the_page_size() {
+        // SAFETY: sysconf has no preconditions.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        assert_eq!(1i64 << page_shift(), size);
+        assert_eq!(page_size() as i64, size);
+    }
+}
