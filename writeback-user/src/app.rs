@@ -11,8 +11,8 @@ use writer_core::Strategy;
 
 use crate::{
     interval::{CallAggregate, IntervalLine, KernelSnapshot},
-    loader::KernelStats,
     model::{CallRecord, DevId, Model, WriterUpdate},
+    tracer::KernelStats,
 };
 
 /// Chunk bounds for `+`/`-`. Below one page the writer measures the page

@@ -14,9 +14,9 @@ pub type Name = Cow<'static, str>;
 use writeback_common::{BlockHistKey, DevCounterKey, agg, block_hist, dirty, inode_pass as ip};
 
 use crate::{
-    loader::{KernelStats, ProgramRunTime, Tracer},
     model::{CallRecord, DevId, Log2Histogram, cause_name, wb_reason_name},
     sys::page_size,
+    tracer::{KernelStats, ProgramRunTime, Tracer},
 };
 
 /// Per-call figures of one interval, added up from the records.

@@ -5,25 +5,18 @@
 //! [`model`] aggregates them, [`tui`] and [`export`] present them, and
 //! [`commands`] wires one subcommand each.
 pub mod app;
-pub mod btf;
 pub mod cli;
-pub mod collector;
 pub mod commands;
-pub mod cost;
-pub mod ebpf_object;
 pub mod error;
 pub mod export;
 pub mod filters;
 pub mod interval;
-pub mod loader;
 pub mod loopfs;
 pub mod model;
-pub mod plan;
-pub mod privileges;
 pub mod recording;
 pub mod session;
 pub mod sys;
-pub mod tracefs;
+pub mod tracer;
 pub mod tui;
 
 use std::{fs::File, process::ExitCode};
@@ -35,7 +28,7 @@ pub use error::UsageError;
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if cli.version {
-        print!("{}", ebpf_object::version_text());
+        print!("{}", tracer::object::version_text());
         return Ok(ExitCode::SUCCESS);
     }
     init_logging(&cli)?;
@@ -106,26 +99,4 @@ pub fn report_usage_error(e: &clap::Error) -> ExitCode {
     let first = first.strip_prefix("error: ").unwrap_or(first);
     eprintln!("wbscope: error: {first} (see --help)");
     ExitCode::from(2)
-}
-
-/// Forwards aya-log records from the kernel programs to the `log` crate.
-pub fn spawn_ebpf_log_pump(tracer: &mut loader::Tracer) {
-    let Some(logger) = tracer.take_logger() else {
-        return;
-    };
-    // SAFETY: the logger owns its ring-buffer fd until it is dropped, which
-    // only the AsyncFd does.
-    let registered = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
-    };
-    let Ok(mut fd) = registered else {
-        log::warn!("cannot poll the eBPF log buffer");
-        return;
-    };
-    tokio::spawn(async move {
-        while let Ok(mut guard) = fd.readable_mut().await {
-            guard.get_inner_mut().flush();
-            guard.clear_ready();
-        }
-    });
 }

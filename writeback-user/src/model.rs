@@ -1,5 +1,5 @@
 //! The tracer's data model: decoded per-call records and the aggregates the
-//! front ends show. Fed by [`crate::collector::Event`]s, whatever produced
+//! front ends show. Fed by [`crate::tracer::ring::Event`]s, whatever produced
 //! them (live ring buffer today, a recording later).
 use std::fmt;
 
@@ -8,8 +8,8 @@ use writeback_common::{WritepagesCall, call_flags, cause};
 
 use crate::{
     interval::IntervalLine,
-    loader::KernelStats,
-    plan::{ProbePlan, ProbeStatus},
+    tracer::KernelStats,
+    tracer::plan::{ProbePlan, ProbeStatus},
 };
 
 /// A block device number as userspace writes it.

@@ -13,12 +13,12 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    collector::{Event, RingCollector},
     export::json_lines::SummaryLine,
     interval::{CallAggregate, IntervalLine, KernelSnapshot},
-    loader::{Tracer, TracerOptions},
     model::{CallRecord, Totals},
-    plan::{HookKind, ProbeStatus},
+    tracer::plan::{HookKind, ProbeStatus},
+    tracer::ring::{Event, RingCollector},
+    tracer::{Tracer, TracerOptions},
 };
 
 /// Where a session's figures go.
@@ -115,7 +115,7 @@ pub fn attach(
         filter,
         disabled: disabled.to_vec(),
     })?;
-    crate::spawn_ebpf_log_pump(&mut tracer);
+    crate::tracer::spawn_ebpf_log_pump(&mut tracer);
     let collector = RingCollector::new(tracer.take_events()?)?;
     eprintln!("wbscope: probes: {}", tracer.plan.summary());
     Ok((tracer, collector))

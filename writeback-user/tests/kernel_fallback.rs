@@ -7,10 +7,10 @@ use std::{fs::File, io::Write, os::unix::fs::MetadataExt, time::Duration};
 
 use support::LoopFs;
 use wbscope::{
-    collector::{Event, RingCollector},
-    loader::{Tracer, TracerOptions},
     model::{CallRecord, DevId},
-    plan::{Candidate, Concept, HookKind, TracepointAttach, WRITEPAGES_TP, candidates},
+    tracer::plan::{Candidate, Concept, HookKind, TracepointAttach, WRITEPAGES_TP, candidates},
+    tracer::ring::{Event, RingCollector},
+    tracer::{Tracer, TracerOptions},
 };
 
 /// The writepages candidate with its start event renamed to one no

@@ -28,12 +28,12 @@ use writer_core::{Report, RunFailure, Strategy, Writer, WriterConfig, WriterSpec
 
 use crate::{
     UsageError,
-    collector::{Event, RingCollector},
     interval::{Bucket, CallAggregate, InodePassCounts, IntervalLine, KernelSnapshot, VmStat},
-    loader::{Tracer, TracerOptions},
     model::{CallRecord, DevId},
-    plan::{Concept, HookKind},
     sys::page_size,
+    tracer::plan::{Concept, HookKind},
+    tracer::ring::{Event, RingCollector},
+    tracer::{Tracer, TracerOptions},
 };
 
 const EXAMPLES: &str = "\
@@ -303,10 +303,13 @@ impl Traced {
             filter: Default::default(),
             disabled: disabled.to_vec(),
         })?;
-        crate::spawn_ebpf_log_pump(&mut tracer);
+        crate::tracer::spawn_ebpf_log_pump(&mut tracer);
         let collector = RingCollector::new(tracer.take_events()?)?;
         eprintln!("wbscope: probes: {}", tracer.plan.summary());
-        if !tracer.plan.attached(crate::plan::Concept::WritepagesCall) {
+        if !tracer
+            .plan
+            .attached(crate::tracer::plan::Concept::WritepagesCall)
+        {
             eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
         }
         Ok(Traced { tracer, collector })

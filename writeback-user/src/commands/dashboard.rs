@@ -25,13 +25,13 @@ use writer_core::{LiveTunables, SyncKind, Writer, WriterConfig, WriterSpec, stat
 
 use crate::{
     app::{App, Effect, Msg, WriterSettings},
-    collector::{Event, RingCollector},
     interval::{IntervalLine, KernelSnapshot, VmStat},
-    loader::{KernelStats, Tracer, TracerOptions},
     model::{Log2Histogram, Model, WriterSecond, WriterUpdate},
-    plan::{HookKind, ProbePlan},
     recording::{Header, reader::Frame},
     sys::{kernel_release, page_size},
+    tracer::plan::{HookKind, ProbePlan},
+    tracer::ring::{Event, RingCollector},
+    tracer::{KernelStats, Tracer, TracerOptions},
     tui,
 };
 
@@ -69,7 +69,7 @@ pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
     };
     let (tracer, plan) = match Tracer::attach(&tracer_options) {
         Ok(mut tracer) => {
-            crate::spawn_ebpf_log_pump(&mut tracer);
+            crate::tracer::spawn_ebpf_log_pump(&mut tracer);
             let collector = RingCollector::new(tracer.take_events()?)?;
             tokio::spawn(pump(collector, tx.clone()));
             let plan = tracer.plan.clone();

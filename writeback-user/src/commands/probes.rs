@@ -9,9 +9,9 @@ use anyhow::Context as _;
 
 use crate::{
     cli::ProbesArgs,
-    cost,
-    loader::{Tracer, TracerOptions},
-    plan::HookKind,
+    tracer::cost,
+    tracer::plan::HookKind,
+    tracer::{Tracer, TracerOptions},
 };
 
 pub fn run(args: &ProbesArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {

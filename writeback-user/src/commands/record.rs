@@ -16,9 +16,9 @@ use crate::{
     filters,
     interval::IntervalLine,
     model::CallRecord,
-    plan::HookKind,
     recording::{FORMAT_VERSION, FrameKind, Header, writer::RecordingWriter},
     session::{self, Ending, Limits, SessionOutput},
+    tracer::plan::HookKind,
 };
 
 struct RecordingOutput {

@@ -15,7 +15,7 @@ use writer_core::{
 };
 
 use super::compare::{self, KernelFigures, Run, SYSTEM_WIDE, Traced, cell, kernel_rows, render};
-use crate::{loopfs::LoopFs, plan::HookKind};
+use crate::{loopfs::LoopFs, tracer::plan::HookKind};
 
 const EXAMPLES: &str = "\
 Examples:

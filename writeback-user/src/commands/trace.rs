@@ -19,8 +19,8 @@ use crate::{
     filters,
     interval::IntervalLine,
     model::CallRecord,
-    plan::{HookKind, ProbeState},
     session::{self, Limits, SessionOutput},
+    tracer::plan::{HookKind, ProbeState},
 };
 
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -96,7 +96,10 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
             eprintln!("wbscope: {} unavailable: {why}", s.concept);
         }
     }
-    if !tracer.plan.attached(crate::plan::Concept::WritepagesCall) {
+    if !tracer
+        .plan
+        .attached(crate::tracer::plan::Concept::WritepagesCall)
+    {
         eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
     }
     if let Some(x) = &exporter {

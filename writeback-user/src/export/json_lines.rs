@@ -3,9 +3,9 @@
 use serde::Serialize;
 
 use crate::{
-    loader::{KernelStats, ProgramRunTime},
     model::{CallRecord, DevId, ScanFigures, Totals, cause_name, sync_mode_name, wb_reason_name},
-    plan::ProbeStatus,
+    tracer::plan::ProbeStatus,
+    tracer::{KernelStats, ProgramRunTime},
 };
 
 /// `{"type":"call", ...}`: one writepages call.
@@ -152,7 +152,7 @@ impl<'a> SummaryLine<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::ProbeState;
+    use crate::tracer::plan::ProbeState;
 
     #[test]
     fn call_line_schema() {

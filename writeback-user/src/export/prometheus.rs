@@ -35,10 +35,10 @@ use prometheus_client::{
 use tokio::{net::TcpListener, sync::Semaphore};
 
 use crate::{
-    collector::Event,
     interval::{Bucket, IntervalLine},
     model::{CallRecord, Log2Histogram as Log2Counts, cause_name},
     sys::page_size,
+    tracer::ring::Event,
 };
 
 /// `Content-Type` of the OpenMetrics text format (what prometheus-client

@@ -4,7 +4,7 @@ use crate::{
     export::json_lines::SummaryLine,
     interval::IntervalLine,
     model::{CallRecord, cause_name, sync_mode_name},
-    plan::ProbeState,
+    tracer::plan::ProbeState,
 };
 
 pub const HEADER: &str = "DEV        INO        PID     COMM             SYNC  ASKED      WRITTEN  SKIPPED  DUR_US     RET CAUSE";

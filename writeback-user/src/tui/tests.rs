@@ -12,7 +12,7 @@ use crate::{
     app::{App, Msg},
     interval::{KernelSnapshot, VmStat},
     model::{CallRecord, Log2Histogram, Model, WriterSecond, WriterUpdate},
-    plan::{Concept, ConceptPlan, HookKind, ProbePlan, Rejection},
+    tracer::plan::{Concept, ConceptPlan, HookKind, ProbePlan, Rejection},
 };
 
 fn plan() -> ProbePlan {

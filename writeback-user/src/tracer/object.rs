@@ -25,7 +25,7 @@ mod tests {
     use object::{Object, ObjectSymbol};
 
     use super::*;
-    use crate::plan::{Candidate, Concept, candidates};
+    use crate::tracer::plan::{Candidate, Concept, candidates};
 
     /// Every program and load-time global the loader names is in the
     /// embedded object. A stale object (build.rs's nested eBPF build is
@@ -44,7 +44,7 @@ mod tests {
             "trial_tp_btf",
         ];
         wanted.extend(
-            crate::cost::FLOOR_PROGRAMS
+            crate::tracer::cost::FLOOR_PROGRAMS
                 .iter()
                 .map(|(program, _)| *program),
         );

@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use aya::{EbpfLoader, programs::TracePoint};
 use serde::Serialize;
 
-use crate::{ebpf_object::EBPF_OBJECT, privileges, tracefs};
+use super::{object::EBPF_OBJECT, privileges, tracefs};
 
 /// `(program, what it does)`, cheapest first.
 pub const FLOOR_PROGRAMS: [(&str, &str); 4] = [

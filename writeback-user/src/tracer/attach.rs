@@ -23,13 +23,14 @@ use writeback_common::{
 };
 
 use crate::{
-    btf::Btf as KernelBtf,
-    ebpf_object::EBPF_OBJECT,
-    plan::{
+    tracer::btf::Btf as KernelBtf,
+    tracer::object::EBPF_OBJECT,
+    tracer::plan::{
         BLOCK_RQ_ISSUE, BtfAttach, Candidate, Concept, ConceptPlan, EXT4_SCAN_FUNCTION, HookKind,
         ProbePlan, TracepointAttach, candidates,
     },
-    privileges, tracefs,
+    tracer::privileges,
+    tracer::tracefs,
 };
 
 /// Where the kernel lists its perf event sources; no `kprobe` there means
