@@ -10,8 +10,9 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use writer_core::Strategy;
 
 use crate::{
-    interval::{CallAggregate, IntervalLine, KernelSnapshot},
-    model::{CallRecord, DevId, Model, WriterUpdate},
+    dashboard::state::{Model, WriterUpdate},
+    model::interval::{CallAggregate, IntervalLine, KernelSnapshot},
+    model::{CallRecord, DevId},
     tracer::KernelStats,
 };
 
@@ -533,7 +534,7 @@ pub const KEYS: &[(&str, &str)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::WriterSecond;
+    use crate::dashboard::state::WriterSecond;
 
     fn key(c: char) -> Msg {
         Msg::Key(KeyEvent::from(KeyCode::Char(c)))

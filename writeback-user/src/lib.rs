@@ -7,10 +7,10 @@
 pub mod app;
 pub mod cli;
 pub mod commands;
+pub mod dashboard;
 pub mod error;
 pub mod export;
 pub mod filters;
-pub mod interval;
 pub mod loopfs;
 pub mod model;
 pub mod recording;

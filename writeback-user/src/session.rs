@@ -14,7 +14,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     export::json_lines::SummaryLine,
-    interval::{CallAggregate, IntervalLine, KernelSnapshot},
+    model::interval::{CallAggregate, IntervalLine, KernelSnapshot},
     model::{CallRecord, Totals},
     tracer::plan::{HookKind, ProbeStatus},
     tracer::ring::{Event, RingCollector},

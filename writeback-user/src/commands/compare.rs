@@ -28,7 +28,9 @@ use writer_core::{Report, RunFailure, Strategy, Writer, WriterConfig, WriterSpec
 
 use crate::{
     UsageError,
-    interval::{Bucket, CallAggregate, InodePassCounts, IntervalLine, KernelSnapshot, VmStat},
+    model::interval::{
+        Bucket, CallAggregate, InodePassCounts, IntervalLine, KernelSnapshot, VmStat,
+    },
     model::{CallRecord, DevId},
     sys::page_size,
     tracer::plan::{Concept, HookKind},
@@ -201,7 +203,7 @@ impl InodePassFigures {
             pages_per_pass_p99: counts.pages_per_pass_quantile(0.99),
             pages_per_pass_mean: (writing > 0)
                 .then(|| counts.budget_pages_written as f64 / writing as f64),
-            pages_asked_per_pass_p50: crate::interval::quantile_bucket(
+            pages_asked_per_pass_p50: crate::model::interval::quantile_bucket(
                 &counts.pages_asked_per_pass,
                 0.5,
             ),
@@ -878,7 +880,7 @@ pub fn render(rows: &[Vec<String>], markdown: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interval::InodePassLine;
+    use crate::model::interval::InodePassLine;
 
     fn b(lo: u64, hi: u64, count: u64) -> Bucket {
         Bucket { lo, hi, count }

@@ -25,8 +25,9 @@ use writer_core::{LiveTunables, SyncKind, Writer, WriterConfig, WriterSpec, stat
 
 use crate::{
     app::{App, Effect, Msg, WriterSettings},
-    interval::{IntervalLine, KernelSnapshot, VmStat},
-    model::{Log2Histogram, Model, WriterSecond, WriterUpdate},
+    dashboard::state::{Model, WriterSecond, WriterUpdate},
+    model::Log2Histogram,
+    model::interval::{IntervalLine, KernelSnapshot, VmStat},
     recording::{Header, reader::Frame},
     sys::{kernel_release, page_size},
     tracer::plan::{HookKind, ProbePlan},

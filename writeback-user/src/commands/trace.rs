@@ -17,8 +17,8 @@ use crate::{
         text,
     },
     filters,
-    interval::IntervalLine,
     model::CallRecord,
+    model::interval::IntervalLine,
     session::{self, Limits, SessionOutput},
     tracer::plan::{HookKind, ProbeState},
 };

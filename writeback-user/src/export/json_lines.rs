@@ -113,7 +113,7 @@ pub struct SummaryLine<'a> {
     pub probes: &'a [ProbeStatus],
     /// BPF run time per program over the whole trace (null figures when
     /// the kernel keeps no BPF statistics).
-    pub run_time: Vec<crate::interval::RunTimeLine>,
+    pub run_time: Vec<crate::model::interval::RunTimeLine>,
 }
 
 impl<'a> SummaryLine<'a> {
@@ -138,7 +138,7 @@ impl<'a> SummaryLine<'a> {
             probes,
             run_time: run_times
                 .iter()
-                .map(|r| crate::interval::RunTimeLine {
+                .map(|r| crate::model::interval::RunTimeLine {
                     program: r.program.clone(),
                     run_count: r.run_count,
                     run_time_ns: r.run_time_ns,

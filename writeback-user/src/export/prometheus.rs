@@ -35,7 +35,7 @@ use prometheus_client::{
 use tokio::{net::TcpListener, sync::Semaphore};
 
 use crate::{
-    interval::{Bucket, IntervalLine},
+    model::interval::{Bucket, IntervalLine},
     model::{CallRecord, Log2Histogram as Log2Counts, cause_name},
     sys::page_size,
     tracer::ring::Event,
@@ -664,7 +664,7 @@ fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>
 mod tests {
     use super::*;
     use crate::{
-        interval::{CallAggregate, KernelSnapshot},
+        model::interval::{CallAggregate, KernelSnapshot},
         model::{DevId, ScanFigures},
     };
 

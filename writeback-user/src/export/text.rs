@@ -2,7 +2,7 @@
 //! spirit of perf-trace and bcc's tools.
 use crate::{
     export::json_lines::SummaryLine,
-    interval::IntervalLine,
+    model::interval::IntervalLine,
     model::{CallRecord, cause_name, sync_mode_name},
     tracer::plan::ProbeState,
 };

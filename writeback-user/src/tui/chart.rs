@@ -12,7 +12,7 @@ use ratatui::{
 use super::{pane_block, theme};
 use crate::{
     app::{App, Pane},
-    model::HISTORY_SECS,
+    dashboard::state::HISTORY_SECS,
     sys::page_size,
 };
 

@@ -12,7 +12,7 @@ use ratatui::{
 use super::{fmt, pane_block, theme};
 use crate::{
     app::{App, Pane},
-    model::Model,
+    dashboard::state::Model,
     sys::page_size,
     tracer::plan::ProbeState,
 };

@@ -10,8 +10,9 @@ use writer_core::{SyncKind, stats::LatencyHist};
 use super::*;
 use crate::{
     app::{App, Msg},
-    interval::{KernelSnapshot, VmStat},
-    model::{CallRecord, Log2Histogram, Model, WriterSecond, WriterUpdate},
+    dashboard::state::{Model, WriterSecond, WriterUpdate},
+    model::interval::{KernelSnapshot, VmStat},
+    model::{CallRecord, Log2Histogram},
     tracer::plan::{Concept, ConceptPlan, HookKind, ProbePlan, Rejection},
 };
 

@@ -12,7 +12,7 @@ use ratatui::{
 use super::{fmt, pane_block, theme};
 use crate::{
     app::{App, Pane, SortKey},
-    model::TopRow,
+    dashboard::state::TopRow,
     sys::page_size,
 };
 

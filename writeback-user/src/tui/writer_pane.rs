@@ -11,7 +11,7 @@ use writer_core::{ByteSize, Strategy};
 use super::{fmt, pane_block, theme};
 use crate::{
     app::{App, Pane, RunState},
-    model::WriterPhase,
+    dashboard::state::WriterPhase,
 };
 
 pub fn render(app: &App, frame: &mut Frame, area: Rect) {

@@ -1,0 +1,3 @@
+//! The live dashboard: its state, the `App` that changes it (messages in,
+//! effects out), the sources that feed it and the panes that draw it.
+pub mod state;

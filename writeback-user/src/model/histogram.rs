@@ -1,0 +1,105 @@
+//! Power-of-two histograms: the one log2 bucket rule of the workspace
+//! (`writeback_common::log2_bucket`, which the eBPF programs use too) and
+//! the histogram userspace keeps of it.
+/// Histogram with power-of-two buckets: bucket 0 holds 0, bucket k (k >= 1)
+/// holds values in [2^(k-1), 2^k).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Log2Histogram {
+    buckets: [u64; 65],
+}
+
+impl Default for Log2Histogram {
+    fn default() -> Self {
+        Log2Histogram { buckets: [0; 65] }
+    }
+}
+
+impl Log2Histogram {
+    pub fn bucket_of(value: u64) -> usize {
+        (u64::BITS - value.leading_zeros()) as usize
+    }
+
+    /// The label of bucket `k`: `0`, `1`, `2-3`, `4-7`, ... with K/M
+    /// suffixes past 1024.
+    pub fn bucket_label(k: usize) -> String {
+        match k {
+            0 => "0".into(),
+            1 => "1".into(),
+            // Exact bounds while they are short; from 1K on, `1K-2K` reads
+            // as [1024, 2048).
+            _ if k <= 10 => {
+                let lo = 1u64 << (k - 1);
+                format!("{lo}-{}", (lo << 1) - 1)
+            }
+            // The top bucket's upper bound, 2^64, does not fit a u64.
+            64.. => format!("{}+", short(1 << 63)),
+            _ => {
+                let lo = 1u64 << (k - 1);
+                format!("{}-{}", short(lo), short(lo << 1))
+            }
+        }
+    }
+
+    pub fn record(&mut self, value: u64) {
+        self.buckets[Self::bucket_of(value)] += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    pub fn buckets(&self) -> &[u64] {
+        &self.buckets
+    }
+
+    /// Index range of the non-empty buckets, if any.
+    pub fn span(&self) -> Option<(usize, usize)> {
+        let first = self.buckets.iter().position(|&c| c != 0)?;
+        let last = self.buckets.iter().rposition(|&c| c != 0)?;
+        Some((first, last))
+    }
+}
+
+/// Powers of two with binary suffixes: 1024 -> "1K", 262144 -> "256K",
+/// 1048576 -> "1M", 2^30 -> "1G".
+fn short(v: u64) -> String {
+    match v {
+        _ if v >= 1 << 60 => format!("{}E", v >> 60),
+        _ if v >= 1 << 50 => format!("{}P", v >> 50),
+        _ if v >= 1 << 40 => format!("{}T", v >> 40),
+        _ if v >= 1 << 30 => format!("{}G", v >> 30),
+        _ if v >= 1 << 20 => format!("{}M", v >> 20),
+        _ if v >= 1 << 10 => format!("{}K", v >> 10),
+        _ => v.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_buckets() {
+        assert_eq!(Log2Histogram::bucket_of(0), 0);
+        assert_eq!(Log2Histogram::bucket_of(1), 1);
+        assert_eq!(Log2Histogram::bucket_of(2), 2);
+        assert_eq!(Log2Histogram::bucket_of(3), 2);
+        assert_eq!(Log2Histogram::bucket_of(4), 3);
+        assert_eq!(Log2Histogram::bucket_of(16384), 15);
+        assert_eq!(Log2Histogram::bucket_of(u64::MAX), 64);
+        assert_eq!(Log2Histogram::bucket_label(2), "2-3");
+        assert_eq!(Log2Histogram::bucket_label(11), "1K-2K");
+        assert_eq!(Log2Histogram::bucket_label(15), "16K-32K");
+        assert_eq!(Log2Histogram::bucket_label(10), "512-1023");
+        assert_eq!(Log2Histogram::bucket_label(20), "512K-1M");
+        assert_eq!(Log2Histogram::bucket_label(64), "8E+");
+        let mut h = Log2Histogram::default();
+        assert_eq!(h.span(), None);
+        for v in [0, 5, 6, 7, 300] {
+            h.record(v);
+        }
+        assert_eq!(h.count(), 5);
+        assert_eq!(h.span(), Some((0, 9)));
+        assert_eq!(h.buckets()[3], 3);
+    }
+}

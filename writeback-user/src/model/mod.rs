@@ -1,0 +1,12 @@
+//! Plain data and arithmetic, no aya and no I/O: the per-call record, log2
+//! histograms, the per-interval figures and the lines the exporters print.
+//! The tracer fills it; capture, the dashboard, the exporters and
+//! recordings read it.
+pub mod histogram;
+pub mod interval;
+pub mod record;
+
+pub use histogram::Log2Histogram;
+pub use record::{
+    CallRecord, DevId, ScanFigures, Totals, cause_name, sync_mode_name, wb_reason_name,
+};

@@ -1,0 +1,271 @@
+//! One writepages call as userspace sees it ([`CallRecord`], decoded
+//! from the kernel's `WritepagesCall`), the device numbers it names, and
+//! running totals over calls.
+use std::fmt;
+
+use serde::Serialize;
+use writeback_common::{WritepagesCall, call_flags, cause};
+
+/// A block device number as userspace writes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DevId {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DevId {
+    /// Decodes the kernel-internal `dev_t` the tracepoints record
+    /// (`MAJOR(dev) = dev >> 20`, `MINOR(dev) = dev & ((1 << 20) - 1)`,
+    /// include/linux/kdev_t.h), which differs from the userspace encoding
+    /// that `stat(2)` returns.
+    pub const fn from_kernel(dev: u32) -> DevId {
+        DevId {
+            major: dev >> 20,
+            minor: dev & ((1 << 20) - 1),
+        }
+    }
+
+    /// From `st_dev` as `stat(2)` returns it (glibc encoding).
+    pub fn from_user(dev: u64) -> DevId {
+        DevId {
+            major: libc::major(dev),
+            minor: libc::minor(dev),
+        }
+    }
+}
+
+impl fmt::Display for DevId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl Serialize for DevId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl std::str::FromStr for DevId {
+    type Err = String;
+
+    /// `major:minor`.
+    fn from_str(s: &str) -> Result<DevId, String> {
+        let (major, minor) = s
+            .split_once(':')
+            .ok_or_else(|| format!("`{s}` is not major:minor"))?;
+        let parse = |v: &str| v.parse::<u32>().map_err(|e| format!("`{s}`: {e}"));
+        Ok(DevId {
+            major: parse(major)?,
+            minor: parse(minor)?,
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DevId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<DevId, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// `enum writeback_sync_modes` (include/linux/writeback.h).
+pub fn sync_mode_name(mode: u32) -> &'static str {
+    match mode {
+        0 => "none",
+        1 => "all",
+        _ => "unknown",
+    }
+}
+
+/// `writeback_common::cause` in words.
+pub fn cause_name(c: u32) -> &'static str {
+    match c {
+        cause::SYNC => "sync",
+        cause::PERIODIC => "periodic",
+        cause::BACKGROUND => "background",
+        cause::FLUSHER_OTHER => "flusher_other",
+        cause::DIRECT => "direct",
+        _ => "unknown",
+    }
+}
+
+/// `enum wb_reason` (include/linux/backing-dev-defs.h, 6.18 order) in
+/// words; records carry it plus one, 0 meaning "no flusher work".
+pub fn wb_reason_name(reason_plus_one: u32) -> Option<&'static str> {
+    const NAMES: [&str; 8] = [
+        "background",
+        "vmscan",
+        "sync",
+        "periodic",
+        "laptop_timer",
+        "fs_free_space",
+        "forker_thread",
+        "foreign_flush",
+    ];
+    let r = reason_plus_one.checked_sub(1)? as usize;
+    Some(NAMES.get(r).copied().unwrap_or("other"))
+}
+
+/// One writepages call, decoded. Serialised as is into recordings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CallRecord {
+    pub dev: DevId,
+    pub ino: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    pub nr_to_write: i64,
+    pub pages_written: i64,
+    /// Pages skipped during this call (end minus start of the counter).
+    pub pages_skipped: i64,
+    pub sync_mode: u32,
+    pub ret: i32,
+    pub range_start: i64,
+    pub range_end: i64,
+    pub writeback_index_before: u64,
+    pub writeback_index_after: u64,
+    pub for_kupdate: bool,
+    pub range_cyclic: bool,
+    /// False when the start tracepoint was not seen: start-side fields and
+    /// the duration are then unknown (zero).
+    pub start_seen: bool,
+    pub for_background: bool,
+    pub cgroup_id: u64,
+    /// [`cause_name`] code.
+    pub cause: u32,
+    /// `enum wb_reason` + 1, 0 when not under flusher work.
+    pub work_reason: u32,
+    /// On-CPU time inside the call, when sched_switch accounting ran.
+    pub on_cpu_ns: Option<u64>,
+    /// Scan figures, when the scan hooks fired during the call.
+    pub scan: Option<ScanFigures>,
+    pub extents: u32,
+    pub extent_blocks: u64,
+    pub folios_written: u32,
+    pub bios: u32,
+    pub bio_bytes: u64,
+}
+
+/// What the map-and-submit loop of `ext4_do_writepages()` looked at
+/// (ext4_da_write_folios_start/end; see docs/probes.md for what the
+/// positions mean).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScanFigures {
+    pub iterations: u32,
+    /// Sum over iterations of `next_pos` at the end minus `start_pos` at
+    /// the start: the file range from the writeback cursor to the end of
+    /// the last folio locked.
+    pub bytes: u64,
+    pub first_pos: i64,
+    pub last_pos: i64,
+}
+
+impl From<&WritepagesCall> for CallRecord {
+    fn from(c: &WritepagesCall) -> Self {
+        let comm_len = c.comm.iter().position(|&b| b == 0).unwrap_or(c.comm.len());
+        let start_seen = c.flags & call_flags::START_SEEN != 0;
+        CallRecord {
+            dev: DevId::from_kernel(c.dev),
+            ino: c.ino,
+            tgid: c.tgid,
+            tid: c.tid,
+            comm: String::from_utf8_lossy(&c.comm[..comm_len]).into_owned(),
+            start_ns: c.start_ns,
+            duration_ns: c.duration_ns,
+            nr_to_write: c.nr_to_write,
+            pages_written: c.pages_written,
+            pages_skipped: if start_seen {
+                c.pages_skipped_end - c.pages_skipped_start
+            } else {
+                c.pages_skipped_end
+            },
+            sync_mode: c.sync_mode,
+            ret: c.ret,
+            range_start: c.range_start,
+            range_end: c.range_end,
+            writeback_index_before: c.writeback_index_before,
+            writeback_index_after: c.writeback_index_after,
+            for_kupdate: c.flags & call_flags::FOR_KUPDATE != 0,
+            range_cyclic: c.flags & call_flags::RANGE_CYCLIC != 0,
+            start_seen,
+            for_background: c.flags & call_flags::FOR_BACKGROUND != 0,
+            cgroup_id: c.cgroup_id,
+            cause: c.cause,
+            work_reason: c.work_reason,
+            on_cpu_ns: (start_seen && c.flags & call_flags::CPU_TRACKED != 0)
+                .then(|| c.duration_ns.saturating_sub(c.offcpu_ns)),
+            scan: (c.flags & call_flags::SCAN_SEEN != 0).then_some(ScanFigures {
+                iterations: c.scan_iterations,
+                bytes: c.scan_bytes,
+                first_pos: c.scan_first_pos,
+                last_pos: c.scan_last_pos,
+            }),
+            extents: c.extents,
+            extent_blocks: c.extent_blocks,
+            folios_written: c.folios_written,
+            bios: c.bios,
+            bio_bytes: c.bio_bytes,
+        }
+    }
+}
+
+/// Running totals of the writepages calls seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub calls: u64,
+    pub pages_written: u64,
+    pub nr_to_write: u64,
+}
+
+impl Totals {
+    pub fn add(&mut self, call: &CallRecord) {
+        self.calls += 1;
+        self.pages_written += call.pages_written.max(0) as u64;
+        self.nr_to_write = self
+            .nr_to_write
+            .saturating_add(call.nr_to_write.max(0) as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_dev_t_decoding() {
+        // 7:3 (loop3) as the kernel stores it: (7 << 20) | 3.
+        assert_eq!(DevId::from_kernel((7 << 20) | 3).to_string(), "7:3");
+        assert_eq!(DevId::from_kernel((253 << 20) | 0xfffff).minor, 0xfffff);
+        assert_eq!(DevId::from_user(libc::makedev(259, 1)).to_string(), "259:1");
+    }
+
+    #[test]
+    fn a_call_record_decodes_its_raw_fields() {
+        let mut comm = [0u8; 16];
+        comm[..2].copy_from_slice(b"dd");
+        let rec = CallRecord::from(&WritepagesCall {
+            dev: (8 << 20) | 1,
+            ino: 12,
+            nr_to_write: 1024,
+            pages_written: 100,
+            pages_skipped_start: 3,
+            pages_skipped_end: 5,
+            flags: call_flags::START_SEEN | call_flags::FOR_KUPDATE,
+            comm,
+            ..WritepagesCall::default()
+        });
+        assert_eq!(rec.comm, "dd");
+        assert_eq!(rec.dev.to_string(), "8:1");
+        assert_eq!(rec.pages_skipped, 2);
+        assert!(rec.for_kupdate && !rec.range_cyclic && rec.start_seen);
+        let mut totals = Totals::default();
+        totals.add(&rec);
+        assert_eq!(
+            (totals.calls, totals.pages_written, totals.nr_to_write),
+            (1, 100, 1024)
+        );
+    }
+}
