@@ -42,7 +42,7 @@ pub struct Cli {
     /// Never use these hook kinds (comma-separated: fentry, kprobe, tp_btf,
     /// tracepoint), e.g. to compare the figures of two paths.
     #[arg(long, value_name = "KINDS", value_delimiter = ',', global = true)]
-    pub disable: Vec<crate::tracer::plan::HookKind>,
+    pub disable: Vec<crate::model::plan::HookKind>,
 
     /// Dashboard: directory the writer (key `w`) creates its files in;
     /// default a new temporary directory in the current directory, removed

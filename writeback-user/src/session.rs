@@ -15,8 +15,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::{
     export::json_lines::SummaryLine,
     model::interval::{CallAggregate, IntervalLine, KernelSnapshot},
+    model::plan::{HookKind, ProbeStatus},
     model::{CallRecord, Totals},
-    tracer::plan::{HookKind, ProbeStatus},
     tracer::ring::{Event, RingCollector},
     tracer::{Tracer, TracerOptions},
 };

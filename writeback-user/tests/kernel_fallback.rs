@@ -7,8 +7,9 @@ use std::{fs::File, io::Write, os::unix::fs::MetadataExt, time::Duration};
 
 use support::LoopFs;
 use wbscope::{
+    model::plan::{Concept, HookKind},
     model::{CallRecord, DevId},
-    tracer::plan::{Candidate, Concept, HookKind, TracepointAttach, WRITEPAGES_TP, candidates},
+    tracer::plan::{Candidate, TracepointAttach, WRITEPAGES_TP, candidates},
     tracer::ring::{Event, RingCollector},
     tracer::{Tracer, TracerOptions},
 };

@@ -31,9 +31,9 @@ use crate::{
     model::interval::{
         Bucket, CallAggregate, InodePassCounts, IntervalLine, KernelSnapshot, VmStat,
     },
+    model::plan::{Concept, HookKind},
     model::{CallRecord, DevId},
     sys::page_size,
-    tracer::plan::{Concept, HookKind},
     tracer::ring::{Event, RingCollector},
     tracer::{Tracer, TracerOptions},
 };
@@ -310,7 +310,7 @@ impl Traced {
         eprintln!("wbscope: probes: {}", tracer.plan.summary());
         if !tracer
             .plan
-            .attached(crate::tracer::plan::Concept::WritepagesCall)
+            .attached(crate::model::plan::Concept::WritepagesCall)
         {
             eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
         }

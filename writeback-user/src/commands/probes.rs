@@ -9,8 +9,8 @@ use anyhow::Context as _;
 
 use crate::{
     cli::ProbesArgs,
+    model::plan::HookKind,
     tracer::cost,
-    tracer::plan::HookKind,
     tracer::{Tracer, TracerOptions},
 };
 

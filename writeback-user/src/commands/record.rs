@@ -16,9 +16,9 @@ use crate::{
     filters,
     model::CallRecord,
     model::interval::IntervalLine,
+    model::plan::HookKind,
     recording::{FORMAT_VERSION, FrameKind, Header, writer::RecordingWriter},
     session::{self, Ending, Limits, SessionOutput},
-    tracer::plan::HookKind,
 };
 
 struct RecordingOutput {

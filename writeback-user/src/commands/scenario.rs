@@ -15,7 +15,7 @@ use writer_core::{
 };
 
 use super::compare::{self, KernelFigures, Run, SYSTEM_WIDE, Traced, cell, kernel_rows, render};
-use crate::{loopfs::LoopFs, tracer::plan::HookKind};
+use crate::{loopfs::LoopFs, model::plan::HookKind};
 
 const EXAMPLES: &str = "\
 Examples:

@@ -19,8 +19,8 @@ use crate::{
     filters,
     model::CallRecord,
     model::interval::IntervalLine,
+    model::plan::{HookKind, ProbeState},
     session::{self, Limits, SessionOutput},
-    tracer::plan::{HookKind, ProbeState},
 };
 
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -98,7 +98,7 @@ pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<Exit
     }
     if !tracer
         .plan
-        .attached(crate::tracer::plan::Concept::WritepagesCall)
+        .attached(crate::model::plan::Concept::WritepagesCall)
     {
         eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
     }

@@ -5,12 +5,10 @@ use crate::{
     model::{
         histogram::Log2Histogram,
         interval::IntervalLine,
+        plan::{ProbePlan, ProbeStatus},
         record::{CallRecord, DevId, Totals},
     },
-    tracer::{
-        KernelStats,
-        plan::{ProbePlan, ProbeStatus},
-    },
+    tracer::KernelStats,
 };
 
 /// Seconds of history the time chart keeps.

@@ -3,8 +3,8 @@
 use serde::Serialize;
 
 use crate::{
+    model::plan::ProbeStatus,
     model::{CallRecord, DevId, ScanFigures, Totals, cause_name, sync_mode_name, wb_reason_name},
-    tracer::plan::ProbeStatus,
     tracer::{KernelStats, ProgramRunTime},
 };
 
@@ -152,7 +152,7 @@ impl<'a> SummaryLine<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracer::plan::ProbeState;
+    use crate::model::plan::ProbeState;
 
     #[test]
     fn call_line_schema() {

@@ -3,8 +3,8 @@
 use crate::{
     export::json_lines::SummaryLine,
     model::interval::IntervalLine,
+    model::plan::ProbeState,
     model::{CallRecord, cause_name, sync_mode_name},
-    tracer::plan::ProbeState,
 };
 
 pub const HEADER: &str = "DEV        INO        PID     COMM             SYNC  ASKED      WRITTEN  SKIPPED  DUR_US     RET CAUSE";

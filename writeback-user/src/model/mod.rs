@@ -4,6 +4,7 @@
 //! recordings read it.
 pub mod histogram;
 pub mod interval;
+pub mod plan;
 pub mod record;
 
 pub use histogram::Log2Histogram;

@@ -22,16 +22,15 @@ use writeback_common::{
     TracepointLayout, block_hist, block_members, members, stat,
 };
 
-use crate::{
-    tracer::btf::Btf as KernelBtf,
-    tracer::object::EBPF_OBJECT,
-    tracer::plan::{
-        BLOCK_RQ_ISSUE, BtfAttach, Candidate, Concept, ConceptPlan, EXT4_SCAN_FUNCTION, HookKind,
-        ProbePlan, TracepointAttach, candidates,
+use super::{
+    btf::Btf as KernelBtf,
+    object::EBPF_OBJECT,
+    plan::{
+        BLOCK_RQ_ISSUE, BtfAttach, Candidate, EXT4_SCAN_FUNCTION, TracepointAttach, candidates,
     },
-    tracer::privileges,
-    tracer::tracefs,
+    privileges, tracefs,
 };
+use crate::model::plan::{Concept, ConceptPlan, HookKind, ProbePlan};
 
 /// Where the kernel lists its perf event sources; no `kprobe` there means
 /// a kernel built without CONFIG_KPROBES.
@@ -347,13 +346,13 @@ impl Tracer {
                 let label = candidate.label();
                 if options.disabled.contains(&candidate.kind()) {
                     plan.reject(
-                        &candidate,
+                        candidate.label(),
                         format!("disabled with --disable {}", candidate.kind()),
                     );
                     continue;
                 }
                 if let Some(reason) = refused.remove(&(concept, label.clone())) {
-                    plan.reject(&candidate, reason);
+                    plan.reject(candidate.label(), reason);
                     continue;
                 }
                 let outcome = match &candidate {
@@ -392,7 +391,7 @@ impl Tracer {
                         plan.fields = fields;
                         break;
                     }
-                    Err(reason) => plan.reject(&candidate, reason),
+                    Err(reason) => plan.reject(candidate.label(), reason),
                 }
             }
             concept_plans.push(plan);

@@ -25,7 +25,10 @@ mod tests {
     use object::{Object, ObjectSymbol};
 
     use super::*;
-    use crate::tracer::plan::{Candidate, Concept, candidates};
+    use crate::{
+        model::plan::Concept,
+        tracer::plan::{Candidate, candidates},
+    };
 
     /// Every program and load-time global the loader names is in the
     /// embedded object. A stale object (build.rs's nested eBPF build is

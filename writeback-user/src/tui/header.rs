@@ -16,7 +16,7 @@ pub fn plan_counts(m: &Model) -> (usize, usize, usize) {
         let attached = m
             .probes
             .iter()
-            .filter(|p| p.state == crate::tracer::plan::ProbeState::Attached)
+            .filter(|p| p.state == crate::model::plan::ProbeState::Attached)
             .count();
         return (attached, 0, m.probes.len() - attached);
     }

@@ -13,8 +13,8 @@ use super::{fmt, pane_block, theme};
 use crate::{
     app::{App, Pane},
     dashboard::state::Model,
+    model::plan::ProbeState,
     sys::page_size,
-    tracer::plan::ProbeState,
 };
 
 /// The reason shared by every concept when nothing could be attached (no

@@ -12,8 +12,8 @@ use crate::{
     app::{App, Msg},
     dashboard::state::{Model, WriterSecond, WriterUpdate},
     model::interval::{KernelSnapshot, VmStat},
+    model::plan::{Concept, ConceptPlan, HookKind, ProbePlan, Rejection},
     model::{CallRecord, Log2Histogram},
-    tracer::plan::{Concept, ConceptPlan, HookKind, ProbePlan, Rejection},
 };
 
 fn plan() -> ProbePlan {

@@ -1,0 +1,233 @@
+//! The probe plan as data: which hook measures each concept on this
+//! kernel, and why the other candidates were refused. The candidates
+//! themselves, and how they are tried, are the tracer's
+//! (`crate::tracer::plan`).
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum HookKind {
+    Fentry,
+    Kprobe,
+    #[value(name = "tp_btf")]
+    TpBtf,
+    Tracepoint,
+}
+
+impl fmt::Display for HookKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HookKind::Fentry => "fentry",
+            HookKind::Kprobe => "kprobe",
+            HookKind::TpBtf => "tp_btf",
+            HookKind::Tracepoint => "tracepoint",
+        })
+    }
+}
+
+/// What the tracer measures, independent of how a kernel exposes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Concept {
+    WritepagesCall,
+    Scan,
+    PerPageWrite,
+    InodeWriteback,
+    FlusherWork,
+    DirtyState,
+    Throttling,
+    DeviceIo,
+    Extents,
+    CpuTime,
+}
+
+impl Concept {
+    pub const ALL: [Concept; 10] = [
+        Concept::WritepagesCall,
+        Concept::Scan,
+        Concept::PerPageWrite,
+        Concept::InodeWriteback,
+        Concept::FlusherWork,
+        Concept::DirtyState,
+        Concept::Throttling,
+        Concept::DeviceIo,
+        Concept::Extents,
+        Concept::CpuTime,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Concept::WritepagesCall => "writepages_call",
+            Concept::Scan => "scan",
+            Concept::PerPageWrite => "per_page_write",
+            Concept::InodeWriteback => "inode_writeback",
+            Concept::FlusherWork => "flusher_work",
+            Concept::DirtyState => "dirty_state",
+            Concept::Throttling => "throttling",
+            Concept::DeviceIo => "device_io",
+            Concept::Extents => "extents",
+            Concept::CpuTime => "cpu_time",
+        }
+    }
+}
+
+/// A refused candidate and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub hook: String,
+    pub reason: String,
+}
+
+/// The outcome for one concept.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConceptPlan {
+    pub concept: Concept,
+    /// The chosen hook's label, or `None` when nothing could be used.
+    pub hook: Option<String>,
+    pub kind: Option<HookKind>,
+    /// Logical fields the chosen hook provides on this kernel.
+    pub fields: Vec<String>,
+    pub rejected: Vec<Rejection>,
+}
+
+impl ConceptPlan {
+    pub fn new(concept: Concept) -> ConceptPlan {
+        ConceptPlan {
+            concept,
+            hook: None,
+            kind: None,
+            fields: Vec::new(),
+            rejected: Vec::new(),
+        }
+    }
+
+    /// Records that the candidate hook labelled `hook` was refused.
+    pub fn reject(&mut self, hook: String, reason: impl Into<String>) {
+        self.rejected.push(Rejection {
+            hook,
+            reason: reason.into(),
+        });
+    }
+
+    pub fn is_attached(&self) -> bool {
+        self.hook.is_some()
+    }
+}
+
+/// Hook name of a rejection that applies to every candidate.
+const ALL_HOOKS: &str = "all hooks";
+
+/// The whole plan, as `wbscope probes --json` prints it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbePlan {
+    pub kernel: String,
+    pub concepts: Vec<ConceptPlan>,
+}
+
+impl ProbePlan {
+    pub fn concept(&self, concept: Concept) -> Option<&ConceptPlan> {
+        self.concepts.iter().find(|c| c.concept == concept)
+    }
+
+    pub fn attached(&self, concept: Concept) -> bool {
+        self.concept(concept).is_some_and(ConceptPlan::is_attached)
+    }
+
+    /// A plan in which nothing could be attached, for one reason (missing
+    /// privileges, no tracefs): every concept says so.
+    pub fn unavailable(kernel: String, reason: &str) -> ProbePlan {
+        ProbePlan {
+            kernel,
+            concepts: Concept::ALL
+                .iter()
+                .map(|&c| {
+                    let mut plan = ConceptPlan::new(c);
+                    plan.rejected.push(Rejection {
+                        hook: ALL_HOOKS.into(),
+                        reason: reason.to_string(),
+                    });
+                    plan
+                })
+                .collect(),
+        }
+    }
+
+    /// One line for headers: `7/10 concepts attached (3 missing)`.
+    pub fn summary(&self) -> String {
+        let attached = self.concepts.iter().filter(|c| c.is_attached()).count();
+        format!("{attached}/{} concepts attached", self.concepts.len())
+    }
+
+    /// The table `wbscope probes` prints.
+    pub fn table(&self) -> String {
+        let mut out = format!("kernel {}\n\n", self.kernel);
+        out.push_str(&format!(
+            "{:<16} {:<11} {}\n",
+            "CONCEPT", "KIND", "HOOK / FIELDS"
+        ));
+        for c in &self.concepts {
+            match (&c.hook, c.kind) {
+                (Some(hook), Some(kind)) => {
+                    let hook = hook.strip_prefix(&format!("{kind} ")).unwrap_or(hook);
+                    out.push_str(&format!("{:<16} {:<11} {}\n", c.concept.name(), kind, hook));
+                    if !c.fields.is_empty() {
+                        out.push_str(&format!("{:<28} fields: {}\n", "", c.fields.join(", ")));
+                    }
+                }
+                _ => out.push_str(&format!(
+                    "{:<16} {:<11} {}\n",
+                    c.concept.name(),
+                    "-",
+                    "(none)"
+                )),
+            }
+            for r in &c.rejected {
+                out.push_str(&format!("{:<28} rejected {}: {}\n", "", r.hook, r.reason));
+            }
+        }
+        out
+    }
+}
+
+/// Whether one concept is being measured, for status lines and the
+/// `probes` array of trace summaries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProbeStatus {
+    pub concept: &'static str,
+    pub hook: Option<String>,
+    #[serde(flatten)]
+    pub state: ProbeState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "reason", rename_all = "snake_case")]
+pub enum ProbeState {
+    Attached,
+    Unavailable(String),
+}
+
+impl ProbePlan {
+    pub fn statuses(&self) -> Vec<ProbeStatus> {
+        self.concepts
+            .iter()
+            .map(|c| ProbeStatus {
+                concept: c.concept.name(),
+                hook: c.hook.clone(),
+                state: match &c.hook {
+                    Some(_) => ProbeState::Attached,
+                    None => ProbeState::Unavailable(
+                        c.rejected
+                            .last()
+                            .map(|r| match r.hook.as_str() {
+                                ALL_HOOKS => r.reason.clone(),
+                                hook => format!("{hook}: {}", r.reason),
+                            })
+                            .unwrap_or_else(|| "no candidate hook on this kernel".into()),
+                    ),
+                },
+            })
+            .collect()
+    }
+}
