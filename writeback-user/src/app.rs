@@ -9,11 +9,12 @@ use std::time::Duration;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use writer_core::Strategy;
 
+use crate::model::kernel::KernelSnapshot;
 use crate::{
     dashboard::state::{Model, WriterUpdate},
-    model::interval::{CallAggregate, IntervalLine, KernelSnapshot},
+    model::interval::{CallAggregate, IntervalLine},
+    model::kernel::KernelStats,
     model::{CallRecord, DevId},
-    tracer::KernelStats,
 };
 
 /// Chunk bounds for `+`/`-`. Below one page the writer measures the page

@@ -14,7 +14,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     export::json_lines::SummaryLine,
-    model::interval::{CallAggregate, IntervalLine, KernelSnapshot},
+    model::interval::{CallAggregate, IntervalLine},
     model::plan::{HookKind, ProbeStatus},
     model::{CallRecord, Totals},
     tracer::ring::{Event, RingCollector},
@@ -133,7 +133,7 @@ pub async fn run(
     let statuses: Vec<ProbeStatus> = tracer.plan.statuses();
     let started = Instant::now();
     let mut last_tick = started;
-    let mut prev = KernelSnapshot::take(tracer)?;
+    let mut prev = tracer.snapshot()?;
     let mut ticks = tokio::time::interval_at(
         tokio::time::Instant::now() + limits.interval,
         limits.interval,
@@ -154,7 +154,7 @@ pub async fn run(
             }
             _ = ticks.tick() => {
                 let now = Instant::now();
-                let cur = KernelSnapshot::take(tracer)?;
+                let cur = tracer.snapshot()?;
                 let secs = now.duration_since(last_tick).as_secs_f64();
                 out.interval(&IntervalLine::new(
                     now.duration_since(started).as_secs_f64(),
@@ -197,7 +197,7 @@ pub async fn run(
     collector.drain(|Event::Call(c)| rest.push(c));
     take(rest, &mut totals, &mut interval, &mut gate, max, out)?;
     let now = Instant::now();
-    let cur = KernelSnapshot::take(tracer)?;
+    let cur = tracer.snapshot()?;
     out.interval(&IntervalLine::new(
         now.duration_since(started).as_secs_f64(),
         now.duration_since(last_tick).as_secs_f64(),

@@ -26,11 +26,10 @@ use clap::Args;
 use serde::Serialize;
 use writer_core::{Report, RunFailure, Strategy, Writer, WriterConfig, WriterSpec, parse_size};
 
+use crate::model::kernel::KernelSnapshot;
 use crate::{
     UsageError,
-    model::interval::{
-        Bucket, CallAggregate, InodePassCounts, IntervalLine, KernelSnapshot, VmStat,
-    },
+    model::interval::{Bucket, CallAggregate, InodePassCounts, IntervalLine},
     model::plan::{Concept, HookKind},
     model::{CallRecord, DevId},
     sys::page_size,
@@ -329,7 +328,7 @@ impl Traced {
     ) -> anyhow::Result<(R, Vec<KernelFigures>)> {
         // What ended before the window belongs to nobody.
         self.collector.drain(|_| {});
-        let prev = KernelSnapshot::take(&self.tracer)?;
+        let prev = self.tracer.snapshot()?;
         let started = Instant::now();
         let handle = tokio::task::spawn_blocking(work);
         let mut calls: Vec<CallRecord> = Vec::new();
@@ -344,7 +343,7 @@ impl Traced {
                     }
                 })
                 .await?;
-            if let Ok(v) = VmStat::read() {
+            if let Ok(v) = crate::tracer::read_vmstat() {
                 peaks.0 = peaks.0.max(v.nr_dirty);
                 peaks.1 = peaks.1.max(v.nr_writeback);
             }
@@ -362,7 +361,7 @@ impl Traced {
                 calls.push(c)
             }
         });
-        let cur = KernelSnapshot::take(&self.tracer)?;
+        let cur = self.tracer.snapshot()?;
         let window_s = started.elapsed().as_secs_f64();
         let per_device_passes = self
             .tracer

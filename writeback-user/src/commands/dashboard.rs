@@ -23,16 +23,17 @@ use tokio::{
 };
 use writer_core::{LiveTunables, SyncKind, Writer, WriterConfig, WriterSpec, stats::LatencyHist};
 
+use crate::model::kernel::{KernelSnapshot, KernelStats};
 use crate::{
     app::{App, Effect, Msg, WriterSettings},
     dashboard::state::{Model, WriterSecond, WriterUpdate},
     model::Log2Histogram,
-    model::interval::{IntervalLine, KernelSnapshot, VmStat},
+    model::interval::IntervalLine,
     model::plan::{HookKind, ProbePlan},
     recording::{Header, reader::Frame},
     sys::{kernel_release, page_size},
     tracer::ring::{Event, RingCollector},
-    tracer::{KernelStats, Tracer, TracerOptions},
+    tracer::{Tracer, TracerOptions},
     tui,
 };
 
@@ -189,8 +190,8 @@ async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
     loop {
         tick.tick().await;
         let snapshot = match &tracer {
-            Some(t) => KernelSnapshot::take(t),
-            None => VmStat::read().map(|vmstat| KernelSnapshot {
+            Some(t) => t.snapshot(),
+            None => crate::tracer::read_vmstat().map(|vmstat| KernelSnapshot {
                 vmstat,
                 ..KernelSnapshot::default()
             }),

@@ -2,13 +2,13 @@
 //! one [`Model`] and is its only writer (through `App::handle`); the panes
 //! only read it.
 use crate::{
+    model::kernel::KernelStats,
     model::{
         histogram::Log2Histogram,
         interval::IntervalLine,
         plan::{ProbePlan, ProbeStatus},
         record::{CallRecord, DevId, Totals},
     },
-    tracer::KernelStats,
 };
 
 /// Seconds of history the time chart keeps.

@@ -2,10 +2,10 @@
 //! documented in docs/trace-json.md; every line has a `"type"`.
 use serde::Serialize;
 
+use crate::model::kernel::{KernelStats, ProgramRunTime};
 use crate::{
     model::plan::ProbeStatus,
     model::{CallRecord, DevId, ScanFigures, Totals, cause_name, sync_mode_name, wb_reason_name},
-    tracer::{KernelStats, ProgramRunTime},
 };
 
 /// `{"type":"call", ...}`: one writepages call.

@@ -664,7 +664,8 @@ fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>
 mod tests {
     use super::*;
     use crate::{
-        model::interval::{CallAggregate, KernelSnapshot},
+        model::interval::CallAggregate,
+        model::kernel::KernelSnapshot,
         model::{DevId, ScanFigures},
     };
 

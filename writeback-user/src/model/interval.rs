@@ -2,22 +2,23 @@
 //! and the dashboard shows. Per-call figures come from the records of the
 //! interval; high-rate figures from the kernel's per-CPU maps, differenced
 //! between two snapshots; levels from the latest values.
-use std::collections::{BTreeMap, HashMap};
-
-use std::borrow::Cow;
+use std::{borrow::Cow, collections::BTreeMap};
 
 use serde::{Deserialize, Serialize};
+use writeback_common::{DevCounterKey, agg, block_hist, dirty, inode_pass as ip};
+
+use crate::{
+    model::{
+        CallRecord, DevId, Log2Histogram, cause_name,
+        kernel::{KernelSnapshot, VmStat},
+        wb_reason_name,
+    },
+    sys::page_size,
+};
 
 /// A name that is usually a static string (a cause, a reason, a line
 /// type) but is owned when read back from a recording.
 pub type Name = Cow<'static, str>;
-use writeback_common::{BlockHistKey, DevCounterKey, agg, block_hist, dirty, inode_pass as ip};
-
-use crate::{
-    model::{CallRecord, DevId, Log2Histogram, cause_name, wb_reason_name},
-    sys::page_size,
-    tracer::{KernelStats, ProgramRunTime, Tracer},
-};
 
 /// Per-call figures of one interval, added up from the records.
 #[derive(Clone, Debug, Default)]
@@ -77,66 +78,6 @@ impl CallAggregate {
         self.bios += u64::from(c.bios);
         self.bio_bytes += c.bio_bytes;
         self.folios_written += u64::from(c.folios_written);
-    }
-}
-
-/// `/proc/vmstat` figures we compare against (pages).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VmStat {
-    pub nr_dirty: u64,
-    pub nr_writeback: u64,
-    /// Cumulative: pages whose writeback completed (all filesystems).
-    pub nr_written: u64,
-    /// Cumulative: pages that went from clean to dirty.
-    pub nr_dirtied: u64,
-    pub nr_dirty_threshold: u64,
-    pub nr_dirty_background_threshold: u64,
-}
-
-impl VmStat {
-    pub fn read() -> anyhow::Result<VmStat> {
-        let v = procfs::vmstat()?;
-        let get = |k: &str| v.get(k).copied().unwrap_or(0).max(0) as u64;
-        Ok(VmStat {
-            nr_dirty: get("nr_dirty"),
-            nr_writeback: get("nr_writeback"),
-            nr_written: get("nr_written"),
-            nr_dirtied: get("nr_dirtied"),
-            nr_dirty_threshold: get("nr_dirty_threshold"),
-            nr_dirty_background_threshold: get("nr_dirty_background_threshold"),
-        })
-    }
-}
-
-/// Everything read from the kernel at one instant.
-#[derive(Clone, Debug, Default)]
-pub struct KernelSnapshot {
-    pub agg: Vec<u64>,
-    pub block: HashMap<BlockHistKey, u64>,
-    /// Per-device inode-pass counters (empty unless the tp_btf hook of
-    /// `writeback_single_inode` is attached).
-    pub inode_pass: HashMap<DevCounterKey, u64>,
-    pub dirty: Vec<u64>,
-    pub stats: KernelStats,
-    pub run_times: Vec<ProgramRunTime>,
-    pub vmstat: VmStat,
-}
-
-impl KernelSnapshot {
-    pub fn take(tracer: &Tracer) -> anyhow::Result<KernelSnapshot> {
-        Ok(KernelSnapshot {
-            agg: tracer.aggregates()?,
-            block: tracer.block_histograms()?,
-            inode_pass: tracer.inode_pass_counters()?,
-            dirty: tracer.dirty_levels()?,
-            stats: tracer.stats()?,
-            run_times: tracer.run_times(),
-            vmstat: VmStat::read()?,
-        })
-    }
-
-    fn agg(&self, i: u32) -> u64 {
-        self.agg.get(i as usize).copied().unwrap_or(0)
     }
 }
 
@@ -535,6 +476,8 @@ impl IntervalLine {
 
 #[cfg(test)]
 mod tests {
+    use writeback_common::BlockHistKey;
+
     use super::*;
     use crate::model::ScanFigures;
 

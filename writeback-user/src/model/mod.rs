@@ -4,6 +4,7 @@
 //! recordings read it.
 pub mod histogram;
 pub mod interval;
+pub mod kernel;
 pub mod plan;
 pub mod record;
 

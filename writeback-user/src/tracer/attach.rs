@@ -3,47 +3,29 @@
 //! hooks this kernel may allow, attaches the best hook per concept, and
 //! records why every other candidate was refused. The tracer keeps running
 //! with whatever could be attached.
-use std::{
-    collections::{HashMap, HashSet},
-    os::fd::OwnedFd,
-    path::{Path, PathBuf},
-    sync::OnceLock,
-};
+use std::{collections::HashMap, path::Path};
 
 use anyhow::Context as _;
 use aya::{
-    Btf, Ebpf, EbpfLoader,
-    maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{BtfTracePoint, FEntry, KProbe, Program, ProgramError, TracePoint},
+    Ebpf, EbpfLoader,
+    maps::{Array, PerCpuArray},
+    programs::TracePoint,
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockHistKey, BlockMembers, DevBlockHist, Filter, KernelMembers, MemberSpec, ScanMembers,
-    TracepointLayout, block_hist, block_members, members, stat,
+    BlockMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout, block_members,
+    members,
 };
 
 use super::{
+    Tracer,
     btf::Btf as KernelBtf,
     object::EBPF_OBJECT,
-    plan::{
-        BLOCK_RQ_ISSUE, BtfAttach, Candidate, EXT4_SCAN_FUNCTION, TracepointAttach, candidates,
-    },
+    plan::{BLOCK_RQ_ISSUE, Candidate, EXT4_SCAN_FUNCTION, TracepointAttach, candidates},
     privileges, tracefs,
+    trials::{Trials, describe},
 };
 use crate::model::plan::{Concept, ConceptPlan, HookKind, ProbePlan};
-
-/// Where the kernel lists its perf event sources; no `kprobe` there means
-/// a kernel built without CONFIG_KPROBES.
-const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
-
-/// Counters kept by the programs (`STATS`), summed over CPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct KernelStats {
-    pub lost_records: u64,
-    pub unmatched_results: u64,
-    pub inflight_full: u64,
-    pub filtered: u64,
-}
 
 /// What the caller wants from the tracer.
 #[derive(Clone, Debug, Default)]
@@ -51,31 +33,6 @@ pub struct TracerOptions {
     pub filter: Filter,
     /// Hook kinds never to use (`--disable`).
     pub disabled: Vec<HookKind>,
-}
-
-/// Run time of one attached program (BPF_ENABLE_STATS).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ProgramRunTime {
-    pub program: String,
-    pub run_count: u64,
-    pub run_time_ns: u64,
-}
-
-/// Loaded and attached programs. Dropping it detaches everything.
-pub struct Tracer {
-    ebpf: Ebpf,
-    stats: PerCpuArray<MapData, u64>,
-    pub plan: ProbePlan,
-    /// The field offsets and struct members the programs were loaded with,
-    /// for recordings: `{"ext4:ext4_writepages": {"dev": [8, 4, 0], ...},
-    /// "btf": {"inode.i_ino": [64, 8, 0, 0], ...}}`.
-    pub field_offsets: serde_json::Value,
-    /// Attached program names, for run-time statistics.
-    attached_programs: Vec<&'static str>,
-    /// Keeps BPF run-time statistics on while the tracer lives.
-    _stats_fd: Option<OwnedFd>,
-    /// Kept alive: dropping it closes the log map (toolchain.md).
-    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
 }
 
 /// The tracepoint candidate of one concept whose layouts were loaded.
@@ -193,26 +150,6 @@ fn in_call_entries() -> Option<u32> {
     let text = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok()?;
     let pid_max: u32 = text.trim().parse().ok()?;
     Some(pid_max.div_ceil(8).max(1))
-}
-
-/// Adds the non-zero buckets of one `BLOCK_SLOTS` slot, as each CPU holds
-/// it, to `out` (a free slot, device 0, holds nothing).
-fn add_slot_counts<'a>(
-    out: &mut HashMap<BlockHistKey, u64>,
-    per_cpu: impl Iterator<Item = &'a DevBlockHist>,
-) {
-    for slot in per_cpu.filter(|s| s.dev != 0) {
-        for (kind, counts) in slot.buckets.iter().enumerate() {
-            for (bucket, &count) in counts.iter().enumerate().filter(|(_, c)| **c != 0) {
-                let key = BlockHistKey {
-                    dev: slot.dev,
-                    kind: kind as u16,
-                    bucket: bucket as u16,
-                };
-                *out.entry(key).or_default() += count;
-            }
-        }
-    }
 }
 
 impl Tracer {
@@ -444,128 +381,6 @@ impl Tracer {
             logger,
         })
     }
-
-    /// True when the writepages-call concept is attached (the core of the
-    /// trace).
-    pub fn any_attached(&self) -> bool {
-        self.plan.concepts.iter().any(ConceptPlan::is_attached)
-    }
-
-    /// The per-call record ring buffer; can be taken once.
-    pub fn take_events(&mut self) -> anyhow::Result<RingBuf<MapData>> {
-        let map = self
-            .ebpf
-            .take_map("EVENTS")
-            .context("EVENTS ring buffer already taken or missing")?;
-        RingBuf::try_from(map).context("EVENTS is not a ring buffer")
-    }
-
-    /// The eBPF log ring buffer, to be polled by the caller; can be taken
-    /// once.
-    pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<&'static dyn log::Log>> {
-        self.logger.take()
-    }
-
-    pub fn stats(&self) -> anyhow::Result<KernelStats> {
-        let sum = |index: u32| -> anyhow::Result<u64> {
-            let values = self
-                .stats
-                .get(&index, 0)
-                .with_context(|| format!("reading STATS[{index}]"))?;
-            Ok(sum_counters(values.iter()))
-        };
-        Ok(KernelStats {
-            lost_records: sum(stat::LOST_RECORDS)?,
-            unmatched_results: sum(stat::UNMATCHED_RESULTS)?,
-            inflight_full: sum(stat::INFLIGHT_FULL)?,
-            filtered: sum(stat::FILTERED)?,
-        })
-    }
-
-    /// Per-CPU interval counters (`AGG`), summed over CPUs, by index.
-    pub fn aggregates(&self) -> anyhow::Result<Vec<u64>> {
-        let agg: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(self.ebpf.map("AGG").context("AGG map missing")?)?;
-        (0..writeback_common::agg::COUNT)
-            .map(|i| {
-                agg.get(&i, 0)
-                    .map(|v| sum_counters(v.iter()))
-                    .with_context(|| format!("reading AGG[{i}]"))
-            })
-            .collect()
-    }
-
-    /// Latest dirty levels (`DIRTY`), by `writeback_common::dirty` index.
-    pub fn dirty_levels(&self) -> anyhow::Result<Vec<u64>> {
-        let dirty: Array<_, u64> =
-            Array::try_from(self.ebpf.map("DIRTY").context("DIRTY map missing")?)?;
-        (0..writeback_common::dirty::COUNT)
-            .map(|i| {
-                dirty
-                    .get(&i, 0)
-                    .with_context(|| format!("reading DIRTY[{i}]"))
-            })
-            .collect()
-    }
-
-    /// Per-device block histograms, summed over CPUs: the per-CPU slots
-    /// (`BLOCK_SLOTS`) and the overflow hash (`BLOCK_HIST`) together.
-    pub fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
-        let mut out: HashMap<BlockHistKey, u64> = self.per_cpu_sums("BLOCK_HIST")?;
-        let slots: PerCpuArray<_, DevBlockHist> = PerCpuArray::try_from(
-            self.ebpf
-                .map("BLOCK_SLOTS")
-                .context("BLOCK_SLOTS map missing")?,
-        )?;
-        for index in 0..block_hist::SLOTS {
-            let per_cpu = slots
-                .get(&index, 0)
-                .with_context(|| format!("reading BLOCK_SLOTS[{index}]"))?;
-            add_slot_counts(&mut out, per_cpu.iter());
-        }
-        Ok(out)
-    }
-
-    /// Per-device inode-pass counters (`INODE_PASS`), summed over CPUs.
-    pub fn inode_pass_counters(
-        &self,
-    ) -> anyhow::Result<HashMap<writeback_common::DevCounterKey, u64>> {
-        self.per_cpu_sums("INODE_PASS")
-    }
-
-    /// Every entry of the per-CPU hash `name`, its values summed over CPUs.
-    fn per_cpu_sums<K: aya::Pod + Eq + std::hash::Hash>(
-        &self,
-        name: &str,
-    ) -> anyhow::Result<HashMap<K, u64>> {
-        let map: PerCpuHashMap<_, K, u64> = PerCpuHashMap::try_from(
-            self.ebpf
-                .map(name)
-                .with_context(|| format!("{name} map missing"))?,
-        )?;
-        let mut out = HashMap::new();
-        for entry in map.iter() {
-            let (key, values) = entry.with_context(|| format!("reading {name}"))?;
-            out.insert(key, sum_counters(values.iter()));
-        }
-        Ok(out)
-    }
-
-    /// Run count and time of each attached program, when the kernel keeps
-    /// BPF statistics.
-    pub fn run_times(&self) -> Vec<ProgramRunTime> {
-        self.attached_programs
-            .iter()
-            .filter_map(|&name| {
-                let info = self.ebpf.program(name)?.info().ok()?;
-                Some(ProgramRunTime {
-                    program: name.to_string(),
-                    run_count: info.run_count(),
-                    run_time_ns: info.run_time().as_nanos() as u64,
-                })
-            })
-            .collect()
-    }
 }
 
 /// What the programs were loaded with, as JSON for recording headers.
@@ -608,12 +423,6 @@ fn offsets_json(prepared: &[Prepared], members: Option<&KernelMembers>) -> serde
         out.insert("btf".into(), btf.into());
     }
     out.into()
-}
-
-/// Sums per-CPU counters the way the kernel adds to them: modulo 2^64
-/// (interval figures are differences, taken with wrapping_sub).
-fn sum_counters<'a>(values: impl Iterator<Item = &'a u64>) -> u64 {
-    values.fold(0, |acc, v| acc.wrapping_add(*v))
 }
 
 /// Reads the formats of every attach of a candidate. Errors are the
@@ -673,266 +482,9 @@ fn attach_all(ebpf: &mut Ebpf, attaches: &[TracepointAttach]) -> anyhow::Result<
     Ok(())
 }
 
-/// Trial loads of the empty fentry/kprobe/tp_btf programs.
-struct Trials {
-    btf: Option<Result<Btf, String>>,
-}
-
-impl Trials {
-    fn new() -> Trials {
-        Trials { btf: None }
-    }
-
-    fn btf(&mut self) -> Result<&Btf, String> {
-        self.btf
-            .get_or_insert_with(|| {
-                Btf::from_sys_fs()
-                    .map_err(|e| format!("no kernel BTF (/sys/kernel/btf/vmlinux): {e}"))
-            })
-            .as_ref()
-            .map_err(Clone::clone)
-    }
-
-    /// Tries one function hook; returns why it is not used.
-    fn try_hook(&mut self, ebpf: &mut Ebpf, kind: HookKind, target: &str) -> String {
-        match self.trial(ebpf, kind, target) {
-            Ok(()) => format!(
-                "{kind} works on this kernel, but wbscope has no {kind} program for this \
-                 concept yet"
-            ),
-            Err(reason) => reason,
-        }
-    }
-
-    /// Loads and attaches wbscope's own BTF-typed programs; on any failure
-    /// the ones already attached are unloaded again.
-    fn attach_btf(
-        &mut self,
-        ebpf: &mut Ebpf,
-        kind: HookKind,
-        attaches: &[BtfAttach],
-    ) -> Result<(), String> {
-        if kind == HookKind::Kprobe && !Path::new(KPROBE_PMU).exists() {
-            return Err(format!("kernel built without kprobes (no {KPROBE_PMU})"));
-        }
-        let btf = self.btf()?.clone();
-        let mut done: Vec<&str> = Vec::new();
-        let mut result = Ok(());
-        for a in attaches {
-            let Some(program) = ebpf.program_mut(a.program) else {
-                result = Err(format!("program {} missing from the object", a.program));
-                break;
-            };
-            let d = |e: ProgramError| describe(&e, a.target);
-            let step = match program {
-                Program::BtfTracePoint(p) => p
-                    .load(a.target, &btf)
-                    .map_err(d)
-                    .and_then(|()| p.attach().map(drop).map_err(d)),
-                Program::FEntry(p) => p
-                    .load(a.target, &btf)
-                    .map_err(d)
-                    .and_then(|()| p.attach().map(drop).map_err(d)),
-                Program::FExit(p) => p
-                    .load(a.target, &btf)
-                    .map_err(d)
-                    .and_then(|()| p.attach().map(drop).map_err(d)),
-                Program::KProbe(p) => p
-                    .load()
-                    .map_err(d)
-                    .and_then(|()| p.attach(a.target, 0).map(drop).map_err(d)),
-                _ => Err(format!("{} is not a {kind} program", a.program)),
-            };
-            match step {
-                Ok(()) => done.push(a.program),
-                Err(e) => {
-                    result = Err(format!("{} ({}): {e}", a.target, a.program));
-                    break;
-                }
-            }
-        }
-        if result.is_err() {
-            // Unloading detaches: nothing of a half-attached pair stays.
-            for name in done {
-                let _ = match ebpf.program_mut(name) {
-                    Some(Program::BtfTracePoint(p)) => p.unload(),
-                    Some(Program::FEntry(p)) => p.unload(),
-                    Some(Program::FExit(p)) => p.unload(),
-                    Some(Program::KProbe(p)) => p.unload(),
-                    _ => Ok(()),
-                };
-            }
-        }
-        result
-    }
-
-    fn trial(&mut self, ebpf: &mut Ebpf, kind: HookKind, target: &str) -> Result<(), String> {
-        match kind {
-            HookKind::Fentry => {
-                let btf = self.btf()?.clone();
-                let program: &mut FEntry = program_as(ebpf, "trial_fentry")?;
-                program
-                    .load(target, &btf)
-                    .map_err(|e| describe(&e, target))?;
-                program.unload().map_err(|e| e.to_string())
-            }
-            HookKind::TpBtf => {
-                let btf = self.btf()?.clone();
-                let program: &mut BtfTracePoint = program_as(ebpf, "trial_tp_btf")?;
-                program
-                    .load(target, &btf)
-                    .map_err(|e| describe(&e, target))?;
-                program.unload().map_err(|e| e.to_string())
-            }
-            HookKind::Kprobe => {
-                if !Path::new(KPROBE_PMU).exists() {
-                    return Err(format!(
-                        "kernel built without kprobes (no {})",
-                        PathBuf::from(KPROBE_PMU).display()
-                    ));
-                }
-                let program: &mut KProbe = program_as(ebpf, "trial_kprobe")?;
-                if !is_loaded(program) {
-                    program.load().map_err(|e| describe(&e, target))?;
-                }
-                let link = program
-                    .attach(target, 0)
-                    .map_err(|e| describe(&e, target))?;
-                program.detach(link).map_err(|e| e.to_string())
-            }
-            HookKind::Tracepoint => Err("not a function hook".into()),
-        }
-    }
-}
-
-fn is_loaded(program: &KProbe) -> bool {
-    program.fd().is_ok()
-}
-
-fn program_as<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
-where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
-{
-    ebpf.program_mut(name)
-        .ok_or_else(|| format!("trial program {name} missing from the object"))?
-        .try_into()
-        .map_err(|e: ProgramError| e.to_string())
-}
-
-/// A short reason for a failed trial: the syscall and errno when that is
-/// what happened ("BPF_PROG_LOAD returned EPERM").
-fn describe(e: &ProgramError, target: &str) -> String {
-    match e {
-        ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } => {
-            // The verifier's reasons, for --log: the one-line reason below
-            // says only that it refused.
-            log::info!("{target}: BPF_PROG_LOAD failed; verifier log:\n{verifier_log}");
-            format!("BPF_PROG_LOAD returned {}", errno_text(io_error))
-        }
-        // Only a function ext4's own BTF has is "in the module"; others
-        // (writeback_iter on 6.1) are simply absent.
-        ProgramError::Btf(_) if in_ext4_module_btf(target) => format!(
-            "{target} is not in vmlinux's BTF (ext4 is a module here: its BTF is split, in \
-             /sys/kernel/btf/ext4, which aya 0.14 cannot load programs against)"
-        ),
-        ProgramError::Btf(_) => format!("{target} is not in the kernel's BTF"),
-        ProgramError::SyscallError(s) => {
-            format!("{} returned {}", s.call, errno_text(&s.io_error))
-        }
-        other => other.to_string(),
-    }
-}
-
-/// Whether `function` is in the ext4 module's split BTF (errors: no).
-/// The module's function names are read once per process: every refused
-/// fentry candidate asks, and each read parses vmlinux's BTF too.
-fn in_ext4_module_btf(function: &str) -> bool {
-    static EXT4_FUNCTIONS: OnceLock<HashSet<String>> = OnceLock::new();
-    EXT4_FUNCTIONS
-        .get_or_init(|| {
-            if !KernelBtf::kernel_has_module_btf("ext4") {
-                return HashSet::new();
-            }
-            let base = KernelBtf::from_kernel(None).map(|b| b.type_count());
-            let full = KernelBtf::from_kernel(Some("ext4"));
-            match (base, full) {
-                (Ok(base), Ok(full)) => full
-                    .function_names_after(base)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .collect(),
-                _ => HashSet::new(),
-            }
-        })
-        .contains(function)
-}
-
-fn errno_text(e: &std::io::Error) -> String {
-    let name = match e.raw_os_error() {
-        Some(libc::EPERM) => "EPERM",
-        Some(libc::EACCES) => "EACCES",
-        Some(libc::EINVAL) => "EINVAL",
-        Some(libc::ENOENT) => "ENOENT",
-        Some(libc::ESRCH) => "ESRCH",
-        Some(libc::EOPNOTSUPP) => "EOPNOTSUPP",
-        Some(524) => "ENOTSUPP",
-        Some(libc::E2BIG) => "E2BIG",
-        _ => return e.to_string(),
-    };
-    name.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Per-CPU slots of the same device add up with the overflow hash;
-    /// free slots and empty buckets add nothing.
-    #[test]
-    fn block_slot_counts_merge_across_cpus_and_with_the_hash() {
-        let key = |dev, kind, bucket| BlockHistKey { dev, kind, bucket };
-        let mut out = HashMap::from([(key(7 << 20, block_hist::LATENCY_NS, 12), 5)]);
-        let mut cpu0 = DevBlockHist {
-            dev: 7 << 20,
-            ..DevBlockHist::default()
-        };
-        cpu0.buckets[block_hist::ISSUE_BYTES as usize][20] = 3;
-        cpu0.buckets[block_hist::LATENCY_NS as usize][12] = 2;
-        let mut cpu1 = cpu0;
-        cpu1.buckets[block_hist::LATENCY_NS as usize][63] = 1;
-        let mut free = DevBlockHist::default();
-        free.buckets[0][1] = 9;
-        add_slot_counts(&mut out, [cpu0, cpu1, free].iter());
-        assert_eq!(
-            out,
-            HashMap::from([
-                (key(7 << 20, block_hist::ISSUE_BYTES, 20), 6),
-                (key(7 << 20, block_hist::LATENCY_NS, 12), 9),
-                (key(7 << 20, block_hist::LATENCY_NS, 63), 1),
-            ])
-        );
-    }
-
-    /// A host's usual devices (loop, virtio, sd, nvme, device-mapper),
-    /// claiming slots first come first served as the programs do, all get
-    /// one within their probes: none of them pays for the hash.
-    #[test]
-    fn usual_devices_get_their_own_slots() {
-        let mkdev = |major: u32, minor: u32| major << 20 | minor;
-        let mut devices: Vec<u32> = (0..8).map(|minor| mkdev(7, minor)).collect();
-        devices.extend([mkdev(254, 0), mkdev(8, 0), mkdev(8, 16), mkdev(259, 0)]);
-        let mut taken = [0u32; block_hist::SLOTS as usize];
-        for &dev in &devices {
-            let slot = (0..block_hist::PROBES)
-                .map(|probe| block_hist::slot_of(dev, probe) as usize)
-                .find(|&slot| taken[slot] == 0)
-                .unwrap_or_else(|| panic!("{dev:#x}: no free slot in {taken:x?}"));
-            taken[slot] = dev;
-        }
-    }
 
     /// The running kernel's `struct mpage_da_data` resolves to one of the
     /// known layouts, with the unit that layout uses: byte positions need

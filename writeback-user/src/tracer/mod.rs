@@ -6,13 +6,65 @@
 pub mod attach;
 pub mod btf;
 pub mod cost;
+pub mod maps;
 pub mod object;
 pub mod plan;
 pub mod privileges;
 pub mod ring;
 pub mod tracefs;
+mod trials;
 
-pub use attach::{KernelStats, ProgramRunTime, Tracer, TracerOptions};
+use std::os::fd::OwnedFd;
+
+use anyhow::Context as _;
+use aya::{
+    Ebpf,
+    maps::{MapData, PerCpuArray, RingBuf},
+};
+
+use crate::model::plan::ProbePlan;
+pub use attach::TracerOptions;
+pub use maps::read_vmstat;
+
+/// Loaded and attached programs. Dropping it detaches everything.
+pub struct Tracer {
+    ebpf: Ebpf,
+    stats: PerCpuArray<MapData, u64>,
+    pub plan: ProbePlan,
+    /// The field offsets and struct members the programs were loaded with,
+    /// for recordings: `{"ext4:ext4_writepages": {"dev": [8, 4, 0], ...},
+    /// "btf": {"inode.i_ino": [64, 8, 0, 0], ...}}`.
+    pub field_offsets: serde_json::Value,
+    /// Attached program names, for run-time statistics.
+    attached_programs: Vec<&'static str>,
+    /// Keeps BPF run-time statistics on while the tracer lives.
+    _stats_fd: Option<OwnedFd>,
+    /// Kept alive: dropping it closes the log map (toolchain.md).
+    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+}
+
+impl Tracer {
+    /// True when at least one concept has a hook attached (the tracer
+    /// then has something to report, even without the writepages call).
+    pub fn any_attached(&self) -> bool {
+        self.plan.concepts.iter().any(|c| c.is_attached())
+    }
+
+    /// The per-call record ring buffer; can be taken once.
+    pub fn take_events(&mut self) -> anyhow::Result<RingBuf<MapData>> {
+        let map = self
+            .ebpf
+            .take_map("EVENTS")
+            .context("EVENTS ring buffer already taken or missing")?;
+        RingBuf::try_from(map).context("EVENTS is not a ring buffer")
+    }
+
+    /// The eBPF log ring buffer, to be polled by the caller; can be taken
+    /// once.
+    pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<&'static dyn log::Log>> {
+        self.logger.take()
+    }
+}
 
 /// Forwards aya-log records from the kernel programs to the `log` crate.
 pub fn spawn_ebpf_log_pump(tracer: &mut Tracer) {

@@ -8,10 +8,10 @@ use writeback_common::{WritepagesCall, agg, call_flags, cause};
 use writer_core::{SyncKind, stats::LatencyHist};
 
 use super::*;
+use crate::model::kernel::{KernelSnapshot, VmStat};
 use crate::{
     app::{App, Msg},
     dashboard::state::{Model, WriterSecond, WriterUpdate},
-    model::interval::{KernelSnapshot, VmStat},
     model::plan::{Concept, ConceptPlan, HookKind, ProbePlan, Rejection},
     model::{CallRecord, Log2Histogram},
 };

@@ -1,0 +1,57 @@
+//! What the tracer reads from the kernel at one instant, as plain data:
+//! the programs' counters and maps, their run times, and `/proc/vmstat`.
+//! `Tracer::snapshot` fills it; interval lines difference two of them.
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use writeback_common::{BlockHistKey, DevCounterKey};
+
+/// Counters kept by the programs (`STATS`), summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KernelStats {
+    pub lost_records: u64,
+    pub unmatched_results: u64,
+    pub inflight_full: u64,
+    pub filtered: u64,
+}
+
+/// Run time of one attached program (BPF_ENABLE_STATS).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProgramRunTime {
+    pub program: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+}
+
+/// `/proc/vmstat` figures we compare against (pages).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmStat {
+    pub nr_dirty: u64,
+    pub nr_writeback: u64,
+    /// Cumulative: pages whose writeback completed (all filesystems).
+    pub nr_written: u64,
+    /// Cumulative: pages that went from clean to dirty.
+    pub nr_dirtied: u64,
+    pub nr_dirty_threshold: u64,
+    pub nr_dirty_background_threshold: u64,
+}
+
+/// Everything read from the kernel at one instant.
+#[derive(Clone, Debug, Default)]
+pub struct KernelSnapshot {
+    pub agg: Vec<u64>,
+    pub block: HashMap<BlockHistKey, u64>,
+    /// Per-device inode-pass counters (empty unless the tp_btf hook of
+    /// `writeback_single_inode` is attached).
+    pub inode_pass: HashMap<DevCounterKey, u64>,
+    pub dirty: Vec<u64>,
+    pub stats: KernelStats,
+    pub run_times: Vec<ProgramRunTime>,
+    pub vmstat: VmStat,
+}
+
+impl KernelSnapshot {
+    pub(crate) fn agg(&self, i: u32) -> u64 {
+        self.agg.get(i as usize).copied().unwrap_or(0)
+    }
+}

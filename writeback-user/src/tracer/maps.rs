@@ -1,0 +1,218 @@
+//! Reading the programs' maps into plain figures ([`KernelSnapshot`]):
+//! per-CPU counters summed, block histograms from their per-CPU slots and
+//! overflow hash, the programs' run times, and `/proc/vmstat` beside them.
+
+use std::collections::HashMap;
+
+use anyhow::Context as _;
+use aya::maps::{Array, PerCpuArray, PerCpuHashMap};
+use writeback_common::{BlockHistKey, DevBlockHist, block_hist, stat};
+
+use super::Tracer;
+use crate::model::kernel::{KernelSnapshot, KernelStats, ProgramRunTime, VmStat};
+
+impl Tracer {
+    /// Everything the interval figures need, read now.
+    pub fn snapshot(&self) -> anyhow::Result<KernelSnapshot> {
+        Ok(KernelSnapshot {
+            agg: self.aggregates()?,
+            block: self.block_histograms()?,
+            inode_pass: self.inode_pass_counters()?,
+            dirty: self.dirty_levels()?,
+            stats: self.stats()?,
+            run_times: self.run_times(),
+            vmstat: read_vmstat()?,
+        })
+    }
+
+    pub fn stats(&self) -> anyhow::Result<KernelStats> {
+        let sum = |index: u32| -> anyhow::Result<u64> {
+            let values = self
+                .stats
+                .get(&index, 0)
+                .with_context(|| format!("reading STATS[{index}]"))?;
+            Ok(sum_counters(values.iter()))
+        };
+        Ok(KernelStats {
+            lost_records: sum(stat::LOST_RECORDS)?,
+            unmatched_results: sum(stat::UNMATCHED_RESULTS)?,
+            inflight_full: sum(stat::INFLIGHT_FULL)?,
+            filtered: sum(stat::FILTERED)?,
+        })
+    }
+
+    /// Per-CPU interval counters (`AGG`), summed over CPUs, by index.
+    pub fn aggregates(&self) -> anyhow::Result<Vec<u64>> {
+        let agg: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.ebpf.map("AGG").context("AGG map missing")?)?;
+        (0..writeback_common::agg::COUNT)
+            .map(|i| {
+                agg.get(&i, 0)
+                    .map(|v| sum_counters(v.iter()))
+                    .with_context(|| format!("reading AGG[{i}]"))
+            })
+            .collect()
+    }
+
+    /// Latest dirty levels (`DIRTY`), by `writeback_common::dirty` index.
+    pub fn dirty_levels(&self) -> anyhow::Result<Vec<u64>> {
+        let dirty: Array<_, u64> =
+            Array::try_from(self.ebpf.map("DIRTY").context("DIRTY map missing")?)?;
+        (0..writeback_common::dirty::COUNT)
+            .map(|i| {
+                dirty
+                    .get(&i, 0)
+                    .with_context(|| format!("reading DIRTY[{i}]"))
+            })
+            .collect()
+    }
+
+    /// Per-device block histograms, summed over CPUs: the per-CPU slots
+    /// (`BLOCK_SLOTS`) and the overflow hash (`BLOCK_HIST`) together.
+    pub fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
+        let mut out: HashMap<BlockHistKey, u64> = self.per_cpu_sums("BLOCK_HIST")?;
+        let slots: PerCpuArray<_, DevBlockHist> = PerCpuArray::try_from(
+            self.ebpf
+                .map("BLOCK_SLOTS")
+                .context("BLOCK_SLOTS map missing")?,
+        )?;
+        for index in 0..block_hist::SLOTS {
+            let per_cpu = slots
+                .get(&index, 0)
+                .with_context(|| format!("reading BLOCK_SLOTS[{index}]"))?;
+            add_slot_counts(&mut out, per_cpu.iter());
+        }
+        Ok(out)
+    }
+
+    /// Per-device inode-pass counters (`INODE_PASS`), summed over CPUs.
+    pub fn inode_pass_counters(
+        &self,
+    ) -> anyhow::Result<HashMap<writeback_common::DevCounterKey, u64>> {
+        self.per_cpu_sums("INODE_PASS")
+    }
+
+    /// Every entry of the per-CPU hash `name`, its values summed over CPUs.
+    fn per_cpu_sums<K: aya::Pod + Eq + std::hash::Hash>(
+        &self,
+        name: &str,
+    ) -> anyhow::Result<HashMap<K, u64>> {
+        let map: PerCpuHashMap<_, K, u64> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map(name)
+                .with_context(|| format!("{name} map missing"))?,
+        )?;
+        let mut out = HashMap::new();
+        for entry in map.iter() {
+            let (key, values) = entry.with_context(|| format!("reading {name}"))?;
+            out.insert(key, sum_counters(values.iter()));
+        }
+        Ok(out)
+    }
+
+    /// Run count and time of each attached program, when the kernel keeps
+    /// BPF statistics.
+    pub fn run_times(&self) -> Vec<ProgramRunTime> {
+        self.attached_programs
+            .iter()
+            .filter_map(|&name| {
+                let info = self.ebpf.program(name)?.info().ok()?;
+                Some(ProgramRunTime {
+                    program: name.to_string(),
+                    run_count: info.run_count(),
+                    run_time_ns: info.run_time().as_nanos() as u64,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The `/proc/vmstat` figures wbscope compares against.
+pub fn read_vmstat() -> anyhow::Result<VmStat> {
+    let v = procfs::vmstat()?;
+    let get = |k: &str| v.get(k).copied().unwrap_or(0).max(0) as u64;
+    Ok(VmStat {
+        nr_dirty: get("nr_dirty"),
+        nr_writeback: get("nr_writeback"),
+        nr_written: get("nr_written"),
+        nr_dirtied: get("nr_dirtied"),
+        nr_dirty_threshold: get("nr_dirty_threshold"),
+        nr_dirty_background_threshold: get("nr_dirty_background_threshold"),
+    })
+}
+
+/// Adds the non-zero buckets of one `BLOCK_SLOTS` slot, as each CPU holds
+/// it, to `out` (a free slot, device 0, holds nothing).
+fn add_slot_counts<'a>(
+    out: &mut HashMap<BlockHistKey, u64>,
+    per_cpu: impl Iterator<Item = &'a DevBlockHist>,
+) {
+    for slot in per_cpu.filter(|s| s.dev != 0) {
+        for (kind, counts) in slot.buckets.iter().enumerate() {
+            for (bucket, &count) in counts.iter().enumerate().filter(|(_, c)| **c != 0) {
+                let key = BlockHistKey {
+                    dev: slot.dev,
+                    kind: kind as u16,
+                    bucket: bucket as u16,
+                };
+                *out.entry(key).or_default() += count;
+            }
+        }
+    }
+}
+
+/// Sums per-CPU counters the way the kernel adds to them: modulo 2^64
+/// (interval figures are differences, taken with wrapping_sub).
+fn sum_counters<'a>(values: impl Iterator<Item = &'a u64>) -> u64 {
+    values.fold(0, |acc, v| acc.wrapping_add(*v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Per-CPU slots of the same device add up with the overflow hash;
+    /// free slots and empty buckets add nothing.
+    #[test]
+    fn block_slot_counts_merge_across_cpus_and_with_the_hash() {
+        let key = |dev, kind, bucket| BlockHistKey { dev, kind, bucket };
+        let mut out = HashMap::from([(key(7 << 20, block_hist::LATENCY_NS, 12), 5)]);
+        let mut cpu0 = DevBlockHist {
+            dev: 7 << 20,
+            ..DevBlockHist::default()
+        };
+        cpu0.buckets[block_hist::ISSUE_BYTES as usize][20] = 3;
+        cpu0.buckets[block_hist::LATENCY_NS as usize][12] = 2;
+        let mut cpu1 = cpu0;
+        cpu1.buckets[block_hist::LATENCY_NS as usize][63] = 1;
+        let mut free = DevBlockHist::default();
+        free.buckets[0][1] = 9;
+        add_slot_counts(&mut out, [cpu0, cpu1, free].iter());
+        assert_eq!(
+            out,
+            HashMap::from([
+                (key(7 << 20, block_hist::ISSUE_BYTES, 20), 6),
+                (key(7 << 20, block_hist::LATENCY_NS, 12), 9),
+                (key(7 << 20, block_hist::LATENCY_NS, 63), 1),
+            ])
+        );
+    }
+
+    /// A host's usual devices (loop, virtio, sd, nvme, device-mapper),
+    /// claiming slots first come first served as the programs do, all get
+    /// one within their probes: none of them pays for the hash.
+    #[test]
+    fn usual_devices_get_their_own_slots() {
+        let mkdev = |major: u32, minor: u32| major << 20 | minor;
+        let mut devices: Vec<u32> = (0..8).map(|minor| mkdev(7, minor)).collect();
+        devices.extend([mkdev(254, 0), mkdev(8, 0), mkdev(8, 16), mkdev(259, 0)]);
+        let mut taken = [0u32; block_hist::SLOTS as usize];
+        for &dev in &devices {
+            let slot = (0..block_hist::PROBES)
+                .map(|probe| block_hist::slot_of(dev, probe) as usize)
+                .find(|&slot| taken[slot] == 0)
+                .unwrap_or_else(|| panic!("{dev:#x}: no free slot in {taken:x?}"));
+            taken[slot] = dev;
+        }
+    }
+}
