@@ -4,7 +4,6 @@
 //! programs configured and attached, [`collector`] reads their records,
 //! [`model`] aggregates them, [`tui`] and [`export`] present them, and
 //! [`commands`] wires one subcommand each.
-pub mod app;
 pub mod cli;
 pub mod commands;
 pub mod dashboard;
@@ -17,7 +16,6 @@ pub mod recording;
 pub mod session;
 pub mod sys;
 pub mod tracer;
-pub mod tui;
 
 use std::{fs::File, process::ExitCode};
 
@@ -47,7 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(commands::scenario::run(args, &cli.disable))
         }
         None => runtime()?.block_on(commands::dashboard::run(
-            &commands::dashboard::DashboardOptions {
+            &dashboard::run::DashboardOptions {
                 disabled: cli.disable.clone(),
                 dir: cli.dir.clone(),
             },

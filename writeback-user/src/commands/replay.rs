@@ -119,7 +119,7 @@ fn dashboard(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?
-        .block_on(crate::commands::dashboard::replay(
+        .block_on(crate::dashboard::run::replay(
             header, frames, name, args.speed,
         ))
 }

@@ -1,3 +1,6 @@
 //! The live dashboard: its state, the `App` that changes it (messages in,
 //! effects out), the sources that feed it and the panes that draw it.
+pub mod app;
+pub mod run;
 pub mod state;
+pub mod ui;

@@ -1,7 +1,7 @@
 //! The probe plan as data: which hook measures each concept on this
 //! kernel, and why the other candidates were refused. The candidates
-//! themselves, and how they are tried, are the tracer's
-//! (the tracer's `plan` module).
+//! themselves, and how they are tried, are the tracer's `plan` module.
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};

@@ -10,7 +10,7 @@ use writer_core::{SyncKind, stats::LatencyHist};
 use super::*;
 use crate::model::kernel::{KernelSnapshot, VmStat};
 use crate::{
-    app::{App, Msg},
+    dashboard::app::{App, Msg},
     dashboard::state::{Model, WriterSecond, WriterUpdate},
     model::plan::{Concept, ConceptPlan, HookKind, ProbePlan, Rejection},
     model::{CallRecord, Log2Histogram},

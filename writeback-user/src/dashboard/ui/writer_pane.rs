@@ -10,7 +10,7 @@ use writer_core::{ByteSize, Strategy};
 
 use super::{fmt, pane_block, theme};
 use crate::{
-    app::{App, Pane, RunState},
+    dashboard::app::{App, Pane, RunState},
     dashboard::state::WriterPhase,
 };
 

@@ -23,7 +23,7 @@ use ratatui::{
     widgets::{Block, BorderType, Paragraph},
 };
 
-use crate::app::{App, Pane};
+use crate::dashboard::app::{App, Pane};
 
 /// Styles. Named colours that read on dark and light backgrounds (no
 /// white, black or yellow), with modifiers carrying the meaning where

@@ -7,7 +7,7 @@ use ratatui::{
 };
 
 use super::theme;
-use crate::app::{App, KEYS, Overlay};
+use crate::dashboard::app::{App, KEYS, Overlay};
 
 /// A centred rectangle of at most `w` x `h` cells.
 fn centered(area: Rect, w: u16, h: u16) -> Rect {

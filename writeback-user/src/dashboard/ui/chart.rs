@@ -11,7 +11,7 @@ use ratatui::{
 
 use super::{pane_block, theme};
 use crate::{
-    app::{App, Pane},
+    dashboard::app::{App, Pane},
     dashboard::state::HISTORY_SECS,
     sys::page_size,
 };

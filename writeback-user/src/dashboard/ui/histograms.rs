@@ -12,7 +12,7 @@ use ratatui::{
 
 use super::{pane_block, theme};
 use crate::{
-    app::{App, Pane},
+    dashboard::app::{App, Pane},
     model::Log2Histogram,
 };
 

@@ -11,7 +11,7 @@ use ratatui::{
 
 use super::{fmt, pane_block, theme};
 use crate::{
-    app::{App, Pane, SortKey},
+    dashboard::app::{App, Pane, SortKey},
     dashboard::state::TopRow,
     sys::page_size,
 };

@@ -11,7 +11,7 @@ use ratatui::{
 
 use super::{fmt, pane_block, theme};
 use crate::{
-    app::{App, Pane},
+    dashboard::app::{App, Pane},
     dashboard::state::Model,
     model::plan::ProbeState,
     sys::page_size,

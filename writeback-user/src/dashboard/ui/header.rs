@@ -7,7 +7,7 @@ use ratatui::{
 };
 
 use super::{fmt, theme};
-use crate::{app::App, dashboard::state::Model};
+use crate::{dashboard::app::App, dashboard::state::Model};
 
 /// (attached, fallen back, missing): fallen back means attached, but not
 /// with the first candidate hook.

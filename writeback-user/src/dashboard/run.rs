@@ -1,0 +1,566 @@
+//! `wbscope` with no subcommand: the live dashboard.
+//!
+//! One task (the event loop here) owns the [`App`]; collectors send it
+//! typed [`Msg`]s over one channel: the ring-buffer pump (each call), the
+//! sampler (kernel maps, /proc/vmstat and our own CPU, once a second) and
+//! the writer's observer (once a second, plus start and end of a run).
+//! Keys come from crossterm's `EventStream`. Frames are drawn at most 10
+//! times a second, only when something changed, from `&App`.
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::{Arc, Mutex},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use crossterm::event::{Event as TermEvent, EventStream};
+use futures_util::StreamExt as _;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc::{self, UnboundedSender},
+};
+use writer_core::{LiveTunables, SyncKind, Writer, WriterConfig, WriterSpec, stats::LatencyHist};
+
+use crate::model::kernel::{KernelSnapshot, KernelStats};
+use crate::{
+    dashboard::app::{App, Effect, Msg, WriterSettings},
+    dashboard::state::{Model, WriterSecond, WriterUpdate},
+    dashboard::ui,
+    model::Log2Histogram,
+    model::interval::IntervalLine,
+    model::plan::{HookKind, ProbePlan},
+    recording::{Header, reader::Frame},
+    sys::{kernel_release, page_size},
+    tracer::ring::{Event, RingCollector},
+    tracer::{Tracer, TracerOptions},
+};
+
+/// At most 10 frames a second.
+const FRAME: Duration = Duration::from_millis(100);
+/// Sampling period of the kernel maps and /proc.
+const SAMPLE: Duration = Duration::from_secs(1);
+/// Bytes per file of a writer run, at most; a run that completes starts
+/// again, so this only bounds the disk space one run takes. Large enough
+/// that a buffered run's dirty pages pass the background threshold and
+/// the flusher writes them back before the file is removed.
+const FILE_SIZE: u64 = 8 << 30;
+/// The writer's threads carry this name (its job threads inherit it), so
+/// the dashboard's own CPU figure can leave them out.
+const WRITER_THREAD: &str = "wbscope-writer";
+/// How long quitting waits for a stopped run to remove its files.
+const STOP_WAIT: Duration = Duration::from_secs(30);
+
+/// Options of the dashboard (top-level flags of `wbscope`).
+#[derive(Clone, Debug, Default)]
+pub struct DashboardOptions {
+    pub disabled: Vec<HookKind>,
+    /// Where writer runs create their files; default a new temporary
+    /// directory in the current directory, removed on quit.
+    pub dir: Option<PathBuf>,
+}
+
+pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
+    let (tx, rx) = mpsc::unbounded_channel::<Msg>();
+    // Missing privileges or probes do not stop the dashboard: it opens and
+    // says what is missing.
+    let tracer_options = TracerOptions {
+        disabled: options.disabled.clone(),
+        ..TracerOptions::default()
+    };
+    let (tracer, plan) = match Tracer::attach(&tracer_options) {
+        Ok(mut tracer) => {
+            crate::tracer::spawn_ebpf_log_pump(&mut tracer);
+            let collector = RingCollector::new(tracer.take_events()?)?;
+            tokio::spawn(pump(collector, tx.clone()));
+            let plan = tracer.plan.clone();
+            (Some(Arc::new(tracer)), plan)
+        }
+        Err(e) => {
+            log::warn!("no tracer: {e:#}");
+            (
+                None,
+                ProbePlan::unavailable(kernel_release(), &format!("{e:#}")),
+            )
+        }
+    };
+    tokio::spawn(sampler(tracer, tx.clone()));
+    let mut app = App::new(Model::with_plan(plan, crate::sys::hostname()));
+    let mut writer = WriterRunner::new(options.dir.clone(), tx.clone());
+
+    // ratatui::init restores the terminal on panic too.
+    let mut terminal = ratatui::init();
+    let result = event_loop(&mut terminal, &mut app, &mut writer, rx).await;
+    ratatui::restore();
+    // Stop the writer and remove its files (and our temporary directory)
+    // before we exit, whatever ended the loop.
+    writer.shutdown().await;
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// `wbscope replay FILE`: the recording shown in the dashboard, its calls
+/// and intervals fed through the same messages as a live trace, paced by
+/// the intervals' lengths divided by `speed`.
+pub async fn replay(
+    header: Header,
+    frames: Vec<Frame>,
+    name: String,
+    speed: f64,
+) -> anyhow::Result<ExitCode> {
+    let (tx, rx) = mpsc::unbounded_channel::<Msg>();
+    let plan: ProbePlan = serde_json::from_value(header.probe_plan.clone()).unwrap_or_else(|e| {
+        ProbePlan::unavailable(
+            header.kernel.clone(),
+            &format!("probe plan unreadable: {e}"),
+        )
+    });
+    let mut app = App::new(Model::with_plan(plan, header.host.clone()));
+    app.replay = Some(name);
+    tokio::spawn(feed_recording(frames, tx.clone(), speed));
+    // Never started: the app refuses writer keys while replaying.
+    let mut writer = WriterRunner::new(None, tx.clone());
+    let mut terminal = ratatui::init();
+    let result = event_loop(&mut terminal, &mut app, &mut writer, rx).await;
+    ratatui::restore();
+    writer.shutdown().await;
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+async fn feed_recording(frames: Vec<Frame>, tx: UnboundedSender<Msg>, speed: f64) {
+    let mut lost = 0;
+    for frame in frames {
+        let msg = match frame {
+            Frame::Call(call) => Msg::Call(call),
+            Frame::Interval(value) => {
+                let line: IntervalLine = match serde_json::from_value(value) {
+                    Ok(line) => line,
+                    Err(e) => {
+                        log::warn!("replay: unreadable interval frame: {e}");
+                        continue;
+                    }
+                };
+                lost += line.lost_records;
+                let pause = Duration::from_secs_f64((line.interval_s / speed).clamp(0.0, 60.0));
+                let msg = Msg::Interval {
+                    line: Box::new(line),
+                    kernel: KernelStats {
+                        lost_records: lost,
+                        ..KernelStats::default()
+                    },
+                };
+                if tx.send(msg).is_err() {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            Frame::Summary(_) => continue,
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+/// Moves records from the ring buffer to the dashboard task. Stops when
+/// the dashboard is gone.
+async fn pump(mut collector: RingCollector, tx: UnboundedSender<Msg>) {
+    loop {
+        let mut batch = Vec::new();
+        if let Err(e) = collector.wait_and_drain(|e| batch.push(e)).await {
+            log::error!("ring buffer: {e:#}");
+            return;
+        }
+        for Event::Call(call) in batch {
+            if tx.send(Msg::Call(call)).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Once a second: the kernel maps, /proc/vmstat, and the dashboard's own
+/// CPU time (writer threads excluded).
+async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut prev_cpu: Option<(Instant, u64)> = None;
+    loop {
+        tick.tick().await;
+        let snapshot = match &tracer {
+            Some(t) => t.snapshot(),
+            None => crate::tracer::read_vmstat().map(|vmstat| KernelSnapshot {
+                vmstat,
+                ..KernelSnapshot::default()
+            }),
+        };
+        let snapshot = match snapshot {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("sampling the kernel: {e:#}");
+                continue;
+            }
+        };
+        let now = Instant::now();
+        let cpu = own_cpu_ticks();
+        let tracer_cpu = match (prev_cpu, cpu) {
+            (Some((then, before)), Some(ticks)) => {
+                let secs = now.duration_since(then).as_secs_f64();
+                (secs > 0.0).then(|| ticks.saturating_sub(before) as f64 / clock_ticks() / secs)
+            }
+            _ => None,
+        };
+        prev_cpu = cpu.map(|c| (now, c));
+        let msg = Msg::Sample {
+            at: now.duration_since(start),
+            snapshot: Box::new(snapshot),
+            tracer_cpu,
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 { v as f64 } else { 100.0 }
+}
+
+/// utime + stime of every thread of this process but the writer's, in
+/// clock ticks (proc(5): fields 14 and 15 of /proc/PID/task/TID/stat).
+fn own_cpu_ticks() -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue; // the thread ended meanwhile
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if &stat[open + 1..close] == WRITER_THREAD {
+            continue;
+        }
+        // After the comm: state is field 3, so utime (14) is index 11.
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let get = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+        total += get(11).unwrap_or(0) + get(12).unwrap_or(0);
+    }
+    Some(total)
+}
+
+async fn event_loop(
+    terminal: &mut ratatui::DefaultTerminal,
+    app: &mut App,
+    writer: &mut WriterRunner,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+) -> anyhow::Result<()> {
+    let mut keys = EventStream::new();
+    let mut frame = tokio::time::interval(FRAME);
+    frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+
+    loop {
+        let msg = tokio::select! {
+            _ = frame.tick() => {
+                if app.dirty {
+                    terminal.draw(|f| ui::render(app, f)).context("drawing")?;
+                    app.dirty = false;
+                }
+                continue;
+            }
+            Some(msg) = rx.recv() => msg,
+            key = keys.next() => match key {
+                Some(Ok(TermEvent::Key(k))) => Msg::Key(k),
+                Some(Ok(TermEvent::Resize(..))) => Msg::Resize,
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(e).context("reading the terminal"),
+                None => Msg::Terminate,
+            },
+            _ = sigterm.recv() => Msg::Terminate,
+        };
+        for effect in app.handle(msg) {
+            match effect {
+                Effect::Quit => return Ok(()),
+                Effect::StartWriter { run, settings } => writer.start(run, &settings),
+                Effect::StopWriter => writer.stop(),
+                Effect::SetChunk(bytes) => writer.set(|t| t.set_chunk(bytes)),
+                Effect::SetWindow(chunks) => writer.set(|t| t.set_window(chunks)),
+            }
+        }
+    }
+}
+
+/// What the writer's threads report, added up until the dashboard takes
+/// it once a second. Shared by every run: runs can be shorter than
+/// writer-core's one-second `Tick`, and per-chunk messages would flood the
+/// dashboard task with 4 KiB chunks.
+#[derive(Default)]
+struct WriterFeed {
+    second: Mutex<FeedSecond>,
+}
+
+#[derive(Default)]
+struct FeedSecond {
+    /// The latest run started, and whether one is going.
+    run: u64,
+    active: bool,
+    bytes: u64,
+    chunk_pages: Log2Histogram,
+    sync: Vec<(SyncKind, LatencyHist)>,
+}
+
+impl WriterFeed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FeedSecond> {
+        // A poisoned lock only means a writing thread panicked; the
+        // figures are still usable.
+        self.second.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The observer of one run: chunk sizes in pages, bytes and sync
+/// latencies into the feed.
+struct FeedObserver {
+    page: u64,
+    feed: Arc<WriterFeed>,
+}
+
+impl writer_core::Observer for FeedObserver {
+    fn on_event(&self, event: &writer_core::Event) {
+        match event {
+            writer_core::Event::ChunkWritten { len, .. } => {
+                let mut second = self.feed.lock();
+                second.bytes += len;
+                second.chunk_pages.record(len.div_ceil(self.page));
+            }
+            writer_core::Event::SyncEnded { kind, latency, .. } => {
+                let mut second = self.feed.lock();
+                match second.sync.iter_mut().find(|(k, _)| k == kind) {
+                    Some((_, h)) => h.record(*latency),
+                    None => {
+                        let mut h = LatencyHist::new();
+                        h.record(*latency);
+                        second.sync.push((*kind, h));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Once a second while a run goes (and once more after it ended, for its
+/// last partial second), the feed becomes a [`WriterSecond`] message.
+async fn writer_sampler(feed: Arc<WriterFeed>, tx: UnboundedSender<Msg>) {
+    let mut tick = tokio::time::interval(SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut was_active = false;
+    loop {
+        tick.tick().await;
+        let msg = {
+            let mut second = feed.lock();
+            let active = second.active;
+            if !active && !was_active {
+                continue;
+            }
+            was_active = active;
+            WriterSecond {
+                run: second.run,
+                elapsed_s: 0.0,
+                bytes: 0,
+                bytes_last_second: std::mem::take(&mut second.bytes),
+                chunk_pages: std::mem::take(&mut second.chunk_pages),
+                sync: std::mem::take(&mut second.sync),
+            }
+        };
+        if tx
+            .send(Msg::Writer(WriterUpdate::Second(Box::new(msg))))
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Starts and stops writer runs on their own thread (`Writer::run`
+/// blocks) and keeps the directory they write in.
+struct WriterRunner {
+    dir: Option<PathBuf>,
+    /// Our temporary directory, removed (with anything left in it) on drop.
+    temp: Option<tempfile::TempDir>,
+    current: Option<(Arc<LiveTunables>, JoinHandle<()>)>,
+    feed: Arc<WriterFeed>,
+    tx: UnboundedSender<Msg>,
+}
+
+impl WriterRunner {
+    fn new(dir: Option<PathBuf>, tx: UnboundedSender<Msg>) -> WriterRunner {
+        let feed = Arc::new(WriterFeed::default());
+        tokio::spawn(writer_sampler(Arc::clone(&feed), tx.clone()));
+        WriterRunner {
+            dir,
+            temp: None,
+            current: None,
+            feed,
+            tx,
+        }
+    }
+
+    fn ended(&self, run: u64, outcome: String) {
+        let _ = self
+            .tx
+            .send(Msg::Writer(WriterUpdate::Ended { run, outcome }));
+    }
+
+    /// The directory runs write into: `--dir`, or a temporary directory
+    /// made in the current directory on the first start, so the writer
+    /// loads the filesystem the user started wbscope on.
+    fn target(&mut self) -> anyhow::Result<PathBuf> {
+        if let Some(dir) = &self.dir {
+            return Ok(dir.clone());
+        }
+        if self.temp.is_none() {
+            let temp = tempfile::Builder::new()
+                .prefix(".wbscope-")
+                .tempdir_in(".")
+                .context(
+                    "creating a temporary directory in the current directory (or use --dir)",
+                )?;
+            self.temp = Some(temp);
+        }
+        let temp = self.temp.as_ref().context("temporary directory")?;
+        Ok(temp.path().to_path_buf())
+    }
+
+    fn start(&mut self, run: u64, settings: &WriterSettings) {
+        match self.try_start(run, settings) {
+            Ok(()) => {}
+            Err(e) => self.ended(run, format!("failed: {e:#}")),
+        }
+    }
+
+    fn try_start(&mut self, run: u64, s: &WriterSettings) -> anyhow::Result<()> {
+        let dir = self.target()?;
+        let file_size = file_size_for(&dir, s.jobs);
+        let spec = WriterSpec {
+            dirs: vec![dir.clone()],
+            size: file_size.max(s.chunk),
+            chunk: s.chunk,
+            strategy: s.strategy,
+            jobs: s.jobs,
+            window: s.window,
+            ..WriterSpec::default()
+        };
+        let cfg = WriterConfig::new(spec)?;
+        let observer = FeedObserver {
+            page: page_size(),
+            feed: Arc::clone(&self.feed),
+        };
+        let writer = Writer::new(cfg).with_observer(Arc::new(observer));
+        let tunables = writer.tunables();
+        let tx = self.tx.clone();
+        {
+            let mut second = self.feed.lock();
+            second.run = run;
+            second.active = true;
+        }
+        let feed = Arc::clone(&self.feed);
+        let _ = tx.send(Msg::Writer(WriterUpdate::Started {
+            run,
+            dir: display_dir(&dir),
+            file_size: writer.config().spec().size,
+        }));
+        let handle = std::thread::Builder::new()
+            .name(WRITER_THREAD.into())
+            .spawn(move || {
+                let outcome = match writer.run() {
+                    Ok(r) => format!(
+                        "{} {}, {:.0} MB/s",
+                        match r.status {
+                            writer_core::RunStatus::Completed => "completed",
+                            writer_core::RunStatus::Interrupted => "interrupted",
+                            writer_core::RunStatus::Failed => "failed",
+                        },
+                        ui::fmt::bytes(r.bytes),
+                        r.write_mb_s
+                    ),
+                    Err(f) => format!("failed: {}", f.error),
+                };
+                feed.lock().active = false;
+                let _ = tx.send(Msg::Writer(WriterUpdate::Ended { run, outcome }));
+            })
+            .context("starting the writer thread")?;
+        self.current = Some((tunables, handle));
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if let Some((tunables, _)) = &self.current {
+            tunables.request_stop();
+        }
+    }
+
+    /// Applies a live tunable to the running writer; a refusal is logged
+    /// (the app keeps its values within the writer's bounds).
+    fn set(&self, f: impl Fn(&LiveTunables) -> Result<(), writer_core::ConfigError>) {
+        if let Some((tunables, _)) = &self.current
+            && let Err(e) = f(tunables)
+        {
+            log::warn!("writer tunable refused: {e}");
+        }
+    }
+
+    /// Stops the run and waits (bounded) for it to remove its files; then
+    /// the temporary directory goes.
+    async fn shutdown(&mut self) {
+        if let Some((tunables, handle)) = self.current.take() {
+            tunables.request_stop();
+            let joined = tokio::task::spawn_blocking(move || handle.join());
+            if tokio::time::timeout(STOP_WAIT, joined).await.is_err() {
+                log::error!("the writer did not stop within {STOP_WAIT:?}");
+            }
+        }
+        if let Some(temp) = self.temp.take()
+            && let Err(e) = temp.close()
+        {
+            log::error!("removing the writer's directory: {e}");
+        }
+    }
+}
+
+/// Per-file size: [`FILE_SIZE`], or less so that one run takes at most a
+/// quarter of the free space (writer-core refuses runs that do not fit).
+fn file_size_for(dir: &Path, jobs: u32) -> u64 {
+    let free = free_bytes(dir).unwrap_or(u64::MAX);
+    let per_job = free / 4 / u64::from(jobs.max(1));
+    // Whole MiB, at least 1 MiB.
+    (FILE_SIZE.min(per_job) >> 20).max(1) << 20
+}
+
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data, valid when zeroed.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and a statvfs to fill.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// The directory as the writer pane shows it: relative to the current
+/// directory when inside it.
+fn display_dir(dir: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| {
+            dir.strip_prefix(cwd)
+                .ok()
+                .map(|p| format!("./{}", p.display()))
+        })
+        .unwrap_or_else(|| dir.display().to_string())
+}
