@@ -8,11 +8,12 @@
 //! tracer's own run time, the program name: bounded sets, never an inode
 //! or a pid. Metric names, types and units: docs/prometheus.md.
 use std::{
+    collections::VecDeque,
     convert::Infallible,
     net::SocketAddr,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -32,7 +33,10 @@ use prometheus_client::{
     metrics::{MetricType, TypedMetric, counter::Counter, family::Family, gauge::Gauge},
     registry::{Registry, Unit},
 };
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::{
+    net::{TcpListener, TcpSocket, TcpStream},
+    task::{AbortHandle, JoinSet},
+};
 
 use crate::{
     model::interval::{Bucket, IntervalLine},
@@ -46,10 +50,26 @@ use crate::{
 pub const CONTENT_TYPE_OPENMETRICS: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Connections served at once; more wait in the accept queue.
-const MAX_CONNECTIONS: usize = 16;
-/// A client that has not sent its request headers by then is dropped.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections held at once (the figure the flood test bounds the open
+/// sockets with). A new connection beyond it evicts the oldest held one
+/// that has not sent its request yet, else the oldest: a scraper sends its
+/// request at once and is answered in milliseconds, so whoever has held a
+/// slot longest is the idle or slow client. docs/prometheus.md says why.
+pub const MAX_CONNECTIONS: usize = 32;
+/// A client that has not sent its request headers by then is dropped: a
+/// scraper sends them right after connecting, within a round trip.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Whole life of a connection, request and response: Prometheus's default
+/// `scrape_timeout` (a scraper waits no longer for an answer).
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Read buffer limit per connection: a scrape request is a few hundred
+/// bytes; 16 KiB leaves room for long headers and bounds a flood's memory
+/// (hyper's default is ~400 KiB; its minimum is 8 KiB).
+const MAX_REQUEST_BYTES: usize = 16 << 10;
+/// Connections the kernel queues before wbscope accepts them; a flood
+/// above it has SYNs dropped (retried by the client) until the queue
+/// drains. listen(2): capped by net.core.somaxconn.
+const LISTEN_BACKLOG: u32 = 1024;
 
 /// Labels of the per-call metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -568,9 +588,8 @@ pub struct Exporter {
 impl Exporter {
     /// Binds `addr` and serves `/metrics` on the current tokio runtime.
     pub async fn start(addr: SocketAddr) -> anyhow::Result<Exporter> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("--prometheus {addr}: cannot listen"))?;
+        let listener =
+            listen(addr).with_context(|| format!("--prometheus {addr}: cannot listen"))?;
         let local_addr = listener
             .local_addr()
             .context("--prometheus: local address")?;
@@ -590,12 +609,46 @@ impl Drop for Exporter {
     }
 }
 
+/// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`]
+/// (tokio's `TcpListener::bind` takes 128).
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restarted trace can take its port
+    // back while the old connections are in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// A connection the server holds.
+struct Held {
+    task: AbortHandle,
+    /// Set once its request headers are in: it is being answered.
+    answering: Arc<AtomicBool>,
+}
+
+/// Which held connection (oldest first) gives its slot to a new one: the
+/// oldest that has not sent a request, else the oldest.
+fn victim(answering: impl IntoIterator<Item = bool>) -> usize {
+    let mut answering = answering.into_iter();
+    answering.position(|a| !a).unwrap_or(0)
+}
+
+/// Accepts without ever waiting for a slot: at most [`MAX_CONNECTIONS`]
+/// are held, and each new one evicts a held one ([`victim`]), so idle or
+/// slow clients cannot keep a scraper out and a flood costs at most that
+/// many tasks and sockets. Each connection is one request (no
+/// keep-alive), headers within [`HEADER_TIMEOUT`], all within
+/// [`CONNECTION_TIMEOUT`].
 async fn serve(listener: TcpListener, registry: Arc<Registry>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    // Dropping the set (the exporter is dropped) aborts every connection.
+    let mut tasks = JoinSet::new();
+    let mut held: VecDeque<Held> = VecDeque::with_capacity(MAX_CONNECTIONS);
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
@@ -605,24 +658,49 @@ async fn serve(listener: TcpListener, registry: Arc<Registry>) {
                 continue;
             }
         };
-        let registry = registry.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req: Request<Incoming>| {
-                let response = respond(&req, &registry);
-                async move { Ok::<_, Infallible>(response) }
-            });
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            if let Err(e) = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                log::debug!("--prometheus: connection: {e}");
+        while tasks.try_join_next().is_some() {}
+        held.retain(|h| !h.task.is_finished());
+        if held.len() >= MAX_CONNECTIONS {
+            let i = victim(held.iter().map(|h| h.answering.load(Ordering::Relaxed)));
+            if let Some(old) = held.remove(i) {
+                old.task.abort();
             }
-            drop(permit);
-        });
+        }
+        // An aborted task is dropped, socket and all, once a worker gets
+        // to it; should the accept loop ever run ahead of that, wait.
+        while tasks.len() > 2 * MAX_CONNECTIONS {
+            if tasks.join_next().await.is_none() {
+                break;
+            }
+        }
+        let answering = Arc::new(AtomicBool::new(false));
+        let task = tasks.spawn(connection(stream, registry.clone(), answering.clone()));
+        held.push_back(Held { task, answering });
+    }
+}
+
+/// Serves one request on `stream`, within the time limits.
+async fn connection(stream: TcpStream, registry: Arc<Registry>, answering: Arc<AtomicBool>) {
+    let service = service_fn(move |req: Request<Incoming>| {
+        answering.store(true, Ordering::Relaxed);
+        let response = respond(&req, &registry);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        // One request per connection: nothing idles between scrapes
+        // holding a slot; a scraper reconnects (once per scrape interval).
+        .keep_alive(false)
+        .max_buf_size(MAX_REQUEST_BYTES);
+    let served = builder.serve_connection(TokioIo::new(stream), service);
+    match tokio::time::timeout(CONNECTION_TIMEOUT, served).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::debug!("--prometheus: connection: {e}"),
+        Err(_) => {
+            log::debug!("--prometheus: connection: not done in {CONNECTION_TIMEOUT:?}, closed")
+        }
     }
 }
 
@@ -828,6 +906,15 @@ mod tests {
             text.contains("# UNIT wbscope_device_request_bytes bytes"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_oldest_connection_without_a_request_is_evicted() {
+        assert_eq!(victim([true, true, false, false]), 2);
+        assert_eq!(victim([false, true]), 0);
+        // Every held connection is being answered: the oldest goes.
+        assert_eq!(victim([true, true, true]), 0);
+        assert_eq!(victim([]), 0);
     }
 
     #[test]
