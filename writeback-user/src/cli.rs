@@ -155,8 +155,8 @@ pub struct RecordArgs {
     #[arg(long, value_name = "CALLS", default_value_t = DEFAULT_MAX_EVENT_RATE, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_event_rate: u64,
 
-    /// Seconds per interval frame (default 1).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    /// Seconds per interval frame (default 1, at least 0.1).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_interval, allow_negative_numbers = true)]
     pub interval: Option<Duration>,
 
     #[command(flatten)]
@@ -210,8 +210,8 @@ pub struct TraceArgs {
     #[arg(long, value_name = "CALLS", default_value_t = DEFAULT_MAX_EVENT_RATE, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_event_rate: u64,
 
-    /// Seconds per interval line (a positive number; default 1).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    /// Seconds per interval line (default 1, at least 0.1).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_interval, allow_negative_numbers = true)]
     pub interval: Option<Duration>,
 
     #[command(flatten)]
@@ -285,10 +285,38 @@ pub fn parse_seconds(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(v).map_err(|e| format!("`{s}`: {e}"))
 }
 
+/// The shortest `--interval`: the collector drains the ring buffer every
+/// 100 ms (`tracer::ring::DRAIN_EVERY`), so a shorter interval only adds
+/// empty lines or frames (`--interval 1e-9` spun a core and wrote 6.4 MB/s
+/// of empty frames).
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// [`parse_seconds`], at least [`MIN_INTERVAL`].
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_seconds(s)?;
+    if d < MIN_INTERVAL {
+        return Err(format!(
+            "`{s}`: the interval is at least {} s",
+            MIN_INTERVAL.as_secs_f64()
+        ));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn intervals_below_the_drain_period_are_refused() {
+        assert!(parse_interval("1e-9").is_err());
+        assert!(parse_interval("0.05").is_err());
+        assert_eq!(parse_interval("0.1").unwrap(), MIN_INTERVAL);
+        assert_eq!(parse_interval("0.25").unwrap(), Duration::from_millis(250));
+        let e = Cli::try_parse_from(["wbscope", "trace", "--interval", "1e-9"]).unwrap_err();
+        assert!(e.to_string().contains("at least 0.1 s"), "{e}");
+    }
 
     #[test]
     fn cli_definition_is_consistent() {

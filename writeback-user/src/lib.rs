@@ -9,7 +9,6 @@ pub mod commands;
 pub mod dashboard;
 pub mod error;
 pub mod export;
-pub mod filters;
 pub mod loopfs;
 pub mod model;
 pub mod recording;
@@ -17,7 +16,7 @@ pub mod session;
 pub mod sys;
 pub mod tracer;
 
-use std::{fs::File, process::ExitCode};
+use std::process::ExitCode;
 
 use anyhow::Context as _;
 use cli::{Cli, Command};
@@ -68,8 +67,13 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
     let mut builder =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
     if let Some(path) = &cli.log {
-        let file =
-            File::create(path).with_context(|| format!("opening log file {}", path.display()))?;
+        // Appended to, never truncated: a log file named by mistake (or
+        // shared between runs) keeps what it had.
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening log file {}", path.display()))?;
         builder.target(env_logger::Target::Pipe(Box::new(file)));
     } else if cli.command.is_none() {
         builder.filter_level(log::LevelFilter::Off);

@@ -13,7 +13,6 @@ use crate::{
     UsageError,
     cli::RecordArgs,
     export::json_lines::SummaryLine,
-    filters,
     model::CallRecord,
     model::interval::IntervalLine,
     model::plan::HookKind,
@@ -70,7 +69,7 @@ fn create_new(path: &Path) -> anyhow::Result<File> {
 }
 
 pub async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
-    let filter = filters::resolve(&args.filter)?;
+    let filter = super::filter::resolve(&args.filter)?;
     // Checked before attaching (create_new below still guards the race).
     if args.output.exists() {
         return Err(UsageError(format!(

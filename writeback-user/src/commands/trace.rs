@@ -16,7 +16,6 @@ use crate::{
         prometheus::Exporter,
         text,
     },
-    filters,
     model::CallRecord,
     model::interval::IntervalLine,
     model::plan::{HookKind, ProbeState},
@@ -82,7 +81,7 @@ impl SessionOutput for TraceOutput {
 }
 
 pub async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
-    let filter = filters::resolve(&args.filter)?;
+    let filter = super::filter::resolve(&args.filter)?;
     // --prometheus (export/prometheus.rs): listening before the probes are
     // attached, so a scrape right after the "tracing;" line works; stdout
     // output goes on as without it.

@@ -1,0 +1,86 @@
+//! Command-line misuse a careful operator might try on a production host:
+//! each gets one clear line and exit code 2, and changes nothing (issue 13).
+use std::{
+    fs,
+    process::{Command, Stdio},
+};
+
+fn wbscope() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wbscope"))
+}
+
+/// Exit code and stderr of a run with no terminal anywhere (stdin from
+/// /dev/null, stdout and stderr piped), as under `setsid … </dev/null`.
+fn without_terminal(args: &[&str]) -> (Option<i32>, String) {
+    let out = wbscope()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("running wbscope");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_dashboard_without_a_terminal_says_so_in_one_line() {
+    let (code, stderr) = without_terminal(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("needs a terminal"), "{stderr}");
+    assert!(stderr.contains("wbscope trace"), "{stderr}");
+}
+
+#[test]
+fn an_existing_log_file_is_appended_to_not_truncated() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("wbscope.log");
+    fs::write(&log, "kept line\n").expect("log");
+    let status = wbscope()
+        .arg("--log")
+        .arg(&log)
+        .args(["replay", "/no/such/recording"])
+        .stderr(Stdio::null())
+        .status()
+        .expect("running wbscope");
+    assert!(!status.success());
+    let text = fs::read_to_string(&log).expect("log");
+    assert!(text.starts_with("kept line\n"), "{text:?}");
+}
+
+#[test]
+fn an_interval_below_the_drain_period_is_refused() {
+    for args in [
+        &["trace", "--interval", "1e-9"][..],
+        &["record", "-o", "/nonexistent/x.rec", "--interval", "0.001"][..],
+    ] {
+        let out = wbscope().args(args).output().expect("running wbscope");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("at least 0.1 s"), "{stderr}");
+    }
+}
+
+#[test]
+fn filters_that_can_never_match_are_refused() {
+    for (args, why) in [
+        (&["trace", "--device", "999:999"][..], "no block device"),
+        (
+            &["trace", "--device", "/dev/null"][..],
+            "not a block device",
+        ),
+        (
+            &["trace", "--device", "/proc"][..],
+            "never writes pages back",
+        ),
+    ] {
+        let out = wbscope().args(args).output().expect("running wbscope");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+    }
+}
