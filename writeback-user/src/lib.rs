@@ -4,6 +4,7 @@
 //! programs configured and attached, [`collector`] reads their records,
 //! [`model`] aggregates them, [`tui`] and [`export`] present them, and
 //! [`commands`] wires one subcommand each.
+pub mod capture;
 pub mod cli;
 pub mod commands;
 pub mod dashboard;
@@ -12,7 +13,6 @@ pub mod export;
 pub mod loopfs;
 pub mod model;
 pub mod recording;
-pub mod session;
 pub mod sys;
 pub mod tracer;
 

@@ -168,7 +168,10 @@ mod tests {
         let root = DevId::from_user(meta.dev());
         assert_eq!(device("/").unwrap(), (root.major << 20) | root.minor);
         // And MAJ:MIN of a mounted filesystem names the same device.
-        assert_eq!(device(&root.to_string()).unwrap(), (root.major << 20) | root.minor);
+        assert_eq!(
+            device(&root.to_string()).unwrap(),
+            (root.major << 20) | root.minor
+        );
     }
 
     /// Targets that can never see writeback are refused with the reason

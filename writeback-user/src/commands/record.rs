@@ -11,13 +11,13 @@ use anyhow::Context as _;
 
 use crate::{
     UsageError,
+    capture::session::{self, Ending, Limits, SessionOutput},
     cli::RecordArgs,
-    export::json_lines::SummaryLine,
     model::CallRecord,
     model::interval::IntervalLine,
+    model::interval::SummaryLine,
     model::plan::HookKind,
     recording::{FORMAT_VERSION, FrameKind, Header, writer::RecordingWriter},
-    session::{self, Ending, Limits, SessionOutput},
 };
 
 struct RecordingOutput {

@@ -10,16 +10,12 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::{
+    capture::session::{self, Limits, SessionOutput},
     cli::TraceArgs,
-    export::{
-        json_lines::{CallLine, SummaryLine},
-        prometheus::Exporter,
-        text,
-    },
+    export::{json_lines::CallLine, prometheus::Exporter, text},
     model::CallRecord,
-    model::interval::IntervalLine,
+    model::interval::{IntervalLine, SummaryLine},
     model::plan::{HookKind, ProbeState},
-    session::{self, Limits, SessionOutput},
 };
 
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);

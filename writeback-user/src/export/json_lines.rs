@@ -2,11 +2,7 @@
 //! documented in docs/trace-json.md; every line has a `"type"`.
 use serde::Serialize;
 
-use crate::model::kernel::{KernelStats, ProgramRunTime};
-use crate::{
-    model::plan::ProbeStatus,
-    model::{CallRecord, DevId, ScanFigures, Totals, cause_name, sync_mode_name, wb_reason_name},
-};
+use crate::model::{CallRecord, DevId, ScanFigures, cause_name, sync_mode_name, wb_reason_name};
 
 /// `{"type":"call", ...}`: one writepages call.
 #[derive(Debug, Serialize)]
@@ -94,65 +90,16 @@ impl<'a> From<&'a CallRecord> for CallLine<'a> {
     }
 }
 
-/// `{"type":"summary", ...}`: the last line, whatever stopped the trace.
-#[derive(Debug, Serialize)]
-pub struct SummaryLine<'a> {
-    pub r#type: &'static str,
-    pub duration_s: f64,
-    pub calls: u64,
-    pub pages_written: u64,
-    pub lost_records: u64,
-    pub unmatched_results: u64,
-    /// Records the ring buffer delivered that could not be decoded.
-    pub bad_records: u64,
-    /// Calls the in-kernel filters dropped.
-    pub filtered: u64,
-    /// Calls counted in the figures but not written out one by one because
-    /// the call rate was over `--max-event-rate`.
-    pub calls_not_written: u64,
-    pub probes: &'a [ProbeStatus],
-    /// BPF run time per program over the whole trace (null figures when
-    /// the kernel keeps no BPF statistics).
-    pub run_time: Vec<crate::model::interval::RunTimeLine>,
-}
-
-impl<'a> SummaryLine<'a> {
-    pub fn new(
-        duration_s: f64,
-        totals: &Totals,
-        kernel: &KernelStats,
-        bad_records: u64,
-        probes: &'a [ProbeStatus],
-        run_times: &[ProgramRunTime],
-    ) -> Self {
-        SummaryLine {
-            r#type: "summary",
-            duration_s,
-            calls: totals.calls,
-            pages_written: totals.pages_written,
-            lost_records: kernel.lost_records,
-            unmatched_results: kernel.unmatched_results,
-            bad_records,
-            filtered: kernel.filtered,
-            calls_not_written: 0,
-            probes,
-            run_time: run_times
-                .iter()
-                .map(|r| crate::model::interval::RunTimeLine {
-                    program: r.program.clone(),
-                    run_count: r.run_count,
-                    run_time_ns: r.run_time_ns,
-                    avg_ns: (r.run_count > 0).then(|| r.run_time_ns as f64 / r.run_count as f64),
-                })
-                .collect(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::plan::ProbeState;
+    use crate::model::{
+        Totals,
+        interval::SummaryLine,
+        kernel::{KernelStats, ProgramRunTime},
+        plan::ProbeStatus,
+    };
 
     #[test]
     fn call_line_schema() {

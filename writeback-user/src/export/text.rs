@@ -1,8 +1,8 @@
 //! `wbscope trace` without `--json`: a fixed-width table for people, in the
 //! spirit of perf-trace and bcc's tools.
 use crate::{
-    export::json_lines::SummaryLine,
     model::interval::IntervalLine,
+    model::interval::SummaryLine,
     model::plan::ProbeState,
     model::{CallRecord, cause_name, sync_mode_name},
 };

@@ -9,8 +9,9 @@ use writeback_common::{DevCounterKey, agg, block_hist, dirty, inode_pass as ip};
 
 use crate::{
     model::{
-        CallRecord, DevId, Log2Histogram, cause_name,
-        kernel::{KernelSnapshot, VmStat},
+        CallRecord, DevId, Log2Histogram, Totals, cause_name,
+        kernel::{KernelSnapshot, KernelStats, ProgramRunTime, VmStat},
+        plan::ProbeStatus,
         wb_reason_name,
     },
     sys::page_size,
@@ -470,6 +471,61 @@ impl IntervalLine {
                 .lost_records
                 .saturating_sub(prev.stats.lost_records),
             run_time,
+        }
+    }
+}
+
+/// `{"type":"summary", ...}`: the last line, whatever stopped the trace.
+#[derive(Debug, Serialize)]
+pub struct SummaryLine<'a> {
+    pub r#type: &'static str,
+    pub duration_s: f64,
+    pub calls: u64,
+    pub pages_written: u64,
+    pub lost_records: u64,
+    pub unmatched_results: u64,
+    /// Records the ring buffer delivered that could not be decoded.
+    pub bad_records: u64,
+    /// Calls the in-kernel filters dropped.
+    pub filtered: u64,
+    /// Calls counted in the figures but not written out one by one because
+    /// the call rate was over `--max-event-rate`.
+    pub calls_not_written: u64,
+    pub probes: &'a [ProbeStatus],
+    /// BPF run time per program over the whole trace (null figures when
+    /// the kernel keeps no BPF statistics).
+    pub run_time: Vec<RunTimeLine>,
+}
+
+impl<'a> SummaryLine<'a> {
+    pub fn new(
+        duration_s: f64,
+        totals: &Totals,
+        kernel: &KernelStats,
+        bad_records: u64,
+        probes: &'a [ProbeStatus],
+        run_times: &[ProgramRunTime],
+    ) -> Self {
+        SummaryLine {
+            r#type: "summary",
+            duration_s,
+            calls: totals.calls,
+            pages_written: totals.pages_written,
+            lost_records: kernel.lost_records,
+            unmatched_results: kernel.unmatched_results,
+            bad_records,
+            filtered: kernel.filtered,
+            calls_not_written: 0,
+            probes,
+            run_time: run_times
+                .iter()
+                .map(|r| RunTimeLine {
+                    program: r.program.clone(),
+                    run_count: r.run_count,
+                    run_time_ns: r.run_time_ns,
+                    avg_ns: (r.run_count > 0).then(|| r.run_time_ns as f64 / r.run_count as f64),
+                })
+                .collect(),
         }
     }
 }

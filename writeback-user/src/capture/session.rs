@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    export::json_lines::SummaryLine,
+    model::interval::SummaryLine,
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{HookKind, ProbeStatus},
     model::{CallRecord, Totals},
