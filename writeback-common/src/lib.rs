@@ -9,6 +9,26 @@
 
 pub mod fields;
 
+/// The one log2 bucket rule of every histogram, kernel and userspace
+/// alike: bucket 0 holds 0, bucket k (k >= 1) holds [2^(k-1), 2^k), and
+/// values past bucket `max` count in `max`. The eBPF programs call it on
+/// their hot paths (it inlines to a count-leading-zeros and a compare).
+#[inline(always)]
+pub const fn log2_bucket(value: u64, max: u32) -> u32 {
+    let b = u64::BITS - value.leading_zeros();
+    if b > max { max } else { b }
+}
+
+/// The values `[lo, hi]` bucket `k` of [`log2_bucket`] holds (bucket 64,
+/// the last, ends at `u64::MAX`).
+pub const fn log2_bucket_bounds(k: u32) -> (u64, u64) {
+    match k {
+        0 => (0, 0),
+        64.. => (1 << 63, u64::MAX),
+        _ => (1 << (k - 1), (1u64 << k) - 1),
+    }
+}
+
 /// Maximum number of fields a [`TracepointLayout`] can describe.
 pub const MAX_TP_FIELDS: usize = 16;
 

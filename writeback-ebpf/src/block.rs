@@ -11,10 +11,11 @@ use aya_ebpf::{
 use writeback_common::{
     BlockHistKey, BlockMembers, RequestKey, TracepointLayout, block_hist, block_members as bm,
     fields::{bio_queue as bq, rq},
+    log2_bucket,
 };
 
 use crate::{
-    BLOCK_HIST, BLOCK_SLOTS, RQ_START, log2_bucket,
+    BLOCK_HIST, BLOCK_SLOTS, RQ_START,
     read::{Access, Typed, field, now_ns},
     writepages::{current_call, raw_arg},
 };

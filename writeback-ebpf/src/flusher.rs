@@ -9,11 +9,11 @@ use aya_log_ebpf::warn;
 use writeback_common::{
     DevCounterKey, FlusherWork, TracepointLayout, agg, dirty,
     fields::{balance_dirty as bd, global_dirty, single_inode as si, wb_work},
-    inode_pass as ip, members as m,
+    inode_pass as ip, log2_bucket, members as m,
 };
 
 use crate::{
-    AGG, DIRTY, INODE_PASS, WORK, add, log2_bucket,
+    AGG, DIRTY, INODE_PASS, WORK, add,
     read::{Typed, current_tid, field, member, now_ns},
     writepages::{KERNEL_MEMBERS, filtered_out, inode_key, raw_arg},
 };

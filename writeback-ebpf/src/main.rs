@@ -134,13 +134,6 @@ fn bump(index: u32) {
     add(&STATS, index, 1);
 }
 
-/// log2 bucket: 0 for 0, k for [2^(k-1), 2^k), capped at `max`.
-#[inline(always)]
-fn log2_bucket(value: u64, max: u32) -> u32 {
-    let b = 64 - value.leading_zeros();
-    if b > max { max } else { b }
-}
-
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {

@@ -300,13 +300,7 @@ impl Model {
                 while w.throughput.len() > HISTORY_SECS {
                     w.throughput.pop_front();
                 }
-                for (k, &c) in s.chunk_pages.buckets().iter().enumerate() {
-                    // Log2Histogram has no merge; adding bucket by bucket
-                    // records representative values of the same bucket.
-                    for _ in 0..c {
-                        w.chunk_pages.record(bucket_floor(k));
-                    }
-                }
+                w.chunk_pages.merge(&s.chunk_pages);
                 for (kind, h) in &s.sync {
                     w.sync.entry(*kind).or_default().merge(h);
                 }
@@ -336,14 +330,6 @@ impl Model {
         self.interval_pages = 0;
         self.writer.chunk_pages = Log2Histogram::default();
         self.writer.sync.clear();
-    }
-}
-
-/// The smallest value of log2 bucket `k`.
-fn bucket_floor(k: usize) -> u64 {
-    match k {
-        0 => 0,
-        _ => 1u64 << (k - 1).min(63),
     }
 }
 

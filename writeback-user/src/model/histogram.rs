@@ -15,8 +15,21 @@ impl Default for Log2Histogram {
 }
 
 impl Log2Histogram {
+    /// The bucket `value` counts in ([`writeback_common::log2_bucket`]).
     pub fn bucket_of(value: u64) -> usize {
-        (u64::BITS - value.leading_zeros()) as usize
+        writeback_common::log2_bucket(value, 64) as usize
+    }
+
+    /// The values `[lo, hi]` bucket `k` holds.
+    pub fn bucket_bounds(k: usize) -> (u64, u64) {
+        writeback_common::log2_bucket_bounds(k.min(64) as u32)
+    }
+
+    /// Adds another histogram's counts, bucket by bucket.
+    pub fn merge(&mut self, other: &Log2Histogram) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets.iter()) {
+            *mine += theirs;
+        }
     }
 
     /// The label of bucket `k`: `0`, `1`, `2-3`, `4-7`, ... with K/M
@@ -101,5 +114,18 @@ mod tests {
         assert_eq!(h.count(), 5);
         assert_eq!(h.span(), Some((0, 9)));
         assert_eq!(h.buckets()[3], 3);
+        let mut g = Log2Histogram::default();
+        g.record(6);
+        g.merge(&h);
+        assert_eq!((g.count(), g.buckets()[3]), (6, 4));
+        assert_eq!(Log2Histogram::bucket_bounds(0), (0, 0));
+        assert_eq!(Log2Histogram::bucket_bounds(3), (4, 7));
+        assert_eq!(Log2Histogram::bucket_bounds(64), (1 << 63, u64::MAX));
+        // Every bound falls in its own bucket: the two rules agree.
+        for k in 0..=64 {
+            let (lo, hi) = Log2Histogram::bucket_bounds(k);
+            assert_eq!(Log2Histogram::bucket_of(lo), k);
+            assert_eq!(Log2Histogram::bucket_of(hi), k);
+        }
     }
 }

@@ -90,20 +90,12 @@ pub struct Bucket {
     pub count: u64,
 }
 
-fn bucket_bounds(k: usize) -> (u64, u64) {
-    match k {
-        0 => (0, 0),
-        64.. => (1 << 63, u64::MAX),
-        _ => (1 << (k - 1), (1u64 << k) - 1),
-    }
-}
-
 fn buckets_of(counts: impl IntoIterator<Item = (usize, u64)>) -> Vec<Bucket> {
     counts
         .into_iter()
         .filter(|&(_, c)| c > 0)
         .map(|(k, count)| {
-            let (lo, hi) = bucket_bounds(k);
+            let (lo, hi) = Log2Histogram::bucket_bounds(k);
             Bucket { lo, hi, count }
         })
         .collect()
