@@ -7,6 +7,9 @@ mod bench;
 mod bench_writer;
 mod dist;
 mod setup;
+// Test-only: the check that setup installs every program the sources spawn.
+#[cfg(test)]
+mod spawned;
 mod vm;
 
 use std::{
