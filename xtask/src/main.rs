@@ -7,6 +7,9 @@ mod bench;
 mod bench_writer;
 mod dist;
 mod setup;
+// Test-only: the check that setup installs every program the sources spawn.
+#[cfg(test)]
+mod spawned;
 mod vm;
 
 use std::{
@@ -26,7 +29,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Detect or install the eBPF toolchain and bpf-linker (idempotent).
+    /// Detect or install the eBPF toolchain, bpf-linker and every program
+    /// the tests, vm-test and the benchmarks run (idempotent).
     Setup,
     /// Build wbscope with its eBPF object embedded.
     Build {
@@ -135,7 +139,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.task {
         Task::Setup => {
-            setup::ensure(setup::Scope::Build)?;
+            setup::ensure(setup::Scope::All)?;
             Ok(())
         }
         Task::Build { release } => build(release).map(|_| ()),
@@ -176,6 +180,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     "bench writer mounts a loop filesystem and drops the page cache: run it as root"
                 );
             }
+            setup::ensure_tools(setup::Scope::Bench)?;
             let binary = build(true)?;
             let report = bench_writer::bench(
                 &binary,
@@ -199,6 +204,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if !setup::is_root() {
                 bail!("the benchmark mounts a loop filesystem and attaches BPF: run it as root");
             }
+            setup::ensure_tools(setup::Scope::Bench)?;
             let binary = build(true)?;
             let report = bench::bench(
                 &binary,

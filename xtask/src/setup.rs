@@ -27,11 +27,19 @@ const LINKER_BUILD_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "zlib1g-dev",
 ];
-/// Tools the kernel integration tests drive: loop devices and setpriv
-/// (util-linux), mkfs.ext4 (e2fsprogs), mkfs.xfs, tmux for the TUI, strace
-/// (the writer CLI tests count real syscalls) and script (a pseudo-terminal
-/// for the progress-bar test).
-const TEST_TOOLS: &[(&str, &str)] = &[
+/// A program setup makes sure of, and the Debian package that ships it.
+pub(crate) type Tool = (&'static str, &'static str);
+
+/// Programs `cargo test` runs (writeback-user's and writer-core's tests):
+/// loop devices and setpriv (util-linux), mkfs.ext4 (e2fsprogs), mkfs.xfs,
+/// tmux for the TUI, strace (the writer CLI tests count real syscalls),
+/// script (a pseudo-terminal for the progress-bar test), prometheus (the
+/// exporter's end-to-end test runs the server itself) and bpftool (btf.rs's
+/// tests cross-check the BTF parser against `bpftool btf dump`;
+/// record_replay counts loaded programs with `bpftool prog show`).
+/// spawned.rs's test checks that every program the sources spawn is in the
+/// list of its scope or on every base machine.
+const TEST_TOOLS: &[Tool] = &[
     ("losetup", "util-linux"),
     ("setpriv", "util-linux"),
     ("mkfs.ext4", "e2fsprogs"),
@@ -39,21 +47,72 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("tmux", "tmux"),
     ("strace", "strace"),
     ("script", "bsdutils"),
-    // The exporter's end-to-end test runs the server binary itself.
     ("prometheus", "prometheus"),
-    // cargo xtask vm-test (xtask/src/vm.rs): qemu boots Debian's 6.1 and
-    // 6.12 under TCG, busybox-static is the guest's /init shell, kmod
-    // resolves the guest's module order, xz unpacks 6.12's .ko.xz modules.
+    ("bpftool", "bpftool"),
+];
+
+/// `cargo xtask vm-test` (xtask/src/vm.rs; `cargo xtask test` runs it
+/// too): qemu boots Debian's 6.1 and 6.12 under TCG, busybox-static is the
+/// guest's /init shell, kmod's depmod and modprobe resolve the guest's
+/// module order, xz (or zstd, for kernels that compress with it) unpacks
+/// the modules.
+const VM_TOOLS: &[Tool] = &[
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("busybox", "busybox-static"),
     ("depmod", "kmod"),
+    ("modprobe", "kmod"),
     ("xz", "xz-utils"),
+    ("zstd", "zstd"),
 ];
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// `cargo xtask bench writer` compares `wbscope write` with fio. The rest
+/// the benchmarks run is on every base machine: dd (coreutils), losetup
+/// (util-linux), mkfs.ext4 (e2fsprogs), mount (spawned.rs's BASE_TOOLS).
+const BENCH_TOOLS: &[Tool] = &[("fio", "fio")];
+
+/// Where a program is looked for besides `PATH`: a non-root user's `PATH`
+/// on Debian lacks the sbin directories (mkfs.xfs, losetup, depmod live
+/// there), while the tests that run them run as root, whose `PATH` has them.
+const SBIN_DIRS: &[&str] = &["/usr/local/sbin", "/usr/sbin", "/sbin"];
+
+/// What a task needs besides the eBPF toolchain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
+    /// Building only: the toolchain and bpf-linker, no other programs.
     Build,
+    /// `cargo xtask test`: [`TEST_TOOLS`] and, as it runs the VM checks
+    /// too, [`VM_TOOLS`].
     Test,
+    /// `cargo xtask vm-test`.
+    Vm,
+    /// `cargo xtask bench [writer]`.
+    Bench,
+    /// `cargo xtask setup`: everything any task runs.
+    All,
+}
+
+impl Scope {
+    fn name(self) -> &'static str {
+        match self {
+            Scope::Build => "build",
+            Scope::Test => "test",
+            Scope::Vm => "vm-test",
+            Scope::Bench => "bench",
+            Scope::All => "setup",
+        }
+    }
+}
+
+/// The programs `scope` makes sure of.
+pub(crate) fn scope_tools(scope: Scope) -> Vec<Tool> {
+    let lists: &[&[Tool]] = match scope {
+        Scope::Build => &[],
+        Scope::Test => &[TEST_TOOLS, VM_TOOLS],
+        Scope::Vm => &[VM_TOOLS],
+        Scope::Bench => &[BENCH_TOOLS],
+        Scope::All => &[TEST_TOOLS, VM_TOOLS, BENCH_TOOLS],
+    };
+    lists.iter().flat_map(|l| l.iter().copied()).collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,8 +229,8 @@ pub struct Toolchains {
     pub bpf_linker: PathBuf,
 }
 
-/// Makes sure the eBPF toolchain and bpf-linker (and, for tests, the tools
-/// the kernel tests drive) are there. Installs what is missing on
+/// Makes sure the eBPF toolchain and bpf-linker, and the programs `scope`
+/// runs, are there. Installs what is missing on
 /// Debian/Ubuntu; elsewhere says exactly what to install.
 pub fn ensure(scope: Scope) -> anyhow::Result<Toolchains> {
     let mut apt = Apt { updated: false };
@@ -239,29 +298,165 @@ pub fn ensure(scope: Scope) -> anyhow::Result<Toolchains> {
         ),
     };
 
-    if scope == Scope::Test {
-        let missing: Vec<&str> = TEST_TOOLS
-            .iter()
-            .filter(|(tool, _)| {
-                !quiet(Command::new("sh").args(["-c", &format!("command -v {tool}")]))
-            })
-            .map(|(_, pkg)| *pkg)
-            .collect();
-        if missing.is_empty() {
-            eprintln!("xtask: test tools: ok");
-        } else if is_debian() {
-            let mut pkgs = missing.clone();
-            pkgs.dedup();
-            apt.install(&pkgs)?;
-        } else {
-            bail!(
-                "the kernel tests need these packages: {}",
-                missing.join(" ")
-            );
-        }
-    }
+    install_tools(&mut apt, scope)?;
     Ok(Toolchains {
         bpf: toolchain,
         bpf_linker: linker,
     })
+}
+
+/// Makes sure the programs `scope` runs are there, without the toolchain
+/// (for tasks that build through [`ensure`] later or not at all).
+pub fn ensure_tools(scope: Scope) -> anyhow::Result<()> {
+    install_tools(&mut Apt { updated: false }, scope)
+}
+
+/// Installs the packages of the programs of `scope` that are missing, then
+/// checks that each program is now there.
+fn install_tools(apt: &mut Apt, scope: Scope) -> anyhow::Result<()> {
+    let tools = scope_tools(scope);
+    if tools.is_empty() {
+        return Ok(());
+    }
+    let dirs = tool_dirs(std::env::var_os("PATH"));
+    let missing: Vec<Tool> = tools
+        .into_iter()
+        .filter(|(tool, _)| find_tool(tool, &dirs).is_none())
+        .collect();
+    if missing.is_empty() {
+        eprintln!("xtask: {} tools: ok", scope.name());
+        return Ok(());
+    }
+    let packages = packages_of(&missing);
+    if !is_debian() {
+        bail!(
+            "the {} tasks need these programs: {} (Debian packages: {})",
+            scope.name(),
+            missing
+                .iter()
+                .map(|(tool, _)| *tool)
+                .collect::<Vec<_>>()
+                .join(" "),
+            packages.join(" ")
+        );
+    }
+    apt.install(&packages)?;
+    verify_installed(&missing, |tool| find_tool(tool, &dirs).is_some())
+}
+
+/// The packages of `tools`, each once, in order.
+fn packages_of(tools: &[Tool]) -> Vec<&'static str> {
+    let mut packages: Vec<&'static str> = Vec::new();
+    for (_, package) in tools {
+        if !packages.contains(package) {
+            packages.push(package);
+        }
+    }
+    packages
+}
+
+/// After `apt-get install`: one line naming each program still not found
+/// and its package (a package that no longer ships the program under that
+/// name, or a `PATH` without the directory it went to).
+fn verify_installed(installed: &[Tool], found: impl Fn(&str) -> bool) -> anyhow::Result<()> {
+    let still: Vec<String> = installed
+        .iter()
+        .filter(|(tool, _)| !found(tool))
+        .map(|(tool, package)| format!("{tool} (package {package})"))
+        .collect();
+    if !still.is_empty() {
+        bail!(
+            "apt-get installed the packages, but these programs are still not on PATH \
+             (nor in {}): {}",
+            SBIN_DIRS.join(", "),
+            still.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The directories a program is looked for in: `PATH`'s, then [`SBIN_DIRS`].
+fn tool_dirs(path: Option<std::ffi::OsString>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = path
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend(SBIN_DIRS.iter().map(PathBuf::from));
+    dirs
+}
+
+/// The first executable file named `tool` in `dirs`.
+fn find_tool(tool: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    dirs.iter().map(|d| d.join(tool)).find(|p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    /// A program apt did not bring: one line naming it and its package,
+    /// nothing about the ones that came.
+    #[test]
+    fn a_program_still_missing_after_install_is_named_with_its_package() {
+        let tools = [("bpftool", "bpftool"), ("mkfs.xfs", "xfsprogs")];
+        let err = verify_installed(&tools, |t| t == "mkfs.xfs").unwrap_err();
+        let text = format!("{err:#}");
+        assert!(!text.contains('\n'), "{text}");
+        assert!(text.ends_with(": bpftool (package bpftool)"), "{text}");
+        assert!(verify_installed(&tools, |_| true).is_ok());
+    }
+
+    /// A user's PATH without sbin still finds what lives there; only
+    /// executable files count.
+    #[test]
+    fn tools_are_found_in_sbin_and_must_be_executable() {
+        let dir = std::env::temp_dir().join(format!("xtask-tools-{}", std::process::id()));
+        let (bin, sbin) = (dir.join("bin"), dir.join("sbin"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&sbin).unwrap();
+        let tool = sbin.join("fake-mkfs");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::write(bin.join("not-executable"), "").unwrap();
+        let dirs = [bin.clone(), sbin.clone()];
+        let found = find_tool("fake-mkfs", &dirs);
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let found_after = find_tool("fake-mkfs", &dirs);
+        let plain = find_tool("not-executable", &dirs);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(found, None);
+        assert_eq!(found_after, Some(tool));
+        assert_eq!(plain, None);
+        let user_path = tool_dirs(Some("/usr/local/bin:/usr/bin:/bin".into()));
+        for sbin in SBIN_DIRS {
+            assert!(user_path.contains(&PathBuf::from(sbin)), "{sbin}");
+        }
+        assert_eq!(user_path[0], PathBuf::from("/usr/local/bin"));
+    }
+
+    #[test]
+    fn each_package_is_installed_once() {
+        assert_eq!(
+            packages_of(&[
+                ("losetup", "util-linux"),
+                ("x", "p"),
+                ("setpriv", "util-linux")
+            ]),
+            vec!["util-linux", "p"]
+        );
+    }
+
+    /// `cargo xtask setup` installs what every other task would.
+    #[test]
+    fn setup_covers_every_scope() {
+        let all = scope_tools(Scope::All);
+        for scope in [Scope::Build, Scope::Test, Scope::Vm, Scope::Bench] {
+            for tool in scope_tools(scope) {
+                assert!(all.contains(&tool), "{tool:?} of {scope:?}");
+            }
+        }
+    }
 }

@@ -78,6 +78,7 @@ pub const BINARY_VAR: &str = "WBSCOPE_VM_BINARY";
 /// `cargo xtask vm-test [--kernel K]`.
 pub fn vm_test(kernel: Option<&str>) -> anyhow::Result<()> {
     let kernels = select(kernel)?;
+    crate::setup::ensure_tools(crate::setup::Scope::Vm)?;
     run(&kernels, &wbscope_binary()?)
 }
 
