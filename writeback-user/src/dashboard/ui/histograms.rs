@@ -3,18 +3,15 @@
 //! across: a 1 MiB chunk is 256 pages, in the `256-511` row next to the
 //! kernel calls of that size.
 use ratatui::{
-    Frame,
+    buffer::Buffer,
     layout::Rect,
     style::Style,
     text::{Line, Span},
-    widgets::Paragraph,
+    widgets::{Paragraph, Widget},
 };
 
 use super::{pane_block, theme};
-use crate::{
-    dashboard::app::{App, Pane},
-    model::Log2Histogram,
-};
+use crate::{dashboard::state::Model, model::Log2Histogram};
 
 /// Bucket rows to show: the union of the three histograms' spans, cut
 /// to `rows` around the part holding the most pages when it does not fit.
@@ -66,85 +63,95 @@ fn bar(count: u64, max: u64, width: usize, style: Style, label: String) -> Vec<S
     ]
 }
 
-pub fn render(app: &App, frame: &mut Frame, area: Rect) {
-    let m = app.shown();
-    let block = pane_block(
-        " pages per call (kernel) and per chunk (writer) ",
-        app.view.focus == Pane::Histograms,
-    );
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
-    if inner.height == 0 || inner.width < 20 {
-        return;
-    }
-    let hists = [&m.hist_last, &m.hist_total, &m.writer.chunk_pages];
-    let shown = rows(hists, usize::from(inner.height.saturating_sub(1)));
-    if shown.is_empty() {
-        frame.render_widget(
-            Paragraph::new(Line::from(Span::styled(
-                "no writepages calls or writer chunks yet",
-                theme::dim(),
-            ))),
-            inner,
+/// The widget of the three chunk histograms side by side: it reads only its own slice of the
+/// dashboard state.
+pub(crate) struct Histograms<'a> {
+    pub(crate) model: &'a Model,
+    pub(crate) focused: bool,
+}
+
+impl Widget for Histograms<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let m = self.model;
+        let block = pane_block(
+            " pages per call (kernel) and per chunk (writer) ",
+            self.focused,
         );
-        return;
+        let inner = block.inner(area);
+        Widget::render(block, area, buf);
+        if inner.height == 0 || inner.width < 20 {
+            return;
+        }
+        let hists = [&m.hist_last, &m.hist_total, &m.writer.chunk_pages];
+        let shown = rows(hists, usize::from(inner.height.saturating_sub(1)));
+        if shown.is_empty() {
+            Widget::render(
+                Paragraph::new(Line::from(Span::styled(
+                    "no writepages calls or writer chunks yet",
+                    theme::dim(),
+                ))),
+                inner,
+                buf,
+            );
+            return;
+        }
+        // Label, then three columns of bar + 6-cell figure + a space.
+        const LABEL: usize = 9;
+        let col = (usize::from(inner.width).saturating_sub(LABEL + 1) / 3).max(8);
+        let bar_w = col.saturating_sub(7).max(1);
+        let head = |t: &str| format!("{:<col$}", t.chars().take(col).collect::<String>());
+        let mut lines = vec![Line::from(vec![
+            Span::styled(format!("{:>LABEL$} ", "pages"), theme::dim()),
+            Span::styled(head("kernel, last 1 s"), theme::kernel()),
+            Span::styled(head("kernel, since start"), theme::kernel()),
+            Span::styled(head("writer chunks"), theme::writer()),
+        ])];
+        let max_of = |h: &Log2Histogram| shown.iter().map(|&k| h.buckets()[k]).max().unwrap_or(0);
+        let (max_last, max_total, max_w) = (
+            max_of(&m.hist_last),
+            max_of(&m.hist_total),
+            max_of(&m.writer.chunk_pages),
+        );
+        let total = m.hist_total.count().max(1);
+        let writer_total = m.writer.chunk_pages.count().max(1);
+        for &k in &shown {
+            let last = m.hist_last.buckets()[k];
+            let tot = m.hist_total.buckets()[k];
+            let wr = m.writer.chunk_pages.buckets()[k];
+            let pct = |n: u64, of: u64| {
+                if n == 0 {
+                    String::new()
+                } else {
+                    format!("{:.0}%", n as f64 * 100.0 / of as f64)
+                }
+            };
+            let mut spans = vec![Span::raw(format!(
+                "{:>LABEL$} ",
+                Log2Histogram::bucket_label(k)
+            ))];
+            spans.extend(bar(
+                last,
+                max_last,
+                bar_w,
+                theme::kernel(),
+                if last == 0 {
+                    String::new()
+                } else {
+                    last.to_string()
+                },
+            ));
+            spans.extend(bar(tot, max_total, bar_w, theme::kernel(), pct(tot, total)));
+            spans.extend(bar(
+                wr,
+                max_w,
+                bar_w,
+                theme::writer(),
+                pct(wr, writer_total),
+            ));
+            lines.push(Line::from(spans));
+        }
+        Widget::render(Paragraph::new(lines), inner, buf);
     }
-    // Label, then three columns of bar + 6-cell figure + a space.
-    const LABEL: usize = 9;
-    let col = (usize::from(inner.width).saturating_sub(LABEL + 1) / 3).max(8);
-    let bar_w = col.saturating_sub(7).max(1);
-    let head = |t: &str| format!("{:<col$}", t.chars().take(col).collect::<String>());
-    let mut lines = vec![Line::from(vec![
-        Span::styled(format!("{:>LABEL$} ", "pages"), theme::dim()),
-        Span::styled(head("kernel, last 1 s"), theme::kernel()),
-        Span::styled(head("kernel, since start"), theme::kernel()),
-        Span::styled(head("writer chunks"), theme::writer()),
-    ])];
-    let max_of = |h: &Log2Histogram| shown.iter().map(|&k| h.buckets()[k]).max().unwrap_or(0);
-    let (max_last, max_total, max_w) = (
-        max_of(&m.hist_last),
-        max_of(&m.hist_total),
-        max_of(&m.writer.chunk_pages),
-    );
-    let total = m.hist_total.count().max(1);
-    let writer_total = m.writer.chunk_pages.count().max(1);
-    for &k in &shown {
-        let last = m.hist_last.buckets()[k];
-        let tot = m.hist_total.buckets()[k];
-        let wr = m.writer.chunk_pages.buckets()[k];
-        let pct = |n: u64, of: u64| {
-            if n == 0 {
-                String::new()
-            } else {
-                format!("{:.0}%", n as f64 * 100.0 / of as f64)
-            }
-        };
-        let mut spans = vec![Span::raw(format!(
-            "{:>LABEL$} ",
-            Log2Histogram::bucket_label(k)
-        ))];
-        spans.extend(bar(
-            last,
-            max_last,
-            bar_w,
-            theme::kernel(),
-            if last == 0 {
-                String::new()
-            } else {
-                last.to_string()
-            },
-        ));
-        spans.extend(bar(tot, max_total, bar_w, theme::kernel(), pct(tot, total)));
-        spans.extend(bar(
-            wr,
-            max_w,
-            bar_w,
-            theme::writer(),
-            pct(wr, writer_total),
-        ));
-        lines.push(Line::from(spans));
-    }
-    frame.render_widget(Paragraph::new(lines), inner);
 }
 
 #[cfg(test)]

@@ -2,20 +2,15 @@
 //! written, scan cost, causes, dirty levels against the thresholds,
 //! throttling.
 use ratatui::{
-    Frame,
+    buffer::Buffer,
     layout::Rect,
     style::Style,
     text::{Line, Span},
-    widgets::{Paragraph, Wrap},
+    widgets::{Paragraph, Widget, Wrap},
 };
 
 use super::{fmt, pane_block, theme};
-use crate::{
-    dashboard::app::{App, Pane},
-    dashboard::state::Model,
-    model::plan::ProbeState,
-    sys::page_size,
-};
+use crate::{dashboard::state::Model, model::plan::ProbeState, sys::page_size};
 
 /// The reason shared by every concept when nothing could be attached (no
 /// privileges, no tracefs), said once.
@@ -30,29 +25,39 @@ pub fn common_reason(m: &Model) -> Option<&str> {
         .then_some(first)
 }
 
-pub fn render(app: &App, frame: &mut Frame, area: Rect) {
-    let m = app.shown();
-    let block = pane_block(" kernel writeback ", app.view.focus == Pane::Kernel);
-    let inner_w = area.width.saturating_sub(2);
-    let mut lines = Vec::new();
-    if let Some(why) = common_reason(m) {
-        lines.push(Line::from(Span::styled("probes unavailable", theme::bad())));
-        lines.push(Line::from(why.to_string()));
-        lines.push(Line::from(Span::styled(
-            "dirty levels below come from /proc/vmstat",
-            theme::dim(),
-        )));
-    } else {
-        lines.extend(rates(m));
+/// The widget of the kernel pane: writeback rates, causes and dirty levels: it reads only its own slice of the
+/// dashboard state.
+pub(crate) struct KernelPane<'a> {
+    pub(crate) model: &'a Model,
+    pub(crate) focused: bool,
+}
+
+impl Widget for KernelPane<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let m = self.model;
+        let block = pane_block(" kernel writeback ", self.focused);
+        let inner_w = area.width.saturating_sub(2);
+        let mut lines = Vec::new();
+        if let Some(why) = common_reason(m) {
+            lines.push(Line::from(Span::styled("probes unavailable", theme::bad())));
+            lines.push(Line::from(why.to_string()));
+            lines.push(Line::from(Span::styled(
+                "dirty levels below come from /proc/vmstat",
+                theme::dim(),
+            )));
+        } else {
+            lines.extend(rates(m));
+        }
+        lines.extend(dirty_lines(m, inner_w));
+        if area.height >= 12 && common_reason(m).is_none() {
+            lines.extend(detail_lines(m));
+        }
+        Widget::render(
+            Paragraph::new(lines).wrap(Wrap { trim: true }).block(block),
+            area,
+            buf,
+        );
     }
-    lines.extend(dirty_lines(m, inner_w));
-    if area.height >= 12 && common_reason(m).is_none() {
-        lines.extend(detail_lines(m));
-    }
-    frame.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: true }).block(block),
-        area,
-    );
 }
 
 fn rates(m: &Model) -> Vec<Line<'static>> {

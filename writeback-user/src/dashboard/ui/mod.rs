@@ -1,6 +1,8 @@
 //! The live dashboard's views. Rendering reads the [`App`] (its model, view
 //! state and writer settings) and changes nothing; the event loop lives in
-//! `commands::dashboard`, the state changes in `app`.
+//! `dashboard::run`, the state changes in `dashboard::app`. Each pane is a
+//! widget over its own slice of the state (`KernelPane { model, focused }`
+//! and so on), so a new pane is a new file and one line here.
 //!
 //! Layout, top to bottom: two header lines; the kernel and writer panes
 //! side by side; then the histograms, the time chart and the top table
@@ -22,6 +24,12 @@ use ratatui::{
     text::{Line, Span},
     widgets::{Block, BorderType, Paragraph},
 };
+
+use chart::TimeChart;
+use histograms::Histograms;
+use kernel_pane::KernelPane;
+use top_table::TopTable;
+use writer_pane::WriterPane;
 
 use crate::dashboard::app::{App, Pane};
 
@@ -115,25 +123,55 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
         Layout::vertical([Constraint::Length(stats_h), Constraint::Min(0)]).areas(body);
     let [kernel, writer] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(stats);
-    kernel_pane::render(app, frame, kernel);
-    writer_pane::render(app, frame, writer);
+    let model = app.shown();
+    let focus = app.view.focus;
+    frame.render_widget(
+        KernelPane {
+            model,
+            focused: focus == Pane::Kernel,
+        },
+        kernel,
+    );
+    frame.render_widget(
+        WriterPane {
+            model,
+            settings: &app.settings,
+            run_state: app.run_state,
+            focused: focus == Pane::Writer,
+        },
+        writer,
+    );
+    let histograms = Histograms {
+        model,
+        focused: focus == Pane::Histograms,
+    };
+    let chart = TimeChart {
+        model,
+        focused: focus == Pane::Chart,
+    };
+    let top = TopTable {
+        model,
+        sort: app.view.sort,
+        device_filter: app.view.device_filter,
+        focused: focus == Pane::Top,
+    };
 
     if body.width >= 120 && roomy {
         let [mid, bottom] =
             Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(lower);
         let [hist, chart_area] =
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(mid);
-        histograms::render(app, frame, hist);
-        chart::render(app, frame, chart_area);
-        top_table::render(app, frame, bottom);
+        frame.render_widget(histograms, hist);
+        frame.render_widget(chart, chart_area);
+        frame.render_widget(top, bottom);
     } else {
         // One lower pane at a time: the focused one (the histograms while
         // the focus is on the kernel or writer pane).
-        match app.view.focus {
-            Pane::Chart => chart::render(app, frame, lower),
-            Pane::Top => top_table::render(app, frame, lower),
+        match focus {
+            Pane::Chart => frame.render_widget(chart, lower),
+            Pane::Top => frame.render_widget(top, lower),
             Pane::Histograms | Pane::Kernel | Pane::Writer => {
-                histograms::render(app, frame, lower);
+                frame.render_widget(histograms, lower);
             }
         }
     }

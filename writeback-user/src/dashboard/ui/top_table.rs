@@ -3,16 +3,17 @@
 use std::cmp::Ordering;
 
 use ratatui::{
-    Frame,
+    buffer::Buffer,
     layout::{Constraint, Layout, Rect},
     style::Modifier,
-    widgets::{Cell, Row, Table},
+    widgets::{Cell, Row, Table, Widget},
 };
 
 use super::{fmt, pane_block, theme};
 use crate::{
-    dashboard::app::{App, Pane, SortKey},
-    dashboard::state::TopRow,
+    dashboard::app::SortKey,
+    dashboard::state::{Model, TopRow},
+    model::DevId,
     sys::page_size,
 };
 
@@ -53,75 +54,88 @@ fn header(first: &[&'static str], sort: SortKey) -> Row<'static> {
     Row::new(cells).style(theme::dim())
 }
 
-pub fn render(app: &App, frame: &mut Frame, area: Rect) {
-    let m = app.shown();
-    let page = page_size();
-    let sort = app.view.sort;
-    let filter = app.view.device_filter;
-    let focused = app.view.focus == Pane::Top;
-    let order = |a: &TopRow, b: &TopRow| {
-        key(b, sort, page)
-            .partial_cmp(&key(a, sort, page))
-            .unwrap_or(Ordering::Equal)
-    };
-    let filter_name = filter.map_or_else(|| "all devices".to_string(), |d| format!("device {d}"));
+/// The widget of the per-device and per-inode tables: it reads only its own slice of the
+/// dashboard state.
+pub(crate) struct TopTable<'a> {
+    pub(crate) model: &'a Model,
+    pub(crate) sort: SortKey,
+    pub(crate) device_filter: Option<DevId>,
+    pub(crate) focused: bool,
+}
 
-    let wide = area.width >= 120;
-    let (dev_area, ino_area) = if wide {
-        let [d, i] = Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)])
-            .areas(area);
-        (Some(d), i)
-    } else {
-        (None, area)
-    };
+impl Widget for TopTable<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let m = self.model;
+        let page = page_size();
+        let sort = self.sort;
+        let filter = self.device_filter;
+        let focused = self.focused;
+        let order = |a: &TopRow, b: &TopRow| {
+            key(b, sort, page)
+                .partial_cmp(&key(a, sort, page))
+                .unwrap_or(Ordering::Equal)
+        };
+        let filter_name =
+            filter.map_or_else(|| "all devices".to_string(), |d| format!("device {d}"));
 
-    let num = |w| Constraint::Length(w);
-    if let Some(dev_area) = dev_area {
-        let mut devs: Vec<_> = m.devices.iter().collect();
-        devs.sort_by(|a, b| order(a.1, b.1));
-        let rows = devs.into_iter().map(|(d, r)| {
-            let mut cells = vec![d.to_string()];
+        let wide = area.width >= 120;
+        let (dev_area, ino_area) = if wide {
+            let [d, i] =
+                Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)])
+                    .areas(area);
+            (Some(d), i)
+        } else {
+            (None, area)
+        };
+
+        let num = |w| Constraint::Length(w);
+        if let Some(dev_area) = dev_area {
+            let mut devs: Vec<_> = m.devices.iter().collect();
+            devs.sort_by(|a, b| order(a.1, b.1));
+            let rows = devs.into_iter().map(|(d, r)| {
+                let mut cells = vec![d.to_string()];
+                cells.extend(figures(r, page));
+                let row = Row::new(cells);
+                if Some(*d) == filter {
+                    row.style(theme::value())
+                } else {
+                    row
+                }
+            });
+            let table = Table::new(rows, [num(9), num(9), num(7), num(11), num(6)])
+                .header(header(&["device"], sort))
+                .block(pane_block(" per device (d filters) ", focused));
+            Widget::render(table, dev_area, buf);
+        }
+
+        let mut inodes: Vec<_> = m
+            .inodes
+            .iter()
+            .filter(|((d, _), _)| filter.is_none_or(|f| f == *d))
+            .collect();
+        inodes.sort_by(|a, b| order(a.1, b.1).then(a.0.cmp(b.0)));
+        let rows_fit = usize::from(ino_area.height.saturating_sub(3));
+        let rows = inodes.into_iter().take(rows_fit).map(|((d, ino), r)| {
+            let mut cells = vec![format!("{d} {ino}"), r.comm.clone()];
             cells.extend(figures(r, page));
-            let row = Row::new(cells);
-            if Some(*d) == filter {
-                row.style(theme::value())
-            } else {
-                row
-            }
+            Row::new(cells)
         });
-        let table = Table::new(rows, [num(9), num(9), num(7), num(11), num(6)])
-            .header(header(&["device"], sort))
-            .block(pane_block(" per device (d filters) ", focused));
-        frame.render_widget(table, dev_area);
+        let table = Table::new(
+            rows,
+            [
+                num(14),
+                Constraint::Fill(1),
+                num(8),
+                num(6),
+                num(11),
+                num(6),
+            ],
+        )
+        .header(header(&["dev inode", "comm"], sort))
+        .block(pane_block(
+            &format!(" per inode, {filter_name}, by {} (o) ", sort.name()),
+            focused,
+        ));
+        Widget::render(table, ino_area, buf);
     }
-
-    let mut inodes: Vec<_> = m
-        .inodes
-        .iter()
-        .filter(|((d, _), _)| filter.is_none_or(|f| f == *d))
-        .collect();
-    inodes.sort_by(|a, b| order(a.1, b.1).then(a.0.cmp(b.0)));
-    let rows_fit = usize::from(ino_area.height.saturating_sub(3));
-    let rows = inodes.into_iter().take(rows_fit).map(|((d, ino), r)| {
-        let mut cells = vec![format!("{d} {ino}"), r.comm.clone()];
-        cells.extend(figures(r, page));
-        Row::new(cells)
-    });
-    let table = Table::new(
-        rows,
-        [
-            num(14),
-            Constraint::Fill(1),
-            num(8),
-            num(6),
-            num(11),
-            num(6),
-        ],
-    )
-    .header(header(&["dev inode", "comm"], sort))
-    .block(pane_block(
-        &format!(" per inode, {filter_name}, by {} (o) ", sort.name()),
-        focused,
-    ));
-    frame.render_widget(table, ino_area);
 }

@@ -1,116 +1,129 @@
 //! The writer: its settings (what the keys change), run state, throughput
 //! sparkline and sync latency percentiles.
 use ratatui::{
-    Frame,
+    buffer::Buffer,
     layout::{Constraint, Layout, Rect},
     text::{Line, Span},
-    widgets::{Paragraph, Sparkline},
+    widgets::{Paragraph, Sparkline, Widget},
 };
 use writer_core::{ByteSize, Strategy};
 
 use super::{fmt, pane_block, theme};
 use crate::{
-    dashboard::app::{App, Pane, RunState},
+    dashboard::app::{RunState, WriterSettings},
+    dashboard::state::Model,
     dashboard::state::WriterPhase,
 };
 
-pub fn render(app: &App, frame: &mut Frame, area: Rect) {
-    let m = app.shown();
-    let w = &m.writer;
-    let s = &app.settings;
-    let block = pane_block(" writer ", app.view.focus == Pane::Writer);
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+/// The widget of the writer pane: settings, run state, throughput and sync latencies: it reads only its own slice of the
+/// dashboard state.
+pub(crate) struct WriterPane<'a> {
+    pub(crate) model: &'a Model,
+    pub(crate) settings: &'a WriterSettings,
+    pub(crate) run_state: RunState,
+    pub(crate) focused: bool,
+}
 
-    let mut settings = vec![
-        Span::styled(s.strategy.name(), theme::writer()),
-        Span::raw("  chunk "),
-        Span::styled(ByteSize(s.chunk).to_string(), theme::value()),
-    ];
-    if s.strategy == Strategy::SrfPipelined || inner.width >= 50 {
-        settings.push(Span::raw("  window "));
-        settings.push(Span::styled(s.window.to_string(), theme::value()));
-    }
-    settings.push(Span::raw("  jobs "));
-    settings.push(Span::styled(s.jobs.to_string(), theme::value()));
+impl Widget for WriterPane<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let m = self.model;
+        let w = &m.writer;
+        let s = self.settings;
+        let block = pane_block(" writer ", self.focused);
+        let inner = block.inner(area);
+        Widget::render(block, area, buf);
 
-    let state = match (app.run_state, &w.phase) {
-        (RunState::Stopping { restart: true, .. }, _) => Line::from(Span::styled(
-            "restarting with the new settings",
-            theme::warn(),
-        )),
-        (RunState::Stopping { .. }, _) => Line::from(Span::styled("stopping", theme::warn())),
-        (RunState::Running { .. }, WriterPhase::Running) => Line::from(vec![
-            Span::styled("running ", theme::good()),
-            Span::styled(fmt::mb_s(w.current_rate() as f64), theme::writer()),
-            Span::raw(format!(
-                "  {} in {} run(s)",
-                fmt::bytes(w.total_bytes),
-                w.runs
+        let mut settings = vec![
+            Span::styled(s.strategy.name(), theme::writer()),
+            Span::raw("  chunk "),
+            Span::styled(ByteSize(s.chunk).to_string(), theme::value()),
+        ];
+        if s.strategy == Strategy::SrfPipelined || inner.width >= 50 {
+            settings.push(Span::raw("  window "));
+            settings.push(Span::styled(s.window.to_string(), theme::value()));
+        }
+        settings.push(Span::raw("  jobs "));
+        settings.push(Span::styled(s.jobs.to_string(), theme::value()));
+
+        let state = match (self.run_state, &w.phase) {
+            (RunState::Stopping { restart: true, .. }, _) => Line::from(Span::styled(
+                "restarting with the new settings",
+                theme::warn(),
             )),
-        ]),
-        (RunState::Running { .. }, _) => Line::from(Span::styled("starting", theme::warn())),
-        (RunState::Idle, WriterPhase::Ended(how)) => Line::from(vec![
-            Span::styled("stopped: ", theme::dim()),
-            Span::raw(how.clone()),
-        ]),
-        (RunState::Idle, _) => Line::from(Span::styled("idle: w starts a run", theme::dim())),
-    };
-    let mut lines = vec![Line::from(settings), state];
-    let [text, spark, rest] = Layout::vertical([
-        Constraint::Length(2),
-        Constraint::Length(if inner.height >= 6 { 2 } else { 1 }),
-        Constraint::Min(0),
-    ])
-    .areas(inner);
-    frame.render_widget(Paragraph::new(std::mem::take(&mut lines)), text);
+            (RunState::Stopping { .. }, _) => Line::from(Span::styled("stopping", theme::warn())),
+            (RunState::Running { .. }, WriterPhase::Running) => Line::from(vec![
+                Span::styled("running ", theme::good()),
+                Span::styled(fmt::mb_s(w.current_rate() as f64), theme::writer()),
+                Span::raw(format!(
+                    "  {} in {} run(s)",
+                    fmt::bytes(w.total_bytes),
+                    w.runs
+                )),
+            ]),
+            (RunState::Running { .. }, _) => Line::from(Span::styled("starting", theme::warn())),
+            (RunState::Idle, WriterPhase::Ended(how)) => Line::from(vec![
+                Span::styled("stopped: ", theme::dim()),
+                Span::raw(how.clone()),
+            ]),
+            (RunState::Idle, _) => Line::from(Span::styled("idle: w starts a run", theme::dim())),
+        };
+        let mut lines = vec![Line::from(settings), state];
+        let [text, spark, rest] = Layout::vertical([
+            Constraint::Length(2),
+            Constraint::Length(if inner.height >= 6 { 2 } else { 1 }),
+            Constraint::Min(0),
+        ])
+        .areas(inner);
+        Widget::render(Paragraph::new(std::mem::take(&mut lines)), text, buf);
 
-    // Newest on the right, as much history as fits.
-    let n = usize::from(spark.width);
-    let data: Vec<u64> = w
-        .throughput
-        .iter()
-        .skip(w.throughput.len().saturating_sub(n))
-        .copied()
-        .collect();
-    frame.render_widget(
-        Sparkline::default().data(&data).style(theme::writer()),
-        spark,
-    );
+        // Newest on the right, as much history as fits.
+        let n = usize::from(spark.width);
+        let data: Vec<u64> = w
+            .throughput
+            .iter()
+            .skip(w.throughput.len().saturating_sub(n))
+            .copied()
+            .collect();
+        Widget::render(
+            Sparkline::default().data(&data).style(theme::writer()),
+            spark,
+            buf,
+        );
 
-    let roomy = rest.width >= 45;
-    let mut sync: Vec<Line> = w
-        .sync
-        .iter()
-        .filter_map(|(kind, h)| {
-            let s = h.summary()?;
-            let mut spans = vec![
-                Span::raw(short_kind(kind.name()).to_string()),
-                Span::raw(" p50 "),
-                Span::styled(fmt::us(s.p50), theme::value()),
-                Span::raw(" p99 "),
-                Span::styled(fmt::us(s.p99), theme::value()),
-            ];
-            if roomy {
-                spans.push(Span::raw(format!(
-                    " max {}  {} calls",
-                    fmt::us(s.max),
-                    fmt::si(s.count as f64)
-                )));
-            }
-            Some(Line::from(spans))
-        })
-        .collect();
-    if sync.is_empty() && !w.dir.is_empty() {
-        sync.push(Line::from(Span::styled("no sync calls", theme::dim())));
+        let roomy = rest.width >= 45;
+        let mut sync: Vec<Line> = w
+            .sync
+            .iter()
+            .filter_map(|(kind, h)| {
+                let s = h.summary()?;
+                let mut spans = vec![
+                    Span::raw(short_kind(kind.name()).to_string()),
+                    Span::raw(" p50 "),
+                    Span::styled(fmt::us(s.p50), theme::value()),
+                    Span::raw(" p99 "),
+                    Span::styled(fmt::us(s.p99), theme::value()),
+                ];
+                if roomy {
+                    spans.push(Span::raw(format!(
+                        " max {}  {} calls",
+                        fmt::us(s.max),
+                        fmt::si(s.count as f64)
+                    )));
+                }
+                Some(Line::from(spans))
+            })
+            .collect();
+        if sync.is_empty() && !w.dir.is_empty() {
+            sync.push(Line::from(Span::styled("no sync calls", theme::dim())));
+        }
+        if !w.dir.is_empty() {
+            sync.push(Line::from(Span::styled(
+                format!("{}/file in {}", fmt::bytes(w.file_size), w.dir),
+                theme::dim(),
+            )));
+        }
+        Widget::render(Paragraph::new(sync), rest, buf);
     }
-    if !w.dir.is_empty() {
-        sync.push(Line::from(Span::styled(
-            format!("{}/file in {}", fmt::bytes(w.file_size), w.dir),
-            theme::dim(),
-        )));
-    }
-    frame.render_widget(Paragraph::new(sync), rest);
 }
 
 fn short_kind(name: &str) -> &str {
