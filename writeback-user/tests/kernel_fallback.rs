@@ -10,7 +10,7 @@ use wbscope::{
     model::plan::{Concept, HookKind},
     model::{CallRecord, DevId},
     tracer::plan::{Candidate, TracepointAttach, WRITEPAGES_TP, candidates},
-    tracer::ring::{Event, RingCollector},
+    tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
 };
 
@@ -71,7 +71,7 @@ async fn missing_tracepoint_falls_back_to_the_next_candidate() {
     while mine.iter().map(|c| c.pages_written).sum::<i64>() < 1024 {
         let drained = tokio::time::timeout_at(
             deadline,
-            collector.wait_and_drain(|Event::Call(c)| {
+            collector.wait_and_drain(|RingRecord::Call(c)| {
                 if c.dev == dev && c.ino == ino {
                     mine.push(c);
                 }

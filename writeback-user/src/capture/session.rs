@@ -17,7 +17,7 @@ use crate::{
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{HookKind, ProbeStatus},
     model::{CallRecord, Totals},
-    tracer::ring::{Event, RingCollector},
+    tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
 };
 
@@ -149,7 +149,7 @@ pub async fn run(
     let ending = loop {
         let mut batch: Vec<CallRecord> = Vec::new();
         tokio::select! {
-            drained = collector.wait_and_drain(|Event::Call(c)| batch.push(c)) => {
+            drained = collector.wait_and_drain(|RingRecord::Call(c)| batch.push(c)) => {
                 drained?;
             }
             _ = ticks.tick() => {
@@ -194,7 +194,7 @@ pub async fn run(
     // Records completed before we stopped are still in the ring: keep them
     // (within --max-records), and close the partial interval.
     let mut rest: Vec<CallRecord> = Vec::new();
-    collector.drain(|Event::Call(c)| rest.push(c));
+    collector.drain(|RingRecord::Call(c)| rest.push(c));
     take(rest, &mut totals, &mut interval, &mut gate, max, out)?;
     let now = Instant::now();
     let cur = tracer.snapshot()?;

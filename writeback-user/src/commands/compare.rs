@@ -33,7 +33,7 @@ use crate::{
     model::plan::{Concept, HookKind},
     model::{CallRecord, DevId},
     sys::page_size,
-    tracer::ring::{Event, RingCollector},
+    tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
 };
 
@@ -337,7 +337,7 @@ impl Traced {
         let keep = |c: &CallRecord| groups.iter().any(|g| g.contains(&c.dev));
         loop {
             self.collector
-                .wait_and_drain(|Event::Call(c)| {
+                .wait_and_drain(|RingRecord::Call(c)| {
                     if keep(&c) {
                         calls.push(c)
                     }
@@ -356,7 +356,7 @@ impl Traced {
             }
         }
         let result = handle.await.context("the traced work panicked")?;
-        self.collector.drain(|Event::Call(c)| {
+        self.collector.drain(|RingRecord::Call(c)| {
             if keep(&c) {
                 calls.push(c)
             }

@@ -214,8 +214,9 @@ pub struct App {
     intervals: IntervalBuilder,
     /// A short message for the footer (a refused setting, ...).
     pub status: Option<String>,
-    /// Whether the screen changed since the last frame.
-    pub dirty: bool,
+    /// Whether the screen changed since the last frame (a redraw is
+    /// due; nothing to do with dirty pages).
+    pub needs_redraw: bool,
     /// Set when showing a recording: there is no live host to write on,
     /// so the writer keys say so instead of starting runs.
     pub replay: Option<String>,
@@ -225,7 +226,7 @@ impl App {
     pub fn new(model: Model) -> App {
         App {
             model,
-            dirty: true,
+            needs_redraw: true,
             ..App::default()
         }
     }
@@ -243,11 +244,11 @@ impl App {
     pub fn handle(&mut self, msg: Msg) -> Vec<Effect> {
         match msg {
             Msg::Key(key) => {
-                self.dirty = true;
+                self.needs_redraw = true;
                 self.on_key(key)
             }
             Msg::Resize => {
-                self.dirty = true;
+                self.needs_redraw = true;
                 Vec::new()
             }
             Msg::Call(call) => {
@@ -263,13 +264,13 @@ impl App {
                 tracer_cpu,
             } => {
                 self.on_sample(at, *snapshot, tracer_cpu);
-                self.dirty |= !self.paused();
+                self.needs_redraw |= !self.paused();
                 Vec::new()
             }
             Msg::Writer(update) => self.on_writer(update),
             Msg::Interval { line, kernel } => {
                 self.model.on_interval(*line, kernel, None);
-                self.dirty |= !self.paused();
+                self.needs_redraw |= !self.paused();
                 Vec::new()
             }
             Msg::Terminate => vec![Effect::Quit],
@@ -309,7 +310,7 @@ impl App {
                 }
                 _ => {}
             }
-            self.dirty = true;
+            self.needs_redraw = true;
         }
         self.model.on_writer(update);
         effects

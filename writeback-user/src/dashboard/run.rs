@@ -33,7 +33,7 @@ use crate::{
     model::plan::{HookKind, ProbePlan},
     recording::{Header, reader::Frame},
     sys::{kernel_release, page_size},
-    tracer::ring::{Event, RingCollector},
+    tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
 };
 
@@ -172,7 +172,7 @@ async fn pump(mut collector: RingCollector, tx: UnboundedSender<Msg>) {
             log::error!("ring buffer: {e:#}");
             return;
         }
-        for Event::Call(call) in batch {
+        for RingRecord::Call(call) in batch {
             if tx.send(Msg::Call(call)).is_err() {
                 return;
             }
@@ -266,9 +266,9 @@ async fn event_loop(
     loop {
         let msg = tokio::select! {
             _ = frame.tick() => {
-                if app.dirty {
+                if app.needs_redraw {
                     terminal.draw(|f| ui::render(app, f)).context("drawing")?;
-                    app.dirty = false;
+                    app.needs_redraw = false;
                 }
                 continue;
             }

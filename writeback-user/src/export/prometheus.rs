@@ -42,7 +42,7 @@ use crate::{
     model::interval::{Bucket, IntervalLine},
     model::{CallRecord, Log2Histogram as Log2Counts, cause_name},
     sys::page_size,
-    tracer::ring::Event,
+    tracer::ring::RingRecord,
 };
 
 /// `Content-Type` of the OpenMetrics text format (what prometheus-client
@@ -483,9 +483,9 @@ impl Metrics {
     }
 
     /// Per-record hook of the trace loop.
-    pub fn observe(&self, event: &Event) {
+    pub fn observe(&self, event: &RingRecord) {
         match event {
-            Event::Call(call) => self.observe_call(call),
+            RingRecord::Call(call) => self.observe_call(call),
         }
     }
 

@@ -1,5 +1,5 @@
 //! Reads per-call records from the kernel's ring buffer and turns them into
-//! typed [`Event`]s.
+//! typed [`RingRecord`]s.
 use std::mem::size_of;
 
 use anyhow::Context as _;
@@ -15,7 +15,7 @@ pub const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(10
 
 /// What collectors send to the task that owns the model.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Event {
+pub enum RingRecord {
     Call(CallRecord),
 }
 
@@ -31,7 +31,7 @@ pub enum DecodeError {
 /// Decodes one ring-buffer record. The bytes are copied out with an
 /// unaligned read after a size check: ring-buffer items are only 8-byte
 /// aligned by convention, and a short record must never be read past.
-pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
+pub fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
     let kind_bytes: [u8; 4] = bytes
         .get(..4)
         .and_then(|b| b.try_into().ok())
@@ -43,7 +43,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             // pattern valid) and read_unaligned needs no alignment.
             let raw: WritepagesCall =
                 unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<WritepagesCall>()) };
-            Ok(Event::Call(CallRecord::from(&raw)))
+            Ok(RingRecord::Call(CallRecord::from(&raw)))
         }
         _ => Err(DecodeError::Unknown {
             kind,
@@ -75,7 +75,7 @@ impl RingCollector {
     /// microseconds per record on virtualised hosts), so the timer is what
     /// usually drains. Cancel-safe: nothing is consumed before the wait
     /// ends.
-    pub async fn wait_and_drain(&mut self, sink: impl FnMut(Event)) -> anyhow::Result<usize> {
+    pub async fn wait_and_drain(&mut self, sink: impl FnMut(RingRecord)) -> anyhow::Result<usize> {
         match tokio::time::timeout(DRAIN_EVERY, self.fd.readable_mut()).await {
             Ok(guard) => {
                 let mut guard = guard.context("waiting on the ring buffer")?;
@@ -88,12 +88,16 @@ impl RingCollector {
     }
 
     /// Hands every record available right now to `sink`, without waiting.
-    pub fn drain(&mut self, sink: impl FnMut(Event)) -> usize {
+    pub fn drain(&mut self, sink: impl FnMut(RingRecord)) -> usize {
         drain_into(self.fd.get_mut(), &mut self.bad_records, sink)
     }
 }
 
-fn drain_into(ring: &mut RingBuf<MapData>, bad: &mut u64, mut sink: impl FnMut(Event)) -> usize {
+fn drain_into(
+    ring: &mut RingBuf<MapData>,
+    bad: &mut u64,
+    mut sink: impl FnMut(RingRecord),
+) -> usize {
     let mut n = 0;
     while let Some(item) = ring.next() {
         match decode(&item) {
@@ -137,7 +141,7 @@ mod tests {
         };
         let mut buf = vec![0u8];
         buf.extend(bytes_of(&call));
-        let Event::Call(rec) = decode(&buf[1..]).unwrap();
+        let RingRecord::Call(rec) = decode(&buf[1..]).unwrap();
         assert_eq!((rec.ino, rec.pages_written), (42, 16384));
     }
 
