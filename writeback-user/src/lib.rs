@@ -16,7 +16,6 @@ pub mod export;
 pub mod filters;
 pub mod interval;
 pub mod loader;
-pub mod loopfs;
 pub mod model;
 pub mod plan;
 pub mod privileges;

@@ -543,6 +543,7 @@ pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<Ex
     }
     let dev = dev_of(&args.dir)?;
     let _signals = crate::sys::SignalGuard::install();
+    super::scenario::remove_stale_scratch();
     let mut traced = Traced::attach(disabled)?;
     let mut runs = Vec::new();
     let total = plan.configs.len() as u32 * args.repeat;
