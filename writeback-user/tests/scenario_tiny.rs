@@ -253,6 +253,27 @@ fn sigint_mid_scenario_leaves_nothing_behind() {
     assert_eq!(leftovers(pid), Vec::<String>::new(), "SIGINT left these");
 }
 
+#[test]
+fn sigint_while_three_filesystems_write_fails_with_interrupted() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Started::spawn("three-filesystems");
+    s.wait_for("three buffered writers: sync + drop caches");
+    // Into the one traced window, while the three writers run (3 x 768
+    // MiB under 64 MiB dirty caps: several seconds here).
+    std::thread::sleep(Duration::from_millis(1500));
+    s.signal(libc::SIGINT);
+    let pid = s.child.id();
+    let (status, rest) = s.finish();
+    assert_eq!(status.code(), Some(1), "{rest}");
+    let last = rest.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("wbscope: error: interrupted"),
+        "one line saying so, last: {rest}"
+    );
+    assert!(!rest.contains("done in"), "{rest}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "SIGINT left these");
+}
+
 /// `/sys/class/bdi/MAJ:MIN` of the first filesystem a scenario mounted,
 /// from its "ext4 on /dev/loopN (MAJ:MIN) mounted at …" line.
 fn bdi_of(mounted: &str) -> PathBuf {

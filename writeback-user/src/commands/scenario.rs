@@ -304,6 +304,11 @@ pub async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::Result<E
         ScenarioName::PackageUnpack => package_unpack(args, &sz, &fss, &mut traced).await?,
         ScenarioName::ManyWriters => many_writers(args, &sz, &fss, &mut traced).await?,
     };
+    // A signal during the last (or only) traced window stops the writers,
+    // which then return short reports, not errors: without this check the
+    // partial figures were printed as a result and the exit code was 0.
+    // The filesystems are gone by now (dropped with the scenario's call).
+    crate::sys::check_interrupted()?;
     eprintln!(
         "wbscope: scenario {name} done in {:.1} s; filesystems removed",
         started.elapsed().as_secs_f64()
