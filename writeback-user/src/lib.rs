@@ -10,7 +10,6 @@ pub mod commands;
 pub mod dashboard;
 pub mod error;
 pub mod export;
-pub mod loopfs;
 pub mod model;
 pub mod recording;
 pub mod sys;

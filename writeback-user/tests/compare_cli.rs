@@ -162,3 +162,44 @@ fn bad_input_is_one_line_and_exit_2() {
         assert!(stderr.contains(expect), "{args:?}: {stderr}");
     }
 }
+
+/// `drop_pagecache` of /proc/vmstat: how often the page cache was dropped.
+fn drops() -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("drop_pagecache "))
+        .expect("drop_pagecache in /proc/vmstat")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn unusable_dirs_are_refused_before_the_page_cache_is_dropped() {
+    let ro = LoopFs::with_mount_options("ext4", 64, &["-o", "ro"]);
+    let small = LoopFs::new("ext4", 32);
+    let ro_dir = ro.mountpoint.display().to_string();
+    let small_dir = small.mountpoint.display().to_string();
+    let cases: [(&str, &str, &str); 4] = [
+        (&ro_dir, "1M", "read-only filesystem"),
+        ("/proc", "1M", "not on a block device"),
+        ("/dev/shm", "1M", "not on a block device"),
+        (&small_dir, "64M", "only"),
+    ];
+    for (dir, size, expect) in cases {
+        let before = drops();
+        let out = wbscope()
+            .args(["compare", "--dir", dir, "--size", size, "--chunk", "1M"])
+            .output()
+            .expect("spawn");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{dir}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{dir}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("wbscope: error: --dir {dir}: "))
+                && stderr.contains(expect),
+            "{dir}: {stderr}"
+        );
+        assert_eq!(drops(), before, "{dir}: the page cache was dropped");
+    }
+}

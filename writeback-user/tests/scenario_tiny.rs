@@ -1,13 +1,15 @@
 //! `wbscope scenario NAME --scale tiny` against the running kernel (root):
 //! each scenario runs and reports non-zero kernel figures, and its loop
-//! devices and mounts are gone afterwards, also after an injected failure
-//! and after SIGINT. The scenarios run one at a time (they sync and drop
-//! caches, and count loop devices).
+//! devices, mounts and images are gone afterwards, also after an injected
+//! failure and after SIGINT; after SIGKILL, the next run or `--cleanup`
+//! removes them and puts the dirty caps back. The scenarios run one at a
+//! time (they sync and drop caches).
 mod support;
 
 use std::{
     io::{BufRead, BufReader},
-    process::Stdio,
+    path::{Path, PathBuf},
+    process::{Child, Output, Stdio},
     sync::Mutex,
     time::Duration,
 };
@@ -16,31 +18,52 @@ use support::wbscope;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Our scratch filesystems: `losetup -a` and /proc/mounts lines naming a
-/// `wbscope-scenario-` image or mount point.
-fn leftovers() -> Vec<String> {
-    let losetup = support::run(std::process::Command::new("losetup").arg("-a"));
+/// What the `wbscope` process `pid` made and left: loop devices, mounts
+/// and scratch directories named `wbscope-scratch-PID-…`.
+fn leftovers(pid: u32) -> Vec<String> {
+    let mark = format!("wbscope-scratch-{pid}-");
+    let losetup = support::run(std::process::Command::new("losetup").args([
+        "-l",
+        "-n",
+        "-O",
+        "NAME,BACK-FILE",
+    ]));
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let dirs = std::fs::read_dir("/var/tmp")
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect::<Vec<_>>();
     losetup
         .lines()
         .chain(mounts.lines())
-        .filter(|l| l.contains("wbscope-scenario-"))
+        .chain(dirs.iter().map(String::as_str))
+        .filter(|l| l.contains(&mark))
         .map(str::to_string)
         .collect()
 }
 
+/// Runs `cmd` to its end; (pid, output).
+fn run_to_end(cmd: &mut std::process::Command) -> (u32, Output) {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    (pid, child.wait_with_output().expect("wait"))
+}
+
 fn scenario(name: &str, extra: &[&str]) -> serde_json::Value {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
-    let out = wbscope()
-        .args(["scenario", name, "--scale", "tiny", "--json"])
-        .args(extra)
-        .output()
-        .expect("spawn");
+    let (pid, out) = run_to_end(
+        wbscope()
+            .args(["scenario", name, "--scale", "tiny", "--json"])
+            .args(extra),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{name} failed: {stderr}");
     assert!(stderr.contains("filesystems removed"), "{stderr}");
-    assert_eq!(leftovers(), before, "{name} left a loop device or mount");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "{name} left these");
     serde_json::from_slice(&out.stdout).expect("one JSON document")
 }
 
@@ -154,51 +177,198 @@ fn many_writers() {
 #[test]
 fn injected_failure_after_mount_leaves_nothing_behind() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
-    let out = wbscope()
-        .args([
-            "scenario",
-            "three-filesystems",
-            "--scale",
-            "tiny",
-            "--fail-after-mount",
-        ])
-        .output()
-        .expect("spawn");
+    let (pid, out) = run_to_end(wbscope().args([
+        "scenario",
+        "three-filesystems",
+        "--scale",
+        "tiny",
+        "--fail-after-mount",
+    ]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("injected failure"), "{stderr}");
     assert_eq!(stderr.matches("mounted at").count(), 3, "{stderr}");
-    assert_eq!(leftovers(), before);
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+}
+
+/// A scenario started with its stderr read line by line.
+struct Started {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStderr>>,
+    seen: Vec<String>,
+}
+
+impl Started {
+    fn spawn(name: &str) -> Started {
+        let mut child = wbscope()
+            .args(["scenario", name, "--scale", "tiny"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        Started {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads stderr up to and including the first line containing `what`.
+    fn wait_for(&mut self, what: &str) -> String {
+        for line in self.lines.by_ref().map_while(Result::ok) {
+            self.seen.push(line.clone());
+            if line.contains(what) {
+                return line;
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("no {what:?} in {:?}", self.seen);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: plain syscall on our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    /// Waits for the end; (exit status, the rest of stderr).
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let rest: Vec<String> = self.lines.map_while(Result::ok).collect();
+        (self.child.wait().expect("wait"), rest.join("\n"))
+    }
 }
 
 #[test]
 fn sigint_mid_scenario_leaves_nothing_behind() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
-    let mut child = wbscope()
-        .args(["scenario", "single-stream", "--scale", "tiny"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = Vec::new();
-    for line in stderr.lines().map_while(Result::ok) {
-        let go = line.contains("ext4 fsync-end: sync + drop caches");
-        seen.push(line);
-        if go {
-            break;
-        }
-    }
-    assert!(
-        seen.iter().any(|l| l.contains("mounted at")),
-        "never mounted: {seen:?}"
-    );
+    let mut s = Started::spawn("single-stream");
+    s.wait_for("mounted at");
+    s.wait_for("ext4 fsync-end: sync + drop caches");
     std::thread::sleep(Duration::from_millis(100));
-    // SAFETY: plain syscall on our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let status = child.wait().expect("wait");
+    s.signal(libc::SIGINT);
+    let pid = s.child.id();
+    let (status, _) = s.finish();
     assert!(!status.success(), "an interrupted scenario fails");
-    assert_eq!(leftovers(), before, "SIGINT left a loop device or mount");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "SIGINT left these");
+}
+
+#[test]
+fn sigint_while_three_filesystems_write_fails_with_interrupted() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Started::spawn("three-filesystems");
+    s.wait_for("three buffered writers: sync + drop caches");
+    // Into the one traced window, while the three writers run (3 x 768
+    // MiB under 64 MiB dirty caps: several seconds here).
+    std::thread::sleep(Duration::from_millis(1500));
+    s.signal(libc::SIGINT);
+    let pid = s.child.id();
+    let (status, rest) = s.finish();
+    assert_eq!(status.code(), Some(1), "{rest}");
+    let last = rest.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("wbscope: error: interrupted"),
+        "one line saying so, last: {rest}"
+    );
+    assert!(!rest.contains("done in"), "{rest}");
+    assert_eq!(leftovers(pid), Vec::<String>::new(), "SIGINT left these");
+}
+
+/// `/sys/class/bdi/MAJ:MIN` of the first filesystem a scenario mounted,
+/// from its "ext4 on /dev/loopN (MAJ:MIN) mounted at …" line.
+fn bdi_of(mounted: &str) -> PathBuf {
+    let dev = mounted
+        .split(['(', ')'])
+        .nth(1)
+        .unwrap_or_else(|| panic!("no (MAJ:MIN) in {mounted}"));
+    Path::new("/sys/class/bdi").join(dev)
+}
+
+fn knob(bdi: &Path, name: &str) -> String {
+    std::fs::read_to_string(bdi.join(name))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A scenario killed with SIGKILL once its first filesystem is mounted
+/// and capped: (pid, its bdi), with everything still in place.
+fn killed_scenario() -> (u32, PathBuf) {
+    let mut s = Started::spawn("single-stream");
+    let mounted = s.wait_for("mounted at");
+    assert!(mounted.contains("dirty cap"), "{mounted}");
+    s.signal(libc::SIGKILL);
+    let pid = s.child.id();
+    s.finish();
+    let bdi = bdi_of(&mounted);
+    assert_eq!(
+        knob(&bdi, "strict_limit"),
+        "1",
+        "the cap stays after SIGKILL"
+    );
+    let left = leftovers(pid);
+    assert!(
+        left.iter().any(|l| l.starts_with("/dev/loop")) && left.len() >= 3,
+        "loop device, mount and directory stay after SIGKILL: {left:?}"
+    );
+    (pid, bdi)
+}
+
+#[test]
+fn after_sigkill_cleanup_removes_everything_and_restores_the_caps() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (pid, bdi) = killed_scenario();
+    let (_, out) = run_to_end(wbscope().args(["scenario", "--cleanup"]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    for what in [
+        format!("restored {}/strict_limit to 0", bdi.display()),
+        "unmounted /var/tmp/wbscope-scratch-".to_string(),
+        "detached /dev/loop".to_string(),
+        format!("removed /var/tmp/wbscope-scratch-{pid}-"),
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&what)),
+            "no {what:?} in: {stdout}"
+        );
+    }
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+    assert_eq!(knob(&bdi, "strict_limit"), "0");
+    assert_eq!(knob(&bdi, "max_ratio"), "100");
+}
+
+#[test]
+fn after_sigkill_the_next_scenario_removes_the_leftovers_and_says_so() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (pid, bdi) = killed_scenario();
+    let (next, out) = run_to_end(wbscope().args([
+        "scenario",
+        "single-stream",
+        "--scale",
+        "tiny",
+        "--fail-after-mount",
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "wbscope: warning: left by a killed run: removed /var/tmp/wbscope-scratch-{pid}-"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+    assert_eq!(leftovers(next), Vec::<String>::new());
+    // The device may have been bound again by the next run (and released):
+    // the defaults either way.
+    assert_eq!(knob(&bdi, "strict_limit"), "0");
+}
+
+#[test]
+fn cleanup_takes_no_scenario_and_a_scenario_or_cleanup_is_required() {
+    let (_, out) = run_to_end(wbscope().args(["scenario"]));
+    assert_eq!(out.status.code(), Some(2));
+    let (_, out) = run_to_end(wbscope().args(["scenario", "--cleanup", "single-stream"]));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }

@@ -7,10 +7,10 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use common::{LoopFs, files_in, flip_byte, var_tmp_dir};
+use common::{files_in, flip_byte, loop_fs, var_tmp_dir};
 use writer_core::{
     Event, FileSync, RunStatus, SmallFiles, Strategy, VerifyError, Writer, WriterConfig,
     WriterSpec, pattern::BlockFault, pattern::Pattern, verify_file,
@@ -255,34 +255,25 @@ fn rate_limit_gives_a_flat_per_second_series() {
 
 // ---- loop-mounted filesystems ----
 
-/// losetup -f is racy between concurrent callers: one loop test at a time.
-static LOOP: Mutex<()> = Mutex::new(());
-
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    LOOP.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[test]
 fn journaled_ext4_and_xfs_verify() {
-    let _g = lock();
     for (fstype, mb) in [("ext4", 64), ("xfs", 320)] {
-        let fs = LoopFs::new(fstype, mb, None, &[]);
+        let fs = loop_fs(fstype, mb, None, &[]);
         for strategy in [Strategy::SrfPipelined, Strategy::Direct, Strategy::Uring] {
-            let mut s = spec(fs.mnt(), strategy);
+            let mut s = spec(fs.mountpoint(), strategy);
             s.fallocate = strategy == Strategy::Direct;
             let r = run(s).unwrap_or_else(|e| panic!("{fstype} {strategy}: {e}"));
             assert!(r.verify.unwrap().ok, "{fstype} {strategy}");
         }
-        assert!(files_in(fs.mnt()).is_empty());
+        assert!(files_in(fs.mountpoint()).is_empty());
     }
 }
 
 #[test]
 fn full_filesystem_fails_cleanly_and_leaves_no_files() {
-    let _g = lock();
-    let fs = LoopFs::new("ext4", 64, None, &[]);
+    let fs = loop_fs("ext4", 64, None, &[]);
     // Preflight refuses what cannot fit...
-    let mut s = spec(fs.mnt(), Strategy::SrfPipelined);
+    let mut s = spec(fs.mountpoint(), Strategy::SrfPipelined);
     s.size = 100 * MIB;
     s.chunk = MIB;
     let err = run(s.clone()).unwrap_err();
@@ -308,7 +299,7 @@ fn full_filesystem_fails_cleanly_and_leaves_no_files() {
         );
         assert!(partial.error.unwrap().contains("No space left"));
         assert!(
-            files_in(fs.mnt()).is_empty(),
+            files_in(fs.mountpoint()).is_empty(),
             "{strategy}: partial file removed"
         );
     }
@@ -318,14 +309,13 @@ fn full_filesystem_fails_cleanly_and_leaves_no_files() {
     s.skip_space_check = true;
     let err = run(s).unwrap_err();
     assert!(err.to_string().contains("fallocate"), "{err}");
-    assert!(files_in(fs.mnt()).is_empty());
+    assert!(files_in(fs.mountpoint()).is_empty());
 }
 
 #[test]
 fn read_only_filesystem_is_refused() {
-    let _g = lock();
-    let fs = LoopFs::new("ext4", 64, None, &["-o", "ro"]);
-    let err = run(spec(fs.mnt(), Strategy::FsyncEnd)).unwrap_err();
+    let fs = loop_fs("ext4", 64, None, &["-o", "ro"]);
+    let err = run(spec(fs.mountpoint(), Strategy::FsyncEnd)).unwrap_err();
     assert!(err.error.is_usage());
     assert!(
         err.to_string().ends_with("is on a read-only filesystem"),
@@ -335,12 +325,11 @@ fn read_only_filesystem_is_refused() {
 
 #[test]
 fn direct_checks_the_devices_logical_block_size() {
-    let _g = lock();
     // A loop device with 4096-byte logical sectors.
-    let fs = LoopFs::new("ext4", 64, Some(4096), &[]);
-    let lbs = writer_core::device::logical_block_size(fs.mnt()).unwrap();
+    let fs = loop_fs("ext4", 64, Some(4096), &[]);
+    let lbs = writer_core::device::logical_block_size(fs.mountpoint()).unwrap();
     assert_eq!(lbs, Some(4096));
-    let mut s = spec(fs.mnt(), Strategy::Direct);
+    let mut s = spec(fs.mountpoint(), Strategy::Direct);
     s.chunk = 6 * 512; // sector-aligned for 512, not for 4096
     s.size = 6 * 512 * 100;
     let err = run(s.clone()).unwrap_err();

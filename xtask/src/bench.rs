@@ -15,6 +15,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use scratchfs::{FsType, ScratchFs};
 
 pub struct BenchOptions {
     pub size_mib: u64,
@@ -27,67 +28,18 @@ pub struct BenchOptions {
     pub floor_secs: u64,
 }
 
-/// A journaled ext4 on a loop device over a sparse image; removed on drop.
-pub(crate) struct LoopFs {
-    pub(crate) dir: PathBuf,
-    device: String,
-    pub(crate) mountpoint: PathBuf,
-}
-
-fn run(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-impl LoopFs {
-    /// With `direct_io`, the loop device reads and writes its image with
-    /// O_DIRECT (`losetup --direct-io=on`): a write completes when the disk
-    /// under /var/tmp took it, not when it was copied into /var/tmp's page
-    /// cache (where it would be dirty again, and throttled again).
-    pub(crate) fn with_direct_io(size_mib: u64, direct_io: bool) -> anyhow::Result<LoopFs> {
-        let dir = PathBuf::from(format!("/var/tmp/wbscope-bench-{}", std::process::id()));
-        fs::create_dir_all(&dir)?;
-        let image = dir.join("fs.img");
-        File::create(&image)?.set_len(size_mib << 20)?;
-        let mut losetup = Command::new("losetup");
-        losetup.args(["-f", "--show"]);
-        if direct_io {
-            losetup.arg("--direct-io=on");
-        }
-        let device = run(losetup.arg(&image))?;
-        let fs = LoopFs {
-            mountpoint: dir.join("mnt"),
-            dir,
-            device,
-        };
-        fs::create_dir_all(&fs.mountpoint)?;
-        run(Command::new("mkfs.ext4").args(["-q", "-F", &fs.device]))?;
-        run(Command::new("mount").arg(&fs.device).arg(&fs.mountpoint))?;
-        Ok(fs)
-    }
-}
-
-impl LoopFs {
-    /// Whether the loop device really does O_DIRECT on its image (the
-    /// kernel falls back to buffered when the image's filesystem cannot).
-    pub(crate) fn direct_io(&self) -> bool {
-        let name = Path::new(&self.device)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        fs::read_to_string(format!("/sys/block/{name}/loop/dio")).is_ok_and(|s| s.trim() == "1")
-    }
-}
-
-impl Drop for LoopFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mountpoint).status();
-        let _ = Command::new("losetup").args(["-d", &self.device]).status();
-        let _ = fs::remove_dir_all(&self.dir);
-    }
+/// A journaled ext4 (mkfs.ext4's defaults) on a loop device over a sparse
+/// image in /var/tmp; with `direct_io`, the loop device reads and writes
+/// its image with O_DIRECT (`losetup --direct-io=on`): a write completes
+/// when the disk under /var/tmp took it, not when it was copied into
+/// /var/tmp's page cache (where it would be dirty again, and throttled
+/// again). [`ScratchFs::direct_io`] says whether the kernel took it.
+/// Removed on drop.
+pub(crate) fn bench_fs(size_mib: u64, direct_io: bool) -> anyhow::Result<ScratchFs> {
+    ScratchFs::builder(FsType::Ext4, size_mib)
+        .direct_io(direct_io)
+        .create()
+        .context("making the benchmark's loop filesystem")
 }
 
 pub(crate) fn drop_caches() -> anyhow::Result<()> {
@@ -247,8 +199,8 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     // O_DIRECT on the image, as the writer bench: with the image in
     // /var/tmp's page cache a run ends before its data left the VM, and the
     // next run starts with that cache to write back.
-    let fs = LoopFs::with_direct_io(opts.size_mib * 2 + 512, true)?;
-    let file = fs.mountpoint.join("bench.dat");
+    let fs = bench_fs(opts.size_mib * 2 + 512, true)?;
+    let file = fs.path("bench.dat");
     let mut plain = Vec::new();
     let mut traced = Vec::new();
     let mut traced_cpu = Vec::new();
@@ -262,7 +214,7 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     let mut peak_rss_kb = 0u64;
     let mut record_bytes = 0u64;
     let mut record_calls = 0u64;
-    let rec_path = fs.dir.join("bench.rec");
+    let rec_path = fs.dir().join("bench.rec");
     for pair in 0..opts.pairs {
         // Rotate which side goes first, so drift favours none.
         let mut order = [Side::Plain, Side::Traced, Side::Recorded];

@@ -26,7 +26,9 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::bench::{LoopFs, drop_caches, median};
+use scratchfs::ScratchFs;
+
+use crate::bench::{bench_fs, drop_caches, median};
 
 pub struct WriterBenchOptions {
     pub size_mib: u64,
@@ -299,7 +301,7 @@ fn command_line(cmd: &Command) -> String {
 
 struct Runner<'a> {
     binary: &'a Path,
-    fs: &'a LoopFs,
+    fs: &'a ScratchFs,
     size_mib: u64,
     settle: Duration,
     /// Example command line per case, for the report.
@@ -308,7 +310,7 @@ struct Runner<'a> {
 
 impl Runner<'_> {
     fn command(&self, case: &Case, tag: &str, size: u64) -> (Command, Option<PathBuf>) {
-        let file = self.fs.mountpoint.join("bench.dat");
+        let file = self.fs.path("bench.dat");
         match case.tool {
             Tool::Dd => {
                 let mut c = Command::new("dd");
@@ -318,7 +320,7 @@ impl Runner<'_> {
                 (c, None)
             }
             Tool::Fio => {
-                let prefix = self.fs.dir.join(format!("fio-{tag}"));
+                let prefix = self.fs.dir().join(format!("fio-{tag}"));
                 let mut c = Command::new("fio");
                 c.args(["--name=bench", "--rw=write", "--bs=1M"])
                     .arg(format!("--filename={}", file.display()))
@@ -333,7 +335,7 @@ impl Runner<'_> {
                 let mut c = Command::new(self.binary);
                 c.arg("write")
                     .arg("--dir")
-                    .arg(&self.fs.mountpoint)
+                    .arg(self.fs.mountpoint())
                     .arg("--size")
                     .arg(format!("{size}M"))
                     .args(["--chunk", "1M"])
@@ -349,7 +351,7 @@ impl Runner<'_> {
     }
 
     fn run(&mut self, idx: usize, case: &Case, tag: &str, size: u64) -> anyhow::Result<Sample> {
-        clear_dir(&self.fs.mountpoint);
+        clear_dir(self.fs.mountpoint());
         drop_caches()?;
         // The pages just freed are reported to the hypervisor (virtio
         // balloon free page reporting) a little later; until then a write
@@ -378,7 +380,7 @@ impl Runner<'_> {
         let (_, sys1) = children_rusage();
         stop.store(true, Ordering::Relaxed);
         let dd_series = sampler.map(|h| h.join().unwrap_or_default());
-        clear_dir(&self.fs.mountpoint);
+        clear_dir(self.fs.mountpoint());
         let out = out?;
         if !out.status.success() {
             bail!(
@@ -452,7 +454,7 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
         bail!("--size-mib and --rounds must be at least 1");
     }
     let load_before = loadavg();
-    let fs = LoopFs::with_direct_io(opts.size_mib * 2 + 512, !opts.buffered_loop)?;
+    let fs = bench_fs(opts.size_mib * 2 + 512, !opts.buffered_loop)?;
     let loop_dio = fs.direct_io();
     if !opts.buffered_loop && !loop_dio {
         eprintln!(

@@ -530,8 +530,54 @@ pub fn plan(args: &CompareArgs) -> Result<ComparePlan, UsageError> {
     })
 }
 
+/// Refuses a directory no run can write to — read-only, not on a block
+/// device (/proc, a tmpfs), without room for one run's file — before the
+/// first sync and page-cache drop, which hit the whole machine.
+fn check_dir(dir: &Path, size: u64) -> Result<(), UsageError> {
+    let refuse = |why: String| UsageError(format!("--dir {}: {why}", dir.display()));
+    let m = scratchfs::mount_of(dir).map_err(|e| refuse(format!("{e:#}")))?;
+    if !m.on_block_device() {
+        return Err(refuse(format!(
+            "is on {} ({}), not on a block device; compare measures writeback to a disk",
+            m.source, m.fstype
+        )));
+    }
+    let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
+        .map_err(|_| refuse("has a NUL byte".into()))?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid C string and st a valid out pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(refuse(format!(
+            "statvfs: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    if st.f_flag & libc::ST_RDONLY != 0 {
+        return Err(refuse("is on a read-only filesystem".into()));
+    }
+    // SAFETY: c is a valid C string.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(refuse(format!(
+            "not writable: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // The runs are one at a time and each removes its file.
+    let avail = st.f_bavail.saturating_mul(st.f_frsize);
+    if size > avail {
+        return Err(refuse(format!(
+            "a run needs {} but only {} is free",
+            writer_core::ByteSize(size),
+            writer_core::ByteSize(avail)
+        )));
+    }
+    Ok(())
+}
+
 pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let plan = plan(args)?;
+    check_dir(&args.dir, plan.configs.first().map_or(0, |c| c.spec().size))?;
     if let Some(p) = &args.plot {
         if p.exists() {
             return Err(
@@ -547,6 +593,7 @@ pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<Ex
     }
     let dev = dev_of(&args.dir)?;
     let _signals = crate::sys::SignalGuard::install();
+    super::scenario::remove_stale_scratch();
     let mut traced = Traced::attach(disabled)?;
     let mut runs = Vec::new();
     let total = plan.configs.len() as u32 * args.repeat;

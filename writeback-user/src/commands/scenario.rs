@@ -1,9 +1,10 @@
 //! `wbscope scenario NAME`: the classic writeback experiments of BRIEF.md
 //! §1, each on its own loop-mounted filesystems (made here, removed
-//! whatever happens: `loopfs::LoopFs` in `Drop`, SIGINT/SIGTERM/SIGHUP
-//! turned into a flag that stops the writers and unwinds), traced with
-//! one tracer and split per run and per filesystem as `compare` does.
-//! What each one reproduces is in docs/scenarios.md.
+//! whatever happens: `scratchfs::ScratchFs` in `Drop`, SIGINT/SIGTERM/SIGHUP
+//! turned into a flag that stops the writers and unwinds; what a SIGKILL
+//! leaves, the next run or `--cleanup` removes), traced with one tracer
+//! and split per run and per filesystem as `compare` does. What each one
+//! reproduces is in docs/scenarios.md.
 use std::{process::ExitCode, sync::Arc, time::Instant};
 
 use anyhow::{Context as _, bail};
@@ -15,7 +16,9 @@ use writer_core::{
 };
 
 use super::compare::{self, KernelFigures, Run, SYSTEM_WIDE, Traced, cell, kernel_rows, render};
-use crate::{loopfs::LoopFs, model::plan::HookKind};
+use scratchfs::ScratchFs;
+
+use crate::{UsageError, model::DevId, model::plan::HookKind};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -24,10 +27,13 @@ Examples:
   wbscope scenario sync-after-write --json > sync.json
   wbscope scenario package-unpack --scale tiny
   wbscope scenario many-writers --fs both
+  wbscope scenario --cleanup
 
 Each scenario makes its filesystems on loop devices over sparse images in
 /var/tmp (ext4 with its journal, or xfs), and removes mounts, devices and
-images at the end, on error and on Ctrl-C. At tiny and small scale each
+images at the end, on error and on Ctrl-C. A run killed with SIGKILL
+leaves them (and the dirty caps): the next scenario or compare removes
+them with a warning, or `--cleanup` does now. At tiny and small scale each
 filesystem's dirty page cache is capped (per-device strict limit,
 /sys/class/bdi/MAJ:MIN/max_bytes) so that writeback starts as it would on a
 small machine. Before every run: sync and drop caches. Needs root.
@@ -70,8 +76,12 @@ pub enum FsChoice {
 #[command(after_help = EXAMPLES)]
 pub struct ScenarioArgs {
     /// Which experiment.
-    #[arg(value_enum)]
-    pub name: ScenarioName,
+    #[arg(value_enum, required_unless_present = "cleanup")]
+    pub name: Option<ScenarioName>,
+    /// Remove what killed runs left (mounts, loop devices, images, dirty
+    /// caps) and exit; a line per thing removed. Live runs are left alone.
+    #[arg(long, conflicts_with_all = ["name", "scale", "fs", "json", "markdown"])]
+    pub cleanup: bool,
     /// How big.
     #[arg(long, value_enum, default_value = "tiny")]
     pub scale: Scale,
@@ -167,8 +177,8 @@ fn name_of<T: ValueEnum>(v: T) -> String {
         .unwrap_or_default()
 }
 
-fn filesystems(args: &ScenarioArgs) -> Vec<&'static str> {
-    let default = if args.name == ScenarioName::ManyWriters {
+fn filesystems(args: &ScenarioArgs, name: ScenarioName) -> Vec<&'static str> {
+    let default = if name == ScenarioName::ManyWriters {
         FsChoice::Both
     } else {
         FsChoice::Ext4
@@ -180,18 +190,28 @@ fn filesystems(args: &ScenarioArgs) -> Vec<&'static str> {
     }
 }
 
-fn mount(fstype: &str, sz: &Sizes) -> anyhow::Result<LoopFs> {
+/// The tracer's name for the filesystem's device.
+fn dev_id(fs: &ScratchFs) -> DevId {
+    let (major, minor) = fs.dev();
+    DevId { major, minor }
+}
+
+fn mount(fstype: &str, sz: &Sizes) -> anyhow::Result<ScratchFs> {
     crate::sys::check_interrupted()?;
-    let fs = LoopFs::new(fstype, sz.image_mib)?;
+    // O_DIRECT on the image: the loop device does not cache its data a
+    // second time in the host's page cache.
+    let mut fs = ScratchFs::builder(fstype.parse()?, sz.image_mib)
+        .direct_io(true)
+        .create()?;
     if let Some(cap) = sz.dirty_cap {
         fs.limit_dirty(cap)?;
     }
     eprintln!(
         "wbscope: {} on {} ({}) mounted at {}{}",
         fstype,
-        fs.device,
-        fs.dev,
-        fs.mountpoint.display(),
+        fs.device().display(),
+        dev_id(&fs),
+        fs.mountpoint().display(),
         sz.dirty_cap
             .map_or(String::new(), |c| format!(", dirty cap {} MiB", c / MIB))
     );
@@ -200,7 +220,7 @@ fn mount(fstype: &str, sz: &Sizes) -> anyhow::Result<LoopFs> {
 
 /// Mounts one filesystem per type, then applies the injected failure
 /// (tests: whatever fails after mounting must leave nothing mounted).
-fn mount_all(args: &ScenarioArgs, types: &[&str], sz: &Sizes) -> anyhow::Result<Vec<LoopFs>> {
+fn mount_all(args: &ScenarioArgs, types: &[&str], sz: &Sizes) -> anyhow::Result<Vec<ScratchFs>> {
     let mounted = types
         .iter()
         .map(|f| mount(f, sz))
@@ -233,15 +253,47 @@ fn after_run(what: &str, r: &Report, k: &KernelFigures) {
     );
 }
 
+/// `--cleanup`: what killed runs left, removed; one line each.
+fn cleanup() -> anyhow::Result<ExitCode> {
+    let done = scratchfs::cleanup_stale().context("removing what killed runs left")?;
+    for line in &done {
+        println!("{line}");
+    }
+    if done.is_empty() {
+        eprintln!("wbscope: nothing left by killed runs");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Removes what killed scenario runs left (SIGKILL runs no `Drop`), with
+/// a warning per thing removed; live runs' filesystems are left alone.
+pub(crate) fn remove_stale_scratch() {
+    match scratchfs::cleanup_stale() {
+        Ok(done) => {
+            for line in done {
+                eprintln!("wbscope: warning: left by a killed run: {line}");
+            }
+        }
+        Err(e) => eprintln!("wbscope: warning: looking for what killed runs left: {e:#}"),
+    }
+}
+
 pub async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+    if args.cleanup {
+        return cleanup();
+    }
+    let Some(scenario) = args.name else {
+        return Err(UsageError("a scenario name or --cleanup is required".into()).into());
+    };
     let _signals = crate::sys::SignalGuard::install();
+    remove_stale_scratch();
     let started = Instant::now();
     let sz = sizes(args.scale);
-    let fss = filesystems(args);
+    let fss = filesystems(args, scenario);
     let mut traced = Traced::attach(disabled)?;
-    let name = name_of(args.name);
+    let name = name_of(scenario);
     let mut sync = None;
-    let (runs, columns) = match args.name {
+    let (runs, columns) = match scenario {
         ScenarioName::SingleStream => single_stream(args, &sz, &fss, &mut traced).await?,
         ScenarioName::ThreeFilesystems => three_filesystems(args, &sz, &fss, &mut traced).await?,
         ScenarioName::SyncAfterWrite => {
@@ -252,6 +304,11 @@ pub async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::Result<E
         ScenarioName::PackageUnpack => package_unpack(args, &sz, &fss, &mut traced).await?,
         ScenarioName::ManyWriters => many_writers(args, &sz, &fss, &mut traced).await?,
     };
+    // A signal during the last (or only) traced window stops the writers,
+    // which then return short reports, not errors: without this check the
+    // partial figures were printed as a result and the exit code was 0.
+    // The filesystems are gone by now (dropped with the scenario's call).
+    crate::sys::check_interrupted()?;
     eprintln!(
         "wbscope: scenario {name} done in {:.1} s; filesystems removed",
         started.elapsed().as_secs_f64()
@@ -292,19 +349,19 @@ async fn single_stream(
             Strategy::SrfPipelined,
             Strategy::Direct,
         ] {
-            let what = format!("{} {strategy}", fs.fstype);
+            let what = format!("{} {strategy}", fs.fstype());
             before_run(&what)?;
             let cfg = config(WriterSpec {
-                dirs: vec![fs.mountpoint.clone()],
+                dirs: vec![fs.mountpoint().to_path_buf()],
                 size: sz.file,
                 chunk: sz.chunk,
                 strategy,
                 ..WriterSpec::default()
             })?;
-            let (writer, kernel) = compare::traced_write(traced, &[fs.dev], cfg, true).await?;
+            let (writer, kernel) = compare::traced_write(traced, &[dev_id(fs)], cfg, true).await?;
             after_run(&what, &writer, &kernel);
             let run = Run {
-                fs: (mounted.len() > 1).then(|| fs.fstype.clone()),
+                fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
                 strategy: strategy.name().into(),
                 repeat: 0,
                 writer,
@@ -321,13 +378,13 @@ async fn single_stream(
 /// per writer (its filesystem's device).
 async fn concurrent(
     traced: &mut Traced,
-    fss: &[&LoopFs],
+    fss: &[&ScratchFs],
     cfgs: Vec<WriterConfig>,
 ) -> anyhow::Result<Vec<(Report, KernelFigures)>> {
     let writers: Vec<Writer> = cfgs.into_iter().map(Writer::new).collect();
     let lives: Vec<Arc<LiveTunables>> = writers.iter().map(Writer::tunables).collect();
-    let dirs: Vec<_> = fss.iter().map(|f| f.mountpoint.clone()).collect();
-    let groups: Vec<_> = fss.iter().map(|f| vec![f.dev]).collect();
+    let dirs: Vec<_> = fss.iter().map(|f| f.mountpoint().to_path_buf()).collect();
+    let groups: Vec<_> = fss.iter().map(|f| vec![dev_id(f)]).collect();
     let (results, figures) = traced
         .window(
             &groups,
@@ -395,7 +452,7 @@ async fn three_filesystems(
         .iter()
         .map(|fs| {
             config(WriterSpec {
-                dirs: vec![fs.mountpoint.clone()],
+                dirs: vec![fs.mountpoint().to_path_buf()],
                 size: (sz.file * 3).min((sz.image_mib << 20) * 3 / 4),
                 chunk: sz.chunk,
                 strategy: Strategy::Buffered,
@@ -403,14 +460,14 @@ async fn three_filesystems(
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let refs: Vec<&LoopFs> = mounted.iter().collect();
+    let refs: Vec<&ScratchFs> = mounted.iter().collect();
     let results = concurrent(traced, &refs, cfgs).await?;
     let mut runs = Vec::new();
     let mut columns = Vec::new();
     for (i, ((writer, kernel), fs)) in results.into_iter().zip(&mounted).enumerate() {
-        after_run(&format!("fs{} {}", i + 1, fs.fstype), &writer, &kernel);
+        after_run(&format!("fs{} {}", i + 1, fs.fstype()), &writer, &kernel);
         let run = Run {
-            fs: Some(format!("fs{} {}", i + 1, fs.fstype)),
+            fs: Some(format!("fs{} {}", i + 1, fs.fstype())),
             strategy: "buffered".into(),
             repeat: 0,
             writer,
@@ -448,7 +505,7 @@ async fn sync_after_write(
     injected(args)?;
     before_run("buffered write")?;
     let cfg = config(WriterSpec {
-        dirs: vec![fs.mountpoint.clone()],
+        dirs: vec![fs.mountpoint().to_path_buf()],
         size: sz.file * 2,
         chunk: sz.chunk,
         strategy: Strategy::Buffered,
@@ -458,7 +515,7 @@ async fn sync_after_write(
     let live = writer.tunables();
     let (result, mut kernel) = traced
         .window(
-            &[vec![fs.dev]],
+            &[vec![dev_id(&fs)]],
             move || writer.run(),
             move || live.request_stop(),
         )
@@ -472,11 +529,11 @@ async fn sync_after_write(
     let write_kernel = kernel.remove(0);
     after_run("buffered write", &report, &write_kernel);
     crate::sys::check_interrupted().inspect_err(|_| remove_kept(&report))?;
-    eprintln!("wbscope: syncfs on {}", fs.mountpoint.display());
-    let dir = fs.mountpoint.clone();
+    eprintln!("wbscope: syncfs on {}", fs.mountpoint().display());
+    let dir = fs.mountpoint().to_path_buf();
     let (timed, mut sync_kernel) = traced
         .window(
-            &[vec![fs.dev]],
+            &[vec![dev_id(&fs)]],
             move || -> anyhow::Result<(f64, f64, f64)> {
                 let (u0, s0) = thread_cpu();
                 let t = Instant::now();
@@ -496,7 +553,7 @@ async fn sync_after_write(
         sync_kernel.calls
     );
     let runs = vec![Run {
-        fs: Some(fs.fstype.clone()),
+        fs: Some(fs.fstype().to_string()),
         strategy: "buffered".into(),
         repeat: 0,
         writer: report,
@@ -507,7 +564,7 @@ async fn sync_after_write(
         runs,
         cols,
         SyncFigures {
-            fs: fs.fstype.clone(),
+            fs: fs.fstype().to_string(),
             sync_wall_s: wall,
             sync_thread_sys_s: sys,
             sync_thread_user_s: user,
@@ -571,19 +628,19 @@ async fn package_unpack(
     let mut columns = Vec::new();
     for fs in &mounted {
         for (policy, tuned, label) in variants {
-            let what = format!("{} {label}", fs.fstype);
+            let what = format!("{} {label}", fs.fstype());
             before_run(&what)?;
             let mut small = SmallFiles::new(sz.small_files, policy);
             small.max_size = sz.small_max;
             let cfg = config(WriterSpec {
-                dirs: vec![fs.mountpoint.clone()],
+                dirs: vec![fs.mountpoint().to_path_buf()],
                 chunk: 1 << 20,
                 small_files: Some(small),
                 noatime: tuned,
                 datasync: tuned,
                 ..WriterSpec::default()
             })?;
-            let (writer, kernel) = compare::traced_write(traced, &[fs.dev], cfg, false).await?;
+            let (writer, kernel) = compare::traced_write(traced, &[dev_id(fs)], cfg, false).await?;
             eprintln!(
                 "wbscope: {what}: {} files in {:.2} s ({:.0} files/s), {} writepages calls",
                 writer.files_written,
@@ -592,7 +649,7 @@ async fn package_unpack(
                 kernel.calls
             );
             let run = Run {
-                fs: (mounted.len() > 1).then(|| fs.fstype.clone()),
+                fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
                 strategy: label.into(),
                 repeat: 0,
                 writer,
@@ -615,20 +672,20 @@ async fn many_writers(
     let mut runs = Vec::new();
     let mut columns = Vec::new();
     for fs in &mounted {
-        let what = format!("{} {} writers", fs.fstype, sz.writers);
+        let what = format!("{} {} writers", fs.fstype(), sz.writers);
         before_run(&what)?;
         let cfg = config(WriterSpec {
-            dirs: vec![fs.mountpoint.clone()],
+            dirs: vec![fs.mountpoint().to_path_buf()],
             size: sz.writer_file,
             chunk: sz.chunk,
             jobs: sz.writers,
             strategy: Strategy::Buffered,
             ..WriterSpec::default()
         })?;
-        let (writer, kernel) = compare::traced_write(traced, &[fs.dev], cfg, true).await?;
+        let (writer, kernel) = compare::traced_write(traced, &[dev_id(fs)], cfg, true).await?;
         after_run(&what, &writer, &kernel);
         let run = Run {
-            fs: Some(fs.fstype.clone()),
+            fs: Some(fs.fstype().to_string()),
             strategy: format!("{}x buffered", sz.writers),
             repeat: 0,
             writer,

@@ -13,8 +13,6 @@ use std::{
     time::Duration,
 };
 
-use tempfile::TempDir;
-
 pub fn run(cmd: &mut Command) -> String {
     let out = cmd
         .output()
@@ -27,83 +25,38 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// A filesystem on a loop device over a sparse image in a temporary
-/// directory. Unmounted and detached on drop, whatever the test did.
+/// A filesystem on a loop device over a sparse image under /var/tmp
+/// (`scratchfs`). Unmounted, detached and removed on drop, whatever the
+/// test did.
 pub struct LoopFs {
     pub mountpoint: PathBuf,
+    /// `/dev/loopN`.
     pub device: String,
-    _dir: TempDir,
+    _fs: scratchfs::ScratchFs,
 }
 
 impl LoopFs {
-    /// `fstype` is `ext4` (with its default journal) or `xfs`.
+    /// `fstype` is `ext4` (with its default journal), `xfs` or `btrfs`.
     pub fn new(fstype: &str, size_mib: u64) -> LoopFs {
         Self::with_mount_options(fstype, size_mib, &[])
     }
 
     /// [`LoopFs::new`] with extra `mount` arguments, e.g. `["-o", "ro"]`.
     pub fn with_mount_options(fstype: &str, size_mib: u64, options: &[&str]) -> LoopFs {
-        // Under /var/tmp: the image must not live on a tmpfs.
-        let dir = tempfile::Builder::new()
-            .prefix("wbscope-test-")
-            .tempdir_in("/var/tmp")
-            .expect("temp dir");
-        let image = dir.path().join("fs.img");
-        let f = fs::File::create(&image).expect("image");
-        f.set_len(size_mib << 20).expect("sparse image");
-        drop(f);
-        let device = run(Command::new("losetup").args(["-f", "--show"]).arg(&image));
-        let mountpoint = dir.path().join("mnt");
-        fs::create_dir(&mountpoint).expect("mountpoint");
-        // From here on, Drop cleans up even if mkfs or mount fails.
-        let fs = LoopFs {
-            mountpoint,
-            device,
-            _dir: dir,
-        };
-        match fstype {
-            "ext4" => run(Command::new("mkfs.ext4").args(["-q", "-F", &fs.device])),
-            "xfs" => run(Command::new("mkfs.xfs").args(["-q", "-f", &fs.device])),
-            other => panic!("unsupported fstype {other}"),
-        };
-        run(Command::new("mount")
-            .args(options)
-            .arg(&fs.device)
-            .arg(&fs.mountpoint));
-        fs
+        let fstype = fstype.parse().expect("fstype");
+        let fs = scratchfs::ScratchFs::builder(fstype, size_mib)
+            .mount_args(options)
+            .create()
+            .unwrap_or_else(|e| panic!("scratch {fstype}: {e:#}"));
+        LoopFs {
+            mountpoint: fs.mountpoint().to_path_buf(),
+            device: fs.device().display().to_string(),
+            _fs: fs,
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
         self.mountpoint.join(name)
-    }
-}
-
-impl Drop for LoopFs {
-    /// A process of the test may still be leaving the filesystem (a tmux
-    /// session just killed): retry, then detach lazily rather than leave a
-    /// mount behind.
-    fn drop(&mut self) {
-        let umount = |lazy: bool| {
-            let mut cmd = Command::new("umount");
-            if lazy {
-                cmd.arg("-l");
-            }
-            cmd.arg(&self.mountpoint)
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let mut done = false;
-        for _ in 0..20 {
-            if umount(false) {
-                done = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if !done {
-            umount(true);
-        }
-        let _ = Command::new("losetup").args(["-d", &self.device]).status();
     }
 }
 
