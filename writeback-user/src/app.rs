@@ -15,17 +15,9 @@ use crate::{
     model::{CallRecord, DevId, Model, WriterUpdate},
 };
 
-/// Chunk bounds for `+`/`-`. Below one page the writer measures the page
-/// cache's read-modify-write rather than writeback; above 256 MiB every
-/// job's buffer becomes a memory experiment (and must stay below
-/// writer-core's 1 GiB limit and the file size).
-pub const MIN_CHUNK: u64 = 4 << 10;
-pub const MAX_CHUNK: u64 = 256 << 20;
-/// srf-pipelined window bounds, in chunks.
-pub const MAX_WINDOW: u32 = 64;
-/// Parallel writers; more than this on the 2-core machines only measures
-/// the scheduler.
-pub const MAX_JOBS: u32 = 16;
+/// Bounds of the `+`/`-`, `]`/`[` and `>`/`<` keys: writer-core's, the
+/// same the CLI and the live tunables check (why each: writer_core::limits).
+pub use writer_core::limits::{MAX_CHUNK, MAX_JOBS, MAX_WINDOW, MIN_CHUNK};
 
 /// The panes Tab moves between. At small sizes the focused one of the
 /// lower panes is the one shown.
@@ -723,6 +715,18 @@ mod tests {
         }));
         assert!(stop.is_empty());
         assert_eq!(app.run_state, RunState::Idle);
+    }
+
+    #[test]
+    fn the_help_says_the_limits_the_keys_keep() {
+        let help = |key: &str| KEYS.iter().find(|(k, _)| *k == key).map(|(_, h)| *h);
+        let chunk = format!("{}K..{}M", MIN_CHUNK >> 10, MAX_CHUNK >> 20);
+        assert!(help("+ / -").is_some_and(|h| h.contains(&chunk)), "{chunk}");
+        let window = format!("1..{MAX_WINDOW})");
+        assert!(
+            help("] / [").is_some_and(|h| h.contains(&window)),
+            "{window}"
+        );
     }
 
     trait Back {

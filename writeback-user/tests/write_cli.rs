@@ -132,8 +132,25 @@ fn bad_input_is_one_line_and_exit_2() {
         ),
         (&["--size", "1M", "--strategy", "fast"], "unknown strategy"),
         (
-            &["--size", "1M", "--chunk", "1000", "--strategy", "direct"],
+            &["--size", "1M", "--chunk", "5000", "--strategy", "direct"],
             "not a multiple of",
+        ),
+        // The bounds of writer_core::limits, the same the dashboard keeps.
+        (
+            &["--size", "1M", "--chunk", "1k", "--strategy", "buffered"],
+            "--chunk 1KiB is smaller than the 4KiB minimum",
+        ),
+        (
+            &["--size", "1G", "--chunk", "512M", "--strategy", "buffered"],
+            "--chunk 512MiB is larger than the 256MiB maximum",
+        ),
+        (
+            &["--size", "1M", "--strategy", "buffered", "--jobs", "65"],
+            "--jobs 65 is more than the maximum of 64",
+        ),
+        (
+            &["--size", "1M", "--strategy", "buffered", "--window", "65"],
+            "--window 65 is more than the maximum of 64 chunks",
         ),
         (&["--size", "1M"], "missing --strategy"),
         (
