@@ -722,3 +722,107 @@ fn progress_bar_only_on_a_terminal() {
         "{text:?}"
     );
 }
+
+// ---- hostile input (issue #13) ----
+
+/// Address-space cap for runs that must be refused before they allocate:
+/// what a broken refusal could take is bounded by it (the writer itself
+/// runs in under 10 MB of address space).
+const TEST_AS_LIMIT: u64 = 1 << 30;
+
+/// Runs wbscope under `RLIMIT_AS = as_limit`, killed after `timeout`.
+fn bounded(cmd: &mut Command, as_limit: u64, timeout: Duration) -> Output {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: setrlimit(2) is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: as_limit,
+                rlim_max: as_limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn wbscope");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn write_cmd(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("write").arg("--dir").arg(dir).args(args);
+    cmd
+}
+
+#[test]
+fn runs_that_cannot_fit_in_memory_are_refused_before_any_file() {
+    let dir = tmp();
+    let cases: &[&[&str]] = &[
+        // 10^6 jobs, a thread and a buffer each (was: the OOM killer and
+        // 15,033 files left).
+        &[
+            "--jobs",
+            "1000000",
+            "--size",
+            "4k",
+            "--chunk",
+            "4k",
+            "--strategy",
+            "buffered",
+        ],
+        // Within every per-option limit, but 4 x 256 MiB of buffers does
+        // not fit under the 1 GiB address-space limit (was: abort, 134).
+        &[
+            "--jobs",
+            "4",
+            "--size",
+            "256M",
+            "--chunk",
+            "256M",
+            "--strategy",
+            "buffered",
+        ],
+        // io_uring: a buffer per write in flight, 8 x 64 MiB x 4 jobs.
+        &[
+            "--jobs",
+            "4",
+            "--size",
+            "64M",
+            "--chunk",
+            "64M",
+            "--qd",
+            "8",
+            "--strategy",
+            "uring",
+        ],
+        // The plan of 10^13 small files (its size list alone 80 TB).
+        &["--small-files", "10000000000000"],
+    ];
+    for args in cases {
+        let out = bounded(
+            &mut write_cmd(dir.path(), args),
+            TEST_AS_LIMIT,
+            Duration::from_secs(20),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("wbscope: error: "), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(entries(dir.path()).is_empty(), "{args:?}: files created");
+    }
+}

@@ -156,7 +156,7 @@ impl FileCtx<'_> {
 
     /// Writes one chunk with its events, latency and progress.
     pub fn timed_write<S: Sink>(&mut self, sink: &mut S, offset: u64, len: u64) -> io::Result<()> {
-        let data = self.buf.prepare(self.pattern, offset, len as usize);
+        let data = self.buf.prepare(self.pattern, offset, len as usize)?;
         self.observer.on_event(&Event::ChunkIssued {
             at: self.at,
             offset,
@@ -326,7 +326,7 @@ mod tests {
                 progress: AtomicU64::new(0),
                 stats: JobStats::default(),
                 rate: RateLimiter::new(1),
-                buf: ChunkBuf::new(CH as usize, 4096),
+                buf: ChunkBuf::new(CH as usize, 4096).unwrap(),
                 pattern: Pattern::new(1, 0),
                 drop_behind: false,
             }

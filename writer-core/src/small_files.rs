@@ -256,7 +256,7 @@ mod tests {
         let progress = AtomicU64::new(0);
         let mut stats = JobStats::default();
         let mut rate = RateLimiter::new(1);
-        let mut buf = ChunkBuf::new(8192, 4096);
+        let mut buf = ChunkBuf::new(8192, 4096).unwrap();
         let p0 = Pattern::new(0, 0);
         let mut ctx = FileCtx {
             at: FileRef { job: 0, file: 0 },

@@ -237,6 +237,10 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<ExitCode> {
     };
     let (tx, rx) = mpsc::channel::<Event>();
     let writer = Writer::new(cfg).with_observer(Arc::new(TicksOnly(tx)));
+    // Before the plan below, which allocates per file.
+    if let Err(e) = writer.check_memory() {
+        return Ok(usage_error(&e.to_string()));
+    }
     let total: u64 = writer.plan().iter().flatten().map(|f| f.size).sum();
     let live = writer.tunables();
     let progress = std::io::stderr().is_terminal();
