@@ -826,3 +826,61 @@ fn runs_that_cannot_fit_in_memory_are_refused_before_any_file() {
         assert!(entries(dir.path()).is_empty(), "{args:?}: files created");
     }
 }
+
+/// Spawns a slow run (`--rate`), signals it after `after`, and returns its
+/// output and how long it took to exit after the signal.
+fn signalled(
+    dir: &Path,
+    args: &[&str],
+    signal: libc::c_int,
+    after: Duration,
+) -> (Output, Duration) {
+    let child = write_cmd(dir, args)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn wbscope");
+    std::thread::sleep(after);
+    let sent = std::time::Instant::now();
+    // SAFETY: signalling our own child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    // A run that ignores the signal is killed after 10 s, so the test fails
+    // instead of waiting out the run (the report fits in the pipe buffer).
+    let mut child = child;
+    while child.try_wait().expect("wait").is_none() && sent.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = sent.elapsed();
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("output");
+    (out, took)
+}
+
+#[test]
+fn a_rate_limited_run_stops_within_a_second_of_sigint() {
+    // --rate 1MB --chunk 64M: the second chunk is due 64 s after the
+    // first; --rate 1 --chunk 4K: 4096 s. Either must stop at once.
+    let cases: &[&[&str]] = &[
+        &["--size", "128M", "--chunk", "64M", "--rate", "1MB"],
+        &["--size", "64k", "--chunk", "4k", "--rate", "1"],
+    ];
+    for args in cases {
+        let dir = tmp();
+        let mut args = args.to_vec();
+        args.extend(["--strategy", "buffered"]);
+        let (out, took) = signalled(dir.path(), &args, libc::SIGINT, Duration::from_millis(700));
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            took < Duration::from_millis(1500),
+            "{args:?}: took {took:?}"
+        );
+        assert_eq!(json(&out)["status"], "interrupted");
+        assert!(entries(dir.path()).is_empty(), "{args:?}: files left");
+    }
+}

@@ -149,7 +149,11 @@ pub fn write_file_uring<R: Ring>(
             }
             let Some(slot) = free.pop() else { break };
             let len = ctx.tunables.chunk().min(size - next_off);
-            ctx.rate.pace(ctx.tunables.rate(), len);
+            if !ctx.rate.pace(ctx.tunables, len) {
+                free.push(slot);
+                out.stopped = true;
+                break;
+            }
             let ptr = match bufs[slot].prepare(ctx.pattern, next_off, len as usize) {
                 Ok(data) => data.as_ptr(),
                 Err(e) => {
