@@ -884,3 +884,35 @@ fn a_rate_limited_run_stops_within_a_second_of_sigint() {
         assert!(entries(dir.path()).is_empty(), "{args:?}: files left");
     }
 }
+
+#[test]
+fn sigterm_and_sighup_stop_like_sigint() {
+    for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGHUP, 129)] {
+        let dir = tmp();
+        let (out, _) = signalled(
+            dir.path(),
+            &[
+                "--size",
+                "64M",
+                "--chunk",
+                "64k",
+                "--strategy",
+                "srf-pipelined",
+                "--rate",
+                "8MB/s",
+            ],
+            signal,
+            Duration::from_millis(1000),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "signal {signal}: {err}");
+        let v = json(&out);
+        assert_eq!(v["status"], "interrupted", "signal {signal}");
+        let bytes = v["bytes"].as_u64().unwrap();
+        assert!(bytes > 0 && bytes < 64 << 20, "signal {signal}: {bytes}");
+        assert!(
+            entries(dir.path()).is_empty(),
+            "signal {signal}: files left"
+        );
+    }
+}
