@@ -916,3 +916,29 @@ fn sigterm_and_sighup_stop_like_sigint() {
         );
     }
 }
+
+#[test]
+fn a_non_utf8_dir_gives_complete_json() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tmp();
+    let odd = dir.path().join(std::ffi::OsStr::from_bytes(b"d\xffir"));
+    std::fs::create_dir(&odd).unwrap();
+    let out = wbscope(
+        &odd,
+        &["--size", "1M", "--strategy", "buffered", "--keep", "--json"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    let shown = odd.to_string_lossy();
+    assert_eq!(v["dirs"], serde_json::json!([shown]));
+    let kept = v["kept_files"][0].as_str().unwrap();
+    assert!(kept.starts_with(&*shown), "{kept}");
+    let files = entries(&odd);
+    assert_eq!(files.len(), 1, "{files:?}");
+    std::fs::remove_file(&files[0]).unwrap();
+}

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::Args;
 use writer_core::{
     ByteSize, Event, FileSync, Observer, Report, RunStatus, SmallFiles, Strategy, Writer,
@@ -298,8 +299,10 @@ fn print_progress(elapsed: Duration, bytes: u64, last: u64, total: u64) {
 fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer(&mut out, r)?;
-        writeln!(out)?;
+        // Serialised whole before the first byte goes out: a report that
+        // cannot be serialised is an error line, never a cut object.
+        let text = serde_json::to_string(r).context("serialising the report")?;
+        writeln!(out, "{text}")?;
     } else {
         out.write_all(human_report(r).as_bytes())?;
     }
