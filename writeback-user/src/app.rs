@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use writer_core::Strategy;
+use writer_core::{RunStatus, Strategy};
 
 use crate::{
     interval::{CallAggregate, IntervalLine, KernelSnapshot},
@@ -291,7 +291,7 @@ impl App {
                 // that failed stays stopped with its error on screen.
                 RunState::Running { run: r } if r == *run => {
                     let failed = matches!(&update, WriterUpdate::Ended { outcome, .. }
-                        if outcome.starts_with("failed"));
+                        if outcome.status == RunStatus::Failed);
                     self.run_state = RunState::Idle;
                     if !failed {
                         effects.push(self.start());
@@ -656,7 +656,7 @@ mod tests {
         assert!(app.handle(key('>')).is_empty());
         let ended = Msg::Writer(WriterUpdate::Ended {
             run: 1,
-            outcome: "interrupted".into(),
+            outcome: outcome(RunStatus::Interrupted, "interrupted"),
         });
         let next = app.handle(ended);
         assert_eq!(
@@ -681,7 +681,7 @@ mod tests {
         assert_eq!(app.handle(key('w')), vec![Effect::StopWriter]);
         let ended = Msg::Writer(WriterUpdate::Ended {
             run: 2,
-            outcome: "interrupted".into(),
+            outcome: outcome(RunStatus::Interrupted, "interrupted"),
         });
         assert!(app.handle(ended).is_empty());
         assert_eq!(app.run_state, RunState::Idle);
@@ -706,15 +706,30 @@ mod tests {
         }));
         let again = app.handle(Msg::Writer(WriterUpdate::Ended {
             run: 1,
-            outcome: "completed".into(),
+            outcome: outcome(RunStatus::Completed, "completed"),
         }));
         assert!(matches!(again[..], [Effect::StartWriter { run: 2, .. }]));
+        // The status decides, not the words: a failure said otherwise
+        // still stops, a success whatever its text loops.
         let stop = app.handle(Msg::Writer(WriterUpdate::Ended {
             run: 2,
-            outcome: "failed: no space left".into(),
+            outcome: outcome(RunStatus::Failed, "no space left on device"),
         }));
         assert!(stop.is_empty());
         assert_eq!(app.run_state, RunState::Idle);
+        app.handle(key('w'));
+        let again = app.handle(Msg::Writer(WriterUpdate::Ended {
+            run: 3,
+            outcome: outcome(RunStatus::Completed, "failed to look like a failure"),
+        }));
+        assert!(matches!(again[..], [Effect::StartWriter { run: 4, .. }]));
+    }
+
+    fn outcome(status: RunStatus, summary: &str) -> writer_core::RunOutcome {
+        writer_core::RunOutcome {
+            status,
+            summary: summary.into(),
+        }
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub use config::{ConfigError, FileSync, SmallFiles, Strategy, WriterConfig, Writ
 pub use engine::Writer;
 pub use error::{RunFailure, WriterError};
 pub use event::{Event, FileRef, NullObserver, Observer, SyncKind};
-pub use report::{Report, RunStatus, VerifyReport};
+pub use report::{Report, RunOutcome, RunStatus, VerifyReport};
 pub use size::{ByteSize, SizeError, format_size, parse_size};
 pub use tunables::LiveTunables;
 pub use verify::{VerifyError, verify_file};

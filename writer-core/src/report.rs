@@ -22,6 +22,26 @@ pub enum RunStatus {
     Failed,
 }
 
+/// How a run ended, for a front end that must act on it (the dashboard
+/// starts the next run unless the last one failed) and show it: decide on
+/// `status`, never on the words of `summary`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub status: RunStatus,
+    /// One line for people: "completed 1.0 GB, 512 MB/s", "failed: ...".
+    pub summary: String,
+}
+
+impl RunOutcome {
+    /// A run that failed (or never started), with its error.
+    pub fn failed(error: impl std::fmt::Display) -> RunOutcome {
+        RunOutcome {
+            status: RunStatus::Failed,
+            summary: format!("failed: {error}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VerifyReport {
     pub ok: bool,
