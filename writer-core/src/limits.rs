@@ -11,7 +11,6 @@
 //! allocate, and [`check_memory`] refuses it before anything is allocated
 //! when it does not fit in the memory the machine has available
 //! (`MemAvailable`) or in the process's address-space limit (`RLIMIT_AS`).
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::config::{Strategy, WriterConfig};
