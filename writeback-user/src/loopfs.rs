@@ -33,7 +33,7 @@ pub fn interrupted() -> bool {
 
 /// The first of SIGINT, SIGTERM or SIGHUP that arrived while a
 /// [`SignalGuard`] was installed (for an exit code of 128 + its number).
-pub fn caught_signal() -> Option<libc::c_int> {
+pub(crate) fn caught_signal() -> Option<libc::c_int> {
     match INTERRUPTED.load(Ordering::Relaxed) {
         0 => None,
         s => Some(s),

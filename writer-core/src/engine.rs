@@ -123,9 +123,9 @@ impl Writer {
     }
 
     /// Refuses ([`WriterError::Refused`]) a run whose buffers, plan and
-    /// threads do not fit in the memory available or under `RLIMIT_AS`
-    /// ([`limits::check_memory`]). [`Writer::run`] checks this first; call
-    /// it before [`Writer::plan`] too, which allocates the plan.
+    /// threads do not fit in half of `MemAvailable` or under `RLIMIT_AS`
+    /// (see [`crate::limits`]). [`Writer::run`] checks this first; call it
+    /// before [`Writer::plan`] too, which allocates the plan.
     pub fn check_memory(&self) -> Result<(), WriterError> {
         limits::check_memory(&MemoryNeed::of(&self.cfg), limits::memory_room())
             .map_err(WriterError::Refused)

@@ -7,10 +7,11 @@
 //! accepts.
 //!
 //! The per-option bounds do not bound their product: 64 jobs of 256 MiB
-//! chunks are 16 GiB of buffers. [`MemoryNeed`] is what a run will
-//! allocate, and [`check_memory`] refuses it before anything is allocated
-//! when it does not fit in the memory the machine has available
-//! (`MemAvailable`) or in the process's address-space limit (`RLIMIT_AS`).
+//! chunks are 16 GiB of buffers. `MemoryNeed` is what a run will allocate,
+//! and `check_memory` refuses it before anything is allocated when it does
+//! not fit in the memory the machine has available (`MemAvailable`) or in
+//! the process's address-space limit (`RLIMIT_AS`); the engine calls it
+//! through [`crate::Writer::check_memory`].
 use std::path::PathBuf;
 
 use crate::config::{Strategy, WriterConfig};
@@ -39,9 +40,9 @@ pub const MAX_JOBS: u32 = 64;
 pub const MAX_QD: u32 = 4096;
 /// io_uring buffer memory per job we accept (`qd` × chunk).
 pub const MAX_URING_BUFFERS: u64 = 4 << 30;
-/// Stack of each job thread, set explicitly so [`MemoryNeed`] knows it (2
+/// Stack of each job thread, set explicitly so `MemoryNeed` knows it (2
 /// MiB is Rust's default for spawned threads, std::thread "Stack size").
-pub const JOB_STACK: usize = 2 << 20;
+pub(crate) const JOB_STACK: usize = 2 << 20;
 
 /// Of `MemAvailable`, the share a run's own allocations may take. The rest
 /// is left to the page cache the run dirties (the dirty limits are
@@ -52,21 +53,21 @@ const AVAILABLE_SHARE: (u64, u64) = (1, 2);
 
 /// What a run will allocate, by kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemoryNeed {
+pub(crate) struct MemoryNeed {
     /// Chunk buffers: filled with data, so resident for the whole run.
-    pub buffers: u64,
+    pub(crate) buffers: u64,
     /// The plan and the bookkeeping of every file (paths, sizes): resident.
-    pub bookkeeping: u64,
+    pub(crate) bookkeeping: u64,
     /// Job thread stacks: address space, hardly resident.
-    pub stacks: u64,
+    pub(crate) stacks: u64,
     /// The buffers as the options that make them, for the refusal
     /// ("--jobs 4 x --qd 32 x --chunk 64MiB").
-    pub buffers_from: String,
+    pub(crate) buffers_from: String,
     /// Files planned.
-    pub files: u64,
+    pub(crate) files: u64,
     /// The options that make the files: `--small-files`, or `--jobs` and
     /// `--files`.
-    pub files_from: &'static str,
+    pub(crate) files_from: &'static str,
 }
 
 /// Bytes one planned file costs while a run lives: its [`PlannedFile`]
@@ -81,7 +82,7 @@ fn bytes_per_file(path_len: u64) -> u64 {
 
 impl MemoryNeed {
     /// The allocations of a run of `cfg` (pure arithmetic, no I/O).
-    pub fn of(cfg: &WriterConfig) -> MemoryNeed {
+    pub(crate) fn of(cfg: &WriterConfig) -> MemoryNeed {
         let s = cfg.spec();
         let jobs = u64::from(s.jobs);
         // Buffers are allocated page-aligned in whole pages (buf.rs).
@@ -136,12 +137,12 @@ impl MemoryNeed {
     }
 
     /// Memory the run keeps resident.
-    pub fn resident(&self) -> u64 {
+    pub(crate) fn resident(&self) -> u64 {
         self.buffers.saturating_add(self.bookkeeping)
     }
 
     /// Address space the run adds to the process.
-    pub fn address_space(&self) -> u64 {
+    pub(crate) fn address_space(&self) -> u64 {
         self.resident().saturating_add(self.stacks)
     }
 
@@ -182,18 +183,18 @@ fn approx(bytes: u64) -> String {
 
 /// What the machine allows, read by the engine just before a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemoryRoom {
+pub(crate) struct MemoryRoom {
     /// `MemAvailable` of /proc/meminfo in bytes (proc(5)); `None` when it
     /// cannot be read (kernels before 3.14 have no such line).
-    pub available: Option<u64>,
+    pub(crate) available: Option<u64>,
     /// `RLIMIT_AS` minus the address space the process already uses;
     /// `None` without a limit.
-    pub address_space: Option<u64>,
+    pub(crate) address_space: Option<u64>,
 }
 
 /// Refuses a run whose allocations do not fit in `room`, with one line
 /// naming the options that make them.
-pub fn check_memory(need: &MemoryNeed, room: MemoryRoom) -> Result<(), String> {
+pub(crate) fn check_memory(need: &MemoryNeed, room: MemoryRoom) -> Result<(), String> {
     if let Some(avail) = room.available {
         let share = avail / AVAILABLE_SHARE.1 * AVAILABLE_SHARE.0;
         if need.resident() > share {
@@ -220,7 +221,7 @@ pub fn check_memory(need: &MemoryNeed, room: MemoryRoom) -> Result<(), String> {
 /// Reads what the machine allows now: /proc/meminfo, getrlimit(2) and
 /// /proc/self/statm (proc(5): the first field is the process's total
 /// program size, in pages).
-pub fn memory_room() -> MemoryRoom {
+pub(crate) fn memory_room() -> MemoryRoom {
     let available = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|t| crate::meminfo::mem_available_kib(&t))

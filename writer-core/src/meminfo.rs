@@ -34,7 +34,7 @@ pub fn parse_meminfo(text: &str) -> DirtyLevels {
 /// `MemAvailable:` of /proc/meminfo text, in KiB: the kernel's estimate of
 /// the memory available for new allocations without swapping (proc(5),
 /// Linux 3.14+). `None` when the line is missing or unreadable.
-pub fn mem_available_kib(text: &str) -> Option<u64> {
+pub(crate) fn mem_available_kib(text: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix("MemAvailable:"))
         .and_then(|rest| rest.split_whitespace().next())

@@ -47,7 +47,7 @@ impl RateLimiter {
     /// Longest single sleep while pacing: a stop request (SIGINT, the
     /// dashboard) or a live rate change is seen within this, however long
     /// the next chunk is due (`--rate 1 --chunk 64M` is months).
-    pub const SLICE: Duration = Duration::from_millis(50);
+    pub(crate) const SLICE: Duration = Duration::from_millis(50);
 
     pub fn new(jobs: u32) -> Self {
         RateLimiter {
@@ -58,7 +58,7 @@ impl RateLimiter {
 
     /// Sleeps until `len` more bytes fit under the total rate (bytes/s,
     /// [`LiveTunables::rate`]) shared evenly by the jobs. Sleeps in
-    /// [`Self::SLICE`]s, re-reading the rate and the stop flag after each:
+    /// `SLICE`s (50 ms), re-reading the rate and the stop flag after each:
     /// returns `false`, with the chunk not counted, as soon as a stop is
     /// requested.
     pub fn pace(&mut self, tunables: &LiveTunables, len: u64) -> bool {
