@@ -3,22 +3,33 @@
 //! `sync` + dropping the page cache. No module above keeps its own copy.
 use std::{
     fs,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicI32, Ordering},
 };
 
 use anyhow::{Context as _, bail};
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The first signal caught (0: none yet).
+static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe (signal-safety(7)).
-    INTERRUPTED.store(true, Ordering::Relaxed);
+extern "C" fn on_signal(signal: libc::c_int) {
+    // Only an atomic compare-exchange: async-signal-safe
+    // (signal-safety(7)). The first signal is the one reported.
+    let _ = INTERRUPTED.compare_exchange(0, signal, Ordering::Relaxed, Ordering::Relaxed);
 }
 
 /// True once SIGINT, SIGTERM or SIGHUP arrived while a [`SignalGuard`]
 /// was installed.
 pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::Relaxed)
+    caught_signal().is_some()
+}
+
+/// The first of SIGINT, SIGTERM or SIGHUP that arrived while a
+/// [`SignalGuard`] was installed (for an exit code of 128 + its number).
+pub(crate) fn caught_signal() -> Option<libc::c_int> {
+    match INTERRUPTED.load(Ordering::Relaxed) {
+        0 => None,
+        s => Some(s),
+    }
 }
 
 /// Fails with "interrupted" when a signal arrived.
@@ -37,7 +48,7 @@ pub struct SignalGuard([libc::sighandler_t; 3]);
 
 impl SignalGuard {
     pub fn install() -> SignalGuard {
-        INTERRUPTED.store(false, Ordering::Relaxed);
+        INTERRUPTED.store(0, Ordering::Relaxed);
         let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         // SAFETY: the handler only stores to an atomic.
         SignalGuard(SIGNALS.map(|s| unsafe { libc::signal(s, handler) }))

@@ -203,3 +203,47 @@ fn unusable_dirs_are_refused_before_the_page_cache_is_dropped() {
         assert_eq!(drops(), before, "{dir}: the page cache was dropped");
     }
 }
+
+#[test]
+fn a_non_utf8_dir_gives_complete_json_or_exit_2() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let fs = LoopFs::new("ext4", 64);
+    let odd = fs.mountpoint.join(std::ffi::OsStr::from_bytes(b"d\xffir"));
+    std::fs::create_dir(&odd).unwrap();
+    let out = wbscope()
+        .args(["compare", "--dir"])
+        .arg(&odd)
+        .args([
+            "--size",
+            "4M",
+            "--chunk",
+            "1M",
+            "--strategies",
+            "buffered",
+            "--json",
+        ])
+        .output()
+        .expect("spawn");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    match out.status.code() {
+        Some(0) => {
+            let doc: serde_json::Value =
+                serde_json::from_slice(&out.stdout).expect("one complete JSON document");
+            let runs = doc["runs"].as_array().expect("runs");
+            assert_eq!(runs.len(), 1, "{doc}");
+            assert_eq!(
+                runs[0]["writer"]["dirs"],
+                serde_json::json!([odd.to_string_lossy()])
+            );
+            assert_eq!(runs[0]["writer"]["bytes"].as_u64(), Some(4 << 20));
+        }
+        Some(2) => {
+            assert!(out.stdout.is_empty());
+            assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        }
+        other => panic!("exit {other:?}: {stderr}"),
+    }
+    let left: Vec<_> = std::fs::read_dir(&odd).unwrap().collect();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+}

@@ -132,8 +132,25 @@ fn bad_input_is_one_line_and_exit_2() {
         ),
         (&["--size", "1M", "--strategy", "fast"], "unknown strategy"),
         (
-            &["--size", "1M", "--chunk", "1000", "--strategy", "direct"],
+            &["--size", "1M", "--chunk", "5000", "--strategy", "direct"],
             "not a multiple of",
+        ),
+        // The bounds of writer_core::limits, the same the dashboard keeps.
+        (
+            &["--size", "1M", "--chunk", "1k", "--strategy", "buffered"],
+            "--chunk 1KiB is smaller than the 4KiB minimum",
+        ),
+        (
+            &["--size", "1G", "--chunk", "512M", "--strategy", "buffered"],
+            "--chunk 512MiB is larger than the 256MiB maximum",
+        ),
+        (
+            &["--size", "1M", "--strategy", "buffered", "--jobs", "65"],
+            "--jobs 65 is more than the maximum of 64",
+        ),
+        (
+            &["--size", "1M", "--strategy", "buffered", "--window", "65"],
+            "--window 65 is more than the maximum of 64 chunks",
         ),
         (&["--size", "1M"], "missing --strategy"),
         (
@@ -704,4 +721,224 @@ fn progress_bar_only_on_a_terminal() {
         text.contains("wbscope write: buffered (completed)"),
         "{text:?}"
     );
+}
+
+// ---- hostile input (issue #13) ----
+
+/// Address-space cap for runs that must be refused before they allocate:
+/// what a broken refusal could take is bounded by it (the writer itself
+/// runs in under 10 MB of address space).
+const TEST_AS_LIMIT: u64 = 1 << 30;
+
+/// Runs wbscope under `RLIMIT_AS = as_limit`, killed after `timeout`.
+fn bounded(cmd: &mut Command, as_limit: u64, timeout: Duration) -> Output {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: setrlimit(2) is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: as_limit,
+                rlim_max: as_limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn wbscope");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn write_cmd(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("write").arg("--dir").arg(dir).args(args);
+    cmd
+}
+
+#[test]
+fn runs_that_cannot_fit_in_memory_are_refused_before_any_file() {
+    let dir = tmp();
+    let cases: &[&[&str]] = &[
+        // 10^6 jobs, a thread and a buffer each (was: the OOM killer and
+        // 15,033 files left).
+        &[
+            "--jobs",
+            "1000000",
+            "--size",
+            "4k",
+            "--chunk",
+            "4k",
+            "--strategy",
+            "buffered",
+        ],
+        // Within every per-option limit, but 4 x 256 MiB of buffers does
+        // not fit under the 1 GiB address-space limit (was: abort, 134).
+        &[
+            "--jobs",
+            "4",
+            "--size",
+            "256M",
+            "--chunk",
+            "256M",
+            "--strategy",
+            "buffered",
+        ],
+        // io_uring: a buffer per write in flight, 8 x 64 MiB x 4 jobs.
+        &[
+            "--jobs",
+            "4",
+            "--size",
+            "64M",
+            "--chunk",
+            "64M",
+            "--qd",
+            "8",
+            "--strategy",
+            "uring",
+        ],
+        // The plan of 10^13 small files (its size list alone 80 TB).
+        &["--small-files", "10000000000000"],
+    ];
+    for args in cases {
+        let out = bounded(
+            &mut write_cmd(dir.path(), args),
+            TEST_AS_LIMIT,
+            Duration::from_secs(20),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("wbscope: error: "), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(entries(dir.path()).is_empty(), "{args:?}: files created");
+    }
+}
+
+/// Spawns a slow run (`--rate`), signals it after `after`, and returns its
+/// output and how long it took to exit after the signal.
+fn signalled(
+    dir: &Path,
+    args: &[&str],
+    signal: libc::c_int,
+    after: Duration,
+) -> (Output, Duration) {
+    let child = write_cmd(dir, args)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn wbscope");
+    std::thread::sleep(after);
+    let sent = std::time::Instant::now();
+    // SAFETY: signalling our own child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    // A run that ignores the signal is killed after 10 s, so the test fails
+    // instead of waiting out the run (the report fits in the pipe buffer).
+    let mut child = child;
+    while child.try_wait().expect("wait").is_none() && sent.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = sent.elapsed();
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("output");
+    (out, took)
+}
+
+#[test]
+fn a_rate_limited_run_stops_within_a_second_of_sigint() {
+    // --rate 1MB --chunk 64M: the second chunk is due 64 s after the
+    // first; --rate 1 --chunk 4K: 4096 s. Either must stop at once.
+    let cases: &[&[&str]] = &[
+        &["--size", "128M", "--chunk", "64M", "--rate", "1MB"],
+        &["--size", "64k", "--chunk", "4k", "--rate", "1"],
+    ];
+    for args in cases {
+        let dir = tmp();
+        let mut args = args.to_vec();
+        args.extend(["--strategy", "buffered"]);
+        let (out, took) = signalled(dir.path(), &args, libc::SIGINT, Duration::from_millis(700));
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            took < Duration::from_millis(1500),
+            "{args:?}: took {took:?}"
+        );
+        assert_eq!(json(&out)["status"], "interrupted");
+        assert!(entries(dir.path()).is_empty(), "{args:?}: files left");
+    }
+}
+
+#[test]
+fn sigterm_and_sighup_stop_like_sigint() {
+    for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGHUP, 129)] {
+        let dir = tmp();
+        let (out, _) = signalled(
+            dir.path(),
+            &[
+                "--size",
+                "64M",
+                "--chunk",
+                "64k",
+                "--strategy",
+                "srf-pipelined",
+                "--rate",
+                "8MB/s",
+            ],
+            signal,
+            Duration::from_millis(1000),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "signal {signal}: {err}");
+        let v = json(&out);
+        assert_eq!(v["status"], "interrupted", "signal {signal}");
+        let bytes = v["bytes"].as_u64().unwrap();
+        assert!(bytes > 0 && bytes < 64 << 20, "signal {signal}: {bytes}");
+        assert!(
+            entries(dir.path()).is_empty(),
+            "signal {signal}: files left"
+        );
+    }
+}
+
+#[test]
+fn a_non_utf8_dir_gives_complete_json() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tmp();
+    let odd = dir.path().join(std::ffi::OsStr::from_bytes(b"d\xffir"));
+    std::fs::create_dir(&odd).unwrap();
+    let out = wbscope(
+        &odd,
+        &["--size", "1M", "--strategy", "buffered", "--keep", "--json"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    let shown = odd.to_string_lossy();
+    assert_eq!(v["dirs"], serde_json::json!([shown]));
+    let kept = v["kept_files"][0].as_str().unwrap();
+    assert!(kept.starts_with(&*shown), "{kept}");
+    let files = entries(&odd);
+    assert_eq!(files.len(), 1, "{files:?}");
+    std::fs::remove_file(&files[0]).unwrap();
 }

@@ -11,15 +11,9 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use crate::limits::{MAX_CHUNK, MAX_JOBS, MAX_QD, MAX_URING_BUFFERS, MAX_WINDOW, MIN_CHUNK};
 use crate::size::ByteSize;
 
-/// Largest chunk we allocate a buffer for. Beyond this the "chunk" stops
-/// being a writeback experiment and becomes a memory one.
-pub const MAX_CHUNK: u64 = 1 << 30;
-/// Total io_uring buffer memory we accept (`qd` × chunk).
-pub const MAX_URING_BUFFERS: u64 = 4 << 30;
-/// io_uring rings bigger than this buy nothing here and pin memory.
-pub const MAX_QD: u32 = 4096;
 /// O_DIRECT needs at least 512-byte alignment on every Linux block device;
 /// the real requirement (the device's logical block size) is checked at run
 /// time.
@@ -243,15 +237,24 @@ pub enum ConfigError {
     ZeroChunk,
     #[error("--chunk {chunk} is larger than --size {size}")]
     ChunkLargerThanSize { chunk: ByteSize, size: ByteSize },
-    #[error("--chunk {0} is larger than the 1GiB maximum")]
+    #[error("--chunk {0} is larger than the {max} maximum", max = ByteSize(MAX_CHUNK))]
     ChunkTooLarge(ByteSize),
+    #[error("--chunk {0} is smaller than the {min} minimum (one page)", min = ByteSize(MIN_CHUNK))]
+    ChunkTooSmall(ByteSize),
     #[error("--{0} must be at least 1")]
     ZeroCount(&'static str),
+    #[error("--jobs {0} is more than the maximum of {MAX_JOBS}")]
+    TooManyJobs(u32),
     #[error("--window must be at least 1 (0 would wait on a chunk before starting its write-out)")]
     ZeroWindow,
+    #[error("--window {0} is more than the maximum of {MAX_WINDOW} chunks")]
+    WindowTooLarge(u32),
     #[error("--qd must be between 1 and {MAX_QD}, got {0}")]
     BadQd(u32),
-    #[error("--qd {qd} x --chunk {chunk} would pin more than 4GiB of buffers")]
+    #[error(
+        "--qd {qd} x --chunk {chunk} would pin more than {max} of buffers",
+        max = ByteSize(MAX_URING_BUFFERS)
+    )]
     UringBuffers { qd: u32, chunk: ByteSize },
     #[error("--rate must be greater than 0")]
     ZeroRate,
@@ -281,6 +284,26 @@ pub enum ConfigError {
     TooLarge,
 }
 
+/// The chunk bounds ([`MIN_CHUNK`]..=[`MAX_CHUNK`]), for the config and for
+/// a live change.
+pub(crate) fn check_chunk(chunk: u64) -> Result<(), ConfigError> {
+    match chunk {
+        0 => Err(ConfigError::ZeroChunk),
+        c if c < MIN_CHUNK => Err(ConfigError::ChunkTooSmall(ByteSize(c))),
+        c if c > MAX_CHUNK => Err(ConfigError::ChunkTooLarge(ByteSize(c))),
+        _ => Ok(()),
+    }
+}
+
+/// The window bounds (1..=[`MAX_WINDOW`]), for the config and a live change.
+pub(crate) fn check_window(window: u32) -> Result<(), ConfigError> {
+    match window {
+        0 => Err(ConfigError::ZeroWindow),
+        w if w > MAX_WINDOW => Err(ConfigError::WindowTooLarge(w)),
+        _ => Ok(()),
+    }
+}
+
 /// A validated configuration: every field is in range and consistent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WriterConfig {
@@ -296,12 +319,10 @@ impl WriterConfig {
         if spec.jobs == 0 {
             return Err(ConfigError::ZeroCount("jobs"));
         }
-        if spec.chunk == 0 {
-            return Err(ConfigError::ZeroChunk);
+        if spec.jobs > MAX_JOBS {
+            return Err(ConfigError::TooManyJobs(spec.jobs));
         }
-        if spec.chunk > MAX_CHUNK {
-            return Err(ConfigError::ChunkTooLarge(ByteSize(spec.chunk)));
-        }
+        check_chunk(spec.chunk)?;
         if spec.rate == Some(0) {
             return Err(ConfigError::ZeroRate);
         }
@@ -343,9 +364,7 @@ impl WriterConfig {
         if spec.files == 0 {
             return Err(ConfigError::ZeroCount("files"));
         }
-        if spec.window == 0 {
-            return Err(ConfigError::ZeroWindow);
-        }
+        check_window(spec.window)?;
         if spec.qd == 0 || spec.qd > MAX_QD {
             return Err(ConfigError::BadQd(spec.qd));
         }
@@ -459,7 +478,7 @@ mod tests {
         ));
         assert_eq!(
             err(|s| {
-                s.jobs = u32::MAX;
+                s.jobs = crate::limits::MAX_JOBS;
                 s.files = u32::MAX;
                 s.size = u64::MAX / 2;
             }),
@@ -467,6 +486,57 @@ mod tests {
         );
         let msg = err(|s| s.chunk = 128 << 20).to_string();
         assert_eq!(msg, "--chunk 128MiB is larger than --size 64MiB");
+    }
+
+    #[test]
+    fn the_limits_module_bounds_chunk_window_and_jobs() {
+        use crate::limits::{MAX_CHUNK, MAX_JOBS, MAX_WINDOW, MIN_CHUNK};
+        let ok = |f: fn(&mut WriterSpec)| {
+            let mut s = spec();
+            s.size = 1 << 30;
+            f(&mut s);
+            WriterConfig::new(s)
+        };
+        assert!(ok(|s| s.chunk = MIN_CHUNK).is_ok());
+        assert!(ok(|s| s.chunk = MAX_CHUNK).is_ok());
+        assert!(ok(|s| s.jobs = MAX_JOBS).is_ok());
+        assert!(ok(|s| s.window = MAX_WINDOW).is_ok());
+        assert_eq!(
+            ok(|s| s.chunk = MIN_CHUNK - 1),
+            Err(ConfigError::ChunkTooSmall(ByteSize(MIN_CHUNK - 1)))
+        );
+        assert_eq!(
+            ok(|s| s.chunk = MAX_CHUNK + 1),
+            Err(ConfigError::ChunkTooLarge(ByteSize(MAX_CHUNK + 1)))
+        );
+        assert_eq!(
+            ok(|s| s.jobs = MAX_JOBS + 1),
+            Err(ConfigError::TooManyJobs(MAX_JOBS + 1))
+        );
+        assert_eq!(
+            ok(|s| s.window = MAX_WINDOW + 1),
+            Err(ConfigError::WindowTooLarge(MAX_WINDOW + 1))
+        );
+        // Small-files mode has the same chunk and jobs bounds.
+        let mut s = spec();
+        s.small_files = Some(SmallFiles::new(10, FileSync::None));
+        s.chunk = 512;
+        assert_eq!(
+            WriterConfig::new(s),
+            Err(ConfigError::ChunkTooSmall(ByteSize(512)))
+        );
+        assert_eq!(
+            err(|s| s.chunk = 1 << 30).to_string(),
+            "--chunk 1GiB is larger than the 256MiB maximum"
+        );
+        assert_eq!(
+            err(|s| s.chunk = 100).to_string(),
+            "--chunk 100 is smaller than the 4KiB minimum (one page)"
+        );
+        assert_eq!(
+            err(|s| s.jobs = 1_000_000).to_string(),
+            "--jobs 1000000 is more than the maximum of 64"
+        );
     }
 
     #[test]
@@ -501,11 +571,11 @@ mod tests {
         assert_eq!(
             err(|s| {
                 s.strategy = Strategy::Direct;
-                s.chunk = 1000;
+                s.chunk = 5000;
             }),
             ConfigError::Unaligned {
                 what: "chunk",
-                value: ByteSize(1000),
+                value: ByteSize(5000),
                 align: 512
             }
         );
@@ -522,12 +592,12 @@ mod tests {
         );
         // The same unaligned chunk is fine for buffered I/O.
         let mut s = spec();
-        s.chunk = 1000;
+        s.chunk = 5000;
         assert!(WriterConfig::new(s).is_ok());
         // uring only needs alignment when asked for O_DIRECT.
         let mut s = spec();
         s.strategy = Strategy::Uring;
-        s.chunk = 1000;
+        s.chunk = 5000;
         assert!(WriterConfig::new(s.clone()).is_ok());
         s.direct_io = true;
         assert!(WriterConfig::new(s).is_err());

@@ -19,6 +19,7 @@ use crate::config::{ConfigError, MIN_DIRECT_ALIGN, Strategy, WriterConfig};
 use crate::device;
 use crate::error::{RunFailure, WriterError};
 use crate::event::{Event, FileRef, NullObserver, Observer, SyncKind};
+use crate::limits::{self, MemoryNeed};
 use crate::meminfo::{self, DirtyLevels};
 use crate::pattern::Pattern;
 use crate::report::{Report, RunStatus, VerifyReport};
@@ -121,6 +122,15 @@ impl Writer {
         plan
     }
 
+    /// Refuses ([`WriterError::Refused`]) a run whose buffers, plan and
+    /// threads do not fit in half of `MemAvailable` or under `RLIMIT_AS`
+    /// (see [`crate::limits`]). [`Writer::run`] checks this first; call it
+    /// before [`Writer::plan`] too, which allocates the plan.
+    pub fn check_memory(&self) -> Result<(), WriterError> {
+        limits::check_memory(&MemoryNeed::of(&self.cfg), limits::memory_room())
+            .map_err(WriterError::Refused)
+    }
+
     /// Runs the configuration to the end, an error, or a stop request.
     ///
     /// `Err` carries the partial report once anything was written. Files
@@ -128,6 +138,9 @@ impl Writer {
     pub fn run(&self) -> Result<Report, RunFailure> {
         let spec = self.cfg.spec();
         self.tunables.reset_abort();
+        // Before the plan, the buffers or any file: a run that cannot fit
+        // must not get as far as the OOM killer.
+        self.check_memory()?;
         let plan = self.plan();
         let pre = preflight(&self.cfg, &plan)?;
         self.tunables.set_align(pre.align.unwrap_or(1));
@@ -146,16 +159,42 @@ impl Writer {
             mem_align: pre.align.unwrap_or(1).max(MEM_ALIGN as u64) as usize,
         };
         let (results, monitor, elapsed) = thread::scope(|s| {
-            let monitor = s.spawn(|| monitor(start, &progress, &*self.observer, stop_rx));
-            let jobs: Vec<_> = plan
-                .iter()
-                .enumerate()
-                .map(|(job, files)| {
-                    let shared = &shared;
-                    s.spawn(move || run_job(job as u32, files, shared))
+            // A thread that cannot be created (RLIMIT_NPROC, RLIMIT_AS,
+            // threads-max) fails the run like any other error: the jobs
+            // already started are stopped and joined, their files removed.
+            let mut spawn_error = None;
+            let monitor = thread::Builder::new()
+                .name("wbscope-monitor".into())
+                .spawn_scoped(s, || monitor(start, &progress, &*self.observer, stop_rx))
+                .map_err(|error| {
+                    spawn_error = Some(WriterError::Io {
+                        context: "starting the monitor thread".into(),
+                        error,
+                    });
                 })
-                .collect();
-            let results: Vec<JobResult> = jobs
+                .ok();
+            let mut jobs = Vec::with_capacity(plan.len());
+            for (job, files) in plan.iter().enumerate() {
+                if spawn_error.is_some() {
+                    break;
+                }
+                let shared = &shared;
+                let spawned = thread::Builder::new()
+                    .name(format!("wbscope-job-{job}"))
+                    .stack_size(limits::JOB_STACK)
+                    .spawn_scoped(s, move || run_job(job as u32, files, shared));
+                match spawned {
+                    Ok(h) => jobs.push(h),
+                    Err(error) => {
+                        self.tunables.abort();
+                        spawn_error = Some(WriterError::Io {
+                            context: format!("starting the thread of job {job}"),
+                            error,
+                        });
+                    }
+                }
+            }
+            let mut results: Vec<JobResult> = jobs
                 .into_iter()
                 .enumerate()
                 .map(|(job, h)| {
@@ -168,9 +207,20 @@ impl Writer {
                     })
                 })
                 .collect();
+            if let Some(error) = spawn_error {
+                results.insert(
+                    0,
+                    JobResult {
+                        error: Some(error),
+                        ..JobResult::default()
+                    },
+                );
+            }
             let elapsed = start.elapsed();
             let _ = stop_tx.send(());
-            let monitor = monitor.join().unwrap_or_default();
+            let monitor = monitor
+                .map(|m| m.join().unwrap_or_default())
+                .unwrap_or_default();
             (results, monitor, elapsed)
         });
         let cpu1 = cpu_times();
@@ -497,14 +547,24 @@ fn run_large_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult 
     let mut r = JobResult::default();
     let mut rate = RateLimiter::new(spec.jobs);
     let chunk = sh.tunables.chunk() as usize;
-    let mut buf = ChunkBuf::new(chunk, sh.mem_align);
     let uring = spec.strategy == Strategy::Uring;
-    let mut uring_bufs: Vec<ChunkBuf> = if uring {
-        (0..spec.qd)
+    // io_uring writes from its own buffers, one per write in flight; the
+    // synchronous strategies from one. limits::MemoryNeed counts the same.
+    let bufs = (
+        ChunkBuf::new(if uring { 0 } else { chunk }, sh.mem_align),
+        (0..if uring { spec.qd } else { 0 })
             .map(|_| ChunkBuf::new(chunk, sh.mem_align))
-            .collect()
-    } else {
-        Vec::new()
+            .collect::<io::Result<Vec<ChunkBuf>>>(),
+    );
+    let (mut buf, mut uring_bufs) = match bufs {
+        (Ok(b), Ok(u)) => (b, u),
+        (Err(error), _) | (_, Err(error)) => {
+            r.error = Some(WriterError::Io {
+                context: format!("job {job}: its chunk buffers"),
+                error,
+            });
+            return r;
+        }
     };
     let o_direct = sh.cfg.uses_o_direct();
     for pf in files {
@@ -634,7 +694,16 @@ fn run_small_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult 
         return r;
     };
     let mut rate = RateLimiter::new(spec.jobs);
-    let mut buf = ChunkBuf::new(sh.tunables.chunk().min(sf.max_size) as usize, sh.mem_align);
+    let mut buf = match ChunkBuf::new(sh.tunables.chunk().min(sf.max_size) as usize, sh.mem_align) {
+        Ok(b) => b,
+        Err(error) => {
+            r.error = Some(WriterError::Io {
+                context: format!("job {job}: its chunk buffer"),
+                error,
+            });
+            return r;
+        }
+    };
     let placeholder = Pattern::new(spec.seed, 0);
     let mut ops = RealSmallFiles {
         sh,

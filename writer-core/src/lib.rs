@@ -22,7 +22,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Layout: [`config`] (validated settings, no I/O), [`size`] (size
+//! Layout: [`config`] (validated settings, no I/O), [`limits`] (every
+//! bound on the settings, and the memory a run needs), [`size`] (size
 //! strings), [`tunables`] (knobs re-read every chunk), [`event`] (observer
 //! stream), [`sink`] (file operations behind a trait), [`schedule`] (the
 //! synchronous strategies' call order), [`uring`], [`small_files`],
@@ -35,6 +36,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod event;
+pub mod limits;
 pub mod meminfo;
 pub mod pattern;
 pub mod report;
@@ -51,7 +53,7 @@ pub use config::{ConfigError, FileSync, SmallFiles, Strategy, WriterConfig, Writ
 pub use engine::Writer;
 pub use error::{RunFailure, WriterError};
 pub use event::{Event, FileRef, NullObserver, Observer, SyncKind};
-pub use report::{Report, RunStatus, VerifyReport};
+pub use report::{Report, RunOutcome, RunStatus, VerifyReport};
 pub use size::{ByteSize, SizeError, format_size, parse_size};
 pub use tunables::LiveTunables;
 pub use verify::{VerifyError, verify_file};

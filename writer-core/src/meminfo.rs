@@ -31,6 +31,16 @@ pub fn parse_meminfo(text: &str) -> DirtyLevels {
     out
 }
 
+/// `MemAvailable:` of /proc/meminfo text, in KiB: the kernel's estimate of
+/// the memory available for new allocations without swapping (proc(5),
+/// Linux 3.14+). `None` when the line is missing or unreadable.
+pub(crate) fn mem_available_kib(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
 /// Reads /proc/meminfo; `None` if it cannot be read (not Linux, no /proc).
 pub fn sample() -> Option<DirtyLevels> {
     fs::read_to_string("/proc/meminfo")
@@ -57,6 +67,14 @@ mod tests {
             }
         );
         assert_eq!(parse_meminfo("garbage"), DirtyLevels::default());
+    }
+
+    #[test]
+    fn mem_available_is_its_own_line() {
+        let text = "MemFree:        1000 kB\nMemAvailable:   23502 kB\n";
+        assert_eq!(mem_available_kib(text), Some(23502));
+        assert_eq!(mem_available_kib("MemFree: 1000 kB\n"), None);
+        assert_eq!(mem_available_kib("MemAvailable: lots\n"), None);
     }
 
     #[test]

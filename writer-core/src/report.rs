@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::config::FileSync;
 use crate::stats::{LatencySummary, SeriesStats};
@@ -20,6 +20,26 @@ pub enum RunStatus {
     Interrupted,
     /// Stopped by an error; `error` says which.
     Failed,
+}
+
+/// How a run ended, for a front end that must act on it (the dashboard
+/// starts the next run unless the last one failed) and show it: decide on
+/// `status`, never on the words of `summary`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub status: RunStatus,
+    /// One line for people: "completed 1.0 GB, 512 MB/s", "failed: ...".
+    pub summary: String,
+}
+
+impl RunOutcome {
+    /// A run that failed (or never started), with its error.
+    pub fn failed(error: impl std::fmt::Display) -> RunOutcome {
+        RunOutcome {
+            status: RunStatus::Failed,
+            summary: format!("failed: {error}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -40,6 +60,9 @@ pub struct Report {
     pub strategy: String,
     /// Small-files policy.
     pub file_sync: Option<FileSync>,
+    /// Paths are JSON strings, so a name that is not UTF-8 is written
+    /// lossily (U+FFFD for each bad byte) rather than failing the report.
+    #[serde(serialize_with = "lossy_paths")]
     pub dirs: Vec<PathBuf>,
     pub jobs: u32,
     /// Files planned and files fully written.
@@ -101,8 +124,40 @@ pub struct Report {
     /// Small-files mode: files_written / elapsed_s.
     pub files_per_s: Option<f64>,
     pub verify: Option<VerifyReport>,
-    /// Files left in place (`--keep`); empty otherwise.
+    /// Files left in place (`--keep`); empty otherwise. Lossy like `dirs`.
+    #[serde(serialize_with = "lossy_paths")]
     pub kept_files: Vec<PathBuf>,
     /// Files that could not be removed at the end.
     pub cleanup_errors: Vec<String>,
+}
+
+/// Paths as strings, non-UTF-8 bytes replaced (serde's own `Path`
+/// serialisation fails on them, in the middle of the report).
+fn lossy_paths<S: Serializer>(paths: &[PathBuf], ser: S) -> Result<S::Ok, S::Error> {
+    ser.collect_seq(paths.iter().map(|p| p.to_string_lossy()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+
+    #[derive(Serialize)]
+    struct Paths {
+        #[serde(serialize_with = "lossy_paths")]
+        p: Vec<PathBuf>,
+    }
+
+    #[test]
+    fn a_non_utf8_path_is_written_lossily_not_an_error() {
+        let odd = PathBuf::from(OsStr::from_bytes(b"/mnt/d\xffir"));
+        // What serde does with the path itself: an error, mid-object.
+        assert!(serde_json::to_string(&odd).is_err());
+        let json = serde_json::to_string(&Paths {
+            p: vec![odd, "/plain".into()],
+        })
+        .unwrap();
+        assert_eq!(json, "{\"p\":[\"/mnt/d\u{fffd}ir\",\"/plain\"]}");
+    }
 }

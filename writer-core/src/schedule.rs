@@ -44,6 +44,11 @@ pub struct RateLimiter {
 }
 
 impl RateLimiter {
+    /// Longest single sleep while pacing: a stop request (SIGINT, the
+    /// dashboard) or a live rate change is seen within this, however long
+    /// the next chunk is due (`--rate 1 --chunk 64M` is months).
+    pub(crate) const SLICE: Duration = Duration::from_millis(50);
+
     pub fn new(jobs: u32) -> Self {
         RateLimiter {
             jobs: jobs.max(1),
@@ -51,26 +56,41 @@ impl RateLimiter {
         }
     }
 
-    /// Sleeps until `len` more bytes fit under the total `rate` (bytes/s)
-    /// shared evenly by the jobs.
-    pub fn pace(&mut self, rate: Option<u64>, len: u64) {
-        let Some(rate) = rate else {
-            self.epoch = None;
-            return;
-        };
-        let per_job = (rate / u64::from(self.jobs)).max(1);
-        let (r, start, sent) = match self.epoch {
-            Some(e) if e.0 == rate => e,
-            // A new or changed rate starts a new epoch, so a live change
-            // does not try to pay back (or bank) the past.
-            _ => (rate, Instant::now(), 0),
-        };
-        let due = start + Duration::from_secs_f64(sent as f64 / per_job as f64);
-        let now = Instant::now();
-        if due > now {
-            std::thread::sleep(due - now);
+    /// Sleeps until `len` more bytes fit under the total rate (bytes/s,
+    /// [`LiveTunables::rate`]) shared evenly by the jobs. Sleeps in
+    /// `SLICE`s (50 ms), re-reading the rate and the stop flag after each:
+    /// returns `false`, with the chunk not counted, as soon as a stop is
+    /// requested.
+    pub fn pace(&mut self, tunables: &LiveTunables, len: u64) -> bool {
+        loop {
+            let Some(rate) = tunables.rate() else {
+                self.epoch = None;
+                return true;
+            };
+            let per_job = (rate / u64::from(self.jobs)).max(1);
+            let (r, start, sent) = match self.epoch {
+                Some(e) if e.0 == rate => e,
+                // A new or changed rate starts a new epoch, so a live change
+                // does not try to pay back (or bank) the past.
+                _ => (rate, Instant::now(), 0),
+            };
+            self.epoch = Some((r, start, sent));
+            let now = Instant::now();
+            // None: further away than an Instant can say; due "never", so
+            // only a stop or a rate change ends the wait.
+            let due = Duration::try_from_secs_f64(sent as f64 / per_job as f64)
+                .ok()
+                .and_then(|d| start.checked_add(d));
+            if due.is_some_and(|due| due <= now) {
+                self.epoch = Some((r, start, sent.saturating_add(len)));
+                return true;
+            }
+            if tunables.stop_requested() {
+                return false;
+            }
+            let wait = due.map_or(Self::SLICE, |due| (due - now).min(Self::SLICE));
+            std::thread::sleep(wait);
         }
-        self.epoch = Some((r, start, sent + len));
     }
 }
 
@@ -156,7 +176,7 @@ impl FileCtx<'_> {
 
     /// Writes one chunk with its events, latency and progress.
     pub fn timed_write<S: Sink>(&mut self, sink: &mut S, offset: u64, len: u64) -> io::Result<()> {
-        let data = self.buf.prepare(self.pattern, offset, len as usize);
+        let data = self.buf.prepare(self.pattern, offset, len as usize)?;
         self.observer.on_event(&Event::ChunkIssued {
             at: self.at,
             offset,
@@ -221,7 +241,10 @@ pub fn write_file<S: Sink>(
         }
         let off = out.written;
         let len = ctx.tunables.chunk().min(size - off);
-        ctx.rate.pace(ctx.tunables.rate(), len);
+        if !ctx.rate.pace(ctx.tunables, len) {
+            out.stopped = true;
+            return Ok(out);
+        }
         ctx.timed_write(sink, off, len)
             .map_err(|e| fail(format!("write of {len} bytes at offset {off}"), e, out))?;
         out.written += len;
@@ -326,7 +349,7 @@ mod tests {
                 progress: AtomicU64::new(0),
                 stats: JobStats::default(),
                 rate: RateLimiter::new(1),
-                buf: ChunkBuf::new(CH as usize, 4096),
+                buf: ChunkBuf::new(CH as usize, 4096).unwrap(),
                 pattern: Pattern::new(1, 0),
                 drop_behind: false,
             }
@@ -779,14 +802,56 @@ mod tests {
         let t = Instant::now();
         // 2 jobs share 200 kB/s: this job gets 100 kB/s; 3 x 10 kB must take
         // at least the 20 ms before the third chunk is due.
+        let limited = LiveTunables::new(CH, 4, Some(200_000));
         for _ in 0..3 {
-            r.pace(Some(200_000), 10_000);
+            assert!(r.pace(&limited, 10_000));
         }
         let e = t.elapsed();
         assert!(e >= Duration::from_millis(20), "{e:?}");
         assert!(e < Duration::from_millis(500), "{e:?}");
         let t = Instant::now();
-        r.pace(None, 1 << 30);
+        assert!(r.pace(&LiveTunables::new(CH, 4, None), 1 << 30));
         assert!(t.elapsed() < Duration::from_millis(5));
+    }
+
+    /// Paces a second chunk due `far` away on one thread, asks for a stop
+    /// (or changes the rate) from another after 100 ms, and returns what
+    /// pace said and how long it took.
+    fn interrupted_pace(rate: u64, first: u64, act: fn(&LiveTunables)) -> (bool, Duration) {
+        let t = LiveTunables::new(CH, 4, Some(rate));
+        let mut r = RateLimiter::new(1);
+        assert!(r.pace(&t, first), "the first chunk goes at once");
+        std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let start = Instant::now();
+                (r.pace(&t, first), start.elapsed())
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            act(&t);
+            h.join().unwrap()
+        })
+    }
+
+    #[test]
+    fn a_stop_ends_the_rate_limiters_sleep_within_a_slice() {
+        // --rate 1MB --chunk 64M: the next chunk is due in 64 s.
+        let (go, took) = interrupted_pace(1_000_000, 64 << 20, |t| t.request_stop());
+        assert!(!go, "a stopped pace says so");
+        assert!(
+            took < Duration::from_millis(100) + 4 * RateLimiter::SLICE,
+            "{took:?}"
+        );
+        // --rate 1: due in 2^26 s; and the same with a due date past what
+        // an Instant can hold (2^64 bytes at 1 byte/s).
+        let (go, took) = interrupted_pace(1, u64::MAX, |t| t.request_stop());
+        assert!(!go);
+        assert!(took < Duration::from_secs(1), "{took:?}");
+    }
+
+    #[test]
+    fn a_live_rate_change_ends_the_sleep_too() {
+        let (go, took) = interrupted_pace(1, 64 << 20, |t| t.set_rate(None).unwrap());
+        assert!(go, "unlimited: the chunk goes");
+        assert!(took < Duration::from_secs(1), "{took:?}");
     }
 }

@@ -123,7 +123,14 @@ pub fn write_small_files<O: SmallFileOps>(
         let mut off = 0;
         while off < size {
             let len = sub.tunables.chunk().min(size - off);
-            sub.rate.pace(sub.tunables.rate(), len);
+            if !sub.rate.pace(sub.tunables, len) {
+                // Stopped inside a file: close it (it is removed with the
+                // others) and count it as not written.
+                ops.close(index, f)
+                    .map_err(|e| op_err(index, "close", e, &out))?;
+                out.stopped = true;
+                return Ok(out);
+            }
             sub.timed_write(&mut f, off, len)
                 .map_err(|e| op_err(index, &format!("write at offset {off}"), e, &out))?;
             off += len;
@@ -256,7 +263,7 @@ mod tests {
         let progress = AtomicU64::new(0);
         let mut stats = JobStats::default();
         let mut rate = RateLimiter::new(1);
-        let mut buf = ChunkBuf::new(8192, 4096);
+        let mut buf = ChunkBuf::new(8192, 4096).unwrap();
         let p0 = Pattern::new(0, 0);
         let mut ctx = FileCtx {
             at: FileRef { job: 0, file: 0 },

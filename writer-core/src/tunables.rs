@@ -13,7 +13,7 @@
 //! pages cached or not; a toggle would make its figures a mix of both).
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use crate::config::{ConfigError, MAX_CHUNK};
+use crate::config::{ConfigError, check_chunk, check_window};
 use crate::size::ByteSize;
 
 #[derive(Debug)]
@@ -50,12 +50,7 @@ impl LiveTunables {
     /// Changes the chunk size from the next chunk on. With O_DIRECT it must
     /// stay a multiple of the device's logical block size.
     pub fn set_chunk(&self, bytes: u64) -> Result<(), ConfigError> {
-        if bytes == 0 {
-            return Err(ConfigError::ZeroChunk);
-        }
-        if bytes > MAX_CHUNK {
-            return Err(ConfigError::ChunkTooLarge(ByteSize(bytes)));
-        }
+        check_chunk(bytes)?;
         let align = self.align();
         if !bytes.is_multiple_of(align) {
             return Err(ConfigError::Unaligned {
@@ -74,9 +69,7 @@ impl LiveTunables {
     }
 
     pub fn set_window(&self, chunks: u32) -> Result<(), ConfigError> {
-        if chunks == 0 {
-            return Err(ConfigError::ZeroWindow);
-        }
+        check_window(chunks)?;
         self.window.store(chunks, Ordering::Relaxed);
         Ok(())
     }

@@ -149,9 +149,19 @@ pub fn write_file_uring<R: Ring>(
             }
             let Some(slot) = free.pop() else { break };
             let len = ctx.tunables.chunk().min(size - next_off);
-            ctx.rate.pace(ctx.tunables.rate(), len);
-            let data = bufs[slot].prepare(ctx.pattern, next_off, len as usize);
-            let ptr = data.as_ptr();
+            if !ctx.rate.pace(ctx.tunables, len) {
+                free.push(slot);
+                out.stopped = true;
+                break;
+            }
+            let ptr = match bufs[slot].prepare(ctx.pattern, next_off, len as usize) {
+                Ok(data) => data.as_ptr(),
+                Err(e) => {
+                    free.push(slot);
+                    error = Some((format!("a buffer for the write at offset {next_off}"), e));
+                    break;
+                }
+            };
             ctx.observer.on_event(&Event::ChunkIssued {
                 at: ctx.at,
                 offset: next_off,
@@ -404,9 +414,11 @@ mod tests {
         let progress = AtomicU64::new(0);
         let mut stats = JobStats::default();
         let mut rate = RateLimiter::new(1);
-        let mut spare = ChunkBuf::new(CH as usize, 4096);
+        let mut spare = ChunkBuf::new(CH as usize, 4096).unwrap();
         let pattern = Pattern::new(1, 0);
-        let mut bufs: Vec<ChunkBuf> = (0..qd).map(|_| ChunkBuf::new(CH as usize, 4096)).collect();
+        let mut bufs: Vec<ChunkBuf> = (0..qd)
+            .map(|_| ChunkBuf::new(CH as usize, 4096).unwrap())
+            .collect();
         let mut ctx = FileCtx {
             at: FileRef { job: 0, file: 0 },
             strategy: Strategy::Uring,

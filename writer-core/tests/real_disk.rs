@@ -330,8 +330,8 @@ fn direct_checks_the_devices_logical_block_size() {
     let lbs = writer_core::device::logical_block_size(fs.mountpoint()).unwrap();
     assert_eq!(lbs, Some(4096));
     let mut s = spec(fs.mountpoint(), Strategy::Direct);
-    s.chunk = 6 * 512; // sector-aligned for 512, not for 4096
-    s.size = 6 * 512 * 100;
+    s.chunk = 9 * 512; // sector-aligned for 512, not for 4096
+    s.size = 9 * 512 * 100;
     let err = run(s.clone()).unwrap_err();
     assert!(err.error.is_usage());
     assert!(err.to_string().contains("not a multiple of 4096"), "{err}");

@@ -644,8 +644,14 @@ pub fn print_runs(
 ) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer(&mut out, &serde_json::json!({ "runs": runs }))?;
-        writeln!(out)?;
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            runs: &'a [Run],
+        }
+        // Serialised whole before the first byte goes out (json! panicked
+        // on a non-UTF-8 path; to_writer would cut the object on an error).
+        let text = serde_json::to_string(&Doc { runs }).context("serialising the runs")?;
+        writeln!(out, "{text}")?;
     } else {
         out.write_all(table(runs, columns, markdown).as_bytes())?;
     }

@@ -3,20 +3,24 @@
 //! Raw arguments are validated into a `WriterConfig` before anything runs
 //! (ripgrep's pattern). Bad input prints one line `wbscope: error: ...` and
 //! exits 2; a failure while writing (ENOSPC, EIO, a verify mismatch) prints
-//! the partial report, then one error line, and exits 1; SIGINT stops the
-//! run cleanly, prints the partial report and exits 130.
+//! the partial report, then one error line, and exits 1; SIGINT, SIGTERM
+//! and SIGHUP stop the run cleanly (files removed), print the partial
+//! report and exit 128 + the signal's number, as the shell reports a
+//! process the signal killed (130, 143, 129).
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::Args;
 use writer_core::{
     ByteSize, Event, FileSync, Observer, Report, RunStatus, SmallFiles, Strategy, Writer,
     WriterConfig, WriterSpec, parse_size, stats::LatencySummary,
 };
+
+use crate::sys;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -183,33 +187,6 @@ pub fn config_from_args(args: &WriteArgs) -> Result<WriterConfig, String> {
     WriterConfig::new(spec).map_err(|e| e.to_string())
 }
 
-/// Set by the SIGINT handler, polled by the event loop.
-static SIGINT: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe (signal-safety(7)).
-    SIGINT.store(true, Ordering::Relaxed);
-}
-
-/// Installs the SIGINT handler for the run; the old one comes back on drop.
-struct SigintGuard(libc::sighandler_t);
-
-impl SigintGuard {
-    fn install() -> Self {
-        SIGINT.store(false, Ordering::Relaxed);
-        let handler = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        // SAFETY: the handler only stores to an atomic.
-        SigintGuard(unsafe { libc::signal(libc::SIGINT, handler) })
-    }
-}
-
-impl Drop for SigintGuard {
-    fn drop(&mut self) {
-        // SAFETY: restores the handler that was there before.
-        unsafe { libc::signal(libc::SIGINT, self.0) };
-    }
-}
-
 /// Forwards only the once-a-second ticks, the one event this command shows.
 /// Passing every chunk and sync event through the channel woke the waiting
 /// main thread up to six times per chunk (a futex wake and a context switch
@@ -237,15 +214,19 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<ExitCode> {
     };
     let (tx, rx) = mpsc::channel::<Event>();
     let writer = Writer::new(cfg).with_observer(Arc::new(TicksOnly(tx)));
+    // Before the plan below, which allocates per file.
+    if let Err(e) = writer.check_memory() {
+        return Ok(usage_error(&e.to_string()));
+    }
     let total: u64 = writer.plan().iter().flatten().map(|f| f.size).sum();
     let live = writer.tunables();
     let progress = std::io::stderr().is_terminal();
-    let _sigint = SigintGuard::install();
+    let _signals = sys::SignalGuard::install();
     let result = std::thread::scope(|s| {
         let run = s.spawn(|| writer.run());
         let mut shown = false;
         loop {
-            if SIGINT.load(Ordering::Relaxed) {
+            if sys::interrupted() {
                 live.request_stop();
             }
             match rx.recv_timeout(Duration::from_millis(100)) {
@@ -272,7 +253,10 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<ExitCode> {
         Ok(report) => {
             print_report(&report, args.json)?;
             Ok(match report.status {
-                RunStatus::Interrupted => ExitCode::from(130),
+                RunStatus::Interrupted => {
+                    let signal = sys::caught_signal().unwrap_or(libc::SIGINT);
+                    ExitCode::from(128 + u8::try_from(signal).unwrap_or(0))
+                }
                 _ => ExitCode::SUCCESS,
             })
         }
@@ -315,8 +299,10 @@ fn print_progress(elapsed: Duration, bytes: u64, last: u64, total: u64) {
 fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer(&mut out, r)?;
-        writeln!(out)?;
+        // Serialised whole before the first byte goes out: a report that
+        // cannot be serialised is an error line, never a cut object.
+        let text = serde_json::to_string(r).context("serialising the report")?;
+        writeln!(out, "{text}")?;
     } else {
         out.write_all(human_report(r).as_bytes())?;
     }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use writer_core::Strategy;
+use writer_core::{RunStatus, Strategy};
 
 use crate::model::kernel::KernelSnapshot;
 use crate::{
@@ -17,17 +17,9 @@ use crate::{
     model::{CallRecord, DevId},
 };
 
-/// Chunk bounds for `+`/`-`. Below one page the writer measures the page
-/// cache's read-modify-write rather than writeback; above 256 MiB every
-/// job's buffer becomes a memory experiment (and must stay below
-/// writer-core's 1 GiB limit and the file size).
-pub const MIN_CHUNK: u64 = 4 << 10;
-pub const MAX_CHUNK: u64 = 256 << 20;
-/// srf-pipelined window bounds, in chunks.
-pub const MAX_WINDOW: u32 = 64;
-/// Parallel writers; more than this on the 2-core machines only measures
-/// the scheduler.
-pub const MAX_JOBS: u32 = 16;
+/// Bounds of the `+`/`-`, `]`/`[` and `>`/`<` keys: writer-core's, the
+/// same the CLI and the live tunables check (why each: writer_core::limits).
+pub use writer_core::limits::{MAX_CHUNK, MAX_JOBS, MAX_WINDOW, MIN_CHUNK};
 
 /// The panes Tab moves between. At small sizes the focused one of the
 /// lower panes is the one shown.
@@ -302,7 +294,7 @@ impl App {
                 // that failed stays stopped with its error on screen.
                 RunState::Running { run: r } if r == *run => {
                     let failed = matches!(&update, WriterUpdate::Ended { outcome, .. }
-                        if outcome.starts_with("failed"));
+                        if outcome.status == RunStatus::Failed);
                     self.run_state = RunState::Idle;
                     if !failed {
                         effects.push(self.start());
@@ -667,7 +659,7 @@ mod tests {
         assert!(app.handle(key('>')).is_empty());
         let ended = Msg::Writer(WriterUpdate::Ended {
             run: 1,
-            outcome: "interrupted".into(),
+            outcome: outcome(RunStatus::Interrupted, "interrupted"),
         });
         let next = app.handle(ended);
         assert_eq!(
@@ -692,7 +684,7 @@ mod tests {
         assert_eq!(app.handle(key('w')), vec![Effect::StopWriter]);
         let ended = Msg::Writer(WriterUpdate::Ended {
             run: 2,
-            outcome: "interrupted".into(),
+            outcome: outcome(RunStatus::Interrupted, "interrupted"),
         });
         assert!(app.handle(ended).is_empty());
         assert_eq!(app.run_state, RunState::Idle);
@@ -717,15 +709,42 @@ mod tests {
         }));
         let again = app.handle(Msg::Writer(WriterUpdate::Ended {
             run: 1,
-            outcome: "completed".into(),
+            outcome: outcome(RunStatus::Completed, "completed"),
         }));
         assert!(matches!(again[..], [Effect::StartWriter { run: 2, .. }]));
+        // The status decides, not the words: a failure said otherwise
+        // still stops, a success whatever its text loops.
         let stop = app.handle(Msg::Writer(WriterUpdate::Ended {
             run: 2,
-            outcome: "failed: no space left".into(),
+            outcome: outcome(RunStatus::Failed, "no space left on device"),
         }));
         assert!(stop.is_empty());
         assert_eq!(app.run_state, RunState::Idle);
+        app.handle(key('w'));
+        let again = app.handle(Msg::Writer(WriterUpdate::Ended {
+            run: 3,
+            outcome: outcome(RunStatus::Completed, "failed to look like a failure"),
+        }));
+        assert!(matches!(again[..], [Effect::StartWriter { run: 4, .. }]));
+    }
+
+    fn outcome(status: RunStatus, summary: &str) -> writer_core::RunOutcome {
+        writer_core::RunOutcome {
+            status,
+            summary: summary.into(),
+        }
+    }
+
+    #[test]
+    fn the_help_says_the_limits_the_keys_keep() {
+        let help = |key: &str| KEYS.iter().find(|(k, _)| *k == key).map(|(_, h)| *h);
+        let chunk = format!("{}K..{}M", MIN_CHUNK >> 10, MAX_CHUNK >> 20);
+        assert!(help("+ / -").is_some_and(|h| h.contains(&chunk)), "{chunk}");
+        let window = format!("1..{MAX_WINDOW})");
+        assert!(
+            help("] / [").is_some_and(|h| h.contains(&window)),
+            "{window}"
+        );
     }
 
     trait Back {

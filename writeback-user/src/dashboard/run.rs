@@ -21,7 +21,9 @@ use tokio::{
     signal::unix::{SignalKind, signal},
     sync::mpsc::{self, UnboundedSender},
 };
-use writer_core::{LiveTunables, SyncKind, Writer, WriterConfig, WriterSpec, stats::LatencyHist};
+use writer_core::{
+    LiveTunables, RunOutcome, SyncKind, Writer, WriterConfig, WriterSpec, stats::LatencyHist,
+};
 
 use crate::model::kernel::{KernelSnapshot, KernelStats};
 use crate::{
@@ -409,7 +411,7 @@ impl WriterRunner {
         }
     }
 
-    fn ended(&self, run: u64, outcome: String) {
+    fn ended(&self, run: u64, outcome: RunOutcome) {
         let _ = self
             .tx
             .send(Msg::Writer(WriterUpdate::Ended { run, outcome }));
@@ -438,7 +440,7 @@ impl WriterRunner {
     fn start(&mut self, run: u64, settings: &WriterSettings) {
         match self.try_start(run, settings) {
             Ok(()) => {}
-            Err(e) => self.ended(run, format!("failed: {e:#}")),
+            Err(e) => self.ended(run, RunOutcome::failed(format_args!("{e:#}"))),
         }
     }
 
@@ -477,17 +479,20 @@ impl WriterRunner {
             .name(WRITER_THREAD.into())
             .spawn(move || {
                 let outcome = match writer.run() {
-                    Ok(r) => format!(
-                        "{} {}, {:.0} MB/s",
-                        match r.status {
-                            writer_core::RunStatus::Completed => "completed",
-                            writer_core::RunStatus::Interrupted => "interrupted",
-                            writer_core::RunStatus::Failed => "failed",
-                        },
-                        ui::fmt::bytes(r.bytes),
-                        r.write_mb_s
-                    ),
-                    Err(f) => format!("failed: {}", f.error),
+                    Ok(r) => RunOutcome {
+                        status: r.status,
+                        summary: format!(
+                            "{} {}, {:.0} MB/s",
+                            match r.status {
+                                writer_core::RunStatus::Completed => "completed",
+                                writer_core::RunStatus::Interrupted => "interrupted",
+                                writer_core::RunStatus::Failed => "failed",
+                            },
+                            ui::fmt::bytes(r.bytes),
+                            r.write_mb_s
+                        ),
+                    },
+                    Err(f) => RunOutcome::failed(&f.error),
                 };
                 feed.lock().active = false;
                 let _ = tx.send(Msg::Writer(WriterUpdate::Ended { run, outcome }));

@@ -112,7 +112,7 @@ pub enum WriterUpdate {
     Second(Box<WriterSecond>),
     Ended {
         run: u64,
-        outcome: String,
+        outcome: writer_core::RunOutcome,
     },
 }
 
@@ -308,7 +308,7 @@ impl Model {
             }
             WriterUpdate::Second(_) => {}
             WriterUpdate::Ended { run, outcome } if run == w.run => {
-                w.phase = WriterPhase::Ended(outcome);
+                w.phase = WriterPhase::Ended(outcome.summary);
                 w.chunk_pages_last = Log2Histogram::default();
             }
             WriterUpdate::Ended { .. } => {}
