@@ -44,6 +44,8 @@ const TEST_TOOLS: &[Tool] = &[
     ("setpriv", "util-linux"),
     ("mkfs.ext4", "e2fsprogs"),
     ("mkfs.xfs", "xfsprogs"),
+    // scratchfs makes btrfs filesystems too (its tests and the scenarios).
+    ("mkfs.btrfs", "btrfs-progs"),
     ("tmux", "tmux"),
     ("strace", "strace"),
     ("script", "bsdutils"),

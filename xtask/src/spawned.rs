@@ -39,6 +39,7 @@ const BASE_TOOLS: &[(&str, &str)] = &[
     ("sleep", "coreutils"),
     ("sync", "coreutils"),
     ("losetup", "util-linux"),
+    ("blkid", "util-linux"),
     ("mount", "mount"),
     ("umount", "mount"),
     ("mkfs.ext4", "e2fsprogs"),
@@ -81,6 +82,18 @@ const DYNAMIC_SPAWNS: &[(&str, &str, &[&str])] = &[
     ("xtask/src/vm/kernel.rs", "apt.to_str().unwrap()", &["sh"]),
     // The decompressor of a module's suffix.
     ("xtask/src/vm/initramfs.rs", "tool", &["xz", "zstd"]),
+    // The mkfs of the filesystem type asked for.
+    (
+        "scratchfs/src/lib.rs",
+        "mkfs",
+        &["mkfs.ext4", "mkfs.xfs", "mkfs.btrfs"],
+    ),
+    // The test binary itself, re-run as a child that SIGKILL then ends.
+    (
+        "scratchfs/tests/scratch.rs",
+        "std::env::current_exe().unwrap()",
+        &[],
+    ),
 ];
 
 /// Words of a shell command line that are the shell's own.
