@@ -8,97 +8,24 @@
 use std::{process::ExitCode, sync::Arc, time::Instant};
 
 use anyhow::{Context as _, bail};
-use clap::{Args, ValueEnum};
+use clap::ValueEnum;
 use serde::Serialize;
 use writer_core::{
     FileSync, LiveTunables, Report, RunFailure, SmallFiles, Strategy, Writer, WriterConfig,
     WriterSpec,
 };
 
-use super::compare::{self, KernelFigures, Run, SYSTEM_WIDE, Traced, cell, kernel_rows, render};
 use scratchfs::ScratchFs;
 
-use crate::{UsageError, model::DevId, model::plan::HookKind};
-
-const EXAMPLES: &str = "\
-Examples:
-  wbscope scenario single-stream --scale tiny
-  wbscope scenario three-filesystems --scale small --fs xfs
-  wbscope scenario sync-after-write --json > sync.json
-  wbscope scenario package-unpack --scale tiny
-  wbscope scenario many-writers --fs both
-  wbscope scenario --cleanup
-
-Each scenario makes its filesystems on loop devices over sparse images in
-/var/tmp (ext4 with its journal, or xfs), and removes mounts, devices and
-images at the end, on error and on Ctrl-C. A run killed with SIGKILL
-leaves them (and the dirty caps): the next scenario or compare removes
-them with a warning, or `--cleanup` does now. At tiny and small scale each
-filesystem's dirty page cache is capped (per-device strict limit,
-/sys/class/bdi/MAJ:MIN/max_bytes) so that writeback starts as it would on a
-small machine. Before every run: sync and drop caches. Needs root.
-What each scenario reproduces: docs/scenarios.md.";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ScenarioName {
-    /// One large file: buffered vs fsync-end vs srf-pipelined vs direct.
-    SingleStream,
-    /// Three buffered writers at once, one per filesystem: mean and
-    /// minimum per-second throughput.
-    ThreeFilesystems,
-    /// A large buffered write, then sync: time and CPU of the sync.
-    SyncAfterWrite,
-    /// Many small files with per-file sync policies (dpkg).
-    PackageUnpack,
-    /// N threads each writing a large file, ext4 vs xfs.
-    ManyWriters,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Scale {
-    /// Under a minute on a 2-core machine.
-    Tiny,
-    /// A few minutes.
-    Small,
-    /// The original reports' proportions where the disk allows.
-    Full,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum FsChoice {
-    Ext4,
-    Xfs,
-    Both,
-}
-
-/// Arguments of `wbscope scenario`.
-#[derive(Debug, Args)]
-#[command(after_help = EXAMPLES)]
-pub struct ScenarioArgs {
-    /// Which experiment.
-    #[arg(value_enum, required_unless_present = "cleanup")]
-    pub name: Option<ScenarioName>,
-    /// Remove what killed runs left (mounts, loop devices, images, dirty
-    /// caps) and exit; a line per thing removed. Live runs are left alone.
-    #[arg(long, conflicts_with_all = ["name", "scale", "fs", "json", "markdown"])]
-    pub cleanup: bool,
-    /// How big.
-    #[arg(long, value_enum, default_value = "tiny")]
-    pub scale: Scale,
-    /// Filesystem(s) to run on (default: ext4; both for many-writers).
-    #[arg(long, value_enum)]
-    pub fs: Option<FsChoice>,
-    /// One JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// The table as Markdown.
-    #[arg(long, conflicts_with = "json")]
-    pub markdown: bool,
-    /// Testing: fail on purpose once the filesystems are mounted (the
-    /// cleanup must still remove them).
-    #[arg(long, hide = true)]
-    pub fail_after_mount: bool,
-}
+use crate::{
+    UsageError,
+    capture::window::{Traced, syncfs, traced_write},
+    cli::{FsChoice, Scale, ScenarioArgs, ScenarioName},
+    export::table::{SYSTEM_WIDE, cell, kernel_rows, render, table},
+    model::DevId,
+    model::plan::HookKind,
+    model::window::{KernelFigures, Run},
+};
 
 /// Sizes of one scale.
 struct Sizes {
@@ -326,7 +253,7 @@ pub async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::Result<E
     println!("scenario {name}, scale {}", name_of(args.scale));
     match &sync {
         Some(s) => print!("{}", sync_table(&runs, s, args.markdown)),
-        None => print!("{}", compare::table(&runs, &columns, args.markdown)),
+        None => print!("{}", table(&runs, &columns, args.markdown)),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -358,7 +285,7 @@ async fn single_stream(
                 strategy,
                 ..WriterSpec::default()
             })?;
-            let (writer, kernel) = compare::traced_write(traced, &[dev_id(fs)], cfg, true).await?;
+            let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, true).await?;
             after_run(&what, &writer, &kernel);
             let run = Run {
                 fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
@@ -401,7 +328,7 @@ async fn concurrent(
                         .collect()
                 });
                 for d in &dirs {
-                    let _ = compare::syncfs(d);
+                    let _ = syncfs(d);
                 }
                 results
             },
@@ -537,7 +464,7 @@ async fn sync_after_write(
             move || -> anyhow::Result<(f64, f64, f64)> {
                 let (u0, s0) = thread_cpu();
                 let t = Instant::now();
-                compare::syncfs(&dir)?;
+                syncfs(&dir)?;
                 let wall = t.elapsed().as_secs_f64();
                 let (u1, s1) = thread_cpu();
                 Ok((wall, u1 - u0, s1 - s0))
@@ -640,7 +567,7 @@ async fn package_unpack(
                 datasync: tuned,
                 ..WriterSpec::default()
             })?;
-            let (writer, kernel) = compare::traced_write(traced, &[dev_id(fs)], cfg, false).await?;
+            let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, false).await?;
             eprintln!(
                 "wbscope: {what}: {} files in {:.2} s ({:.0} files/s), {} writepages calls",
                 writer.files_written,
@@ -682,7 +609,7 @@ async fn many_writers(
             strategy: Strategy::Buffered,
             ..WriterSpec::default()
         })?;
-        let (writer, kernel) = compare::traced_write(traced, &[dev_id(fs)], cfg, true).await?;
+        let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, true).await?;
         after_run(&what, &writer, &kernel);
         let run = Run {
             fs: Some(fs.fstype().to_string()),

@@ -8,121 +8,17 @@
 //! report and exit 128 + the signal's number, as the shell reports a
 //! process the signal killed (130, 143, 129).
 use std::io::{IsTerminal as _, Write as _};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Args;
 use writer_core::{
     ByteSize, Event, FileSync, Observer, Report, RunStatus, SmallFiles, Strategy, Writer,
     WriterConfig, WriterSpec, parse_size, stats::LatencySummary,
 };
 
-use crate::sys;
-
-const EXAMPLES: &str = "\
-Examples:
-  # 1 GiB in 8 MiB chunks with Ts'o's pipelined sync_file_range, as JSON
-  wbscope write --dir /var/tmp --size 1G --chunk 8M --strategy srf-pipelined --json
-
-  # the same, dropping each chunk from the page cache once it is on disk
-  # (posix_fadvise DONTNEED after its WAIT_BEFORE; the last ones after the
-  # final fdatasync): the file does not stay cached
-  wbscope write --dir /var/tmp --size 4G --chunk 8M --strategy srf-pipelined --drop-behind
-
-  # dd conv=fsync equivalent, then read back and check every block
-  wbscope write --dir /mnt/a --size 4G --chunk 1M --strategy fsync-end --verify
-
-  # two filesystems at once: 4 jobs spread over both, 200 MB/s in total
-  wbscope write --dir /mnt/a --dir /mnt/b --jobs 4 --size 2G --chunk 4M \\
-      --strategy buffered --rate 200MB
-
-  # O_DIRECT io_uring, 32 writes in flight
-  wbscope write --dir /mnt/a --size 8G --chunk 1M --strategy uring --direct-io --qd 32
-
-  # dpkg-like unpack: 5000 files of 4 KiB..2 MiB, Ts'o's two-pass sync
-  wbscope write --dir /var/tmp --small-files 5000 --file-sync two-pass --noatime
-
-Sizes: 4096, 64k, 8M, 8MiB, 1.5GiB. K, M, G, T (and KiB..TiB) are powers of
-1024, as in dd; kB, MB, GB, TB are powers of 1000.
-Strategies: buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring.
-The report's JSON schema is documented in docs/writer.md.";
-
-/// Arguments of `wbscope write`.
-#[derive(Debug, Args)]
-#[command(after_help = EXAMPLES)]
-pub struct WriteArgs {
-    /// Directory to create the files in (repeat for several targets; jobs
-    /// are spread over them round-robin). Existing files are never touched.
-    #[arg(long = "dir", value_name = "DIR", required = true)]
-    pub dirs: Vec<PathBuf>,
-    /// Bytes per file. A run writes jobs x files x SIZE.
-    #[arg(long, value_name = "SIZE")]
-    pub size: Option<String>,
-    /// Bytes per write call.
-    #[arg(long, value_name = "SIZE", default_value = "1M")]
-    pub chunk: String,
-    /// buffered | fsync-end | fdatasync-chunk | srf-pipelined | direct | uring
-    #[arg(long, value_name = "NAME")]
-    pub strategy: Option<String>,
-    /// Files per job, written one after the other.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub files: u32,
-    /// Parallel writers.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub jobs: u32,
-    /// srf-pipelined: chunks between sync_file_range(WRITE) and WAIT_BEFORE.
-    #[arg(long, value_name = "CHUNKS", default_value_t = 4)]
-    pub window: u32,
-    /// uring: writes in flight.
-    #[arg(long, value_name = "N", default_value_t = 32)]
-    pub qd: u32,
-    /// Preallocate each file with fallocate(2).
-    #[arg(long)]
-    pub fallocate: bool,
-    /// Open files with O_NOATIME (and reopen with it for later sync passes).
-    #[arg(long)]
-    pub noatime: bool,
-    /// fdatasync(2) instead of fsync(2) where the strategy syncs.
-    #[arg(long)]
-    pub datasync: bool,
-    /// Open with O_DIRECT (implied by --strategy direct; with uring, the
-    /// O_DIRECT io_uring ceiling).
-    #[arg(long)]
-    pub direct_io: bool,
-    /// Drop each chunk from the page cache once it is on disk:
-    /// posix_fadvise(DONTNEED) on its range after its WAIT_BEFORE
-    /// (srf-pipelined; the last --window chunks after the final fdatasync)
-    /// or after its fdatasync (fdatasync-chunk). Other strategies: refused.
-    #[arg(long)]
-    pub drop_behind: bool,
-    /// Limit to BYTES per second over all jobs (e.g. 200MB, 100MiB/s).
-    #[arg(long, value_name = "BYTES/s")]
-    pub rate: Option<String>,
-    /// After the run, drop the cached pages and read everything back.
-    #[arg(long)]
-    pub verify: bool,
-    /// Keep the files (default: remove them at the end, also on error).
-    #[arg(long)]
-    pub keep: bool,
-    /// Small-files mode: write N files of 4 KiB..2 MiB (seeded size mix).
-    #[arg(long, value_name = "N")]
-    pub small_files: Option<u64>,
-    /// Small-files policy: none | fsync-each | srf-then-fsync | two-pass.
-    #[arg(long, value_name = "POLICY", default_value = "none")]
-    pub file_sync: String,
-    /// Seed of the data pattern and of the small-files size mix.
-    #[arg(long, value_name = "N")]
-    pub seed: Option<u64>,
-    /// Skip the free-space check (to provoke ENOSPC on purpose).
-    #[arg(long)]
-    pub no_space_check: bool,
-    /// Print the report as one JSON object on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
+use crate::{cli::WriteArgs, sys};
 
 fn size_arg(flag: &str, value: &str) -> Result<u64, String> {
     parse_size(value).map_err(|e| format!("--{flag}: {e}"))

@@ -2,4 +2,5 @@
 pub mod json_lines;
 pub mod plot;
 pub mod prometheus;
+pub mod table;
 pub mod text;

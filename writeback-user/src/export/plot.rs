@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context as _, anyhow};
 use plotters::prelude::*;
 
-use crate::{commands::compare::Run, model::Log2Histogram};
+use crate::model::{Log2Histogram, window::Run};
 
 const WIDTH: u32 = 1200;
 const HEIGHT: u32 = 800;

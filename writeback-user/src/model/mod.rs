@@ -7,6 +7,7 @@ pub mod interval;
 pub mod kernel;
 pub mod plan;
 pub mod record;
+pub mod window;
 
 pub use histogram::Log2Histogram;
 pub use record::{

@@ -8,7 +8,13 @@ use std::{
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::commands::{compare::CompareArgs, scenario::ScenarioArgs, write::WriteArgs};
+mod compare;
+mod scenario;
+mod write;
+
+pub use compare::CompareArgs;
+pub use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
+pub use write::WriteArgs;
 
 const EXAMPLES: &str = "\
 Examples:

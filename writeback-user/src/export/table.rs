@@ -1,0 +1,347 @@
+//! The side-by-side tables of `compare` and `scenario`: one column per
+//! run (or group of repetitions), writer rows then kernel rows, as text or
+//! Markdown, or the runs as one JSON document.
+use std::io::Write as _;
+
+use anyhow::Context as _;
+use serde::Serialize;
+use writer_core::Report;
+
+use crate::model::window::{KernelFigures, Run};
+
+/// Prints the runs as JSON (`{"runs": [...]}`) or as the side-by-side
+/// table.
+pub fn print_runs(
+    runs: &[Run],
+    columns: &[String],
+    json: bool,
+    markdown: bool,
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            runs: &'a [Run],
+        }
+        // Serialised whole before the first byte goes out (json! panicked
+        // on a non-UTF-8 path; to_writer would cut the object on an error).
+        let text = serde_json::to_string(&Doc { runs }).context("serialising the runs")?;
+        writeln!(out, "{text}")?;
+    } else {
+        out.write_all(table(runs, columns, markdown).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn fmt_bytes(b: u64) -> String {
+    match b {
+        0..1024 => format!("{b}B"),
+        1024..1_048_576 => format!("{}K", b / 1024),
+        _ => format!("{}M", b / 1_048_576),
+    }
+}
+
+type Metric<T> = (&'static str, fn(&T) -> Option<f64>, u8);
+
+/// Writer rows of the table: label, figure, decimals.
+pub const WRITER_METRICS: &[Metric<Report>] = &[
+    ("durable MB/s", |r| r.durable_mb_s, 1),
+    ("write MB/s", |r| Some(r.write_mb_s), 1),
+    (
+        "per-second MB/s mean",
+        |r| r.per_second.as_ref().map(|p| p.mean),
+        1,
+    ),
+    (
+        "per-second MB/s min",
+        |r| r.per_second.as_ref().map(|p| p.min),
+        1,
+    ),
+    (
+        "per-second CV",
+        |r| r.per_second.as_ref().and_then(|p| p.cv),
+        3,
+    ),
+    ("elapsed s", |r| Some(r.elapsed_s), 2),
+    ("user CPU s", |r| Some(r.user_cpu_s), 2),
+    ("sys CPU s", |r| Some(r.sys_cpu_s), 2),
+];
+
+/// Kernel rows of the table.
+pub const KERNEL_METRICS: &[Metric<KernelFigures>] = &[
+    ("writepages calls", |k| Some(k.calls as f64), 0),
+    ("pages written (calls)", |k| Some(k.pages_written as f64), 0),
+    (
+        "pages/call p50",
+        |k| k.pages_per_call.as_ref().map(|p| p.p50 as f64),
+        0,
+    ),
+    (
+        "pages/call p99",
+        |k| k.pages_per_call.as_ref().map(|p| p.p99 as f64),
+        0,
+    ),
+    (
+        "pages/call max",
+        |k| k.pages_per_call.as_ref().map(|p| p.max as f64),
+        0,
+    ),
+    (
+        "scanned/written page",
+        |k| k.pages_scanned_per_page_written,
+        2,
+    ),
+    ("ns per written page", |k| k.ns_per_written_page, 0),
+    ("on-CPU ns per page", |k| k.on_cpu_ns_per_written_page, 0),
+    (
+        "peak Dirty MiB*",
+        |k| Some(k.peak_dirty_kib as f64 / 1024.0),
+        1,
+    ),
+    (
+        "peak Writeback MiB*",
+        |k| Some(k.peak_writeback_kib as f64 / 1024.0),
+        1,
+    ),
+    (
+        "throttle pause ms*",
+        |k| Some(k.throttle_pause_ms_total as f64),
+        0,
+    ),
+    ("inode passes*", |k| Some(k.inode_passes as f64), 0),
+    ("device requests", |k| Some(k.device_requests as f64), 0),
+];
+
+/// Rows of the inode passes on the run's devices ("-" without the
+/// per-device hook); the chunk-size rows follow in [`kernel_rows`].
+pub const PASS_METRICS: &[Metric<KernelFigures>] = &[
+    (
+        "inode passes",
+        |k| k.inode_pass.as_ref().map(|p| p.counts.passes as f64),
+        0,
+    ),
+    (
+        "pages written (passes)",
+        |k| k.inode_pass.as_ref().map(|p| p.counts.pages_written as f64),
+        0,
+    ),
+    (
+        "pages/pass mean",
+        |k| k.inode_pass.as_ref().and_then(|p| p.pages_per_pass_mean),
+        0,
+    ),
+];
+
+/// Bucket-valued rows: label and the `[lo, hi]` of the first run.
+type RangeRow = (&'static str, fn(&KernelFigures) -> Option<[u64; 2]>);
+
+const RANGE_ROWS: &[RangeRow] = &[
+    ("pages/pass p50", |k| {
+        k.inode_pass.as_ref().and_then(|p| p.pages_per_pass_p50)
+    }),
+    ("pages/pass p99", |k| {
+        k.inode_pass.as_ref().and_then(|p| p.pages_per_pass_p99)
+    }),
+    ("pages asked/pass p50", |k| {
+        k.inode_pass
+            .as_ref()
+            .and_then(|p| p.pages_asked_per_pass_p50)
+    }),
+];
+
+/// A log2 bucket of pages, `lo-hi` (both included).
+fn fmt_range([lo, hi]: [u64; 2]) -> String {
+    if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo}-{hi}")
+    }
+}
+
+/// A cell: the value, or `median ±half-range` over repetitions.
+pub fn cell(mut vals: Vec<f64>, decimals: u8) -> String {
+    let d = decimals as usize;
+    match vals.len() {
+        0 => "-".to_string(),
+        1 => format!("{:.d$}", vals[0]),
+        _ => {
+            let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let m = median(&mut vals);
+            format!("{m:.d$} ±{:.d$}", (hi - lo) / 2.0)
+        }
+    }
+}
+
+/// Rows of kernel figures, one column per group of figures.
+pub fn kernel_rows(columns: &[Vec<&KernelFigures>]) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for (label, f, decimals) in KERNEL_METRICS {
+        let mut row = vec![label.to_string()];
+        for col in columns {
+            row.push(cell(col.iter().filter_map(|k| f(k)).collect(), *decimals));
+        }
+        rows.push(row);
+    }
+    for (label, f, decimals) in PASS_METRICS {
+        let mut row = vec![label.to_string()];
+        for col in columns {
+            row.push(cell(col.iter().filter_map(|k| f(k)).collect(), *decimals));
+        }
+        rows.push(row);
+    }
+    // Buckets do not take a median over repetitions: the first run's.
+    for (label, f) in RANGE_ROWS {
+        let mut row = vec![label.to_string()];
+        for col in columns {
+            row.push(col.first().and_then(|k| f(k)).map_or("-".into(), fmt_range));
+        }
+        rows.push(row);
+    }
+    let mut row = vec!["device request p50".to_string()];
+    for col in columns {
+        row.push(
+            col.first()
+                .and_then(|k| k.device_request_bytes_p50)
+                .map_or("-".into(), |[lo, hi]| {
+                    format!("{}-{}", fmt_bytes(lo), fmt_bytes(hi + 1))
+                }),
+        );
+    }
+    rows.push(row);
+    rows
+}
+
+/// Footnote for the rows marked `*`.
+pub const SYSTEM_WIDE: &str = "* system-wide over the run's window (all devices)";
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The side-by-side table: one column per run label; with repetitions,
+/// `median ±half-range`.
+pub fn table(runs: &[Run], columns: &[String], markdown: bool) -> String {
+    let mut header = vec!["".to_string()];
+    header.extend(columns.iter().cloned());
+    let mut rows = vec![header];
+    let of = |c: &String| runs.iter().filter(|r| &r.column() == c).collect::<Vec<_>>();
+    for (label, f, decimals) in WRITER_METRICS {
+        let mut row = vec![label.to_string()];
+        for c in columns {
+            row.push(cell(
+                of(c).iter().filter_map(|r| f(&r.writer)).collect(),
+                *decimals,
+            ));
+        }
+        rows.push(row);
+    }
+    let kernel: Vec<Vec<&KernelFigures>> = columns
+        .iter()
+        .map(|c| of(c).into_iter().map(|r| &r.kernel).collect())
+        .collect();
+    rows.extend(kernel_rows(&kernel));
+    let n = columns.first().map_or(0, |c| of(c).len());
+    let mut s = render(&rows, markdown);
+    if n > 1 {
+        s.push_str(&format!("{n} runs per column: median ±half the range\n"));
+    }
+    s.push_str(SYSTEM_WIDE);
+    s.push('\n');
+    s
+}
+
+/// Aligns `rows` (the first is the header) as text or Markdown.
+pub fn render(rows: &[Vec<String>], markdown: bool) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let width: Vec<usize> = (0..cols)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut s = String::new();
+    for (ri, r) in rows.iter().enumerate() {
+        let cells: Vec<String> = (0..cols)
+            .map(|i| {
+                let c = r.get(i).map_or("", String::as_str);
+                if i == 0 {
+                    format!("{c:<w$}", w = width[i])
+                } else {
+                    format!("{c:>w$}", w = width[i])
+                }
+            })
+            .collect();
+        if markdown {
+            s.push_str(&format!("| {} |\n", cells.join(" | ")));
+            if ri == 0 {
+                let seps: Vec<String> = (0..cols)
+                    .map(|i| {
+                        if i == 0 {
+                            "-".repeat(width[i].max(3))
+                        } else {
+                            format!("{}:", "-".repeat(width[i].max(3) - 1))
+                        }
+                    })
+                    .collect();
+                s.push_str(&format!("| {} |\n", seps.join(" | ")));
+            }
+        } else {
+            s.push_str(cells.join("  ").trim_end());
+            s.push('\n');
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{interval::InodePassCounts, window::InodePassFigures};
+
+    #[test]
+    fn pass_rows_show_buckets_or_a_dash() {
+        let with = KernelFigures {
+            inode_pass: Some(InodePassFigures {
+                counts: InodePassCounts {
+                    passes: 12,
+                    pages_written: 24576,
+                    ..Default::default()
+                },
+                pages_per_pass_p50: Some([2048, 4095]),
+                pages_per_pass_p99: Some([1, 1]),
+                pages_per_pass_mean: Some(2048.0),
+                pages_asked_per_pass_p50: None,
+            }),
+            ..Default::default()
+        };
+        // Without the per-device hook (classic tracepoint fallback).
+        let without = KernelFigures::default();
+        let rows = kernel_rows(&[vec![&with], vec![&without]]);
+        let row = |label: &str| -> Vec<String> {
+            rows.iter()
+                .find(|r| r[0] == label)
+                .unwrap_or_else(|| panic!("no row {label}: {rows:?}"))[1..]
+                .to_vec()
+        };
+        assert_eq!(row("inode passes"), ["12", "-"]);
+        assert_eq!(row("pages written (passes)"), ["24576", "-"]);
+        assert_eq!(row("pages/pass mean"), ["2048", "-"]);
+        assert_eq!(row("pages/pass p50"), ["2048-4095", "-"]);
+        assert_eq!(row("pages/pass p99"), ["1", "-"]);
+        assert_eq!(row("pages asked/pass p50"), ["-", "-"]);
+        // The existing rows stay.
+        assert_eq!(row("inode passes*"), ["0", "0"]);
+        assert_eq!(row("device request p50"), ["-", "-"]);
+    }
+}
