@@ -100,12 +100,17 @@ pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
 /// and intervals fed through the same messages as a live trace, paced by
 /// the intervals' lengths divided by `speed`.
 pub async fn replay(
-    header: Header,
-    frames: Vec<Frame>,
+    mut header: Header,
+    frames: mpsc::Receiver<Frame>,
     name: String,
     speed: f64,
 ) -> anyhow::Result<ExitCode> {
     let (tx, rx) = mpsc::unbounded_channel::<Msg>();
+    // Everything shown from the recording is escaped: it is untrusted and
+    // the terminal would obey control sequences in it.
+    header.host = crate::export::text::escape_controls(&header.host).into_owned();
+    header.kernel = crate::export::text::escape_controls(&header.kernel).into_owned();
+    crate::export::text::escape_json_strings(&mut header.probe_plan);
     let plan: ProbePlan = serde_json::from_value(header.probe_plan.clone()).unwrap_or_else(|e| {
         ProbePlan::unavailable(
             header.kernel.clone(),
@@ -113,7 +118,7 @@ pub async fn replay(
         )
     });
     let mut app = App::new(Model::with_plan(plan, header.host.clone()));
-    app.replay = Some(name);
+    app.replay = Some(crate::export::text::escape_controls(&name).into_owned());
     tokio::spawn(feed_recording(frames, tx.clone(), speed));
     // Never started: the app refuses writer keys while replaying.
     let mut writer = WriterRunner::new(None, tx.clone());
@@ -124,12 +129,18 @@ pub async fn replay(
     result.map(|()| ExitCode::SUCCESS)
 }
 
-async fn feed_recording(frames: Vec<Frame>, tx: UnboundedSender<Msg>, speed: f64) {
+/// Plays the frames as the reader delivers them (it reads ahead a bounded
+/// number), pausing after each interval line for its length / `speed`.
+async fn feed_recording(mut frames: mpsc::Receiver<Frame>, tx: UnboundedSender<Msg>, speed: f64) {
     let mut lost = 0;
-    for frame in frames {
+    while let Some(frame) = frames.recv().await {
         let msg = match frame {
-            Frame::Call(call) => Msg::Call(call),
-            Frame::Interval(value) => {
+            Frame::Call(mut call) => {
+                call.comm = crate::export::text::escape_controls(&call.comm).into_owned();
+                Msg::Call(call)
+            }
+            Frame::Interval(mut value) => {
+                crate::export::text::escape_json_strings(&mut value);
                 let line: IntervalLine = match serde_json::from_value(value) {
                     Ok(line) => line,
                     Err(e) => {

@@ -2,6 +2,8 @@
 use std::{
     fs::File,
     io::{self, BufWriter, Write as _},
+    os::unix::fs::FileTypeExt as _,
+    path::Path,
     process::ExitCode,
 };
 
@@ -12,21 +14,18 @@ use crate::{
     cli::ReplayArgs,
     export::{json_lines::CallLine, text},
     model::{CallRecord, Totals},
-    recording::reader::{Frame, RecordingReader},
+    recording::reader::{Damage, Frame, OpenError, RecordingReader},
 };
+
+/// Frames the dashboard's feed reads ahead of the dashboard: a second of
+/// a busy recording, a few hundred KiB.
+const FEED_FRAMES: usize = 1024;
 
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     if !args.json && !args.summary && !args.text {
         return dashboard(args);
     }
-    let file =
-        File::open(&args.file).map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
-    // SAFETY: the mapping is read-only and private; a recording being
-    // appended to while replayed only shows a shorter (cut) prefix.
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .with_context(|| format!("mapping {}", args.file.display()))?;
-    let mut reader = RecordingReader::open(&map)
-        .map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
+    let mut reader = open(&args.file)?;
     let mut out = BufWriter::new(io::stdout().lock());
     let mut totals = Totals::default();
     let mut summary = None;
@@ -35,7 +34,9 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         writeln!(
             out,
             "recording of {} ({}), wbscope {}",
-            h.host, h.kernel, h.wbscope_version
+            text::escape_controls(&h.host),
+            text::escape_controls(&h.kernel),
+            text::escape_controls(&h.wbscope_version)
         )?;
         writeln!(out, "{}", text::HEADER)?;
     }
@@ -48,7 +49,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                 }
                 Frame::Interval(line) => {
                     if args.json {
-                        writeln!(out, "{line}")?;
+                        writeln!(out, "{}", text::escape_json_line(&line.to_string()))?;
                     }
                 }
                 Frame::Summary(s) => summary = Some(s),
@@ -60,24 +61,42 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         other => other.context("writing to stdout")?,
     }
+    // A read error ends the replay with an error (below); the rest of the
+    // damage is reported and the replay goes on as far as it can.
+    let mut unreadable = None;
     for damage in &reader.damage {
-        eprintln!("wbscope: replay: {damage}");
+        match damage {
+            Damage::Unreadable { .. } => unreadable = Some(damage),
+            _ => eprintln!("wbscope: replay: {damage}"),
+        }
+    }
+    if reader.damage_not_kept > 0 {
+        eprintln!(
+            "wbscope: replay: {} more damaged regions not listed",
+            reader.damage_not_kept
+        );
     }
     // A recording cut before its summary still gets one, marked as such
     // and computed from the calls that survived.
     let summary = match summary {
         Some(s) if reader.damage.is_empty() => s,
-        recorded => serde_json::json!({
-            "type": "summary",
-            "calls": totals.calls,
-            "pages_written": totals.pages_written,
-            "truncated": recorded.is_none(),
-            "damaged_frames": reader.damage.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
-            "recorded_summary": recorded,
-        }),
+        recorded => {
+            let mut s = serde_json::json!({
+                "type": "summary",
+                "calls": totals.calls,
+                "pages_written": totals.pages_written,
+                "truncated": recorded.is_none(),
+                "damaged_frames": reader.damage.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+                "recorded_summary": recorded,
+            });
+            if reader.damage_not_kept > 0 {
+                s["damaged_frames_not_listed"] = reader.damage_not_kept.into();
+            }
+            s
+        }
     };
     if args.json || args.summary {
-        writeln!(out, "{summary}")?;
+        writeln!(out, "{}", text::escape_json_line(&summary.to_string()))?;
     } else {
         writeln!(
             out,
@@ -92,28 +111,54 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     out.flush()?;
+    if let Some(damage) = unreadable {
+        anyhow::bail!("{}: {damage}", args.file.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The recording in the dashboard (the default with no output flag).
-fn dashboard(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
-    let file =
-        File::open(&args.file).map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
-    // SAFETY: see `run`.
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .with_context(|| format!("mapping {}", args.file.display()))?;
-    let mut reader = RecordingReader::open(&map)
-        .map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
-    let frames: Vec<Frame> = reader.by_ref().collect();
-    for damage in &reader.damage {
-        log::warn!("replay: {damage}");
+/// Opens a recording and reads its header. Naming something that is not
+/// a recording (a directory, a device, an empty or foreign file) is a
+/// usage error; failing to read one is not.
+fn open(path: &Path) -> anyhow::Result<RecordingReader<File>> {
+    let name = path.display();
+    let file = File::open(path).map_err(|e| UsageError(format!("{name}: {e}")))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("{name}: reading its metadata"))?;
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        return Err(UsageError(format!("{name}: is a directory, not a recording")).into());
     }
+    // The reader streams, so a pipe works too (`replay <(zcat run.rec.gz)`).
+    if !kind.is_file() && !kind.is_fifo() {
+        return Err(UsageError(format!(
+            "{name}: not a regular file (a recording is a file written by `wbscope record`)"
+        ))
+        .into());
+    }
+    if kind.is_file() && meta.len() == 0 {
+        return Err(UsageError(format!("{name}: is empty, not a recording")).into());
+    }
+    RecordingReader::open(file).map_err(|e| match e {
+        OpenError::Io(_) => anyhow::anyhow!("{name}: {e}"),
+        e => UsageError(format!("{name}: {e}")).into(),
+    })
+}
+
+/// The recording in the dashboard (the default with no output flag),
+/// read as it plays.
+fn dashboard(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+    let reader = open(&args.file)?;
     let name = args
         .file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let header = reader.header.clone();
+    let frames = reader
+        .into_channel(FEED_FRAMES)
+        .context("starting the recording's reader")?;
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -130,7 +175,7 @@ fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) ->
     }
     if args.json {
         let line = serde_json::to_string(&CallLine::from(call)).map_err(io::Error::other)?;
-        writeln!(out, "{line}")
+        writeln!(out, "{}", text::escape_json_line(&line))
     } else {
         writeln!(out, "{}", text::call_row(call))
     }
