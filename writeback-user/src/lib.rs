@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod dashboard;
 pub mod error;
+pub mod escape;
 pub mod export;
 pub mod model;
 pub mod recording;

@@ -35,6 +35,24 @@ fn the_dashboard_without_a_terminal_says_so_in_one_line() {
 }
 
 #[test]
+fn replay_to_the_dashboard_without_a_terminal_says_so_in_one_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rec = dir.path().join("short.rec");
+    let rec = rec.to_str().expect("a UTF-8 temp path");
+    let recorded = wbscope()
+        .args(["record", "-o", rec, "--duration", "0.3"])
+        .stderr(Stdio::null())
+        .status()
+        .expect("running wbscope record");
+    assert!(recorded.success());
+    let (code, stderr) = without_terminal(&["replay", rec]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("needs a terminal"), "{stderr}");
+    assert!(stderr.contains("--text"), "{stderr}");
+}
+
+#[test]
 fn an_existing_log_file_is_appended_to_not_truncated() {
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("wbscope.log");

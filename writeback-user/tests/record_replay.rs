@@ -231,3 +231,239 @@ fn kill_9_leaves_nothing_attached() {
         "{after} programs after kill -9, {before} before"
     );
 }
+
+// Hostile and odd inputs to `replay` (issue #13). These need no kernel.
+
+fn test_header(host: &str, kernel: &str) -> wbscope::recording::Header {
+    wbscope::recording::Header {
+        format_version: wbscope::recording::FORMAT_VERSION,
+        wbscope_version: "test".into(),
+        host: host.into(),
+        kernel: kernel.into(),
+        start_unix_ns: 1,
+        start_monotonic_ns: 2,
+        probe_plan: serde_json::json!({}),
+        field_offsets: serde_json::json!({}),
+        filter: serde_json::json!({}),
+    }
+}
+
+fn test_call(i: u64, comm: &str) -> wbscope::model::CallRecord {
+    wbscope::model::CallRecord {
+        ino: 1000 + i,
+        tgid: 42,
+        comm: comm.into(),
+        nr_to_write: 1024,
+        pages_written: 1,
+        ..wbscope::model::CallRecord::default()
+    }
+}
+
+/// A recording of `calls` calls named `comm`, with a summary unless cut.
+fn write_recording(
+    path: &std::path::Path,
+    header: &wbscope::recording::Header,
+    calls: u64,
+    comm: &str,
+) {
+    use wbscope::recording::{FrameKind, writer::RecordingWriter};
+    let out = std::io::BufWriter::new(File::create_new(path).unwrap());
+    let mut w = RecordingWriter::new(out, header).unwrap();
+    for i in 0..calls {
+        w.call(&test_call(i, comm)).unwrap();
+    }
+    w.json(
+        FrameKind::Summary,
+        &serde_json::json!({"type": "summary", "calls": calls}),
+    )
+    .unwrap();
+    w.into_inner().into_inner().unwrap().sync_all().unwrap();
+}
+
+/// Waits for a child at most `limit`, killing it if it takes longer.
+fn wait_bounded(
+    mut child: std::process::Child,
+    limit: Duration,
+) -> (std::process::ExitStatus, String, String) {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        s.read_to_string(&mut out).unwrap();
+    }
+    if let Some(mut s) = child.stderr.take() {
+        s.read_to_string(&mut err).unwrap();
+    }
+    (status, out, err)
+}
+
+/// A directory, a device and an empty file are named as what they are,
+/// as usage errors (before: "No such device (os error 19)", exit 1).
+#[test]
+fn replay_of_a_directory_a_device_or_an_empty_file_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.rec");
+    File::create_new(&empty).unwrap();
+    for (path, says) in [
+        (dir.path(), "is a directory"),
+        (std::path::Path::new("/dev/null"), "not a regular file"),
+        (empty.as_path(), "is empty"),
+    ] {
+        for flag in ["--text", "--json", "--summary"] {
+            let out = wbscope()
+                .arg("replay")
+                .arg(path)
+                .arg(flag)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(out.status.code(), Some(2), "{path:?} {flag}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(stderr.starts_with("wbscope: error: "), "{stderr}");
+            assert!(stderr.contains(says), "{path:?}: {stderr}");
+            assert!(out.stdout.is_empty());
+        }
+    }
+}
+
+/// A recording that shrinks while it is replayed is a cut, reported as
+/// such (before: the file was mapped and replay died of SIGBUS).
+#[test]
+fn a_recording_shrinking_under_replay_is_a_cut_not_a_signal() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("shrinking.rec");
+    write_recording(&rec, &test_header("h", "6.18"), 120_000, "dd");
+    let bytes = std::fs::read(&rec).unwrap();
+    assert!(bytes.len() > 4 << 20, "{}", bytes.len());
+    // Inside the first frame that ends past the middle.
+    let mut at = 16 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize + 4;
+    while at < bytes.len() / 2 {
+        at += 12 + u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+    }
+    let cut = at + 5;
+    let mut child = wbscope()
+        .arg("replay")
+        .arg(&rec)
+        .arg("--text")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the first line is out, replay has opened the file; it then
+    // stops when the pipe is full (64 KiB, pipe(7)), far before the cut.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.starts_with("recording of h"), "{first:?}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&rec)
+        .unwrap()
+        .set_len(cut as u64)
+        .unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let (status, _, stderr) = wait_bounded(child, Duration::from_secs(120));
+    assert_eq!(status.code(), Some(0), "{status:?}: {stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!("wbscope: replay: recording cut short at byte {at} (last frame incomplete)")
+    );
+    let rows = rest.lines().filter(|l| l.contains(" dd ")).count();
+    assert!(rows > 1000 && rows < 120_000, "{rows} rows");
+}
+
+/// A file of fake frame headers replays in time linear in its size
+/// (before: each sync word re-checksummed up to 1 MiB, 34 s for 16 MiB).
+/// The work bound itself is asserted by the reader's unit tests.
+#[test]
+fn fake_frame_headers_replay_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real.rec");
+    write_recording(&real, &test_header("h", "6.18"), 3, "dd");
+    let bytes = std::fs::read(&real).unwrap();
+    let header_end = 16 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize + 4;
+    let mut crafted = bytes[..header_end].to_vec();
+    // Each 4 bytes a sync word whose header claims 112 KiB of payload.
+    crafted.extend_from_slice(&[0xF7, 0xB5, 0x01, 0x00].repeat(1 << 20));
+    crafted.extend_from_slice(&bytes[header_end..]);
+    let path = dir.path().join("fake.rec");
+    std::fs::write(&path, &crafted).unwrap();
+    let child = wbscope()
+        .arg("replay")
+        .arg(&path)
+        .arg("--summary")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, stdout, stderr) = wait_bounded(child, Duration::from_secs(120));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "wbscope: replay: corrupt frame at byte {header_end}: skipped {} bytes",
+            4 << 20
+        )
+    );
+    let summary: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(summary["calls"], 3, "{summary}");
+}
+
+/// Nothing a recording holds reaches the terminal raw: escape sequences
+/// in its header and process names print escaped in text, and as JSON
+/// escapes (which decode to the same strings) in JSON.
+#[test]
+fn escape_sequences_in_a_recording_print_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("hostile.rec");
+    let host = "\u{1b}]0;owned\u{7}\u{1b}[2J";
+    let comm = "\u{1b}[31mred\u{9b}2J\u{7f}";
+    write_recording(&rec, &test_header(host, "6.18\u{1b}c"), 2, comm);
+    let raw = |s: &str| s.chars().any(|c| c.is_control() && c != '\n');
+
+    let out = wbscope()
+        .arg("replay")
+        .arg(&rec)
+        .arg("--text")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!raw(&text), "{text:?}");
+    assert!(
+        text.starts_with("recording of \\u{1b}]0;owned\\u{7}\\u{1b}[2J (6.18\\u{1b}c)"),
+        "{text}"
+    );
+    assert!(text.contains("\\u{1b}[31mred\\u{9b}2J\\u{7f}"), "{text}");
+
+    let out = wbscope()
+        .arg("replay")
+        .arg(&rec)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let json = String::from_utf8(out.stdout).unwrap();
+    assert!(!raw(&json), "{json:?}");
+    let lines: Vec<Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls: Vec<&Value> = lines.iter().filter(|l| l["type"] == "call").collect();
+    assert_eq!(calls.len(), 2);
+    assert!(calls.iter().all(|c| c["comm"] == comm), "{json}");
+}

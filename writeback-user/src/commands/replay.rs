@@ -2,31 +2,40 @@
 use std::{
     fs::File,
     io::{self, BufWriter, Write as _},
+    os::unix::fs::FileTypeExt as _,
+    path::Path,
     process::ExitCode,
+    time::Duration,
 };
 
 use anyhow::Context as _;
+use tokio::sync::mpsc;
 
 use crate::{
     UsageError,
     cli::ReplayArgs,
+    dashboard::{self, app::Msg},
+    escape::{escape_controls, escape_json_strings},
     export::{json_lines::CallLine, text},
-    model::{CallRecord, Totals},
-    recording::reader::{Frame, RecordingReader},
+    model::{CallRecord, Totals, interval::IntervalLine, kernel::KernelStats, plan::ProbePlan},
+    recording::reader::{Damage, Frame, OpenError, RecordingReader},
 };
+
+/// Frames the dashboard's feed reads ahead of the dashboard: a second of
+/// a busy recording, a few hundred KiB.
+const FEED_FRAMES: usize = 1024;
 
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     if !args.json && !args.summary && !args.text {
-        return dashboard(args);
+        // The file first: a wrong file is the more useful error.
+        let reader = open(&args.file)?;
+        super::dashboard::require_terminal(
+            "replay without --json, --summary or --text (the dashboard)",
+            "wbscope replay FILE --text",
+        )?;
+        return dashboard(args, reader);
     }
-    let file =
-        File::open(&args.file).map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
-    // SAFETY: the mapping is read-only and private; a recording being
-    // appended to while replayed only shows a shorter (cut) prefix.
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .with_context(|| format!("mapping {}", args.file.display()))?;
-    let mut reader = RecordingReader::open(&map)
-        .map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
+    let mut reader = open(&args.file)?;
     let mut out = BufWriter::new(io::stdout().lock());
     let mut totals = Totals::default();
     let mut summary = None;
@@ -35,7 +44,9 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         writeln!(
             out,
             "recording of {} ({}), wbscope {}",
-            h.host, h.kernel, h.wbscope_version
+            escape_controls(&h.host),
+            escape_controls(&h.kernel),
+            escape_controls(&h.wbscope_version)
         )?;
         writeln!(out, "{}", text::HEADER)?;
     }
@@ -48,7 +59,11 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                 }
                 Frame::Interval(line) => {
                     if args.json {
-                        writeln!(out, "{line}")?;
+                        writeln!(
+                            out,
+                            "{}",
+                            crate::escape::escape_json_line(&line.to_string())
+                        )?;
                     }
                 }
                 Frame::Summary(s) => summary = Some(s),
@@ -60,24 +75,46 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         other => other.context("writing to stdout")?,
     }
+    // A read error ends the replay with an error (below); the rest of the
+    // damage is reported and the replay goes on as far as it can.
+    let mut unreadable = None;
     for damage in &reader.damage {
-        eprintln!("wbscope: replay: {damage}");
+        match damage {
+            Damage::Unreadable { .. } => unreadable = Some(damage),
+            _ => eprintln!("wbscope: replay: {damage}"),
+        }
+    }
+    if reader.damage_not_kept > 0 {
+        eprintln!(
+            "wbscope: replay: {} more damaged regions not listed",
+            reader.damage_not_kept
+        );
     }
     // A recording cut before its summary still gets one, marked as such
     // and computed from the calls that survived.
     let summary = match summary {
         Some(s) if reader.damage.is_empty() => s,
-        recorded => serde_json::json!({
-            "type": "summary",
-            "calls": totals.calls,
-            "pages_written": totals.pages_written,
-            "truncated": recorded.is_none(),
-            "damaged_frames": reader.damage.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
-            "recorded_summary": recorded,
-        }),
+        recorded => {
+            let mut s = serde_json::json!({
+                "type": "summary",
+                "calls": totals.calls,
+                "pages_written": totals.pages_written,
+                "truncated": recorded.is_none(),
+                "damaged_frames": reader.damage.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+                "recorded_summary": recorded,
+            });
+            if reader.damage_not_kept > 0 {
+                s["damaged_frames_not_listed"] = reader.damage_not_kept.into();
+            }
+            s
+        }
     };
     if args.json || args.summary {
-        writeln!(out, "{summary}")?;
+        writeln!(
+            out,
+            "{}",
+            crate::escape::escape_json_line(&summary.to_string())
+        )?;
     } else {
         writeln!(
             out,
@@ -92,36 +129,74 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     out.flush()?;
+    if let Some(damage) = unreadable {
+        anyhow::bail!("{}: {damage}", args.file.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The recording in the dashboard (the default with no output flag).
-fn dashboard(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
-    let file =
-        File::open(&args.file).map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
-    // SAFETY: see `run`.
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .with_context(|| format!("mapping {}", args.file.display()))?;
-    let mut reader = RecordingReader::open(&map)
-        .map_err(|e| UsageError(format!("{}: {e}", args.file.display())))?;
-    let frames: Vec<Frame> = reader.by_ref().collect();
-    for damage in &reader.damage {
-        log::warn!("replay: {damage}");
+/// Opens a recording and reads its header. Naming something that is not
+/// a recording (a directory, a device, an empty or foreign file) is a
+/// usage error; failing to read one is not.
+fn open(path: &Path) -> anyhow::Result<RecordingReader<File>> {
+    let name = path.display();
+    let file = File::open(path).map_err(|e| UsageError(format!("{name}: {e}")))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("{name}: reading its metadata"))?;
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        return Err(UsageError(format!("{name}: is a directory, not a recording")).into());
     }
+    // The reader streams, so a pipe works too (`replay <(zcat run.rec.gz)`).
+    if !kind.is_file() && !kind.is_fifo() {
+        return Err(UsageError(format!(
+            "{name}: not a regular file (a recording is a file written by `wbscope record`)"
+        ))
+        .into());
+    }
+    if kind.is_file() && meta.len() == 0 {
+        return Err(UsageError(format!("{name}: is empty, not a recording")).into());
+    }
+    RecordingReader::open(file).map_err(|e| match e {
+        OpenError::Io(_) => anyhow::anyhow!("{name}: {e}"),
+        e => UsageError(format!("{name}: {e}")).into(),
+    })
+}
+
+/// The recording in the dashboard (the default with no output flag),
+/// read as it plays.
+fn dashboard(args: &ReplayArgs, reader: RecordingReader<File>) -> anyhow::Result<ExitCode> {
     let name = args
         .file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let header = reader.header.clone();
+    // Everything shown from the recording is escaped: it is untrusted and
+    // the terminal would obey control sequences in it.
+    let mut header = reader.header.clone();
+    header.host = escape_controls(&header.host).into_owned();
+    header.kernel = escape_controls(&header.kernel).into_owned();
+    escape_json_strings(&mut header.probe_plan);
+    let plan: ProbePlan = serde_json::from_value(header.probe_plan.clone()).unwrap_or_else(|e| {
+        ProbePlan::unavailable(
+            header.kernel.clone(),
+            &format!("probe plan unreadable: {e}"),
+        )
+    });
+    let name = escape_controls(&name).into_owned();
+    let speed = args.speed;
+    let frames = reader
+        .into_channel(FEED_FRAMES)
+        .context("starting the recording's reader")?;
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?
-        .block_on(crate::dashboard::run::replay(
-            header, frames, name, args.speed,
-        ))
+        .block_on(dashboard::run::replay(plan, header.host, name, move |tx| {
+            feed_recording(frames, tx, speed)
+        }))
 }
 
 fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) -> io::Result<()> {
@@ -130,8 +205,52 @@ fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) ->
     }
     if args.json {
         let line = serde_json::to_string(&CallLine::from(call)).map_err(io::Error::other)?;
-        writeln!(out, "{line}")
+        writeln!(out, "{}", crate::escape::escape_json_line(&line))
     } else {
         writeln!(out, "{}", text::call_row(call))
+    }
+}
+
+/// Plays the frames as the reader delivers them (it reads ahead a bounded
+/// number), pausing after each interval line for its length / `speed`;
+/// waits while the dashboard has [`dashboard::run::REPLAY_AHEAD`]
+/// messages not yet taken.
+async fn feed_recording(mut frames: mpsc::Receiver<Frame>, tx: mpsc::Sender<Msg>, speed: f64) {
+    let mut lost = 0;
+    while let Some(frame) = frames.recv().await {
+        let msg = match frame {
+            Frame::Call(mut call) => {
+                call.comm = escape_controls(&call.comm).into_owned();
+                Msg::Call(call)
+            }
+            Frame::Interval(mut value) => {
+                escape_json_strings(&mut value);
+                let line: IntervalLine = match serde_json::from_value(value) {
+                    Ok(line) => line,
+                    Err(e) => {
+                        log::warn!("replay: unreadable interval frame: {e}");
+                        continue;
+                    }
+                };
+                lost += line.lost_records;
+                let pause = Duration::from_secs_f64((line.interval_s / speed).clamp(0.0, 60.0));
+                let msg = Msg::Interval {
+                    line: Box::new(line),
+                    kernel: KernelStats {
+                        lost_records: lost,
+                        ..KernelStats::default()
+                    },
+                };
+                if tx.send(msg).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            Frame::Summary(_) => continue,
+        };
+        if tx.send(msg).await.is_err() {
+            return;
+        }
     }
 }

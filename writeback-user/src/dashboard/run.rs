@@ -25,15 +25,13 @@ use writer_core::{
     LiveTunables, RunOutcome, SyncKind, Writer, WriterConfig, WriterSpec, stats::LatencyHist,
 };
 
-use crate::model::kernel::{KernelSnapshot, KernelStats};
+use crate::model::kernel::KernelSnapshot;
 use crate::{
     dashboard::app::{App, Effect, Msg, WriterSettings},
     dashboard::state::{Model, WriterSecond, WriterUpdate},
     dashboard::ui,
     model::Log2Histogram,
-    model::interval::IntervalLine,
     model::plan::{HookKind, ProbePlan},
-    recording::{Header, reader::Frame},
     sys::{kernel_release, page_size},
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
@@ -93,7 +91,7 @@ pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
 
     // ratatui::init restores the terminal on panic too.
     let mut terminal = ratatui::init();
-    let result = event_loop(&mut terminal, &mut app, &mut writer, rx).await;
+    let result = event_loop(&mut terminal, &mut app, &mut writer, rx, None).await;
     ratatui::restore();
     // Stop the writer and remove its files (and our temporary directory)
     // before we exit, whatever ended the loop.
@@ -101,68 +99,36 @@ pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// `wbscope replay FILE`: the recording shown in the dashboard, its calls
-/// and intervals fed through the same messages as a live trace, paced by
-/// the intervals' lengths divided by `speed`.
-pub async fn replay(
-    header: Header,
-    frames: Vec<Frame>,
+/// How many messages a replay feeder may run ahead of the dashboard: it
+/// waits when they are not taken (a recording of calls alone would
+/// otherwise queue all of them in memory).
+pub const REPLAY_AHEAD: usize = 1024;
+
+/// `wbscope replay FILE`: a recording shown in the dashboard. `feed` gets
+/// the sending half of a bounded channel and sends the recording's calls
+/// and intervals through the same messages as a live trace, paced as it
+/// likes; the dashboard has no writer (its keys are refused).
+pub async fn replay<F>(
+    plan: ProbePlan,
+    host: String,
     name: String,
-    speed: f64,
-) -> anyhow::Result<ExitCode> {
+    feed: impl FnOnce(mpsc::Sender<Msg>) -> F,
+) -> anyhow::Result<ExitCode>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
     let (tx, rx) = mpsc::unbounded_channel::<Msg>();
-    let plan: ProbePlan = serde_json::from_value(header.probe_plan.clone()).unwrap_or_else(|e| {
-        ProbePlan::unavailable(
-            header.kernel.clone(),
-            &format!("probe plan unreadable: {e}"),
-        )
-    });
-    let mut app = App::new(Model::with_plan(plan, header.host.clone()));
+    let (replay_tx, replay_rx) = mpsc::channel::<Msg>(REPLAY_AHEAD);
+    let mut app = App::new(Model::with_plan(plan, host));
     app.replay = Some(name);
-    tokio::spawn(feed_recording(frames, tx.clone(), speed));
+    tokio::spawn(feed(replay_tx));
     // Never started: the app refuses writer keys while replaying.
     let mut writer = WriterRunner::new(None, tx.clone());
     let mut terminal = ratatui::init();
-    let result = event_loop(&mut terminal, &mut app, &mut writer, rx).await;
+    let result = event_loop(&mut terminal, &mut app, &mut writer, rx, Some(replay_rx)).await;
     ratatui::restore();
     writer.shutdown().await;
     result.map(|()| ExitCode::SUCCESS)
-}
-
-async fn feed_recording(frames: Vec<Frame>, tx: UnboundedSender<Msg>, speed: f64) {
-    let mut lost = 0;
-    for frame in frames {
-        let msg = match frame {
-            Frame::Call(call) => Msg::Call(call),
-            Frame::Interval(value) => {
-                let line: IntervalLine = match serde_json::from_value(value) {
-                    Ok(line) => line,
-                    Err(e) => {
-                        log::warn!("replay: unreadable interval frame: {e}");
-                        continue;
-                    }
-                };
-                lost += line.lost_records;
-                let pause = Duration::from_secs_f64((line.interval_s / speed).clamp(0.0, 60.0));
-                let msg = Msg::Interval {
-                    line: Box::new(line),
-                    kernel: KernelStats {
-                        lost_records: lost,
-                        ..KernelStats::default()
-                    },
-                };
-                if tx.send(msg).is_err() {
-                    return;
-                }
-                tokio::time::sleep(pause).await;
-                continue;
-            }
-            Frame::Summary(_) => continue,
-        };
-        if tx.send(msg).is_err() {
-            return;
-        }
-    }
 }
 
 /// Moves records from the ring buffer to the dashboard task. Stops when
@@ -259,6 +225,7 @@ async fn event_loop(
     app: &mut App,
     writer: &mut WriterRunner,
     mut rx: mpsc::UnboundedReceiver<Msg>,
+    mut replay: Option<mpsc::Receiver<Msg>>,
 ) -> anyhow::Result<()> {
     let mut keys = EventStream::new();
     let mut frame = tokio::time::interval(FRAME);
@@ -275,6 +242,7 @@ async fn event_loop(
                 continue;
             }
             Some(msg) = rx.recv() => msg,
+            Some(msg) = next_replayed(&mut replay) => msg,
             key = keys.next() => match key {
                 Some(Ok(TermEvent::Key(k))) => Msg::Key(k),
                 Some(Ok(TermEvent::Resize(..))) => Msg::Resize,
@@ -293,6 +261,20 @@ async fn event_loop(
                 Effect::SetWindow(chunks) => writer.set(|t| t.set_window(chunks)),
             }
         }
+    }
+}
+
+/// The next message of a replay, or never (no replay, or it has ended).
+async fn next_replayed(replay: &mut Option<mpsc::Receiver<Msg>>) -> Option<Msg> {
+    match replay {
+        Some(rx) => match rx.recv().await {
+            Some(msg) => Some(msg),
+            None => {
+                *replay = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 

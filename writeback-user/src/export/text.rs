@@ -1,6 +1,7 @@
 //! `wbscope trace` without `--json`: a fixed-width table for people, in the
 //! spirit of perf-trace and bcc's tools.
 use crate::{
+    escape::escape_controls,
     model::interval::IntervalLine,
     model::interval::SummaryLine,
     model::plan::ProbeState,
@@ -23,7 +24,7 @@ pub fn call_row(c: &CallRecord) -> String {
         c.dev.to_string(),
         c.ino,
         c.tgid,
-        c.comm,
+        escape_controls(&c.comm),
         sync_mode_name(c.sync_mode),
         asked,
         c.pages_written,
@@ -69,12 +70,32 @@ pub fn summary(l: &SummaryLine<'_>) -> String {
             ProbeState::Attached => s.push_str(&format!(
                 "  {}: {}\n",
                 p.concept,
-                p.hook.as_deref().unwrap_or("-")
+                escape_controls(p.hook.as_deref().unwrap_or("-"))
             )),
-            ProbeState::Unavailable(why) => {
-                s.push_str(&format!("  {}: unavailable: {why}\n", p.concept))
-            }
+            ProbeState::Unavailable(why) => s.push_str(&format!(
+                "  {}: unavailable: {}\n",
+                p.concept,
+                escape_controls(why)
+            )),
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process name chosen by another process (or a recording) cannot
+    /// drive the terminal the table is printed on.
+    #[test]
+    fn call_rows_escape_terminal_controls() {
+        let c = CallRecord {
+            comm: "\u{1b}[2Jx".into(),
+            ..CallRecord::default()
+        };
+        let row = call_row(&c);
+        assert!(!row.contains('\u{1b}'), "{row:?}");
+        assert!(row.contains("\\u{1b}[2Jx"), "{row:?}");
+    }
 }

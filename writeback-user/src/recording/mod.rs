@@ -10,7 +10,10 @@
 //! All integers little-endian. Every frame carries its own checksum and a
 //! sync word, so a recording cut short (crash, full disk, kill -9) is read
 //! up to its last whole frame, and a corrupt frame is reported and skipped
-//! by scanning for the next sync word whose frame checks out. Payloads:
+//! by scanning for the next sync word whose frame checks out (in work
+//! bounded per byte, whatever the file holds: see [`reader`]). The reader
+//! streams, holding at most one frame of the largest size, so a recording
+//! of any size replays in bounded memory. Payloads:
 //! a writepages call as postcard-encoded [`CallRecord`] (independent of the
 //! kernel record layout), an interval line as JSON (the `trace --json`
 //! interval line, verbatim), and the summary as JSON.
