@@ -1,12 +1,10 @@
 //! Runs a validated configuration: preflight, one thread per job, a monitor
 //! thread (per-second ticks, /proc/meminfo samples), verify, cleanup, report.
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -15,17 +13,16 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::buf::{ChunkBuf, MEM_ALIGN};
-use crate::config::{ConfigError, MIN_DIRECT_ALIGN, Strategy, WriterConfig};
-use crate::device;
+use crate::config::{Strategy, WriterConfig};
 use crate::error::{RunFailure, WriterError};
 use crate::event::{Event, FileRef, NullObserver, Observer, SyncKind};
 use crate::limits::{self, MemoryNeed};
 use crate::meminfo::{self, DirtyLevels};
 use crate::pattern::Pattern;
+use crate::preflight::preflight;
 use crate::report::{Report, RunStatus, VerifyReport};
 use crate::schedule::{FileCtx, JobStats, RateLimiter, write_file};
 use crate::sink::FileSink;
-use crate::size::ByteSize;
 use crate::small_files::{SmallFileOps, size_mix, write_small_files};
 use crate::stats::SeriesStats;
 use crate::tunables::LiveTunables;
@@ -357,107 +354,6 @@ impl Writer {
             None => Ok(report),
         }
     }
-}
-
-/// What preflight learnt about the targets.
-#[derive(Debug, Clone, Copy)]
-struct Preflight {
-    /// O_DIRECT alignment, when O_DIRECT is used.
-    align: Option<u64>,
-}
-
-fn statvfs(path: &Path) -> io::Result<libc::statvfs> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: statvfs is plain old data; c is a valid C string.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are valid for the call.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
-fn access_w(path: &Path) -> io::Result<()> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: c is a valid C string.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Checks every target before anything is written.
-fn preflight(cfg: &WriterConfig, plan: &[Vec<PlannedFile>]) -> Result<Preflight, WriterError> {
-    let spec = cfg.spec();
-    let refuse =
-        |dir: &Path, why: String| WriterError::Refused(format!("--dir {}: {why}", dir.display()));
-    // Bytes each filesystem (st_dev) must take, and one dir to name for it.
-    let mut need: HashMap<u64, (u64, PathBuf)> = HashMap::new();
-    let mut align = None;
-    for dir in &spec.dirs {
-        let meta = fs::metadata(dir).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => refuse(dir, "does not exist".into()),
-            _ => refuse(dir, e.to_string()),
-        })?;
-        if !meta.is_dir() {
-            let what = if meta.file_type().is_block_device() {
-                "is a block device; wbscope write only creates new files inside a directory"
-            } else {
-                "is not a directory"
-            };
-            return Err(refuse(dir, what.into()));
-        }
-        let st = statvfs(dir).map_err(|e| refuse(dir, format!("statvfs: {e}")))?;
-        if st.f_flag & libc::ST_RDONLY != 0 {
-            return Err(refuse(dir, "is on a read-only filesystem".into()));
-        }
-        access_w(dir).map_err(|e| refuse(dir, format!("not writable: {e}")))?;
-        let bytes: u64 = plan
-            .iter()
-            .flatten()
-            .filter(|f| f.path.parent() == Some(dir.as_path()))
-            .map(|f| f.size)
-            .sum();
-        let entry = need.entry(meta.dev()).or_insert((0, dir.clone()));
-        // Two --dir naming the same directory share its files: count once.
-        if !spec.dirs.iter().take_while(|d| *d != dir).any(|d| d == dir) {
-            entry.0 += bytes;
-        }
-        if !spec.skip_space_check {
-            let avail = st.f_bavail.saturating_mul(st.f_frsize);
-            if entry.0 > avail {
-                return Err(refuse(
-                    dir,
-                    format!(
-                        "the run needs {} but only {} is free on this filesystem",
-                        ByteSize(entry.0),
-                        ByteSize(avail)
-                    ),
-                ));
-            }
-        }
-        if cfg.uses_o_direct() {
-            // The device's logical block size; an unknown device (tmpfs,
-            // btrfs) gets the 512 bytes every block device accepts, and the
-            // kernel has the last word (EINVAL).
-            let lbs = device::logical_block_size(dir)
-                .map_err(|e| refuse(dir, e.to_string()))?
-                .unwrap_or(MIN_DIRECT_ALIGN);
-            for (what, value) in [("chunk", spec.chunk), ("size", spec.size)] {
-                if value % lbs != 0 {
-                    return Err(WriterError::Config(ConfigError::Unaligned {
-                        what,
-                        value: ByteSize(value),
-                        align: lbs,
-                    }));
-                }
-            }
-            align = Some(align.unwrap_or(0).max(lbs));
-        }
-    }
-    Ok(Preflight { align })
 }
 
 /// Everything the job threads share.

@@ -39,6 +39,7 @@ pub mod event;
 pub mod limits;
 pub mod meminfo;
 pub mod pattern;
+mod preflight;
 pub mod report;
 pub mod schedule;
 pub mod sink;

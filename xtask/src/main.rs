@@ -10,6 +10,9 @@ mod setup;
 // Test-only: the check that setup installs every program the sources spawn.
 #[cfg(test)]
 mod spawned;
+// Test-only: the layering of writeback-user and the file-length limit.
+#[cfg(test)]
+mod layers;
 mod vm;
 
 use std::{
