@@ -16,7 +16,7 @@ fn drives_terminal(c: char) -> bool {
 /// (`\u{1b}`, `\n`): for anything printed that a recording or another
 /// process chose (a process name, a host name), so that printing it cannot
 /// rewrite the terminal.
-pub fn escape_controls(s: &str) -> Cow<'_, str> {
+pub(crate) fn escape_controls(s: &str) -> Cow<'_, str> {
     if !s.chars().any(drives_terminal) {
         return Cow::Borrowed(s);
     }
@@ -34,7 +34,7 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
 }
 
 /// Every string in `value` passed through [`escape_controls`].
-pub fn escape_json_strings(value: &mut serde_json::Value) {
+pub(crate) fn escape_json_strings(value: &mut serde_json::Value) {
     match value {
         serde_json::Value::String(s) => {
             if let Cow::Owned(escaped) = escape_controls(s) {
@@ -60,7 +60,7 @@ pub fn escape_json_strings(value: &mut serde_json::Value) {
 /// raw in strings (it escapes only U+0000 to U+001F: DEL, the C1 controls
 /// and the bidirectional marks stay) written as `\uXXXX` escapes. They can
 /// only occur inside strings, so the line decodes to the same value.
-pub fn escape_json_line(line: &str) -> Cow<'_, str> {
+pub(crate) fn escape_json_line(line: &str) -> Cow<'_, str> {
     if !line.chars().any(drives_terminal) {
         return Cow::Borrowed(line);
     }

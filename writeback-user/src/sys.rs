@@ -19,7 +19,7 @@ extern "C" fn on_signal(signal: libc::c_int) {
 
 /// True once SIGINT, SIGTERM or SIGHUP arrived while a [`SignalGuard`]
 /// was installed.
-pub fn interrupted() -> bool {
+pub(crate) fn interrupted() -> bool {
     caught_signal().is_some()
 }
 
@@ -33,7 +33,7 @@ pub(crate) fn caught_signal() -> Option<libc::c_int> {
 }
 
 /// Fails with "interrupted" when a signal arrived.
-pub fn check_interrupted() -> anyhow::Result<()> {
+pub(crate) fn check_interrupted() -> anyhow::Result<()> {
     if interrupted() {
         bail!("interrupted by a signal; scratch filesystems removed");
     }
@@ -44,10 +44,10 @@ const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 /// Catches SIGINT/SIGTERM/SIGHUP for its lifetime (the old handlers come
 /// back on drop).
-pub struct SignalGuard([libc::sighandler_t; 3]);
+pub(crate) struct SignalGuard([libc::sighandler_t; 3]);
 
 impl SignalGuard {
-    pub fn install() -> SignalGuard {
+    pub(crate) fn install() -> SignalGuard {
         INTERRUPTED.store(0, Ordering::Relaxed);
         let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         // SAFETY: the handler only stores to an atomic.
@@ -65,24 +65,24 @@ impl Drop for SignalGuard {
 }
 
 /// Page size the kernel counts pages in (4 KiB on x86_64).
-pub fn page_size() -> u64 {
+pub(crate) fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if v > 0 { v as u64 } else { 4096 }
 }
 
 /// log2 of the page size (pages are a power of two).
-pub fn page_shift() -> u32 {
+pub(crate) fn page_shift() -> u32 {
     page_size().trailing_zeros()
 }
 
 /// This host's name (`/proc/sys/kernel/hostname`), or "unknown".
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     proc_line("/proc/sys/kernel/hostname")
 }
 
 /// The running kernel's release (`uname -r`), or "unknown".
-pub fn kernel_release() -> String {
+pub(crate) fn kernel_release() -> String {
     proc_line("/proc/sys/kernel/osrelease")
 }
 
@@ -93,7 +93,7 @@ fn proc_line(path: &str) -> String {
 }
 
 /// `sync` and `echo 3 > /proc/sys/vm/drop_caches`.
-pub fn sync_and_drop_caches() -> anyhow::Result<()> {
+pub(crate) fn sync_and_drop_caches() -> anyhow::Result<()> {
     // SAFETY: sync(2) has no preconditions.
     unsafe { libc::sync() };
     fs::write("/proc/sys/vm/drop_caches", "3").context("writing /proc/sys/vm/drop_caches")

@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// Where a session's figures go.
-pub trait SessionOutput {
+pub(crate) trait SessionOutput {
     fn call(&mut self, call: &CallRecord) -> io::Result<()>;
     fn interval(&mut self, line: &IntervalLine) -> io::Result<()>;
     fn summary(&mut self, summary: &SummaryLine<'_>) -> io::Result<()>;
@@ -32,16 +32,16 @@ pub trait SessionOutput {
 }
 
 #[derive(Clone, Debug)]
-pub struct Limits {
-    pub interval: Duration,
-    pub duration: Option<Duration>,
-    pub max_records: Option<u64>,
+pub(crate) struct Limits {
+    pub(crate) interval: Duration,
+    pub(crate) duration: Option<Duration>,
+    pub(crate) max_records: Option<u64>,
     /// Say once when this traced pid has exited.
-    pub watch_pid: Option<u32>,
+    pub(crate) watch_pid: Option<u32>,
     /// Calls per second above which calls stop being written one by one
     /// (they are still counted in every figure) until the rate falls
     /// below half of it.
-    pub max_event_rate: u64,
+    pub(crate) max_event_rate: u64,
 }
 
 /// Switches per-call output off while the call rate is over the limit, so
@@ -74,7 +74,7 @@ impl RateGate {
 
 /// Why the session ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     Duration,
     MaxRecords,
     Signal,
@@ -107,7 +107,7 @@ fn take(
 
 /// Attaches the tracer with these filters and hook kinds, starts its log
 /// pump and opens its ring buffer, and says on stderr what is attached.
-pub fn attach(
+pub(crate) fn attach(
     filter: writeback_common::Filter,
     disabled: &[HookKind],
 ) -> anyhow::Result<(Tracer, RingCollector)> {
@@ -121,7 +121,7 @@ pub fn attach(
     Ok((tracer, collector))
 }
 
-pub async fn run(
+pub(crate) async fn run(
     tracer: &Tracer,
     collector: &mut RingCollector,
     limits: &Limits,

@@ -21,13 +21,13 @@ use crate::{
 
 /// One tracer for a whole command; [`Traced::window`] attributes records
 /// to one piece of work.
-pub struct Traced {
+pub(crate) struct Traced {
     tracer: Tracer,
     collector: RingCollector,
 }
 
 impl Traced {
-    pub fn attach(disabled: &[HookKind]) -> anyhow::Result<Traced> {
+    pub(crate) fn attach(disabled: &[HookKind]) -> anyhow::Result<Traced> {
         let mut tracer = Tracer::attach(&TracerOptions {
             filter: Default::default(),
             disabled: disabled.to_vec(),
@@ -48,7 +48,7 @@ impl Traced {
     /// returns its result and, per group of devices, the kernel figures of
     /// the calls on those devices that ended while it ran. On a signal,
     /// `on_signal` is called once (e.g. to ask a writer to stop).
-    pub async fn window<R: Send + 'static>(
+    pub(crate) async fn window<R: Send + 'static>(
         &mut self,
         groups: &[Vec<DevId>],
         work: impl FnOnce() -> R + Send + 'static,
@@ -112,7 +112,7 @@ impl Traced {
 }
 
 /// Device of the filesystem holding `path`.
-pub fn dev_of(path: &Path) -> anyhow::Result<DevId> {
+pub(crate) fn dev_of(path: &Path) -> anyhow::Result<DevId> {
     Ok(DevId::from_user(
         std::fs::metadata(path)
             .with_context(|| format!("stat {}", path.display()))?
@@ -121,7 +121,7 @@ pub fn dev_of(path: &Path) -> anyhow::Result<DevId> {
 }
 
 /// syncfs(2) on the filesystem holding `dir`.
-pub fn syncfs(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn syncfs(dir: &Path) -> anyhow::Result<()> {
     let f = std::fs::File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
     // SAFETY: a valid open fd.
     if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
@@ -132,7 +132,7 @@ pub fn syncfs(dir: &Path) -> anyhow::Result<()> {
 
 /// Writes with `cfg` (files kept), syncs the filesystem so buffered data
 /// is written back inside the window, removes the files; all traced.
-pub async fn traced_write(
+pub(crate) async fn traced_write(
     traced: &mut Traced,
     devs: &[DevId],
     cfg: WriterConfig,

@@ -26,38 +26,38 @@ Strategies: buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring."
 /// Arguments of `wbscope compare`.
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     /// Directory to write in (on the filesystem to study). Existing files
     /// are never touched.
     #[arg(long, value_name = "DIR")]
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Bytes per run (one file).
     #[arg(long, value_name = "SIZE")]
-    pub size: String,
+    pub(crate) size: String,
     /// Bytes per write call.
     #[arg(long, value_name = "SIZE", default_value = "8M")]
-    pub chunk: String,
+    pub(crate) chunk: String,
     /// Comma-separated strategies, one column each.
     #[arg(
         long,
         value_name = "LIST",
         default_value = "buffered,fsync-end,srf-pipelined,direct"
     )]
-    pub strategies: String,
+    pub(crate) strategies: String,
     /// Runs per strategy (interleaved); the table shows medians and spread.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub repeat: u32,
+    pub(crate) repeat: u32,
     /// srf-pipelined: chunks between sync_file_range(WRITE) and WAIT_BEFORE.
     #[arg(long, value_name = "CHUNKS", default_value_t = 4)]
-    pub window: u32,
+    pub(crate) window: u32,
     /// One JSON document: {"runs": [{"strategy", "writer", "kernel"}, ...]}.
     #[arg(long, conflicts_with = "markdown")]
-    pub json: bool,
+    pub(crate) json: bool,
     /// The table as Markdown.
     #[arg(long)]
-    pub markdown: bool,
+    pub(crate) markdown: bool,
     /// Also draw throughput over time and the chunk-size histograms to an
     /// SVG file (never overwritten).
     #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
+    pub(crate) plot: Option<PathBuf>,
 }

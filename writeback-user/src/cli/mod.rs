@@ -12,9 +12,9 @@ mod compare;
 mod scenario;
 mod write;
 
-pub use compare::CompareArgs;
-pub use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
-pub use write::WriteArgs;
+pub(crate) use compare::CompareArgs;
+pub(crate) use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
+pub(crate) use write::WriteArgs;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -38,30 +38,30 @@ pub struct Cli {
     /// Print the version, the git revision and a hash of the embedded eBPF
     /// object.
     #[arg(short = 'V', long)]
-    pub version: bool,
+    pub(crate) version: bool,
 
     /// Write diagnostics to FILE (never to the terminal while the dashboard
     /// is open). Level from RUST_LOG, default `info`.
     #[arg(long, value_name = "FILE", global = true)]
-    pub log: Option<PathBuf>,
+    pub(crate) log: Option<PathBuf>,
 
     /// Never use these hook kinds (comma-separated: fentry, kprobe, tp_btf,
     /// tracepoint), e.g. to compare the figures of two paths.
     #[arg(long, value_name = "KINDS", value_delimiter = ',', global = true)]
-    pub disable: Vec<crate::model::plan::HookKind>,
+    pub(crate) disable: Vec<crate::model::plan::HookKind>,
 
     /// Dashboard: directory the writer (key `w`) creates its files in;
     /// default a new temporary directory in the current directory, removed
     /// on quit. Existing files are never touched.
     #[arg(long = "dir", value_name = "DIR")]
-    pub dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
 
     #[command(subcommand)]
-    pub command: Option<Command>,
+    pub(crate) command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Interval figures (and with --events every writepages call) until
     /// stopped.
     #[command(after_help = "\
@@ -111,85 +111,85 @@ Examples:
 }
 
 #[derive(Debug, Args)]
-pub struct ProbesArgs {
+pub(crate) struct ProbesArgs {
     /// One JSON document instead of a table.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// Instead of the plan, measure for SECONDS what any BPF program costs
     /// on this machine (an empty one, a hash lookup, a clock read), to read
     /// the tracer's per-program run times against.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
-    pub cost: Option<Duration>,
+    pub(crate) cost: Option<Duration>,
 }
 
 /// Filters applied in the kernel.
 #[derive(Debug, Default, Args)]
-pub struct FilterArgs {
+pub(crate) struct FilterArgs {
     /// Only this device: MAJ:MIN, a block device path, or any path on the
     /// filesystem to watch.
     #[arg(long, value_name = "MAJ:MIN|PATH")]
-    pub device: Option<String>,
+    pub(crate) device: Option<String>,
     /// Only calls made by this process (the flusher's calls are excluded).
     #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
     /// Only calls made from this cgroup (v2 path, e.g.
     /// /sys/fs/cgroup/system.slice/foo.service).
     #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<PathBuf>,
+    pub(crate) cgroup: Option<PathBuf>,
     /// Only this inode number.
     #[arg(long, value_name = "INO")]
-    pub inode: Option<u64>,
+    pub(crate) inode: Option<u64>,
 }
 
 #[derive(Debug, Args)]
-pub struct RecordArgs {
+pub(crate) struct RecordArgs {
     /// The recording to create (never overwritten).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: PathBuf,
+    pub(crate) output: PathBuf,
 
     /// Stop after SECONDS (a positive number).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
 
     /// Stop after N writepages calls.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_records: Option<u64>,
+    pub(crate) max_records: Option<u64>,
 
     /// Above this many calls per second, stop recording calls one by one
     /// (interval figures go on) until the rate falls below half of it.
     #[arg(long, value_name = "CALLS", default_value_t = DEFAULT_MAX_EVENT_RATE, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_event_rate: u64,
+    pub(crate) max_event_rate: u64,
 
     /// Seconds per interval frame (default 1, at least 0.1).
     #[arg(long, value_name = "SECONDS", value_parser = parse_interval, allow_negative_numbers = true)]
-    pub interval: Option<Duration>,
+    pub(crate) interval: Option<Duration>,
 
     #[command(flatten)]
-    pub filter: FilterArgs,
+    pub(crate) filter: FilterArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// A file written by `wbscope record`.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
 
     /// JSON lines, as `trace --json --events` prints them.
     #[arg(long, conflicts_with_all = ["summary", "text"])]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// Only the summary line.
     #[arg(long, conflicts_with = "text")]
-    pub summary: bool,
+    pub(crate) summary: bool,
 
     /// A table, as `trace --events` prints it (without any of these three
     /// flags the recording opens in the dashboard).
     #[arg(long)]
-    pub text: bool,
+    pub(crate) text: bool,
 
     /// Dashboard replay speed: 2 plays twice as fast as recorded.
     #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
-    pub speed: f64,
+    pub(crate) speed: f64,
 }
 
 fn parse_speed(s: &str) -> Result<f64, String> {
@@ -200,50 +200,50 @@ fn parse_speed(s: &str) -> Result<f64, String> {
 }
 
 #[derive(Debug, Args)]
-pub struct TraceArgs {
+pub(crate) struct TraceArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// Also print every writepages call (without it: interval and summary
     /// lines only).
     #[arg(long)]
-    pub events: bool,
+    pub(crate) events: bool,
 
     /// With --events: above this many calls per second, stop printing
     /// calls one by one (interval figures go on) until the rate falls
     /// below half of it.
     #[arg(long, value_name = "CALLS", default_value_t = DEFAULT_MAX_EVENT_RATE, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_event_rate: u64,
+    pub(crate) max_event_rate: u64,
 
     /// Seconds per interval line (default 1, at least 0.1).
     #[arg(long, value_name = "SECONDS", value_parser = parse_interval, allow_negative_numbers = true)]
-    pub interval: Option<Duration>,
+    pub(crate) interval: Option<Duration>,
 
     #[command(flatten)]
-    pub filter: FilterArgs,
+    pub(crate) filter: FilterArgs,
 
     /// Stop after SECONDS (a positive number, fractions allowed); without it,
     /// trace until Ctrl-C or SIGTERM.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
 
     /// Also serve Prometheus/OpenMetrics metrics on
     /// http://ADDR:PORT/metrics (a bare PORT means 127.0.0.1:PORT). Only
     /// loopback addresses unless --listen-any. Output on stdout goes on.
     #[arg(long, value_name = "ADDR:PORT", value_parser = parse_listen_addr)]
-    pub prometheus: Option<SocketAddr>,
+    pub(crate) prometheus: Option<SocketAddr>,
 
     /// Allow --prometheus on an address other than loopback (the metrics
     /// then reach anyone who can connect to it).
     #[arg(long)]
-    pub listen_any: bool,
+    pub(crate) listen_any: bool,
 }
 
 impl TraceArgs {
     /// The `--prometheus` address, refused when it is not loopback and
     /// `--listen-any` was not given.
-    pub fn prometheus_listen(&self) -> Result<Option<SocketAddr>, crate::UsageError> {
+    pub(crate) fn prometheus_listen(&self) -> Result<Option<SocketAddr>, crate::UsageError> {
         match self.prometheus {
             None if self.listen_any => Err(crate::UsageError(
                 "--listen-any: only with --prometheus ADDR:PORT".into(),
@@ -260,7 +260,7 @@ impl TraceArgs {
 
 /// Parses `ADDR:PORT` (`[v6]:PORT` for IPv6), `localhost:PORT`, or a bare
 /// `PORT` (loopback).
-pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
     let s = s.trim();
     if let Ok(port) = s.parse::<u16>() {
         return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
@@ -277,10 +277,10 @@ pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
 /// Default `--max-event-rate`: far above what writepages calls reach on a
 /// busy host (one call writes up to a whole chunk), low enough that a
 /// pathological storm of tiny calls cannot flood a terminal or a disk.
-pub const DEFAULT_MAX_EVENT_RATE: u64 = 20_000;
+pub(crate) const DEFAULT_MAX_EVENT_RATE: u64 = 20_000;
 
 /// Parses a strictly positive, finite number of seconds.
-pub fn parse_seconds(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
     let v: f64 = s
         .trim()
         .parse()
@@ -295,10 +295,10 @@ pub fn parse_seconds(s: &str) -> Result<Duration, String> {
 /// 100 ms (`tracer::ring::DRAIN_EVERY`), so a shorter interval only adds
 /// empty lines or frames (`--interval 1e-9` spun a core and wrote 6.4 MB/s
 /// of empty frames).
-pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// [`parse_seconds`], at least [`MIN_INTERVAL`].
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = parse_seconds(s)?;
     if d < MIN_INTERVAL {
         return Err(format!(

@@ -21,7 +21,7 @@ small machine. Before every run: sync and drop caches. Needs root.
 What each scenario reproduces: docs/scenarios.md.";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ScenarioName {
+pub(crate) enum ScenarioName {
     /// One large file: buffered vs fsync-end vs srf-pipelined vs direct.
     SingleStream,
     /// Three buffered writers at once, one per filesystem: mean and
@@ -36,7 +36,7 @@ pub enum ScenarioName {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Scale {
+pub(crate) enum Scale {
     /// Under a minute on a 2-core machine.
     Tiny,
     /// A few minutes.
@@ -46,7 +46,7 @@ pub enum Scale {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum FsChoice {
+pub(crate) enum FsChoice {
     Ext4,
     Xfs,
     Both,
@@ -55,28 +55,28 @@ pub enum FsChoice {
 /// Arguments of `wbscope scenario`.
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES)]
-pub struct ScenarioArgs {
+pub(crate) struct ScenarioArgs {
     /// Which experiment.
     #[arg(value_enum, required_unless_present = "cleanup")]
-    pub name: Option<ScenarioName>,
+    pub(crate) name: Option<ScenarioName>,
     /// Remove what killed runs left (mounts, loop devices, images, dirty
     /// caps) and exit; a line per thing removed. Live runs are left alone.
     #[arg(long, conflicts_with_all = ["name", "scale", "fs", "json", "markdown"])]
-    pub cleanup: bool,
+    pub(crate) cleanup: bool,
     /// How big.
     #[arg(long, value_enum, default_value = "tiny")]
-    pub scale: Scale,
+    pub(crate) scale: Scale,
     /// Filesystem(s) to run on (default: ext4; both for many-writers).
     #[arg(long, value_enum)]
-    pub fs: Option<FsChoice>,
+    pub(crate) fs: Option<FsChoice>,
     /// One JSON document instead of the table.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// The table as Markdown.
     #[arg(long, conflicts_with = "json")]
-    pub markdown: bool,
+    pub(crate) markdown: bool,
     /// Testing: fail on purpose once the filesystems are mounted (the
     /// cleanup must still remove them).
     #[arg(long, hide = true)]
-    pub fail_after_mount: bool,
+    pub(crate) fail_after_mount: bool,
 }

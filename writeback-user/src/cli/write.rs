@@ -34,73 +34,73 @@ The report's JSON schema is documented in docs/writer.md.";
 /// Arguments of `wbscope write`.
 #[derive(Debug, Args)]
 #[command(after_help = EXAMPLES)]
-pub struct WriteArgs {
+pub(crate) struct WriteArgs {
     /// Directory to create the files in (repeat for several targets; jobs
     /// are spread over them round-robin). Existing files are never touched.
     #[arg(long = "dir", value_name = "DIR", required = true)]
-    pub dirs: Vec<PathBuf>,
+    pub(crate) dirs: Vec<PathBuf>,
     /// Bytes per file. A run writes jobs x files x SIZE.
     #[arg(long, value_name = "SIZE")]
-    pub size: Option<String>,
+    pub(crate) size: Option<String>,
     /// Bytes per write call.
     #[arg(long, value_name = "SIZE", default_value = "1M")]
-    pub chunk: String,
+    pub(crate) chunk: String,
     /// buffered | fsync-end | fdatasync-chunk | srf-pipelined | direct | uring
     #[arg(long, value_name = "NAME")]
-    pub strategy: Option<String>,
+    pub(crate) strategy: Option<String>,
     /// Files per job, written one after the other.
     #[arg(long, value_name = "N", default_value_t = 1)]
-    pub files: u32,
+    pub(crate) files: u32,
     /// Parallel writers.
     #[arg(long, value_name = "N", default_value_t = 1)]
-    pub jobs: u32,
+    pub(crate) jobs: u32,
     /// srf-pipelined: chunks between sync_file_range(WRITE) and WAIT_BEFORE.
     #[arg(long, value_name = "CHUNKS", default_value_t = 4)]
-    pub window: u32,
+    pub(crate) window: u32,
     /// uring: writes in flight.
     #[arg(long, value_name = "N", default_value_t = 32)]
-    pub qd: u32,
+    pub(crate) qd: u32,
     /// Preallocate each file with fallocate(2).
     #[arg(long)]
-    pub fallocate: bool,
+    pub(crate) fallocate: bool,
     /// Open files with O_NOATIME (and reopen with it for later sync passes).
     #[arg(long)]
-    pub noatime: bool,
+    pub(crate) noatime: bool,
     /// fdatasync(2) instead of fsync(2) where the strategy syncs.
     #[arg(long)]
-    pub datasync: bool,
+    pub(crate) datasync: bool,
     /// Open with O_DIRECT (implied by --strategy direct; with uring, the
     /// O_DIRECT io_uring ceiling).
     #[arg(long)]
-    pub direct_io: bool,
+    pub(crate) direct_io: bool,
     /// Drop each chunk from the page cache once it is on disk:
     /// posix_fadvise(DONTNEED) on its range after its WAIT_BEFORE
     /// (srf-pipelined; the last --window chunks after the final fdatasync)
     /// or after its fdatasync (fdatasync-chunk). Other strategies: refused.
     #[arg(long)]
-    pub drop_behind: bool,
+    pub(crate) drop_behind: bool,
     /// Limit to BYTES per second over all jobs (e.g. 200MB, 100MiB/s).
     #[arg(long, value_name = "BYTES/s")]
-    pub rate: Option<String>,
+    pub(crate) rate: Option<String>,
     /// After the run, drop the cached pages and read everything back.
     #[arg(long)]
-    pub verify: bool,
+    pub(crate) verify: bool,
     /// Keep the files (default: remove them at the end, also on error).
     #[arg(long)]
-    pub keep: bool,
+    pub(crate) keep: bool,
     /// Small-files mode: write N files of 4 KiB..2 MiB (seeded size mix).
     #[arg(long, value_name = "N")]
-    pub small_files: Option<u64>,
+    pub(crate) small_files: Option<u64>,
     /// Small-files policy: none | fsync-each | srf-then-fsync | two-pass.
     #[arg(long, value_name = "POLICY", default_value = "none")]
-    pub file_sync: String,
+    pub(crate) file_sync: String,
     /// Seed of the data pattern and of the small-files size mix.
     #[arg(long, value_name = "N")]
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Skip the free-space check (to provoke ENOSPC on purpose).
     #[arg(long)]
-    pub no_space_check: bool,
+    pub(crate) no_space_check: bool,
     /// Print the report as one JSON object on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }

@@ -18,12 +18,12 @@ use crate::{
 };
 
 /// Validated settings of a compare.
-pub struct ComparePlan {
-    pub strategies: Vec<Strategy>,
-    pub configs: Vec<WriterConfig>,
+pub(crate) struct ComparePlan {
+    pub(crate) strategies: Vec<Strategy>,
+    pub(crate) configs: Vec<WriterConfig>,
 }
 
-pub fn plan(args: &CompareArgs) -> Result<ComparePlan, UsageError> {
+pub(crate) fn plan(args: &CompareArgs) -> Result<ComparePlan, UsageError> {
     let size = parse_size(&args.size).map_err(|e| UsageError(format!("--size: {e}")))?;
     let chunk = parse_size(&args.chunk).map_err(|e| UsageError(format!("--chunk: {e}")))?;
     let meta = std::fs::metadata(&args.dir)
@@ -118,7 +118,7 @@ fn check_dir(dir: &Path, size: u64) -> Result<(), UsageError> {
     Ok(())
 }
 
-pub async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let plan = plan(args)?;
     check_dir(&args.dir, plan.configs.first().map_or(0, |c| c.spec().size))?;
     if let Some(p) = &args.plot {

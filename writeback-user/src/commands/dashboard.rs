@@ -5,7 +5,7 @@ use crate::{UsageError, dashboard::run::DashboardOptions};
 
 /// Refuses to start without a terminal (ratatui would fail to size or
 /// switch a screen that is not there), then runs the dashboard.
-pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
     require_terminal("the dashboard", "wbscope trace")?;
     crate::dashboard::run::run(options).await
 }

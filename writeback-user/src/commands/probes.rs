@@ -14,7 +14,7 @@ use crate::{
     tracer::{Tracer, TracerOptions},
 };
 
-pub fn run(args: &ProbesArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ProbesArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let text = match args.cost {
         Some(duration) => {
             eprintln!(

@@ -68,7 +68,7 @@ fn create_new(path: &Path) -> anyhow::Result<File> {
         })
 }
 
-pub async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
     // Checked before attaching (create_new below still guards the race).
     if args.output.exists() {

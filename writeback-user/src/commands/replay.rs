@@ -25,7 +25,7 @@ use crate::{
 /// a busy recording, a few hundred KiB.
 const FEED_FRAMES: usize = 1024;
 
-pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     if !args.json && !args.summary && !args.text {
         // The file first: a wrong file is the more useful error.
         let reader = open(&args.file)?;

@@ -88,14 +88,14 @@ struct ScenarioJson<'a> {
 
 /// sync-after-write: the sync call itself.
 #[derive(Clone, Debug, Serialize)]
-pub struct SyncFigures {
-    pub fs: String,
-    pub sync_wall_s: f64,
+pub(crate) struct SyncFigures {
+    pub(crate) fs: String,
+    pub(crate) sync_wall_s: f64,
     /// CPU of the thread that called syncfs(2) (the flusher's work is in
     /// the kernel figures' on-CPU time, not here).
-    pub sync_thread_sys_s: f64,
-    pub sync_thread_user_s: f64,
-    pub kernel: KernelFigures,
+    pub(crate) sync_thread_sys_s: f64,
+    pub(crate) sync_thread_user_s: f64,
+    pub(crate) kernel: KernelFigures,
 }
 
 fn name_of<T: ValueEnum>(v: T) -> String {
@@ -205,7 +205,7 @@ pub(crate) fn remove_stale_scratch() {
     }
 }
 
-pub async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     if args.cleanup {
         return cleanup();
     }

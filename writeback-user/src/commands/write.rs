@@ -25,7 +25,7 @@ fn size_arg(flag: &str, value: &str) -> Result<u64, String> {
 }
 
 /// Turns the arguments into a validated configuration (no I/O).
-pub fn config_from_args(args: &WriteArgs) -> Result<WriterConfig, String> {
+pub(crate) fn config_from_args(args: &WriteArgs) -> Result<WriterConfig, String> {
     let mut spec = WriterSpec {
         dirs: args.dirs.clone(),
         chunk: size_arg("chunk", &args.chunk)?,
@@ -103,7 +103,7 @@ fn usage_error(msg: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-pub fn run(args: &WriteArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &WriteArgs) -> anyhow::Result<ExitCode> {
     let cfg = match config_from_args(args) {
         Ok(c) => c,
         Err(msg) => return Ok(usage_error(&msg)),
@@ -227,7 +227,7 @@ fn latency_line(name: &str, l: &LatencySummary) -> String {
 }
 
 /// The report as an aligned table.
-pub fn human_report(r: &Report) -> String {
+pub(crate) fn human_report(r: &Report) -> String {
     let mut s = String::new();
     let status = match r.status {
         RunStatus::Completed => "completed",

@@ -19,12 +19,12 @@ use crate::{
 
 /// Bounds of the `+`/`-`, `]`/`[` and `>`/`<` keys: writer-core's, the
 /// same the CLI and the live tunables check (why each: writer_core::limits).
-pub use writer_core::limits::{MAX_CHUNK, MAX_JOBS, MAX_WINDOW, MIN_CHUNK};
+pub(crate) use writer_core::limits::{MAX_CHUNK, MAX_JOBS, MAX_WINDOW, MIN_CHUNK};
 
 /// The panes Tab moves between. At small sizes the focused one of the
 /// lower panes is the one shown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Pane {
+pub(crate) enum Pane {
     #[default]
     Histograms,
     Chart,
@@ -51,20 +51,10 @@ impl Pane {
             (i + n - 1) % n
         }]
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Pane::Histograms => "histograms",
-            Pane::Chart => "chart",
-            Pane::Top => "top",
-            Pane::Kernel => "kernel",
-            Pane::Writer => "writer",
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Overlay {
+pub(crate) enum Overlay {
     #[default]
     None,
     Help,
@@ -73,7 +63,7 @@ pub enum Overlay {
 
 /// Column the top table is sorted by (descending).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SortKey {
+pub(crate) enum SortKey {
     #[default]
     Bytes,
     Calls,
@@ -91,7 +81,7 @@ impl SortKey {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SortKey::Bytes => "bytes",
             SortKey::Calls => "calls",
@@ -103,24 +93,24 @@ impl SortKey {
 
 /// What the user looks at; no figures here.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ViewState {
-    pub focus: Pane,
-    pub overlay: Overlay,
+pub(crate) struct ViewState {
+    pub(crate) focus: Pane,
+    pub(crate) overlay: Overlay,
     /// First line of the plan overlay.
-    pub overlay_scroll: u16,
-    pub sort: SortKey,
+    pub(crate) overlay_scroll: u16,
+    pub(crate) sort: SortKey,
     /// Only this device in the top table.
-    pub device_filter: Option<DevId>,
+    pub(crate) device_filter: Option<DevId>,
 }
 
 /// The next writer run's settings (strategy and jobs need a restart; chunk
 /// and window are live).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WriterSettings {
-    pub strategy: Strategy,
-    pub chunk: u64,
-    pub window: u32,
-    pub jobs: u32,
+pub(crate) struct WriterSettings {
+    pub(crate) strategy: Strategy,
+    pub(crate) chunk: u64,
+    pub(crate) window: u32,
+    pub(crate) jobs: u32,
 }
 
 impl Default for WriterSettings {
@@ -139,7 +129,7 @@ impl Default for WriterSettings {
 /// The writer's control state, as far as the dashboard decided it (the
 /// model says what the run itself reported).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RunState {
+pub(crate) enum RunState {
     #[default]
     Idle,
     Running {
@@ -155,7 +145,7 @@ pub enum RunState {
 
 /// Everything the dashboard task receives.
 #[derive(Clone, Debug)]
-pub enum Msg {
+pub(crate) enum Msg {
     Key(KeyEvent),
     Resize,
     Call(CallRecord),
@@ -179,7 +169,7 @@ pub enum Msg {
 
 /// What the dashboard task must do for the app.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     StartWriter { run: u64, settings: WriterSettings },
     StopWriter,
     SetChunk(u64),
@@ -195,27 +185,27 @@ struct IntervalBuilder {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct App {
-    pub model: Model,
+pub(crate) struct App {
+    pub(crate) model: Model,
     /// The model as it was when `p` froze the display.
-    pub frozen: Option<Box<Model>>,
-    pub view: ViewState,
-    pub settings: WriterSettings,
-    pub run_state: RunState,
+    pub(crate) frozen: Option<Box<Model>>,
+    pub(crate) view: ViewState,
+    pub(crate) settings: WriterSettings,
+    pub(crate) run_state: RunState,
     next_run: u64,
     intervals: IntervalBuilder,
     /// A short message for the footer (a refused setting, ...).
-    pub status: Option<String>,
+    pub(crate) status: Option<String>,
     /// Whether the screen changed since the last frame (a redraw is
     /// due; nothing to do with dirty pages).
-    pub needs_redraw: bool,
+    pub(crate) needs_redraw: bool,
     /// Set when showing a recording: there is no live host to write on,
     /// so the writer keys say so instead of starting runs.
-    pub replay: Option<String>,
+    pub(crate) replay: Option<String>,
 }
 
 impl App {
-    pub fn new(model: Model) -> App {
+    pub(crate) fn new(model: Model) -> App {
         App {
             model,
             needs_redraw: true,
@@ -224,16 +214,16 @@ impl App {
     }
 
     /// The model the screen shows: frozen while paused.
-    pub fn shown(&self) -> &Model {
+    pub(crate) fn shown(&self) -> &Model {
         self.frozen.as_deref().unwrap_or(&self.model)
     }
 
-    pub fn paused(&self) -> bool {
+    pub(crate) fn paused(&self) -> bool {
         self.frozen.is_some()
     }
 
     /// Applies one message; returns what the caller must do.
-    pub fn handle(&mut self, msg: Msg) -> Vec<Effect> {
+    pub(crate) fn handle(&mut self, msg: Msg) -> Vec<Effect> {
         match msg {
             Msg::Key(key) => {
                 self.needs_redraw = true;
@@ -506,7 +496,7 @@ impl App {
 
 /// Every key, for the help overlay (and the tests that check each one is
 /// handled).
-pub const KEYS: &[(&str, &str)] = &[
+pub(crate) const KEYS: &[(&str, &str)] = &[
     ("w", "start / stop a writer run (loops until stopped)"),
     ("s / S", "next / previous strategy (restarts the run)"),
     ("+ / -", "chunk size x2 / /2 (live, 4K..256M)"),

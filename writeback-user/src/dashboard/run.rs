@@ -54,14 +54,14 @@ const STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// Options of the dashboard (top-level flags of `wbscope`).
 #[derive(Clone, Debug, Default)]
-pub struct DashboardOptions {
-    pub disabled: Vec<HookKind>,
+pub(crate) struct DashboardOptions {
+    pub(crate) disabled: Vec<HookKind>,
     /// Where writer runs create their files; default a new temporary
     /// directory in the current directory, removed on quit.
-    pub dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
 }
 
-pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
     let (tx, rx) = mpsc::unbounded_channel::<Msg>();
     // Missing privileges or probes do not stop the dashboard: it opens and
     // says what is missing.
@@ -102,13 +102,13 @@ pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
 /// How many messages a replay feeder may run ahead of the dashboard: it
 /// waits when they are not taken (a recording of calls alone would
 /// otherwise queue all of them in memory).
-pub const REPLAY_AHEAD: usize = 1024;
+pub(crate) const REPLAY_AHEAD: usize = 1024;
 
 /// `wbscope replay FILE`: a recording shown in the dashboard. `feed` gets
 /// the sending half of a bounded channel and sends the recording's calls
 /// and intervals through the same messages as a live trace, paced as it
 /// likes; the dashboard has no writer (its keys are refused).
-pub async fn replay<F>(
+pub(crate) async fn replay<F>(
     plan: ProbePlan,
     host: String,
     name: String,

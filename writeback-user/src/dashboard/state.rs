@@ -12,35 +12,35 @@ use crate::{
 };
 
 /// Seconds of history the time chart keeps.
-pub const HISTORY_SECS: usize = 300;
+pub(crate) const HISTORY_SECS: usize = 300;
 
 /// One second (one interval) of the shared time axis.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct HistoryPoint {
+pub(crate) struct HistoryPoint {
     /// Seconds since the dashboard started, at the end of the interval.
-    pub time_s: f64,
+    pub(crate) time_s: f64,
     /// Pages the traced writepages calls wrote, per second.
-    pub kernel_pages_per_s: f64,
+    pub(crate) kernel_pages_per_s: f64,
     /// Bytes the writer wrote, per second (0 when no run is going).
-    pub writer_bytes_per_s: f64,
+    pub(crate) writer_bytes_per_s: f64,
     /// `nr_dirty` (pages) at the end of the interval.
-    pub dirty_pages: u64,
+    pub(crate) dirty_pages: u64,
 }
 
 /// At most this many per-inode rows are kept (~100 bytes each, so well
 /// under 1 MiB); see [`Model::on_call`].
-pub const MAX_INODE_ROWS: usize = 4096;
+pub(crate) const MAX_INODE_ROWS: usize = 4096;
 
 /// Per-device or per-inode sums for the top table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TopRow {
-    pub calls: u64,
-    pub pages_written: u64,
+pub(crate) struct TopRow {
+    pub(crate) calls: u64,
+    pub(crate) pages_written: u64,
     /// Scan figures of the calls whose scan was measured.
-    pub scan_bytes: u64,
-    pub scan_pages_written: u64,
+    pub(crate) scan_bytes: u64,
+    pub(crate) scan_pages_written: u64,
     /// The command of the latest call (for inodes: who wrote it back).
-    pub comm: String,
+    pub(crate) comm: String,
 }
 
 impl TopRow {
@@ -58,13 +58,13 @@ impl TopRow {
     }
 
     /// Mean pages per call; `None` before the first call.
-    pub fn mean_chunk_pages(&self) -> Option<f64> {
+    pub(crate) fn mean_chunk_pages(&self) -> Option<f64> {
         (self.calls > 0).then(|| self.pages_written as f64 / self.calls as f64)
     }
 
     /// Pages examined per page written (`page` = page size in bytes);
     /// `None` when no measured call wrote anything.
-    pub fn scan_ratio(&self, page: u64) -> Option<f64> {
+    pub(crate) fn scan_ratio(&self, page: u64) -> Option<f64> {
         (self.scan_pages_written > 0)
             .then(|| self.scan_bytes as f64 / page.max(1) as f64 / self.scan_pages_written as f64)
     }
@@ -72,7 +72,7 @@ impl TopRow {
 
 /// Where a writer run is, as its events tell it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub enum WriterPhase {
+pub(crate) enum WriterPhase {
     /// No run yet.
     #[default]
     Idle,
@@ -86,23 +86,23 @@ pub enum WriterPhase {
 /// writer-core `Tick`, so the model task gets one message a second however
 /// small the chunks are.
 #[derive(Clone, Debug, Default)]
-pub struct WriterSecond {
-    pub run: u64,
-    pub elapsed_s: f64,
+pub(crate) struct WriterSecond {
+    pub(crate) run: u64,
+    pub(crate) elapsed_s: f64,
     /// Bytes written since the run started, and in the last second.
-    pub bytes: u64,
-    pub bytes_last_second: u64,
+    pub(crate) bytes: u64,
+    pub(crate) bytes_last_second: u64,
     /// Chunks completed in the second, in pages per chunk, in the kernel
     /// histogram's log2 buckets.
-    pub chunk_pages: Log2Histogram,
+    pub(crate) chunk_pages: Log2Histogram,
     /// Sync calls that ended in the second, per kind.
-    pub sync: Vec<(writer_core::SyncKind, writer_core::stats::LatencyHist)>,
+    pub(crate) sync: Vec<(writer_core::SyncKind, writer_core::stats::LatencyHist)>,
 }
 
 /// Typed messages from the writer side (run id, so a late message of a
 /// stopped run cannot be taken for the current one).
 #[derive(Clone, Debug)]
-pub enum WriterUpdate {
+pub(crate) enum WriterUpdate {
     Started {
         run: u64,
         dir: String,
@@ -118,30 +118,31 @@ pub enum WriterUpdate {
 
 /// The writer as the dashboard shows it.
 #[derive(Clone, Debug, Default)]
-pub struct WriterModel {
-    pub run: u64,
-    pub phase: WriterPhase,
-    pub dir: String,
-    pub file_size: u64,
-    pub elapsed_s: f64,
-    pub bytes: u64,
+pub(crate) struct WriterModel {
+    pub(crate) run: u64,
+    pub(crate) phase: WriterPhase,
+    pub(crate) dir: String,
+    pub(crate) file_size: u64,
+    pub(crate) elapsed_s: f64,
+    pub(crate) bytes: u64,
     /// Bytes written by every run since start (runs loop until stopped).
-    pub total_bytes: u64,
+    pub(crate) total_bytes: u64,
     /// Runs started.
-    pub runs: u64,
+    pub(crate) runs: u64,
     /// Bytes per second, newest last, at most [`HISTORY_SECS`].
-    pub throughput: std::collections::VecDeque<u64>,
+    pub(crate) throughput: std::collections::VecDeque<u64>,
     /// Pages per chunk since start (or the last reset), and in the last
     /// second of writing.
-    pub chunk_pages: Log2Histogram,
-    pub chunk_pages_last: Log2Histogram,
+    pub(crate) chunk_pages: Log2Histogram,
+    pub(crate) chunk_pages_last: Log2Histogram,
     /// Sync latencies of the current run, per kind.
-    pub sync: std::collections::BTreeMap<writer_core::SyncKind, writer_core::stats::LatencyHist>,
+    pub(crate) sync:
+        std::collections::BTreeMap<writer_core::SyncKind, writer_core::stats::LatencyHist>,
 }
 
 impl WriterModel {
     /// Bytes/s of the last second, while a run is going.
-    pub fn current_rate(&self) -> u64 {
+    pub(crate) fn current_rate(&self) -> u64 {
         match self.phase {
             WriterPhase::Running => self.throughput.back().copied().unwrap_or(0),
             _ => 0,
@@ -153,53 +154,46 @@ impl WriterModel {
 /// ([`Model::on_call`], [`Model::on_interval`], [`Model::on_writer`]),
 /// whatever produced them, so a recording can replay into it.
 #[derive(Clone, Debug, Default)]
-pub struct Model {
+pub(crate) struct Model {
     /// The probe plan as the loader carried it out (or the reason nothing
     /// could be attached).
-    pub plan: ProbePlan,
-    pub probes: Vec<ProbeStatus>,
-    pub host: String,
+    pub(crate) plan: ProbePlan,
+    pub(crate) probes: Vec<ProbeStatus>,
+    pub(crate) host: String,
     /// Pages written per call since start (or the last reset).
-    pub hist_total: Log2Histogram,
+    pub(crate) hist_total: Log2Histogram,
     /// Pages written per call in the interval being collected.
-    pub hist_interval: Log2Histogram,
+    pub(crate) hist_interval: Log2Histogram,
     /// The last completed interval's histogram (what the screen shows: a
     /// stable picture rather than one that fills up and empties each
     /// second).
-    pub hist_last: Log2Histogram,
-    pub totals: Totals,
+    pub(crate) hist_last: Log2Histogram,
+    pub(crate) totals: Totals,
     /// Cumulative kernel-side counters (lost records, ...).
-    pub kernel: KernelStats,
+    pub(crate) kernel: KernelStats,
     /// Lost records since start or the last reset.
-    pub lost_records: u64,
+    pub(crate) lost_records: u64,
     /// Rates over the last completed interval.
-    pub calls_per_sec: f64,
-    pub pages_per_sec: f64,
+    pub(crate) calls_per_sec: f64,
+    pub(crate) pages_per_sec: f64,
     /// The last completed interval, with every kernel-pane figure.
-    pub last: Option<IntervalLine>,
+    pub(crate) last: Option<IntervalLine>,
     /// The dashboard's own CPU use (fraction of one core), the writer's
     /// threads excluded.
-    pub tracer_cpu: Option<f64>,
-    pub history: std::collections::VecDeque<HistoryPoint>,
-    pub devices: std::collections::BTreeMap<DevId, TopRow>,
-    pub inodes: std::collections::HashMap<(DevId, u64), TopRow>,
+    pub(crate) tracer_cpu: Option<f64>,
+    pub(crate) history: std::collections::VecDeque<HistoryPoint>,
+    pub(crate) devices: std::collections::BTreeMap<DevId, TopRow>,
+    pub(crate) inodes: std::collections::HashMap<(DevId, u64), TopRow>,
     /// Per-inode rows dropped to stay within [`MAX_INODE_ROWS`].
-    pub inodes_evicted: u64,
-    pub writer: WriterModel,
+    pub(crate) inodes_evicted: u64,
+    pub(crate) writer: WriterModel,
     interval_calls: u64,
     interval_pages: u64,
 }
 
 impl Model {
-    pub fn new(probes: Vec<ProbeStatus>) -> Model {
-        Model {
-            probes,
-            ..Model::default()
-        }
-    }
-
     /// A model for the plan the loader produced.
-    pub fn with_plan(plan: ProbePlan, host: String) -> Model {
+    pub(crate) fn with_plan(plan: ProbePlan, host: String) -> Model {
         Model {
             probes: plan.statuses(),
             plan,
@@ -208,7 +202,7 @@ impl Model {
         }
     }
 
-    pub fn on_call(&mut self, call: &CallRecord) {
+    pub(crate) fn on_call(&mut self, call: &CallRecord) {
         let pages = call.pages_written.max(0) as u64;
         self.hist_total.record(pages);
         self.hist_interval.record(pages);
@@ -240,7 +234,7 @@ impl Model {
 
     /// Closes a display interval of `secs` seconds: rates are computed and
     /// the interval histogram starts again.
-    pub fn end_interval(&mut self, secs: f64, kernel: KernelStats) {
+    pub(crate) fn end_interval(&mut self, secs: f64, kernel: KernelStats) {
         if secs > 0.0 {
             self.calls_per_sec = self.interval_calls as f64 / secs;
             self.pages_per_sec = self.interval_pages as f64 / secs;
@@ -253,7 +247,7 @@ impl Model {
 
     /// A completed interval: rates, the kernel pane's figures and one
     /// point of the time chart.
-    pub fn on_interval(
+    pub(crate) fn on_interval(
         &mut self,
         line: IntervalLine,
         kernel: KernelStats,
@@ -274,7 +268,7 @@ impl Model {
         self.last = Some(line);
     }
 
-    pub fn on_writer(&mut self, update: WriterUpdate) {
+    pub(crate) fn on_writer(&mut self, update: WriterUpdate) {
         let w = &mut self.writer;
         match update {
             WriterUpdate::Started {
@@ -317,7 +311,7 @@ impl Model {
 
     /// `r`: counters, histograms and the top table start again; the probe
     /// plan, the time chart and the writer's run state stay.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.hist_total = Log2Histogram::default();
         self.hist_interval = Log2Histogram::default();
         self.hist_last = Log2Histogram::default();

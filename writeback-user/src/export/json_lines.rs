@@ -6,46 +6,46 @@ use crate::model::{CallRecord, DevId, ScanFigures, cause_name, sync_mode_name, w
 
 /// `{"type":"call", ...}`: one writepages call.
 #[derive(Debug, Serialize)]
-pub struct CallLine<'a> {
-    pub r#type: &'static str,
+pub(crate) struct CallLine<'a> {
+    pub(crate) r#type: &'static str,
     /// CLOCK_MONOTONIC ns at the start of the call (0 if the start was not
     /// seen).
-    pub time_ns: u64,
-    pub dev: DevId,
-    pub ino: u64,
+    pub(crate) time_ns: u64,
+    pub(crate) dev: DevId,
+    pub(crate) ino: u64,
     /// Process (thread group) id.
-    pub pid: u32,
-    pub tid: u32,
-    pub comm: &'a str,
-    pub nr_to_write: i64,
-    pub pages_written: i64,
-    pub pages_skipped: i64,
-    pub sync_mode: &'static str,
-    pub for_kupdate: bool,
-    pub range_cyclic: bool,
-    pub range_start: i64,
-    pub range_end: i64,
-    pub writeback_index_before: u64,
-    pub writeback_index_after: u64,
-    pub ret: i32,
-    pub duration_ns: u64,
-    pub start_seen: bool,
+    pub(crate) pid: u32,
+    pub(crate) tid: u32,
+    pub(crate) comm: &'a str,
+    pub(crate) nr_to_write: i64,
+    pub(crate) pages_written: i64,
+    pub(crate) pages_skipped: i64,
+    pub(crate) sync_mode: &'static str,
+    pub(crate) for_kupdate: bool,
+    pub(crate) range_cyclic: bool,
+    pub(crate) range_start: i64,
+    pub(crate) range_end: i64,
+    pub(crate) writeback_index_before: u64,
+    pub(crate) writeback_index_after: u64,
+    pub(crate) ret: i32,
+    pub(crate) duration_ns: u64,
+    pub(crate) start_seen: bool,
     /// Time on CPU inside the call (null when not tracked).
-    pub on_cpu_ns: Option<u64>,
-    pub cgroup_id: u64,
+    pub(crate) on_cpu_ns: Option<u64>,
+    pub(crate) cgroup_id: u64,
     /// sync, periodic, background, flusher_other, direct, unknown.
-    pub cause: &'static str,
+    pub(crate) cause: &'static str,
     /// `enum wb_reason` of the flusher work the call ran under, if any.
-    pub work_reason: Option<&'static str>,
+    pub(crate) work_reason: Option<&'static str>,
     /// Scan figures (null when the scan hooks did not fire).
-    pub scan: Option<ScanFigures>,
+    pub(crate) scan: Option<ScanFigures>,
     /// Pages examined per page written, from `scan.bytes`.
-    pub pages_scanned_per_page_written: Option<f64>,
-    pub extents: u32,
-    pub extent_blocks: u64,
-    pub folios_written: u32,
-    pub bios: u32,
-    pub bio_bytes: u64,
+    pub(crate) pages_scanned_per_page_written: Option<f64>,
+    pub(crate) extents: u32,
+    pub(crate) extent_blocks: u64,
+    pub(crate) folios_written: u32,
+    pub(crate) bios: u32,
+    pub(crate) bio_bytes: u64,
 }
 
 impl<'a> From<&'a CallRecord> for CallLine<'a> {

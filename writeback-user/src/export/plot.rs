@@ -29,7 +29,7 @@ fn bucket_index(lo: u64) -> usize {
     Log2Histogram::bucket_of(lo)
 }
 
-pub fn write_svg(path: &Path, runs: &[Run]) -> anyhow::Result<()> {
+pub(crate) fn write_svg(path: &Path, runs: &[Run]) -> anyhow::Result<()> {
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e}", path.display());
     let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(e)?;

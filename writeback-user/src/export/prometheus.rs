@@ -42,12 +42,11 @@ use crate::{
     model::interval::{Bucket, IntervalLine},
     model::{CallRecord, Log2Histogram as Log2Counts, cause_name},
     sys::page_size,
-    tracer::ring::RingRecord,
 };
 
 /// `Content-Type` of the OpenMetrics text format (what prometheus-client
 /// encodes; Prometheus parses it as OpenMetrics only with this type).
-pub const CONTENT_TYPE_OPENMETRICS: &str =
+pub(crate) const CONTENT_TYPE_OPENMETRICS: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Connections held at once (the figure the flood test bounds the open
@@ -73,23 +72,23 @@ const LISTEN_BACKLOG: u32 = 1024;
 
 /// Labels of the per-call metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CallLabels {
+pub(crate) struct CallLabels {
     /// `"major:minor"` of the filesystem's device.
-    pub dev: String,
+    pub(crate) dev: String,
     /// `sync`, `periodic`, `background`, `flusher_other`, `direct`, `unknown`.
-    pub cause: &'static str,
+    pub(crate) cause: &'static str,
 }
 
 /// Labels of the per-device metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DevLabels {
-    pub dev: String,
+pub(crate) struct DevLabels {
+    pub(crate) dev: String,
 }
 
 /// Labels of the tracer's run-time metrics: one of our BPF programs.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProgramLabels {
-    pub program: String,
+pub(crate) struct ProgramLabels {
+    pub(crate) program: String,
 }
 
 /// Which log2 buckets a [`Log2Histogram`] exposes: bucket `k` holds values
@@ -97,33 +96,33 @@ pub struct ProgramLabels {
 /// `(2^k - 1) * scale`. Buckets below `first` are folded into `first`,
 /// those above `last` into `+Inf`.
 #[derive(Clone, Copy, Debug)]
-pub struct Log2Spec {
-    pub first: usize,
-    pub last: usize,
+pub(crate) struct Log2Spec {
+    pub(crate) first: usize,
+    pub(crate) last: usize,
     /// Multiplies the native unit into the exposed one (ms → s: 1e-3).
-    pub scale: f64,
+    pub(crate) scale: f64,
 }
 
 /// Pages per call: le 0, 1, 3, 7, ... 2^20 - 1 (4 GiB of 4 KiB pages).
-pub const PAGES_PER_CALL: Log2Spec = Log2Spec {
+pub(crate) const PAGES_PER_CALL: Log2Spec = Log2Spec {
     first: 0,
     last: 20,
     scale: 1.0,
 };
 /// Request sizes: le 511 B ... 128 MiB - 1.
-pub const REQUEST_BYTES: Log2Spec = Log2Spec {
+pub(crate) const REQUEST_BYTES: Log2Spec = Log2Spec {
     first: 9,
     last: 27,
     scale: 1.0,
 };
 /// Request latency: le ~1 µs ... ~17 s, in seconds.
-pub const REQUEST_LATENCY: Log2Spec = Log2Spec {
+pub(crate) const REQUEST_LATENCY: Log2Spec = Log2Spec {
     first: 10,
     last: 34,
     scale: 1e-9,
 };
 /// Throttle pauses: le 0, 1 ms, 3 ms ... ~16 s, in seconds.
-pub const THROTTLE_PAUSE: Log2Spec = Log2Spec {
+pub(crate) const THROTTLE_PAUSE: Log2Spec = Log2Spec {
     first: 0,
     last: 14,
     scale: 1e-3,
@@ -159,13 +158,13 @@ impl Log2State {
 /// per-bucket counts (block requests, throttle pauses), which this type
 /// adds as they are, so the exposed buckets are exactly the kernel's.
 #[derive(Clone, Debug)]
-pub struct Log2Histogram {
+pub(crate) struct Log2Histogram {
     spec: Log2Spec,
     state: Arc<Mutex<Log2State>>,
 }
 
 impl Log2Histogram {
-    pub fn new(spec: Log2Spec) -> Log2Histogram {
+    pub(crate) fn new(spec: Log2Spec) -> Log2Histogram {
         Log2Histogram {
             spec,
             state: Arc::default(),
@@ -178,7 +177,7 @@ impl Log2Histogram {
         f(&mut guard)
     }
 
-    pub fn observe(&self, value: u64) {
+    pub(crate) fn observe(&self, value: u64) {
         self.with(|s| {
             s.add(Log2Counts::bucket_of(value), 1);
             s.sum = s.sum.saturating_add(value);
@@ -188,7 +187,7 @@ impl Log2Histogram {
     /// Adds an interval's non-empty buckets (`lo` names the bucket). `sum`
     /// is the exact total when the kernel keeps one; otherwise each value
     /// counts as its bucket's lower edge (exact for powers of two).
-    pub fn add_buckets(&self, buckets: &[Bucket], sum: Option<u64>) {
+    pub(crate) fn add_buckets(&self, buckets: &[Bucket], sum: Option<u64>) {
         self.with(|s| {
             let mut lower_edges = 0u64;
             for b in buckets {
@@ -236,12 +235,12 @@ impl EncodeMetric for Log2Histogram {
 /// A counter of nanoseconds, exposed in seconds: kept as an integer so
 /// the sum is exact (an `f64` counter accumulates rounding noise).
 #[derive(Clone, Debug, Default)]
-pub struct SecondsCounter {
+pub(crate) struct SecondsCounter {
     ns: Arc<AtomicU64>,
 }
 
 impl SecondsCounter {
-    pub fn inc_by_ns(&self, ns: u64) {
+    pub(crate) fn inc_by_ns(&self, ns: u64) {
         self.ns.fetch_add(ns, Ordering::Relaxed);
     }
 }
@@ -276,7 +275,7 @@ fn request_latency() -> Log2Histogram {
 /// Every metric the exporter serves. Cloning shares the values (the
 /// registry holds clones); the trace loop updates, the server encodes.
 #[derive(Clone)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     calls: Family<CallLabels, Counter>,
     pages_written: Family<CallLabels, Counter>,
     pages_per_call: HistFamily<CallLabels>,
@@ -312,7 +311,7 @@ fn gauge_set(g: &Gauge, v: u64) {
 
 impl Metrics {
     /// The metrics and a registry (prefix `wbscope_`) that serves them.
-    pub fn new() -> (Metrics, Registry) {
+    pub(crate) fn new() -> (Metrics, Registry) {
         let m = Metrics {
             calls: Family::default(),
             pages_written: Family::default(),
@@ -482,15 +481,8 @@ impl Metrics {
         (m, r)
     }
 
-    /// Per-record hook of the trace loop.
-    pub fn observe(&self, event: &RingRecord) {
-        match event {
-            RingRecord::Call(call) => self.observe_call(call),
-        }
-    }
-
     /// One writepages call, counted as `CallAggregate::add` counts it.
-    pub fn observe_call(&self, c: &CallRecord) {
+    pub(crate) fn observe_call(&self, c: &CallRecord) {
         let labels = CallLabels {
             dev: c.dev.to_string(),
             cause: cause_name(c.cause),
@@ -530,7 +522,7 @@ impl Metrics {
     /// Per-interval hook: levels from the line's latest values, counters
     /// from its deltas (the call figures already came through
     /// [`Metrics::observe_call`]).
-    pub fn update_from(&self, line: &IntervalLine) {
+    pub(crate) fn update_from(&self, line: &IntervalLine) {
         let vm = &line.dirty.vmstat;
         gauge_set(&self.dirty_pages, vm.nr_dirty);
         gauge_set(&self.writeback_pages, vm.nr_writeback);
@@ -572,22 +564,22 @@ impl Metrics {
 }
 
 /// The OpenMetrics text of `registry`.
-pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
+pub(crate) fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, registry)?;
     Ok(out)
 }
 
 /// A running exporter: the metrics to feed, served on `local_addr`.
-pub struct Exporter {
-    pub metrics: Metrics,
-    pub local_addr: SocketAddr,
+pub(crate) struct Exporter {
+    pub(crate) metrics: Metrics,
+    pub(crate) local_addr: SocketAddr,
     server: tokio::task::JoinHandle<()>,
 }
 
 impl Exporter {
     /// Binds `addr` and serves `/metrics` on the current tokio runtime.
-    pub async fn start(addr: SocketAddr) -> anyhow::Result<Exporter> {
+    pub(crate) async fn start(addr: SocketAddr) -> anyhow::Result<Exporter> {
         let listener =
             listen(addr).with_context(|| format!("--prometheus {addr}: cannot listen"))?;
         let local_addr = listener

@@ -11,7 +11,7 @@ use crate::model::window::{KernelFigures, Run};
 
 /// Prints the runs as JSON (`{"runs": [...]}`) or as the side-by-side
 /// table.
-pub fn print_runs(
+pub(crate) fn print_runs(
     runs: &[Run],
     columns: &[String],
     json: bool,
@@ -45,7 +45,7 @@ fn fmt_bytes(b: u64) -> String {
 type Metric<T> = (&'static str, fn(&T) -> Option<f64>, u8);
 
 /// Writer rows of the table: label, figure, decimals.
-pub const WRITER_METRICS: &[Metric<Report>] = &[
+pub(crate) const WRITER_METRICS: &[Metric<Report>] = &[
     ("durable MB/s", |r| r.durable_mb_s, 1),
     ("write MB/s", |r| Some(r.write_mb_s), 1),
     (
@@ -69,7 +69,7 @@ pub const WRITER_METRICS: &[Metric<Report>] = &[
 ];
 
 /// Kernel rows of the table.
-pub const KERNEL_METRICS: &[Metric<KernelFigures>] = &[
+pub(crate) const KERNEL_METRICS: &[Metric<KernelFigures>] = &[
     ("writepages calls", |k| Some(k.calls as f64), 0),
     ("pages written (calls)", |k| Some(k.pages_written as f64), 0),
     (
@@ -115,7 +115,7 @@ pub const KERNEL_METRICS: &[Metric<KernelFigures>] = &[
 
 /// Rows of the inode passes on the run's devices ("-" without the
 /// per-device hook); the chunk-size rows follow in [`kernel_rows`].
-pub const PASS_METRICS: &[Metric<KernelFigures>] = &[
+pub(crate) const PASS_METRICS: &[Metric<KernelFigures>] = &[
     (
         "inode passes",
         |k| k.inode_pass.as_ref().map(|p| p.counts.passes as f64),
@@ -160,7 +160,7 @@ fn fmt_range([lo, hi]: [u64; 2]) -> String {
 }
 
 /// A cell: the value, or `median ±half-range` over repetitions.
-pub fn cell(mut vals: Vec<f64>, decimals: u8) -> String {
+pub(crate) fn cell(mut vals: Vec<f64>, decimals: u8) -> String {
     let d = decimals as usize;
     match vals.len() {
         0 => "-".to_string(),
@@ -175,7 +175,7 @@ pub fn cell(mut vals: Vec<f64>, decimals: u8) -> String {
 }
 
 /// Rows of kernel figures, one column per group of figures.
-pub fn kernel_rows(columns: &[Vec<&KernelFigures>]) -> Vec<Vec<String>> {
+pub(crate) fn kernel_rows(columns: &[Vec<&KernelFigures>]) -> Vec<Vec<String>> {
     let mut rows = Vec::new();
     for (label, f, decimals) in KERNEL_METRICS {
         let mut row = vec![label.to_string()];
@@ -214,7 +214,7 @@ pub fn kernel_rows(columns: &[Vec<&KernelFigures>]) -> Vec<Vec<String>> {
 }
 
 /// Footnote for the rows marked `*`.
-pub const SYSTEM_WIDE: &str = "* system-wide over the run's window (all devices)";
+pub(crate) const SYSTEM_WIDE: &str = "* system-wide over the run's window (all devices)";
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -228,7 +228,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// The side-by-side table: one column per run label; with repetitions,
 /// `median ±half-range`.
-pub fn table(runs: &[Run], columns: &[String], markdown: bool) -> String {
+pub(crate) fn table(runs: &[Run], columns: &[String], markdown: bool) -> String {
     let mut header = vec!["".to_string()];
     header.extend(columns.iter().cloned());
     let mut rows = vec![header];
@@ -259,7 +259,7 @@ pub fn table(runs: &[Run], columns: &[String], markdown: bool) -> String {
 }
 
 /// Aligns `rows` (the first is the header) as text or Markdown.
-pub fn render(rows: &[Vec<String>], markdown: bool) -> String {
+pub(crate) fn render(rows: &[Vec<String>], markdown: bool) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let width: Vec<usize> = (0..cols)
         .map(|i| {

@@ -8,12 +8,12 @@ use crate::{
     model::{CallRecord, cause_name, sync_mode_name},
 };
 
-pub const HEADER: &str = "DEV        INO        PID     COMM             SYNC  ASKED      WRITTEN  SKIPPED  DUR_US     RET CAUSE";
+pub(crate) const HEADER: &str = "DEV        INO        PID     COMM             SYNC  ASKED      WRITTEN  SKIPPED  DUR_US     RET CAUSE";
 
-pub const INTERVAL_HEADER: &str =
+pub(crate) const INTERVAL_HEADER: &str =
     "TIME_S  CALLS  PAGES    SCAN/PG  NS/PG     DIRTY_PG  WB_PG     THROTTLE_MS  DEV_REQS  LOST";
 
-pub fn call_row(c: &CallRecord) -> String {
+pub(crate) fn call_row(c: &CallRecord) -> String {
     let asked = if c.nr_to_write == i64::MAX {
         "MAX".to_string()
     } else {
@@ -43,7 +43,7 @@ fn opt(v: Option<f64>, width: usize) -> String {
 }
 
 /// One row per interval.
-pub fn interval_row(l: &IntervalLine) -> String {
+pub(crate) fn interval_row(l: &IntervalLine) -> String {
     format!(
         "{:<7.1} {:<6} {:<8} {} {} {:<9} {:<9} {:<12} {:<9} {}",
         l.time_s,
@@ -60,7 +60,7 @@ pub fn interval_row(l: &IntervalLine) -> String {
 }
 
 /// The closing lines of a text trace.
-pub fn summary(l: &SummaryLine<'_>) -> String {
+pub(crate) fn summary(l: &SummaryLine<'_>) -> String {
     let mut s = format!(
         "\n{} calls, {} pages written in {:.1} s; lost records: {}, unmatched results: {}\n",
         l.calls, l.pages_written, l.duration_s, l.lost_records, l.unmatched_results

@@ -4,7 +4,7 @@
 /// Histogram with power-of-two buckets: bucket 0 holds 0, bucket k (k >= 1)
 /// holds values in [2^(k-1), 2^k).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Log2Histogram {
+pub(crate) struct Log2Histogram {
     buckets: [u64; 65],
 }
 
@@ -16,17 +16,17 @@ impl Default for Log2Histogram {
 
 impl Log2Histogram {
     /// The bucket `value` counts in ([`writeback_common::log2_bucket`]).
-    pub fn bucket_of(value: u64) -> usize {
+    pub(crate) fn bucket_of(value: u64) -> usize {
         writeback_common::log2_bucket(value, 64) as usize
     }
 
     /// The values `[lo, hi]` bucket `k` holds.
-    pub fn bucket_bounds(k: usize) -> (u64, u64) {
+    pub(crate) fn bucket_bounds(k: usize) -> (u64, u64) {
         writeback_common::log2_bucket_bounds(k.min(64) as u32)
     }
 
     /// Adds another histogram's counts, bucket by bucket.
-    pub fn merge(&mut self, other: &Log2Histogram) {
+    pub(crate) fn merge(&mut self, other: &Log2Histogram) {
         for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets.iter()) {
             *mine += theirs;
         }
@@ -34,7 +34,7 @@ impl Log2Histogram {
 
     /// The label of bucket `k`: `0`, `1`, `2-3`, `4-7`, ... with K/M
     /// suffixes past 1024.
-    pub fn bucket_label(k: usize) -> String {
+    pub(crate) fn bucket_label(k: usize) -> String {
         match k {
             0 => "0".into(),
             1 => "1".into(),
@@ -53,20 +53,20 @@ impl Log2Histogram {
         }
     }
 
-    pub fn record(&mut self, value: u64) {
+    pub(crate) fn record(&mut self, value: u64) {
         self.buckets[Self::bucket_of(value)] += 1;
     }
 
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.buckets.iter().sum()
     }
 
-    pub fn buckets(&self) -> &[u64] {
+    pub(crate) fn buckets(&self) -> &[u64] {
         &self.buckets
     }
 
     /// Index range of the non-empty buckets, if any.
-    pub fn span(&self) -> Option<(usize, usize)> {
+    pub(crate) fn span(&self) -> Option<(usize, usize)> {
         let first = self.buckets.iter().position(|&c| c != 0)?;
         let last = self.buckets.iter().rposition(|&c| c != 0)?;
         Some((first, last))

@@ -19,37 +19,37 @@ use crate::{
 
 /// A name that is usually a static string (a cause, a reason, a line
 /// type) but is owned when read back from a recording.
-pub type Name = Cow<'static, str>;
+pub(crate) type Name = Cow<'static, str>;
 
 /// Per-call figures of one interval, added up from the records.
 #[derive(Clone, Debug, Default)]
-pub struct CallAggregate {
-    pub calls: u64,
-    pub pages_written: u64,
+pub(crate) struct CallAggregate {
+    pub(crate) calls: u64,
+    pub(crate) pages_written: u64,
     /// Sum of `nr_to_write` over calls with a finite budget, and how many
     /// calls asked for everything (`LONG_MAX`, e.g. fsync).
-    pub pages_asked_finite: u64,
-    pub calls_asked_finite: u64,
-    pub pages_written_finite: u64,
-    pub calls_unbounded: u64,
-    pub pages_per_call: Log2Histogram,
-    pub by_cause: BTreeMap<&'static str, u64>,
-    pub scan_bytes: u64,
+    pub(crate) pages_asked_finite: u64,
+    pub(crate) calls_asked_finite: u64,
+    pub(crate) pages_written_finite: u64,
+    pub(crate) calls_unbounded: u64,
+    pub(crate) pages_per_call: Log2Histogram,
+    pub(crate) by_cause: BTreeMap<&'static str, u64>,
+    pub(crate) scan_bytes: u64,
     /// Pages written by the calls whose scan was measured.
-    pub scan_pages_written: u64,
-    pub duration_ns: u64,
-    pub duration_pages: u64,
-    pub on_cpu_ns: u64,
-    pub on_cpu_pages: u64,
-    pub extents: u64,
-    pub extent_blocks: u64,
-    pub bios: u64,
-    pub bio_bytes: u64,
-    pub folios_written: u64,
+    pub(crate) scan_pages_written: u64,
+    pub(crate) duration_ns: u64,
+    pub(crate) duration_pages: u64,
+    pub(crate) on_cpu_ns: u64,
+    pub(crate) on_cpu_pages: u64,
+    pub(crate) extents: u64,
+    pub(crate) extent_blocks: u64,
+    pub(crate) bios: u64,
+    pub(crate) bio_bytes: u64,
+    pub(crate) folios_written: u64,
 }
 
 impl CallAggregate {
-    pub fn add(&mut self, c: &CallRecord) {
+    pub(crate) fn add(&mut self, c: &CallRecord) {
         let pages = c.pages_written.max(0) as u64;
         self.calls += 1;
         self.pages_written += pages;
@@ -84,10 +84,10 @@ impl CallAggregate {
 
 /// A histogram bucket: values in `[lo, hi]`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Bucket {
-    pub lo: u64,
-    pub hi: u64,
-    pub count: u64,
+pub(crate) struct Bucket {
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+    pub(crate) count: u64,
 }
 
 fn buckets_of(counts: impl IntoIterator<Item = (usize, u64)>) -> Vec<Bucket> {
@@ -101,7 +101,7 @@ fn buckets_of(counts: impl IntoIterator<Item = (usize, u64)>) -> Vec<Bucket> {
         .collect()
 }
 
-pub fn histogram_buckets(h: &Log2Histogram) -> Vec<Bucket> {
+pub(crate) fn histogram_buckets(h: &Log2Histogram) -> Vec<Bucket> {
     buckets_of(h.buckets().iter().copied().enumerate())
 }
 
@@ -109,7 +109,7 @@ pub fn histogram_buckets(h: &Log2Histogram) -> Vec<Bucket> {
 /// whose buckets are in ascending order: the first whose cumulative count
 /// reaches `ceil(q * total)`. `None` when the histogram is empty. A log2
 /// histogram can say no more than this: the quantile lies in the bucket.
-pub fn quantile_bucket(buckets: &[Bucket], q: f64) -> Option<[u64; 2]> {
+pub(crate) fn quantile_bucket(buckets: &[Bucket], q: f64) -> Option<[u64; 2]> {
     let total: u64 = buckets.iter().map(|b| b.count).sum();
     if total == 0 {
         return None;
@@ -123,7 +123,7 @@ pub fn quantile_bucket(buckets: &[Bucket], q: f64) -> Option<[u64; 2]> {
 }
 
 /// Two histograms of the same buckets added up, in ascending order.
-pub fn merge_buckets(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
+pub(crate) fn merge_buckets(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
     let mut counts: BTreeMap<(u64, u64), u64> = BTreeMap::new();
     for x in a.iter().chain(b) {
         *counts.entry((x.lo, x.hi)).or_default() += x.count;
@@ -135,20 +135,20 @@ pub fn merge_buckets(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ScanLine {
-    pub bytes_scanned: u64,
-    pub pages_written: u64,
+pub(crate) struct ScanLine {
+    pub(crate) bytes_scanned: u64,
+    pub(crate) pages_written: u64,
     /// Pages examined per page written (`bytes_scanned / page size /
     /// pages_written`); null when nothing was written.
-    pub pages_scanned_per_page_written: Option<f64>,
+    pub(crate) pages_scanned_per_page_written: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DeviceLine {
-    pub dev: DevId,
-    pub requests: u64,
-    pub request_bytes: Vec<Bucket>,
-    pub latency_ns: Vec<Bucket>,
+pub(crate) struct DeviceLine {
+    pub(crate) dev: DevId,
+    pub(crate) requests: u64,
+    pub(crate) request_bytes: Vec<Bucket>,
+    pub(crate) latency_ns: Vec<Bucket>,
 }
 
 /// Inode passes (`writeback_single_inode`, `__writeback_single_inode()`
@@ -158,20 +158,20 @@ pub struct DeviceLine {
 /// `nr_to_write` < LONG_MAX: the flusher's WB_SYNC_NONE chunks
 /// (`writeback_chunk_size()`), the chunk of the Linux 3.2 discussion.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct InodePassCounts {
-    pub passes: u64,
-    pub pages_written: u64,
-    pub budget_passes: u64,
-    pub budget_pages_asked: u64,
-    pub budget_pages_written: u64,
+pub(crate) struct InodePassCounts {
+    pub(crate) passes: u64,
+    pub(crate) pages_written: u64,
+    pub(crate) budget_passes: u64,
+    pub(crate) budget_pages_asked: u64,
+    pub(crate) budget_pages_written: u64,
     /// log2 histogram of pages written per budget pass.
-    pub pages_per_pass: Vec<Bucket>,
+    pub(crate) pages_per_pass: Vec<Bucket>,
     /// The same for the other passes (budget LONG_MAX: WB_SYNC_ALL,
     /// tagged sync writeback, write_inode_now; budget 0:
     /// sync_inode_metadata).
-    pub pages_per_unbounded_pass: Vec<Bucket>,
+    pub(crate) pages_per_unbounded_pass: Vec<Bucket>,
     /// log2 histogram of the budget of each budget pass.
-    pub pages_asked_per_pass: Vec<Bucket>,
+    pub(crate) pages_asked_per_pass: Vec<Bucket>,
 }
 
 impl InodePassCounts {
@@ -195,7 +195,7 @@ impl InodePassCounts {
     }
 
     /// Adds another device's counts.
-    pub fn merge(&mut self, o: &InodePassCounts) {
+    pub(crate) fn merge(&mut self, o: &InodePassCounts) {
         self.passes += o.passes;
         self.pages_written += o.pages_written;
         self.budget_passes += o.budget_passes;
@@ -211,7 +211,7 @@ impl InodePassCounts {
     /// Quantile `q` of pages written per budget pass, over the passes that
     /// wrote at least one page (a pass finding only pages already under
     /// writeback, or only a dirty inode, writes none: it is no chunk).
-    pub fn pages_per_pass_quantile(&self, q: f64) -> Option<[u64; 2]> {
+    pub(crate) fn pages_per_pass_quantile(&self, q: f64) -> Option<[u64; 2]> {
         let writing: Vec<Bucket> = self
             .pages_per_pass
             .iter()
@@ -224,82 +224,82 @@ impl InodePassCounts {
 
 /// [`InodePassCounts`] of one device.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct InodePassLine {
-    pub dev: DevId,
+pub(crate) struct InodePassLine {
+    pub(crate) dev: DevId,
     #[serde(flatten)]
-    pub counts: InodePassCounts,
+    pub(crate) counts: InodePassCounts,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FlusherLine {
-    pub reason: Name,
-    pub chunks: u64,
-    pub pages: u64,
+pub(crate) struct FlusherLine {
+    pub(crate) reason: Name,
+    pub(crate) chunks: u64,
+    pub(crate) pages: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ThrottleLine {
-    pub events: u64,
-    pub pauses: u64,
-    pub pause_ms_total: u64,
-    pub pause_ms: Vec<Bucket>,
+pub(crate) struct ThrottleLine {
+    pub(crate) events: u64,
+    pub(crate) pauses: u64,
+    pub(crate) pause_ms_total: u64,
+    pub(crate) pause_ms: Vec<Bucket>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DirtyLine {
+pub(crate) struct DirtyLine {
     /// From `writeback:global_dirty_state` (null until it fires).
-    pub tracepoint: Option<BTreeMap<Name, u64>>,
-    pub vmstat: VmStat,
+    pub(crate) tracepoint: Option<BTreeMap<Name, u64>>,
+    pub(crate) vmstat: VmStat,
     /// `nr_written` and `nr_dirtied` deltas over the interval.
-    pub vmstat_written_delta: u64,
-    pub vmstat_dirtied_delta: u64,
+    pub(crate) vmstat_written_delta: u64,
+    pub(crate) vmstat_dirtied_delta: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunTimeLine {
-    pub program: String,
-    pub run_count: u64,
-    pub run_time_ns: u64,
-    pub avg_ns: Option<f64>,
+pub(crate) struct RunTimeLine {
+    pub(crate) program: String,
+    pub(crate) run_count: u64,
+    pub(crate) run_time_ns: u64,
+    pub(crate) avg_ns: Option<f64>,
 }
 
 /// `{"type":"interval", ...}`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct IntervalLine {
-    pub r#type: Name,
+pub(crate) struct IntervalLine {
+    pub(crate) r#type: Name,
     /// Seconds since the trace started, at the end of the interval.
-    pub time_s: f64,
-    pub interval_s: f64,
-    pub calls: u64,
-    pub pages_written: u64,
-    pub calls_by_cause: BTreeMap<Name, u64>,
-    pub pages_per_call: Vec<Bucket>,
+    pub(crate) time_s: f64,
+    pub(crate) interval_s: f64,
+    pub(crate) calls: u64,
+    pub(crate) pages_written: u64,
+    pub(crate) calls_by_cause: BTreeMap<Name, u64>,
+    pub(crate) pages_per_call: Vec<Bucket>,
     /// Pages written / pages asked over calls with a finite budget.
-    pub written_per_asked: Option<f64>,
-    pub calls_asking_everything: u64,
-    pub scan: ScanLine,
-    pub ns_per_written_page: Option<f64>,
-    pub on_cpu_ns_per_written_page: Option<f64>,
-    pub extents: u64,
-    pub extent_blocks: u64,
-    pub bios: u64,
-    pub bio_bytes: u64,
-    pub folios_written: u64,
+    pub(crate) written_per_asked: Option<f64>,
+    pub(crate) calls_asking_everything: u64,
+    pub(crate) scan: ScanLine,
+    pub(crate) ns_per_written_page: Option<f64>,
+    pub(crate) on_cpu_ns_per_written_page: Option<f64>,
+    pub(crate) extents: u64,
+    pub(crate) extent_blocks: u64,
+    pub(crate) bios: u64,
+    pub(crate) bio_bytes: u64,
+    pub(crate) folios_written: u64,
     /// wbc_writepage events anywhere (not only inside traced calls).
-    pub wbc_writepage_events: u64,
-    pub inode_passes: u64,
-    pub inode_pages_asked: u64,
-    pub inode_pages_wrote: u64,
+    pub(crate) wbc_writepage_events: u64,
+    pub(crate) inode_passes: u64,
+    pub(crate) inode_pages_asked: u64,
+    pub(crate) inode_pages_wrote: u64,
     /// Inode passes per device (tp_btf hook only; empty otherwise, and in
     /// recordings made before it existed).
     #[serde(default)]
-    pub inode_passes_by_device: Vec<InodePassLine>,
-    pub flusher: Vec<FlusherLine>,
-    pub dirty: DirtyLine,
-    pub throttle: ThrottleLine,
-    pub devices: Vec<DeviceLine>,
-    pub lost_records: u64,
-    pub run_time: Vec<RunTimeLine>,
+    pub(crate) inode_passes_by_device: Vec<InodePassLine>,
+    pub(crate) flusher: Vec<FlusherLine>,
+    pub(crate) dirty: DirtyLine,
+    pub(crate) throttle: ThrottleLine,
+    pub(crate) devices: Vec<DeviceLine>,
+    pub(crate) lost_records: u64,
+    pub(crate) run_time: Vec<RunTimeLine>,
 }
 
 fn ratio(num: u64, den: u64) -> Option<f64> {
@@ -307,7 +307,7 @@ fn ratio(num: u64, den: u64) -> Option<f64> {
 }
 
 impl IntervalLine {
-    pub fn new(
+    pub(crate) fn new(
         time_s: f64,
         interval_s: f64,
         calls: &CallAggregate,
@@ -469,28 +469,28 @@ impl IntervalLine {
 
 /// `{"type":"summary", ...}`: the last line, whatever stopped the trace.
 #[derive(Debug, Serialize)]
-pub struct SummaryLine<'a> {
-    pub r#type: &'static str,
-    pub duration_s: f64,
-    pub calls: u64,
-    pub pages_written: u64,
-    pub lost_records: u64,
-    pub unmatched_results: u64,
+pub(crate) struct SummaryLine<'a> {
+    pub(crate) r#type: &'static str,
+    pub(crate) duration_s: f64,
+    pub(crate) calls: u64,
+    pub(crate) pages_written: u64,
+    pub(crate) lost_records: u64,
+    pub(crate) unmatched_results: u64,
     /// Records the ring buffer delivered that could not be decoded.
-    pub bad_records: u64,
+    pub(crate) bad_records: u64,
     /// Calls the in-kernel filters dropped.
-    pub filtered: u64,
+    pub(crate) filtered: u64,
     /// Calls counted in the figures but not written out one by one because
     /// the call rate was over `--max-event-rate`.
-    pub calls_not_written: u64,
-    pub probes: &'a [ProbeStatus],
+    pub(crate) calls_not_written: u64,
+    pub(crate) probes: &'a [ProbeStatus],
     /// BPF run time per program over the whole trace (null figures when
     /// the kernel keeps no BPF statistics).
-    pub run_time: Vec<RunTimeLine>,
+    pub(crate) run_time: Vec<RunTimeLine>,
 }
 
 impl<'a> SummaryLine<'a> {
-    pub fn new(
+    pub(crate) fn new(
         duration_s: f64,
         totals: &Totals,
         kernel: &KernelStats,

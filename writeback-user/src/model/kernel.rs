@@ -17,37 +17,37 @@ pub struct KernelStats {
 
 /// Run time of one attached program (BPF_ENABLE_STATS).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct ProgramRunTime {
-    pub program: String,
-    pub run_count: u64,
-    pub run_time_ns: u64,
+pub(crate) struct ProgramRunTime {
+    pub(crate) program: String,
+    pub(crate) run_count: u64,
+    pub(crate) run_time_ns: u64,
 }
 
 /// `/proc/vmstat` figures we compare against (pages).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VmStat {
-    pub nr_dirty: u64,
-    pub nr_writeback: u64,
+pub(crate) struct VmStat {
+    pub(crate) nr_dirty: u64,
+    pub(crate) nr_writeback: u64,
     /// Cumulative: pages whose writeback completed (all filesystems).
-    pub nr_written: u64,
+    pub(crate) nr_written: u64,
     /// Cumulative: pages that went from clean to dirty.
-    pub nr_dirtied: u64,
-    pub nr_dirty_threshold: u64,
-    pub nr_dirty_background_threshold: u64,
+    pub(crate) nr_dirtied: u64,
+    pub(crate) nr_dirty_threshold: u64,
+    pub(crate) nr_dirty_background_threshold: u64,
 }
 
 /// Everything read from the kernel at one instant.
 #[derive(Clone, Debug, Default)]
-pub struct KernelSnapshot {
-    pub agg: Vec<u64>,
-    pub block: HashMap<BlockHistKey, u64>,
+pub(crate) struct KernelSnapshot {
+    pub(crate) agg: Vec<u64>,
+    pub(crate) block: HashMap<BlockHistKey, u64>,
     /// Per-device inode-pass counters (empty unless the tp_btf hook of
     /// `writeback_single_inode` is attached).
-    pub inode_pass: HashMap<DevCounterKey, u64>,
-    pub dirty: Vec<u64>,
-    pub stats: KernelStats,
-    pub run_times: Vec<ProgramRunTime>,
-    pub vmstat: VmStat,
+    pub(crate) inode_pass: HashMap<DevCounterKey, u64>,
+    pub(crate) dirty: Vec<u64>,
+    pub(crate) stats: KernelStats,
+    pub(crate) run_times: Vec<ProgramRunTime>,
+    pub(crate) vmstat: VmStat,
 }
 
 impl KernelSnapshot {

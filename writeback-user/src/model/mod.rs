@@ -9,7 +9,6 @@ pub mod plan;
 pub mod record;
 pub mod window;
 
-pub use histogram::Log2Histogram;
-pub use record::{
-    CallRecord, DevId, ScanFigures, Totals, cause_name, sync_mode_name, wb_reason_name,
-};
+pub(crate) use histogram::Log2Histogram;
+pub use record::{CallRecord, DevId, ScanFigures};
+pub(crate) use record::{Totals, cause_name, sync_mode_name, wb_reason_name};

@@ -44,7 +44,7 @@ pub enum Concept {
 }
 
 impl Concept {
-    pub const ALL: [Concept; 10] = [
+    pub(crate) const ALL: [Concept; 10] = [
         Concept::WritepagesCall,
         Concept::Scan,
         Concept::PerPageWrite,
@@ -93,7 +93,7 @@ pub struct ConceptPlan {
 }
 
 impl ConceptPlan {
-    pub fn new(concept: Concept) -> ConceptPlan {
+    pub(crate) fn new(concept: Concept) -> ConceptPlan {
         ConceptPlan {
             concept,
             hook: None,
@@ -104,7 +104,7 @@ impl ConceptPlan {
     }
 
     /// Records that the candidate hook labelled `hook` was refused.
-    pub fn reject(&mut self, hook: String, reason: impl Into<String>) {
+    pub(crate) fn reject(&mut self, hook: String, reason: impl Into<String>) {
         self.rejected.push(Rejection {
             hook,
             reason: reason.into(),
@@ -137,7 +137,7 @@ impl ProbePlan {
 
     /// A plan in which nothing could be attached, for one reason (missing
     /// privileges, no tracefs): every concept says so.
-    pub fn unavailable(kernel: String, reason: &str) -> ProbePlan {
+    pub(crate) fn unavailable(kernel: String, reason: &str) -> ProbePlan {
         ProbePlan {
             kernel,
             concepts: Concept::ALL
@@ -161,7 +161,7 @@ impl ProbePlan {
     }
 
     /// The table `wbscope probes` prints.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let mut out = format!("kernel {}\n\n", self.kernel);
         out.push_str(&format!(
             "{:<16} {:<11} {}\n",

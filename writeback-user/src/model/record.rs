@@ -18,7 +18,7 @@ impl DevId {
     /// (`MAJOR(dev) = dev >> 20`, `MINOR(dev) = dev & ((1 << 20) - 1)`,
     /// include/linux/kdev_t.h), which differs from the userspace encoding
     /// that `stat(2)` returns.
-    pub const fn from_kernel(dev: u32) -> DevId {
+    pub(crate) const fn from_kernel(dev: u32) -> DevId {
         DevId {
             major: dev >> 20,
             minor: dev & ((1 << 20) - 1),
@@ -70,7 +70,7 @@ impl<'de> serde::Deserialize<'de> for DevId {
 }
 
 /// `enum writeback_sync_modes` (include/linux/writeback.h).
-pub fn sync_mode_name(mode: u32) -> &'static str {
+pub(crate) fn sync_mode_name(mode: u32) -> &'static str {
     match mode {
         0 => "none",
         1 => "all",
@@ -79,7 +79,7 @@ pub fn sync_mode_name(mode: u32) -> &'static str {
 }
 
 /// `writeback_common::cause` in words.
-pub fn cause_name(c: u32) -> &'static str {
+pub(crate) fn cause_name(c: u32) -> &'static str {
     match c {
         cause::SYNC => "sync",
         cause::PERIODIC => "periodic",
@@ -92,7 +92,7 @@ pub fn cause_name(c: u32) -> &'static str {
 
 /// `enum wb_reason` (include/linux/backing-dev-defs.h, 6.18 order) in
 /// words; records carry it plus one, 0 meaning "no flusher work".
-pub fn wb_reason_name(reason_plus_one: u32) -> Option<&'static str> {
+pub(crate) fn wb_reason_name(reason_plus_one: u32) -> Option<&'static str> {
     const NAMES: [&str; 8] = [
         "background",
         "vmscan",
@@ -214,14 +214,14 @@ impl From<&WritepagesCall> for CallRecord {
 
 /// Running totals of the writepages calls seen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Totals {
-    pub calls: u64,
-    pub pages_written: u64,
-    pub nr_to_write: u64,
+pub(crate) struct Totals {
+    pub(crate) calls: u64,
+    pub(crate) pages_written: u64,
+    pub(crate) nr_to_write: u64,
 }
 
 impl Totals {
-    pub fn add(&mut self, call: &CallRecord) {
+    pub(crate) fn add(&mut self, call: &CallRecord) {
         self.calls += 1;
         self.pages_written += call.pages_written.max(0) as u64;
         self.nr_to_write = self

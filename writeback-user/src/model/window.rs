@@ -16,14 +16,14 @@ use crate::{
 
 /// p50/p99/max of pages per writepages call (exact, from the records).
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Percentiles {
-    pub p50: u64,
-    pub p99: u64,
-    pub max: u64,
+pub(crate) struct Percentiles {
+    pub(crate) p50: u64,
+    pub(crate) p99: u64,
+    pub(crate) max: u64,
 }
 
 impl Percentiles {
-    pub fn of(values: &mut [u64]) -> Option<Percentiles> {
+    pub(crate) fn of(values: &mut [u64]) -> Option<Percentiles> {
         if values.is_empty() {
             return None;
         }
@@ -39,68 +39,68 @@ impl Percentiles {
 
 /// Kernel figures of one traced window, for the devices it was about.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct KernelFigures {
+pub(crate) struct KernelFigures {
     /// The filesystems' devices (`major:minor`).
-    pub devices: Vec<DevId>,
-    pub window_s: f64,
+    pub(crate) devices: Vec<DevId>,
+    pub(crate) window_s: f64,
     /// writepages calls on those devices, and the pages they wrote.
-    pub calls: u64,
-    pub pages_written: u64,
-    pub calls_by_cause: BTreeMap<String, u64>,
-    pub pages_per_call: Option<Percentiles>,
-    pub pages_per_call_hist: Vec<Bucket>,
+    pub(crate) calls: u64,
+    pub(crate) pages_written: u64,
+    pub(crate) calls_by_cause: BTreeMap<String, u64>,
+    pub(crate) pages_per_call: Option<Percentiles>,
+    pub(crate) pages_per_call_hist: Vec<Bucket>,
     /// Pages written / pages asked over calls with a finite budget.
-    pub written_per_asked: Option<f64>,
-    pub calls_asking_everything: u64,
+    pub(crate) written_per_asked: Option<f64>,
+    pub(crate) calls_asking_everything: u64,
     /// Pages examined per page written (ext4's folio scan).
-    pub pages_scanned_per_page_written: Option<f64>,
-    pub ns_per_written_page: Option<f64>,
-    pub on_cpu_ns_per_written_page: Option<f64>,
+    pub(crate) pages_scanned_per_page_written: Option<f64>,
+    pub(crate) ns_per_written_page: Option<f64>,
+    pub(crate) on_cpu_ns_per_written_page: Option<f64>,
     /// Sum of the calls' wall time and on-CPU time (seconds).
-    pub calls_wall_s: f64,
-    pub calls_on_cpu_s: Option<f64>,
-    pub extents: u64,
+    pub(crate) calls_wall_s: f64,
+    pub(crate) calls_on_cpu_s: Option<f64>,
+    pub(crate) extents: u64,
     /// `writeback_single_inode` passes and pages they wrote (any
     /// filesystem, system-wide).
-    pub inode_passes: u64,
-    pub inode_pages_wrote: u64,
+    pub(crate) inode_passes: u64,
+    pub(crate) inode_pages_wrote: u64,
     /// The same passes on these devices, with their chunk sizes; null
     /// when the hook that sees the device (tp_btf) is not attached.
-    pub inode_pass: Option<InodePassFigures>,
+    pub(crate) inode_pass: Option<InodePassFigures>,
     /// /proc/vmstat sampled every 100 ms (system-wide, KiB).
-    pub peak_dirty_kib: u64,
-    pub peak_writeback_kib: u64,
+    pub(crate) peak_dirty_kib: u64,
+    pub(crate) peak_writeback_kib: u64,
     /// `balance_dirty_pages` throttling over the window (system-wide).
-    pub throttle_events: u64,
-    pub throttle_pause_ms_total: u64,
+    pub(crate) throttle_events: u64,
+    pub(crate) throttle_pause_ms_total: u64,
     /// Block requests issued to the devices, and the log2 bucket holding
     /// the median request size (bytes).
-    pub device_requests: u64,
-    pub device_request_bytes_p50: Option<[u64; 2]>,
-    pub device_request_bytes: Vec<Bucket>,
+    pub(crate) device_requests: u64,
+    pub(crate) device_request_bytes_p50: Option<[u64; 2]>,
+    pub(crate) device_request_bytes: Vec<Bucket>,
     /// /proc/vmstat `nr_written` delta (pages, system-wide).
-    pub vmstat_written_pages: u64,
-    pub lost_records: u64,
+    pub(crate) vmstat_written_pages: u64,
+    pub(crate) lost_records: u64,
 }
 
 /// Inode passes on a run's devices: the counts, and the log2 buckets
 /// holding the median and 99th percentile of the chunk per pass.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct InodePassFigures {
+pub(crate) struct InodePassFigures {
     #[serde(flatten)]
-    pub counts: InodePassCounts,
+    pub(crate) counts: InodePassCounts,
     /// Pages written per budget pass that wrote any, p50/p99 (bucket
     /// `[lo, hi]`) and mean.
-    pub pages_per_pass_p50: Option<[u64; 2]>,
-    pub pages_per_pass_p99: Option<[u64; 2]>,
-    pub pages_per_pass_mean: Option<f64>,
+    pub(crate) pages_per_pass_p50: Option<[u64; 2]>,
+    pub(crate) pages_per_pass_p99: Option<[u64; 2]>,
+    pub(crate) pages_per_pass_mean: Option<f64>,
     /// Budget per budget pass, p50 (bucket `[lo, hi]`).
-    pub pages_asked_per_pass_p50: Option<[u64; 2]>,
+    pub(crate) pages_asked_per_pass_p50: Option<[u64; 2]>,
 }
 
 impl InodePassFigures {
     /// The passes of `devs` among an interval line's devices.
-    pub fn of(line: &IntervalLine, devs: &[DevId]) -> InodePassFigures {
+    pub(crate) fn of(line: &IntervalLine, devs: &[DevId]) -> InodePassFigures {
         let mut counts = InodePassCounts::default();
         for l in line
             .inode_passes_by_device
@@ -211,19 +211,19 @@ impl KernelFigures {
 
 /// One strategy's run: the writer's report and the kernel's figures.
 #[derive(Clone, Debug, Serialize)]
-pub struct Run {
+pub(crate) struct Run {
     /// Scenarios: which filesystem (e.g. `ext4`, `fs2 xfs`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fs: Option<String>,
-    pub strategy: String,
-    pub repeat: u32,
-    pub writer: Report,
-    pub kernel: KernelFigures,
+    pub(crate) fs: Option<String>,
+    pub(crate) strategy: String,
+    pub(crate) repeat: u32,
+    pub(crate) writer: Report,
+    pub(crate) kernel: KernelFigures,
 }
 
 impl Run {
     /// The table column this run belongs to.
-    pub fn column(&self) -> String {
+    pub(crate) fn column(&self) -> String {
         match &self.fs {
             Some(fs) => format!("{fs} {}", self.strategy),
             None => self.strategy.clone(),

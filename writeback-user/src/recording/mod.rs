@@ -24,18 +24,18 @@ pub mod writer;
 
 use serde::{Deserialize, Serialize};
 
-pub const MAGIC: &[u8; 8] = b"WBSCOPE\0";
+pub(crate) const MAGIC: &[u8; 8] = b"WBSCOPE\0";
 /// Bumped on any incompatible change to the header or frames.
 pub const FORMAT_VERSION: u32 = 1;
-pub const SYNC: u16 = 0xB5F7;
+pub(crate) const SYNC: u16 = 0xB5F7;
 /// sync + kind + reserved + length + crc.
-pub const FRAME_HEADER_LEN: usize = 12;
+pub(crate) const FRAME_HEADER_LEN: usize = 12;
 /// Largest payload a reader accepts: a call record is ~100 bytes and an
 /// interval line a few KiB; anything larger is corruption, and the bound
 /// keeps a corrupt length from becoming a huge allocation.
-pub const MAX_PAYLOAD: usize = 1 << 20;
+pub(crate) const MAX_PAYLOAD: usize = 1 << 20;
 /// Largest header a reader accepts (the probe plan is a few KiB).
-pub const MAX_HEADER: usize = 1 << 20;
+pub(crate) const MAX_HEADER: usize = 1 << 20;
 
 /// Frame kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
-    pub fn from_u8(v: u8) -> Option<FrameKind> {
+    pub(crate) fn from_u8(v: u8) -> Option<FrameKind> {
         match v {
             1 => Some(FrameKind::Call),
             2 => Some(FrameKind::Interval),

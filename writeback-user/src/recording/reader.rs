@@ -36,7 +36,7 @@ use crate::model::CallRecord;
 /// The most of a recording the reader needs at once: one whole frame of
 /// the largest payload. The buffer holds at most this plus
 /// `CHECKPOINT - 1` bytes.
-pub const WINDOW: usize = FRAME_HEADER_LEN + MAX_PAYLOAD;
+pub(crate) const WINDOW: usize = FRAME_HEADER_LEN + MAX_PAYLOAD;
 /// Bytes asked of the source per read.
 const READ_CHUNK: usize = 64 << 10;
 /// Spacing of the running-CRC checkpoints kept while resynchronising:
@@ -45,11 +45,11 @@ const READ_CHUNK: usize = 64 << 10;
 const CHECKPOINT: usize = 16;
 /// Damage entries kept in [`RecordingReader::damage`]; more are only
 /// counted, since a hostile file can have a damaged region every few bytes.
-pub const MAX_DAMAGE_KEPT: usize = 1000;
+pub(crate) const MAX_DAMAGE_KEPT: usize = 1000;
 
 /// Why a recording cannot be read at all.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error("not a wbscope recording (bad magic)")]
     BadMagic,
     #[error(
@@ -69,7 +69,7 @@ pub enum OpenError {
 
 /// One decoded frame.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Frame {
+pub(crate) enum Frame {
     Call(CallRecord),
     Interval(serde_json::Value),
     Summary(serde_json::Value),
@@ -78,7 +78,7 @@ pub enum Frame {
 /// A problem met while reading frames; reading goes on after it, except
 /// after `Truncated` and `Unreadable`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Damage {
+pub(crate) enum Damage {
     /// Bytes at `offset` were skipped until the next frame that checks out.
     Corrupt { offset: usize, skipped: usize },
     /// The recording ends inside a frame at `offset` (cut short).
@@ -120,8 +120,8 @@ pub(crate) struct Work {
 }
 
 /// Reads a recording from a file, a pipe or memory, one frame at a time.
-pub struct RecordingReader<R> {
-    pub header: Header,
+pub(crate) struct RecordingReader<R> {
+    pub(crate) header: Header,
     src: R,
     /// Bytes `buf_at..buf_at + buf.len()` of the recording.
     buf: Vec<u8>,
@@ -132,9 +132,9 @@ pub struct RecordingReader<R> {
     pos: usize,
     finished: bool,
     /// Damage met so far (the first [`MAX_DAMAGE_KEPT`]).
-    pub damage: Vec<Damage>,
+    pub(crate) damage: Vec<Damage>,
     /// Damage met beyond those kept.
-    pub damage_not_kept: u64,
+    pub(crate) damage_not_kept: u64,
     /// The running CRC while resynchronising.
     prefix: Option<PrefixCrc>,
     work: Work,
@@ -195,7 +195,7 @@ enum At {
 
 impl<R: Read> RecordingReader<R> {
     /// Reads the header; frames are read as the iterator asks.
-    pub fn open(mut src: R) -> Result<RecordingReader<R>, OpenError> {
+    pub(crate) fn open(mut src: R) -> Result<RecordingReader<R>, OpenError> {
         let mut fixed = [0u8; 16];
         let got = read_full(&mut src, &mut fixed)?;
         if got < MAGIC.len() || &fixed[..MAGIC.len()] != MAGIC {
@@ -479,7 +479,7 @@ impl<R: Read + Send + 'static> RecordingReader<R> {
     /// at most that many, and the reader its window, whatever the size of
     /// the recording. Damage is logged as it is met. The thread ends at
     /// the end of the recording or when the receiver is dropped.
-    pub fn into_channel(
+    pub(crate) fn into_channel(
         mut self,
         capacity: usize,
     ) -> io::Result<tokio::sync::mpsc::Receiver<Frame>> {

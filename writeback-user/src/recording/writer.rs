@@ -7,8 +7,8 @@ use crate::model::CallRecord;
 
 pub struct RecordingWriter<W: Write> {
     out: W,
-    pub frames: u64,
-    pub bytes: u64,
+    pub(crate) frames: u64,
+    pub(crate) bytes: u64,
 }
 
 impl<W: Write> RecordingWriter<W> {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::{object::EBPF_OBJECT, privileges, tracefs};
 
 /// `(program, what it does)`, cheapest first.
-pub const FLOOR_PROGRAMS: [(&str, &str); 4] = [
+pub(crate) const FLOOR_PROGRAMS: [(&str, &str); 4] = [
     (
         "floor_empty",
         "nothing (dispatch and the statistics' own clock reads)",
@@ -36,13 +36,13 @@ const EVENT: (&str, &str) = ("sched", "sched_switch");
 
 /// One calibration program's figures.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct FloorCost {
-    pub program: &'static str,
-    pub does: &'static str,
-    pub invocations: u64,
-    pub run_time_ns: u64,
+pub(crate) struct FloorCost {
+    pub(crate) program: &'static str,
+    pub(crate) does: &'static str,
+    pub(crate) invocations: u64,
+    pub(crate) run_time_ns: u64,
     /// `run_time_ns / invocations`; `None` without invocations.
-    pub avg_ns: Option<f64>,
+    pub(crate) avg_ns: Option<f64>,
 }
 
 impl FloorCost {
@@ -60,7 +60,7 @@ impl FloorCost {
 /// Attaches the calibration programs for `duration`, sleeping in 1 ms steps
 /// meanwhile (so that even an idle host switches often enough), and
 /// returns their run times. Everything is detached when it returns.
-pub fn measure(duration: Duration) -> anyhow::Result<Vec<FloorCost>> {
+pub(crate) fn measure(duration: Duration) -> anyhow::Result<Vec<FloorCost>> {
     privileges::check()?;
     let root = tracefs::ensure_mounted()?;
     // floor_field reads sched_switch's next_pid at its offset here, as the
@@ -108,7 +108,7 @@ pub fn measure(duration: Duration) -> anyhow::Result<Vec<FloorCost>> {
 }
 
 /// The table `wbscope probes --cost` prints.
-pub fn table(costs: &[FloorCost], duration: Duration) -> String {
+pub(crate) fn table(costs: &[FloorCost], duration: Duration) -> String {
     let mut out = format!(
         "BPF program floor on this machine ({}:{}, {:.1} s, kernel BPF statistics)\n\
          {:<14} {:>12} {:>9}  what it does\n",

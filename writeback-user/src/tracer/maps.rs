@@ -13,7 +13,7 @@ use crate::model::kernel::{KernelSnapshot, KernelStats, ProgramRunTime, VmStat};
 
 impl Tracer {
     /// Everything the interval figures need, read now.
-    pub fn snapshot(&self) -> anyhow::Result<KernelSnapshot> {
+    pub(crate) fn snapshot(&self) -> anyhow::Result<KernelSnapshot> {
         Ok(KernelSnapshot {
             agg: self.aggregates()?,
             block: self.block_histograms()?,
@@ -42,7 +42,7 @@ impl Tracer {
     }
 
     /// Per-CPU interval counters (`AGG`), summed over CPUs, by index.
-    pub fn aggregates(&self) -> anyhow::Result<Vec<u64>> {
+    pub(crate) fn aggregates(&self) -> anyhow::Result<Vec<u64>> {
         let agg: PerCpuArray<_, u64> =
             PerCpuArray::try_from(self.ebpf.map("AGG").context("AGG map missing")?)?;
         (0..writeback_common::agg::COUNT)
@@ -55,7 +55,7 @@ impl Tracer {
     }
 
     /// Latest dirty levels (`DIRTY`), by `writeback_common::dirty` index.
-    pub fn dirty_levels(&self) -> anyhow::Result<Vec<u64>> {
+    pub(crate) fn dirty_levels(&self) -> anyhow::Result<Vec<u64>> {
         let dirty: Array<_, u64> =
             Array::try_from(self.ebpf.map("DIRTY").context("DIRTY map missing")?)?;
         (0..writeback_common::dirty::COUNT)
@@ -69,7 +69,7 @@ impl Tracer {
 
     /// Per-device block histograms, summed over CPUs: the per-CPU slots
     /// (`BLOCK_SLOTS`) and the overflow hash (`BLOCK_HIST`) together.
-    pub fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
+    pub(crate) fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
         let mut out: HashMap<BlockHistKey, u64> = self.per_cpu_sums("BLOCK_HIST")?;
         let slots: PerCpuArray<_, DevBlockHist> = PerCpuArray::try_from(
             self.ebpf
@@ -86,7 +86,7 @@ impl Tracer {
     }
 
     /// Per-device inode-pass counters (`INODE_PASS`), summed over CPUs.
-    pub fn inode_pass_counters(
+    pub(crate) fn inode_pass_counters(
         &self,
     ) -> anyhow::Result<HashMap<writeback_common::DevCounterKey, u64>> {
         self.per_cpu_sums("INODE_PASS")
@@ -112,7 +112,7 @@ impl Tracer {
 
     /// Run count and time of each attached program, when the kernel keeps
     /// BPF statistics.
-    pub fn run_times(&self) -> Vec<ProgramRunTime> {
+    pub(crate) fn run_times(&self) -> Vec<ProgramRunTime> {
         self.attached_programs
             .iter()
             .filter_map(|&name| {
@@ -128,7 +128,7 @@ impl Tracer {
 }
 
 /// The `/proc/vmstat` figures wbscope compares against.
-pub fn read_vmstat() -> anyhow::Result<VmStat> {
+pub(crate) fn read_vmstat() -> anyhow::Result<VmStat> {
     let v = procfs::vmstat()?;
     let get = |k: &str| v.get(k).copied().unwrap_or(0).max(0) as u64;
     Ok(VmStat {

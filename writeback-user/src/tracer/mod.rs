@@ -24,7 +24,7 @@ use aya::{
 
 use crate::model::plan::ProbePlan;
 pub use attach::TracerOptions;
-pub use maps::read_vmstat;
+pub(crate) use maps::read_vmstat;
 
 /// Loaded and attached programs. Dropping it detaches everything.
 pub struct Tracer {
@@ -34,7 +34,7 @@ pub struct Tracer {
     /// The field offsets and struct members the programs were loaded with,
     /// for recordings: `{"ext4:ext4_writepages": {"dev": [8, 4, 0], ...},
     /// "btf": {"inode.i_ino": [64, 8, 0, 0], ...}}`.
-    pub field_offsets: serde_json::Value,
+    pub(crate) field_offsets: serde_json::Value,
     /// Attached program names, for run-time statistics.
     attached_programs: Vec<&'static str>,
     /// Keeps BPF run-time statistics on while the tracer lives.
@@ -61,13 +61,13 @@ impl Tracer {
 
     /// The eBPF log ring buffer, to be polled by the caller; can be taken
     /// once.
-    pub fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<&'static dyn log::Log>> {
+    pub(crate) fn take_logger(&mut self) -> Option<aya_log::EbpfLogger<&'static dyn log::Log>> {
         self.logger.take()
     }
 }
 
 /// Forwards aya-log records from the kernel programs to the `log` crate.
-pub fn spawn_ebpf_log_pump(tracer: &mut Tracer) {
+pub(crate) fn spawn_ebpf_log_pump(tracer: &mut Tracer) {
     let Some(logger) = tracer.take_logger() else {
         return;
     };

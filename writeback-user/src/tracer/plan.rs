@@ -187,7 +187,7 @@ const SINGLE_INODE_TP: &[TracepointAttach] = &[tp(
 /// `writeback_single_inode` as a BTF tracepoint: the raw arguments
 /// (inode, wbc, nr_to_write) give the inode's device and number too, so
 /// passes are also added up per device (`INODE_PASS`).
-pub const TP_BTF_SINGLE_INODE: Candidate = Candidate::BtfPrograms {
+pub(crate) const TP_BTF_SINGLE_INODE: Candidate = Candidate::BtfPrograms {
     kind: HookKind::TpBtf,
     attaches: &[BtfAttach {
         program: "tp_btf_single_inode",
@@ -298,7 +298,7 @@ const FUNCTION_WRITEPAGES_FIELDS: &[&str] = &[
 
 /// fentry/fexit on `ext4_writepages(mapping, wbc)`; pages written is the
 /// budget consumed, read from the wbc at exit.
-pub const FENTRY_WRITEPAGES: Candidate = Candidate::BtfPrograms {
+pub(crate) const FENTRY_WRITEPAGES: Candidate = Candidate::BtfPrograms {
     kind: HookKind::Fentry,
     attaches: &[
         BtfAttach {
@@ -314,7 +314,7 @@ pub const FENTRY_WRITEPAGES: Candidate = Candidate::BtfPrograms {
 };
 
 /// kprobe/kretprobe on `ext4_writepages`.
-pub const KPROBE_WRITEPAGES: Candidate = Candidate::BtfPrograms {
+pub(crate) const KPROBE_WRITEPAGES: Candidate = Candidate::BtfPrograms {
     kind: HookKind::Kprobe,
     attaches: &[
         BtfAttach {
@@ -332,7 +332,7 @@ pub const KPROBE_WRITEPAGES: Candidate = Candidate::BtfPrograms {
 /// `ext4_writepages` / `ext4_writepages_result` as BTF tracepoints: the
 /// raw arguments (inode, wbc, ret, pages_written), so `for_background`
 /// comes from the wbc itself.
-pub const TP_BTF_WRITEPAGES: Candidate = Candidate::BtfPrograms {
+pub(crate) const TP_BTF_WRITEPAGES: Candidate = Candidate::BtfPrograms {
     kind: HookKind::TpBtf,
     attaches: &[
         BtfAttach {
@@ -351,11 +351,11 @@ pub const TP_BTF_WRITEPAGES: Candidate = Candidate::BtfPrograms {
 /// bracket on 6.16+ and the only scan hook on kernels without those
 /// tracepoints (ext4 never calls write_cache_pages/writeback_iter for
 /// delalloc writeback).
-pub const EXT4_SCAN_FUNCTION: &str = "mpage_prepare_extent_to_map";
+pub(crate) const EXT4_SCAN_FUNCTION: &str = "mpage_prepare_extent_to_map";
 
 /// kprobe/kretprobe on `mpage_prepare_extent_to_map(mpd)`: scan start and
 /// end read from `struct mpage_da_data` (ScanMembers).
-pub const KPROBE_SCAN: Candidate = Candidate::BtfPrograms {
+pub(crate) const KPROBE_SCAN: Candidate = Candidate::BtfPrograms {
     kind: HookKind::Kprobe,
     attaches: &[
         BtfAttach {
@@ -371,7 +371,7 @@ pub const KPROBE_SCAN: Candidate = Candidate::BtfPrograms {
 };
 
 /// `ext4_da_write_folios_start/end` as BTF tracepoints (6.16+).
-pub const TP_BTF_SCAN: Candidate = Candidate::BtfPrograms {
+pub(crate) const TP_BTF_SCAN: Candidate = Candidate::BtfPrograms {
     kind: HookKind::TpBtf,
     attaches: &[
         BtfAttach {
@@ -387,13 +387,13 @@ pub const TP_BTF_SCAN: Candidate = Candidate::BtfPrograms {
 };
 
 /// The block tracepoint the BTF device-I/O candidate is known by.
-pub const BLOCK_RQ_ISSUE: &str = "block_rq_issue";
+pub(crate) const BLOCK_RQ_ISSUE: &str = "block_rq_issue";
 
 /// The block tracepoints as BTF tracepoints: requests and bios read with
 /// plain loads instead of a helper call per field, and request latency
 /// from the kernel's own issue stamp where block statistics are on
 /// (writeback-ebpf/src/block.rs).
-pub const TP_BTF_BLOCK: Candidate = Candidate::BtfPrograms {
+pub(crate) const TP_BTF_BLOCK: Candidate = Candidate::BtfPrograms {
     kind: HookKind::TpBtf,
     attaches: &[
         BtfAttach {
@@ -414,7 +414,7 @@ pub const TP_BTF_BLOCK: Candidate = Candidate::BtfPrograms {
 
 /// `sched_switch` as a BTF tracepoint: `next` from the task pointer, and
 /// no trace record built on every context switch.
-pub const TP_BTF_SCHED_SWITCH: Candidate = Candidate::BtfPrograms {
+pub(crate) const TP_BTF_SCHED_SWITCH: Candidate = Candidate::BtfPrograms {
     kind: HookKind::TpBtf,
     attaches: &[BtfAttach {
         program: "tp_btf_sched_switch",

@@ -9,14 +9,14 @@ use caps::{CapSet, Capability};
     "insufficient privileges: wbscope needs root, or CAP_BPF and CAP_PERFMON (missing: {})",
     .missing.join(", ")
 )]
-pub struct MissingPrivileges {
-    pub missing: Vec<&'static str>,
+pub(crate) struct MissingPrivileges {
+    pub(crate) missing: Vec<&'static str>,
 }
 
 /// Effective capabilities needed to load tracing programs: CAP_BPF for
 /// BPF_PROG_LOAD/BPF_MAP_CREATE and CAP_PERFMON for tracing program types
 /// (both split out of CAP_SYS_ADMIN in 5.8). CAP_SYS_ADMIN alone covers both.
-pub fn check() -> Result<(), MissingPrivileges> {
+pub(crate) fn check() -> Result<(), MissingPrivileges> {
     let has = |cap| caps::has_cap(None, CapSet::Effective, cap).unwrap_or(false);
     if has(Capability::CAP_SYS_ADMIN) {
         return Ok(());

@@ -11,7 +11,7 @@ use crate::model::CallRecord;
 
 /// How long records may wait in the ring buffer before userspace reads
 /// them when the kernel does not wake it.
-pub const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What collectors send to the task that owns the model.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,7 +21,7 @@ pub enum RingRecord {
 
 /// Why a ring-buffer record was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     #[error("record of {0} bytes is shorter than its header")]
     Short(usize),
     #[error("record kind {kind} of {len} bytes does not match any known record")]
@@ -31,7 +31,7 @@ pub enum DecodeError {
 /// Decodes one ring-buffer record. The bytes are copied out with an
 /// unaligned read after a size check: ring-buffer items are only 8-byte
 /// aligned by convention, and a short record must never be read past.
-pub fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
     let kind_bytes: [u8; 4] = bytes
         .get(..4)
         .and_then(|b| b.try_into().ok())
@@ -56,7 +56,7 @@ pub fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
 pub struct RingCollector {
     fd: AsyncFd<RingBuf<MapData>>,
     /// Records that could not be decoded (counted, logged once each kind).
-    pub bad_records: u64,
+    pub(crate) bad_records: u64,
 }
 
 impl RingCollector {

@@ -18,32 +18,32 @@ const TRACEFS_PATHS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/trac
 
 /// One `field:` line of a format file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Field {
+pub(crate) struct Field {
     /// C declaration without the name, e.g. `unsigned long`, `char[16]`.
-    pub ctype: String,
-    pub name: String,
-    pub offset: usize,
-    pub size: usize,
-    pub signed: bool,
+    pub(crate) ctype: String,
+    pub(crate) name: String,
+    pub(crate) offset: usize,
+    pub(crate) size: usize,
+    pub(crate) signed: bool,
 }
 
 /// A parsed `format` file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventFormat {
-    pub name: String,
-    pub id: Option<u32>,
-    pub fields: Vec<Field>,
+pub(crate) struct EventFormat {
+    pub(crate) name: String,
+    pub(crate) id: Option<u32>,
+    pub(crate) fields: Vec<Field>,
 }
 
 impl EventFormat {
-    pub fn field(&self, name: &str) -> Option<&Field> {
+    pub(crate) fn field(&self, name: &str) -> Option<&Field> {
         self.fields.iter().find(|f| f.name == name)
     }
 
     /// Builds the table the eBPF program reads, one slot per name in
     /// `names` (in that order). Names this kernel lacks stay absent (size 0);
     /// fields wider than 8 bytes or of odd sizes are refused.
-    pub fn layout(&self, names: &[&str]) -> anyhow::Result<(TracepointLayout, Vec<String>)> {
+    pub(crate) fn layout(&self, names: &[&str]) -> anyhow::Result<(TracepointLayout, Vec<String>)> {
         if names.len() > MAX_TP_FIELDS {
             bail!("{} fields requested, at most {MAX_TP_FIELDS}", names.len());
         }
@@ -78,7 +78,7 @@ impl EventFormat {
 /// The grammar (kernel/trace/trace_events.c, `f_show`) is one
 /// `\tfield:<decl>;\toffset:<n>;\tsize:<n>;\tsigned:<0|1>;` line per field;
 /// `signed:` is absent on kernels before 2.6.32.
-pub fn parse_format(text: &str) -> anyhow::Result<EventFormat> {
+pub(crate) fn parse_format(text: &str) -> anyhow::Result<EventFormat> {
     let mut name = None;
     let mut id = None;
     let mut fields = Vec::new();
@@ -150,7 +150,7 @@ fn split_decl(decl: &str) -> Option<(String, String)> {
 /// Returns the tracefs root, mounting tracefs at /sys/kernel/tracing when no
 /// mount is found (it is not mounted at boot on some hosts). Errors name
 /// the capability that is missing.
-pub fn ensure_mounted() -> anyhow::Result<PathBuf> {
+pub(crate) fn ensure_mounted() -> anyhow::Result<PathBuf> {
     if let Some(root) = find_mounted() {
         return Ok(root);
     }
@@ -217,7 +217,7 @@ fn mount_tracefs(target: &Path) -> std::io::Result<()> {
 
 /// Why a tracepoint cannot be used, in words for the probe status.
 #[derive(Debug, thiserror::Error)]
-pub enum TracepointError {
+pub(crate) enum TracepointError {
     #[error("tracepoint {0}:{1} is not present on this kernel")]
     NotPresent(String, String),
     #[error("reading the format of {0}:{1}: {2:#}")]
@@ -225,7 +225,11 @@ pub enum TracepointError {
 }
 
 /// Reads and parses `events/<system>/<event>/format` under `root`.
-pub fn read_format(root: &Path, system: &str, event: &str) -> Result<EventFormat, TracepointError> {
+pub(crate) fn read_format(
+    root: &Path,
+    system: &str,
+    event: &str,
+) -> Result<EventFormat, TracepointError> {
     let path = root.join("events").join(system).join(event).join("format");
     let text = match fs::read_to_string(&path) {
         Ok(text) => text,

@@ -2,7 +2,7 @@
 //! line up and a figure reads at a glance.
 
 /// A count or rate with a decimal SI suffix: `0`, `12.5`, `3.1K`, `12M`.
-pub fn si(v: f64) -> String {
+pub(crate) fn si(v: f64) -> String {
     let a = v.abs();
     if !v.is_finite() {
         "-".into()
@@ -22,7 +22,7 @@ pub fn si(v: f64) -> String {
 }
 
 /// Bytes with a binary suffix and one decimal: `512B`, `4.0K`, `1.5G`.
-pub fn bytes(b: u64) -> String {
+pub(crate) fn bytes(b: u64) -> String {
     const UNITS: [(&str, u64); 4] = [
         ("T", 1 << 40),
         ("G", 1 << 30),
@@ -38,12 +38,12 @@ pub fn bytes(b: u64) -> String {
 }
 
 /// Bytes per second in decimal megabytes, as `wbscope write` reports them.
-pub fn mb_s(bytes_per_s: f64) -> String {
+pub(crate) fn mb_s(bytes_per_s: f64) -> String {
     format!("{:.0} MB/s", bytes_per_s / 1e6)
 }
 
 /// A duration in nanoseconds, in the unit that keeps it short.
-pub fn ns(v: f64) -> String {
+pub(crate) fn ns(v: f64) -> String {
     if v >= 1e9 {
         format!("{:.2}s", v / 1e9)
     } else if v >= 1e6 {
@@ -56,12 +56,12 @@ pub fn ns(v: f64) -> String {
 }
 
 /// A latency given in microseconds (writer-core's unit).
-pub fn us(v: f64) -> String {
+pub(crate) fn us(v: f64) -> String {
     ns(v * 1e3)
 }
 
 /// `Some(x)` formatted, or `-` for a figure that is undefined (no calls).
-pub fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+pub(crate) fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map_or_else(|| "-".into(), f)
 }
 

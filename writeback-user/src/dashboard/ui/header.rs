@@ -11,7 +11,7 @@ use crate::{dashboard::app::App, dashboard::state::Model};
 
 /// (attached, fallen back, missing): fallen back means attached, but not
 /// with the first candidate hook.
-pub fn plan_counts(m: &Model) -> (usize, usize, usize) {
+pub(crate) fn plan_counts(m: &Model) -> (usize, usize, usize) {
     if m.plan.concepts.is_empty() {
         let attached = m
             .probes
@@ -30,7 +30,7 @@ pub fn plan_counts(m: &Model) -> (usize, usize, usize) {
     (attached, fallen, m.plan.concepts.len() - attached)
 }
 
-pub fn header(app: &App, width: u16) -> Paragraph<'static> {
+pub(crate) fn header(app: &App, width: u16) -> Paragraph<'static> {
     let m = app.shown();
     let (attached, fallen, missing) = plan_counts(m);
     let kernel = if m.plan.kernel.is_empty() {

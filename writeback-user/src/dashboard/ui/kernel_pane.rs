@@ -14,7 +14,7 @@ use crate::{dashboard::state::Model, model::plan::ProbeState, sys::page_size};
 
 /// The reason shared by every concept when nothing could be attached (no
 /// privileges, no tracefs), said once.
-pub fn common_reason(m: &Model) -> Option<&str> {
+pub(crate) fn common_reason(m: &Model) -> Option<&str> {
     let first = match m.probes.first().map(|p| &p.state) {
         Some(ProbeState::Unavailable(why)) => why.as_str(),
         _ => return None,

@@ -38,31 +38,31 @@ use crate::dashboard::app::{App, Pane};
 /// colour is not available.
 pub(crate) mod theme {
     use super::*;
-    pub fn title() -> Style {
+    pub(crate) fn title() -> Style {
         Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED)
     }
-    pub fn dim() -> Style {
+    pub(crate) fn dim() -> Style {
         Style::new().add_modifier(Modifier::DIM)
     }
-    pub fn value() -> Style {
+    pub(crate) fn value() -> Style {
         Style::new().add_modifier(Modifier::BOLD)
     }
-    pub fn kernel() -> Style {
+    pub(crate) fn kernel() -> Style {
         Style::new().fg(Color::Cyan)
     }
-    pub fn writer() -> Style {
+    pub(crate) fn writer() -> Style {
         Style::new().fg(Color::Magenta)
     }
-    pub fn dirty() -> Style {
+    pub(crate) fn dirty() -> Style {
         Style::new().fg(Color::Blue)
     }
-    pub fn good() -> Style {
+    pub(crate) fn good() -> Style {
         Style::new().fg(Color::Green)
     }
-    pub fn warn() -> Style {
+    pub(crate) fn warn() -> Style {
         Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD)
     }
-    pub fn bad() -> Style {
+    pub(crate) fn bad() -> Style {
         Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
     }
 }
@@ -92,7 +92,7 @@ const MIN_H: u16 = 12;
 /// Draws the whole dashboard into the frame. Never panics on small
 /// areas: below 40x12 it prints one line, and panes that do not fit are
 /// dropped.
-pub fn render(app: &App, frame: &mut Frame) {
+pub(crate) fn render(app: &App, frame: &mut Frame) {
     let area = frame.area();
     if area.width < MIN_W || area.height < MIN_H {
         frame.render_widget(

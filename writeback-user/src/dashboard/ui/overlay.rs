@@ -20,7 +20,7 @@ fn centered(area: Rect, w: u16, h: u16) -> Rect {
     r
 }
 
-pub fn render(app: &App, frame: &mut Frame) {
+pub(crate) fn render(app: &App, frame: &mut Frame) {
     let area = frame.area();
     let (title, lines): (&str, Vec<Line>) = match app.view.overlay {
         Overlay::None => return,

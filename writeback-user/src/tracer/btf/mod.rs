@@ -26,7 +26,7 @@ use std::{
 
 /// Where the running kernel exposes its BTF: `vmlinux` plus one split file
 /// per loaded module that has BTF.
-pub const SYSFS_BTF_DIR: &str = "/sys/kernel/btf";
+pub(crate) const SYSFS_BTF_DIR: &str = "/sys/kernel/btf";
 
 /// `BTF_MAGIC` (`0xeB9F`, include/uapi/linux/btf.h); stored in the blob's byte order.
 const BTF_MAGIC: u16 = 0xeb9f;
@@ -86,7 +86,7 @@ const MAX_MEMBER_VISITS: usize = 1 << 20;
 /// What went wrong reading BTF or looking something up in it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum BtfError {
+pub(crate) enum BtfError {
     #[error("reading {}: {error}", .path.display())]
     Io { path: PathBuf, error: io::Error },
     #[error("malformed BTF: {0}")]
@@ -119,6 +119,7 @@ pub enum BtfError {
         member: String,
         count: usize,
     },
+    #[cfg(test)]
     #[error("no function named {0} in BTF")]
     NoSuchFunc(String),
     #[error("no enumerator named {0} in BTF")]
@@ -140,29 +141,33 @@ fn malformed(msg: impl Into<String>) -> BtfError {
 /// one aligned (relative to the struct's start) that holds every bit; in a
 /// packed struct it may extend past the struct's last byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemberLayout {
+pub(crate) struct MemberLayout {
     /// Offset of the member (or of the unit holding the bitfield) from the
     /// start of the outermost struct, in bytes.
-    pub byte_offset: u32,
+    pub(crate) byte_offset: u32,
     /// Bytes to load: the member type's size, or the bitfield's unit size.
-    pub size: u32,
+    pub(crate) size: u32,
     /// First bit of the bitfield within the loaded unit (0 if not a bitfield).
-    pub bit_offset: u8,
+    pub(crate) bit_offset: u8,
     /// Width of the bitfield in bits; 0 means not a bitfield.
-    pub bit_size: u8,
+    pub(crate) bit_size: u8,
 }
 
 impl MemberLayout {
+    /// Used by the tests (the layouts and parameters they check).
+    #[cfg(test)]
     /// Whether the member is a bitfield.
-    pub fn is_bitfield(&self) -> bool {
+    pub(crate) fn is_bitfield(&self) -> bool {
         self.bit_size != 0
     }
 
+    /// Used by the tests (the layouts and parameters they check).
+    #[cfg(test)]
     /// Reads the member from `bytes`, an image of the outermost struct in
     /// little-endian byte order, following exactly the recipe on
     /// [`MemberLayout`]. `None` if the member is not a 1/2/4/8-byte scalar
     /// or bitfield, or lies outside `bytes`.
-    pub fn read_from(&self, bytes: &[u8]) -> Option<u64> {
+    pub(crate) fn read_from(&self, bytes: &[u8]) -> Option<u64> {
         if !matches!(self.size, 1 | 2 | 4 | 8) {
             return None;
         }
@@ -188,7 +193,7 @@ impl MemberLayout {
 /// by type id; strings are the string section(s) concatenated, so a split
 /// blob's string offsets index them directly.
 #[derive(Clone, Debug)]
-pub struct Btf {
+pub(crate) struct Btf {
     /// Type section words of the base, then of each split blob.
     words: Vec<u32>,
     /// `starts[id]`: index in `words` of type `id`'s `struct btf_type`.
@@ -216,6 +221,8 @@ impl Ty<'_> {
         kind_of(self.info)
     }
 
+    /// Used by the tests (the layouts and parameters they check).
+    #[cfg(test)]
     /// `BTF_INFO_VLEN(info)`; see [`vlen_of`].
     fn vlen(&self) -> usize {
         vlen_of(self.info)
@@ -460,7 +467,7 @@ fn parse_blob(
 
 impl Btf {
     /// Parses a standalone blob such as `/sys/kernel/btf/vmlinux`.
-    pub fn parse(bytes: &[u8]) -> Result<Btf, BtfError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Btf, BtfError> {
         let blob = parse_blob(bytes, false, 1, 0)?;
         let mut starts = Vec::with_capacity(blob.starts.len() + 1);
         starts.push(0);
@@ -477,7 +484,7 @@ impl Btf {
     /// The result holds the base's types and the split ones; type ids and
     /// string offsets continue where the base's end, as in libbpf's
     /// `btf__parse_split()`.
-    pub fn parse_split(base: Btf, bytes: &[u8]) -> Result<Btf, BtfError> {
+    pub(crate) fn parse_split(base: Btf, bytes: &[u8]) -> Result<Btf, BtfError> {
         let Btf {
             mut words,
             mut starts,
@@ -496,7 +503,7 @@ impl Btf {
     }
 
     /// Reads `base` and, if given, the split blob `split` on top of it.
-    pub fn from_files(base: &Path, split: Option<&Path>) -> Result<Btf, BtfError> {
+    pub(crate) fn from_files(base: &Path, split: Option<&Path>) -> Result<Btf, BtfError> {
         let read = |path: &Path| {
             fs::read(path).map_err(|error| BtfError::Io {
                 path: path.to_owned(),
@@ -515,7 +522,7 @@ impl Btf {
     ///
     /// A module built into the kernel has no file of its own (its types and
     /// functions are in vmlinux); see [`Btf::kernel_has_module_btf`].
-    pub fn from_kernel(module: Option<&str>) -> Result<Btf, BtfError> {
+    pub(crate) fn from_kernel(module: Option<&str>) -> Result<Btf, BtfError> {
         let dir = Path::new(SYSFS_BTF_DIR);
         let split = module.map(|m| walk::module_path(dir, m)).transpose()?;
         Btf::from_files(&dir.join("vmlinux"), split.as_deref())
@@ -523,19 +530,19 @@ impl Btf {
 
     /// Whether the running kernel has a split BTF file for `module`, i.e.
     /// the module is loaded (not built in) and has BTF.
-    pub fn kernel_has_module_btf(module: &str) -> bool {
+    pub(crate) fn kernel_has_module_btf(module: &str) -> bool {
         walk::module_path(Path::new(SYSFS_BTF_DIR), module).is_ok_and(|p| p.is_file())
     }
 
     /// Number of types, not counting `void` (so the highest type id).
-    pub fn type_count(&self) -> usize {
+    pub(crate) fn type_count(&self) -> usize {
         self.starts.len() - 1
     }
 
     /// Names of the functions (`BTF_KIND_FUNC`) with type ids above
     /// `after`: with `after` the base's [`Btf::type_count`], the functions
     /// a split blob (a module) adds.
-    pub fn function_names_after(&self, after: usize) -> Result<Vec<String>, BtfError> {
+    pub(crate) fn function_names_after(&self, after: usize) -> Result<Vec<String>, BtfError> {
         let mut names = Vec::new();
         for id in after + 1..self.starts.len() {
             let ty = self.ty(id as u32)?;
@@ -554,7 +561,7 @@ impl Btf {
     /// `member("inode", "i_data.host")`. If several structs share the name
     /// (it happens in vmlinux), those that have the member must agree on its
     /// layout.
-    pub fn member(&self, struct_name: &str, path: &str) -> Result<MemberLayout, BtfError> {
+    pub(crate) fn member(&self, struct_name: &str, path: &str) -> Result<MemberLayout, BtfError> {
         let parts: Vec<&str> = path.split('.').collect();
         if parts.iter().any(|p| p.is_empty()) {
             return Err(BtfError::InvalidMemberPath(path.to_owned()));
@@ -595,10 +602,12 @@ impl Btf {
         }
     }
 
+    /// Used by the tests (the layouts and parameters they check).
+    #[cfg(test)]
     /// Parameter names, in order, of function `name` (a `BTF_KIND_FUNC`).
     /// An unnamed parameter is `""`; a variadic tail is `"..."`. If several
     /// functions share the name, the one with the lowest type id is used.
-    pub fn func_params(&self, name: &str) -> Result<Vec<String>, BtfError> {
+    pub(crate) fn func_params(&self, name: &str) -> Result<Vec<String>, BtfError> {
         for id in 1..self.starts.len() {
             let func = self.ty(id as u32)?;
             if func.kind() != KIND_FUNC || !self.name_is(func.name_off, name) {
@@ -634,7 +643,7 @@ impl Btf {
     /// Value of the enumerator `name` in any ENUM or ENUM64 type, named or
     /// anonymous (the kernel's flag numbers are often anonymous enums).
     /// The first one found wins; enumerators share one C namespace.
-    pub fn enum_value(&self, name: &str) -> Result<i64, BtfError> {
+    pub(crate) fn enum_value(&self, name: &str) -> Result<i64, BtfError> {
         for id in 1..self.starts.len() {
             let ty = self.ty(id as u32)?;
             let found = match ty.kind() {
