@@ -30,7 +30,7 @@ pub enum Strategy {
     /// fdatasync(2) after every chunk.
     FdatasyncChunk,
     /// sync_file_range(WRITE) after each chunk, WAIT_BEFORE `window` chunks
-    /// later, fdatasync(2) at the end (Ts'o's dpkg pattern, BRIEF.md §1).
+    /// later, fdatasync(2) at the end (Ts'o's dpkg pattern, docs/classic-cases.md, case 3).
     SrfPipelined,
     /// O_DIRECT pwrite(2) from aligned buffers, fdatasync(2) at the end.
     Direct,
@@ -95,7 +95,7 @@ pub enum FileSync {
     /// pass of fsync(2)/fdatasync(2) over all files (dpkg's first fix).
     SrfThenFsync,
     /// WRITE on each file as it is closed, then WAIT_BEFORE on all, then
-    /// fdatasync(2) on all (Ts'o's final dpkg pattern, BRIEF.md §1).
+    /// fdatasync(2) on all (Ts'o's final dpkg pattern, docs/classic-cases.md, case 3).
     TwoPass,
 }
 
@@ -209,7 +209,7 @@ impl Default for WriterSpec {
             // Ts'o's example keeps a few chunks between starting and waiting
             // on writeback; 4 is the default.
             window: 4,
-            // fio's io_uring comparisons in BRIEF.md use iodepth 32.
+            // fio's io_uring reference job (BENCHMARKS.md) uses iodepth 32.
             qd: 32,
             fallocate: false,
             noatime: false,

@@ -1,7 +1,7 @@
 //! writer-core: wbscope's tunable large-chunk file writer.
 //!
 //! Writes large files in large chunks and controls writeback itself, with
-//! the strategies of BRIEF.md ("Userspace writer engine"): `buffered`,
+//! the strategies docs/writer.md describes: `buffered`,
 //! `fsync-end`, `fdatasync-chunk`, `srf-pipelined` (Ts'o's
 //! sync_file_range pattern), `direct` (O_DIRECT) and `uring` (io_uring),
 //! plus a small-files mode with dpkg-like per-file sync policies.

@@ -208,7 +208,7 @@ impl FileCtx<'_> {
 ///   for the write-out started W chunks ago without starting new I/O
 ///   (sync_file_range(2)). The device always has up to W chunks queued and
 ///   the page cache never holds more than about W+1 chunks of dirty or
-///   in-flight data for this file: Ts'o's pattern (BRIEF.md §1).
+///   in-flight data for this file: Ts'o's pattern (docs/classic-cases.md, case 3).
 /// - otherwise: write only.
 ///
 /// At the end: `fsync-end` fsync(2) or fdatasync(2); `srf-pipelined` and

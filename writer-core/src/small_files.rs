@@ -85,7 +85,7 @@ fn op_err(index: u64, what: &str, error: io::Error, out: &SmallOutcome) -> OpErr
 ///   each for sync_file_range(WAIT_BEFORE); then reopen each for
 ///   fdatasync(2). Starting write-out of every file before waiting on any
 ///   lets delayed allocation resolve for all of them and keeps the device
-///   busy (Ts'o, Debian #605009, BRIEF.md §1).
+///   busy (Ts'o, Debian #605009, docs/classic-cases.md, case 3).
 pub fn write_small_files<O: SmallFileOps>(
     ops: &mut O,
     files: &[(u64, u64)],

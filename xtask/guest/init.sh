@@ -4,7 +4,7 @@
 # Loads the modules the host listed in dependency order, mounts the host's
 # root read-only over 9p and runs checks.sh chrooted into it, so that the
 # host's own wbscope, mkfs.ext4 and coreutils run with the host's libraries
-# (toolchain.md: bpftrace ran this way in both guests). Everything the host
+# (docs/toolchain.md: bpftrace ran this way in both guests). Everything the host
 # needs comes back through the writable 9p share "out"; the console only
 # carries "WBVM <event>" progress lines, which the host uses for its time
 # limits. Whatever happens, the guest powers off (or panics into qemu's

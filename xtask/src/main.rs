@@ -2,7 +2,7 @@
 //!
 //! Everything a fresh Debian machine needs to build and test wbscope is
 //! installed from here, so README's two commands are all the set-up there
-//! is (see ../shared/toolchain.md for why each piece is what it is).
+//! is (see docs/toolchain.md for why each piece is what it is).
 mod bench;
 mod bench_writer;
 mod dist;

@@ -1,7 +1,7 @@
 //! Finds, or installs, what building the eBPF programs needs: a Rust
 //! toolchain that can build `core` for bpfel-unknown-none, and bpf-linker.
 //!
-//! Two toolchain routes (../shared/toolchain.md):
+//! Two toolchain routes (docs/toolchain.md):
 //! - a rustup nightly with the rust-src component (the usual aya set-up);
 //! - Debian's rustc-web (1.96, LLVM 22) with rust-web-src, linked into
 //!   rustup as `bpf-debian` and used with RUSTC_BOOTSTRAP=1. This is the

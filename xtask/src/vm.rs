@@ -7,7 +7,7 @@
 //! scripts (`initramfs.rs`, `xtask/guest/`), boot it under TCG with the
 //! host's root shared read-only over 9p so the guest runs the host's own
 //! `wbscope` (`qemu.rs`), and judge what the guest wrote to its output share
-//! (`checks.rs`). Facts behind each choice are in ../shared/toolchain.md,
+//! (`checks.rs`). Facts behind each choice are in docs/toolchain.md,
 //! "Other kernels under qemu".
 mod checks;
 mod initramfs;

@@ -1,4 +1,4 @@
-//! `wbscope scenario NAME`: the classic writeback experiments of BRIEF.md
+//! `wbscope scenario NAME`: the classic writeback experiments of docs/classic-cases.md
 //! §1, each on its own loop-mounted filesystems (made here, removed
 //! whatever happens: `scratchfs::ScratchFs` in `Drop`, SIGINT/SIGTERM/SIGHUP
 //! turned into a flag that stops the writers and unwinds; what a SIGKILL

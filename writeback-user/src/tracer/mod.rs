@@ -39,7 +39,7 @@ pub struct Tracer {
     attached_programs: Vec<&'static str>,
     /// Keeps BPF run-time statistics on while the tracer lives.
     _stats_fd: Option<OwnedFd>,
-    /// Kept alive: dropping it closes the log map (toolchain.md).
+    /// Kept alive: dropping it closes the log map (docs/toolchain.md: aya-log 0.3).
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
 }
 

@@ -76,7 +76,7 @@ pub fn build(tree: &KernelTree, config: &GuestConfig, dest: &Path) -> anyhow::Re
 }
 
 /// A module's file name without compression suffix and its plain ELF
-/// bytes. 6.12's modules are `.ko.xz` (toolchain.md); busybox's insmod
+/// bytes. 6.12's modules are `.ko.xz` (docs/toolchain.md); busybox's insmod
 /// hands the file to the kernel as is, so they are decompressed here.
 fn module_bytes(path: &Path) -> anyhow::Result<(String, Vec<u8>)> {
     let name = path

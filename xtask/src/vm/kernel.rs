@@ -11,7 +11,7 @@ use anyhow::{Context as _, bail};
 pub struct KernelSpec {
     /// What `--kernel` takes and the reports print.
     pub label: &'static str,
-    /// Debian's unsigned image package (toolchain.md: these two come with
+    /// Debian's unsigned image package (docs/toolchain.md: these two come with
     /// `apt-get download` from bookworm-security; the unsigned ones have
     /// vmlinuz, config and modules in one package).
     pub package: &'static str,
@@ -20,7 +20,7 @@ pub struct KernelSpec {
 }
 
 /// The kernels of the matrix: 6.1 has `write_cache_pages` and no
-/// `writeback_iter`, 6.12 both (toolchain.md), so between them they cover
+/// `writeback_iter`, 6.12 both (docs/toolchain.md), so between them they cover
 /// both scan functions wbscope can hook.
 pub const KERNELS: &[KernelSpec] = &[
     KernelSpec {

@@ -80,7 +80,7 @@ fn event(line: &str) -> Option<Event> {
 fn command(spec: &GuestSpec) -> Command {
     let mut cmd = Command::new(QEMU);
     // TCG only: /dev/kvm here is a nested software virtualiser under which
-    // stock kernels fail (toolchain.md). No network; the host root is
+    // stock kernels fail (docs/toolchain.md). No network; the host root is
     // shared read-only, the output directory read-write. One vCPU:
     // attaching and detaching BPF programs patches live kernel text
     // (text_poke_bp: an int3 on the site, then an IPI to every CPU), and
