@@ -178,4 +178,32 @@ mod tests {
         assert_eq!(v["probes"][0]["concept"], "writepages_call");
         assert_eq!(v["run_time"][0]["avg_ns"], 250.0);
     }
+
+    /// Every field a summary line prints is in docs/trace-json.md's
+    /// summary table (issue 13: `calls_not_written` was printed but not
+    /// documented).
+    #[test]
+    fn every_summary_field_is_documented() {
+        let doc = include_str!("../../../docs/trace-json.md");
+        let section = doc
+            .split("## `{\"type\":\"summary\"}`")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("a summary section in docs/trace-json.md");
+        let line = SummaryLine::new(
+            1.0,
+            &Totals::default(),
+            &KernelStats::default(),
+            0,
+            &[],
+            &[],
+        );
+        let v = serde_json::to_value(line).unwrap();
+        for key in v.as_object().unwrap().keys().filter(|k| *k != "type") {
+            assert!(
+                section.contains(&format!("`{key}`")),
+                "summary field `{key}` is not documented in docs/trace-json.md"
+            );
+        }
+    }
 }
