@@ -18,7 +18,7 @@ use writer_core::{
     WriterConfig, WriterSpec, parse_size, stats::LatencySummary,
 };
 
-use crate::{cli::WriteArgs, sys};
+use crate::{cli::WriteArgs, model::units, sys};
 
 fn size_arg(flag: &str, value: &str) -> Result<u64, String> {
     parse_size(value).map_err(|e| format!("--{flag}: {e}"))
@@ -206,22 +206,12 @@ fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn fmt_us(us: f64) -> String {
-    if us >= 1e6 {
-        format!("{:.2} s", us / 1e6)
-    } else if us >= 1e3 {
-        format!("{:.2} ms", us / 1e3)
-    } else {
-        format!("{us:.1} us")
-    }
-}
-
 fn latency_line(name: &str, l: &LatencySummary) -> String {
     format!(
         "  {name:<18}p50 {:>10}  p99 {:>10}  max {:>10}  ({} calls)\n",
-        fmt_us(l.p50),
-        fmt_us(l.p99),
-        fmt_us(l.max),
+        units::us(l.p50),
+        units::us(l.p99),
+        units::us(l.max),
         l.count
     )
 }

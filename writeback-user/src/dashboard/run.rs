@@ -470,7 +470,7 @@ impl WriterRunner {
                                 writer_core::RunStatus::Interrupted => "interrupted",
                                 writer_core::RunStatus::Failed => "failed",
                             },
-                            ui::fmt::bytes(r.bytes),
+                            crate::model::units::bytes(r.bytes),
                             r.write_mb_s
                         ),
                     },

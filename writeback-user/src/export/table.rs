@@ -7,7 +7,10 @@ use anyhow::Context as _;
 use serde::Serialize;
 use writer_core::Report;
 
-use crate::model::window::{KernelFigures, Run};
+use crate::model::{
+    units::pow2_bytes,
+    window::{KernelFigures, Run},
+};
 
 /// Prints the runs as JSON (`{"runs": [...]}`) or as the side-by-side
 /// table.
@@ -32,14 +35,6 @@ pub(crate) fn print_runs(
     }
     out.flush()?;
     Ok(())
-}
-
-fn fmt_bytes(b: u64) -> String {
-    match b {
-        0..1024 => format!("{b}B"),
-        1024..1_048_576 => format!("{}K", b / 1024),
-        _ => format!("{}M", b / 1_048_576),
-    }
 }
 
 type Metric<T> = (&'static str, fn(&T) -> Option<f64>, u8);
@@ -205,7 +200,7 @@ pub(crate) fn kernel_rows(columns: &[Vec<&KernelFigures>]) -> Vec<Vec<String>> {
             col.first()
                 .and_then(|k| k.device_request_bytes_p50)
                 .map_or("-".into(), |[lo, hi]| {
-                    format!("{}-{}", fmt_bytes(lo), fmt_bytes(hi + 1))
+                    format!("{}-{}", pow2_bytes(lo), pow2_bytes(hi + 1))
                 }),
         );
     }

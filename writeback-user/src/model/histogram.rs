@@ -1,6 +1,8 @@
 //! Power-of-two histograms: the one log2 bucket rule of the workspace
 //! (`writeback_common::log2_bucket`, which the eBPF programs use too) and
 //! the histogram userspace keeps of it.
+use super::units::pow2;
+
 /// Histogram with power-of-two buckets: bucket 0 holds 0, bucket k (k >= 1)
 /// holds values in [2^(k-1), 2^k).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,10 +47,10 @@ impl Log2Histogram {
                 format!("{lo}-{}", (lo << 1) - 1)
             }
             // The top bucket's upper bound, 2^64, does not fit a u64.
-            64.. => format!("{}+", short(1 << 63)),
+            64.. => format!("{}+", pow2(1 << 63)),
             _ => {
                 let lo = 1u64 << (k - 1);
-                format!("{}-{}", short(lo), short(lo << 1))
+                format!("{}-{}", pow2(lo), pow2(lo << 1))
             }
         }
     }
@@ -70,20 +72,6 @@ impl Log2Histogram {
         let first = self.buckets.iter().position(|&c| c != 0)?;
         let last = self.buckets.iter().rposition(|&c| c != 0)?;
         Some((first, last))
-    }
-}
-
-/// Powers of two with binary suffixes: 1024 -> "1K", 262144 -> "256K",
-/// 1048576 -> "1M", 2^30 -> "1G".
-fn short(v: u64) -> String {
-    match v {
-        _ if v >= 1 << 60 => format!("{}E", v >> 60),
-        _ if v >= 1 << 50 => format!("{}P", v >> 50),
-        _ if v >= 1 << 40 => format!("{}T", v >> 40),
-        _ if v >= 1 << 30 => format!("{}G", v >> 30),
-        _ if v >= 1 << 20 => format!("{}M", v >> 20),
-        _ if v >= 1 << 10 => format!("{}K", v >> 10),
-        _ => v.to_string(),
     }
 }
 

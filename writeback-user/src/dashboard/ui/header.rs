@@ -6,8 +6,8 @@ use ratatui::{
     widgets::Paragraph,
 };
 
-use super::{fmt, theme};
-use crate::{dashboard::app::App, dashboard::state::Model};
+use super::theme;
+use crate::{dashboard::app::App, dashboard::state::Model, model::units};
 
 /// (attached, fallen back, missing): fallen back means attached, but not
 /// with the first candidate hook.
@@ -91,12 +91,12 @@ pub(crate) fn header(app: &App, width: u16) -> Paragraph<'static> {
         Style::new()
     };
     let mut second = vec![
-        Span::raw(format!(" records/s {}  ", fmt::si(m.calls_per_sec))),
+        Span::raw(format!(" records/s {}  ", units::si(m.calls_per_sec))),
         Span::styled(format!("lost {}", m.lost_records), lost_style),
         Span::raw(format!(
             "  tracer CPU {}  BPF {}/s",
-            fmt::opt(m.tracer_cpu, |c| format!("{:.1}%", c * 100.0)),
-            fmt::opt(bpf, fmt::ns)
+            units::opt(m.tracer_cpu, |c| format!("{:.1}%", c * 100.0)),
+            units::opt(bpf, units::ns)
         )),
     ];
     if width >= 100 {
@@ -104,7 +104,7 @@ pub(crate) fn header(app: &App, width: u16) -> Paragraph<'static> {
             format!(
                 "  calls {}  pages {}",
                 m.totals.calls,
-                fmt::si(m.totals.pages_written as f64)
+                units::si(m.totals.pages_written as f64)
             ),
             theme::dim(),
         ));

@@ -9,8 +9,8 @@ use ratatui::{
     widgets::{Paragraph, Widget, Wrap},
 };
 
-use super::{fmt, pane_block, theme};
-use crate::{dashboard::state::Model, model::plan::ProbeState, sys::page_size};
+use super::{pane_block, theme};
+use crate::{dashboard::state::Model, model::plan::ProbeState, model::units, sys::page_size};
 
 /// The reason shared by every concept when nothing could be attached (no
 /// privileges, no tracefs), said once.
@@ -71,35 +71,35 @@ fn rates(m: &Model) -> Vec<Line<'static>> {
     let causes: Vec<String> = l
         .calls_by_cause
         .iter()
-        .map(|(c, n)| format!("{} {}", short_cause(c), fmt::si(per_s(*n))))
+        .map(|(c, n)| format!("{} {}", short_cause(c), units::si(per_s(*n))))
         .collect();
     let t = &l.throttle;
     vec![
         Line::from(vec![
             Span::raw("calls/s "),
-            Span::styled(fmt::si(m.calls_per_sec), theme::value()),
+            Span::styled(units::si(m.calls_per_sec), theme::value()),
             Span::raw("  pages/s "),
-            Span::styled(fmt::si(m.pages_per_sec), theme::kernel()),
+            Span::styled(units::si(m.pages_per_sec), theme::kernel()),
             Span::raw(format!(
                 "  {}",
-                fmt::mb_s(m.pages_per_sec * page_size() as f64)
+                units::mb_s(m.pages_per_sec * page_size() as f64)
             )),
         ]),
         Line::from(vec![
             Span::raw("written/asked "),
             Span::styled(
-                fmt::opt(l.written_per_asked, |r| format!("{:.0}%", r * 100.0)),
+                units::opt(l.written_per_asked, |r| format!("{:.0}%", r * 100.0)),
                 theme::value(),
             ),
             Span::raw("  scan "),
             Span::styled(
-                fmt::opt(l.scan.pages_scanned_per_page_written, |r| format!("{r:.2}")),
+                units::opt(l.scan.pages_scanned_per_page_written, |r| format!("{r:.2}")),
                 theme::value(),
             ),
             Span::raw(" pg/pg"),
         ]),
         Line::from(vec![
-            Span::styled(fmt::opt(l.ns_per_written_page, fmt::ns), theme::value()),
+            Span::styled(units::opt(l.ns_per_written_page, units::ns), theme::value()),
             Span::raw("/page  throttled "),
             Span::styled(
                 format!("{} ({} ms)", t.pauses, t.pause_ms_total),
@@ -127,7 +127,7 @@ fn detail_lines(m: &Model) -> Vec<Line<'static>> {
     let flusher: Vec<String> = l
         .flusher
         .iter()
-        .map(|f| format!("{} {}x/{}pg", f.reason, f.chunks, fmt::si(f.pages as f64)))
+        .map(|f| format!("{} {}x/{}pg", f.reason, f.chunks, units::si(f.pages as f64)))
         .collect();
     out.push(Line::from(vec![
         Span::raw("flusher "),
@@ -140,8 +140,8 @@ fn detail_lines(m: &Model) -> Vec<Line<'static>> {
             format!(
                 "  inode passes {} wrote {} of {} asked",
                 l.inode_passes,
-                fmt::si(l.inode_pages_wrote as f64),
-                fmt::si(l.inode_pages_asked as f64)
+                units::si(l.inode_pages_wrote as f64),
+                units::si(l.inode_pages_asked as f64)
             ),
             theme::dim(),
         ),
@@ -197,7 +197,7 @@ fn dirty_lines(m: &Model, width: u16) -> Vec<Line<'static>> {
             Span::styled("#".repeat(fill), style),
             Span::styled(rest, theme::dim()),
             Span::raw("] "),
-            Span::styled(fmt::bytes(pages * page), theme::value()),
+            Span::styled(units::bytes(pages * page), theme::value()),
         ]
     };
     let mut dirty = vec![Span::raw("Dirty ")];
@@ -210,8 +210,8 @@ fn dirty_lines(m: &Model, width: u16) -> Vec<Line<'static>> {
         Line::from(Span::styled(
             format!(
                 "| bg {}  limit {}",
-                fmt::bytes(v.nr_dirty_background_threshold * page),
-                fmt::bytes(v.nr_dirty_threshold * page)
+                units::bytes(v.nr_dirty_background_threshold * page),
+                units::bytes(v.nr_dirty_threshold * page)
             ),
             theme::dim(),
         )),

@@ -9,7 +9,6 @@
 //! when there is room (160 columns and 40 rows), or the one Tab focuses
 //! (80x24); one footer line of keys.
 mod chart;
-pub mod fmt;
 mod header;
 mod histograms;
 mod kernel_pane;

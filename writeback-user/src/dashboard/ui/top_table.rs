@@ -9,11 +9,12 @@ use ratatui::{
     widgets::{Cell, Row, Table, Widget},
 };
 
-use super::{fmt, pane_block, theme};
+use super::{pane_block, theme};
 use crate::{
     dashboard::app::SortKey,
     dashboard::state::{Model, TopRow},
     model::DevId,
+    model::units,
     sys::page_size,
 };
 
@@ -28,10 +29,10 @@ fn key(row: &TopRow, sort: SortKey, page: u64) -> f64 {
 
 fn figures(row: &TopRow, page: u64) -> [String; 4] {
     [
-        fmt::bytes(row.pages_written * page),
-        fmt::si(row.calls as f64),
-        fmt::opt(row.mean_chunk_pages(), |p| format!("{} pg", fmt::si(p))),
-        fmt::opt(row.scan_ratio(page), |r| format!("{r:.2}")),
+        units::bytes(row.pages_written * page),
+        units::si(row.calls as f64),
+        units::opt(row.mean_chunk_pages(), |p| format!("{} pg", units::si(p))),
+        units::opt(row.scan_ratio(page), |r| format!("{r:.2}")),
     ]
 }
 

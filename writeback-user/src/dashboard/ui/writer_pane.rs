@@ -8,11 +8,12 @@ use ratatui::{
 };
 use writer_core::{ByteSize, Strategy};
 
-use super::{fmt, pane_block, theme};
+use super::{pane_block, theme};
 use crate::{
     dashboard::app::{RunState, WriterSettings},
     dashboard::state::Model,
     dashboard::state::WriterPhase,
+    model::units,
 };
 
 /// The widget of the writer pane: settings, run state, throughput and sync latencies: it reads only its own slice of the
@@ -53,10 +54,10 @@ impl Widget for WriterPane<'_> {
             (RunState::Stopping { .. }, _) => Line::from(Span::styled("stopping", theme::warn())),
             (RunState::Running { .. }, WriterPhase::Running) => Line::from(vec![
                 Span::styled("running ", theme::good()),
-                Span::styled(fmt::mb_s(w.current_rate() as f64), theme::writer()),
+                Span::styled(units::mb_s(w.current_rate() as f64), theme::writer()),
                 Span::raw(format!(
                     "  {} in {} run(s)",
-                    fmt::bytes(w.total_bytes),
+                    units::bytes(w.total_bytes),
                     w.runs
                 )),
             ]),
@@ -99,15 +100,15 @@ impl Widget for WriterPane<'_> {
                 let mut spans = vec![
                     Span::raw(short_kind(kind.name()).to_string()),
                     Span::raw(" p50 "),
-                    Span::styled(fmt::us(s.p50), theme::value()),
+                    Span::styled(units::us(s.p50), theme::value()),
                     Span::raw(" p99 "),
-                    Span::styled(fmt::us(s.p99), theme::value()),
+                    Span::styled(units::us(s.p99), theme::value()),
                 ];
                 if roomy {
                     spans.push(Span::raw(format!(
                         " max {}  {} calls",
-                        fmt::us(s.max),
-                        fmt::si(s.count as f64)
+                        units::us(s.max),
+                        units::si(s.count as f64)
                     )));
                 }
                 Some(Line::from(spans))
@@ -118,7 +119,7 @@ impl Widget for WriterPane<'_> {
         }
         if !w.dir.is_empty() {
             sync.push(Line::from(Span::styled(
-                format!("{}/file in {}", fmt::bytes(w.file_size), w.dir),
+                format!("{}/file in {}", units::bytes(w.file_size), w.dir),
                 theme::dim(),
             )));
         }

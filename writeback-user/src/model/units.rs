@@ -1,5 +1,6 @@
-//! Number formats shared by the panes: short, fixed units, so columns
-//! line up and a figure reads at a glance.
+//! Number formats, the one set of them for every front end (panes,
+//! tables, reports): short, fixed units, so columns line up and a figure
+//! reads at a glance.
 
 /// A count or rate with a decimal SI suffix: `0`, `12.5`, `3.1K`, `12M`.
 pub(crate) fn si(v: f64) -> String {
@@ -60,6 +61,29 @@ pub(crate) fn us(v: f64) -> String {
     ns(v * 1e3)
 }
 
+/// Powers of two with binary suffixes: 1024 -> "1K", 262144 -> "256K",
+/// 1048576 -> "1M", 2^30 -> "1G" (other values are floored to their unit).
+pub(crate) fn pow2(v: u64) -> String {
+    match v {
+        _ if v >= 1 << 60 => format!("{}E", v >> 60),
+        _ if v >= 1 << 50 => format!("{}P", v >> 50),
+        _ if v >= 1 << 40 => format!("{}T", v >> 40),
+        _ if v >= 1 << 30 => format!("{}G", v >> 30),
+        _ if v >= 1 << 20 => format!("{}M", v >> 20),
+        _ if v >= 1 << 10 => format!("{}K", v >> 10),
+        _ => v.to_string(),
+    }
+}
+
+/// A byte count on a log2 bucket bound: `512B`, `4K`, `1M`.
+pub(crate) fn pow2_bytes(b: u64) -> String {
+    if b < 1 << 10 {
+        format!("{b}B")
+    } else {
+        pow2(b)
+    }
+}
+
 /// `Some(x)` formatted, or `-` for a figure that is undefined (no calls).
 pub(crate) fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map_or_else(|| "-".into(), f)
@@ -81,5 +105,9 @@ mod tests {
         assert_eq!(ns(1500.0), "1.5us");
         assert_eq!(us(2500.0), "2.5ms");
         assert_eq!(opt(None, si), "-");
+        assert_eq!(pow2(262144), "256K");
+        assert_eq!(pow2(1 << 63), "8E");
+        assert_eq!(pow2_bytes(512), "512B");
+        assert_eq!(pow2_bytes(4096), "4K");
     }
 }
