@@ -34,9 +34,11 @@ impl TraceOutput {
         writeln!(self.out, "{line}")
     }
 
+    /// One JSON line; process names are chosen by other processes, so the
+    /// controls serde_json leaves raw (DEL, C1, bidi marks) are escaped too.
     fn json<T: Serialize>(&mut self, value: &T) -> io::Result<()> {
         let line = serde_json::to_string(value).map_err(io::Error::other)?;
-        self.line(&line)
+        self.line(&crate::escape::escape_json_line(&line))
     }
 }
 
