@@ -18,12 +18,12 @@ use crate::{
 };
 
 /// Validated settings of a compare.
-pub(crate) struct ComparePlan {
+pub(crate) struct CompareSetup {
     pub(crate) strategies: Vec<Strategy>,
     pub(crate) configs: Vec<WriterConfig>,
 }
 
-pub(crate) fn plan(args: &CompareArgs) -> Result<ComparePlan, UsageError> {
+pub(crate) fn setup(args: &CompareArgs) -> Result<CompareSetup, UsageError> {
     let size = parse_size(&args.size).map_err(|e| UsageError(format!("--size: {e}")))?;
     let chunk = parse_size(&args.chunk).map_err(|e| UsageError(format!("--chunk: {e}")))?;
     let meta = std::fs::metadata(&args.dir)
@@ -67,7 +67,7 @@ pub(crate) fn plan(args: &CompareArgs) -> Result<ComparePlan, UsageError> {
             .map_err(|e| UsageError(e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ComparePlan {
+    Ok(CompareSetup {
         strategies,
         configs,
     })
@@ -119,8 +119,11 @@ fn check_dir(dir: &Path, size: u64) -> Result<(), UsageError> {
 }
 
 pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
-    let plan = plan(args)?;
-    check_dir(&args.dir, plan.configs.first().map_or(0, |c| c.spec().size))?;
+    let setup = setup(args)?;
+    check_dir(
+        &args.dir,
+        setup.configs.first().map_or(0, |c| c.spec().size),
+    )?;
     if let Some(p) = &args.plot {
         if p.exists() {
             return Err(
@@ -139,10 +142,10 @@ pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Re
     super::scenario::remove_stale_scratch();
     let mut traced = Traced::attach(disabled)?;
     let mut runs = Vec::new();
-    let total = plan.configs.len() as u32 * args.repeat;
+    let total = setup.configs.len() as u32 * args.repeat;
     let mut n = 0;
     for rep in 0..args.repeat {
-        for (strategy, cfg) in plan.strategies.iter().zip(&plan.configs) {
+        for (strategy, cfg) in setup.strategies.iter().zip(&setup.configs) {
             n += 1;
             crate::sys::check_interrupted()?;
             eprintln!(
@@ -168,7 +171,7 @@ pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Re
             });
         }
     }
-    let names: Vec<String> = plan.strategies.iter().map(|s| s.name().into()).collect();
+    let names: Vec<String> = setup.strategies.iter().map(|s| s.name().into()).collect();
     print_runs(&runs, &names, args.json, args.markdown)?;
     if let Some(p) = &args.plot {
         crate::export::plot::write_svg(p, &runs)?;

@@ -40,7 +40,7 @@ use tokio::{
 
 use crate::{
     model::interval::{Bucket, IntervalLine},
-    model::{CallRecord, Log2Histogram as Log2Counts, cause_name},
+    model::{CallRecord, Log2Histogram, cause_name},
     sys::page_size,
 };
 
@@ -91,7 +91,7 @@ pub(crate) struct ProgramLabels {
     pub(crate) program: String,
 }
 
-/// Which log2 buckets a [`Log2Histogram`] exposes: bucket `k` holds values
+/// Which log2 buckets a [`Log2Metric`] exposes: bucket `k` holds values
 /// in `[2^(k-1), 2^k - 1]` (bucket 0 holds 0), so its `le` is
 /// `(2^k - 1) * scale`. Buckets below `first` are folded into `first`,
 /// those above `last` into `+Inf`.
@@ -158,14 +158,14 @@ impl Log2State {
 /// per-bucket counts (block requests, throttle pauses), which this type
 /// adds as they are, so the exposed buckets are exactly the kernel's.
 #[derive(Clone, Debug)]
-pub(crate) struct Log2Histogram {
+pub(crate) struct Log2Metric {
     spec: Log2Spec,
     state: Arc<Mutex<Log2State>>,
 }
 
-impl Log2Histogram {
-    pub(crate) fn new(spec: Log2Spec) -> Log2Histogram {
-        Log2Histogram {
+impl Log2Metric {
+    pub(crate) fn new(spec: Log2Spec) -> Log2Metric {
+        Log2Metric {
             spec,
             state: Arc::default(),
         }
@@ -179,7 +179,7 @@ impl Log2Histogram {
 
     pub(crate) fn observe(&self, value: u64) {
         self.with(|s| {
-            s.add(Log2Counts::bucket_of(value), 1);
+            s.add(Log2Histogram::bucket_of(value), 1);
             s.sum = s.sum.saturating_add(value);
         });
     }
@@ -191,7 +191,7 @@ impl Log2Histogram {
         self.with(|s| {
             let mut lower_edges = 0u64;
             for b in buckets {
-                s.add(Log2Counts::bucket_of(b.lo), b.count);
+                s.add(Log2Histogram::bucket_of(b.lo), b.count);
                 lower_edges = lower_edges.saturating_add(b.lo.saturating_mul(b.count));
             }
             s.sum = s.sum.saturating_add(sum.unwrap_or(lower_edges));
@@ -217,11 +217,11 @@ impl Log2Histogram {
     }
 }
 
-impl TypedMetric for Log2Histogram {
+impl TypedMetric for Log2Metric {
     const TYPE: MetricType = MetricType::Histogram;
 }
 
-impl EncodeMetric for Log2Histogram {
+impl EncodeMetric for Log2Metric {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         let (buckets, sum, count) = self.snapshot();
         encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
@@ -260,16 +260,16 @@ impl EncodeMetric for SecondsCounter {
     }
 }
 
-type HistFamily<L> = Family<L, Log2Histogram, fn() -> Log2Histogram>;
+type HistFamily<L> = Family<L, Log2Metric, fn() -> Log2Metric>;
 
-fn pages_per_call() -> Log2Histogram {
-    Log2Histogram::new(PAGES_PER_CALL)
+fn pages_per_call() -> Log2Metric {
+    Log2Metric::new(PAGES_PER_CALL)
 }
-fn request_bytes() -> Log2Histogram {
-    Log2Histogram::new(REQUEST_BYTES)
+fn request_bytes() -> Log2Metric {
+    Log2Metric::new(REQUEST_BYTES)
 }
-fn request_latency() -> Log2Histogram {
-    Log2Histogram::new(REQUEST_LATENCY)
+fn request_latency() -> Log2Metric {
+    Log2Metric::new(REQUEST_LATENCY)
 }
 
 /// Every metric the exporter serves. Cloning shares the values (the
@@ -295,7 +295,7 @@ pub(crate) struct Metrics {
     vmstat_written_pages: Counter,
     vmstat_dirtied_pages: Counter,
     throttle_events: Counter,
-    throttle_pause: Log2Histogram,
+    throttle_pause: Log2Metric,
     request_bytes: HistFamily<DevLabels>,
     request_latency: HistFamily<DevLabels>,
     lost_records: Counter,
@@ -332,7 +332,7 @@ impl Metrics {
             vmstat_written_pages: Counter::default(),
             vmstat_dirtied_pages: Counter::default(),
             throttle_events: Counter::default(),
-            throttle_pause: Log2Histogram::new(THROTTLE_PAUSE),
+            throttle_pause: Log2Metric::new(THROTTLE_PAUSE),
             request_bytes: Family::new_with_constructor(request_bytes),
             request_latency: Family::new_with_constructor(request_latency),
             lost_records: Counter::default(),
@@ -911,7 +911,7 @@ mod tests {
 
     #[test]
     fn log2_buckets_fold_below_first_and_above_last() {
-        let h = Log2Histogram::new(Log2Spec {
+        let h = Log2Metric::new(Log2Spec {
             first: 2,
             last: 3,
             scale: 1.0,
