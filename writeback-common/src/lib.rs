@@ -206,6 +206,76 @@ impl BlockMembers {
     };
 }
 
+/// What the writepages programs read of the calling thread, for the
+/// call's on-CPU time without a hook on the scheduler: its run time as
+/// the scheduler last accounted it, and when that was. Resolved from the
+/// kernel's BTF apart from [`KernelMembers`], so that the classic
+/// tracepoint programs (which read these through `bpf_probe_read_kernel`)
+/// have them whichever other tables resolved.
+///
+/// `update_curr()` (kernel/sched/fair.c; `update_curr_common()` for the
+/// other classes) adds `now - se.exec_start` to `se.sum_exec_runtime` and
+/// sets `se.exec_start = now`, in the run queue's `clock_task`; switching
+/// a task in sets `exec_start` to that clock and adds nothing
+/// (`set_next_entity()`, `set_next_task_rt()`). So while a thread runs
+/// both advance together, and while it is switched out only `exec_start`
+/// jumps: between two reads on one CPU the time off the CPU is the
+/// advance of `exec_start` minus that of `sum_exec_runtime`, exactly,
+/// whenever the scheduler last updated them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskMembers {
+    /// `task_struct.se.sum_exec_runtime` (ns).
+    pub sum_exec_runtime: MemberSpec,
+    /// `task_struct.se.exec_start` (ns of the run queue's `clock_task`).
+    pub exec_start: MemberSpec,
+}
+
+impl TaskMembers {
+    pub const EMPTY: TaskMembers = TaskMembers {
+        sum_exec_runtime: MemberSpec::ABSENT,
+        exec_start: MemberSpec::ABSENT,
+    };
+    /// `(struct, member path)` of each field, in field order
+    /// (include/linux/sched.h: `struct sched_entity se` in `task_struct`).
+    pub const PATHS: [(&'static str, &'static str); 2] = [
+        ("task_struct", "se.sum_exec_runtime"),
+        ("task_struct", "se.exec_start"),
+    ];
+}
+
+/// What `tp_btf/ext4_da_write_pages_extent` reads of its `struct
+/// ext4_map_blocks *map` argument (fs/ext4/ext4.h): the blocks asked for,
+/// the classic tracepoint's `len`. ext4's own struct, so in vmlinux's BTF
+/// only when ext4 is built in (the only case where aya 0.14 can attach
+/// tp_btf programs to ext4's tracepoints anyway).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExtentMembers {
+    pub len: MemberSpec,
+}
+
+impl ExtentMembers {
+    pub const EMPTY: ExtentMembers = ExtentMembers {
+        len: MemberSpec::ABSENT,
+    };
+    pub const PATH: (&'static str, &'static str) = ("ext4_map_blocks", "m_len");
+}
+
+/// How the writepages programs measure the on-CPU time of calls: slot 0
+/// of the `CONFIG` array, written by userspace after attaching.
+pub mod cpu_time {
+    /// Not measured.
+    pub const OFF: u32 = 0;
+    /// A program on `sched_switch` adds up the time the calling thread is
+    /// switched out (kept for the cross-check test; it runs on every
+    /// context switch of the machine).
+    pub const SCHED_SWITCH: u32 = 1;
+    /// The thread's own run time read at the start and the end of the
+    /// call ([`crate::TaskMembers`]).
+    pub const TASK_RUNTIME: u32 = 2;
+}
+
 /// [`BlockMembers`] slots, with `(struct, member path, signed)` in
 /// [`block_members::PATHS`] order.
 pub mod block_members {
@@ -312,7 +382,9 @@ pub mod call_flags {
     pub const FOR_BACKGROUND: u32 = 1 << 3;
     /// The scan hooks fired during this call (scan fields are meaningful).
     pub const SCAN_SEEN: u32 = 1 << 4;
-    /// On-CPU accounting (sched_switch) was active for the whole call.
+    /// On-CPU time was measured for the whole call (`offcpu_ns` is
+    /// meaningful): the thread's run time read at its start and end, or
+    /// a `sched_switch` program attached throughout.
     pub const CPU_TRACKED: u32 = 1 << 5;
 }
 
@@ -347,8 +419,9 @@ pub struct WritepagesCall {
     /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) at the start.
     pub start_ns: u64,
     pub duration_ns: u64,
-    /// Time the calling thread spent switched out during the call
-    /// (sched_switch); on-CPU time is `duration_ns - offcpu_ns`.
+    /// Time the calling thread spent switched out during the call (from
+    /// its scheduler run time, [`TaskMembers`], or from `sched_switch`);
+    /// on-CPU time is `duration_ns - offcpu_ns`.
     pub offcpu_ns: u64,
     pub cgroup_id: u64,
     /// `wbc->nr_to_write` at the start of the call: the budget asked.
@@ -454,7 +527,7 @@ pub mod dirty {
     pub const DIRTY_LIMIT: u32 = 4;
     pub const NR_DIRTIED: u32 = 5;
     pub const NR_WRITTEN: u32 = 6;
-    /// bpf_ktime_get_ns of the last update (0 = never fired).
+    /// `jiffies` at the last update (0 = never fired).
     pub const UPDATED_NS: u32 = 7;
     pub const COUNT: u32 = 8;
 }
@@ -611,7 +684,14 @@ pub struct InflightCall {
     pub extents: u32,
     pub folios_written: u32,
     pub bios: u32,
+    /// [`cpu_time`] method the start used.
+    pub cpu_method: u32,
+    /// With [`cpu_time::TASK_RUNTIME`]: the CPU the call started on and
+    /// the thread's `se.sum_exec_runtime` and `se.exec_start` then.
+    pub start_cpu: u32,
     pub _pad: u32,
+    pub run_start: u64,
+    pub exec_start: u64,
 }
 
 #[cfg(feature = "user")]
@@ -623,6 +703,8 @@ mod pod {
     unsafe impl aya::Pod for super::KernelMembers {}
     unsafe impl aya::Pod for super::ScanMembers {}
     unsafe impl aya::Pod for super::BlockMembers {}
+    unsafe impl aya::Pod for super::TaskMembers {}
+    unsafe impl aya::Pod for super::ExtentMembers {}
     unsafe impl aya::Pod for super::DevBlockHist {}
     unsafe impl aya::Pod for super::TracepointLayout {}
     unsafe impl aya::Pod for super::Filter {}

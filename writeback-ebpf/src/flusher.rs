@@ -1,7 +1,7 @@
 //! Flusher work, inode passes, dirty state and throttling: counters and
 //! levels added up in maps for userspace's interval lines.
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_jiffies64},
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
@@ -14,7 +14,7 @@ use writeback_common::{
 
 use crate::{
     AGG, DIRTY, INODE_PASS, WORK, add,
-    read::{Typed, current_tid, field, member, now_ns},
+    read::{Typed, current_tid, field, member},
     writepages::{KERNEL_MEMBERS, filtered_out, inode_key, raw_arg},
 };
 
@@ -169,27 +169,33 @@ pub fn tp_btf_single_inode(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// How stale the kept levels may get. `global_dirty_state` fires on every
-/// `balance_dirty_pages()` call past the free-run threshold
-/// (mm/page-writeback.c): a few hundred times a second under the bench's
-/// 2 GiB write, each reading seven fields (≈ 1.2 µs here). Userspace
-/// reads the levels once per interval (a second by default), so ten
-/// updates a second keep them as fresh as anyone looks, and every other
-/// firing costs a clock read.
-const DIRTY_REFRESH_NS: u64 = 100_000_000;
+/// How stale the kept levels may get, in ticks: 16 ms at HZ=1000, 64 ms
+/// here (HZ=250), 160 ms at HZ=100. `global_dirty_state` fires on every
+/// `balance_dirty_pages()` call past the free-run threshold, every flusher
+/// threshold check and every read of /proc/vmstat (`global_dirty_limits()`
+/// in mm/page-writeback.c): a few hundred times a second under the
+/// bench's write, each full update reading seven fields through a helper
+/// call. Userspace reads the levels once per interval (0.1 s at the
+/// least), so a few updates a second keep them as fresh as anyone looks.
+/// Ticks, not `bpf_ktime_get_ns()`: the verifier inlines
+/// `bpf_jiffies64()` into one load on 64-bit JITs (`do_misc_fixups()` in
+/// kernel/bpf/verifier.c), where reading the clock is a helper call of
+/// its own, about 40 ns over the empty program here (`probes --cost`).
+const DIRTY_REFRESH_TICKS: u64 = 16;
 
 /// `writeback:global_dirty_state`: keep the latest levels, at most one
-/// update per [`DIRTY_REFRESH_NS`].
+/// update per [`DIRTY_REFRESH_TICKS`].
 #[tracepoint]
 pub fn global_dirty(ctx: TracePointContext) -> u32 {
-    let now = now_ns();
+    // SAFETY: plain helper call (inlined by the verifier).
+    let now = unsafe { bpf_jiffies64() };
     let Some(updated) = DIRTY.get_ptr_mut(dirty::UPDATED_NS) else {
         return 0;
     };
     // SAFETY: plain load and store of an array slot. Two CPUs may both
     // update within one period: harmless, both write current levels.
     unsafe {
-        if now.wrapping_sub(*updated) < DIRTY_REFRESH_NS {
+        if now.wrapping_sub(*updated) < DIRTY_REFRESH_TICKS {
             return 0;
         }
         *updated = now;

@@ -7,7 +7,9 @@
 //! each to whichever candidate tracepoint its probe plan chose.
 //!
 //! One record per writepages call crosses the ring buffer; everything that
-//! fires per page, per bio or per context switch is added up in maps.
+//! fires per page or per bio is added up in maps. No program of the probe
+//! plan runs on events that fire without writeback or I/O (the on-CPU
+//! time of a call comes from the thread's own run time, `sched.rs`).
 #![no_std]
 #![no_main]
 
@@ -47,9 +49,8 @@ pub const WAKEUP_AT_BYTES: u64 = (EVENTS_BYTES / 4) as u64;
 static INFLIGHT: LruHashMap<InflightKey, InflightCall> = LruHashMap::with_max_entries(16384, 0);
 
 /// The call each thread is inside, for hooks that know the thread but not
-/// the inode (bios, context switches, wbc_writepage). A plain hash, not
-/// LRU: sched_switch looks it up on every context switch, and LRU lookups
-/// cost more; entries are removed at the end of each call.
+/// the inode (bios, wbc_writepage, the scan kprobes). A plain hash, not
+/// LRU: LRU lookups cost more; entries are removed at the end of each call.
 #[map]
 static CURRENT: HashMap<u32, InflightKey> = HashMap::with_max_entries(16384, 0);
 
@@ -57,15 +58,16 @@ static CURRENT: HashMap<u32, InflightKey> = HashMap::with_max_entries(16384, 0);
 /// writepages call (has an entry in CURRENT); eight threads to an array
 /// entry. Array lookups are inlined by the verifier, a hash lookup is a
 /// helper call (about 90 ns here, `wbscope probes --cost`), and
-/// sched_switch and the per-bio hooks ask on every event whether a thread
-/// is in a call, almost always to hear no. Bytes, not bits: each thread
+/// the per-bio and per-folio hooks ask on every event whether a thread
+/// is in a call, often to hear no. Bytes, not bits: each thread
 /// writes only its own byte, so no atomics are needed (the BPF target has
 /// no atomic OR). Userspace sizes it to the kernel's pid_max at load; the
 /// default here covers PID_MAX_LIMIT on 64-bit (include/linux/threads.h).
 #[map]
 static IN_CALL: Array<u64> = Array::with_max_entries((4 << 20) / 8, 0);
 
-/// When a thread inside a call was switched out (sched_switch).
+/// When a thread inside a call was switched out (sched_switch, only in
+/// the cross-check test's tracer).
 #[map]
 static OFFCPU_SINCE: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
 
@@ -106,8 +108,8 @@ static AGG: PerCpuArray<u64> = PerCpuArray::with_max_entries(agg::COUNT, 0);
 #[map]
 static DIRTY: Array<u64> = Array::with_max_entries(dirty::COUNT, 0);
 
-/// Runtime switches written by userspace after attaching:
-/// index 0 = 1 when sched_switch is attached (on-CPU time is tracked).
+/// Runtime switches written by userspace after attaching: index 0 = how
+/// on-CPU time is measured (`writeback_common::cpu_time`).
 #[map]
 static CONFIG: Array<u32> = Array::with_max_entries(4, 0);
 

@@ -87,6 +87,8 @@ pub trait Access {
     fn scalar(base: *const u8, spec: &MemberSpec) -> i64;
     /// A pointer member; null if unresolved.
     fn pointer(base: *const u8, spec: &MemberSpec) -> *const u8;
+    /// The current thread's `task_struct`, as this access reads it.
+    fn current_task() -> *const u8;
 }
 
 /// Reads through `bpf_probe_read_kernel` (kprobe arguments).
@@ -105,6 +107,13 @@ impl Access for Probed {
     #[inline(always)]
     fn pointer(base: *const u8, spec: &MemberSpec) -> *const u8 {
         member_at(base, spec) as u64 as *const u8
+    }
+
+    /// A plain number to the verifier, read through the helper.
+    #[inline(always)]
+    fn current_task() -> *const u8 {
+        // SAFETY: plain helper call.
+        unsafe { generated::bpf_get_current_task() as *const u8 }
     }
 }
 
@@ -140,6 +149,14 @@ impl Access for Typed {
         // shifted or masked: the verifier types it as a pointer into the
         // member's struct and allows no arithmetic on it but adding.
         unsafe { *base.wrapping_add(spec.offset as usize).cast::<*const u8>() }
+    }
+
+    /// A pointer the verifier types as `struct task_struct` (helper
+    /// `bpf_get_current_task_btf`, since 5.11), so members load directly.
+    #[inline(always)]
+    fn current_task() -> *const u8 {
+        // SAFETY: plain helper call.
+        unsafe { generated::bpf_get_current_task_btf() as *const u8 }
     }
 }
 

@@ -6,13 +6,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, ProbeContext, RetProbeContext, TracePointContext},
 };
 use writeback_common::{
-    InflightCall, InflightKey, MemberSpec, ScanMembers, TracepointLayout, agg, call_flags,
+    ExtentMembers, InflightCall, InflightKey, MemberSpec, ScanMembers, TracepointLayout, agg,
+    call_flags,
     fields::{extent as ex, folios as fo},
 };
 
 use crate::{
     AGG, INFLIGHT, add,
-    read::{Typed, current_tid, field, member_at},
+    read::{Access, Typed, current_tid, field, member_at},
     writepages::{current_call, inode_key, raw_arg},
 };
 
@@ -161,19 +162,42 @@ pub fn kretprobe_scan(_ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// `ext4:ext4_da_write_pages_extent`: one extent mapped for the call.
-#[tracepoint]
-pub fn extent(ctx: TracePointContext) -> u32 {
-    let layout = &EXTENT_LAYOUT;
-    let key = key_of(&ctx, layout, ex::DEV, ex::INO);
-    if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
-        let len = field(&ctx, layout, ex::LEN) as u64;
+/// Counts one extent of `len` blocks in the call `key` names, if any.
+#[inline(always)]
+fn extent_mapped(key: &InflightKey, len: impl FnOnce() -> u64) {
+    if let Some(call) = INFLIGHT.get_ptr_mut(key) {
+        let len = len();
         // SAFETY: see scan_started.
         unsafe {
             (*call).extents += 1;
             (*call).extent_blocks += len;
         }
     }
+}
+
+/// `ext4:ext4_da_write_pages_extent`: one extent mapped for the call.
+#[tracepoint]
+pub fn extent(ctx: TracePointContext) -> u32 {
+    let layout = &EXTENT_LAYOUT;
+    let key = key_of(&ctx, layout, ex::DEV, ex::INO);
+    extent_mapped(&key, || field(&ctx, layout, ex::LEN) as u64);
+    0
+}
+
+/// `struct ext4_map_blocks` members, from BTF.
+#[unsafe(no_mangle)]
+static EXTENT_MEMBERS: ExtentMembers = ExtentMembers::EMPTY;
+
+/// `tp_btf/ext4_da_write_pages_extent`: TP_PROTO(struct inode *inode,
+/// struct ext4_map_blocks *map) (include/trace/events/ext4.h). Plain
+/// loads of `inode->i_ino`, `inode->i_sb->s_dev` and `map->m_len` where
+/// the classic tracepoint's program pays a helper call per field, and no
+/// trace record built.
+#[btf_tracepoint(function = "ext4_da_write_pages_extent")]
+pub fn tp_btf_extent(ctx: BtfTracePointContext) -> i32 {
+    let key = inode_key::<Typed>(raw_arg(&ctx, 0) as *const u8);
+    let map = raw_arg(&ctx, 1) as *const u8;
+    extent_mapped(&key, || Typed::scalar(map, &EXTENT_MEMBERS.len) as u64);
     0
 }
 

@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use writeback_common::{
     Filter, InflightCall, InflightKey, KernelMembers, TracepointLayout, WritepagesCall, call_flags,
-    cause,
+    cause, cpu_time,
     fields::{writepages as wp, writepages_result as wpr},
     members as m, record_kind, stat,
 };
@@ -23,6 +23,7 @@ use writeback_common::{
 use crate::{
     CONFIG, CURRENT, EVENTS, FILTER, IN_CALL, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, bump,
     read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns},
+    sched::{offcpu_since, run_clock},
 };
 
 /// Layout of `ext4:ext4_writepages` (or `ext4_da_writepages`).
@@ -80,8 +81,10 @@ pub(crate) fn filtered_out(dev: u32, ino: u64, tgid: u32, cgroup_id: u64) -> boo
         || (f.cgroup_id != 0 && f.cgroup_id != cgroup_id)
 }
 
+/// `A` reads the calling thread's run time (the hook's own access for
+/// function hooks and tp_btf; classic tracepoints read through the helper).
 #[inline(always)]
-fn begin(s: Start) -> Result<u32, u32> {
+fn begin<A: Access>(s: Start) -> Result<u32, u32> {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: plain helper call.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
@@ -96,7 +99,8 @@ fn begin(s: Start) -> Result<u32, u32> {
     if s.range_cyclic {
         flags |= call_flags::RANGE_CYCLIC;
     }
-    if CONFIG.get(0).copied().unwrap_or(0) != 0 {
+    let cpu_method = CONFIG.get(0).copied().unwrap_or(cpu_time::OFF);
+    if cpu_method != cpu_time::OFF {
         flags |= call_flags::CPU_TRACKED;
     }
     // Cause, most specific first: WB_SYNC_ALL is a sync whoever asks;
@@ -127,8 +131,17 @@ fn begin(s: Start) -> Result<u32, u32> {
     };
     // SAFETY: this CPU's slot; no other program runs on it meanwhile.
     let call = unsafe { &mut *call };
+    let run = if cpu_method == cpu_time::TASK_RUNTIME {
+        Some(run_clock::<A>())
+    } else {
+        None
+    };
     *call = InflightCall {
         start_ns: now_ns(),
+        cpu_method,
+        start_cpu: run.as_ref().map_or(0, |r| r.cpu),
+        run_start: run.as_ref().map_or(0, |r| r.sum),
+        exec_start: run.as_ref().map_or(0, |r| r.exec_start),
         nr_to_write: s.nr_to_write,
         pages_skipped: s.pages_skipped,
         range_start: s.range_start,
@@ -153,7 +166,7 @@ fn begin(s: Start) -> Result<u32, u32> {
 }
 
 #[inline(always)]
-fn finish(e: End) -> Result<u32, u32> {
+fn finish<A: Access>(e: End) -> Result<u32, u32> {
     let now = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
     let key = e.key;
@@ -166,7 +179,9 @@ fn finish(e: End) -> Result<u32, u32> {
     // in a call, and every switch of it on the slow path).
     let _ = CURRENT.remove(&key.tid);
     mark_in_call(key.tid, false);
-    let _ = OFFCPU_SINCE.remove(&key.tid);
+    if start.is_some_and(|s| s.cpu_method == cpu_time::SCHED_SWITCH) {
+        let _ = OFFCPU_SINCE.remove(&key.tid);
+    }
     if start.is_some() {
         let _ = INFLIGHT.remove(&key);
     } else if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
@@ -189,13 +204,18 @@ fn finish(e: End) -> Result<u32, u32> {
     } else {
         0
     };
+    let offcpu_ns = if start.cpu_method == cpu_time::TASK_RUNTIME {
+        offcpu_since::<A>(&start, duration_ns)
+    } else {
+        start.offcpu_ns
+    };
     entry.write(WritepagesCall {
         kind: record_kind::WRITEPAGES_CALL,
         dev: key.dev,
         ino: key.ino,
         start_ns: start.start_ns,
         duration_ns,
-        offcpu_ns: start.offcpu_ns,
+        offcpu_ns,
         cgroup_id,
         nr_to_write: start.nr_to_write,
         pages_written,
@@ -254,7 +274,7 @@ pub fn writepages_start(ctx: TracePointContext) -> u32 {
         // Not in the tracepoint: taken from the flusher work.
         for_background: None,
     };
-    match begin(start) {
+    match begin::<Probed>(start) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -276,7 +296,7 @@ pub fn writepages_end(ctx: TracePointContext) -> u32 {
         ret: field(&ctx, l, wpr::RET) as i32,
         sync_mode: field(&ctx, l, wpr::SYNC_MODE) as u32,
     };
-    match finish(end) {
+    match finish::<Probed>(end) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -342,7 +362,7 @@ pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
         wbc,
         writeback_index::<Typed>(inode),
     );
-    match begin(start) {
+    match begin::<Typed>(start) {
         Ok(r) | Err(r) => r as i32,
     }
 }
@@ -365,7 +385,7 @@ pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
         ret,
         sync_mode: member::<Typed>(wbc, k, m::WBC_SYNC_MODE) as u32,
     };
-    match finish(end) {
+    match finish::<Typed>(end) {
         Ok(r) | Err(r) => r as i32,
     }
 }
@@ -378,7 +398,7 @@ fn function_begin<A: Access>(mapping: *const u8, wbc: *const u8) -> u32 {
     let inode = member_ptr::<A>(mapping, k, m::MAPPING_HOST);
     let index = member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
     let start = start_from_wbc::<A>(inode_key::<A>(inode), wbc, index);
-    match begin(start) {
+    match begin::<A>(start) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -397,7 +417,7 @@ fn function_end<A: Access>(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 
         ret,
         sync_mode: member::<A>(wbc, k, m::WBC_SYNC_MODE) as u32,
     };
-    match finish(end) {
+    match finish::<A>(end) {
         Ok(r) | Err(r) => r,
     }
 }

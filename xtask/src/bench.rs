@@ -5,7 +5,14 @@
 //!   not, in alternating pairs (A/B then B/A) on a journaled ext4 made for
 //!   the run; the ratio of the medians is the figure.
 //! - BPF run time per program invocation (kernel BPF statistics), lost
-//!   records, and the tracer's own CPU, idle and under that writeback.
+//!   records, and the tracer's own CPU, idle and under that writeback;
+//!   BPF time per GiB written.
+//! - BPF invocations per second during a context-switch storm that
+//!   writes nothing (a pipe ping-pong between two threads): the cost the
+//!   tracer puts on work that has nothing to do with writeback (issue 19).
+//! - With `WBSCOPE_BENCH_BASELINE=PATH` (another build of wbscope, e.g.
+//!   main's), the same BPF figures for that binary in the same run, traced
+//!   runs of both in the rotation, and their ratios.
 use std::{
     fs::{self, File},
     io::{BufRead as _, BufReader, Write as _},
@@ -183,6 +190,93 @@ enum Side {
     Plain,
     Traced,
     Recorded,
+    /// Traced by the baseline binary.
+    Baseline,
+}
+
+/// Seconds of each context-switch storm.
+const STORM_SECS: u64 = 5;
+
+/// A pipe ping-pong between two threads for `secs`: each round trip
+/// blocks each thread once on its read, two context switches at least,
+/// and nothing is written to any file. Returns the round trips.
+fn ping_pong(secs: u64) -> anyhow::Result<u64> {
+    use std::io::Read as _;
+    // (reader, writer): this thread pings the echo thread through the
+    // first pipe, which answers through the second.
+    let (mut echo_read, mut ping) = std::io::pipe()?;
+    let (mut pong, mut echo_write) = std::io::pipe()?;
+    let echo = std::thread::spawn(move || {
+        let mut byte = [0u8];
+        while echo_read.read_exact(&mut byte).is_ok() {
+            if echo_write.write_all(&byte).is_err() {
+                break;
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut byte = [1u8];
+    let mut trips = 0u64;
+    while started.elapsed() < Duration::from_secs(secs) {
+        ping.write_all(&byte)?;
+        pong.read_exact(&mut byte)?;
+        trips += 1;
+    }
+    drop(ping);
+    let _ = echo.join();
+    Ok(trips)
+}
+
+/// What the tracer's programs did during a storm.
+struct Storm {
+    round_trips_per_s: f64,
+    runs_per_s: f64,
+    table: String,
+}
+
+/// `binary trace` attached, a ping-pong of [`STORM_SECS`], and the BPF
+/// invocations of the 1 s interval lines spanning it.
+fn storm(binary: &Path) -> anyhow::Result<Storm> {
+    let tracer = Tracer::spawn(binary, &["trace", "--json", "--interval", "1"], None)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let from = tracer.attached.elapsed().as_secs_f64();
+    let trips = ping_pong(STORM_SECS)?;
+    let to = tracer.attached.elapsed().as_secs_f64();
+    let lines = tracer.stop(binary)?;
+    let within = run_time_within(&lines, (from, to));
+    // The intervals spanning the storm: whole seconds, up to one more
+    // than the storm itself.
+    let spanned = lines
+        .iter()
+        .filter(|l| l["type"] == "interval")
+        .filter(|l| {
+            let end = l["time_s"].as_f64().unwrap_or(0.0);
+            let start = end - l["interval_s"].as_f64().unwrap_or(0.0);
+            end > from && start < to
+        })
+        .map(|l| l["interval_s"].as_f64().unwrap_or(0.0))
+        .sum::<f64>()
+        .max(to - from);
+    let runs: u64 = within
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| r["run_count"].as_u64().unwrap_or(0))
+        .sum();
+    let (table, _) = run_time_table(&[within]);
+    Ok(Storm {
+        round_trips_per_s: trips as f64 / (to - from),
+        runs_per_s: runs as f64 / spanned,
+        table,
+    })
+}
+
+/// Total BPF run time (ns) over all programs in run-time arrays.
+fn total_run_ns(runs: &[serde_json::Value]) -> u64 {
+    runs.iter()
+        .flat_map(|r| r.as_array().cloned().unwrap_or_default())
+        .map(|r| r["run_time_ns"].as_u64().unwrap_or(0))
+        .sum()
 }
 
 pub(crate) fn median(v: &mut [f64]) -> f64 {
@@ -215,10 +309,17 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     let mut record_bytes = 0u64;
     let mut record_calls = 0u64;
     let rec_path = fs.dir().join("bench.rec");
+    let baseline = std::env::var_os("WBSCOPE_BENCH_BASELINE").map(PathBuf::from);
+    let mut baseline_run_times: Vec<serde_json::Value> = Vec::new();
+    let mut baseline_rates = Vec::new();
     for pair in 0..opts.pairs {
         // Rotate which side goes first, so drift favours none.
-        let mut order = [Side::Plain, Side::Traced, Side::Recorded];
-        order.rotate_left(pair % 3);
+        let mut order = vec![Side::Plain, Side::Traced, Side::Recorded];
+        if baseline.is_some() {
+            order.push(Side::Baseline);
+        }
+        let n = order.len();
+        order.rotate_left(pair % n);
         for side in order {
             let _ = fs::remove_file(&file);
             let _ = fs::remove_file(&rec_path);
@@ -232,6 +333,10 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
                 Side::Plain => None,
                 Side::Traced => Some(Tracer::start(binary)?),
                 Side::Recorded => Some(Tracer::record(binary, &rec_path)?),
+                Side::Baseline => match &baseline {
+                    Some(b) => Some(Tracer::start(b)?),
+                    None => None,
+                },
             };
             drop_caches()?;
             // Memory just freed goes back to the hypervisor (free page
@@ -252,7 +357,11 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
             let lines = tracer.stop(binary)?;
             let summary = lines.last().context("no summary")?;
             lost += summary["lost_records"].as_u64().unwrap_or(0);
-            if side == Side::Recorded {
+            if side == Side::Baseline {
+                let from = write_from.unwrap_or(0.0);
+                baseline_run_times.push(run_time_within(&lines, (from, from + t.as_secs_f64())));
+                baseline_rates.push(rate);
+            } else if side == Side::Recorded {
                 recorded.push(rate);
                 record_bytes += fs::metadata(&rec_path).map(|m| m.len()).unwrap_or(0);
                 record_calls += summary["calls"].as_u64().unwrap_or(0);
@@ -273,6 +382,9 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     std::thread::sleep(Duration::from_secs(opts.idle_secs));
     let idle_cpu = 100.0 * (tracer.cpu_secs()? - cpu0) / opts.idle_secs as f64;
     tracer.stop(binary)?;
+
+    let storm_new = storm(binary)?;
+    let storm_base = baseline.as_deref().map(storm).transpose()?;
 
     let floor = floor_costs(binary, opts.floor_secs)?;
 
@@ -336,6 +448,54 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
          {whole_avg} ns\n\n{writes_table}\n",
         opts.settle_secs
     ));
+    let gib_written = opts.size_mib as f64 / 1024.0;
+    let per_gib = |runs: &[serde_json::Value]| {
+        total_run_ns(runs) as f64 / 1e6 / (gib_written * runs.len().max(1) as f64)
+    };
+    out.push_str(&format!(
+        "BPF time per GiB written (all programs, the same intervals): **{:.2} ms**\n\n",
+        per_gib(&write_run_times)
+    ));
+    out.push_str(&format!(
+        "Context-switch storm, nothing written ({STORM_SECS} s pipe ping-pong between two \
+         threads under `wbscope trace --interval 1`): {:.0} round trips/s, **{:.0} BPF \
+         invocations/s** (all programs, the 1 s intervals spanning the storm)\n\n{}\n",
+        storm_new.round_trips_per_s, storm_new.runs_per_s, storm_new.table
+    ));
+    if let (Some(path), Some(base)) = (&baseline, &storm_base) {
+        let (base_table, base_avg) = run_time_table(&baseline_run_times);
+        let ratio = |new: f64, old: f64| {
+            if old > 0.0 {
+                format!("{:.3}", new / old)
+            } else {
+                "-".into()
+            }
+        };
+        let avg = |s: &str| s.parse::<f64>().unwrap_or(f64::NAN);
+        out.push_str(&format!(
+            "Baseline `{}` in the same run (its traced writes in the rotation above: median \
+             {:.1} MB/s):\n\n| figure | this build | baseline | ratio |\n|---|---|---|---|\n\
+             | BPF ns per invocation during the writes | {writes_avg} | {base_avg} | {} |\n\
+             | BPF ms per GiB written | {:.2} | {:.2} | {} |\n\
+             | BPF invocations/s, context-switch storm | {:.0} | {:.0} | {} |\n\
+             | storm round trips/s | {:.0} | {:.0} | {} |\n\n\
+             Baseline per program during the writes:\n\n{base_table}\n\
+             Baseline during the storm:\n\n{}\n",
+            path.display(),
+            median(&mut baseline_rates.clone()),
+            ratio(avg(&writes_avg), avg(&base_avg)),
+            per_gib(&write_run_times),
+            per_gib(&baseline_run_times),
+            ratio(per_gib(&write_run_times), per_gib(&baseline_run_times)),
+            storm_new.runs_per_s,
+            base.runs_per_s,
+            ratio(storm_new.runs_per_s, base.runs_per_s),
+            storm_new.round_trips_per_s,
+            base.round_trips_per_s,
+            ratio(storm_new.round_trips_per_s, base.round_trips_per_s),
+            base.table,
+        ));
+    }
     out.push_str(&format!(
         "The floor of this machine, measured right after (`wbscope probes --cost {}`, \
          idle):\n\n| calibration program | invocations | avg ns |\n|---|---|---|\n",

@@ -37,6 +37,8 @@ const BASE_TOOLS: &[(&str, &str)] = &[
     ("env", "coreutils"),
     ("sha256sum", "coreutils"),
     ("sleep", "coreutils"),
+    // gzip is Essential: yes.
+    ("zcat", "gzip"),
     ("sync", "coreutils"),
     ("losetup", "util-linux"),
     ("blkid", "util-linux"),
@@ -70,6 +72,8 @@ const DYNAMIC_SPAWNS: &[(&str, &str, &[&str])] = &[
     // The wbscope binary xtask built.
     ("xtask/src/main.rs", "binary", &[]),
     ("xtask/src/bench.rs", "binary", &[]),
+    // The baseline wbscope binary of WBSCOPE_BENCH_BASELINE.
+    ("xtask/src/bench.rs", "b", &[]),
     ("xtask/src/bench_writer.rs", "self.binary", &[]),
     ("xtask/src/dist.rs", "release_binary", &[]),
     // The cargo that runs xtask.
@@ -616,6 +620,15 @@ impl SourceFile {
                 self.is_ident(c, func)
                     && self.is_punct(c + 1, '(')
                     && !(c > 0 && self.is_ident(c - 1, "fn"))
+                    // `std::thread::spawn(…)` is not a call of a local
+                    // `fn spawn`: a module path (lower case) names another
+                    // function; `Type::f(…)`, `Self::f(…)` and `f(…)` may
+                    // be this one.
+                    && !(c >= 3
+                        && self.is_punct(c - 1, ':')
+                        && self.is_punct(c - 2, ':')
+                        && matches!(self.tok(c - 3), Some(Tok::Ident(m))
+                            if m.starts_with(|ch: char| ch.is_ascii_lowercase())))
             })
             .filter_map(|c| {
                 let args = self.split_args(c + 2, self.close_of(c + 1));

@@ -17,10 +17,10 @@ pub struct KernelStats {
 
 /// Run time of one attached program (BPF_ENABLE_STATS).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub(crate) struct ProgramRunTime {
-    pub(crate) program: String,
-    pub(crate) run_count: u64,
-    pub(crate) run_time_ns: u64,
+pub struct ProgramRunTime {
+    pub program: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
 }
 
 /// `/proc/vmstat` figures we compare against (pages).

@@ -138,7 +138,8 @@ pub struct CallRecord {
     pub cause: u32,
     /// `enum wb_reason` + 1, 0 when not under flusher work.
     pub work_reason: u32,
-    /// On-CPU time inside the call, when sched_switch accounting ran.
+    /// On-CPU time inside the call, from the calling thread's scheduler
+    /// run time at its start and end (null where the hook cannot read it).
     pub on_cpu_ns: Option<u64>,
     /// Scan figures, when the scan hooks fired during the call.
     pub scan: Option<ScanFigures>,

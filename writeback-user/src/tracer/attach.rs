@@ -13,15 +13,18 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout, block_members,
-    members,
+    BlockMembers, ExtentMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TaskMembers,
+    TracepointLayout, block_members, cpu_time, members,
 };
 
 use super::{
     Tracer,
     btf::Btf as KernelBtf,
     object::EBPF_OBJECT,
-    plan::{BLOCK_RQ_ISSUE, Candidate, EXT4_SCAN_FUNCTION, TracepointAttach, candidates},
+    plan::{
+        BLOCK_RQ_ISSUE, Candidate, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION, TracepointAttach,
+        candidates,
+    },
     privileges, tracefs,
     trials::{Trials, describe},
 };
@@ -79,6 +82,24 @@ fn resolve_block_members(btf: &KernelBtf) -> Result<BlockMembers, String> {
         table.stats_bit = bit;
     }
     Ok(table)
+}
+
+/// What the writepages programs read of the calling thread for on-CPU
+/// time (`TaskMembers`).
+fn resolve_task_members(btf: &KernelBtf) -> Result<TaskMembers, String> {
+    let [(s1, runtime), (s2, exec_start)] = TaskMembers::PATHS;
+    Ok(TaskMembers {
+        sum_exec_runtime: member_spec(btf, s1, runtime, false)?,
+        exec_start: member_spec(btf, s2, exec_start, false)?,
+    })
+}
+
+/// What the BTF extent program reads of `struct ext4_map_blocks`.
+fn resolve_extent_members(btf: &KernelBtf) -> Result<ExtentMembers, String> {
+    let (strukt, name) = ExtentMembers::PATH;
+    Ok(ExtentMembers {
+        len: member_spec(btf, strukt, name, false)?,
+    })
 }
 
 /// One member's [`MemberSpec`]; errors are the rejection reason.
@@ -174,13 +195,18 @@ impl Tracer {
         let mut members: Option<Result<KernelMembers, String>> = None;
         let mut scan_members: Option<Result<ScanMembers, String>> = None;
         let mut block_members: Option<Result<BlockMembers, String>> = None;
+        let mut task_members: Option<Result<TaskMembers, String>> = None;
+        let mut extent_members: Option<Result<ExtentMembers, String>> = None;
         let mut vmlinux: Option<Result<KernelBtf, String>> = None;
         let mut refused: HashMap<(Concept, String), String> = HashMap::new();
         let mut prepared: Vec<Prepared> = Vec::new();
         for &concept in &Concept::ALL {
             let mut have_tracepoint = false;
             for candidate in candidates_of(concept) {
-                if options.disabled.contains(&candidate.kind()) {
+                if candidate
+                    .kind()
+                    .is_some_and(|k| options.disabled.contains(&k))
+                {
                     continue;
                 }
                 match &candidate {
@@ -220,9 +246,37 @@ impl Tracer {
                             refused.insert((concept, candidate.label()), reason.clone());
                         }
                     }
+                    // The extent program reads the inode (KernelMembers)
+                    // and ext4's map.
+                    Candidate::BtfPrograms { attaches, .. }
+                        if attaches.iter().any(|a| a.target == EXT4_EXTENT_EVENT) =>
+                    {
+                        let inode = members
+                            .get_or_insert_with(|| {
+                                vmlinux_btf(&mut vmlinux).and_then(resolve_members)
+                            })
+                            .as_ref()
+                            .map(|_| ());
+                        let map = extent_members
+                            .get_or_insert_with(|| {
+                                vmlinux_btf(&mut vmlinux).and_then(resolve_extent_members)
+                            })
+                            .as_ref()
+                            .map(|_| ());
+                        if let Err(reason) = inode.and(map) {
+                            refused.insert((concept, candidate.label()), reason.clone());
+                        }
+                    }
                     Candidate::BtfPrograms { .. } => {
                         if let Err(reason) = members.get_or_insert_with(|| {
                             vmlinux_btf(&mut vmlinux).and_then(resolve_members)
+                        }) {
+                            refused.insert((concept, candidate.label()), reason.clone());
+                        }
+                    }
+                    Candidate::WithCall { .. } => {
+                        if let Err(reason) = task_members.get_or_insert_with(|| {
+                            vmlinux_btf(&mut vmlinux).and_then(resolve_task_members)
                         }) {
                             refused.insert((concept, candidate.label()), reason.clone());
                         }
@@ -256,6 +310,14 @@ impl Tracer {
             .and_then(Result::ok)
             .unwrap_or(BlockMembers::EMPTY);
         loader.override_global("BLOCK_MEMBERS", &block_members, true);
+        let task_members = task_members
+            .and_then(Result::ok)
+            .unwrap_or(TaskMembers::EMPTY);
+        loader.override_global("TASK_MEMBERS", &task_members, true);
+        let extent_members = extent_members
+            .and_then(Result::ok)
+            .unwrap_or(ExtentMembers::EMPTY);
+        loader.override_global("EXTENT_MEMBERS", &extent_members, true);
         loader.override_global("FILTER", &options.filter, true);
         if let Some(entries) = in_call_entries() {
             loader.map_max_entries("IN_CALL", entries);
@@ -276,16 +338,16 @@ impl Tracer {
         // an empty program so the plan says what this kernel allows.
         let mut trials = Trials::new();
         let mut attached_programs = Vec::new();
-        let mut concept_plans = Vec::new();
+        let mut concept_plans: Vec<ConceptPlan> = Vec::new();
+        let mut cpu_method = cpu_time::OFF;
         for &concept in &Concept::ALL {
             let mut plan = ConceptPlan::new(concept);
             for candidate in candidates_of(concept) {
                 let label = candidate.label();
-                if options.disabled.contains(&candidate.kind()) {
-                    plan.reject(
-                        candidate.label(),
-                        format!("disabled with --disable {}", candidate.kind()),
-                    );
+                if let Some(kind) = candidate.kind()
+                    && options.disabled.contains(&kind)
+                {
+                    plan.reject(candidate.label(), format!("disabled with --disable {kind}"));
                     continue;
                 }
                 if let Some(reason) = refused.remove(&(concept, label.clone())) {
@@ -295,6 +357,16 @@ impl Tracer {
                 let outcome = match &candidate {
                     Candidate::Function { kind, target } => {
                         Err(trials.try_hook(&mut ebpf, *kind, target))
+                    }
+                    Candidate::WithCall { fields, .. } => {
+                        match concept_plans
+                            .iter()
+                            .find(|p| p.concept == Concept::WritepagesCall)
+                            .and_then(|p| p.kind)
+                        {
+                            Some(_) => Ok(fields.iter().map(|f| f.to_string()).collect()),
+                            None => Err("the writepages call has no hook".to_string()),
+                        }
                     }
                     Candidate::BtfPrograms {
                         kind,
@@ -324,8 +396,19 @@ impl Tracer {
                 match outcome {
                     Ok(fields) => {
                         plan.hook = Some(label);
-                        plan.kind = Some(candidate.kind());
+                        plan.kind = candidate.kind().or_else(|| {
+                            concept_plans
+                                .iter()
+                                .find(|p| p.concept == Concept::WritepagesCall)
+                                .and_then(|p| p.kind)
+                        });
                         plan.fields = fields;
+                        if concept == Concept::CpuTime {
+                            cpu_method = match candidate {
+                                Candidate::WithCall { .. } => cpu_time::TASK_RUNTIME,
+                                _ => cpu_time::SCHED_SWITCH,
+                            };
+                        }
                         break;
                     }
                     Err(reason) => plan.reject(candidate.label(), reason),
@@ -354,10 +437,12 @@ impl Tracer {
             }
         }
 
-        if plan.attached(Concept::CpuTime) {
+        if cpu_method != cpu_time::OFF {
             let mut config: Array<_, u32> =
                 Array::try_from(ebpf.map_mut("CONFIG").context("CONFIG map missing")?)?;
-            config.set(0, 1, 0).context("enabling on-CPU accounting")?;
+            config
+                .set(0, cpu_method, 0)
+                .context("enabling on-CPU accounting")?;
         }
         let stats_fd = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
             Ok(fd) => Some(fd),

@@ -112,7 +112,7 @@ impl Tracer {
 
     /// Run count and time of each attached program, when the kernel keeps
     /// BPF statistics.
-    pub(crate) fn run_times(&self) -> Vec<ProgramRunTime> {
+    pub fn run_times(&self) -> Vec<ProgramRunTime> {
         self.attached_programs
             .iter()
             .filter_map(|&name| {

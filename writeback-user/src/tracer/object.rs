@@ -42,6 +42,9 @@ mod tests {
         let mut wanted: Vec<&str> = vec![
             "KERNEL_MEMBERS",
             "SCAN_MEMBERS",
+            "BLOCK_MEMBERS",
+            "TASK_MEMBERS",
+            "EXTENT_MEMBERS",
             "FILTER",
             "trial_fentry",
             "trial_kprobe",
@@ -52,8 +55,9 @@ mod tests {
                 .iter()
                 .map(|(program, _)| *program),
         );
+        let others = crate::tracer::plan::sched_switch_candidates();
         for concept in Concept::ALL {
-            for candidate in candidates(concept) {
+            for candidate in candidates(concept).into_iter().chain(others.clone()) {
                 match candidate {
                     Candidate::BtfPrograms { attaches, .. } => {
                         wanted.extend(attaches.iter().map(|a| a.program));
@@ -62,7 +66,7 @@ mod tests {
                         wanted.extend(attaches.iter().map(|a| a.program));
                         wanted.extend(attaches.iter().filter_map(|a| a.layout_global));
                     }
-                    Candidate::Function { .. } => {}
+                    Candidate::Function { .. } | Candidate::WithCall { .. } => {}
                 }
             }
         }

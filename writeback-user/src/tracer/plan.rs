@@ -52,13 +52,24 @@ pub enum Candidate {
     },
     /// Classic tracepoints, attached together (e.g. start and end).
     Tracepoints(&'static [TracepointAttach]),
+    /// Figures the writepages call's own programs read at the call's start
+    /// and end: no program or hook of its own, so nothing runs for it
+    /// outside writeback. Available when the writepages call is hooked, by
+    /// the same kind of hook, and when its struct members resolve.
+    WithCall {
+        what: &'static str,
+        fields: &'static [&'static str],
+    },
 }
 
 impl Candidate {
-    pub fn kind(&self) -> HookKind {
+    /// The kind of hook; `None` for [`Candidate::WithCall`], whose kind
+    /// is the writepages call's.
+    pub fn kind(&self) -> Option<HookKind> {
         match self {
-            Candidate::Function { kind, .. } | Candidate::BtfPrograms { kind, .. } => *kind,
-            Candidate::Tracepoints(_) => HookKind::Tracepoint,
+            Candidate::Function { kind, .. } | Candidate::BtfPrograms { kind, .. } => Some(*kind),
+            Candidate::Tracepoints(_) => Some(HookKind::Tracepoint),
+            Candidate::WithCall { .. } => None,
         }
     }
 
@@ -83,6 +94,7 @@ impl Candidate {
                     .collect::<Vec<_>>()
                     .join(" + ")
             ),
+            Candidate::WithCall { what, .. } => (*what).to_string(),
         }
     }
 }
@@ -269,7 +281,7 @@ const EXTENT_TP: &[TracepointAttach] = &[tp(
     &fields::extent::NAMES,
 )];
 
-const SCHED_SWITCH_TP: &[TracepointAttach] = &[tp(
+pub const SCHED_SWITCH_TP: &[TracepointAttach] = &[tp(
     "sched_switch",
     "sched",
     "sched_switch",
@@ -413,7 +425,11 @@ pub(crate) const TP_BTF_BLOCK: Candidate = Candidate::BtfPrograms {
 };
 
 /// `sched_switch` as a BTF tracepoint: `next` from the task pointer, and
-/// no trace record built on every context switch.
+/// no trace record built on every context switch. Like the classic
+/// [`SCHED_SWITCH_TP`], no candidate of the plan: a program on every
+/// context switch of the machine is a cost paid where nothing is written
+/// (issue 19). Both stay for the test that checks [`TASK_RUNTIME`]
+/// against them ([`sched_switch_candidates`]).
 pub(crate) const TP_BTF_SCHED_SWITCH: Candidate = Candidate::BtfPrograms {
     kind: HookKind::TpBtf,
     attaches: &[BtfAttach {
@@ -421,6 +437,36 @@ pub(crate) const TP_BTF_SCHED_SWITCH: Candidate = Candidate::BtfPrograms {
         target: "sched_switch",
     }],
     fields: &["prev_pid", "next_pid"],
+};
+
+/// The `sched_switch` way to on-CPU time, best first: the old candidates
+/// of [`Concept::CpuTime`], for tests that compare the two methods.
+pub fn sched_switch_candidates() -> Vec<Candidate> {
+    vec![TP_BTF_SCHED_SWITCH, Candidate::Tracepoints(SCHED_SWITCH_TP)]
+}
+
+/// On-CPU time from the calling thread's own scheduler run time
+/// (`TaskMembers`, writeback-ebpf/src/sched.rs), read by the writepages
+/// programs: typed loads from `bpf_get_current_task_btf()` in tp_btf and
+/// fentry/fexit programs, `bpf_get_current_task()` and
+/// `bpf_probe_read_kernel` in kprobes and classic tracepoints.
+pub const TASK_RUNTIME: Candidate = Candidate::WithCall {
+    what: "task_struct.se.sum_exec_runtime + se.exec_start at each call's start and end",
+    fields: &["sum_exec_runtime", "exec_start"],
+};
+
+/// The tracepoint the BTF extent program is attached to.
+pub const EXT4_EXTENT_EVENT: &str = "ext4_da_write_pages_extent";
+
+/// `ext4_da_write_pages_extent` as a BTF tracepoint: the inode and
+/// `struct ext4_map_blocks` read with plain loads (`ExtentMembers`).
+pub const TP_BTF_EXTENT: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[BtfAttach {
+        program: "tp_btf_extent",
+        target: EXT4_EXTENT_EVENT,
+    }],
+    fields: &["dev", "ino", "len"],
 };
 
 const fn func(kind: HookKind, target: &'static str) -> Candidate {
@@ -477,11 +523,9 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             Candidate::Tracepoints(BALANCE_DIRTY_TP),
         ],
         Concept::DeviceIo => vec![TP_BTF_BLOCK, Candidate::Tracepoints(BLOCK_TP)],
-        Concept::Extents => vec![
-            func(TpBtf, "ext4_da_write_pages_extent"),
-            Candidate::Tracepoints(EXTENT_TP),
-        ],
-        Concept::CpuTime => vec![TP_BTF_SCHED_SWITCH, Candidate::Tracepoints(SCHED_SWITCH_TP)],
+        Concept::Extents => vec![TP_BTF_EXTENT, Candidate::Tracepoints(EXTENT_TP)],
+        // Nothing on the scheduler: see TASK_RUNTIME, TP_BTF_SCHED_SWITCH.
+        Concept::CpuTime => vec![TASK_RUNTIME],
     }
 }
 
@@ -490,26 +534,48 @@ mod tests {
     use super::*;
     use crate::model::plan::{ConceptPlan, ProbePlan};
 
+    /// Every concept works with classic tracepoints alone: its last
+    /// candidate is one, or is read by the writepages programs, which
+    /// have one.
     #[test]
     fn every_concept_has_a_classic_tracepoint_fallback_last() {
         for c in Concept::ALL {
             let cands = candidates(c);
             assert!(
-                matches!(cands.last(), Some(Candidate::Tracepoints(_))),
+                matches!(
+                    cands.last(),
+                    Some(Candidate::Tracepoints(_) | Candidate::WithCall { .. })
+                ),
                 "{c:?}"
             );
             // Order of preference: fentry, kprobe, tp_btf, tracepoint.
             let ranks: Vec<u8> = cands
                 .iter()
                 .map(|k| match k.kind() {
-                    HookKind::Fentry => 0,
-                    HookKind::Kprobe => 1,
-                    HookKind::TpBtf => 2,
-                    HookKind::Tracepoint => 3,
+                    Some(HookKind::Fentry) => 0,
+                    Some(HookKind::Kprobe) => 1,
+                    Some(HookKind::TpBtf) => 2,
+                    Some(HookKind::Tracepoint) | None => 3,
                 })
                 .collect();
             assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{c:?}: {ranks:?}");
         }
+    }
+
+    /// Issue 19: no candidate of the plan hooks an event that fires
+    /// without writeback or I/O; the scheduler's stay out of the plan.
+    #[test]
+    fn no_candidate_hooks_the_scheduler() {
+        for c in Concept::ALL {
+            for cand in candidates(c) {
+                assert!(!cand.label().contains("sched"), "{c:?}: {}", cand.label());
+            }
+        }
+        assert!(
+            sched_switch_candidates()
+                .iter()
+                .all(|c| c.label().contains("sched_switch"))
+        );
     }
 
     #[test]
