@@ -14,6 +14,7 @@
 mod block;
 mod floor;
 mod flusher;
+mod generic;
 mod read;
 mod scan;
 mod sched;
