@@ -164,6 +164,26 @@ mod tests {
         ] {
             assert!(v.get(key).is_some(), "{key} missing");
         }
+        assert_eq!(v["fs"], "");
+        assert_eq!(v["boundary"], "hook");
+        assert_eq!(v["folio_pages"], serde_json::Value::Null);
+    }
+
+    /// A call of another filesystem: its type, how its end was found, and
+    /// its folios by size in pages.
+    #[test]
+    fn generic_call_line_names_fs_boundary_and_folio_sizes() {
+        let rec = CallRecord {
+            fs: "xfs".into(),
+            boundary: writeback_common::boundary::NEXT_CALL,
+            // 3 folios of 1 page, 4 of 512 pages (bucket 10).
+            folio_hist: vec![0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 4],
+            ..CallRecord::default()
+        };
+        let v: serde_json::Value = serde_json::to_value(CallLine::from(&rec)).unwrap();
+        assert_eq!(v["fs"], "xfs");
+        assert_eq!(v["boundary"], "next_call");
+        assert_eq!(v["folio_pages"], serde_json::json!({"1": 3, "512": 4}));
     }
 
     #[test]
