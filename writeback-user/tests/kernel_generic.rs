@@ -169,7 +169,7 @@ async fn sync_file_range_every_8_mib_is_one_call_per_range_on_xfs_and_btrfs() {
             );
             assert!(c.pages_written <= pages_per_chunk, "{c:?}");
             assert_eq!((c.sync_mode, c.nr_to_write), (0, i64::MAX), "{c:?}");
-            assert!(c.start_seen && c.comm != "", "{c:?}");
+            assert!(c.start_seen && !c.comm.is_empty(), "{c:?}");
             let last = i + 1 == srf.len();
             let closed = if last {
                 [boundary::IDLE, boundary::DRAIN].contains(&c.boundary)

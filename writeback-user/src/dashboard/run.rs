@@ -141,7 +141,7 @@ async fn pump(mut collector: RingCollector, tx: UnboundedSender<Msg>) {
             return;
         }
         for RingRecord::Call(call) in batch {
-            if tx.send(Msg::Call(call)).is_err() {
+            if tx.send(Msg::Call(Box::new(call))).is_err() {
                 return;
             }
         }
