@@ -716,3 +716,6 @@ mod pod {
     unsafe impl aya::Pod for super::FlusherWork {}
     unsafe impl aya::Pod for super::DevCounterKey {}
 }
+
+mod generic;
+pub use generic::*;

@@ -16,6 +16,7 @@
 mod block;
 mod floor;
 mod flusher;
+mod generic;
 mod read;
 mod scan;
 mod sched;

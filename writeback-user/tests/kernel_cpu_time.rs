@@ -165,8 +165,8 @@ async fn task_run_time_agrees_with_sched_switch() {
             .contains("sched_switch"),
         "{old_plan:?}"
     );
-    let mut new_calls = RingCollector::new(new.take_events().unwrap()).unwrap();
-    let mut old_calls = RingCollector::new(old.take_events().unwrap()).unwrap();
+    let mut new_calls = RingCollector::new(&mut new).unwrap();
+    let mut old_calls = RingCollector::new(&mut old).unwrap();
 
     const CPU: usize = 0;
     let (steal_before, steal_unit) = steal_ns(CPU);

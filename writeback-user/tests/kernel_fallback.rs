@@ -57,7 +57,7 @@ async fn missing_tracepoint_falls_back_to_the_next_candidate() {
     );
 
     // And the fallback measures: 4 MiB fsynced is 1024 pages.
-    let mut collector = RingCollector::new(tracer.take_events().unwrap()).unwrap();
+    let mut collector = RingCollector::new(&mut tracer).unwrap();
     let fs = LoopFs::new("ext4", 128);
     let (dev, ino) = tokio::task::spawn_blocking(move || {
         let r = write_and_fsync(&fs, 4);

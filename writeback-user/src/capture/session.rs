@@ -116,7 +116,7 @@ pub(crate) fn attach(
         disabled: disabled.to_vec(),
     })?;
     crate::tracer::spawn_ebpf_log_pump(&mut tracer);
-    let collector = RingCollector::new(tracer.take_events()?)?;
+    let collector = RingCollector::new(&mut tracer)?;
     eprintln!("wbscope: probes: {}", tracer.plan.summary());
     Ok((tracer, collector))
 }
@@ -195,6 +195,8 @@ pub(crate) async fn run(
     // (within --max-records), and close the partial interval.
     let mut rest: Vec<CallRecord> = Vec::new();
     collector.drain(|RingRecord::Call(c)| rest.push(c));
+    // Generic calls whose end no event marked are closed now.
+    collector.close_open_calls(|RingRecord::Call(c)| rest.push(c));
     take(rest, &mut totals, &mut interval, &mut gate, max, out)?;
     let now = Instant::now();
     let cur = tracer.snapshot()?;

@@ -33,7 +33,7 @@ impl Traced {
             disabled: disabled.to_vec(),
         })?;
         crate::tracer::spawn_ebpf_log_pump(&mut tracer);
-        let collector = RingCollector::new(tracer.take_events()?)?;
+        let collector = RingCollector::new(&mut tracer)?;
         eprintln!("wbscope: probes: {}", tracer.plan.summary());
         if !tracer
             .plan
@@ -84,11 +84,15 @@ impl Traced {
             }
         }
         let result = handle.await.context("the traced work panicked")?;
-        self.collector.drain(|RingRecord::Call(c)| {
+        let mut take = |RingRecord::Call(c)| {
             if keep(&c) {
                 calls.push(c)
             }
-        });
+        };
+        self.collector.drain(&mut take);
+        // The work is over: so are its generic calls, whether or not an
+        // event marked their end.
+        self.collector.close_open_calls(&mut take);
         let cur = self.tracer.snapshot()?;
         let window_s = started.elapsed().as_secs_f64();
         let per_device_passes = self

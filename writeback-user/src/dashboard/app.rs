@@ -148,7 +148,8 @@ pub(crate) enum RunState {
 pub(crate) enum Msg {
     Key(KeyEvent),
     Resize,
-    Call(CallRecord),
+    /// Boxed: a call record is large beside the other messages.
+    Call(Box<CallRecord>),
     /// The once-a-second sample of the kernel maps and /proc, with the
     /// dashboard's own CPU use over the second.
     Sample {
@@ -578,7 +579,7 @@ mod tests {
         app.model.on_call(&call(1, 1, 8));
         app.handle(key('p'));
         assert!(app.paused());
-        app.handle(Msg::Call(call(1, 1, 8)));
+        app.handle(Msg::Call(Box::new(call(1, 1, 8))));
         assert_eq!(app.shown().totals.calls, 1, "the paused screen stays");
         assert_eq!(app.model.totals.calls, 2, "collection goes on");
         app.handle(key('p'));
@@ -589,7 +590,7 @@ mod tests {
     fn reset_and_device_filter() {
         let mut app = App::default();
         for (dev, ino) in [(2, 1), (1, 5), (2, 2)] {
-            app.handle(Msg::Call(call(dev, ino, 16)));
+            app.handle(Msg::Call(Box::new(call(dev, ino, 16))));
         }
         app.handle(key('d'));
         assert_eq!(app.view.device_filter, Some(DevId::from_kernel(1)));

@@ -72,7 +72,7 @@ pub(crate) async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> 
     let (tracer, plan) = match Tracer::attach(&tracer_options) {
         Ok(mut tracer) => {
             crate::tracer::spawn_ebpf_log_pump(&mut tracer);
-            let collector = RingCollector::new(tracer.take_events()?)?;
+            let collector = RingCollector::new(&mut tracer)?;
             tokio::spawn(pump(collector, tx.clone()));
             let plan = tracer.plan.clone();
             (Some(Arc::new(tracer)), plan)
@@ -141,7 +141,7 @@ async fn pump(mut collector: RingCollector, tx: UnboundedSender<Msg>) {
             return;
         }
         for RingRecord::Call(call) in batch {
-            if tx.send(Msg::Call(call)).is_err() {
+            if tx.send(Msg::Call(Box::new(call))).is_err() {
                 return;
             }
         }

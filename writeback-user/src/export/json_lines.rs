@@ -2,7 +2,9 @@
 //! documented in docs/trace-json.md; every line has a `"type"`.
 use serde::Serialize;
 
-use crate::model::{CallRecord, DevId, ScanFigures, cause_name, sync_mode_name, wb_reason_name};
+use crate::model::{
+    CallRecord, DevId, ScanFigures, boundary_name, cause_name, sync_mode_name, wb_reason_name,
+};
 
 /// `{"type":"call", ...}`: one writepages call.
 #[derive(Debug, Serialize)]
@@ -46,6 +48,14 @@ pub(crate) struct CallLine<'a> {
     pub(crate) folios_written: u32,
     pub(crate) bios: u32,
     pub(crate) bio_bytes: u64,
+    /// Filesystem type (`ext4`, `xfs`, `btrfs`...; "" when unknown).
+    pub(crate) fs: &'a str,
+    /// How the end of the call was found: `hook` (the call's own end
+    /// hook) or a derived boundary (docs/probes.md).
+    pub(crate) boundary: &'static str,
+    /// Folios by size in pages (`{"1": 2040, "16": 3}`), where the hooks
+    /// see each folio's size; null otherwise.
+    pub(crate) folio_pages: Option<std::collections::BTreeMap<u64, u32>>,
 }
 
 impl<'a> From<&'a CallRecord> for CallLine<'a> {
@@ -86,6 +96,16 @@ impl<'a> From<&'a CallRecord> for CallLine<'a> {
             folios_written: c.folios_written,
             bios: c.bios,
             bio_bytes: c.bio_bytes,
+            fs: &c.fs,
+            boundary: boundary_name(c.boundary),
+            folio_pages: (!c.folio_hist.is_empty()).then(|| {
+                c.folio_hist
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| **n != 0)
+                    .map(|(k, n)| (writeback_common::log2_bucket_bounds(k as u32).0, *n))
+                    .collect()
+            }),
         }
     }
 }
@@ -144,6 +164,26 @@ mod tests {
         ] {
             assert!(v.get(key).is_some(), "{key} missing");
         }
+        assert_eq!(v["fs"], "");
+        assert_eq!(v["boundary"], "hook");
+        assert_eq!(v["folio_pages"], serde_json::Value::Null);
+    }
+
+    /// A call of another filesystem: its type, how its end was found, and
+    /// its folios by size in pages.
+    #[test]
+    fn generic_call_line_names_fs_boundary_and_folio_sizes() {
+        let rec = CallRecord {
+            fs: "xfs".into(),
+            boundary: writeback_common::boundary::NEXT_CALL,
+            // 3 folios of 1 page, 4 of 512 pages (bucket 10).
+            folio_hist: vec![0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 4],
+            ..CallRecord::default()
+        };
+        let v: serde_json::Value = serde_json::to_value(CallLine::from(&rec)).unwrap();
+        assert_eq!(v["fs"], "xfs");
+        assert_eq!(v["boundary"], "next_call");
+        assert_eq!(v["folio_pages"], serde_json::json!({"1": 3, "512": 4}));
     }
 
     #[test]

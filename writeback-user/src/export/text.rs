@@ -8,7 +8,7 @@ use crate::{
     model::{CallRecord, cause_name, sync_mode_name},
 };
 
-pub(crate) const HEADER: &str = "DEV        INO        PID     COMM             SYNC  ASKED      WRITTEN  SKIPPED  DUR_US     RET CAUSE";
+pub(crate) const HEADER: &str = "DEV        INO        PID     COMM             SYNC  ASKED      WRITTEN  SKIPPED  DUR_US     RET CAUSE         FS";
 
 pub(crate) const INTERVAL_HEADER: &str =
     "TIME_S  CALLS  PAGES    SCAN/PG  NS/PG     DIRTY_PG  WB_PG     THROTTLE_MS  DEV_REQS  LOST";
@@ -20,7 +20,7 @@ pub(crate) fn call_row(c: &CallRecord) -> String {
         c.nr_to_write.to_string()
     };
     format!(
-        "{:<10} {:<10} {:<7} {:<16} {:<5} {:<10} {:<8} {:<8} {:<10} {:<3} {}",
+        "{:<10} {:<10} {:<7} {:<16} {:<5} {:<10} {:<8} {:<8} {:<10} {:<3} {:<13} {}",
         c.dev.to_string(),
         c.ino,
         c.tgid,
@@ -31,7 +31,8 @@ pub(crate) fn call_row(c: &CallRecord) -> String {
         c.pages_skipped,
         c.duration_ns / 1000,
         c.ret,
-        cause_name(c.cause)
+        cause_name(c.cause),
+        escape_controls(&c.fs)
     )
 }
 

@@ -12,4 +12,4 @@ pub mod window;
 
 pub(crate) use histogram::Log2Histogram;
 pub use record::{CallRecord, DevId, ScanFigures};
-pub(crate) use record::{Totals, cause_name, sync_mode_name, wb_reason_name};
+pub(crate) use record::{Totals, boundary_name, cause_name, sync_mode_name, wb_reason_name};

@@ -41,10 +41,13 @@ pub enum Concept {
     DeviceIo,
     Extents,
     CpuTime,
+    /// Writepages calls of filesystems other than ext4 (writeback-ebpf
+    /// generic.rs).
+    GenericCall,
 }
 
 impl Concept {
-    pub(crate) const ALL: [Concept; 10] = [
+    pub(crate) const ALL: [Concept; 11] = [
         Concept::WritepagesCall,
         Concept::Scan,
         Concept::PerPageWrite,
@@ -55,6 +58,7 @@ impl Concept {
         Concept::DeviceIo,
         Concept::Extents,
         Concept::CpuTime,
+        Concept::GenericCall,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +73,7 @@ impl Concept {
             Concept::DeviceIo => "device_io",
             Concept::Extents => "extents",
             Concept::CpuTime => "cpu_time",
+            Concept::GenericCall => "generic_call",
         }
     }
 }

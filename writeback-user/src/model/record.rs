@@ -4,7 +4,10 @@
 use std::fmt;
 
 use serde::Serialize;
-use writeback_common::{WritepagesCall, call_flags, cause};
+use writeback_common::{
+    FOLIO_HIST_BUCKETS, GenericCall, WritepagesCall, boundary, call_flags, cause,
+    generic_flags as gf,
+};
 
 /// A block device number as userspace writes it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -148,6 +151,89 @@ pub struct CallRecord {
     pub folios_written: u32,
     pub bios: u32,
     pub bio_bytes: u64,
+    /// Filesystem type (`ext4`, `xfs`, `btrfs`...), from the device's
+    /// entry in /proc/self/mountinfo (`tracer::mounts`); empty when the
+    /// device was not mounted when the record was read.
+    ///
+    /// This and the next two are not in recordings yet: call frames are
+    /// postcard, which has no room for new fields without a new format
+    /// version (recording/mod.rs), so they replay empty.
+    #[serde(skip)]
+    pub fs: String,
+    /// [`boundary_name`] code: how the call's end was found. Non-zero
+    /// for the tracepoint-derived calls of other filesystems.
+    #[serde(skip)]
+    pub boundary: u32,
+    /// Folios written by log2 of their pages (`writeback_common::log2_bucket`),
+    /// where the hooks see each folio's size; empty otherwise.
+    #[serde(skip)]
+    pub folio_hist: Vec<u32>,
+}
+
+/// `writeback_common::boundary` in words.
+pub(crate) fn boundary_name(b: u32) -> &'static str {
+    match b {
+        boundary::HOOK => "hook",
+        boundary::PASS_END => "pass_end",
+        boundary::NEXT_CALL => "next_call",
+        boundary::IDLE => "idle",
+        boundary::DRAIN => "drain",
+        _ => "unknown",
+    }
+}
+
+impl CallRecord {
+    /// A tracepoint-derived call of any filesystem (writeback-ebpf
+    /// generic.rs), closed by `how` (`writeback_common::boundary`).
+    /// Without the start of the real call, the duration runs from the
+    /// first folio to the pass end, or to the last folio when no pass end
+    /// closed it.
+    pub fn from_generic(g: &GenericCall, how: u32) -> CallRecord {
+        let comm_len = g.comm.iter().position(|&b| b == 0).unwrap_or(g.comm.len());
+        let end = if g.end_ns != 0 { g.end_ns } else { g.last_ns };
+        let wbc_seen = g.flags & gf::WBC_SEEN != 0;
+        let hist_len = g
+            .folio_hist
+            .iter()
+            .rposition(|&n| n != 0)
+            .map_or(0, |i| i + 1)
+            .min(FOLIO_HIST_BUCKETS);
+        CallRecord {
+            dev: DevId::from_kernel(g.dev),
+            ino: g.ino,
+            tgid: g.tgid,
+            tid: g.tid,
+            comm: String::from_utf8_lossy(&g.comm[..comm_len]).into_owned(),
+            start_ns: g.start_ns,
+            duration_ns: end.saturating_sub(g.start_ns),
+            nr_to_write: g.nr_to_write,
+            pages_written: i64::try_from(g.pages).unwrap_or(i64::MAX),
+            pages_skipped: 0,
+            sync_mode: g.sync_mode,
+            ret: 0,
+            range_start: g.range_start,
+            range_end: g.range_end,
+            writeback_index_before: g.writeback_index_before,
+            writeback_index_after: g.writeback_index_after,
+            for_kupdate: g.flags & gf::FOR_KUPDATE != 0,
+            range_cyclic: g.flags & gf::RANGE_CYCLIC != 0,
+            start_seen: wbc_seen,
+            for_background: g.flags & gf::FOR_BACKGROUND != 0,
+            cgroup_id: g.cgroup_id,
+            cause: g.cause,
+            work_reason: g.work_reason,
+            on_cpu_ns: None,
+            scan: None,
+            extents: 0,
+            extent_blocks: 0,
+            folios_written: g.folios,
+            bios: 0,
+            bio_bytes: 0,
+            fs: String::new(),
+            boundary: how,
+            folio_hist: g.folio_hist[..hist_len].to_vec(),
+        }
+    }
 }
 
 /// What the map-and-submit loop of `ext4_do_writepages()` looked at
@@ -209,6 +295,9 @@ impl From<&WritepagesCall> for CallRecord {
             folios_written: c.folios_written,
             bios: c.bios,
             bio_bytes: c.bio_bytes,
+            fs: String::new(),
+            boundary: boundary::HOOK,
+            folio_hist: Vec::new(),
         }
     }
 }

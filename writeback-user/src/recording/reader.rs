@@ -70,7 +70,8 @@ pub(crate) enum OpenError {
 /// One decoded frame.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Frame {
-    Call(CallRecord),
+    /// Boxed: a call record is large beside the other frames.
+    Call(Box<CallRecord>),
     Interval(serde_json::Value),
     Summary(serde_json::Value),
 }
@@ -173,7 +174,9 @@ fn plausible(head: &[u8]) -> Option<(FrameKind, usize, u32)> {
 
 fn decode(kind: FrameKind, payload: &[u8]) -> Option<Frame> {
     match kind {
-        FrameKind::Call => postcard::from_bytes(payload).ok().map(Frame::Call),
+        FrameKind::Call => postcard::from_bytes(payload)
+            .ok()
+            .map(|c| Frame::Call(Box::new(c))),
         FrameKind::Interval => serde_json::from_slice(payload).ok().map(Frame::Interval),
         FrameKind::Summary => serde_json::from_slice(payload).ok().map(Frame::Summary),
     }
@@ -744,7 +747,7 @@ mod tests {
         assert_eq!(r.header, header());
         let frames: Vec<Frame> = r.by_ref().collect();
         assert_eq!(frames.len(), 52);
-        assert_eq!(frames[7], Frame::Call(call(7)));
+        assert_eq!(frames[7], Frame::Call(Box::new(call(7))));
         assert!(matches!(&frames[51], Frame::Summary(v) if v["calls"] == 50));
         assert!(r.damage.is_empty());
         // Each payload checksummed once, nothing else.
@@ -793,8 +796,8 @@ mod tests {
         let mut r = RecordingReader::open(&bytes[..]).unwrap();
         let frames: Vec<Frame> = r.by_ref().collect();
         assert_eq!(frames.len(), 11, "one of 12 frames lost");
-        assert_eq!(frames[0], Frame::Call(call(0)));
-        assert_eq!(frames[1], Frame::Call(call(2)));
+        assert_eq!(frames[0], Frame::Call(Box::new(call(0))));
+        assert_eq!(frames[1], Frame::Call(Box::new(call(2))));
         assert_eq!(
             r.damage,
             vec![Damage::Corrupt {
@@ -1019,7 +1022,10 @@ mod tests {
         let mut rx = reader.into_channel(capacity).unwrap();
         let taken = 100;
         for i in 0..taken {
-            assert_eq!(rx.blocking_recv(), Some(Frame::Call(call(i as u64))));
+            assert_eq!(
+                rx.blocking_recv(),
+                Some(Frame::Call(Box::new(call(i as u64))))
+            );
         }
         // Wait until the reading thread blocks on the full channel (the
         // count stops moving), at most 10 s.

@@ -13,8 +13,8 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockMembers, ExtentMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TaskMembers,
-    TracepointLayout, block_members, cpu_time, members,
+    BlockMembers, ExtentMembers, Filter, FolioMembers, KernelMembers, MemberSpec, ScanMembers,
+    TaskMembers, TracepointLayout, block_members, cpu_time, members,
 };
 
 use super::{
@@ -23,7 +23,7 @@ use super::{
     object::EBPF_OBJECT,
     plan::{
         BLOCK_RQ_ISSUE, Candidate, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION, TracepointAttach,
-        candidates,
+        candidates, is_generic,
     },
     privileges, tracefs,
     trials::{Trials, describe},
@@ -128,6 +128,27 @@ fn member_spec(
     ))
 }
 
+/// What the generic-call programs read of `struct folio`. Each member is
+/// optional: without the head bit or `_nr_pages` every folio counts as
+/// one page, which the folio-size histogram then shows.
+fn resolve_folio_members(btf: &KernelBtf) -> FolioMembers {
+    let mut table = FolioMembers::EMPTY;
+    // memdesc_flags_t wraps the flags word since 6.18.
+    table.flags = member_spec(btf, "folio", "flags.f", false)
+        .or_else(|_| member_spec(btf, "folio", "flags", false))
+        .unwrap_or(MemberSpec::ABSENT);
+    table.nr_pages = member_spec(btf, "folio", "_nr_pages", false).unwrap_or(MemberSpec::ABSENT);
+    table.index = member_spec(btf, "folio", "index", false).unwrap_or(MemberSpec::ABSENT);
+    if let Ok(bit) = btf.enum_value("PG_head")
+        && let Ok(bit) = u32::try_from(bit)
+        && bit < 64
+    {
+        table.head_bit = bit;
+    }
+    table.page_shift = crate::sys::page_shift();
+    table
+}
+
 /// The `struct mpage_da_data` cursors the scan function hooks read. The
 /// struct is private to fs/ext4/inode.c: it is in the ext4 module's split
 /// BTF when ext4 is a module, in vmlinux's otherwise.
@@ -197,6 +218,7 @@ impl Tracer {
         let mut block_members: Option<Result<BlockMembers, String>> = None;
         let mut task_members: Option<Result<TaskMembers, String>> = None;
         let mut extent_members: Option<Result<ExtentMembers, String>> = None;
+        let mut folio_members: Option<FolioMembers> = None;
         let mut vmlinux: Option<Result<KernelBtf, String>> = None;
         let mut refused: HashMap<(Concept, String), String> = HashMap::new();
         let mut prepared: Vec<Prepared> = Vec::new();
@@ -267,6 +289,18 @@ impl Tracer {
                             refused.insert((concept, candidate.label()), reason.clone());
                         }
                     }
+                    // The generic-call programs read folios too.
+                    Candidate::BtfPrograms { attaches, .. } if is_generic(attaches) => {
+                        if let Err(reason) = members.get_or_insert_with(|| {
+                            vmlinux_btf(&mut vmlinux).and_then(resolve_members)
+                        }) {
+                            refused.insert((concept, candidate.label()), reason.clone());
+                        } else if folio_members.is_none()
+                            && let Ok(btf) = vmlinux_btf(&mut vmlinux)
+                        {
+                            folio_members = Some(resolve_folio_members(btf));
+                        }
+                    }
                     Candidate::BtfPrograms { .. } => {
                         if let Err(reason) = members.get_or_insert_with(|| {
                             vmlinux_btf(&mut vmlinux).and_then(resolve_members)
@@ -318,6 +352,8 @@ impl Tracer {
             .and_then(Result::ok)
             .unwrap_or(ExtentMembers::EMPTY);
         loader.override_global("EXTENT_MEMBERS", &extent_members, true);
+        let folio_members = folio_members.unwrap_or(FolioMembers::EMPTY);
+        loader.override_global("FOLIO_MEMBERS", &folio_members, true);
         loader.override_global("FILTER", &options.filter, true);
         if let Some(entries) = in_call_entries() {
             loader.map_max_entries("IN_CALL", entries);

@@ -7,6 +7,7 @@ pub mod attach;
 pub mod btf;
 pub mod cost;
 pub mod maps;
+mod mounts;
 pub mod object;
 pub mod plan;
 pub mod privileges;
@@ -57,6 +58,18 @@ impl Tracer {
             .take_map("EVENTS")
             .context("EVENTS ring buffer already taken or missing")?;
         RingBuf::try_from(map).context("EVENTS is not a ring buffer")
+    }
+
+    /// The generic calls still open, per thread (writeback-ebpf
+    /// generic.rs); can be taken once.
+    pub(crate) fn take_open_calls(
+        &mut self,
+    ) -> anyhow::Result<aya::maps::HashMap<MapData, u32, writeback_common::GenericCall>> {
+        let map = self
+            .ebpf
+            .take_map("GENERIC")
+            .context("GENERIC map already taken or missing")?;
+        aya::maps::HashMap::try_from(map).context("GENERIC is not a hash map")
     }
 
     /// The eBPF log ring buffer, to be polled by the caller; can be taken

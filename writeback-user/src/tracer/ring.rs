@@ -1,13 +1,27 @@
 //! Reads per-call records from the kernel's ring buffer and turns them into
 //! typed [`RingRecord`]s.
-use std::mem::size_of;
+use std::{
+    mem::size_of,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
-use aya::maps::{MapData, RingBuf};
+use aya::maps::{HashMap, MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
-use writeback_common::{WritepagesCall, record_kind};
+use writeback_common::{GENERIC_CALL_KIND, GenericCall, WritepagesCall, boundary, record_kind};
 
+use super::{Tracer, mounts::FsNames};
 use crate::model::CallRecord;
+
+/// How long a generic call may go without a folio before it is taken as
+/// over (writeback-ebpf generic.rs: the last fsync or sync_file_range of
+/// a thread has no event that ends it). A writepages loop waits between
+/// folios only for a folio's lock or its earlier writeback, well under
+/// this on any working device.
+pub(crate) const IDLE_CALL: Duration = Duration::from_secs(1);
+
+/// How often the open generic calls are looked at for idle ones.
+const EXPIRE_EVERY: Duration = Duration::from_millis(250);
 
 /// How long records may wait in the ring buffer before userspace reads
 /// them when the kernel does not wake it.
@@ -45,6 +59,15 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
                 unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<WritepagesCall>()) };
             Ok(RingRecord::Call(CallRecord::from(&raw)))
         }
+        GENERIC_CALL_KIND if bytes.len() >= size_of::<GenericCall>() => {
+            // SAFETY: as above; GenericCall is Pod.
+            let raw: GenericCall =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<GenericCall>()) };
+            Ok(RingRecord::Call(CallRecord::from_generic(
+                &raw,
+                raw.boundary,
+            )))
+        }
         _ => Err(DecodeError::Unknown {
             kind,
             len: bytes.len(),
@@ -52,21 +75,72 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
     }
 }
 
-/// The ring buffer of per-call records, readable from tokio.
+/// The ring buffer of per-call records, readable from tokio, and the
+/// generic calls still open in the kernel, closed here when idle.
 pub struct RingCollector {
     fd: AsyncFd<RingBuf<MapData>>,
     /// Records that could not be decoded (counted, logged once each kind).
     pub(crate) bad_records: u64,
+    open_calls: HashMap<MapData, u32, GenericCall>,
+    last_expiry: Instant,
+    fs_names: FsNames,
 }
 
 impl RingCollector {
-    pub fn new(ring: RingBuf<MapData>) -> anyhow::Result<RingCollector> {
+    /// Takes the tracer's ring buffer and its map of open generic calls.
+    pub fn new(tracer: &mut Tracer) -> anyhow::Result<RingCollector> {
+        let ring = tracer.take_events()?;
+        let open_calls = tracer.take_open_calls()?;
         // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
         // until it is dropped, which happens only when the AsyncFd drops it.
         let fd = unsafe { AsyncFd::register(ring) }
             .map_err(std::io::Error::from)
             .context("registering the ring buffer with tokio")?;
-        Ok(RingCollector { fd, bad_records: 0 })
+        Ok(RingCollector {
+            fd,
+            bad_records: 0,
+            open_calls,
+            last_expiry: Instant::now(),
+            fs_names: FsNames::default(),
+        })
+    }
+
+    /// Closes the open generic calls whose last folio is older than
+    /// `idle` (all of them with `None`), as `how`, and hands them to
+    /// `sink`. An entry is read, then removed: a folio the kernel adds in
+    /// between (after a whole idle period, at that very moment) is lost;
+    /// docs/probes.md says so.
+    fn close_calls(&mut self, idle: Option<Duration>, how: u32, mut sink: impl FnMut(RingRecord)) {
+        let now = monotonic_ns();
+        let keys: Vec<u32> = self.open_calls.keys().filter_map(Result::ok).collect();
+        for tid in keys {
+            let Ok(call) = self.open_calls.get(&tid, 0) else {
+                continue;
+            };
+            let quiet = now.saturating_sub(call.last_ns);
+            if idle.is_some_and(|idle| quiet < idle.as_nanos() as u64) {
+                continue;
+            }
+            if self.open_calls.remove(&tid).is_ok() {
+                let mut rec = CallRecord::from_generic(&call, how);
+                rec.fs = self.fs_names.name(rec.dev).to_string();
+                sink(RingRecord::Call(rec));
+            }
+        }
+    }
+
+    /// Closes every generic call still open (the tracer is stopping, or a
+    /// traced window ended), as [`boundary::DRAIN`].
+    pub fn close_open_calls(&mut self, sink: impl FnMut(RingRecord)) {
+        self.close_calls(None, boundary::DRAIN, sink);
+    }
+
+    /// Every few drains: the calls idle for [`IDLE_CALL`].
+    fn expire(&mut self, sink: impl FnMut(RingRecord)) {
+        if self.last_expiry.elapsed() >= EXPIRE_EVERY {
+            self.last_expiry = Instant::now();
+            self.close_calls(Some(IDLE_CALL), boundary::IDLE, sink);
+        }
     }
 
     /// Waits until the kernel wakes us or [`DRAIN_EVERY`] has passed, then
@@ -75,34 +149,67 @@ impl RingCollector {
     /// microseconds per record on virtualised hosts), so the timer is what
     /// usually drains. Cancel-safe: nothing is consumed before the wait
     /// ends.
-    pub async fn wait_and_drain(&mut self, sink: impl FnMut(RingRecord)) -> anyhow::Result<usize> {
-        match tokio::time::timeout(DRAIN_EVERY, self.fd.readable_mut()).await {
+    pub async fn wait_and_drain(
+        &mut self,
+        mut sink: impl FnMut(RingRecord),
+    ) -> anyhow::Result<usize> {
+        let n = match tokio::time::timeout(DRAIN_EVERY, self.fd.readable_mut()).await {
             Ok(guard) => {
                 let mut guard = guard.context("waiting on the ring buffer")?;
-                let n = drain_into(guard.get_inner_mut(), &mut self.bad_records, sink);
+                let n = drain_into(
+                    guard.get_inner_mut(),
+                    &mut self.bad_records,
+                    &mut self.fs_names,
+                    &mut sink,
+                );
                 guard.clear_ready();
-                Ok(n)
+                n
             }
-            Err(_elapsed) => Ok(drain_into(self.fd.get_mut(), &mut self.bad_records, sink)),
-        }
+            Err(_elapsed) => drain_into(
+                self.fd.get_mut(),
+                &mut self.bad_records,
+                &mut self.fs_names,
+                &mut sink,
+            ),
+        };
+        self.expire(sink);
+        Ok(n)
     }
 
     /// Hands every record available right now to `sink`, without waiting.
     pub fn drain(&mut self, sink: impl FnMut(RingRecord)) -> usize {
-        drain_into(self.fd.get_mut(), &mut self.bad_records, sink)
+        drain_into(
+            self.fd.get_mut(),
+            &mut self.bad_records,
+            &mut self.fs_names,
+            sink,
+        )
     }
+}
+
+/// CLOCK_MONOTONIC in ns, the clock of `bpf_ktime_get_ns()`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn drain_into(
     ring: &mut RingBuf<MapData>,
     bad: &mut u64,
+    fs_names: &mut FsNames,
     mut sink: impl FnMut(RingRecord),
 ) -> usize {
     let mut n = 0;
     while let Some(item) = ring.next() {
         match decode(&item) {
-            Ok(event) => {
-                sink(event);
+            Ok(RingRecord::Call(mut call)) => {
+                call.fs = fs_names.name(call.dev).to_string();
+                sink(RingRecord::Call(call));
                 n += 1;
             }
             Err(e) => {
@@ -143,6 +250,40 @@ mod tests {
         buf.extend(bytes_of(&call));
         let RingRecord::Call(rec) = decode(&buf[1..]).unwrap();
         assert_eq!((rec.ino, rec.pages_written), (42, 16384));
+    }
+
+    #[test]
+    fn decodes_a_generic_call_with_its_boundary_and_folio_sizes() {
+        let mut hist = [0u32; writeback_common::FOLIO_HIST_BUCKETS];
+        hist[1] = 3; // three 1-page folios
+        hist[5] = 2; // two 16-page folios
+        let g = GenericCall {
+            kind: GENERIC_CALL_KIND,
+            ino: 7,
+            start_ns: 100,
+            last_ns: 250,
+            pages: 35,
+            folios: 5,
+            boundary: boundary::NEXT_CALL,
+            folio_hist: hist,
+            flags: writeback_common::generic_flags::WBC_SEEN,
+            nr_to_write: i64::MAX,
+            ..Default::default()
+        };
+        // SAFETY: GenericCall is repr(C) plain data.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&g as *const GenericCall).cast::<u8>(),
+                size_of::<GenericCall>(),
+            )
+        };
+        let RingRecord::Call(rec) = decode(bytes).unwrap();
+        assert_eq!((rec.ino, rec.pages_written, rec.folios_written), (7, 35, 5));
+        assert_eq!(rec.boundary, boundary::NEXT_CALL);
+        assert_eq!(rec.duration_ns, 150, "first to last folio");
+        assert_eq!(rec.folio_hist, vec![0, 3, 0, 0, 0, 2]);
+        assert!(rec.start_seen);
+        assert!(decode(&bytes[..bytes.len() - 1]).is_err());
     }
 
     #[test]

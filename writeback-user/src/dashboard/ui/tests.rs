@@ -51,7 +51,7 @@ fn plan() -> ProbePlan {
 fn call(dev: u32, ino: u64, pages: i64, why: u32) -> Msg {
     let mut comm = [0u8; 16];
     comm[..6].copy_from_slice(b"kworke");
-    Msg::Call(CallRecord::from(&WritepagesCall {
+    Msg::Call(Box::new(CallRecord::from(&WritepagesCall {
         dev,
         ino,
         pages_written: pages,
@@ -62,7 +62,7 @@ fn call(dev: u32, ino: u64, pages: i64, why: u32) -> Msg {
         cause: why,
         comm,
         ..Default::default()
-    }))
+    })))
 }
 
 fn snapshot(second: u64) -> KernelSnapshot {

@@ -1,0 +1,368 @@
+//! The writepages call of any filesystem, put together from per-folio
+//! tracepoints on kernels where no function hook on `do_writepages`
+//! loads (docs/probes.md, "generic calls").
+//!
+//! A writepages loop hands its folios out one by one: `writeback_iter()`
+//! (mm/page-writeback.c, 6.10+; `write_cache_pages()` before) fires
+//! `wbc_writepage(wbc, bdi)` for each folio it returns, and iomap's
+//! `iomap_writeback_folio()` (fs/iomap/buffered-io.c) then fires
+//! `iomap_writeback_folio(inode, pos, folio_size)` for that folio; btrfs'
+//! own loop fires `extent_writepage(folio, inode, wbc)` per folio
+//! (fs/btrfs/extent_io.c). The folios of one thread form one call until
+//! something shows that a new call began or the old one ended:
+//! - another inode, another `wbc`, another range or sync mode;
+//! - the budget: `writeback_iter()` takes `folio_nr_pages()` off
+//!   `wbc->nr_to_write` before it returns the next folio, so within a
+//!   call the budget a folio sees falls strictly, and LONG_MAX (fsync,
+//!   sync_file_range, sync) is seen only by a call's first folio. btrfs
+//!   raises a finite budget mid-call (`writepage_delalloc()`), so there
+//!   only LONG_MAX counts;
+//! - `writeback_single_inode`, at the end of every flusher inode pass,
+//!   on the thread that made the pass.
+//!
+//! The last call a thread makes outside the flusher (the last fsync or
+//! sync_file_range) has no such event: userspace closes it once it has
+//! been idle (`boundary::IDLE`) or when tracing stops. Every record says
+//! which boundary closed it.
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::{btf_tracepoint, map},
+    maps::{HashMap, PerCpuArray},
+    programs::BtfTracePointContext,
+};
+use writeback_common::{
+    FOLIO_HIST_BUCKETS, FolioMembers, GENERIC_CALL_KIND, GenericCall, InflightKey, boundary, cause,
+    generic_flags as gf, log2_bucket, members as m, stat,
+};
+
+use crate::{
+    EVENTS, WAKEUP_AT_BYTES, WORK, bump,
+    read::{Typed, current_tid, member, member_ptr, now_ns},
+    writepages::{KERNEL_MEMBERS, filtered_out, in_call, inode_key, raw_arg},
+};
+
+/// `struct folio` members and the page shift, from BTF at load time.
+#[unsafe(no_mangle)]
+static FOLIO_MEMBERS: FolioMembers = FolioMembers::EMPTY;
+
+/// Each thread's open call. Userspace removes the ones left idle.
+#[map]
+static GENERIC: HashMap<u32, GenericCall> = HashMap::with_max_entries(16384, 0);
+
+/// The `wbc` of the folio `wbc_writepage` just announced on this CPU, for
+/// the `iomap_writeback_folio` that follows it on the same thread (both
+/// fire between `writeback_get_folio()` locking the folio and iomap
+/// starting on it; nothing sleeps in between).
+#[map]
+static WBC_SEEN: PerCpuArray<WbcSeen> = PerCpuArray::with_max_entries(1, 0);
+
+/// A call being opened, built off the 512-byte stack.
+#[map]
+static GENERIC_SCRATCH: PerCpuArray<GenericCall> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct WbcSeen {
+    /// Thread that saw it; 0 once taken.
+    tid: u32,
+    sync_mode: u32,
+    /// [`gf`] bits FOR_KUPDATE, RANGE_CYCLIC, FOR_BACKGROUND.
+    flags: u32,
+    _pad: u32,
+    wbc: u64,
+    nr_to_write: i64,
+    range_start: i64,
+    range_end: i64,
+}
+
+/// LONG_MAX: the budget of integrity and range writeback ("everything").
+const ALL: i64 = i64::MAX;
+
+#[inline(always)]
+fn read_wbc(wbc: *const u8, tid: u32) -> WbcSeen {
+    let k = &KERNEL_MEMBERS;
+    let mut flags = 0;
+    if member::<Typed>(wbc, k, m::WBC_FOR_KUPDATE) != 0 {
+        flags |= gf::FOR_KUPDATE;
+    }
+    if member::<Typed>(wbc, k, m::WBC_RANGE_CYCLIC) != 0 {
+        flags |= gf::RANGE_CYCLIC;
+    }
+    if member::<Typed>(wbc, k, m::WBC_FOR_BACKGROUND) != 0 {
+        flags |= gf::FOR_BACKGROUND;
+    }
+    WbcSeen {
+        tid,
+        sync_mode: member::<Typed>(wbc, k, m::WBC_SYNC_MODE) as u32,
+        flags,
+        _pad: 0,
+        wbc: wbc as u64,
+        nr_to_write: member::<Typed>(wbc, k, m::WBC_NR_TO_WRITE),
+        range_start: member::<Typed>(wbc, k, m::WBC_RANGE_START),
+        range_end: member::<Typed>(wbc, k, m::WBC_RANGE_END),
+    }
+}
+
+/// `inode->i_mapping->writeback_index`.
+#[inline(always)]
+fn writeback_index(inode: *const u8) -> u64 {
+    let k = &KERNEL_MEMBERS;
+    let mapping = member_ptr::<Typed>(inode, k, m::INODE_I_MAPPING);
+    member::<Typed>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64
+}
+
+/// Whether a folio of `key`, seen with `wbc`, continues the open call `c`.
+#[inline(always)]
+fn continues(c: &GenericCall, key: &InflightKey, wbc: &Option<WbcSeen>, may_rise: bool) -> bool {
+    if c.dev != key.dev || c.ino != key.ino {
+        return false;
+    }
+    match wbc {
+        None => true,
+        Some(w) => {
+            w.wbc == c.wbc
+                && w.sync_mode == c.sync_mode
+                && w.range_start == c.range_start
+                && w.range_end == c.range_end
+                && w.nr_to_write != ALL
+                && (may_rise || w.nr_to_write < c.nr_last)
+        }
+    }
+}
+
+/// Sends a closed call to userspace.
+#[inline(always)]
+fn emit(c: *const GenericCall, how: u32) {
+    let Some(mut entry) = EVENTS.reserve::<GenericCall>(0) else {
+        bump(stat::LOST_RECORDS);
+        return;
+    };
+    let out = entry.as_mut_ptr();
+    // SAFETY: `c` is a live map value, `out` a reserved record of the same
+    // type; they do not overlap.
+    unsafe {
+        core::ptr::copy_nonoverlapping(c, out, 1);
+        (*out).kind = GENERIC_CALL_KIND;
+        (*out).boundary = how;
+    }
+    let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(wakeup as u64);
+}
+
+/// One folio of `pages` pages at byte `pos` of `inode`, about to be
+/// written by the current thread.
+#[inline(always)]
+fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise: bool) {
+    let tid = current_tid();
+    // Inside an ext4 writepages call the folio is that call's (it counts
+    // it in folios_written): never a second call.
+    if in_call(tid) {
+        return;
+    }
+    let key = inode_key::<Typed>(inode);
+    let now = now_ns();
+    let bucket = log2_bucket(pages, FOLIO_HIST_BUCKETS as u32 - 1) as usize;
+    if let Some(c) = GENERIC.get_ptr_mut(&tid) {
+        // SAFETY: this thread's own entry; only this thread writes it
+        // (userspace removes only entries idle for a second).
+        let open = unsafe { &mut *c };
+        if continues(open, &key, &wbc, may_rise) {
+            open.pages += pages;
+            open.folios += 1;
+            if let Some(n) = open.folio_hist.get_mut(bucket) {
+                *n += 1;
+            }
+            open.last_ns = now;
+            open.last_end = pos + ((pages as i64) << (page_shift() & 63));
+            if let Some(w) = wbc {
+                open.nr_last = w.nr_to_write;
+            }
+            return;
+        }
+        emit(c, boundary::NEXT_CALL);
+        let _ = GENERIC.remove(&tid);
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: plain helper call.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
+        bump(stat::FILTERED);
+        return;
+    }
+    let Some(scratch) = GENERIC_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
+    let c = unsafe { &mut *scratch };
+    // Cause as for ext4 (writepages.rs): WB_SYNC_ALL, then for_kupdate,
+    // then the flusher work this thread runs, else a direct caller.
+    // SAFETY: copied out at once.
+    let work = unsafe { WORK.get(&tid) }.copied();
+    let w = wbc.unwrap_or(WbcSeen {
+        tid: 0,
+        sync_mode: 0,
+        flags: 0,
+        _pad: 0,
+        wbc: 0,
+        nr_to_write: 0,
+        range_start: 0,
+        range_end: 0,
+    });
+    let mut flags = w.flags;
+    if wbc.is_some() {
+        flags |= gf::WBC_SEEN;
+    }
+    let background = flags & gf::FOR_BACKGROUND != 0 || work.is_some_and(|w| w.for_background != 0);
+    let call_cause = match work {
+        _ if wbc.is_some() && w.sync_mode == 1 => cause::SYNC,
+        _ if flags & gf::FOR_KUPDATE != 0 => cause::PERIODIC,
+        _ if background => cause::BACKGROUND,
+        Some(_) => cause::FLUSHER_OTHER,
+        None if wbc.is_some() => cause::DIRECT,
+        None => cause::UNKNOWN,
+    };
+    c.kind = GENERIC_CALL_KIND;
+    c.dev = key.dev;
+    c.ino = key.ino;
+    c.wbc = w.wbc;
+    c.start_ns = now;
+    c.last_ns = now;
+    c.end_ns = 0;
+    c.cgroup_id = cgroup_id;
+    c.nr_to_write = w.nr_to_write;
+    c.nr_last = w.nr_to_write;
+    c.nr_left = 0;
+    c.range_start = w.range_start;
+    c.range_end = w.range_end;
+    c.writeback_index_before = writeback_index(inode);
+    c.writeback_index_after = 0;
+    c.first_pos = pos;
+    c.last_end = pos + ((pages as i64) << (page_shift() & 63));
+    c.pages = pages;
+    c.tgid = (pid_tgid >> 32) as u32;
+    c.tid = tid;
+    c.sync_mode = w.sync_mode;
+    c.flags = flags;
+    c.cause = call_cause;
+    c.work_reason = work.map(|w| w.reason).unwrap_or(0);
+    c.folios = 1;
+    c.boundary = 0;
+    c.folio_hist = [0; FOLIO_HIST_BUCKETS];
+    if let Some(n) = c.folio_hist.get_mut(bucket) {
+        *n = 1;
+    }
+    c.comm = bpf_get_current_comm().unwrap_or_default();
+    if GENERIC.insert(&tid, &*c, 0).is_err() {
+        bump(stat::INFLIGHT_FULL);
+    }
+}
+
+#[inline(always)]
+fn page_shift() -> u32 {
+    // SAFETY: .rodata global, see read::field.
+    unsafe { core::ptr::read_volatile(&FOLIO_MEMBERS.page_shift) }
+}
+
+/// `tp_btf/wbc_writepage`: TP_PROTO(struct writeback_control *wbc, struct
+/// backing_dev_info *bdi) (include/trace/events/writeback.h), fired by
+/// `writeback_get_folio()` for each folio `writeback_iter()` returns.
+/// Only the `wbc` is kept, for the per-folio event that names the inode.
+#[btf_tracepoint(function = "wbc_writepage")]
+pub fn generic_wbc_writepage(ctx: BtfTracePointContext) -> i32 {
+    let tid = current_tid();
+    if in_call(tid) {
+        return 0;
+    }
+    let seen = read_wbc(raw_arg(&ctx, 0) as *const u8, tid);
+    if let Some(slot) = WBC_SEEN.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot.
+        unsafe { *slot = seen };
+    }
+    0
+}
+
+/// `tp_btf/iomap_writeback_folio`: TP_PROTO(struct inode *inode, loff_t
+/// off, u64 len) (fs/iomap/trace.h, the range event class), fired by
+/// `iomap_writeback_folio()` with `folio_pos()` and `folio_size()`.
+#[btf_tracepoint(function = "iomap_writeback_folio")]
+pub fn generic_iomap_folio(ctx: BtfTracePointContext) -> i32 {
+    let inode = raw_arg(&ctx, 0) as *const u8;
+    let pos = raw_arg(&ctx, 1) as i64;
+    let len = raw_arg(&ctx, 2);
+    let tid = current_tid();
+    let mut wbc = None;
+    if let Some(slot) = WBC_SEEN.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot.
+        unsafe {
+            if (*slot).tid == tid {
+                wbc = Some(*slot);
+                (*slot).tid = 0;
+            }
+        }
+    }
+    folio(inode, wbc, len >> (page_shift() & 63), pos, false);
+    0
+}
+
+/// Pages of a folio: 1 unless `PG_head` is set, then `_nr_pages`
+/// (`folio_nr_pages()`, include/linux/mm.h).
+#[inline(always)]
+fn folio_pages(folio: *const u8) -> u64 {
+    let f = &FOLIO_MEMBERS;
+    // SAFETY: .rodata global, see read::field.
+    let head_bit = unsafe { core::ptr::read_volatile(&f.head_bit) };
+    let flags = <Typed as crate::read::Access>::scalar(folio, &f.flags) as u64;
+    if head_bit >= 64 || flags & (1u64 << (head_bit & 63)) == 0 {
+        return 1;
+    }
+    let n = <Typed as crate::read::Access>::scalar(folio, &f.nr_pages) as u64;
+    if n == 0 { 1 } else { n }
+}
+
+/// `tp_btf/extent_writepage`: TP_PROTO(const struct folio *folio, const
+/// struct inode *inode, const struct writeback_control *wbc)
+/// (include/trace/events/btrfs.h), at the top of btrfs'
+/// `extent_writepage()`, before the budget is taken down by one.
+#[btf_tracepoint(function = "extent_writepage")]
+pub fn generic_btrfs_folio(ctx: BtfTracePointContext) -> i32 {
+    let folio_ptr = raw_arg(&ctx, 0) as *const u8;
+    let inode = raw_arg(&ctx, 1) as *const u8;
+    let wbc = read_wbc(raw_arg(&ctx, 2) as *const u8, current_tid());
+    let index = <Typed as crate::read::Access>::scalar(folio_ptr, &FOLIO_MEMBERS.index);
+    let pos = index << (page_shift() & 63);
+    folio(inode, Some(wbc), folio_pages(folio_ptr), pos, true);
+    0
+}
+
+/// `tp_btf/writeback_single_inode`: TP_PROTO(struct inode *inode, struct
+/// writeback_control *wbc, unsigned long nr_to_write), at the end of
+/// `__writeback_single_inode()` (fs/fs-writeback.c): the thread's
+/// writepages call of this pass is over.
+#[btf_tracepoint(function = "writeback_single_inode")]
+pub fn generic_pass_end(ctx: BtfTracePointContext) -> i32 {
+    let tid = current_tid();
+    let Some(c) = GENERIC.get_ptr_mut(&tid) else {
+        return 0;
+    };
+    let inode = raw_arg(&ctx, 0) as *const u8;
+    let wbc = raw_arg(&ctx, 1) as *const u8;
+    let key = inode_key::<Typed>(inode);
+    // SAFETY: this thread's own entry.
+    let open = unsafe { &mut *c };
+    open.end_ns = now_ns();
+    if open.dev == key.dev && open.ino == key.ino {
+        open.writeback_index_after = writeback_index(inode);
+        if open.wbc == wbc as u64 {
+            open.nr_left = member::<Typed>(wbc, &KERNEL_MEMBERS, m::WBC_NR_TO_WRITE);
+            open.flags |= gf::FINAL_BUDGET;
+        }
+    }
+    emit(c, boundary::PASS_END);
+    let _ = GENERIC.remove(&tid);
+    0
+}
