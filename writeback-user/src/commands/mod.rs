@@ -1,5 +1,6 @@
 //! One module per subcommand.
 pub mod compare;
+pub mod doctor;
 pub mod dashboard;
 mod filter;
 pub mod probes;

@@ -4,3 +4,4 @@ pub mod plot;
 pub mod prometheus;
 pub mod table;
 pub mod text;
+pub mod findings;

@@ -41,6 +41,7 @@ use tokio::{
 use crate::{
     model::interval::{Bucket, IntervalLine},
     model::{CallRecord, Log2Histogram as Log2Counts, cause_name},
+    model::findings::{Finding, RULES},
     sys::page_size,
 };
 
@@ -303,6 +304,13 @@ pub(crate) struct Metrics {
     bpf_run_time: Family<ProgramLabels, SecondsCounter>,
     intervals: Counter,
     page_size: u64,
+    finding_active: Family<FindingLabels, Gauge>,
+}
+
+/// Labels of `wbscope_finding_active`: a finding of docs/findings.md.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FindingLabels {
+    pub(crate) finding: &'static str,
 }
 
 fn gauge_set(g: &Gauge, v: u64) {
@@ -340,6 +348,7 @@ impl Metrics {
             bpf_run_time: Family::default(),
             intervals: Counter::default(),
             page_size: page_size(),
+            finding_active: Family::default(),
         };
         let mut r = Registry::with_prefix("wbscope");
         r.register(
@@ -478,6 +487,12 @@ impl Metrics {
             "Intervals the trace has closed (the metrics below the call level move once per interval)",
             m.intervals.clone(),
         );
+        r.register(
+            "finding_active",
+            "1 while the finding holds, else 0 (docs/findings.md; the catalogue's every name)",
+            m.finding_active.clone(),
+        );
+        m.set_findings(std::iter::empty());
         (m, r)
     }
 
@@ -560,6 +575,18 @@ impl Metrics {
                 .inc_by_ns(r.run_time_ns);
         }
         self.intervals.inc();
+    }
+
+    /// The findings holding after the last interval: 1 for them, 0 for
+    /// the rest of the catalogue.
+    pub(crate) fn set_findings<'a>(&self, active: impl Iterator<Item = &'a Finding>) {
+        let active: Vec<&str> = active.map(|f| f.name).collect();
+        for rule in RULES {
+            let on = active.contains(&rule.name);
+            self.finding_active
+                .get_or_create(&FindingLabels { finding: rule.name })
+                .set(i64::from(on));
+        }
     }
 }
 

@@ -33,8 +33,12 @@ pub(crate) const CLIFF_LOOKBACK: usize = 30;
 /// (the global limit region starts at the free-run ceiling, half-way
 /// between the two thresholds; 0.9 of the hard one is well inside it).
 pub(crate) const CLIFF_AT_LIMIT: f64 = 0.9;
-/// The rate now at most this share of the earlier peak is a fall.
+/// The rate now at most this share of the earlier peak is a fall
+/// (`info`: the difference between memory and device speed anyone with a
+/// page cache sees); at most [`CLIFF_STALL`] of it, the writer feels it
+/// as a stall (`warning`).
 pub(crate) const CLIFF_FALL: f64 = 0.5;
+pub(crate) const CLIFF_STALL: f64 = 0.25;
 /// An earlier rate counts only from intervals this long (a short last
 /// interval makes a noisy rate) and this fast (MiB/s).
 pub(crate) const CLIFF_MIN_INTERVAL_S: f64 = 0.5;
@@ -243,7 +247,11 @@ pub(crate) fn page_cache_cliff(ctx: &Ctx<'_>) -> Option<Verdict> {
         json!(recent.map(|l| l.throttle.pause_ms_total).sum::<u64>()),
     );
     Some(Verdict {
-        severity: Severity::Warning,
+        severity: if now <= CLIFF_STALL * peak {
+            Severity::Warning
+        } else {
+            Severity::Info
+        },
         evidence,
         advice: "the page cache absorbed the writes at memory speed until dirty reached its \
             limit; from there writers go at the speed the devices write back. Expect the \

@@ -303,6 +303,16 @@ fn page_cache_cliff_at_its_edges() {
     assert_eq!(f.evidence["dirtied_mib_s_before"], 100.0);
     assert_eq!(f.evidence["dirtied_mib_s_now"], 50.0);
     assert_eq!(f.first_seen_s, 8.0);
+    assert_eq!(f.severity, Severity::Info);
+    // A quarter: a stall, warning; just over it, info.
+    assert_eq!(
+        only(&rate_then_limit(100, 25), dirty::CLIFF).unwrap().severity,
+        Severity::Warning
+    );
+    assert_eq!(
+        only(&rate_then_limit(100, 26), dirty::CLIFF).unwrap().severity,
+        Severity::Info
+    );
     // 51: not half.
     assert!(only(&rate_then_limit(100, 51), dirty::CLIFF).is_none());
     // Not at the limit (no pauses, dirty under 0.9 of the threshold).
