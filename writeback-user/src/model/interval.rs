@@ -50,6 +50,7 @@ pub(crate) struct CallAggregate {
     /// (the fsync-storm finding, model/findings).
     pub(crate) sync_calls_writing: u64,
     pub(crate) sync_pages_written: u64,
+    pub(crate) sync_pages_per_call: Log2Histogram,
     /// Cyclic calls continued by the next call on the same inode
     /// ([`Continued`]).
     pub(crate) continued: Continued,
@@ -143,6 +144,7 @@ impl CallAggregate {
         if c.sync_mode == 1 && pages > 0 {
             self.sync_calls_writing += 1;
             self.sync_pages_written += pages;
+            self.sync_pages_per_call.record(pages);
         }
         self.continued.add(c);
     }
@@ -309,6 +311,8 @@ pub(crate) struct FlusherLine {
 pub(crate) struct SyncCallsLine {
     pub(crate) calls_writing: u64,
     pub(crate) pages_written: u64,
+    /// log2 histogram of pages written per such call.
+    pub(crate) pages_per_call: Vec<Bucket>,
 }
 
 /// [`Continued`] of the interval: how many calls were continued at once
@@ -608,6 +612,7 @@ impl IntervalLine {
             sync_calls: SyncCallsLine {
                 calls_writing: calls.sync_calls_writing,
                 pages_written: calls.sync_pages_written,
+                pages_per_call: histogram_buckets(&calls.sync_pages_per_call),
             },
             continued_calls: ContinuedLine::of(&calls.continued),
         }

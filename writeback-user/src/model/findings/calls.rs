@@ -19,7 +19,10 @@ pub(crate) const CHUNK_CAPPED: &str = "chunk-capped";
 pub(crate) const WINDOW: usize = 3;
 
 /// fsync-storm: WB_SYNC_ALL calls that wrote pages, per second, and the
-/// most they may write each on average (KiB) to count as small.
+/// most the median call may write (KiB, the lower bound of its log2
+/// bucket) to count as small. The median, not the mean: a package has a
+/// few large files among many small ones, and the small ones set the
+/// count of commits.
 pub(crate) const STORM_CALLS_PER_S: f64 = 10.0;
 pub(crate) const STORM_MIN_CALLS: u64 = 10;
 pub(crate) const STORM_SMALL_KIB: u64 = 256;
@@ -64,14 +67,22 @@ pub(crate) fn fsync_storm(ctx: &Ctx<'_>) -> Option<Verdict> {
     }
     let rate = calls as f64 / secs;
     let kib_per_call = pages as f64 * page_size() as f64 / 1024.0 / calls as f64;
-    if rate < STORM_CALLS_PER_S || kib_per_call > STORM_SMALL_KIB as f64 {
+    let hist = lines
+        .clone()
+        .fold(Vec::new(), |h, l| merge_buckets(&h, &l.sync_calls.pages_per_call));
+    let p50 = quantile_bucket(&hist, 0.5)?;
+    if rate < STORM_CALLS_PER_S || p50[0] * page_size() > STORM_SMALL_KIB * 1024 {
         return None;
     }
     let (requests, sizes) = device_requests(lines);
     let mut evidence = Evidence::new();
     evidence.insert("sync_calls_per_s", round3(rate));
     evidence.insert("sync_calls", json!(calls));
-    evidence.insert("kib_per_sync_call", round3(kib_per_call));
+    evidence.insert("kib_per_sync_call_mean", round3(kib_per_call));
+    evidence.insert(
+        "kib_per_sync_call_p50",
+        json!([p50[0] * page_size() / 1024, (p50[1] + 1) * page_size() / 1024]),
+    );
     evidence.insert(
         "device_requests_per_sync_call",
         round3(requests as f64 / calls as f64),

@@ -23,6 +23,10 @@ pub(crate) const CRITICAL_STEPS: u32 = 6;
 /// Requests in flight on average (Little's law: completed requests x mean
 /// latency / interval) from which the device counts as always busy.
 pub(crate) const MIN_IN_FLIGHT: f64 = 1.0;
+/// Consecutive intervals it must hold in: a burst that fills the queue
+/// for a second (sync_file_range of a whole batch, a journal commit) is
+/// the device doing its job, not saturation.
+pub(crate) const HOLD: usize = 3;
 
 /// Per device, the log2 bucket of the lowest median latency seen.
 #[derive(Clone, Debug, Default)]
@@ -74,17 +78,29 @@ fn bounds_us(k: u32) -> serde_json::Value {
     json!([lo as f64 / 1000.0, hi as f64 / 1000.0])
 }
 
+/// (p50 bucket, in flight, requests) of `dev` in `line` when it is over
+/// its baseline there by at least [`WARNING_STEPS`] at full queue.
+fn over(line: &IntervalLine, dev: DevId, base: u32) -> Option<(u32, f64, u64)> {
+    let d = line.devices.iter().find(|d| d.dev == dev)?;
+    let k = bucket_index(p50(d)?[0]);
+    let f = in_flight(d, line.interval_s);
+    (k >= base + WARNING_STEPS && f >= MIN_IN_FLIGHT).then_some((k, f, d.requests))
+}
+
 pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
     let line = ctx.line();
+    if ctx.history.len() < HOLD {
+        return None;
+    }
     let (dev, k, base, inflight, requests) = line
         .devices
         .iter()
         .filter_map(|d| {
-            let k = bucket_index(p50(d)?[0]);
             let base = ctx.baselines.get(d.dev)?;
-            let f = in_flight(d, line.interval_s);
-            (k >= base + WARNING_STEPS && f >= MIN_IN_FLIGHT)
-                .then_some((d.dev, k, base, f, d.requests))
+            let (k, f, n) = over(line, d.dev, base)?;
+            ctx.last(HOLD)
+                .all(|l| over(l, d.dev, base).is_some())
+                .then_some((d.dev, k, base, f, n))
         })
         .max_by_key(|&(_, k, base, _, _)| k - base)?;
     let mut evidence = Evidence::new();

@@ -143,6 +143,10 @@ fn sync_calls(calls: u64, pages_each: u64) -> impl Fn(usize, &mut IntervalLine) 
     move |_, l| {
         l.sync_calls.calls_writing = calls;
         l.sync_calls.pages_written = calls * pages_each;
+        let (lo, hi) = writeback_common::log2_bucket_bounds(writeback_common::log2_bucket(
+            pages_each, 64,
+        ));
+        l.sync_calls.pages_per_call = vec![b(lo, hi, calls)];
     }
 }
 
@@ -155,12 +159,16 @@ fn fsync_storm_at_its_edges() {
     assert_eq!(f.evidence["sync_calls_per_s"], 10.0);
     // 9 a second: not.
     assert_eq!(names(&lines(3, sync_calls(9, small))), Vec::<&str>::new());
-    // One page over the small size per call: not small.
+    // The median call in the bucket above the small size: not small.
+    assert_eq!(names(&lines(3, sync_calls(10, 2 * small))), Vec::<&str>::new());
+    // A few large calls among many small ones: the median decides.
     let mut ls = lines(3, sync_calls(10, small));
     for l in &mut ls {
-        l.sync_calls.pages_written += 10;
+        l.sync_calls.calls_writing += 4;
+        l.sync_calls.pages_written += 4 * 100 * small;
+        l.sync_calls.pages_per_call.push(b(64 * small, 128 * small - 1, 4));
     }
-    assert_eq!(names(&ls), Vec::<&str>::new());
+    assert!(only(&ls, calls::FSYNC_STORM).is_some());
     // Fewer than STORM_MIN_CALLS in the window, even at a high rate.
     let mut short = line(0.3);
     short.interval_s = 0.3;
@@ -376,29 +384,38 @@ fn device(requests: u64, lat_lo: u64) -> DeviceLine {
 #[test]
 fn device_saturated_against_its_own_baseline() {
     // Baseline 64-127 us; then 8x (512-1023 us) with 2000 requests: in
-    // flight = 2000 x 768 us / 1 s = 1.5.
+    // flight = 2000 x 768 us / 1 s = 1.5; held three intervals.
     let base = 1 << 16;
-    let mut ls = vec![line(1.0), line(2.0), line(3.0)];
-    ls[0].devices = vec![device(100, base)];
-    ls[1].devices = vec![device(2000, base << 3)];
-    ls[2].devices = vec![device(2000, base << 6)];
-    let r = judge(&ls);
+    let busy = |lat: &[u64]| {
+        let mut ls = vec![line(1.0)];
+        ls[0].devices = vec![device(100, base)];
+        for (i, &x) in lat.iter().enumerate() {
+            let mut l = line(i as f64 + 2.0);
+            l.devices = vec![device(2000, base << x)];
+            ls.push(l);
+        }
+        ls
+    };
+    let r = judge(&busy(&[3, 3, 6]));
     let f = &r.findings[0];
     assert_eq!(f.name, device::SATURATED);
-    assert_eq!((f.first_seen_s, f.last_seen_s), (2.0, 3.0));
+    assert_eq!((f.first_seen_s, f.last_seen_s), (4.0, 4.0));
     assert_eq!(f.severity, Severity::Critical);
     assert_eq!(f.evidence["times_baseline_at_least"], 32);
-    // 4x is not enough; nor is 8x with the device idle half the time.
-    let mut ls = vec![line(1.0), line(2.0)];
-    ls[0].devices = vec![device(100, base)];
-    ls[1].devices = vec![device(2000, base << 2)];
+    assert_eq!(
+        judge(&busy(&[3, 3, 3])).findings[0].severity,
+        Severity::Warning
+    );
+    // Two intervals only: a burst.
+    assert_eq!(names(&busy(&[3, 3])), Vec::<&str>::new());
+    assert_eq!(names(&busy(&[3, 2, 3])), Vec::<&str>::new());
+    // 8x with the device idle half the time: not at full queue.
+    let mut ls = busy(&[3, 3, 3]);
+    ls[2].devices = vec![device(1000, base << 3)];
     assert_eq!(names(&ls), Vec::<&str>::new());
-    ls[1].devices = vec![device(1000, base << 3)];
-    assert_eq!(names(&ls), Vec::<&str>::new());
-    // No baseline yet (first busy interval), or too few requests.
-    let mut ls = vec![line(1.0), line(2.0)];
+    // No baseline yet: too few requests in the first interval.
+    let mut ls = busy(&[3, 3, 3]);
     ls[0].devices = vec![device(31, base)];
-    ls[1].devices = vec![device(2000, base << 3)];
     assert_eq!(names(&ls), Vec::<&str>::new());
 }
 
