@@ -136,9 +136,19 @@ pub(crate) struct DoctorArgs {
     #[arg(long, value_name = "RECORDING")]
     pub(crate) from: Option<PathBuf>,
 
+    /// Also write what was watched to a recording (as `wbscope record`;
+    /// never overwritten), to read again with --from.
+    #[arg(long, value_name = "FILE", conflicts_with = "from")]
+    pub(crate) record: Option<PathBuf>,
+
     /// Seconds per judged interval when watching (default 1, at least 0.1).
     #[arg(long, value_name = "SECONDS", value_parser = parse_interval, allow_negative_numbers = true, conflicts_with = "from")]
     pub(crate) interval: Option<Duration>,
+
+    /// When watching, only these calls (system-wide levels, throttling and
+    /// device figures stay system-wide).
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
 }
 
 #[derive(Debug, Args)]

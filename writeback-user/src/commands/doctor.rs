@@ -28,17 +28,25 @@ pub(crate) const EXIT_FINDINGS: u8 = 3;
 /// How long `doctor` watches without `--duration`.
 pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(30);
 
-/// Feeds the engine; prints nothing until the report.
+/// Feeds the engine, and with `--record` the recording; prints nothing
+/// until the report.
 struct Doctor {
     engine: Engine,
+    record: Option<super::record::RecordingOutput>,
 }
 
 impl SessionOutput for Doctor {
-    fn call(&mut self, _: &CallRecord) -> io::Result<()> {
-        Ok(())
+    fn call(&mut self, call: &CallRecord) -> io::Result<()> {
+        match &mut self.record {
+            Some(r) => r.call(call),
+            None => Ok(()),
+        }
     }
 
     fn interval(&mut self, line: &IntervalLine) -> io::Result<()> {
+        if let Some(r) = &mut self.record {
+            r.interval(line)?;
+        }
         for ev in self.engine.interval(line) {
             if ev.is_open() {
                 eprintln!(
@@ -52,29 +60,59 @@ impl SessionOutput for Doctor {
         Ok(())
     }
 
-    fn summary(&mut self, _: &SummaryLine<'_>) -> io::Result<()> {
-        Ok(())
+    fn summary(&mut self, summary: &SummaryLine<'_>) -> io::Result<()> {
+        match &mut self.record {
+            Some(r) => r.summary(summary),
+            None => Ok(()),
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match &mut self.record {
+            Some(r) => r.flush(),
+            None => Ok(()),
+        }
     }
 }
 
 pub(crate) async fn run(args: &DoctorArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let report = match &args.from {
-        Some(path) => from_recording(path)?,
+        Some(path) => {
+            let f = &args.filter;
+            if f.device.is_some() || f.pid.is_some() || f.cgroup.is_some() || f.inode.is_some() {
+                return Err(crate::UsageError(
+                    "--from: a recording is judged as recorded; filters apply when watching".into(),
+                )
+                .into());
+            }
+            from_recording(path)?
+        }
         None => {
-            let (tracer, mut collector) = session::attach(Default::default(), disabled)?;
+            let filter = super::filter::resolve(&args.filter)?;
+            if let Some(path) = &args.record
+                && path.exists()
+            {
+                return Err(crate::UsageError(format!(
+                    "--record {}: already exists; never overwritten",
+                    path.display()
+                ))
+                .into());
+            }
+            let (tracer, mut collector) = session::attach(filter, disabled)?;
+            let record = match &args.record {
+                Some(path) => Some(super::record::create(path, &tracer, &filter)?),
+                None => None,
+            };
             let limits = Limits {
                 interval: args.interval.unwrap_or(Duration::from_secs(1)),
                 duration: Some(args.duration.unwrap_or(DEFAULT_DURATION)),
                 max_records: None,
-                watch_pid: None,
+                watch_pid: args.filter.pid,
                 max_event_rate: DEFAULT_MAX_EVENT_RATE,
             };
             let mut out = Doctor {
                 engine: Engine::new(),
+                record,
             };
             session::run(&tracer, &mut collector, &limits, &mut out)
                 .await

@@ -446,6 +446,29 @@ pub(crate) struct IntervalLine {
     pub(crate) continued_calls: ContinuedLine,
 }
 
+/// Tasks paused in the interval, most first, at most [`PAUSED_KEPT`].
+pub(crate) const PAUSED_KEPT: usize = 5;
+
+fn paused_tasks(prev: &KernelSnapshot, cur: &KernelSnapshot) -> Vec<PausedTask> {
+    let mut v: Vec<PausedTask> = cur
+        .throttled
+        .iter()
+        .filter_map(|(&tgid, (ms, comm))| {
+            // An entry the LRU evicted and a new one made since: all new.
+            let before = prev.throttled.get(&tgid).map_or(0, |p| p.0);
+            let delta = if *ms >= before { ms - before } else { *ms };
+            (delta > 0).then(|| PausedTask {
+                tgid,
+                comm: comm.clone(),
+                pause_ms: delta,
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| b.pause_ms.cmp(&a.pause_ms).then(a.tgid.cmp(&b.tgid)));
+    v.truncate(PAUSED_KEPT);
+    v
+}
+
 fn ratio(num: u64, den: u64) -> Option<f64> {
     (den > 0).then(|| num as f64 / den as f64)
 }
@@ -600,8 +623,15 @@ impl IntervalLine {
                 pause_ms: buckets_of(
                     (0..agg::HIST_BUCKETS).map(|b| (b as usize, d(agg::THROTTLE_HIST + b))),
                 ),
-                limits: None,
-                paused: Vec::new(),
+                limits: {
+                    let l = ThrottleLimits {
+                        global_ms: d(agg::THROTTLE_GLOBAL_MS),
+                        bdi_ms: d(agg::THROTTLE_BDI_MS),
+                        memcg_ms: d(agg::THROTTLE_MEMCG_MS),
+                    };
+                    (l.global_ms + l.bdi_ms + l.memcg_ms > 0).then_some(l)
+                },
+                paused: paused_tasks(prev, cur),
             },
             devices,
             lost_records: cur
