@@ -137,7 +137,10 @@ fn buffered_writer_under_the_limits_yields_no_warning() {
         .find_map(|l| l.strip_prefix("nr_dirty_background_threshold "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap();
-    assert!(bg * 4096 > 512 << 20, "background threshold too low here: {bg} pages");
+    assert!(
+        bg * 4096 > 512 << 20,
+        "background threshold too low here: {bg} pages"
+    );
     let fs = support::LoopFs::new("ext4", 1024);
     let dir = fs.mountpoint.to_str().unwrap().to_string();
     let w = write(&["--dir", &dir, "--size", "128M", "--strategy", "buffered"]);

@@ -12,8 +12,8 @@ use writer_core::{Report, RunFailure, Writer, WriterConfig};
 
 use crate::{
     UsageError,
-    model::plan::{Concept, HookKind},
     model::interval::{CallAggregate, IntervalLine},
+    model::plan::{Concept, HookKind},
     model::window::KernelFigures,
     model::{CallRecord, DevId},
     tracer::ring::{RingCollector, RingRecord},
@@ -73,10 +73,8 @@ impl Traced {
         let mut lines: Vec<IntervalLine> = Vec::new();
         let mut line_calls = CallAggregate::default();
         let (mut line_prev, mut line_start) = (prev.clone(), started);
-        let mut ticks = tokio::time::interval_at(
-            tokio::time::Instant::now() + LINE_INTERVAL,
-            LINE_INTERVAL,
-        );
+        let mut ticks =
+            tokio::time::interval_at(tokio::time::Instant::now() + LINE_INTERVAL, LINE_INTERVAL);
         loop {
             let mut batch: Vec<CallRecord> = Vec::new();
             tokio::select! {

@@ -1,7 +1,7 @@
 //! One module per subcommand.
 pub mod compare;
-pub mod doctor;
 pub mod dashboard;
+pub mod doctor;
 mod filter;
 pub mod probes;
 pub mod record;

@@ -1,7 +1,7 @@
 //! Output formats of the tracer.
+pub mod findings;
 pub mod json_lines;
 pub mod plot;
 pub mod prometheus;
 pub mod table;
 pub mod text;
-pub mod findings;

@@ -39,9 +39,9 @@ use tokio::{
 };
 
 use crate::{
+    model::findings::{Finding, RULES},
     model::interval::{Bucket, IntervalLine},
     model::{CallRecord, Log2Histogram as Log2Counts, cause_name},
-    model::findings::{Finding, RULES},
     sys::page_size,
 };
 
@@ -870,6 +870,40 @@ mod tests {
         assert_eq!(bucket("7.0"), Some("2"));
         assert_eq!(bucket("+Inf"), Some("2"));
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn every_finding_has_a_gauge_set_while_it_holds() {
+        let (m, r) = Metrics::new();
+        let text = encode(&r).unwrap();
+        for rule in RULES {
+            let s = format!("wbscope_finding_active{{finding=\"{}\"}}", rule.name);
+            assert_eq!(sample(&text, &s), Some("0"), "{text}");
+        }
+        // A throttled interval opens dirty-throttled: its gauge is 1, the
+        // others stay 0.
+        let mut engine = crate::model::findings::Engine::new();
+        let snap = crate::model::kernel::KernelSnapshot::default();
+        let mut line = IntervalLine::new(
+            1.0,
+            1.0,
+            &crate::model::interval::CallAggregate::default(),
+            &snap,
+            &snap,
+        );
+        line.throttle.pauses = 5;
+        line.throttle.pause_ms_total = 900;
+        engine.interval(&line);
+        m.set_findings(engine.active());
+        let text = encode(&r).unwrap();
+        assert_eq!(
+            sample(&text, "wbscope_finding_active{finding=\"dirty-throttled\"}"),
+            Some("1")
+        );
+        assert_eq!(
+            sample(&text, "wbscope_finding_active{finding=\"fsync-storm\"}"),
+            Some("0")
+        );
     }
 
     #[test]

@@ -223,7 +223,11 @@ pub(crate) fn kernel_rows(columns: &[Vec<&KernelFigures>]) -> Vec<Vec<String>> {
                     .collect()
             })
             .unwrap_or_default();
-        row.push(if names.is_empty() { "-".into() } else { names.join(",") });
+        row.push(if names.is_empty() {
+            "-".into()
+        } else {
+            names.join(",")
+        });
     }
     rows.push(row);
     rows

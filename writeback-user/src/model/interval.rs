@@ -331,9 +331,13 @@ pub(crate) struct ContinuedLine {
 impl ContinuedLine {
     fn of(c: &Continued) -> ContinuedLine {
         // Ties go to the smaller size (BTreeMap order, strict >).
-        let (mode_pages, mode_calls) = c.pages.iter().fold((0, 0), |best, (&p, &n)| {
-            if n > best.1 { (p, n) } else { best }
-        });
+        let (mode_pages, mode_calls) =
+            c.pages.iter().fold(
+                (0, 0),
+                |best, (&p, &n)| {
+                    if n > best.1 { (p, n) } else { best }
+                },
+            );
         ContinuedLine {
             calls: c.pages.values().sum(),
             mode_pages,

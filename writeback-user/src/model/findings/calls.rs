@@ -67,9 +67,9 @@ pub(crate) fn fsync_storm(ctx: &Ctx<'_>) -> Option<Verdict> {
     }
     let rate = calls as f64 / secs;
     let kib_per_call = pages as f64 * page_size() as f64 / 1024.0 / calls as f64;
-    let hist = lines
-        .clone()
-        .fold(Vec::new(), |h, l| merge_buckets(&h, &l.sync_calls.pages_per_call));
+    let hist = lines.clone().fold(Vec::new(), |h, l| {
+        merge_buckets(&h, &l.sync_calls.pages_per_call)
+    });
     let p50 = quantile_bucket(&hist, 0.5)?;
     if rate < STORM_CALLS_PER_S || p50[0] * page_size() > STORM_SMALL_KIB * 1024 {
         return None;
@@ -81,13 +81,19 @@ pub(crate) fn fsync_storm(ctx: &Ctx<'_>) -> Option<Verdict> {
     evidence.insert("kib_per_sync_call_mean", round3(kib_per_call));
     evidence.insert(
         "kib_per_sync_call_p50",
-        json!([p50[0] * page_size() / 1024, (p50[1] + 1) * page_size() / 1024]),
+        json!([
+            p50[0] * page_size() / 1024,
+            (p50[1] + 1) * page_size() / 1024
+        ]),
     );
     evidence.insert(
         "device_requests_per_sync_call",
         round3(requests as f64 / calls as f64),
     );
-    evidence.insert("device_request_bytes_p50", json!(quantile_bucket(&sizes, 0.5)));
+    evidence.insert(
+        "device_request_bytes_p50",
+        json!(quantile_bucket(&sizes, 0.5)),
+    );
     evidence.insert("window_s", round3(secs));
     Some(Verdict {
         severity: Severity::Warning,
@@ -174,10 +180,7 @@ pub(crate) fn chunk_capped(ctx: &Ctx<'_>) -> Option<Verdict> {
     let mut evidence = Evidence::new();
     evidence.insert("continued_calls", json!(calls));
     evidence.insert("chunk_pages", json!(cur.mode_pages));
-    evidence.insert(
-        "chunk_kib",
-        json!(cur.mode_pages * page_size() / 1024),
-    );
+    evidence.insert("chunk_kib", json!(cur.mode_pages * page_size() / 1024));
     evidence.insert("same_size_share", round3(same as f64 / calls as f64));
     evidence.insert(
         "pages_asked_mean",

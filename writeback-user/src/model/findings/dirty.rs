@@ -71,7 +71,9 @@ fn freerun_ceiling(l: &IntervalLine) -> u64 {
 /// Which limit: the programs' split when they made one, else the global
 /// levels (over the free-run ceiling: the global limit; under it, the
 /// pauses came from a device's or a memcg's).
-fn which_limit<'a>(lines: impl Iterator<Item = &'a IntervalLine> + Clone) -> (&'static str, Evidence) {
+fn which_limit<'a>(
+    lines: impl Iterator<Item = &'a IntervalLine> + Clone,
+) -> (&'static str, Evidence) {
     let mut ev = Evidence::new();
     let split = lines
         .clone()
@@ -83,7 +85,10 @@ fn which_limit<'a>(lines: impl Iterator<Item = &'a IntervalLine> + Clone) -> (&'
     let last = lines.clone().last();
     if let Some(l) = last {
         ev.insert("dirty_mib", mib(dirty_total(l)));
-        ev.insert("dirty_threshold_mib", mib(l.dirty.vmstat.nr_dirty_threshold));
+        ev.insert(
+            "dirty_threshold_mib",
+            mib(l.dirty.vmstat.nr_dirty_threshold),
+        );
         ev.insert(
             "background_threshold_mib",
             mib(l.dirty.vmstat.nr_dirty_background_threshold),
@@ -218,7 +223,11 @@ pub(crate) fn page_cache_cliff(ctx: &Ctx<'_>) -> Option<Verdict> {
         return None;
     }
     let secs: f64 = recent.clone().map(|l| l.interval_s).sum();
-    let now = recent.clone().map(|l| l.dirty.vmstat_dirtied_delta).sum::<u64>() as f64 / secs;
+    let now = recent
+        .clone()
+        .map(|l| l.dirty.vmstat_dirtied_delta)
+        .sum::<u64>() as f64
+        / secs;
     let page = page_size() as f64;
     let (peak, peak_at) = ctx
         .history
@@ -238,10 +247,19 @@ pub(crate) fn page_cache_cliff(ctx: &Ctx<'_>) -> Option<Verdict> {
     evidence.insert("dirtied_mib_s_now", mibs(now));
     evidence.insert(
         "written_mib_s_now",
-        mibs(recent.clone().map(|l| l.dirty.vmstat_written_delta).sum::<u64>() as f64 / secs),
+        mibs(
+            recent
+                .clone()
+                .map(|l| l.dirty.vmstat_written_delta)
+                .sum::<u64>() as f64
+                / secs,
+        ),
     );
     evidence.insert("dirty_mib", mib(dirty_total(l)));
-    evidence.insert("dirty_threshold_mib", mib(l.dirty.vmstat.nr_dirty_threshold));
+    evidence.insert(
+        "dirty_threshold_mib",
+        mib(l.dirty.vmstat.nr_dirty_threshold),
+    );
     evidence.insert(
         "throttle_pause_ms",
         json!(recent.map(|l| l.throttle.pause_ms_total).sum::<u64>()),

@@ -64,7 +64,9 @@ impl Ctx<'_> {
 
     /// The last `n` lines (fewer at the start), oldest first.
     pub(crate) fn last(&self, n: usize) -> impl Iterator<Item = &IntervalLine> + Clone {
-        self.history.iter().skip(self.history.len().saturating_sub(n))
+        self.history
+            .iter()
+            .skip(self.history.len().saturating_sub(n))
     }
 }
 

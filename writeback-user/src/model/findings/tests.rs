@@ -73,11 +73,15 @@ fn dirty_throttled_at_the_share_edges() {
     assert_eq!((f.first_seen_s, f.last_seen_s, f.intervals), (1.0, 5.0, 5));
     // 749 / 750 ms: the critical edge.
     assert_eq!(
-        only(&lines(5, throttled(749)), dirty::THROTTLED).unwrap().severity,
+        only(&lines(5, throttled(749)), dirty::THROTTLED)
+            .unwrap()
+            .severity,
         Severity::Warning
     );
     assert_eq!(
-        only(&lines(5, throttled(750)), dirty::THROTTLED).unwrap().severity,
+        only(&lines(5, throttled(750)), dirty::THROTTLED)
+            .unwrap()
+            .severity,
         Severity::Critical
     );
     // Pauses counted but none in the latest interval: it has stopped.
@@ -136,16 +140,18 @@ fn dirty_throttled_names_the_limit_and_who() {
             memcg_ms: 400,
         });
     });
-    assert_eq!(only(&ls, dirty::THROTTLED).unwrap().evidence["limit"], "memcg");
+    assert_eq!(
+        only(&ls, dirty::THROTTLED).unwrap().evidence["limit"],
+        "memcg"
+    );
 }
 
 fn sync_calls(calls: u64, pages_each: u64) -> impl Fn(usize, &mut IntervalLine) {
     move |_, l| {
         l.sync_calls.calls_writing = calls;
         l.sync_calls.pages_written = calls * pages_each;
-        let (lo, hi) = writeback_common::log2_bucket_bounds(writeback_common::log2_bucket(
-            pages_each, 64,
-        ));
+        let (lo, hi) =
+            writeback_common::log2_bucket_bounds(writeback_common::log2_bucket(pages_each, 64));
         l.sync_calls.pages_per_call = vec![b(lo, hi, calls)];
     }
 }
@@ -160,13 +166,18 @@ fn fsync_storm_at_its_edges() {
     // 9 a second: not.
     assert_eq!(names(&lines(3, sync_calls(9, small))), Vec::<&str>::new());
     // The median call in the bucket above the small size: not small.
-    assert_eq!(names(&lines(3, sync_calls(10, 2 * small))), Vec::<&str>::new());
+    assert_eq!(
+        names(&lines(3, sync_calls(10, 2 * small))),
+        Vec::<&str>::new()
+    );
     // A few large calls among many small ones: the median decides.
     let mut ls = lines(3, sync_calls(10, small));
     for l in &mut ls {
         l.sync_calls.calls_writing += 4;
         l.sync_calls.pages_written += 4 * 100 * small;
-        l.sync_calls.pages_per_call.push(b(64 * small, 128 * small - 1, 4));
+        l.sync_calls
+            .pages_per_call
+            .push(b(64 * small, 128 * small - 1, 4));
     }
     assert!(only(&ls, calls::FSYNC_STORM).is_some());
     // Fewer than STORM_MIN_CALLS in the window, even at a high rate.
@@ -280,13 +291,19 @@ fn small_flusher_budget_at_its_edges() {
     // 3 x 6 = 18 passes at the floor, budget 80% used.
     let f = only(&lines(3, passes(floor, 6, 80)), flusher::SMALL_BUDGET).unwrap();
     assert_eq!(f.evidence["device"], "7:2");
-    assert_eq!(f.evidence["pages_asked_per_pass_p50"], serde_json::json!([floor, 2 * floor - 1]));
+    assert_eq!(
+        f.evidence["pages_asked_per_pass_p50"],
+        serde_json::json!([floor, 2 * floor - 1])
+    );
     // 15 passes: too few; 75% used is enough, 74% not.
     assert_eq!(names(&lines(3, passes(floor, 5, 80))), Vec::<&str>::new());
     assert!(only(&lines(3, passes(floor, 6, 75)), flusher::SMALL_BUDGET).is_some());
     assert_eq!(names(&lines(3, passes(floor, 6, 74))), Vec::<&str>::new());
     // Budgets one bucket over the floor: not held there.
-    assert_eq!(names(&lines(3, passes(2 * floor, 6, 100))), Vec::<&str>::new());
+    assert_eq!(
+        names(&lines(3, passes(2 * floor, 6, 100))),
+        Vec::<&str>::new()
+    );
 }
 
 fn rate_then_limit(before_mib: u64, after_mib: u64) -> Vec<IntervalLine> {
@@ -314,11 +331,15 @@ fn page_cache_cliff_at_its_edges() {
     assert_eq!(f.severity, Severity::Info);
     // A quarter: a stall, warning; just over it, info.
     assert_eq!(
-        only(&rate_then_limit(100, 25), dirty::CLIFF).unwrap().severity,
+        only(&rate_then_limit(100, 25), dirty::CLIFF)
+            .unwrap()
+            .severity,
         Severity::Warning
     );
     assert_eq!(
-        only(&rate_then_limit(100, 26), dirty::CLIFF).unwrap().severity,
+        only(&rate_then_limit(100, 26), dirty::CLIFF)
+            .unwrap()
+            .severity,
         Severity::Info
     );
     // 51: not half.
@@ -374,7 +395,10 @@ fn writeback_lagging_at_its_edges() {
 
 fn device(requests: u64, lat_lo: u64) -> DeviceLine {
     DeviceLine {
-        dev: DevId { major: 254, minor: 0 },
+        dev: DevId {
+            major: 254,
+            minor: 0,
+        },
         requests,
         request_bytes: vec![b(4096, 8191, requests)],
         latency_ns: vec![b(lat_lo, 2 * lat_lo - 1, requests)],
