@@ -132,5 +132,11 @@ pub mod balance_dirty {
     /// Milliseconds the task is about to sleep (`pause * 1000 / HZ`);
     /// 0 or negative: no sleep this time.
     pub const PAUSE: usize = 0;
-    pub const NAMES: [&str; 1] = ["pause"];
+    /// The throttling domain's hard limit, its setpoint (`(limit +
+    /// freerun) / 2`) and its dirty pages, all in pages
+    /// (include/trace/events/writeback.h).
+    pub const LIMIT: usize = 1;
+    pub const SETPOINT: usize = 2;
+    pub const DIRTY: usize = 3;
+    pub const NAMES: [&str; 4] = ["pause", "limit", "setpoint", "dirty"];
 }

@@ -514,7 +514,16 @@ pub mod agg {
     /// writeback:wbc_writepage events (folios handed to ->writepage by
     /// write_cache_pages/writeback_iter users).
     pub const WBC_WRITEPAGE: u32 = THROTTLE_HIST + HIST_BUCKETS;
-    pub const COUNT: u32 = WBC_WRITEPAGE + 1;
+    /// Pause ms by the limit that paused the task (`balance_dirty_pages`
+    /// fields `limit`, `setpoint`, `dirty`): with the domain's dirty at or
+    /// under its free-run ceiling only the device's own (strict) limit
+    /// throttles; over it, a `limit` below the global `dirty_limit` is a
+    /// memcg's; else the global limit. Pauses on kernels whose tracepoint
+    /// has no `limit` are in none of the three.
+    pub const THROTTLE_GLOBAL_MS: u32 = WBC_WRITEPAGE + 1;
+    pub const THROTTLE_BDI_MS: u32 = WBC_WRITEPAGE + 2;
+    pub const THROTTLE_MEMCG_MS: u32 = WBC_WRITEPAGE + 3;
+    pub const COUNT: u32 = WBC_WRITEPAGE + 4;
 }
 
 /// `writeback:global_dirty_state`, latest values (pages), in the `DIRTY`
@@ -694,8 +703,18 @@ pub struct InflightCall {
     pub exec_start: u64,
 }
 
+/// Pause ms of one process in `balance_dirty_pages` (the `THROTTLED`
+/// per-CPU LRU hash, keyed by tgid), and its comm.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PausedBy {
+    pub pause_ms: u64,
+    pub comm: [u8; 16],
+}
+
 #[cfg(feature = "user")]
 mod pod {
+    unsafe impl aya::Pod for super::PausedBy {}
     // SAFETY: all of these are #[repr(C)] structs of plain integers with
     // explicit padding fields, so every bit pattern is valid.
     unsafe impl aya::Pod for super::FieldSpec {}

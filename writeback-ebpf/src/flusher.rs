@@ -1,19 +1,21 @@
 //! Flusher work, inode passes, dirty state and throttling: counters and
 //! levels added up in maps for userspace's interval lines.
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_jiffies64},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_jiffies64,
+    },
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use aya_log_ebpf::warn;
 use writeback_common::{
-    DevCounterKey, FlusherWork, TracepointLayout, agg, dirty,
+    DevCounterKey, FlusherWork, PausedBy, TracepointLayout, agg, dirty,
     fields::{balance_dirty as bd, global_dirty, single_inode as si, wb_work},
     inode_pass as ip, log2_bucket, members as m,
 };
 
 use crate::{
-    AGG, DIRTY, INODE_PASS, WORK, add,
+    AGG, DIRTY, INODE_PASS, THROTTLED, WORK, add,
     read::{Typed, current_tid, field, member},
     writepages::{KERNEL_MEMBERS, filtered_out, inode_key, raw_arg},
 };
@@ -224,6 +226,47 @@ pub fn balance_dirty(ctx: TracePointContext) -> u32 {
         add(&AGG, agg::THROTTLE_PAUSE_MS, pause as u64);
         let bucket = log2_bucket(pause as u64, agg::HIST_BUCKETS - 1);
         add(&AGG, agg::THROTTLE_HIST + bucket, 1);
+        paused(&ctx, pause as u64);
     }
     0
+}
+
+/// A pause: which limit caused it, and who it paused. Only pausing
+/// events get here (a few per second per throttled task).
+#[inline(always)]
+fn paused(ctx: &TracePointContext, pause: u64) {
+    let layout = &BALANCE_DIRTY_LAYOUT;
+    let limit = field(ctx, layout, bd::LIMIT) as u64;
+    if limit != 0 {
+        // `setpoint = (limit + freerun) / 2` in the tracepoint's
+        // TP_fast_assign, so freerun is `2 * setpoint - limit` (+1 for the
+        // rounding); under it `balance_dirty_pages()` lets the domain run
+        // free, so only a strict per-device limit paused the task.
+        let setpoint = field(ctx, layout, bd::SETPOINT) as u64;
+        let domain_dirty = field(ctx, layout, bd::DIRTY) as u64;
+        let freerun = (2 * setpoint + 1).saturating_sub(limit);
+        let slot = if domain_dirty <= freerun {
+            agg::THROTTLE_BDI_MS
+        } else {
+            let global = DIRTY.get(dirty::DIRTY_LIMIT).copied().unwrap_or(0);
+            if global != 0 && limit < global {
+                agg::THROTTLE_MEMCG_MS
+            } else {
+                agg::THROTTLE_GLOBAL_MS
+            }
+        };
+        add(&AGG, slot, pause);
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    match THROTTLED.get_ptr_mut(&tgid) {
+        // SAFETY: this CPU's value of a per-CPU map.
+        Some(v) => unsafe { (*v).pause_ms += pause },
+        None => {
+            let by = PausedBy {
+                pause_ms: pause,
+                comm: bpf_get_current_comm().unwrap_or_default(),
+            };
+            let _ = THROTTLED.insert(&tgid, &by, 0);
+        }
+    }
 }

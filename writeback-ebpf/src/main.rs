@@ -25,11 +25,11 @@ mod writepages;
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use writeback_common::{
     BlockHistKey, DevBlockHist, DevCounterKey, Filter, FlusherWork, InflightCall, InflightKey,
-    RequestKey, agg, block_hist, dirty, stat,
+    PausedBy, RequestKey, agg, block_hist, dirty, stat,
 };
 
 /// Per-call records to userspace. 4 MiB holds ~17000 records of 240 bytes:
@@ -108,6 +108,11 @@ static AGG: PerCpuArray<u64> = PerCpuArray::with_max_entries(agg::COUNT, 0);
 /// Latest `global_dirty_state`, indexed by `writeback_common::dirty`.
 #[map]
 static DIRTY: Array<u64> = Array::with_max_entries(dirty::COUNT, 0);
+
+/// Pause ms per process in `balance_dirty_pages` (who was throttled);
+/// LRU so processes long gone make room.
+#[map]
+static THROTTLED: LruPerCpuHashMap<u32, PausedBy> = LruPerCpuHashMap::with_max_entries(1024, 0);
 
 /// Runtime switches written by userspace after attaching: index 0 = how
 /// on-CPU time is measured (`writeback_common::cpu_time`).

@@ -40,6 +40,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Compare(args)) => {
             runtime()?.block_on(commands::compare::run(args, &cli.disable))
         }
+        Some(Command::Doctor(args)) => {
+            runtime()?.block_on(commands::doctor::run(args, &cli.disable))
+        }
         Some(Command::Scenario(args)) => {
             runtime()?.block_on(commands::scenario::run(args, &cli.disable))
         }

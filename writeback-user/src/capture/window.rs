@@ -12,12 +12,17 @@ use writer_core::{Report, RunFailure, Writer, WriterConfig};
 
 use crate::{
     UsageError,
+    model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookKind},
     model::window::KernelFigures,
     model::{CallRecord, DevId},
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
 };
+
+/// Length of the window's interval lines (the findings' intervals), as
+/// `trace`'s default.
+const LINE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One tracer for a whole command; [`Traced::window`] attributes records
 /// to one piece of work.
@@ -63,14 +68,38 @@ impl Traced {
         let mut peaks = (0u64, 0u64);
         let mut signalled = false;
         let keep = |c: &CallRecord| groups.iter().any(|g| g.contains(&c.dev));
+        // Interval lines of the window, a second each, for the findings
+        // (model/findings): the same rules as live tracing.
+        let mut lines: Vec<IntervalLine> = Vec::new();
+        let mut line_calls = CallAggregate::default();
+        let (mut line_prev, mut line_start) = (prev.clone(), started);
+        let mut ticks =
+            tokio::time::interval_at(tokio::time::Instant::now() + LINE_INTERVAL, LINE_INTERVAL);
         loop {
-            self.collector
-                .wait_and_drain(|RingRecord::Call(c)| {
+            let mut batch: Vec<CallRecord> = Vec::new();
+            tokio::select! {
+                drained = self.collector.wait_and_drain(|RingRecord::Call(c)| {
                     if keep(&c) {
-                        calls.push(c)
+                        batch.push(c)
                     }
-                })
-                .await?;
+                }) => { drained?; }
+                _ = ticks.tick() => {
+                    let cur = self.tracer.snapshot()?;
+                    let now = Instant::now();
+                    lines.push(IntervalLine::new(
+                        now.duration_since(started).as_secs_f64(),
+                        now.duration_since(line_start).as_secs_f64(),
+                        &line_calls,
+                        &line_prev,
+                        &cur,
+                    ));
+                    (line_calls, line_prev, line_start) = (CallAggregate::default(), cur, now);
+                }
+            }
+            for c in batch {
+                line_calls.add(&c);
+                calls.push(c);
+            }
             if let Ok(v) = crate::tracer::read_vmstat() {
                 peaks.0 = peaks.0.max(v.nr_dirty);
                 peaks.1 = peaks.1.max(v.nr_writeback);
@@ -86,6 +115,7 @@ impl Traced {
         let result = handle.await.context("the traced work panicked")?;
         let mut take = |RingRecord::Call(c)| {
             if keep(&c) {
+                line_calls.add(&c);
                 calls.push(c)
             }
         };
@@ -95,6 +125,14 @@ impl Traced {
         self.collector.close_open_calls(&mut take);
         let cur = self.tracer.snapshot()?;
         let window_s = started.elapsed().as_secs_f64();
+        lines.push(IntervalLine::new(
+            window_s,
+            line_start.elapsed().as_secs_f64(),
+            &line_calls,
+            &line_prev,
+            &cur,
+        ));
+        let findings = crate::model::findings::judge(&lines).findings;
         let per_device_passes = self
             .tracer
             .plan
@@ -108,7 +146,10 @@ impl Traced {
                     .filter(|c| g.contains(&c.dev))
                     .cloned()
                     .collect();
-                KernelFigures::build(g, window_s, &mine, &prev, &cur, peaks, per_device_passes)
+                let mut k =
+                    KernelFigures::build(g, window_s, &mine, &prev, &cur, peaks, per_device_passes);
+                k.findings = findings.clone();
+                k
             })
             .collect();
         Ok((result, figures))

@@ -108,6 +108,47 @@ Examples:
     /// A classic writeback experiment on its own loop-mounted filesystems,
     /// removed afterwards whatever happens (root).
     Scenario(ScenarioArgs),
+    /// Watch writeback (or read a recording) and name the problem, with
+    /// its evidence and what to try. Exit 3 when a warning or critical
+    /// finding was seen.
+    #[command(after_help = "\
+Examples:
+  wbscope doctor                          watch 30 s, then the report
+  wbscope doctor --duration 120 --json    one JSON object, for scripts and CI
+  wbscope doctor --from /var/tmp/wb.rec   the findings of a recording
+
+The findings, their thresholds and the advice: docs/findings.md.
+Exit status: 0, or 3 when any warning or critical finding was seen.")]
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// Watch for SECONDS (default 30).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true, conflicts_with = "from")]
+    pub(crate) duration: Option<Duration>,
+
+    /// One JSON object: {"duration_s", "intervals", "findings": [...]}.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Read a recording (`wbscope record`) instead of watching.
+    #[arg(long, value_name = "RECORDING")]
+    pub(crate) from: Option<PathBuf>,
+
+    /// Also write what was watched to a recording (as `wbscope record`;
+    /// never overwritten), to read again with --from.
+    #[arg(long, value_name = "FILE", conflicts_with = "from")]
+    pub(crate) record: Option<PathBuf>,
+
+    /// Seconds per judged interval when watching (default 1, at least 0.1).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_interval, allow_negative_numbers = true, conflicts_with = "from")]
+    pub(crate) interval: Option<Duration>,
+
+    /// When watching, only these calls (system-wide levels, throttling and
+    /// device figures stay system-wide).
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
 }
 
 #[derive(Debug, Args)]

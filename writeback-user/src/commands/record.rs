@@ -18,10 +18,11 @@ use crate::{
     model::interval::SummaryLine,
     model::plan::HookKind,
     recording::{FORMAT_VERSION, FrameKind, Header, writer::RecordingWriter},
+    tracer::Tracer,
 };
 
-struct RecordingOutput {
-    writer: RecordingWriter<BufWriter<File>>,
+pub(crate) struct RecordingOutput {
+    pub(crate) writer: RecordingWriter<BufWriter<File>>,
 }
 
 impl SessionOutput for RecordingOutput {
@@ -68,24 +69,14 @@ fn create_new(path: &Path) -> anyhow::Result<File> {
         })
 }
 
-pub(crate) async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
-    let filter = super::filter::resolve(&args.filter)?;
-    // Checked before attaching (create_new below still guards the race).
-    if args.output.exists() {
-        return Err(UsageError(format!(
-            "{} already exists; wbscope record never overwrites a file",
-            args.output.display()
-        ))
-        .into());
-    }
-    if let Some(parent) = args.output.parent().filter(|p| !p.as_os_str().is_empty())
-        && !parent.is_dir()
-    {
-        return Err(UsageError(format!("-o {}: no such directory", args.output.display())).into());
-    }
-    let (tracer, mut collector) = session::attach(filter, disabled)?;
-
-    let file = create_new(&args.output)?;
+/// A new recording at `path` (never replacing a file) with the header of
+/// this tracer and filter.
+pub(crate) fn create(
+    path: &Path,
+    tracer: &Tracer,
+    filter: &writeback_common::Filter,
+) -> anyhow::Result<RecordingOutput> {
+    let file = create_new(path)?;
     let header = Header {
         format_version: FORMAT_VERSION,
         wbscope_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -103,8 +94,28 @@ pub(crate) async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Res
         }),
     };
     let writer = RecordingWriter::new(BufWriter::new(file), &header)
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    let mut out = RecordingOutput { writer };
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(RecordingOutput { writer })
+}
+
+pub(crate) async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+    let filter = super::filter::resolve(&args.filter)?;
+    // Checked before attaching (create_new below still guards the race).
+    if args.output.exists() {
+        return Err(UsageError(format!(
+            "{} already exists; wbscope record never overwrites a file",
+            args.output.display()
+        ))
+        .into());
+    }
+    if let Some(parent) = args.output.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        return Err(UsageError(format!("-o {}: no such directory", args.output.display())).into());
+    }
+    let (tracer, mut collector) = session::attach(filter, disabled)?;
+    let mut out = create(&args.output, &tracer, &filter)?;
+
     let limits = Limits {
         interval: args.interval.unwrap_or(Duration::from_secs(1)),
         duration: args.duration,

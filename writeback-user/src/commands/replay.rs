@@ -138,7 +138,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
 /// Opens a recording and reads its header. Naming something that is not
 /// a recording (a directory, a device, an empty or foreign file) is a
 /// usage error; failing to read one is not.
-fn open(path: &Path) -> anyhow::Result<RecordingReader<File>> {
+pub(crate) fn open(path: &Path) -> anyhow::Result<RecordingReader<File>> {
     let name = path.display();
     let file = File::open(path).map_err(|e| UsageError(format!("{name}: {e}")))?;
     let meta = file

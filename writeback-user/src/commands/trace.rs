@@ -14,6 +14,7 @@ use crate::{
     cli::TraceArgs,
     export::{json_lines::CallLine, prometheus::Exporter, text},
     model::CallRecord,
+    model::findings::{Engine, FindingEvent},
     model::interval::{IntervalLine, SummaryLine},
     model::plan::{HookKind, ProbeState},
 };
@@ -27,6 +28,9 @@ struct TraceOutput {
     events: bool,
     out: BufWriter<io::Stdout>,
     exporter: Option<Exporter>,
+    /// Findings (model/findings): `{"type":"finding"}` lines with --json
+    /// when one opens or closes, and the exporter's finding gauges.
+    findings: Engine,
 }
 
 impl TraceOutput {
@@ -39,6 +43,17 @@ impl TraceOutput {
     fn json<T: Serialize>(&mut self, value: &T) -> io::Result<()> {
         let line = serde_json::to_string(value).map_err(io::Error::other)?;
         self.line(&crate::escape::escape_json_line(&line))
+    }
+}
+
+impl TraceOutput {
+    fn finding_lines(&mut self, events: &[FindingEvent]) -> io::Result<()> {
+        if self.json {
+            for ev in events {
+                self.json(ev)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -59,13 +74,21 @@ impl SessionOutput for TraceOutput {
             x.metrics.update_from(line);
         }
         if self.json {
-            self.json(line)
+            self.json(line)?;
         } else {
-            self.line(&text::interval_row(line))
+            self.line(&text::interval_row(line))?;
         }
+        let events = self.findings.interval(line);
+        if let Some(x) = &self.exporter {
+            x.metrics.set_findings(self.findings.active());
+        }
+        self.finding_lines(&events)
     }
 
     fn summary(&mut self, summary: &SummaryLine<'_>) -> io::Result<()> {
+        // What still holds closes with the trace, before its summary.
+        let (events, _) = self.findings.finish();
+        self.finding_lines(&events)?;
         if self.json {
             self.json(summary)
         } else {
@@ -108,6 +131,7 @@ pub(crate) async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Resu
         events: args.events,
         out: BufWriter::new(io::stdout()),
         exporter,
+        findings: Engine::new(),
     };
     let header = if args.events {
         text::HEADER

@@ -39,6 +39,7 @@ use tokio::{
 };
 
 use crate::{
+    model::findings::{Finding, RULES},
     model::interval::{Bucket, IntervalLine},
     model::{CallRecord, Log2Histogram, cause_name},
     sys::page_size,
@@ -303,6 +304,13 @@ pub(crate) struct Metrics {
     bpf_run_time: Family<ProgramLabels, SecondsCounter>,
     intervals: Counter,
     page_size: u64,
+    finding_active: Family<FindingLabels, Gauge>,
+}
+
+/// Labels of `wbscope_finding_active`: a finding of docs/findings.md.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FindingLabels {
+    pub(crate) finding: &'static str,
 }
 
 fn gauge_set(g: &Gauge, v: u64) {
@@ -340,6 +348,7 @@ impl Metrics {
             bpf_run_time: Family::default(),
             intervals: Counter::default(),
             page_size: page_size(),
+            finding_active: Family::default(),
         };
         let mut r = Registry::with_prefix("wbscope");
         r.register(
@@ -478,6 +487,12 @@ impl Metrics {
             "Intervals the trace has closed (the metrics below the call level move once per interval)",
             m.intervals.clone(),
         );
+        r.register(
+            "finding_active",
+            "1 while the finding holds, else 0 (docs/findings.md; the catalogue's every name)",
+            m.finding_active.clone(),
+        );
+        m.set_findings(std::iter::empty());
         (m, r)
     }
 
@@ -560,6 +575,18 @@ impl Metrics {
                 .inc_by_ns(r.run_time_ns);
         }
         self.intervals.inc();
+    }
+
+    /// The findings holding after the last interval: 1 for them, 0 for
+    /// the rest of the catalogue.
+    pub(crate) fn set_findings<'a>(&self, active: impl Iterator<Item = &'a Finding>) {
+        let active: Vec<&str> = active.map(|f| f.name).collect();
+        for rule in RULES {
+            let on = active.contains(&rule.name);
+            self.finding_active
+                .get_or_create(&FindingLabels { finding: rule.name })
+                .set(i64::from(on));
+        }
     }
 }
 
@@ -843,6 +870,40 @@ mod tests {
         assert_eq!(bucket("7.0"), Some("2"));
         assert_eq!(bucket("+Inf"), Some("2"));
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn every_finding_has_a_gauge_set_while_it_holds() {
+        let (m, r) = Metrics::new();
+        let text = encode(&r).unwrap();
+        for rule in RULES {
+            let s = format!("wbscope_finding_active{{finding=\"{}\"}}", rule.name);
+            assert_eq!(sample(&text, &s), Some("0"), "{text}");
+        }
+        // A throttled interval opens dirty-throttled: its gauge is 1, the
+        // others stay 0.
+        let mut engine = crate::model::findings::Engine::new();
+        let snap = crate::model::kernel::KernelSnapshot::default();
+        let mut line = IntervalLine::new(
+            1.0,
+            1.0,
+            &crate::model::interval::CallAggregate::default(),
+            &snap,
+            &snap,
+        );
+        line.throttle.pauses = 5;
+        line.throttle.pause_ms_total = 900;
+        engine.interval(&line);
+        m.set_findings(engine.active());
+        let text = encode(&r).unwrap();
+        assert_eq!(
+            sample(&text, "wbscope_finding_active{finding=\"dirty-throttled\"}"),
+            Some("1")
+        );
+        assert_eq!(
+            sample(&text, "wbscope_finding_active{finding=\"fsync-storm\"}"),
+            Some("0")
+        );
     }
 
     #[test]

@@ -205,6 +205,26 @@ pub(crate) fn kernel_rows(columns: &[Vec<&KernelFigures>]) -> Vec<Vec<String>> {
         );
     }
     rows.push(row);
+    // The findings of the first run of each column (docs/findings.md),
+    // with a severity initial.
+    let mut row = vec!["findings".to_string()];
+    for col in columns {
+        let names: Vec<String> = col
+            .first()
+            .map(|k| {
+                k.findings
+                    .iter()
+                    .map(|f| format!("{}({})", f.name, &f.severity.name()[..1]))
+                    .collect()
+            })
+            .unwrap_or_default();
+        row.push(if names.is_empty() {
+            "-".into()
+        } else {
+            names.join(",")
+        });
+    }
+    rows.push(row);
     rows
 }
 

@@ -46,6 +46,68 @@ pub(crate) struct CallAggregate {
     pub(crate) bios: u64,
     pub(crate) bio_bytes: u64,
     pub(crate) folios_written: u64,
+    /// WB_SYNC_ALL calls that wrote at least one page, and their pages
+    /// (the fsync-storm finding, model/findings).
+    pub(crate) sync_calls_writing: u64,
+    pub(crate) sync_pages_written: u64,
+    pub(crate) sync_pages_per_call: Log2Histogram,
+    /// Cyclic calls continued by the next call on the same inode
+    /// ([`Continued`]).
+    pub(crate) continued: Continued,
+}
+
+/// Cyclic writepages calls that stopped short and were continued at once:
+/// the next call on the same inode started at the `writeback_index` the
+/// call left, within [`Continued::GAP_NS`] of its end. That is the
+/// flusher requeueing an inode that still had dirty pages
+/// (`requeue_io()` in fs/fs-writeback.c) — a call capped below the data
+/// there was, the 2.6.32 ext4 chunk case (the chunk-capped finding).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Continued {
+    /// (dev, ino) -> (writeback_index after, pages written, asked, end ns)
+    /// of the last cyclic call on the inode in this interval.
+    last: std::collections::HashMap<(DevId, u64), (u64, i64, i64, u64)>,
+    /// Pages written by each continued call -> how many calls.
+    pub(crate) pages: BTreeMap<u64, u64>,
+    pub(crate) calls_finite: u64,
+    pub(crate) pages_asked_finite: u64,
+    pub(crate) calls_unbounded: u64,
+}
+
+impl Continued {
+    /// A flusher requeue is immediate; new dirty data arriving later comes
+    /// with the next wakeup (`dirty_writeback_centisecs`, 5 s by default).
+    pub(crate) const GAP_NS: u64 = 10_000_000;
+
+    fn add(&mut self, c: &CallRecord) {
+        if !(c.range_cyclic && c.start_seen) {
+            return;
+        }
+        let key = (c.dev, c.ino);
+        if let Some(&(after, pages, asked, end)) = self.last.get(&key)
+            && pages > 0
+            && c.writeback_index_before == after
+            && c.start_ns >= end
+            && c.start_ns - end <= Self::GAP_NS
+        {
+            *self.pages.entry(pages as u64).or_default() += 1;
+            if asked == i64::MAX {
+                self.calls_unbounded += 1;
+            } else {
+                self.calls_finite += 1;
+                self.pages_asked_finite += asked.max(0) as u64;
+            }
+        }
+        self.last.insert(
+            key,
+            (
+                c.writeback_index_after,
+                c.pages_written,
+                c.nr_to_write,
+                c.start_ns + c.duration_ns,
+            ),
+        );
+    }
 }
 
 impl CallAggregate {
@@ -79,6 +141,12 @@ impl CallAggregate {
         self.bios += u64::from(c.bios);
         self.bio_bytes += c.bio_bytes;
         self.folios_written += u64::from(c.folios_written);
+        if c.sync_mode == 1 && pages > 0 {
+            self.sync_calls_writing += 1;
+            self.sync_pages_written += pages;
+            self.sync_pages_per_call.record(pages);
+        }
+        self.continued.add(c);
     }
 }
 
@@ -237,12 +305,85 @@ pub(crate) struct FlusherLine {
     pub(crate) pages: u64,
 }
 
+/// WB_SYNC_ALL calls of the interval that wrote pages (fsync, fdatasync,
+/// sync, O_SYNC): the fsync-storm finding's figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SyncCallsLine {
+    pub(crate) calls_writing: u64,
+    pub(crate) pages_written: u64,
+    /// log2 histogram of pages written per such call.
+    pub(crate) pages_per_call: Vec<Bucket>,
+}
+
+/// [`Continued`] of the interval: how many calls were continued at once
+/// and the commonest size they stopped at.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ContinuedLine {
+    pub(crate) calls: u64,
+    /// The most frequent pages-written figure among them, and its count.
+    pub(crate) mode_pages: u64,
+    pub(crate) mode_calls: u64,
+    pub(crate) calls_finite: u64,
+    pub(crate) pages_asked_finite: u64,
+    pub(crate) calls_unbounded: u64,
+}
+
+impl ContinuedLine {
+    fn of(c: &Continued) -> ContinuedLine {
+        // Ties go to the smaller size (BTreeMap order, strict >).
+        let (mode_pages, mode_calls) =
+            c.pages.iter().fold(
+                (0, 0),
+                |best, (&p, &n)| {
+                    if n > best.1 { (p, n) } else { best }
+                },
+            );
+        ContinuedLine {
+            calls: c.pages.values().sum(),
+            mode_pages,
+            mode_calls,
+            calls_finite: c.calls_finite,
+            pages_asked_finite: c.pages_asked_finite,
+            calls_unbounded: c.calls_unbounded,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct ThrottleLine {
     pub(crate) events: u64,
     pub(crate) pauses: u64,
     pub(crate) pause_ms_total: u64,
     pub(crate) pause_ms: Vec<Bucket>,
+    /// Which limit the pauses came from, when the programs could tell
+    /// (absent in older recordings): [`ThrottleLimits`].
+    #[serde(default)]
+    pub(crate) limits: Option<ThrottleLimits>,
+    /// The tasks paused most in the interval, most first.
+    #[serde(default)]
+    pub(crate) paused: Vec<PausedTask>,
+}
+
+/// Pause ms of the interval by the limit that paused the task, from the
+/// `balance_dirty_pages` tracepoint's `limit`, `setpoint` and `dirty`
+/// (mm/page-writeback.c; include/trace/events/writeback.h): a pause with
+/// the domain's dirty at or under its free-run ceiling (`2 * setpoint -
+/// limit`) can only come from the device's own limit (`strict_limit`,
+/// `domain_dirty_freerun()`); over it, a domain `limit` below the global
+/// `dirty_limit` is a memcg's. The rest is the global limit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ThrottleLimits {
+    pub(crate) global_ms: u64,
+    pub(crate) bdi_ms: u64,
+    pub(crate) memcg_ms: u64,
+}
+
+/// A task paused by `balance_dirty_pages` in the interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct PausedTask {
+    pub(crate) tgid: u32,
+    pub(crate) comm: String,
+    pub(crate) pause_ms: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -300,6 +441,36 @@ pub(crate) struct IntervalLine {
     pub(crate) devices: Vec<DeviceLine>,
     pub(crate) lost_records: u64,
     pub(crate) run_time: Vec<RunTimeLine>,
+    /// WB_SYNC_ALL calls that wrote pages (absent in older recordings).
+    #[serde(default)]
+    pub(crate) sync_calls: SyncCallsLine,
+    /// Cyclic calls continued at once on the same inode (absent in older
+    /// recordings).
+    #[serde(default)]
+    pub(crate) continued_calls: ContinuedLine,
+}
+
+/// Tasks paused in the interval, most first, at most [`PAUSED_KEPT`].
+pub(crate) const PAUSED_KEPT: usize = 5;
+
+fn paused_tasks(prev: &KernelSnapshot, cur: &KernelSnapshot) -> Vec<PausedTask> {
+    let mut v: Vec<PausedTask> = cur
+        .throttled
+        .iter()
+        .filter_map(|(&tgid, (ms, comm))| {
+            // An entry the LRU evicted and a new one made since: all new.
+            let before = prev.throttled.get(&tgid).map_or(0, |p| p.0);
+            let delta = if *ms >= before { ms - before } else { *ms };
+            (delta > 0).then(|| PausedTask {
+                tgid,
+                comm: comm.clone(),
+                pause_ms: delta,
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| b.pause_ms.cmp(&a.pause_ms).then(a.tgid.cmp(&b.tgid)));
+    v.truncate(PAUSED_KEPT);
+    v
 }
 
 fn ratio(num: u64, den: u64) -> Option<f64> {
@@ -456,6 +627,15 @@ impl IntervalLine {
                 pause_ms: buckets_of(
                     (0..agg::HIST_BUCKETS).map(|b| (b as usize, d(agg::THROTTLE_HIST + b))),
                 ),
+                limits: {
+                    let l = ThrottleLimits {
+                        global_ms: d(agg::THROTTLE_GLOBAL_MS),
+                        bdi_ms: d(agg::THROTTLE_BDI_MS),
+                        memcg_ms: d(agg::THROTTLE_MEMCG_MS),
+                    };
+                    (l.global_ms + l.bdi_ms + l.memcg_ms > 0).then_some(l)
+                },
+                paused: paused_tasks(prev, cur),
             },
             devices,
             lost_records: cur
@@ -463,6 +643,12 @@ impl IntervalLine {
                 .lost_records
                 .saturating_sub(prev.stats.lost_records),
             run_time,
+            sync_calls: SyncCallsLine {
+                calls_writing: calls.sync_calls_writing,
+                pages_written: calls.sync_pages_written,
+                pages_per_call: histogram_buckets(&calls.sync_pages_per_call),
+            },
+            continued_calls: ContinuedLine::of(&calls.continued),
         }
     }
 }

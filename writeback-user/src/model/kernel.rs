@@ -48,6 +48,9 @@ pub(crate) struct KernelSnapshot {
     pub(crate) stats: KernelStats,
     pub(crate) run_times: Vec<ProgramRunTime>,
     pub(crate) vmstat: VmStat,
+    /// Pause ms in `balance_dirty_pages` per tgid since the tracer
+    /// attached, and the process's comm.
+    pub(crate) throttled: HashMap<u32, (u64, String)>,
 }
 
 impl KernelSnapshot {

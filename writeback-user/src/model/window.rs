@@ -81,6 +81,9 @@ pub(crate) struct KernelFigures {
     /// /proc/vmstat `nr_written` delta (pages, system-wide).
     pub(crate) vmstat_written_pages: u64,
     pub(crate) lost_records: u64,
+    /// Findings (docs/findings.md) of the window's one-second interval
+    /// lines: system-wide figures and all the window's devices.
+    pub(crate) findings: Vec<crate::model::findings::Finding>,
 }
 
 /// Inode passes on a run's devices: the counts, and the log2 buckets
@@ -205,6 +208,7 @@ impl KernelFigures {
             device_request_bytes: request_bytes,
             vmstat_written_pages: line.dirty.vmstat_written_delta,
             lost_records: line.lost_records,
+            findings: Vec::new(),
         }
     }
 }

@@ -22,7 +22,33 @@ impl Tracer {
             stats: self.stats()?,
             run_times: self.run_times(),
             vmstat: read_vmstat()?,
+            throttled: self.throttled()?,
         })
+    }
+
+    /// Pause ms per process in `balance_dirty_pages` (`THROTTLED`),
+    /// summed over CPUs, with the comm any CPU saw.
+    pub(crate) fn throttled(&self) -> anyhow::Result<HashMap<u32, (u64, String)>> {
+        let map: PerCpuHashMap<_, u32, writeback_common::PausedBy> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map("THROTTLED")
+                .context("THROTTLED map missing")?,
+        )?;
+        let mut out = HashMap::new();
+        for entry in map.iter() {
+            let (tgid, values) = entry.context("reading THROTTLED")?;
+            let ms = values.iter().fold(0u64, |a, v| a.wrapping_add(v.pause_ms));
+            let comm = values
+                .iter()
+                .find(|v| v.comm[0] != 0)
+                .map(|v| {
+                    let end = v.comm.iter().position(|&b| b == 0).unwrap_or(16);
+                    String::from_utf8_lossy(&v.comm[..end]).into_owned()
+                })
+                .unwrap_or_default();
+            out.insert(tgid, (ms, comm));
+        }
+        Ok(out)
     }
 
     pub fn stats(&self) -> anyhow::Result<KernelStats> {

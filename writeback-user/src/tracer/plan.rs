@@ -242,7 +242,7 @@ const BALANCE_DIRTY_TP: &[TracepointAttach] = &[tp(
     "balance_dirty_pages",
     "BALANCE_DIRTY_LAYOUT",
     &fields::balance_dirty::NAMES,
-    &fields::balance_dirty::NAMES,
+    &["pause"],
 )];
 
 const BLOCK_TP: &[TracepointAttach] = &[

@@ -1,0 +1,56 @@
+//! `wbscope doctor` for people: each finding with its evidence and what
+//! to try. Evidence from a recording is untrusted (a task's comm):
+//! escaped before it reaches the terminal.
+use std::fmt::Write as _;
+
+use crate::{
+    escape::escape_controls,
+    model::findings::{Finding, Report},
+};
+
+/// One finding's evidence as `name=value` pairs.
+pub(crate) fn evidence_pairs(f: &Finding) -> Vec<String> {
+    f.evidence
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            format!("{k}={}", escape_controls(&v))
+        })
+        .collect()
+}
+
+/// The report as text: a line per finding, its evidence, the advice.
+pub(crate) fn report(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "wbscope doctor: {:.1} s watched, {} intervals, {} finding{}",
+        r.duration_s,
+        r.intervals,
+        r.findings.len(),
+        if r.findings.len() == 1 { "" } else { "s" }
+    );
+    if r.findings.is_empty() {
+        let _ = writeln!(s, "no writeback problem seen");
+    }
+    for f in &r.findings {
+        let _ = writeln!(
+            s,
+            "\n{} {}: from {:.1} s to {:.1} s ({} interval{}, {} episode{})",
+            f.severity.name().to_uppercase(),
+            f.name,
+            f.first_seen_s,
+            f.last_seen_s,
+            f.intervals,
+            if f.intervals == 1 { "" } else { "s" },
+            f.episodes,
+            if f.episodes == 1 { "" } else { "s" },
+        );
+        let _ = writeln!(s, "  evidence: {}", evidence_pairs(f).join(" "));
+        let _ = writeln!(s, "  try: {}", f.advice);
+    }
+    s
+}

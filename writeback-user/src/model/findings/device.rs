@@ -1,0 +1,131 @@
+//! `device-saturated`: request latency far above the device's own
+//! baseline while requests are always in flight. The baseline is learnt
+//! over the run: the lowest median latency bucket the device showed in an
+//! interval with enough requests to have a median.
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::{Ctx, Evidence, Severity, Verdict, round3};
+use crate::model::{
+    DevId,
+    interval::{DeviceLine, IntervalLine, quantile_bucket},
+};
+
+pub(crate) const SATURATED: &str = "device-saturated";
+
+/// Requests an interval needs for its median to count (baseline or
+/// judgement).
+pub(crate) const MIN_REQUESTS: u64 = 32;
+/// log2 buckets over the baseline: 3 = at least 8x, 6 = at least 64x.
+pub(crate) const WARNING_STEPS: u32 = 3;
+pub(crate) const CRITICAL_STEPS: u32 = 6;
+/// Requests in flight on average (Little's law: completed requests x mean
+/// latency / interval) from which the device counts as always busy.
+pub(crate) const MIN_IN_FLIGHT: f64 = 1.0;
+/// Consecutive intervals it must hold in: a burst that fills the queue
+/// for a second (sync_file_range of a whole batch, a journal commit) is
+/// the device doing its job, not saturation.
+pub(crate) const HOLD: usize = 3;
+
+/// Per device, the log2 bucket of the lowest median latency seen.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Baselines {
+    p50_bucket: BTreeMap<DevId, u32>,
+}
+
+/// The log2 bucket index of a bucket's lower bound (0 for 0, k for
+/// `[2^(k-1), 2^k)`).
+fn bucket_index(lo: u64) -> u32 {
+    if lo == 0 { 0 } else { lo.trailing_zeros() + 1 }
+}
+
+fn p50(d: &DeviceLine) -> Option<[u64; 2]> {
+    (d.requests >= MIN_REQUESTS)
+        .then(|| quantile_bucket(&d.latency_ns, 0.5))
+        .flatten()
+}
+
+impl Baselines {
+    pub(crate) fn learn(&mut self, line: &IntervalLine) {
+        for d in &line.devices {
+            if let Some([lo, _]) = p50(d) {
+                let k = bucket_index(lo);
+                let b = self.p50_bucket.entry(d.dev).or_insert(k);
+                *b = (*b).min(k);
+            }
+        }
+    }
+
+    fn get(&self, dev: DevId) -> Option<u32> {
+        self.p50_bucket.get(&dev).copied()
+    }
+}
+
+/// Mean requests in flight over the interval, from the latency buckets'
+/// midpoints.
+fn in_flight(d: &DeviceLine, interval_s: f64) -> f64 {
+    let busy_ns: f64 = d
+        .latency_ns
+        .iter()
+        .map(|b| b.count as f64 * (b.lo as f64 + b.hi as f64) / 2.0)
+        .sum();
+    busy_ns / (interval_s.max(f64::MIN_POSITIVE) * 1e9)
+}
+
+fn bounds_us(k: u32) -> serde_json::Value {
+    let (lo, hi) = writeback_common::log2_bucket_bounds(k);
+    json!([lo as f64 / 1000.0, hi as f64 / 1000.0])
+}
+
+/// (p50 bucket, in flight, requests) of `dev` in `line` when it is over
+/// its baseline there by at least [`WARNING_STEPS`] at full queue.
+fn over(line: &IntervalLine, dev: DevId, base: u32) -> Option<(u32, f64, u64)> {
+    let d = line.devices.iter().find(|d| d.dev == dev)?;
+    let k = bucket_index(p50(d)?[0]);
+    let f = in_flight(d, line.interval_s);
+    (k >= base + WARNING_STEPS && f >= MIN_IN_FLIGHT).then_some((k, f, d.requests))
+}
+
+pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
+    let line = ctx.line();
+    if ctx.history.len() < HOLD {
+        return None;
+    }
+    let (dev, k, base, inflight, requests) = line
+        .devices
+        .iter()
+        .filter_map(|d| {
+            let base = ctx.baselines.get(d.dev)?;
+            let (k, f, n) = over(line, d.dev, base)?;
+            ctx.last(HOLD)
+                .all(|l| over(l, d.dev, base).is_some())
+                .then_some((d.dev, k, base, f, n))
+        })
+        .max_by_key(|&(_, k, base, _, _)| k - base)?;
+    let mut evidence = Evidence::new();
+    evidence.insert("device", json!(dev.to_string()));
+    evidence.insert("latency_p50_us", bounds_us(k));
+    evidence.insert("baseline_p50_us", bounds_us(base));
+    evidence.insert("times_baseline_at_least", json!(1u64 << (k - base - 1)));
+    evidence.insert("in_flight_mean", round3(inflight));
+    evidence.insert(
+        "requests_per_s",
+        round3(requests as f64 / line.interval_s.max(f64::MIN_POSITIVE)),
+    );
+    Some(Verdict {
+        severity: if k >= base + CRITICAL_STEPS {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        },
+        evidence,
+        advice: "the device is the bottleneck: its requests wait in the queue, their median \
+            latency far above what the same device shows when it is not busy, while it always \
+            has work. Writeback cannot go faster than the device: spread the writes in time \
+            (a lower vm.dirty_background_bytes starts writeback before bursts pile up), take \
+            competing I/O elsewhere, or protect latency-sensitive work with cgroup v2 io.latency \
+            / io.max; `iostat -x` shows the same queue from the block layer"
+            .into(),
+    })
+}

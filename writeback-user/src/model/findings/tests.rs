@@ -1,0 +1,500 @@
+//! Each rule on constructed interval sequences, at the edges of its
+//! thresholds; the engine's open/close bookkeeping.
+use super::*;
+use crate::{
+    model::{
+        DevId,
+        interval::{
+            Bucket, CallAggregate, DeviceLine, FlusherLine, InodePassCounts, InodePassLine,
+            PausedTask, ThrottleLimits,
+        },
+        kernel::KernelSnapshot,
+    },
+    sys::page_size,
+};
+
+/// An empty one-second interval ending at `t`, with the machine's
+/// thresholds: 1000 pages background, 2000 pages hard.
+fn line(t: f64) -> IntervalLine {
+    let snap = KernelSnapshot::default();
+    let mut l = IntervalLine::new(t, 1.0, &CallAggregate::default(), &snap, &snap);
+    l.dirty.vmstat.nr_dirty_background_threshold = 1000;
+    l.dirty.vmstat.nr_dirty_threshold = 2000;
+    l
+}
+
+fn lines(n: usize, f: impl Fn(usize, &mut IntervalLine)) -> Vec<IntervalLine> {
+    (0..n)
+        .map(|i| {
+            let mut l = line(i as f64 + 1.0);
+            f(i, &mut l);
+            l
+        })
+        .collect()
+}
+
+/// The names of the findings a sequence yields.
+fn names(ls: &[IntervalLine]) -> Vec<&'static str> {
+    judge(ls).findings.iter().map(|f| f.name).collect()
+}
+
+fn only(ls: &[IntervalLine], name: &str) -> Option<Finding> {
+    judge(ls).findings.into_iter().find(|f| f.name == name)
+}
+
+#[test]
+fn quiet_intervals_yield_nothing() {
+    let ls = lines(40, |_, _| {});
+    let r = judge(&ls);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    assert!(!r.alarming());
+    assert_eq!(r.intervals, 40);
+    assert_eq!(r.duration_s, 40.0);
+}
+
+fn throttled(ms: u64) -> impl Fn(usize, &mut IntervalLine) {
+    move |_, l| {
+        l.throttle.pauses = 10;
+        l.throttle.pause_ms_total = ms;
+        // Global dirty over the free-run ceiling (1500).
+        l.dirty.vmstat.nr_dirty = 1700;
+    }
+}
+
+#[test]
+fn dirty_throttled_at_the_share_edges() {
+    // 249 ms of pause per second: under a quarter.
+    assert_eq!(names(&lines(5, throttled(249))), Vec::<&str>::new());
+    // 250 ms: a quarter exactly, warning.
+    let f = only(&lines(5, throttled(250)), dirty::THROTTLED).unwrap();
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence["limit"], "global");
+    assert_eq!(f.evidence["pause_s_per_s"], 0.25);
+    assert_eq!((f.first_seen_s, f.last_seen_s, f.intervals), (1.0, 5.0, 5));
+    // 749 / 750 ms: the critical edge.
+    assert_eq!(
+        only(&lines(5, throttled(749)), dirty::THROTTLED)
+            .unwrap()
+            .severity,
+        Severity::Warning
+    );
+    assert_eq!(
+        only(&lines(5, throttled(750)), dirty::THROTTLED)
+            .unwrap()
+            .severity,
+        Severity::Critical
+    );
+    // Pauses counted but none in the latest interval: it has stopped.
+    let mut ls = lines(5, throttled(900));
+    ls.push(line(6.0));
+    let r = judge(&ls);
+    assert_eq!(r.findings[0].last_seen_s, 5.0);
+}
+
+#[test]
+fn dirty_throttled_names_the_limit_and_who() {
+    // Global dirty under the free-run ceiling and no split from the
+    // programs: a device's or a memcg's limit.
+    let ls = lines(3, |_, l| {
+        throttled(500)(0, l);
+        l.dirty.vmstat.nr_dirty = 100;
+    });
+    let f = only(&ls, dirty::THROTTLED).unwrap();
+    assert_eq!(f.evidence["limit"], "bdi-or-memcg");
+    // The programs' split decides when there is one.
+    let ls = lines(3, |i, l| {
+        throttled(500)(0, l);
+        l.throttle.limits = Some(ThrottleLimits {
+            global_ms: 100,
+            bdi_ms: 400,
+            memcg_ms: 0,
+        });
+        l.throttle.paused = vec![
+            PausedTask {
+                tgid: 7,
+                comm: "dd".into(),
+                pause_ms: 300,
+            },
+            PausedTask {
+                tgid: 9,
+                comm: "cp".into(),
+                pause_ms: 100 + i as u64 * 200,
+            },
+        ];
+    });
+    let f = only(&ls, dirty::THROTTLED).unwrap();
+    assert_eq!(f.evidence["limit"], "bdi");
+    assert!(f.advice.contains("strict_limit"), "{}", f.advice);
+    assert_eq!(
+        f.evidence["pause_ms_by_limit"],
+        serde_json::json!({"global": 300, "bdi": 1200, "memcg": 0})
+    );
+    // cp: 100 + 300 + 500 = 900 ms, dd 900 ms: ties by tgid.
+    assert_eq!(f.evidence["paused"][0]["comm"], "dd");
+    assert_eq!(f.evidence["paused"][1]["pause_ms"], 900);
+    let ls = lines(3, |_, l| {
+        throttled(500)(0, l);
+        l.throttle.limits = Some(ThrottleLimits {
+            global_ms: 100,
+            bdi_ms: 0,
+            memcg_ms: 400,
+        });
+    });
+    assert_eq!(
+        only(&ls, dirty::THROTTLED).unwrap().evidence["limit"],
+        "memcg"
+    );
+}
+
+fn sync_calls(calls: u64, pages_each: u64) -> impl Fn(usize, &mut IntervalLine) {
+    move |_, l| {
+        l.sync_calls.calls_writing = calls;
+        l.sync_calls.pages_written = calls * pages_each;
+        let (lo, hi) =
+            writeback_common::log2_bucket_bounds(writeback_common::log2_bucket(pages_each, 64));
+        l.sync_calls.pages_per_call = vec![b(lo, hi, calls)];
+    }
+}
+
+#[test]
+fn fsync_storm_at_its_edges() {
+    let small = calls::STORM_SMALL_KIB * 1024 / page_size();
+    // 10 calls a second of exactly the small size: a storm.
+    let f = only(&lines(3, sync_calls(10, small)), calls::FSYNC_STORM).unwrap();
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence["sync_calls_per_s"], 10.0);
+    // 9 a second: not.
+    assert_eq!(names(&lines(3, sync_calls(9, small))), Vec::<&str>::new());
+    // The median call in the bucket above the small size: not small.
+    assert_eq!(
+        names(&lines(3, sync_calls(10, 2 * small))),
+        Vec::<&str>::new()
+    );
+    // A few large calls among many small ones: the median decides.
+    let mut ls = lines(3, sync_calls(10, small));
+    for l in &mut ls {
+        l.sync_calls.calls_writing += 4;
+        l.sync_calls.pages_written += 4 * 100 * small;
+        l.sync_calls
+            .pages_per_call
+            .push(b(64 * small, 128 * small - 1, 4));
+    }
+    assert!(only(&ls, calls::FSYNC_STORM).is_some());
+    // Fewer than STORM_MIN_CALLS in the window, even at a high rate.
+    let mut short = line(0.3);
+    short.interval_s = 0.3;
+    sync_calls(9, 1)(0, &mut short);
+    assert_eq!(names(&[short]), Vec::<&str>::new());
+}
+
+fn scanned(ratio_x10: u64) -> impl Fn(usize, &mut IntervalLine) {
+    move |_, l| {
+        let written = calls::SCAN_MIN_KIB * 1024 / page_size();
+        l.scan.pages_written = written;
+        l.scan.bytes_scanned = written * ratio_x10 * page_size() / 10;
+        l.calls = 4;
+    }
+}
+
+#[test]
+fn scan_exceeds_written_at_its_edges() {
+    assert_eq!(names(&lines(3, scanned(39))), Vec::<&str>::new());
+    let f = only(&lines(3, scanned(40)), calls::SCAN).unwrap();
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence["pages_scanned_per_page_written"], 4.0);
+    assert_eq!(
+        only(&lines(3, scanned(159)), calls::SCAN).unwrap().severity,
+        Severity::Warning
+    );
+    assert_eq!(
+        only(&lines(3, scanned(160)), calls::SCAN).unwrap().severity,
+        Severity::Critical
+    );
+    // Too little written to judge: one interval of a third of the minimum.
+    let mut l = line(1.0);
+    scanned(100)(0, &mut l);
+    l.scan.pages_written /= 3;
+    l.scan.bytes_scanned /= 3;
+    assert_eq!(names(&[l]), Vec::<&str>::new());
+}
+
+fn continued(calls: u64, same: u64, pages: u64, asked: u64) -> impl Fn(usize, &mut IntervalLine) {
+    move |_, l| {
+        let c = &mut l.continued_calls;
+        c.calls = calls;
+        c.mode_pages = pages;
+        c.mode_calls = same;
+        c.calls_finite = calls;
+        c.pages_asked_finite = calls * asked;
+    }
+}
+
+#[test]
+fn chunk_capped_at_its_edges() {
+    // 3 intervals x 3 calls = 9 >= 8, all at 1024 pages of 4096 asked.
+    let f = only(&lines(3, continued(3, 3, 1024, 4096)), calls::CHUNK_CAPPED).unwrap();
+    assert_eq!(f.evidence["chunk_pages"], 1024);
+    assert_eq!(f.evidence["pages_asked_mean"], 4096.0);
+    // Asked only 4x - 1 page: not far enough below.
+    assert_eq!(
+        names(&lines(3, continued(3, 3, 1024, 4095))),
+        Vec::<&str>::new()
+    );
+    // 7 calls in all: too few.
+    let mut ls = lines(3, continued(3, 3, 1024, 4096));
+    ls[0].continued_calls = Default::default();
+    ls[1].continued_calls.calls = 1;
+    ls[1].continued_calls.mode_calls = 1;
+    ls[1].continued_calls.calls_finite = 1;
+    ls[1].continued_calls.pages_asked_finite = 4096;
+    assert_eq!(names(&ls), Vec::<&str>::new());
+    // 12 calls, 9 at the same size = 0.75: capped; 8 of 12: not.
+    assert!(only(&lines(3, continued(4, 3, 1024, 8192)), calls::CHUNK_CAPPED).is_some());
+    let mut ls = lines(3, continued(4, 3, 1024, 8192));
+    ls[0].continued_calls.mode_calls = 2;
+    assert_eq!(names(&ls), Vec::<&str>::new());
+    // Calls asking everything (LONG_MAX): always far below.
+    let ls = lines(3, |_, l| {
+        let c = &mut l.continued_calls;
+        (c.calls, c.mode_pages, c.mode_calls, c.calls_unbounded) = (3, 2048, 3, 3);
+    });
+    let f = only(&ls, calls::CHUNK_CAPPED).unwrap();
+    assert_eq!(f.evidence["pages_asked_mean"], "everything");
+}
+
+fn b(lo: u64, hi: u64, count: u64) -> Bucket {
+    Bucket { lo, hi, count }
+}
+
+fn passes(asked_lo: u64, n: u64, used_pct: u64) -> impl Fn(usize, &mut IntervalLine) {
+    move |_, l| {
+        let asked = asked_lo * n;
+        l.inode_passes_by_device = vec![InodePassLine {
+            dev: DevId { major: 7, minor: 2 },
+            counts: InodePassCounts {
+                passes: n,
+                pages_written: asked * used_pct / 100,
+                budget_passes: n,
+                budget_pages_asked: asked,
+                budget_pages_written: asked * used_pct / 100,
+                pages_per_pass: vec![b(asked_lo, 2 * asked_lo - 1, n)],
+                pages_per_unbounded_pass: vec![],
+                pages_asked_per_pass: vec![b(asked_lo, 2 * asked_lo - 1, n)],
+            },
+        }];
+    }
+}
+
+#[test]
+fn small_flusher_budget_at_its_edges() {
+    let floor = flusher::min_writeback_pages();
+    // 3 x 6 = 18 passes at the floor, budget 80% used.
+    let f = only(&lines(3, passes(floor, 6, 80)), flusher::SMALL_BUDGET).unwrap();
+    assert_eq!(f.evidence["device"], "7:2");
+    assert_eq!(
+        f.evidence["pages_asked_per_pass_p50"],
+        serde_json::json!([floor, 2 * floor - 1])
+    );
+    // 15 passes: too few; 75% used is enough, 74% not.
+    assert_eq!(names(&lines(3, passes(floor, 5, 80))), Vec::<&str>::new());
+    assert!(only(&lines(3, passes(floor, 6, 75)), flusher::SMALL_BUDGET).is_some());
+    assert_eq!(names(&lines(3, passes(floor, 6, 74))), Vec::<&str>::new());
+    // Budgets one bucket over the floor: not held there.
+    assert_eq!(
+        names(&lines(3, passes(2 * floor, 6, 100))),
+        Vec::<&str>::new()
+    );
+}
+
+fn rate_then_limit(before_mib: u64, after_mib: u64) -> Vec<IntervalLine> {
+    let per_mib = (1 << 20) / page_size();
+    lines(8, |i, l| {
+        if i < 5 {
+            l.dirty.vmstat_dirtied_delta = before_mib * per_mib;
+            l.dirty.vmstat.nr_dirty = 200 * i as u64;
+        } else {
+            l.dirty.vmstat_dirtied_delta = after_mib * per_mib;
+            l.dirty.vmstat.nr_dirty = 1800;
+            l.throttle.pauses = 1;
+            l.throttle.pause_ms_total = 10;
+        }
+    })
+}
+
+#[test]
+fn page_cache_cliff_at_its_edges() {
+    // 100 MiB/s, then 50 at the limit: half, a cliff.
+    let f = only(&rate_then_limit(100, 50), dirty::CLIFF).unwrap();
+    assert_eq!(f.evidence["dirtied_mib_s_before"], 100.0);
+    assert_eq!(f.evidence["dirtied_mib_s_now"], 50.0);
+    assert_eq!(f.first_seen_s, 8.0);
+    assert_eq!(f.severity, Severity::Info);
+    // A quarter: a stall, warning; just over it, info.
+    assert_eq!(
+        only(&rate_then_limit(100, 25), dirty::CLIFF)
+            .unwrap()
+            .severity,
+        Severity::Warning
+    );
+    assert_eq!(
+        only(&rate_then_limit(100, 26), dirty::CLIFF)
+            .unwrap()
+            .severity,
+        Severity::Info
+    );
+    // 51: not half.
+    assert!(only(&rate_then_limit(100, 51), dirty::CLIFF).is_none());
+    // Not at the limit (no pauses, dirty under 0.9 of the threshold).
+    let mut ls = rate_then_limit(100, 10);
+    for l in &mut ls[5..] {
+        l.throttle.pauses = 0;
+        l.dirty.vmstat.nr_dirty = 1799;
+    }
+    assert!(only(&ls, dirty::CLIFF).is_none());
+    for l in &mut ls[5..] {
+        l.dirty.vmstat.nr_dirty = 1800;
+    }
+    assert!(only(&ls, dirty::CLIFF).is_some());
+    // An earlier peak under 1 MiB/s is no cliff.
+    let mut ls = rate_then_limit(0, 0);
+    for l in &mut ls[..5] {
+        l.dirty.vmstat_dirtied_delta = (1 << 20) / page_size() - 1;
+    }
+    assert!(only(&ls, dirty::CLIFF).is_none());
+}
+
+fn lagging(growth_per_s: u64, flusher_gap: Option<usize>) -> Vec<IntervalLine> {
+    lines(12, |i, l| {
+        l.dirty.vmstat.nr_dirty = 1001 + growth_per_s * i as u64;
+        if flusher_gap != Some(i) {
+            l.flusher = vec![FlusherLine {
+                reason: "background".into(),
+                chunks: 1,
+                pages: 100,
+            }];
+        }
+    })
+}
+
+#[test]
+fn writeback_lagging_at_its_edges() {
+    // 10 steps of 10 pages = 100 = 5% of the 2000-page threshold.
+    let f = only(&lagging(10, None), dirty::LAGGING).unwrap();
+    assert_eq!(f.evidence["seconds"], 10.0);
+    // 9 pages a step: 4.5%.
+    assert!(only(&lagging(9, None), dirty::LAGGING).is_none());
+    // One interval without flusher work: not continuous.
+    assert!(only(&lagging(20, Some(5)), dirty::LAGGING).is_none());
+    // Under the background threshold: the periodic policy, not a lag.
+    let mut ls = lagging(10, None);
+    for l in &mut ls {
+        l.dirty.vmstat.nr_dirty -= 200;
+    }
+    assert!(only(&ls, dirty::LAGGING).is_none());
+}
+
+fn device(requests: u64, lat_lo: u64) -> DeviceLine {
+    DeviceLine {
+        dev: DevId {
+            major: 254,
+            minor: 0,
+        },
+        requests,
+        request_bytes: vec![b(4096, 8191, requests)],
+        latency_ns: vec![b(lat_lo, 2 * lat_lo - 1, requests)],
+    }
+}
+
+#[test]
+fn device_saturated_against_its_own_baseline() {
+    // Baseline 64-127 us; then 8x (512-1023 us) with 2000 requests: in
+    // flight = 2000 x 768 us / 1 s = 1.5; held three intervals.
+    let base = 1 << 16;
+    let busy = |lat: &[u64]| {
+        let mut ls = vec![line(1.0)];
+        ls[0].devices = vec![device(100, base)];
+        for (i, &x) in lat.iter().enumerate() {
+            let mut l = line(i as f64 + 2.0);
+            l.devices = vec![device(2000, base << x)];
+            ls.push(l);
+        }
+        ls
+    };
+    let r = judge(&busy(&[3, 3, 6]));
+    let f = &r.findings[0];
+    assert_eq!(f.name, device::SATURATED);
+    assert_eq!((f.first_seen_s, f.last_seen_s), (4.0, 4.0));
+    assert_eq!(f.severity, Severity::Critical);
+    assert_eq!(f.evidence["times_baseline_at_least"], 32);
+    assert_eq!(
+        judge(&busy(&[3, 3, 3])).findings[0].severity,
+        Severity::Warning
+    );
+    // Two intervals only: a burst.
+    assert_eq!(names(&busy(&[3, 3])), Vec::<&str>::new());
+    assert_eq!(names(&busy(&[3, 2, 3])), Vec::<&str>::new());
+    // 8x with the device idle half the time: not at full queue.
+    let mut ls = busy(&[3, 3, 3]);
+    ls[2].devices = vec![device(1000, base << 3)];
+    assert_eq!(names(&ls), Vec::<&str>::new());
+    // No baseline yet: too few requests in the first interval.
+    let mut ls = busy(&[3, 3, 3]);
+    ls[0].devices = vec![device(31, base)];
+    assert_eq!(names(&ls), Vec::<&str>::new());
+}
+
+#[test]
+fn engine_opens_closes_and_merges_episodes() {
+    let mut e = Engine::new();
+    let mut events = Vec::new();
+    let mut ls = lines(8, throttled(300));
+    ls[3].throttle.pauses = 0;
+    for l in &ls {
+        events.extend(e.interval(l));
+    }
+    let (closing, report) = e.finish();
+    let kinds: Vec<(&str, f64)> = events
+        .iter()
+        .chain(&closing)
+        .map(|ev| (ev.event, ev.time_s))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![("open", 1.0), ("close", 4.0), ("open", 5.0), ("close", 8.0)]
+    );
+    let f = &report.findings[0];
+    assert_eq!((f.episodes, f.intervals), (2, 7));
+    assert_eq!((f.first_seen_s, f.last_seen_s), (1.0, 8.0));
+    assert!(report.alarming());
+    let json = serde_json::to_value(&events[0]).unwrap();
+    assert_eq!(json["type"], "finding");
+    assert_eq!(json["event"], "open");
+    assert_eq!(json["name"], "dirty-throttled");
+    assert_eq!(json["severity"], "warning");
+}
+
+#[test]
+fn findings_of_lines_read_back_are_the_same() {
+    // What a recording holds is the interval line's JSON: the rules see
+    // the same figures after the round trip.
+    let mut ls = lines(12, throttled(800));
+    for (i, l) in ls.iter_mut().enumerate() {
+        sync_calls(20, 3)(i, l);
+        l.dirty.vmstat.nr_dirty = 1001 + 50 * i as u64;
+        l.flusher = vec![FlusherLine {
+            reason: "background".into(),
+            chunks: 1,
+            pages: 100,
+        }];
+    }
+    let back: Vec<IntervalLine> = ls
+        .iter()
+        .map(|l| serde_json::from_str(&serde_json::to_string(l).unwrap()).unwrap())
+        .collect();
+    let (a, b) = (judge(&ls), judge(&back));
+    assert_eq!(a, b);
+    assert_eq!(
+        a.findings.iter().map(|f| f.name).collect::<Vec<_>>(),
+        vec![dirty::THROTTLED, calls::FSYNC_STORM, dirty::LAGGING]
+    );
+}
