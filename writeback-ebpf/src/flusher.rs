@@ -216,6 +216,7 @@ pub fn balance_dirty(ctx: TracePointContext) -> u32 {
     if pause > 0 {
         add(&AGG, agg::THROTTLE_PAUSES, 1);
         add(&AGG, agg::THROTTLE_PAUSE_MS, pause as u64);
+        crate::dirtier::throttled(pause as u64);
         let bucket = log2_bucket(pause as u64, agg::HIST_BUCKETS - 1);
         add(&AGG, agg::THROTTLE_HIST + bucket, 1);
     }

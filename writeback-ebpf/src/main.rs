@@ -10,8 +10,11 @@
 //! fires per page, per bio or per context switch is added up in maps.
 #![no_std]
 #![no_main]
+// Inline assembly on the BPF target: the atomic add of dirtier.rs.
+#![feature(asm_experimental_arch)]
 
 mod block;
+mod dirtier;
 mod floor;
 mod flusher;
 mod read;

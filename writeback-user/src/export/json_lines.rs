@@ -46,6 +46,13 @@ pub(crate) struct CallLine<'a> {
     pub(crate) folios_written: u32,
     pub(crate) bios: u32,
     pub(crate) bio_bytes: u64,
+    /// Whose pages the call wrote, largest first, capped with one
+    /// `(others)` entry; `(unknown)` for pages no seen dirtying accounts
+    /// for (model/dirtier.rs). Empty without the dirtier hook.
+    pub(crate) dirtiers: &'a [crate::model::dirtier::Dirtier],
+    /// The cgroup the kernel charges the inode's writeback to (null
+    /// without cgroup writeback).
+    pub(crate) owner_cgroup_id: Option<u64>,
 }
 
 impl<'a> From<&'a CallRecord> for CallLine<'a> {
@@ -86,6 +93,8 @@ impl<'a> From<&'a CallRecord> for CallLine<'a> {
             folios_written: c.folios_written,
             bios: c.bios,
             bio_bytes: c.bio_bytes,
+            dirtiers: &c.dirtiers,
+            owner_cgroup_id: c.owner_cgroup_id,
         }
     }
 }

@@ -300,6 +300,11 @@ pub(crate) struct IntervalLine {
     pub(crate) devices: Vec<DeviceLine>,
     pub(crate) lost_records: u64,
     pub(crate) run_time: Vec<RunTimeLine>,
+    /// Per process: pages dirtied, written back (by itself or others),
+    /// throttled (model/dirtier.rs); empty without the dirtier hook and
+    /// in recordings made before it existed.
+    #[serde(default)]
+    pub(crate) owners: Vec<crate::model::dirtier::OwnerLine>,
 }
 
 fn ratio(num: u64, den: u64) -> Option<f64> {
@@ -463,6 +468,7 @@ impl IntervalLine {
                 .lost_records
                 .saturating_sub(prev.stats.lost_records),
             run_time,
+            owners: Vec::new(),
         }
     }
 }

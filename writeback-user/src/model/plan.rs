@@ -41,10 +41,12 @@ pub enum Concept {
     DeviceIo,
     Extents,
     CpuTime,
+    /// Pages dirtied per (inode, process), at dirty time (issue 15).
+    Dirtier,
 }
 
 impl Concept {
-    pub(crate) const ALL: [Concept; 10] = [
+    pub(crate) const ALL: [Concept; 11] = [
         Concept::WritepagesCall,
         Concept::Scan,
         Concept::PerPageWrite,
@@ -55,6 +57,7 @@ impl Concept {
         Concept::DeviceIo,
         Concept::Extents,
         Concept::CpuTime,
+        Concept::Dirtier,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +72,7 @@ impl Concept {
             Concept::DeviceIo => "device_io",
             Concept::Extents => "extents",
             Concept::CpuTime => "cpu_time",
+            Concept::Dirtier => "dirtier",
         }
     }
 }

@@ -147,6 +147,16 @@ pub struct CallRecord {
     pub folios_written: u32,
     pub bios: u32,
     pub bio_bytes: u64,
+    /// Whose pages the call wrote, largest first (model/dirtier.rs);
+    /// filled in userspace, not by the kernel record. Recordings carry it
+    /// in a frame of its own (recording/mod.rs), so the postcard call
+    /// frame keeps its layout and old recordings still decode.
+    #[serde(skip)]
+    pub dirtiers: Vec<crate::model::dirtier::Dirtier>,
+    /// The cgroup the kernel charges the inode's writeback to, when
+    /// cgroup writeback is on.
+    #[serde(skip)]
+    pub owner_cgroup_id: Option<u64>,
 }
 
 /// What the map-and-submit loop of `ext4_do_writepages()` looked at
@@ -208,6 +218,8 @@ impl From<&WritepagesCall> for CallRecord {
             folios_written: c.folios_written,
             bios: c.bios,
             bio_bytes: c.bio_bytes,
+            dirtiers: Vec::new(),
+            owner_cgroup_id: None,
         }
     }
 }

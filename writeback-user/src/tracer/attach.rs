@@ -13,7 +13,7 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout, block_members,
+    BlockMembers, DirtierMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout, block_members,
     members,
 };
 
@@ -21,7 +21,7 @@ use super::{
     Tracer,
     btf::Btf as KernelBtf,
     object::EBPF_OBJECT,
-    plan::{BLOCK_RQ_ISSUE, Candidate, EXT4_SCAN_FUNCTION, TracepointAttach, candidates},
+    plan::{BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, EXT4_SCAN_FUNCTION, TracepointAttach, candidates},
     privileges, tracefs,
     trials::{Trials, describe},
 };
@@ -82,7 +82,7 @@ fn resolve_block_members(btf: &KernelBtf) -> Result<BlockMembers, String> {
 }
 
 /// One member's [`MemberSpec`]; errors are the rejection reason.
-fn member_spec(
+pub(super) fn member_spec(
     btf: &KernelBtf,
     strukt: &str,
     name: &str,
@@ -174,6 +174,7 @@ impl Tracer {
         let mut members: Option<Result<KernelMembers, String>> = None;
         let mut scan_members: Option<Result<ScanMembers, String>> = None;
         let mut block_members: Option<Result<BlockMembers, String>> = None;
+        let mut dirtier_members: Option<Result<DirtierMembers, String>> = None;
         let mut vmlinux: Option<Result<KernelBtf, String>> = None;
         let mut refused: HashMap<(Concept, String), String> = HashMap::new();
         let mut prepared: Vec<Prepared> = Vec::new();
@@ -220,6 +221,17 @@ impl Tracer {
                             refused.insert((concept, candidate.label()), reason.clone());
                         }
                     }
+                    // The dirty-time program reads folios, mappings and
+                    // the inode's writeback cgroup.
+                    Candidate::BtfPrograms { attaches, .. }
+                        if attaches.iter().any(|a| a.target == DIRTY_FOLIO) =>
+                    {
+                        if let Err(reason) = dirtier_members.get_or_insert_with(|| {
+                            vmlinux_btf(&mut vmlinux).and_then(super::dirtiers::resolve_members)
+                        }) {
+                            refused.insert((concept, candidate.label()), reason.clone());
+                        }
+                    }
                     Candidate::BtfPrograms { .. } => {
                         if let Err(reason) = members.get_or_insert_with(|| {
                             vmlinux_btf(&mut vmlinux).and_then(resolve_members)
@@ -256,6 +268,10 @@ impl Tracer {
             .and_then(Result::ok)
             .unwrap_or(BlockMembers::EMPTY);
         loader.override_global("BLOCK_MEMBERS", &block_members, true);
+        let dirtier_members = dirtier_members
+            .and_then(Result::ok)
+            .unwrap_or(DirtierMembers::EMPTY);
+        loader.override_global("DIRTIER_MEMBERS", &dirtier_members, true);
         loader.override_global("FILTER", &options.filter, true);
         if let Some(entries) = in_call_entries() {
             loader.map_max_entries("IN_CALL", entries);

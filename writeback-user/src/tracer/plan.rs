@@ -423,6 +423,40 @@ pub(crate) const TP_BTF_SCHED_SWITCH: Candidate = Candidate::BtfPrograms {
     fields: &["prev_pid", "next_pid"],
 };
 
+/// `writeback:writeback_dirty_folio` (5.17+) and its older name: the
+/// inode number only, one page per event (dirtier.rs).
+const DIRTY_FOLIO_TP: &[TracepointAttach] = &[tp(
+    "dirty_folio",
+    "writeback",
+    "writeback_dirty_folio",
+    "DIRTY_FOLIO_LAYOUT",
+    &fields::dirty_folio::NAMES,
+    &fields::dirty_folio::NAMES,
+)];
+const DIRTY_PAGE_TP: &[TracepointAttach] = &[tp(
+    "dirty_folio",
+    "writeback",
+    "writeback_dirty_page",
+    "DIRTY_FOLIO_LAYOUT",
+    &fields::dirty_folio::NAMES,
+    &fields::dirty_folio::NAMES,
+)];
+
+/// The BTF tracepoint the dirtier candidate is known by.
+pub(crate) const DIRTY_FOLIO: &str = "writeback_dirty_folio";
+
+/// `writeback_dirty_folio` as a BTF tracepoint: the folio and its
+/// mapping, so the filesystem's device, the folio's page count and the
+/// inode's writeback cgroup too (`DirtierMembers`).
+pub(crate) const TP_BTF_DIRTY_FOLIO: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[BtfAttach {
+        program: "tp_btf_dirty_folio",
+        target: DIRTY_FOLIO,
+    }],
+    fields: &["dev", "ino", "pages", "owner_cgroup_id"],
+};
+
 const fn func(kind: HookKind, target: &'static str) -> Candidate {
     Candidate::Function { kind, target }
 }
@@ -482,6 +516,11 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             Candidate::Tracepoints(EXTENT_TP),
         ],
         Concept::CpuTime => vec![TP_BTF_SCHED_SWITCH, Candidate::Tracepoints(SCHED_SWITCH_TP)],
+        Concept::Dirtier => vec![
+            TP_BTF_DIRTY_FOLIO,
+            Candidate::Tracepoints(DIRTY_FOLIO_TP),
+            Candidate::Tracepoints(DIRTY_PAGE_TP),
+        ],
     }
 }
 
