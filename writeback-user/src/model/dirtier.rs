@@ -389,3 +389,165 @@ fn cap(mut list: Vec<Dirtier>, max: usize) -> Vec<Dirtier> {
     });
     list
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::DevId;
+
+    const DEV: u32 = (7 << 20) | 3;
+
+    fn reading(ino: u64, tgid: u32, pages: u64) -> DirtierReading {
+        DirtierReading {
+            dev: DEV,
+            ino,
+            tgid,
+            pages,
+            pid: tgid,
+            comm: format!("p{tgid}"),
+            cgroup_id: 100 + u64::from(tgid),
+            owner_cgroup_id: 0,
+        }
+    }
+
+    fn snap(entries: Vec<DirtierReading>) -> DirtierSnapshot {
+        DirtierSnapshot {
+            entries,
+            throttled: HashMap::new(),
+        }
+    }
+
+    fn call(ino: u64, tgid: u32, pages: i64) -> CallRecord {
+        CallRecord {
+            dev: DevId::from_kernel(DEV),
+            ino,
+            tgid,
+            pages_written: pages,
+            start_seen: true,
+            ..CallRecord::default()
+        }
+    }
+
+    #[test]
+    fn split_is_exact_proportional_and_capped() {
+        assert_eq!(split(10, &[3, 4]), vec![3, 4]);
+        assert_eq!(split(10, &[10, 10]), vec![5, 5]);
+        // 5 over 3:6 → 1.67 / 3.33: the larger remainder gets the page.
+        assert_eq!(split(5, &[3, 6]), vec![2, 3]);
+        let s = split(1000, &[333, 333, 334, 1]);
+        assert_eq!(s.iter().sum::<u64>(), 1000);
+        assert!(s.iter().zip([333, 333, 334, 1]).all(|(a, w)| *a <= w));
+        assert_eq!(split(0, &[5]), vec![0]);
+        assert!(split(3, &[]).is_empty());
+    }
+
+    /// The dirtier that left is named for every page; pages no dirtying
+    /// accounts for are `(unknown)`; owners count them as written by
+    /// others, and by the flusher when the call ran under flusher work.
+    #[test]
+    fn a_call_is_charged_to_the_inodes_dirtiers() {
+        let mut a = Attribution::default();
+        a.update(&snap(vec![reading(5, 10, 300), reading(5, 11, 100)]));
+        let mut c = call(5, 99, 200);
+        c.work_reason = 1;
+        assert!(!a.wants_reading(&c));
+        a.charge(&mut c);
+        let got: Vec<(u32, &str, u64, u64)> = c
+            .dirtiers
+            .iter()
+            .map(|d| (d.pid, d.comm.as_str(), d.cgroup_id, d.pages))
+            .collect();
+        assert_eq!(got, vec![(10, "p10", 110, 150), (11, "p11", 111, 50)]);
+        // 200 left outstanding; a call of 250 takes them and 50 unknown.
+        let mut c2 = call(5, 10, 250);
+        assert!(a.wants_reading(&c2));
+        a.charge(&mut c2);
+        assert_eq!(c2.dirtiers.last().unwrap().comm, UNKNOWN);
+        assert_eq!(c2.dirtiers.last().unwrap().pages, 50);
+        assert_eq!(c2.dirtiers.iter().map(|d| d.pages).sum::<u64>(), 250);
+        let owners = a.take_owners();
+        let p10 = owners.iter().find(|o| o.pid == 10).unwrap();
+        assert_eq!(p10.pages_dirtied, 300);
+        assert_eq!(p10.pages_written, 300);
+        // Its own call (tgid 10) wrote 150 of them.
+        assert_eq!(p10.pages_written_by_others, 150);
+        assert_eq!(p10.pages_written_by_flusher, 150);
+        assert!(a.take_owners().is_empty(), "the interval was reset");
+    }
+
+    /// Counts are cumulative: only growth is new; a reading that misses
+    /// an entry once (a race with a CPU's slot) loses nothing and counts
+    /// nothing twice; two misses in a row are an eviction, after which the
+    /// entry counts from 0.
+    #[test]
+    fn readings_add_growth_once_and_survive_races_and_evictions() {
+        let mut a = Attribution::default();
+        a.update(&snap(vec![reading(1, 1, 10)]));
+        a.update(&snap(vec![reading(1, 1, 25)]));
+        a.update(&snap(vec![]));
+        a.update(&snap(vec![reading(1, 1, 30)]));
+        assert_eq!(a.take_owners()[0].pages_dirtied, 30);
+        a.update(&snap(vec![]));
+        a.update(&snap(vec![]));
+        a.update(&snap(vec![reading(1, 1, 4)]));
+        assert_eq!(a.take_owners()[0].pages_dirtied, 4);
+        // A lower count than seen (a racing read) is no new dirtying.
+        a.update(&snap(vec![reading(1, 1, 3)]));
+        assert!(a.take_owners().is_empty());
+    }
+
+    /// A whole-file WB_SYNC_ALL leaves the inode clean: what it did not
+    /// write was cleaned without writeback and is not charged later.
+    #[test]
+    fn a_whole_file_sync_drops_what_it_did_not_write() {
+        let mut a = Attribution::default();
+        a.update(&snap(vec![reading(2, 7, 100)]));
+        let mut sync = call(2, 8, 60);
+        sync.sync_mode = 1;
+        sync.range_end = i64::MAX;
+        a.charge(&mut sync);
+        assert_eq!(sync.dirtiers[0].pages, 60);
+        let mut later = call(2, 8, 10);
+        a.charge(&mut later);
+        assert_eq!(later.dirtiers.len(), 1);
+        assert_eq!(later.dirtiers[0].comm, UNKNOWN);
+    }
+
+    #[test]
+    fn long_lists_are_capped_with_others() {
+        let mut a = Attribution::default();
+        let many: Vec<_> = (1..=20).map(|t| reading(3, t, u64::from(t))).collect();
+        a.update(&snap(many));
+        let mut c = call(3, 99, 210);
+        a.charge(&mut c);
+        assert_eq!(c.dirtiers.len(), MAX_CALL_DIRTIERS);
+        assert_eq!(c.dirtiers[0].pid, 20);
+        let last = c.dirtiers.last().unwrap();
+        assert_eq!((last.pid, last.comm.as_str()), (0, OTHERS));
+        assert_eq!(c.dirtiers.iter().map(|d| d.pages).sum::<u64>(), 210);
+        let owners = a.take_owners();
+        assert_eq!(owners.len(), MAX_OWNERS);
+        assert_eq!(owners.last().unwrap().comm, OTHERS);
+        assert_eq!(owners.iter().map(|o| o.pages_dirtied).sum::<u64>(), 210);
+    }
+
+    /// Throttling is differenced per process like the dirtying, and the
+    /// classic hook's device-less entries join calls by inode number.
+    #[test]
+    fn throttling_and_deviceless_entries() {
+        let mut a = Attribution::default();
+        let mut s = snap(vec![DirtierReading {
+            dev: 0,
+            ..reading(4, 9, 8)
+        }]);
+        s.throttled.insert(9, (2, 40));
+        a.update(&s);
+        s.throttled.insert(9, (5, 100));
+        a.update(&s);
+        let mut c = call(4, 1, 8);
+        a.charge(&mut c);
+        assert_eq!(c.dirtiers[0].pid, 9);
+        let o = &a.take_owners()[0];
+        assert_eq!((o.throttle_pauses, o.throttle_pause_ms), (5, 100));
+    }
+}
