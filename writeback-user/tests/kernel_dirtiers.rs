@@ -359,3 +359,34 @@ fn flusher_writeback_and_throttling_are_charged_to_the_dirtier() {
     assert_eq!(owner_total(&lines, pid, "throttle_pauses"), events);
     assert_eq!(owner_total(&lines, pid, "throttle_pause_ms"), pause_ms);
 }
+
+/// `--pid P` keeps the calls that write the pages P dirtied, though the
+/// flusher or someone's sync makes them, and drops the others.
+#[test]
+fn pid_filter_keeps_the_writeback_of_pages_the_process_dirtied() {
+    let fs = LoopFs::new("ext4", 256);
+    let path = fs.path("mine");
+    let other = fs.path("not-mine");
+    let child = Dirtier::fork(&path, vec![(0, 16 * MIB)]);
+    let pid = child.pid.to_string();
+    let trace = Tracing::start(&["--json", "--events", "--pid", &pid]);
+    child.start();
+    child.wait();
+    fs::write(&other, vec![1u8; MIB as usize]).unwrap();
+    assert!(Command::new("sync").status().expect("sync").success());
+    let (ino, other_ino) = (
+        fs::metadata(&path).unwrap().ino(),
+        fs::metadata(&other).unwrap().ino(),
+    );
+    let dev = dev_of(&path);
+    let lines = trace.stop(libc::SIGINT);
+
+    let calls = calls_on(&lines, &dev, ino);
+    let written: u64 = calls
+        .iter()
+        .map(|c| c["pages_written"].as_u64().unwrap())
+        .sum();
+    assert_eq!(written, 16 * MIB / PAGE, "{lines:#?}");
+    assert!(calls.iter().all(|c| c["pid"] != child.pid as u64));
+    assert!(calls_on(&lines, &dev, other_ino).is_empty());
+}
