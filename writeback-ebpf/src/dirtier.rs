@@ -17,8 +17,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use writeback_common::{
-    DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, Filter, InodeKey, MemberSpec, ThrottleCount,
-    TracepointLayout, dirtier_members as dm, fields::dirty_folio,
+    DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, Filter, InodeKey, MemberSpec,
+    ThrottleCount, TracepointLayout, dirtier_members as dm, fields::dirty_folio,
 };
 
 use crate::{

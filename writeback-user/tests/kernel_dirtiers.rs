@@ -165,7 +165,10 @@ fn sync_by_another_process_is_charged_to_the_departed_dirtier() {
     );
     assert_eq!(owner_total(&lines, dd_pid, "pages_dirtied"), pages);
     assert_eq!(owner_total(&lines, dd_pid, "pages_written"), pages);
-    assert_eq!(owner_total(&lines, dd_pid, "pages_written_by_others"), pages);
+    assert_eq!(
+        owner_total(&lines, dd_pid, "pages_written_by_others"),
+        pages
+    );
     let summary = lines.last().unwrap();
     assert_eq!(summary["lost_records"], 0);
 }

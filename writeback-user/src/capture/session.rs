@@ -13,9 +13,9 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
+    model::dirtier::Attribution,
     model::interval::SummaryLine,
     model::interval::{CallAggregate, IntervalLine},
-    model::dirtier::Attribution,
     model::plan::{Concept, HookKind, ProbeStatus},
     model::{CallRecord, Totals},
     tracer::ring::{RingCollector, RingRecord},
@@ -241,7 +241,15 @@ pub(crate) async fn run(
                 }
             } => break Ending::Duration,
         }
-        take(batch, &mut totals, &mut interval, &mut gate, max, out, &mut who)?;
+        take(
+            batch,
+            &mut totals,
+            &mut interval,
+            &mut gate,
+            max,
+            out,
+            &mut who,
+        )?;
         out.flush()?;
         if totals.calls >= max {
             break Ending::MaxRecords;
@@ -251,7 +259,15 @@ pub(crate) async fn run(
     // (within --max-records), and close the partial interval.
     let mut rest: Vec<CallRecord> = Vec::new();
     collector.drain(|RingRecord::Call(c)| rest.push(c));
-    take(rest, &mut totals, &mut interval, &mut gate, max, out, &mut who)?;
+    take(
+        rest,
+        &mut totals,
+        &mut interval,
+        &mut gate,
+        max,
+        out,
+        &mut who,
+    )?;
     let now = Instant::now();
     let cur = tracer.snapshot()?;
     let mut line = IntervalLine::new(

@@ -68,6 +68,9 @@ pub(crate) enum OpenError {
 }
 
 /// One decoded frame.
+// Calls are most frames, handed on by value: boxing them would add an
+// allocation per call.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Frame {
     Call(CallRecord),

@@ -13,15 +13,17 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockMembers, DirtierMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout, block_members,
-    members,
+    BlockMembers, DirtierMembers, Filter, KernelMembers, MemberSpec, ScanMembers, TracepointLayout,
+    block_members, members,
 };
 
 use super::{
     Tracer,
     btf::Btf as KernelBtf,
     object::EBPF_OBJECT,
-    plan::{BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, EXT4_SCAN_FUNCTION, TracepointAttach, candidates},
+    plan::{
+        BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, EXT4_SCAN_FUNCTION, TracepointAttach, candidates,
+    },
     privileges, tracefs,
     trials::{Trials, describe},
 };

@@ -33,7 +33,11 @@ pub(super) fn resolve_members(btf: &KernelBtf) -> Result<DirtierMembers, String>
     }
     // Without PG_head the large-folio count cannot be told valid: one
     // page per folio.
-    match btf.enum_value("PG_head").ok().and_then(|b| u32::try_from(b).ok()) {
+    match btf
+        .enum_value("PG_head")
+        .ok()
+        .and_then(|b| u32::try_from(b).ok())
+    {
         Some(bit) if bit < 64 => table.pg_head_bit = bit,
         _ => table.members[dirtier_members::FOLIO_NR_PAGES] = Default::default(),
     }
@@ -43,11 +47,8 @@ pub(super) fn resolve_members(btf: &KernelBtf) -> Result<DirtierMembers, String>
 impl Tracer {
     /// Every entry of `DIRTIERS` and `THROTTLED`, read now.
     pub(crate) fn dirtiers(&self) -> anyhow::Result<DirtierSnapshot> {
-        let map: BpfHashMap<_, DirtierKey, DirtierEntry> = BpfHashMap::try_from(
-            self.ebpf
-                .map("DIRTIERS")
-                .context("DIRTIERS map missing")?,
-        )?;
+        let map: BpfHashMap<_, DirtierKey, DirtierEntry> =
+            BpfHashMap::try_from(self.ebpf.map("DIRTIERS").context("DIRTIERS map missing")?)?;
         let mut snap = DirtierSnapshot::default();
         for entry in map.iter() {
             // An entry evicted between listing and lookup is skipped.
