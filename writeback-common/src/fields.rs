@@ -140,3 +140,11 @@ pub mod balance_dirty {
     pub const DIRTY: usize = 3;
     pub const NAMES: [&str; 4] = ["pause", "limit", "setpoint", "dirty"];
 }
+
+/// `writeback:writeback_dirty_folio` (`writeback_dirty_page` before 5.17):
+/// a page-cache folio went from clean to dirty. The record names the bdi
+/// (`name`), not the filesystem, and not how many pages the folio holds.
+pub mod dirty_folio {
+    pub const INO: usize = 0;
+    pub const NAMES: [&str; 1] = ["ino"];
+}

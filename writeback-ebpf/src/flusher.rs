@@ -260,9 +260,13 @@ fn paused(ctx: &TracePointContext, pause: u64) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     match THROTTLED.get_ptr_mut(&tgid) {
         // SAFETY: this CPU's value of a per-CPU map.
-        Some(v) => unsafe { (*v).pause_ms += pause },
+        Some(v) => unsafe {
+            (*v).pauses += 1;
+            (*v).pause_ms += pause;
+        },
         None => {
             let by = PausedBy {
+                pauses: 1,
                 pause_ms: pause,
                 comm: bpf_get_current_comm().unwrap_or_default(),
             };

@@ -12,8 +12,11 @@
 //! time of a call comes from the thread's own run time, `sched.rs`).
 #![no_std]
 #![no_main]
+// Inline assembly on the BPF target: the atomic add of dirtier.rs.
+#![feature(asm_experimental_arch)]
 
 mod block;
+mod dirtier;
 mod floor;
 mod flusher;
 mod generic;

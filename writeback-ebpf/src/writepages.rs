@@ -77,8 +77,10 @@ pub(crate) fn filtered_out(dev: u32, ino: u64, tgid: u32, cgroup_id: u64) -> boo
     let f: Filter = unsafe { core::ptr::read_volatile(&FILTER) };
     (f.dev != 0 && f.dev != dev)
         || (f.ino != 0 && f.ino != ino)
-        || (f.tgid != 0 && f.tgid != tgid)
-        || (f.cgroup_id != 0 && f.cgroup_id != cgroup_id)
+        // --pid/--cgroup also keep the writeback of inodes the process or
+        // cgroup dirtied, whoever makes it (dirtier.rs).
+        || (((f.tgid != 0 && f.tgid != tgid) || (f.cgroup_id != 0 && f.cgroup_id != cgroup_id))
+            && !crate::dirtier::dirtied_by_filter(dev, ino))
 }
 
 /// `A` reads the calling thread's run time (the hook's own access for

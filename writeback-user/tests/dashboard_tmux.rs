@@ -111,7 +111,7 @@ fn dashboard_shows_a_16_mib_fsync_and_quits_on_q() {
     let log = tempfile::NamedTempFile::new().unwrap();
     let session = Session(format!("wbscope-test-{}", std::process::id()));
     start(&session, log.path(), std::path::Path::new("/"), 100, 30);
-    session.wait_for("the attached probes", |s| s.contains("probes 10/10"));
+    session.wait_for("the attached probes", |s| s.contains("probes 12/12"));
 
     let fs = LoopFs::new("ext4", 128);
     let mut f = File::create_new(fs.path("data")).unwrap();
@@ -148,7 +148,7 @@ fn writer_from_keys_loads_the_kernel_and_cleans_up() {
     // Started in the loop filesystem: the writer's default directory is a
     // new temporary directory there.
     start(&session, log.path(), &fs.mountpoint, 120, 40);
-    session.wait_for("the attached probes", |s| s.contains("probes 10/10"));
+    session.wait_for("the attached probes", |s| s.contains("probes 12/12"));
 
     // fsync-end (one `s` from buffered), then start: each file ends with
     // an fsync, so writepages calls on this device are certain.

@@ -13,9 +13,10 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
+    model::dirtier::Attribution,
     model::interval::SummaryLine,
     model::interval::{CallAggregate, IntervalLine},
-    model::plan::{HookKind, ProbeStatus},
+    model::plan::{Concept, HookKind, ProbeStatus},
     model::{CallRecord, Totals},
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
@@ -80,16 +81,64 @@ pub(crate) enum Ending {
     Signal,
 }
 
+/// Who dirtied the pages each call writes (model/dirtier.rs): the
+/// attribution state, fed from the dirty-time maps when the dirtier hook
+/// is attached.
+struct Who<'a> {
+    tracer: &'a Tracer,
+    on: bool,
+    attribution: Attribution,
+}
+
+impl Who<'_> {
+    /// Reads the maps into the attribution state (a read error is said
+    /// once per read and leaves the state as it was).
+    fn read(&mut self) {
+        if !self.on {
+            return;
+        }
+        match self.tracer.dirtiers() {
+            Ok(snap) => self.attribution.update(&snap),
+            Err(e) => log::warn!("reading the dirtier maps: {e:#}"),
+        }
+    }
+
+    /// Charges a batch of calls, reading the maps first when a call wrote
+    /// more than its inode has outstanding as last read.
+    fn charge(&mut self, batch: &mut [CallRecord]) {
+        if !self.on {
+            return;
+        }
+        if batch.iter().any(|c| self.attribution.wants_reading(c)) {
+            self.read();
+        }
+        for call in batch {
+            self.attribution.charge(call);
+        }
+    }
+
+    /// The interval's `owners`, after a fresh read.
+    fn owners(&mut self) -> Vec<crate::model::dirtier::OwnerLine> {
+        if !self.on {
+            return Vec::new();
+        }
+        self.read();
+        self.attribution.take_owners()
+    }
+}
+
 /// Counts a batch of calls (up to `max` in all) and writes them out one by
 /// one unless the rate gate is closed.
 fn take(
-    batch: Vec<CallRecord>,
+    mut batch: Vec<CallRecord>,
     totals: &mut Totals,
     interval: &mut CallAggregate,
     gate: &mut RateGate,
     max: u64,
     out: &mut dyn SessionOutput,
+    who: &mut Who<'_>,
 ) -> io::Result<()> {
+    who.charge(&mut batch);
     for call in batch {
         if totals.calls >= max {
             break;
@@ -144,6 +193,11 @@ pub(crate) async fn run(
     let mut pid_gone_reported = false;
     let max = limits.max_records.unwrap_or(u64::MAX);
     let mut gate = RateGate::default();
+    let mut who = Who {
+        tracer,
+        on: tracer.plan.attached(Concept::Dirtier),
+        attribution: Attribution::default(),
+    };
     eprintln!("wbscope: tracing; Ctrl-C to stop");
 
     let ending = loop {
@@ -156,13 +210,15 @@ pub(crate) async fn run(
                 let now = Instant::now();
                 let cur = tracer.snapshot()?;
                 let secs = now.duration_since(last_tick).as_secs_f64();
-                out.interval(&IntervalLine::new(
+                let mut line = IntervalLine::new(
                     now.duration_since(started).as_secs_f64(),
                     secs,
                     &interval,
                     &prev,
                     &cur,
-                ))?;
+                );
+                line.owners = who.owners();
+                out.interval(&line)?;
                 gate.interval(interval.calls, secs, limits.max_event_rate);
                 interval = CallAggregate::default();
                 prev = cur;
@@ -185,7 +241,15 @@ pub(crate) async fn run(
                 }
             } => break Ending::Duration,
         }
-        take(batch, &mut totals, &mut interval, &mut gate, max, out)?;
+        take(
+            batch,
+            &mut totals,
+            &mut interval,
+            &mut gate,
+            max,
+            out,
+            &mut who,
+        )?;
         out.flush()?;
         if totals.calls >= max {
             break Ending::MaxRecords;
@@ -197,16 +261,26 @@ pub(crate) async fn run(
     collector.drain(|RingRecord::Call(c)| rest.push(c));
     // Generic calls whose end no event marked are closed now.
     collector.close_open_calls(|RingRecord::Call(c)| rest.push(c));
-    take(rest, &mut totals, &mut interval, &mut gate, max, out)?;
+    take(
+        rest,
+        &mut totals,
+        &mut interval,
+        &mut gate,
+        max,
+        out,
+        &mut who,
+    )?;
     let now = Instant::now();
     let cur = tracer.snapshot()?;
-    out.interval(&IntervalLine::new(
+    let mut line = IntervalLine::new(
         now.duration_since(started).as_secs_f64(),
         now.duration_since(last_tick).as_secs_f64(),
         &interval,
         &prev,
         &cur,
-    ))?;
+    );
+    line.owners = who.owners();
+    out.interval(&line)?;
     let mut summary = SummaryLine::new(
         started.elapsed().as_secs_f64(),
         &totals,

@@ -171,11 +171,13 @@ pub(crate) struct FilterArgs {
     /// filesystem to watch.
     #[arg(long, value_name = "MAJ:MIN|PATH")]
     pub(crate) device: Option<String>,
-    /// Only calls made by this process (the flusher's calls are excluded).
+    /// Only calls made by this process, and calls on files it dirtied
+    /// whoever makes them (the flusher, another's sync).
     #[arg(long, value_name = "PID")]
     pub(crate) pid: Option<u32>,
     /// Only calls made from this cgroup (v2 path, e.g.
-    /// /sys/fs/cgroup/system.slice/foo.service).
+    /// /sys/fs/cgroup/system.slice/foo.service), and calls on files
+    /// processes of it dirtied, whoever makes them.
     #[arg(long, value_name = "PATH")]
     pub(crate) cgroup: Option<PathBuf>,
     /// Only this inode number.

@@ -144,6 +144,9 @@ pub(crate) enum RunState {
 }
 
 /// Everything the dashboard task receives.
+// Calls are most of the messages and go on by value to the model: boxing
+// them would add an allocation per call.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub(crate) enum Msg {
     Key(KeyEvent),

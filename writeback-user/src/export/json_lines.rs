@@ -56,6 +56,13 @@ pub(crate) struct CallLine<'a> {
     /// Folios by size in pages (`{"1": 2040, "16": 3}`), where the hooks
     /// see each folio's size; null otherwise.
     pub(crate) folio_pages: Option<std::collections::BTreeMap<u64, u32>>,
+    /// Whose pages the call wrote, largest first, capped with one
+    /// `(others)` entry; `(unknown)` for pages no seen dirtying accounts
+    /// for (model/dirtier.rs). Empty without the dirtier hook.
+    pub(crate) dirtiers: &'a [crate::model::dirtier::Dirtier],
+    /// The cgroup the kernel charges the inode's writeback to (null
+    /// without cgroup writeback).
+    pub(crate) owner_cgroup_id: Option<u64>,
 }
 
 impl<'a> From<&'a CallRecord> for CallLine<'a> {
@@ -106,6 +113,8 @@ impl<'a> From<&'a CallRecord> for CallLine<'a> {
                     .map(|(k, n)| (writeback_common::log2_bucket_bounds(k as u32).0, *n))
                     .collect()
             }),
+            dirtiers: &c.dirtiers,
+            owner_cgroup_id: c.owner_cgroup_id,
         }
     }
 }

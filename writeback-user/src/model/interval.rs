@@ -441,6 +441,11 @@ pub(crate) struct IntervalLine {
     pub(crate) devices: Vec<DeviceLine>,
     pub(crate) lost_records: u64,
     pub(crate) run_time: Vec<RunTimeLine>,
+    /// Per process: pages dirtied, written back (by itself or others),
+    /// throttled (model/dirtier.rs); empty without the dirtier hook and
+    /// in recordings made before it existed.
+    #[serde(default)]
+    pub(crate) owners: Vec<crate::model::dirtier::OwnerLine>,
     /// WB_SYNC_ALL calls that wrote pages (absent in older recordings).
     #[serde(default)]
     pub(crate) sync_calls: SyncCallsLine,
@@ -649,6 +654,7 @@ impl IntervalLine {
                 pages_per_call: histogram_buckets(&calls.sync_pages_per_call),
             },
             continued_calls: ContinuedLine::of(&calls.continued),
+            owners: Vec::new(),
         }
     }
 }

@@ -44,10 +44,12 @@ pub enum Concept {
     /// Writepages calls of filesystems other than ext4 (writeback-ebpf
     /// generic.rs).
     GenericCall,
+    /// Pages dirtied per (inode, process), at dirty time (issue 15).
+    Dirtier,
 }
 
 impl Concept {
-    pub(crate) const ALL: [Concept; 11] = [
+    pub(crate) const ALL: [Concept; 12] = [
         Concept::WritepagesCall,
         Concept::Scan,
         Concept::PerPageWrite,
@@ -59,6 +61,7 @@ impl Concept {
         Concept::Extents,
         Concept::CpuTime,
         Concept::GenericCall,
+        Concept::Dirtier,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,6 +77,7 @@ impl Concept {
             Concept::Extents => "extents",
             Concept::CpuTime => "cpu_time",
             Concept::GenericCall => "generic_call",
+            Concept::Dirtier => "dirtier",
         }
     }
 }

@@ -151,6 +151,16 @@ pub struct CallRecord {
     pub folios_written: u32,
     pub bios: u32,
     pub bio_bytes: u64,
+    /// Whose pages the call wrote, largest first (model/dirtier.rs);
+    /// filled in userspace, not by the kernel record. Recordings carry it
+    /// in a frame of its own (recording/mod.rs), so the postcard call
+    /// frame keeps its layout and old recordings still decode.
+    #[serde(skip)]
+    pub dirtiers: Vec<crate::model::dirtier::Dirtier>,
+    /// The cgroup the kernel charges the inode's writeback to, when
+    /// cgroup writeback is on.
+    #[serde(skip)]
+    pub owner_cgroup_id: Option<u64>,
     /// Filesystem type (`ext4`, `xfs`, `btrfs`...), from the device's
     /// entry in /proc/self/mountinfo (`tracer::mounts`); empty when the
     /// device was not mounted when the record was read.
@@ -232,6 +242,8 @@ impl CallRecord {
             fs: String::new(),
             boundary: how,
             folio_hist: g.folio_hist[..hist_len].to_vec(),
+            dirtiers: Vec::new(),
+            owner_cgroup_id: None,
         }
     }
 }
@@ -298,6 +310,8 @@ impl From<&WritepagesCall> for CallRecord {
             fs: String::new(),
             boundary: boundary::HOOK,
             folio_hist: Vec::new(),
+            dirtiers: Vec::new(),
+            owner_cgroup_id: None,
         }
     }
 }

@@ -15,7 +15,8 @@
 //! streams, holding at most one frame of the largest size, so a recording
 //! of any size replays in bounded memory. Payloads:
 //! a writepages call as postcard-encoded [`CallRecord`] (independent of the
-//! kernel record layout), an interval line as JSON (the `trace --json`
+//! kernel record layout) — followed, in a `CallWho` frame, by whose pages
+//! it wrote —, an interval line as JSON (the `trace --json`
 //! interval line, verbatim), and the summary as JSON.
 //!
 //! [`CallRecord`]: crate::model::CallRecord
@@ -44,6 +45,21 @@ pub enum FrameKind {
     Call = 1,
     Interval = 2,
     Summary = 3,
+    /// A call with whose pages it wrote (issue 15): the postcard
+    /// [`CallRecord`] of a `Call` frame followed by the postcard
+    /// [`WhoFrame`]. Written only for calls that have dirtiers, so that
+    /// readers before it lose only those calls (as damage) and recordings
+    /// made before it read as they always did.
+    ///
+    /// [`CallRecord`]: crate::model::CallRecord
+    CallWho = 4,
+}
+
+/// The part of a call a `CallWho` frame adds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct WhoFrame {
+    pub(crate) dirtiers: Vec<crate::model::dirtier::Dirtier>,
+    pub(crate) owner_cgroup_id: Option<u64>,
 }
 
 impl FrameKind {
@@ -52,6 +68,7 @@ impl FrameKind {
             1 => Some(FrameKind::Call),
             2 => Some(FrameKind::Interval),
             3 => Some(FrameKind::Summary),
+            4 => Some(FrameKind::CallWho),
             _ => None,
         }
     }

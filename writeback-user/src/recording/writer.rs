@@ -48,8 +48,16 @@ impl<W: Write> RecordingWriter<W> {
     }
 
     pub fn call(&mut self, call: &CallRecord) -> io::Result<()> {
-        let payload = postcard::to_stdvec(call).map_err(io::Error::other)?;
-        self.frame(FrameKind::Call, &payload)
+        let mut payload = postcard::to_stdvec(call).map_err(io::Error::other)?;
+        if call.dirtiers.is_empty() && call.owner_cgroup_id.is_none() {
+            return self.frame(FrameKind::Call, &payload);
+        }
+        let who = super::WhoFrame {
+            dirtiers: call.dirtiers.clone(),
+            owner_cgroup_id: call.owner_cgroup_id,
+        };
+        payload.extend(postcard::to_stdvec(&who).map_err(io::Error::other)?);
+        self.frame(FrameKind::CallWho, &payload)
     }
 
     pub fn json<T: serde::Serialize>(&mut self, kind: FrameKind, value: &T) -> io::Result<()> {

@@ -13,8 +13,8 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockMembers, ExtentMembers, Filter, FolioMembers, KernelMembers, MemberSpec, ScanMembers,
-    TaskMembers, TracepointLayout, block_members, cpu_time, members,
+    BlockMembers, DirtierMembers, ExtentMembers, Filter, FolioMembers, KernelMembers, MemberSpec,
+    ScanMembers, TaskMembers, TracepointLayout, block_members, cpu_time, members,
 };
 
 use super::{
@@ -22,8 +22,8 @@ use super::{
     btf::Btf as KernelBtf,
     object::EBPF_OBJECT,
     plan::{
-        BLOCK_RQ_ISSUE, Candidate, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION, TracepointAttach,
-        candidates, is_generic,
+        BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
+        TracepointAttach, candidates, is_generic,
     },
     privileges, tracefs,
     trials::{Trials, describe},
@@ -103,7 +103,7 @@ fn resolve_extent_members(btf: &KernelBtf) -> Result<ExtentMembers, String> {
 }
 
 /// One member's [`MemberSpec`]; errors are the rejection reason.
-fn member_spec(
+pub(super) fn member_spec(
     btf: &KernelBtf,
     strukt: &str,
     name: &str,
@@ -219,6 +219,7 @@ impl Tracer {
         let mut task_members: Option<Result<TaskMembers, String>> = None;
         let mut extent_members: Option<Result<ExtentMembers, String>> = None;
         let mut folio_members: Option<FolioMembers> = None;
+        let mut dirtier_members: Option<Result<DirtierMembers, String>> = None;
         let mut vmlinux: Option<Result<KernelBtf, String>> = None;
         let mut refused: HashMap<(Concept, String), String> = HashMap::new();
         let mut prepared: Vec<Prepared> = Vec::new();
@@ -301,6 +302,17 @@ impl Tracer {
                             folio_members = Some(resolve_folio_members(btf));
                         }
                     }
+                    // The dirty-time program reads folios, mappings and
+                    // the inode's writeback cgroup.
+                    Candidate::BtfPrograms { attaches, .. }
+                        if attaches.iter().any(|a| a.target == DIRTY_FOLIO) =>
+                    {
+                        if let Err(reason) = dirtier_members.get_or_insert_with(|| {
+                            vmlinux_btf(&mut vmlinux).and_then(super::dirtiers::resolve_members)
+                        }) {
+                            refused.insert((concept, candidate.label()), reason.clone());
+                        }
+                    }
                     Candidate::BtfPrograms { .. } => {
                         if let Err(reason) = members.get_or_insert_with(|| {
                             vmlinux_btf(&mut vmlinux).and_then(resolve_members)
@@ -354,6 +366,10 @@ impl Tracer {
         loader.override_global("EXTENT_MEMBERS", &extent_members, true);
         let folio_members = folio_members.unwrap_or(FolioMembers::EMPTY);
         loader.override_global("FOLIO_MEMBERS", &folio_members, true);
+        let dirtier_members = dirtier_members
+            .and_then(Result::ok)
+            .unwrap_or(DirtierMembers::EMPTY);
+        loader.override_global("DIRTIER_MEMBERS", &dirtier_members, true);
         loader.override_global("FILTER", &options.filter, true);
         if let Some(entries) = in_call_entries() {
             loader.map_max_entries("IN_CALL", entries);

@@ -6,6 +6,7 @@
 pub mod attach;
 pub mod btf;
 pub mod cost;
+mod dirtiers;
 pub mod maps;
 mod mounts;
 pub mod object;

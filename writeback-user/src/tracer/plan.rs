@@ -533,6 +533,40 @@ pub(crate) fn is_generic(attaches: &[BtfAttach]) -> bool {
     attaches.iter().any(|a| a.program.starts_with("generic_"))
 }
 
+/// `writeback:writeback_dirty_folio` (5.17+) and its older name: the
+/// inode number only, one page per event (dirtier.rs).
+const DIRTY_FOLIO_TP: &[TracepointAttach] = &[tp(
+    "dirty_folio",
+    "writeback",
+    "writeback_dirty_folio",
+    "DIRTY_FOLIO_LAYOUT",
+    &fields::dirty_folio::NAMES,
+    &fields::dirty_folio::NAMES,
+)];
+const DIRTY_PAGE_TP: &[TracepointAttach] = &[tp(
+    "dirty_folio",
+    "writeback",
+    "writeback_dirty_page",
+    "DIRTY_FOLIO_LAYOUT",
+    &fields::dirty_folio::NAMES,
+    &fields::dirty_folio::NAMES,
+)];
+
+/// The BTF tracepoint the dirtier candidate is known by.
+pub(crate) const DIRTY_FOLIO: &str = "writeback_dirty_folio";
+
+/// `writeback_dirty_folio` as a BTF tracepoint: the folio and its
+/// mapping, so the filesystem's device, the folio's page count and the
+/// inode's writeback cgroup too (`DirtierMembers`).
+pub(crate) const TP_BTF_DIRTY_FOLIO: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[BtfAttach {
+        program: "tp_btf_dirty_folio",
+        target: DIRTY_FOLIO,
+    }],
+    fields: &["dev", "ino", "pages", "owner_cgroup_id"],
+};
+
 const fn func(kind: HookKind, target: &'static str) -> Candidate {
     Candidate::Function { kind, target }
 }
@@ -596,6 +630,11 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             TP_BTF_GENERIC,
             TP_BTF_GENERIC_IOMAP,
             TP_BTF_GENERIC_BTRFS,
+        ],
+        Concept::Dirtier => vec![
+            TP_BTF_DIRTY_FOLIO,
+            Candidate::Tracepoints(DIRTY_FOLIO_TP),
+            Candidate::Tracepoints(DIRTY_PAGE_TP),
         ],
     }
 }

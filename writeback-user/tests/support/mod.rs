@@ -58,6 +58,11 @@ impl LoopFs {
     pub fn path(&self, name: &str) -> PathBuf {
         self.mountpoint.join(name)
     }
+
+    /// The scratch filesystem, for its bdi knobs (restored on drop).
+    pub fn scratch(&mut self) -> &mut scratchfs::ScratchFs {
+        &mut self._fs
+    }
 }
 
 /// `major:minor` of the filesystem holding `path`, as wbscope prints it.

@@ -1,0 +1,257 @@
+//! Who dirtied it: pages dirtied per (inode, process), added up in the
+//! kernel at dirty time, and per-process throttling. Userspace reads the
+//! maps and charges each writeback call's pages to the processes that
+//! left them dirty (writeback-user/src/model/dirtier.rs).
+//!
+//! `writeback_dirty_folio` fires once per folio going from clean to dirty
+//! (`folio_account_dirtied()` in mm/page-writeback.c), in the dirtier's
+//! context: hundreds of thousands of times a second under a fast buffered
+//! writer. Nothing crosses the ring buffer here: a folio dirtied by the
+//! process and file this CPU dirtied last costs an array lookup and an
+//! add; any other, one hash lookup and one atomic add.
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::{btf_tracepoint, map, tracepoint},
+    maps::{LruHashMap, PerCpuArray},
+    programs::{BtfTracePointContext, TracePointContext},
+};
+use writeback_common::{
+    DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, Filter, InodeKey, MemberSpec,
+    TracepointLayout, dirtier_members as dm, fields::dirty_folio,
+};
+
+use crate::{
+    FILTER,
+    read::{Access, Typed, field},
+    writepages::raw_arg,
+};
+
+/// Pages dirtied per (inode, process) since the trace started. LRU: an
+/// entry no one dirties or reads any more makes room for new ones; 65536
+/// pairs are far more than a host dirties between two reads.
+#[map]
+static DIRTIERS: LruHashMap<DirtierKey, DirtierEntry> = LruHashMap::with_max_entries(65536, 0);
+
+/// Inodes the `--pid`/`--cgroup` filter's process or cgroup dirtied: their
+/// writeback calls pass the filter whoever makes them.
+#[map]
+static FILTER_DIRTIED: LruHashMap<InodeKey, u8> = LruHashMap::with_max_entries(16384, 0);
+
+/// The per-CPU cache in front of `DIRTIERS` (`DirtierSlot`).
+#[map]
+static DIRTY_SLOT: PerCpuArray<DirtierSlot> = PerCpuArray::with_max_entries(1, 0);
+
+#[unsafe(no_mangle)]
+static DIRTIER_MEMBERS: DirtierMembers = DirtierMembers::EMPTY;
+
+/// Layout of `writeback:writeback_dirty_folio` (or `_page`).
+#[unsafe(no_mangle)]
+static DIRTY_FOLIO_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+
+#[inline(always)]
+fn spec(index: usize) -> MemberSpec {
+    // SAFETY: .rodata global, see read::field.
+    unsafe { core::ptr::read_volatile(&DIRTIER_MEMBERS.members[index]) }
+}
+
+#[inline(always)]
+fn scalar(base: *const u8, index: usize) -> i64 {
+    Typed::scalar(base, &DIRTIER_MEMBERS.members[index])
+}
+
+#[inline(always)]
+fn pointer(base: *const u8, index: usize) -> *const u8 {
+    Typed::pointer(base, &DIRTIER_MEMBERS.members[index])
+}
+
+/// Adds `n` to the counter at `p` atomically: several CPUs may dirty the
+/// same inode for the same process at once. The BPF target offers no
+/// Rust atomic read-modify-write (no compare-and-swap), but the
+/// instruction set has had an atomic add (`BPF_XADD`, `lock ... +=`)
+/// since its first release.
+#[inline(always)]
+fn atomic_add(p: *mut u64, n: u64) {
+    // SAFETY: `p` points to an 8-byte aligned u64 inside a map value.
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({p} + 0) += {n}",
+            p = in(reg) p,
+            n = in(reg) n,
+            options(nostack)
+        )
+    };
+}
+
+/// The cgroup the kernel charges the inode's writeback to:
+/// `inode->i_wb->memcg_css->cgroup->kn->id`, 0 when the kernel has no
+/// cgroup writeback (members absent) or the inode no `i_wb` (cgroup
+/// writeback off: `inode_cgwb_enabled()` in include/linux/backing-dev.h).
+#[inline(always)]
+fn owner_cgroup(inode: *const u8) -> u64 {
+    // The verifier walks only the branch the frozen table selects: a load
+    // through an absent member's null would be refused.
+    if spec(dm::INODE_I_WB).present == 0
+        || spec(dm::WB_MEMCG_CSS).present == 0
+        || spec(dm::CSS_CGROUP).present == 0
+        || spec(dm::CGROUP_KN).present == 0
+        || spec(dm::KN_ID).present == 0
+    {
+        return 0;
+    }
+    let wb = pointer(inode, dm::INODE_I_WB);
+    let css = pointer(wb, dm::WB_MEMCG_CSS);
+    let cgroup = pointer(css, dm::CSS_CGROUP);
+    let kn = pointer(cgroup, dm::CGROUP_KN);
+    scalar(kn, dm::KN_ID) as u64
+}
+
+/// Adds `pages` to the current process's count for `key`: in this CPU's
+/// slot while the CPU keeps dirtying the same (inode, process), moving
+/// the slot's pages to `DIRTIERS` when it changes.
+#[inline(always)]
+fn account(key: DirtierKey, pages: u64, owner: impl FnOnce() -> u64) {
+    let Some(slot) = DIRTY_SLOT.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot. The program does not nest on one CPU (the
+    // kernel skips a program that would recurse), so nothing else writes
+    // it meanwhile; userspace only reads it.
+    let slot = unsafe { &mut *slot };
+    if slot.key == key {
+        slot.entry.pages += pages;
+        return;
+    }
+    if slot.entry.pages != 0 {
+        flush(&slot.key, &slot.entry);
+    }
+    // Pages to 0 before the key changes: a concurrent reader may see the
+    // old key without pages (counted at the next read), never the old
+    // pages under the new key.
+    slot.entry.pages = 0;
+    slot.key = key;
+    // SAFETY: plain helper call.
+    slot.entry.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    slot.entry.owner_cgroup_id = owner();
+    slot.entry.pid = bpf_get_current_pid_tgid() as u32;
+    slot.entry.comm = bpf_get_current_comm().unwrap_or_default();
+    slot.entry.pages = pages;
+}
+
+/// Adds a slot's pages to `DIRTIERS`, creating the entry (with the
+/// slot's thread, comm, cgroup and owner) on first sight.
+#[inline(always)]
+fn flush(key: &DirtierKey, pending: &DirtierEntry) {
+    if let Some(e) = DIRTIERS.get_ptr_mut(key) {
+        // SAFETY: a live map value; `pages` is its first field.
+        atomic_add(unsafe { &raw mut (*e).pages }, pending.pages);
+        return;
+    }
+    if DIRTIERS.insert(key, pending, BPF_NOEXIST as u64).is_err() {
+        // Another CPU created it meanwhile: add to theirs.
+        if let Some(e) = DIRTIERS.get_ptr_mut(key) {
+            // SAFETY: as above.
+            atomic_add(unsafe { &raw mut (*e).pages }, pending.pages);
+        }
+    }
+}
+
+/// The in-kernel filters at dirty time: device and inode drop the event;
+/// a process or cgroup filter that matches marks the inode, so that its
+/// writeback passes the filter whoever makes it ([`dirtied_by_filter`]).
+/// Returns false when the event is dropped.
+#[inline(always)]
+fn dirty_filter(dev: u32, ino: u64, tgid: u32) -> bool {
+    // SAFETY: .rodata global, see read::field.
+    let f: Filter = unsafe { core::ptr::read_volatile(&FILTER) };
+    if (f.dev != 0 && dev != 0 && f.dev != dev) || (f.ino != 0 && f.ino != ino) {
+        return false;
+    }
+    if f.tgid != 0 || f.cgroup_id != 0 {
+        let tgid_ok = f.tgid == 0 || f.tgid == tgid;
+        // SAFETY: plain helper call.
+        let cgroup_ok = f.cgroup_id == 0 || f.cgroup_id == unsafe { bpf_get_current_cgroup_id() };
+        if tgid_ok && cgroup_ok {
+            let _ = FILTER_DIRTIED.insert(&InodeKey { ino, dev, _pad: 0 }, &1, 0);
+        }
+    }
+    true
+}
+
+/// Whether the `--pid`/`--cgroup` filter's process or cgroup dirtied pages
+/// of this inode since the trace started (the classic dirty hook does
+/// not know the device: its entries have device 0).
+#[inline(always)]
+pub(crate) fn dirtied_by_filter(dev: u32, ino: u64) -> bool {
+    // SAFETY: values are not read, only their presence.
+    unsafe {
+        FILTER_DIRTIED
+            .get(&InodeKey { ino, dev, _pad: 0 })
+            .is_some()
+            || FILTER_DIRTIED
+                .get(&InodeKey {
+                    ino,
+                    dev: 0,
+                    _pad: 0,
+                })
+                .is_some()
+    }
+}
+
+/// `tp_btf/writeback_dirty_folio`: TP_PROTO(struct folio *folio, struct
+/// address_space *mapping) (include/trace/events/writeback.h), fired by
+/// `folio_account_dirtied()` as the folio's `folio_nr_pages()` pages are
+/// added to NR_FILE_DIRTY.
+#[btf_tracepoint(function = "writeback_dirty_folio")]
+pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
+    let folio = raw_arg(&ctx, 0) as *const u8;
+    let mapping = raw_arg(&ctx, 1) as *const u8;
+    // The verifier types `mapping` as possibly null (the kernel lists
+    // this argument among the nullable tracepoint arguments) and allows
+    // no offset on it before a check.
+    if mapping.is_null() {
+        return 0;
+    }
+    let inode = pointer(mapping, dm::MAPPING_HOST);
+    let sb = pointer(inode, dm::INODE_I_SB);
+    let ino = scalar(inode, dm::INODE_I_INO) as u64;
+    let dev = scalar(sb, dm::SB_S_DEV) as u32;
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !dirty_filter(dev, ino, tgid) {
+        return 0;
+    }
+    // folio_nr_pages(): 1 unless the folio is large (PG_head set), when
+    // the count is in the folio's first tail page.
+    let mut pages = 1u64;
+    if spec(dm::FOLIO_NR_PAGES).present != 0 {
+        // SAFETY: .rodata global, see read::field.
+        let bit = unsafe { core::ptr::read_volatile(&DIRTIER_MEMBERS.pg_head_bit) };
+        let flags = scalar(folio, dm::FOLIO_FLAGS) as u64;
+        if (flags >> (bit & 63)) & 1 != 0 {
+            let n = scalar(folio, dm::FOLIO_NR_PAGES) as u64;
+            // A bound against a surprise: folios are at most
+            // MAX_PAGECACHE_ORDER (PMD order, 512 pages on x86-64) here;
+            // 1 << 18 covers every architecture's PUD order too.
+            if n > 0 && n <= 1 << 18 {
+                pages = n;
+            }
+        }
+    }
+    account(DirtierKey { ino, dev, tgid }, pages, || owner_cgroup(inode));
+    0
+}
+
+/// `writeback:writeback_dirty_folio` (or `writeback_dirty_page`), classic
+/// tracepoint: the inode number only (the record names the bdi, not the
+/// filesystem: device 0) and one page per event (the folio's size is not
+/// in the record).
+#[tracepoint]
+pub fn dirty_folio(ctx: TracePointContext) -> u32 {
+    let ino = field(&ctx, &DIRTY_FOLIO_LAYOUT, dirty_folio::INO) as u64;
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !dirty_filter(0, ino, tgid) {
+        return 0;
+    }
+    account(DirtierKey { ino, dev: 0, tgid }, 1, || 0);
+    0
+}

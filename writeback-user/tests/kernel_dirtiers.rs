@@ -1,0 +1,395 @@
+//! Who dirtied it (issue 15), against the running kernel (root): real
+//! processes dirty files on filesystems made for the test and leave; the
+//! calls that write their pages back, whoever makes them, must name them.
+mod support;
+
+use std::{
+    collections::HashMap,
+    ffi::CString,
+    fs,
+    os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use support::{LoopFs, Tracing, dev_of};
+
+const PAGE: u64 = 4096;
+const MIB: u64 = 1 << 20;
+
+/// The call lines on (dev, ino).
+fn calls_on<'a>(lines: &'a [serde_json::Value], dev: &str, ino: u64) -> Vec<&'a serde_json::Value> {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "call" && l["dev"] == dev && l["ino"] == ino)
+        .collect()
+}
+
+/// Pages charged per (pid, comm) over `calls`.
+fn charged(calls: &[&serde_json::Value]) -> HashMap<(u64, String), u64> {
+    let mut out = HashMap::new();
+    for c in calls {
+        for d in c["dirtiers"].as_array().expect("dirtiers") {
+            let key = (
+                d["pid"].as_u64().unwrap(),
+                d["comm"].as_str().unwrap().to_string(),
+            );
+            *out.entry(key).or_default() += d["pages"].as_u64().unwrap();
+        }
+    }
+    out
+}
+
+/// The sum of an `owners` field over every interval, for one pid.
+fn owner_total(lines: &[serde_json::Value], pid: u64, field: &str) -> u64 {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "interval")
+        .flat_map(|l| l["owners"].as_array().cloned().unwrap_or_default())
+        .filter(|o| o["pid"] == pid)
+        .map(|o| o[field].as_u64().unwrap())
+        .sum()
+}
+
+/// Forks a child that writes `regions` (offset, length) of `path` with
+/// pwrite(2), after a byte arrives on a pipe, and exits without syncing.
+/// Fork, not a program: the dirtier must be one process whose pid the
+/// test knows, and only async-signal-safe calls are made in the child
+/// (the buffer and path are prepared before the fork).
+struct Dirtier {
+    pid: libc::pid_t,
+    go: libc::c_int,
+}
+
+impl Dirtier {
+    fn fork(path: &Path, regions: Vec<(u64, u64)>) -> Dirtier {
+        let buf: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8 + 1).collect();
+        let cpath = CString::new(path.as_os_str().as_bytes()).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: plain syscalls; the child runs only async-signal-safe
+        // calls on memory prepared before the fork, then _exit.
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork");
+            if pid == 0 {
+                let mut b = 0u8;
+                libc::close(fds[1]);
+                if libc::read(fds[0], (&raw mut b).cast(), 1) != 1 {
+                    libc::_exit(2);
+                }
+                let fd = libc::open(cpath.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
+                if fd < 0 {
+                    libc::_exit(3);
+                }
+                for &(offset, len) in &regions {
+                    let mut done = 0;
+                    while done < len {
+                        let n = (len - done).min(MIB) as usize;
+                        let w = libc::pwrite(fd, buf.as_ptr().cast(), n, (offset + done) as i64);
+                        if w <= 0 {
+                            libc::_exit(4);
+                        }
+                        done += w as u64;
+                    }
+                }
+                libc::_exit(0);
+            }
+            libc::close(fds[0]);
+            Dirtier { pid, go: fds[1] }
+        }
+    }
+
+    /// Lets the child write.
+    fn start(&self) {
+        // SAFETY: plain syscalls on our own pipe.
+        unsafe {
+            assert_eq!(libc::write(self.go, [1u8].as_ptr().cast(), 1), 1);
+            libc::close(self.go);
+        }
+    }
+
+    fn wait(&self) {
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe {
+            assert_eq!(libc::waitpid(self.pid, &mut status, 0), self.pid);
+        }
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "dirtier failed: {status}"
+        );
+    }
+}
+
+/// A process dirties 256 MiB with dd and exits without syncing; another
+/// runs `sync`: the calls that wrote the file name dd (its pid, its comm)
+/// for all 65536 pages, and `owners` says dd dirtied 65536 pages that
+/// others wrote.
+#[test]
+fn sync_by_another_process_is_charged_to_the_departed_dirtier() {
+    let fs = LoopFs::new("ext4", 512);
+    let path = fs.path("data");
+    let mount = fs.mountpoint.display().to_string();
+    let trace = Tracing::start(&["--json", "--events", "--device", &mount]);
+    let dd = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", path.display()))
+        .args(["bs=1M", "count=256", "status=none"])
+        .spawn()
+        .expect("dd");
+    let dd_pid = u64::from(dd.id());
+    let out = dd.wait_with_output().expect("dd");
+    assert!(out.status.success());
+    assert!(Command::new("sync").status().expect("sync").success());
+    let ino = fs::metadata(&path).unwrap().ino();
+    let dev = dev_of(&path);
+    let lines = trace.stop(libc::SIGINT);
+
+    let calls = calls_on(&lines, &dev, ino);
+    let pages = 256 * MIB / PAGE;
+    let written: u64 = calls
+        .iter()
+        .map(|c| c["pages_written"].as_u64().unwrap())
+        .sum();
+    assert_eq!(written, pages, "{calls:#?}");
+    assert!(
+        calls.iter().all(|c| c["pid"] != dd_pid),
+        "dd exited before any writeback"
+    );
+    assert_eq!(
+        charged(&calls),
+        HashMap::from([((dd_pid, "dd".to_string()), pages)]),
+        "{calls:#?}"
+    );
+    assert_eq!(owner_total(&lines, dd_pid, "pages_dirtied"), pages);
+    assert_eq!(owner_total(&lines, dd_pid, "pages_written"), pages);
+    assert_eq!(
+        owner_total(&lines, dd_pid, "pages_written_by_others"),
+        pages
+    );
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["lost_records"], 0);
+}
+
+/// Two processes dirty alternate 1 MiB regions of one file, at the same
+/// time, then one `sync`: each is charged its half, within 1%.
+#[test]
+fn alternate_regions_are_charged_half_and_half() {
+    let fs = LoopFs::new("ext4", 512);
+    let path = fs.path("shared");
+    fs::write(&path, b"").unwrap();
+    let mount = fs.mountpoint.display().to_string();
+    let trace = Tracing::start(&["--json", "--events", "--device", &mount]);
+    let regions = |parity: u64| -> Vec<(u64, u64)> {
+        (0..128)
+            .filter(|i| i % 2 == parity)
+            .map(|i| (i * MIB, MIB))
+            .collect()
+    };
+    let a = Dirtier::fork(&path, regions(0));
+    let b = Dirtier::fork(&path, regions(1));
+    a.start();
+    b.start();
+    a.wait();
+    b.wait();
+    assert!(Command::new("sync").status().expect("sync").success());
+    let ino = fs::metadata(&path).unwrap().ino();
+    let dev = dev_of(&path);
+    let lines = trace.stop(libc::SIGINT);
+
+    let calls = calls_on(&lines, &dev, ino);
+    let by_pid: HashMap<u64, u64> = charged(&calls)
+        .into_iter()
+        .map(|((pid, _), pages)| (pid, pages))
+        .collect();
+    let half = 64 * MIB / PAGE;
+    for pid in [a.pid as u64, b.pid as u64] {
+        let got = by_pid.get(&pid).copied().unwrap_or(0);
+        assert!(
+            got.abs_diff(half) * 100 <= half,
+            "pid {pid}: {got} pages, not {half} ± 1%: {by_pid:?}"
+        );
+    }
+    assert_eq!(by_pid.values().sum::<u64>(), 2 * half, "{by_pid:?}");
+}
+
+/// A tracefs instance of our own with `balance_dirty_pages` on, filtered
+/// to one pid's pausing events: the independent count of its pauses.
+/// Removed on drop.
+struct PauseTrace {
+    dir: PathBuf,
+}
+
+impl PauseTrace {
+    fn new(pid: libc::pid_t) -> PauseTrace {
+        let dir = PathBuf::from(format!(
+            "/sys/kernel/tracing/instances/wbscope-test-{}",
+            std::process::id()
+        ));
+        fs::create_dir(&dir).expect("tracefs instance");
+        let event = dir.join("events/writeback/balance_dirty_pages");
+        fs::write(
+            event.join("filter"),
+            format!("pause > 0 && common_pid == {pid}"),
+        )
+        .expect("filter");
+        fs::write(event.join("enable"), "1").expect("enable");
+        PauseTrace { dir }
+    }
+
+    /// (pausing events, sum of `pause` in ms).
+    fn pauses(&self) -> (u64, u64) {
+        let text = fs::read_to_string(self.dir.join("trace")).expect("trace");
+        let mut out = (0, 0);
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let pause = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("pause="))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no pause in {line}"));
+            out.0 += 1;
+            out.1 += pause;
+        }
+        out
+    }
+}
+
+impl Drop for PauseTrace {
+    fn drop(&mut self) {
+        let event = self.dir.join("events/writeback/balance_dirty_pages");
+        let _ = fs::write(event.join("enable"), "0");
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Whether ext4 still holds delayed-allocation extents for `path`: pages
+/// dirtied and not yet given blocks, which only writeback does
+/// (`FIEMAP_EXTENT_DELALLOC`, include/uapi/linux/fiemap.h). An
+/// independent "all written" for the flusher test: none left means every
+/// writepages call that wrote the file has mapped its pages.
+fn has_delalloc(path: &Path) -> bool {
+    const EXTENTS: usize = 64;
+    /// `struct fiemap` followed by its extent array (56 bytes each).
+    #[repr(C)]
+    struct Fiemap {
+        start: u64,
+        length: u64,
+        flags: u32,
+        mapped: u32,
+        count: u32,
+        reserved: u32,
+        extents: [[u64; 7]; EXTENTS],
+    }
+    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+    const FIEMAP_EXTENT_DELALLOC: u64 = 0x4;
+    let file = fs::File::open(path).expect("open");
+    let mut map = Fiemap {
+        start: 0,
+        length: u64::MAX,
+        flags: 0,
+        mapped: 0,
+        count: EXTENTS as u32,
+        reserved: 0,
+        extents: [[0; 7]; EXTENTS],
+    };
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: FS_IOC_FIEMAP on our own file with a buffer of `count`
+    // extents.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_FIEMAP, &raw mut map) };
+    assert_eq!(r, 0, "FIEMAP");
+    // fe_flags is the low half of the sixth u64 (after fe_reserved64[2]).
+    map.extents[..map.mapped as usize]
+        .iter()
+        .any(|e| e[5] & 0xffff_ffff & FIEMAP_EXTENT_DELALLOC != 0)
+}
+
+/// A process writes 64 MiB to a filesystem whose dirty cache is capped
+/// at 8 MiB and exits: the flusher writes its pages (background
+/// threshold, then expiry), and every page it wrote is charged to the
+/// process, which `owners` shows throttled exactly as often and as long
+/// as the `balance_dirty_pages` tracepoint says.
+#[test]
+fn flusher_writeback_and_throttling_are_charged_to_the_dirtier() {
+    let mut fs = LoopFs::new("ext4", 512);
+    fs.scratch().limit_dirty(8 * MIB).expect("bdi limit");
+    let path = fs.path("capped");
+    let mount = fs.mountpoint.display().to_string();
+    let trace = Tracing::start(&["--json", "--events", "--device", &mount]);
+    let size = 64 * MIB;
+    let child = Dirtier::fork(&path, vec![(0, size)]);
+    let pauses = PauseTrace::new(child.pid);
+    child.start();
+    child.wait();
+    // The flusher alone: no sync. Pages left under the background
+    // threshold go at dirty_expire_centisecs (30 s by default) plus a
+    // periodic wakeup (5 s).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while has_delalloc(&path) {
+        assert!(Instant::now() < deadline, "the flusher did not write it");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The last call's record reaches userspace within a drain (100 ms).
+    std::thread::sleep(Duration::from_secs(1));
+    let ino = fs::metadata(&path).unwrap().ino();
+    let dev = dev_of(&path);
+    let lines = trace.stop(libc::SIGINT);
+    let (events, pause_ms) = pauses.pauses();
+
+    let pid = child.pid as u64;
+    let calls = calls_on(&lines, &dev, ino);
+    let pages = size / PAGE;
+    let written: u64 = calls
+        .iter()
+        .map(|c| c["pages_written"].as_u64().unwrap())
+        .sum();
+    assert_eq!(written, pages, "{calls:#?}");
+    assert!(
+        calls
+            .iter()
+            .all(|c| c["pid"] != pid && !c["work_reason"].is_null()),
+        "only the flusher wrote: {calls:#?}"
+    );
+    let by_pid: HashMap<u64, u64> = charged(&calls)
+        .into_iter()
+        .map(|((pid, _), pages)| (pid, pages))
+        .collect();
+    assert_eq!(by_pid, HashMap::from([(pid, pages)]), "{calls:#?}");
+    assert_eq!(owner_total(&lines, pid, "pages_dirtied"), pages);
+    assert_eq!(owner_total(&lines, pid, "pages_written_by_flusher"), pages);
+    assert!(events > 0, "an 8 MiB cap must throttle a 64 MiB writer");
+    assert_eq!(owner_total(&lines, pid, "throttle_pauses"), events);
+    assert_eq!(owner_total(&lines, pid, "throttle_pause_ms"), pause_ms);
+}
+
+/// `--pid P` keeps the calls that write the pages P dirtied, though the
+/// flusher or someone's sync makes them, and drops the others.
+#[test]
+fn pid_filter_keeps_the_writeback_of_pages_the_process_dirtied() {
+    let fs = LoopFs::new("ext4", 256);
+    let path = fs.path("mine");
+    let other = fs.path("not-mine");
+    let child = Dirtier::fork(&path, vec![(0, 16 * MIB)]);
+    let pid = child.pid.to_string();
+    let trace = Tracing::start(&["--json", "--events", "--pid", &pid]);
+    child.start();
+    child.wait();
+    fs::write(&other, vec![1u8; MIB as usize]).unwrap();
+    assert!(Command::new("sync").status().expect("sync").success());
+    let (ino, other_ino) = (
+        fs::metadata(&path).unwrap().ino(),
+        fs::metadata(&other).unwrap().ino(),
+    );
+    let dev = dev_of(&path);
+    let lines = trace.stop(libc::SIGINT);
+
+    let calls = calls_on(&lines, &dev, ino);
+    let written: u64 = calls
+        .iter()
+        .map(|c| c["pages_written"].as_u64().unwrap())
+        .sum();
+    assert_eq!(written, 16 * MIB / PAGE, "{lines:#?}");
+    assert!(calls.iter().all(|c| c["pid"] != child.pid as u64));
+    assert!(calls_on(&lines, &dev, other_ino).is_empty());
+}
