@@ -1,0 +1,128 @@
+//! Who dirtied it: dirty-time aggregation per (inode, process), read by
+//! userspace to charge each writeback call's pages to the processes that
+//! dirtied them.
+use crate::MemberSpec;
+
+/// Key of the `DIRTIERS` map: one process's dirtying of one inode.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DirtierKey {
+    pub ino: u64,
+    /// Kernel `dev_t` of the inode's filesystem (`inode->i_sb->s_dev`),
+    /// or 0 when the hook cannot see it (the classic tracepoint names the
+    /// bdi, not the filesystem).
+    pub dev: u32,
+    /// Process (thread group) id of the dirtier.
+    pub tgid: u32,
+}
+
+/// Value of the `DIRTIERS` map. `pages` only grows (atomic adds), from
+/// the entry's creation on; the rest is taken when the entry is created.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirtierEntry {
+    /// Pages that went from clean to dirty (`folio_nr_pages()` per
+    /// `writeback_dirty_folio` event).
+    pub pages: u64,
+    /// cgroup v2 id of the dirtier (`bpf_get_current_cgroup_id()`).
+    pub cgroup_id: u64,
+    /// cgroup id of the memcg the kernel charges the inode's writeback to
+    /// (`inode->i_wb->memcg_css->cgroup->kn->id`); 0 without cgroup
+    /// writeback (no `i_wb`).
+    pub owner_cgroup_id: u64,
+    /// Thread id of the first dirtying thread.
+    pub pid: u32,
+    pub _pad: u32,
+    pub comm: [u8; 16],
+}
+
+/// The dirty-time program's per-CPU cache (`DIRTY_SLOT`): the last
+/// (inode, process) this CPU dirtied and its pages not yet added to
+/// `DIRTIERS` (`entry.pages`). A run of dirtying by one process of one
+/// file, the common case, then costs an array lookup per folio instead of
+/// a hash lookup; the pages move to `DIRTIERS` when the CPU dirties
+/// another (inode, process). Userspace adds both.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirtierSlot {
+    pub key: DirtierKey,
+    pub entry: DirtierEntry,
+}
+
+/// Key of `FILTER_DIRTIED`: an inode the `--pid`/`--cgroup` filter's
+/// process or cgroup dirtied, whose writeback calls are kept whoever
+/// makes them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct InodeKey {
+    pub ino: u64,
+    pub dev: u32,
+    pub _pad: u32,
+}
+
+/// What the BTF dirty-time program reads, resolved from the kernel's BTF
+/// apart from [`KernelMembers`] (indexed by [`dirtier_members`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirtierMembers {
+    pub members: [MemberSpec; 12],
+    /// Bit of `PG_head` in the folio's flags (`enum pageflags`): set on a
+    /// large folio, whose `_nr_pages` is then valid.
+    pub pg_head_bit: u32,
+    pub _pad: u32,
+}
+
+impl DirtierMembers {
+    pub const EMPTY: DirtierMembers = DirtierMembers {
+        members: [MemberSpec::ABSENT; 12],
+        pg_head_bit: 0,
+        _pad: 0,
+    };
+}
+
+/// [`DirtierMembers`] slots, with the `(struct, member paths tried in
+/// order, required)` of each in [`dirtier_members::PATHS`].
+pub mod dirtier_members {
+    pub const FOLIO_FLAGS: usize = 0;
+    pub const FOLIO_NR_PAGES: usize = 1;
+    pub const MAPPING_HOST: usize = 2;
+    pub const INODE_I_INO: usize = 3;
+    pub const INODE_I_SB: usize = 4;
+    pub const SB_S_DEV: usize = 5;
+    pub const INODE_I_WB: usize = 6;
+    pub const WB_MEMCG_CSS: usize = 7;
+    pub const CSS_CGROUP: usize = 8;
+    pub const CGROUP_KN: usize = 9;
+    pub const KN_ID: usize = 10;
+    /// Sources: include/linux/mm_types.h (struct folio: `flags` became a
+    /// `memdesc_flags_t` holding `f` in 6.18; the page count of a large
+    /// folio is `_nr_pages` from 6.15, `_folio_nr_pages` on 64-bit before,
+    /// what `folio_nr_pages()` returns), include/linux/fs.h (address_space,
+    /// inode, super_block), include/linux/backing-dev-defs.h
+    /// (bdi_writeback.memcg_css, with CONFIG_CGROUP_WRITEBACK),
+    /// include/linux/cgroup-defs.h and kernfs.h (the cgroup id is its
+    /// kernfs node's id, what `bpf_get_current_cgroup_id()` returns).
+    pub const PATHS: [(&str, &[&str], bool); 11] = [
+        ("folio", &["flags.f", "flags"], true),
+        ("folio", &["_nr_pages", "_folio_nr_pages"], false),
+        ("address_space", &["host"], true),
+        ("inode", &["i_ino"], true),
+        ("inode", &["i_sb"], true),
+        ("super_block", &["s_dev"], true),
+        ("inode", &["i_wb"], false),
+        ("bdi_writeback", &["memcg_css"], false),
+        ("cgroup_subsys_state", &["cgroup"], false),
+        ("cgroup", &["kn"], false),
+        ("kernfs_node", &["id"], false),
+    ];
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: #[repr(C)] structs of plain integers with explicit padding.
+    unsafe impl aya::Pod for super::DirtierKey {}
+    unsafe impl aya::Pod for super::DirtierEntry {}
+    unsafe impl aya::Pod for super::DirtierSlot {}
+    unsafe impl aya::Pod for super::InodeKey {}
+    unsafe impl aya::Pod for super::DirtierMembers {}
+}
