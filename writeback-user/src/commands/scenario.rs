@@ -308,7 +308,14 @@ async fn concurrent(
     fss: &[&ScratchFs],
     cfgs: Vec<WriterConfig>,
 ) -> anyhow::Result<Vec<(Report, KernelFigures)>> {
-    let writers: Vec<Writer> = cfgs.into_iter().map(Writer::new).collect();
+    let writers: Vec<Writer> = cfgs
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let meter = traced.meter(i, c.spec().jobs);
+            Writer::new(c).with_observer(meter)
+        })
+        .collect();
     let lives: Vec<Arc<LiveTunables>> = writers.iter().map(Writer::tunables).collect();
     let dirs: Vec<_> = fss.iter().map(|f| f.mountpoint().to_path_buf()).collect();
     let groups: Vec<_> = fss.iter().map(|f| vec![dev_id(f)]).collect();
@@ -438,7 +445,8 @@ async fn sync_after_write(
         strategy: Strategy::Buffered,
         ..WriterSpec::default()
     })?;
-    let writer = Writer::new(cfg);
+    let meter = traced.meter(0, cfg.spec().jobs);
+    let writer = Writer::new(cfg).with_observer(meter);
     let live = writer.tunables();
     let (result, mut kernel) = traced
         .window(

@@ -7,6 +7,7 @@ pub mod interval;
 pub mod kernel;
 pub mod plan;
 pub mod record;
+pub mod timeline;
 pub mod window;
 
 pub(crate) use histogram::Log2Histogram;

@@ -10,6 +10,7 @@ use writer_core::Report;
 use crate::{
     model::interval::{Bucket, CallAggregate, InodePassCounts, IntervalLine},
     model::kernel::KernelSnapshot,
+    model::timeline::{Timeline, WriterChunks},
     model::{CallRecord, DevId},
     sys::page_size,
 };
@@ -81,6 +82,12 @@ pub(crate) struct KernelFigures {
     /// /proc/vmstat `nr_written` delta (pages, system-wide).
     pub(crate) vmstat_written_pages: u64,
     pub(crate) lost_records: u64,
+    /// The window over time, in bins of 100 ms or more (the report's
+    /// time axis).
+    pub(crate) timeline: Timeline,
+    /// The writer's write and sync call sizes; null for windows without
+    /// a metered writer.
+    pub(crate) writer_chunks: Option<WriterChunks>,
 }
 
 /// Inode passes on a run's devices: the counts, and the log2 buckets
@@ -205,6 +212,8 @@ impl KernelFigures {
             device_request_bytes: request_bytes,
             vmstat_written_pages: line.dirty.vmstat_written_delta,
             lost_records: line.lost_records,
+            timeline: Timeline::default(),
+            writer_chunks: None,
         }
     }
 }
