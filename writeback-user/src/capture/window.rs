@@ -26,7 +26,7 @@ use crate::{
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookKind},
     model::timeline::{TICK_S, Timeline},
-    model::window::KernelFigures,
+    model::window::{KernelFigures, RunContext},
     model::{CallRecord, DevId},
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
@@ -71,6 +71,24 @@ impl Traced {
             collector,
             meters: Vec::new(),
         })
+    }
+
+    /// Where and how this command runs, with the probe plan in force:
+    /// the `context` of its JSON document and report.
+    pub(crate) fn context(&self) -> RunContext {
+        RunContext {
+            host: crate::sys::hostname(),
+            kernel: crate::sys::kernel_release(),
+            command: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" "),
+            wbscope_version: env!("CARGO_PKG_VERSION").to_string(),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            probes: Some(self.tracer.plan.clone()),
+        }
     }
 
     /// A meter for a writer of `jobs` jobs whose work the next window

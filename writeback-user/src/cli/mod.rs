@@ -9,10 +9,12 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 
 mod compare;
+mod report;
 mod scenario;
 mod write;
 
 pub(crate) use compare::CompareArgs;
+pub(crate) use report::ReportArgs;
 pub(crate) use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
 pub(crate) use write::WriteArgs;
 
@@ -108,6 +110,9 @@ Examples:
     /// A classic writeback experiment on its own loop-mounted filesystems,
     /// removed afterwards whatever happens (root).
     Scenario(ScenarioArgs),
+    /// One self-contained HTML page of a recording or of a compare/
+    /// scenario JSON document: the writer and the kernel on one time axis.
+    Report(ReportArgs),
 }
 
 #[derive(Debug, Args)]

@@ -121,6 +121,7 @@ impl TimeBin {
             .or_default() += pages;
     }
 
+    #[cfg(test)]
     pub(crate) fn pages_written(&self) -> u64 {
         self.pages_written_by_cause.values().sum()
     }

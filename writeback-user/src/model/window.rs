@@ -218,6 +218,21 @@ impl KernelFigures {
     }
 }
 
+/// Where and how a compare/scenario document was made: its `context`,
+/// which a report shows in its header.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct RunContext {
+    pub(crate) host: String,
+    pub(crate) kernel: String,
+    /// The command line, arguments joined by spaces.
+    pub(crate) command: String,
+    pub(crate) wbscope_version: String,
+    pub(crate) started_unix_s: u64,
+    /// The probe plan in force (`wbscope probes --json`).
+    pub(crate) probes: Option<crate::model::plan::ProbePlan>,
+}
+
 /// One strategy's run: the writer's report and the kernel's figures.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Run {
