@@ -169,7 +169,9 @@ impl Timeline {
 
     /// Notes that the timeline covers `t_s` seconds (its bins reach it).
     pub(crate) fn extend_to(&mut self, t_s: f64) {
-        self.at(t_s);
+        // A bin starting exactly at the end would cover nothing.
+        self.at(t_s - 1e-9);
+        self.span_s = self.span_s.max(t_s);
     }
 
     /// Merges neighbouring bins in pairs; the bin length doubles.

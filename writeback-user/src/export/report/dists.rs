@@ -360,9 +360,14 @@ fn scan_panel(d: &ReportData) -> Drawn {
     }
 }
 
+/// The panels below the time axis, drawn, with their label boxes.
+pub(crate) fn dist_drawn(d: &ReportData) -> Vec<Drawn> {
+    vec![chunks_panel(d), passes_panel(d), scan_panel(d)]
+}
+
 /// The panels below the time axis, each a standalone `<svg>`.
 pub(crate) fn dist_panels(d: &ReportData) -> Vec<String> {
-    [chunks_panel(d), passes_panel(d), scan_panel(d)]
+    dist_drawn(d)
         .into_iter()
         .map(|p| {
             let empty = p
@@ -387,6 +392,6 @@ mod tests {
         let b = |lo: u64, hi: u64, count| Bucket { lo, hi, count };
         let pages = bytes_to_pages(&[b(1, 1, 2), b(8 << 20, (16 << 20) - 1, 3)], 4096);
         assert_eq!(pages, vec![b(1, 1, 2), b(2048, 4095, 3)]);
-        assert_eq!(fit("srf-pipelined", 50.0, 10.0), "srf-p..");
+        assert_eq!(fit("srf-pipelined", 50.0, 10.0), "srf-pi..");
     }
 }

@@ -444,10 +444,15 @@ fn bin_len(s: &Segment, i: usize) -> f64 {
 
 /// Draws the time panels; each is a standalone `<svg>`.
 pub(crate) fn time_panels(d: &ReportData) -> Vec<String> {
+    time_drawn(d).into_iter().map(Drawn::finish_panel).collect()
+}
+
+/// The time panels, drawn, with their label boxes.
+pub(crate) fn time_drawn(d: &ReportData) -> Vec<Drawn> {
     let layout = x_layout(&d.segments, LEFT, WIDTH - RIGHT);
     specs(d)
         .into_iter()
-        .map(|spec| draw(d, &layout, spec).finish_panel())
+        .map(|spec| draw(d, &layout, spec))
         .collect()
 }
 
@@ -507,7 +512,8 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
     };
     all.extend(band.iter().flatten().map(|b| b.2));
     let points = all.len();
-    let notes_h = (spec.notes.len() + d.segments.len() + 1) as f64 * 15.0;
+    // Room for every possible note; cut to what was drawn at the end.
+    let notes_h = (spec.notes.len() + 2 * d.segments.len() + 1) as f64 * 15.0;
     let height = PLOT_TOP + PLOT_H + 40.0 + notes_h;
     let mut c = Canvas::new(WIDTH, height);
     let (plot_l, plot_r) = (LEFT, WIDTH - RIGHT);
@@ -608,6 +614,7 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
         ny += 15.0;
         c.text(note, plot_l, ny, NOTE_SIZE, Anchor::Start, MUTED);
     }
+    c.height = ny + 10.0;
     Drawn {
         canvas: c,
         id: spec.id,

@@ -72,6 +72,10 @@ pub(crate) const STYLES: [Style; 6] = [
     },
 ];
 
+/// Least room between two labels on a line, px: "0.4" and "0.0" of two
+/// runs side by side must not read as "0.40.0".
+pub(crate) const LABEL_GAP: f64 = 5.0;
+
 /// A text label's box, in the canvas's pixels.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct TextBox {
@@ -165,13 +169,19 @@ impl Canvas {
         }
     }
 
-    /// Whether `b` is free (no label there yet) and inside the canvas.
+    /// Whether `b` is free (no label within [`LABEL_GAP`] of it) and
+    /// inside the canvas.
     pub(crate) fn fits(&self, b: &TextBox) -> bool {
+        let padded = TextBox {
+            x0: b.x0 - LABEL_GAP,
+            x1: b.x1 + LABEL_GAP,
+            ..*b
+        };
         b.x0 >= 0.0
             && b.y0 >= 0.0
             && b.x1 <= self.width
             && b.y1 <= self.height
-            && !self.boxes.iter().any(|o| o.overlaps(b))
+            && !self.boxes.iter().any(|o| o.overlaps(&padded))
     }
 
     /// Draws `text` unless it would overlap a label already drawn or
