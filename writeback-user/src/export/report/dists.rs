@@ -102,7 +102,6 @@ fn histogram_panel(
         let yb = y0 + CELL_PLOT_H;
         let name = fit(&seg.name, x1 - x0, NOTE);
         c.text(&name, x0, y0 - 6.0, NOTE, Anchor::Start, INK);
-        c.rect(x0.round() + 0.5, y0 + 0.5, (x1 - x0).round() - 1.0, CELL_PLOT_H, "none", FRAME);
         c.text("%", x0 - 6.0, y0 + 4.0, TICK, Anchor::End, INK);
         let yt = ticks(0.0, y_hi, 4);
         let step = yt.get(1).copied().unwrap_or(y_hi);
@@ -131,6 +130,8 @@ fn histogram_panel(
                 ));
             }
         }
+        // The frame over the bars.
+        c.rect(x0.round() + 0.5, y0 + 0.5, (x1 - x0).round() - 1.0, CELL_PLOT_H, "none", FRAME);
         // Bucket labels, every m-th so that they cannot touch.
         let widest = (kmin..=kmax)
             .map(|k| text_width(&Log2Histogram::bucket_label(k), TICK))
@@ -319,7 +320,6 @@ fn scan_panel(d: &ReportData) -> Drawn {
     let step = yt.get(1).copied().unwrap_or(hi);
     let hi = (hi / step).ceil() * step;
     let yb = plot_top + plot_h;
-    c.rect(x0.round() + 0.5, plot_top + 0.5, (x1 - x0).round() - 1.0, plot_h, "none", FRAME);
     c.text("pages", x0 - 8.0, plot_top - 8.0, TICK, Anchor::End, INK);
     for v in &yt {
         let y = yb - plot_h * v / hi;
@@ -346,6 +346,7 @@ fn scan_panel(d: &ReportData) -> Drawn {
         let name = fit(&s.name, slot - 6.0, TICK);
         c.text(&name, cx, yb + 14.0, TICK, Anchor::Middle, INK);
     }
+    c.rect(x0.round() + 0.5, plot_top + 0.5, (x1 - x0).round() - 1.0, plot_h, "none", FRAME);
     let mut ny = yb + 14.0 + 15.0;
     for note in &notes {
         c.text(note, 8.0, ny, NOTE, Anchor::Start, MUTED);

@@ -545,7 +545,6 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
     let mut key = Vec::new();
     let mut empty_notes = Vec::new();
     for (i, (s, &(x0, x1))) in d.segments.iter().zip(&layout.spans).enumerate() {
-        c.rect(x0.round() + 0.5, PLOT_TOP + 0.5, (x1 - x0).round() - 1.0, PLOT_H, "none", FRAME);
         if d.segments.len() > 1 || !d.recording {
             let name_y = PLOT_TOP - 6.0;
             let fits = text_width(&s.name, NOTE_SIZE) <= x1 - x0 - 4.0;
@@ -596,6 +595,10 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
                 pts.iter().map(|p| p.map(|(x, v)| (x, to_y(v)))).collect();
             c.series(&pts, series.style, 1.8);
         }
+    }
+    // Frames last: over the data, so a series at zero does not hide them.
+    for &(x0, x1) in &layout.spans {
+        c.rect(x0.round() + 0.5, PLOT_TOP + 0.5, (x1 - x0).round() - 1.0, PLOT_H, "none", FRAME);
     }
     let empty = (points == 0).then(|| spec.empty.clone());
     if let Some(e) = &empty {
