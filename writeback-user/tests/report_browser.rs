@@ -175,7 +175,11 @@ fn chromium_shows_every_panel_with_data_and_logs_no_error() {
         .arg(&page)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let png = dir.path().join("shot.png");
     let profile = dir.path().join("profile");
     let log = screenshot(&page, &png, &profile);
@@ -206,7 +210,10 @@ fn chromium_shows_every_panel_with_data_and_logs_no_error() {
         // The O_DIRECT run makes no writepages calls (kernel panel, row 1)
         // and has no scan; every other run shows data in every time panel.
         if i < 6 && i != 1 {
-            assert!(per_frame.iter().all(|&n| n > 10), "panel {i}: {per_frame:?}");
+            assert!(
+                per_frame.iter().all(|&n| n > 10),
+                "panel {i}: {per_frame:?}"
+            );
         }
     }
     // The page's own words for the empty run are on it.

@@ -212,9 +212,10 @@ fn place(
     let t = call_time_s(c, mono0, read_s);
     for (timeline, g) in timelines.iter_mut().zip(groups) {
         if g.contains(&c.dev) {
-            timeline
-                .at(t)
-                .add_call(crate::model::cause_name(c.cause), c.pages_written.max(0) as u64);
+            timeline.at(t).add_call(
+                crate::model::cause_name(c.cause),
+                c.pages_written.max(0) as u64,
+            );
         }
     }
 }

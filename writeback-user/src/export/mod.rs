@@ -1,7 +1,7 @@
 //! Output formats of the tracer.
 pub mod json_lines;
 pub mod plot;
-pub mod report;
 pub mod prometheus;
+pub mod report;
 pub mod table;
 pub mod text;

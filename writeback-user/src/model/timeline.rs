@@ -73,7 +73,10 @@ impl TimeBin {
         }
         self.pages_dirtied += o.pages_dirtied;
         for (cause, pages) in &o.pages_written_by_cause {
-            *self.pages_written_by_cause.entry(cause.clone()).or_default() += pages;
+            *self
+                .pages_written_by_cause
+                .entry(cause.clone())
+                .or_default() += pages;
         }
         self.calls += o.calls;
         add_level(&mut self.dirty_pages, o.dirty_pages, u64::max);
@@ -84,7 +87,11 @@ impl TimeBin {
             o.background_threshold_pages,
             |_, b| b,
         );
-        add_level(&mut self.dirty_threshold_pages, o.dirty_threshold_pages, |_, b| b);
+        add_level(
+            &mut self.dirty_threshold_pages,
+            o.dirty_threshold_pages,
+            |_, b| b,
+        );
         self.throttle_pauses += o.throttle_pauses;
         self.throttle_pause_ms += o.throttle_pause_ms;
         self.request_latency_ns = merge_buckets(&self.request_latency_ns, &o.request_latency_ns);

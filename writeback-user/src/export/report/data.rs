@@ -2,21 +2,19 @@
 //! by frame: memory is bounded by the timeline's bins, whatever the
 //! recording's length) or a `compare`/`scenario` JSON document (the runs
 //! `model::window::Run` serialises, each with its timeline).
-use std::{io::Read, path::Path};
+use std::path::Path;
 
-use anyhow::Context as _;
 use serde::Deserialize;
 
 use crate::{
     UsageError,
     model::{
-        Log2Histogram, cause_name,
+        CallRecord, Log2Histogram, cause_name,
         interval::{Bucket, InodePassCounts, IntervalLine, histogram_buckets},
         plan::ProbePlan,
         timeline::{TICK_S, Timeline, WriterChunks},
         window::RunContext,
     },
-    recording::reader::{Frame, RecordingReader},
 };
 
 /// Everything a report shows.
@@ -137,22 +135,9 @@ pub(crate) fn utc(unix_s: u64) -> String {
     )
 }
 
-/// Reads a report's input: a recording (by its magic) or a JSON document.
-pub(crate) fn read_input(path: &Path) -> anyhow::Result<ReportData> {
-    let mut f = std::fs::File::open(path)
-        .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
-    let mut magic = [0u8; 8];
-    let got = f.read(&mut magic).unwrap_or(0);
-    drop(f);
-    if got == 8 && &magic == crate::recording::MAGIC {
-        let open = || {
-            std::fs::File::open(path)
-                .map(std::io::BufReader::new)
-                .with_context(|| format!("opening {}", path.display()))
-        };
-        let interval = first_interval(open()?);
-        return from_recording(open()?, interval, &path.display().to_string());
-    }
+/// Reads a `compare`/`scenario` JSON document (recordings are read by
+/// `commands::report`, which feeds a [`RecordingFeed`]).
+pub(crate) fn read_json(path: &Path) -> anyhow::Result<ReportData> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         UsageError(format!(
             "{}: neither a recording nor a JSON document ({e})",
@@ -203,7 +188,10 @@ fn from_runs(doc: &DocView, ctx: RunContext, what: String, source: &str) -> Repo
                 calls: k.calls,
                 pages_per_call: k.pages_per_call_hist.clone(),
                 writer_chunks: k.writer_chunks.clone(),
-                pass_budgets: k.inode_pass.as_ref().map(|p| p.pages_asked_per_pass.clone()),
+                pass_budgets: k
+                    .inode_pass
+                    .as_ref()
+                    .map(|p| p.pages_asked_per_pass.clone()),
                 pass_written: k.inode_pass.as_ref().map(|p| p.pages_per_pass.clone()),
                 pass_unbounded: k
                     .inode_pass
@@ -244,132 +232,165 @@ fn from_runs(doc: &DocView, ctx: RunContext, what: String, source: &str) -> Repo
     }
 }
 
-/// The interval of a recording's first interval line (seconds): a first
-/// pass reads up to it, so that the bins are the recording's intervals
-/// from the start.
-pub(crate) fn first_interval(src: impl Read) -> Option<f64> {
-    let reader = RecordingReader::open(src).ok()?;
-    for frame in reader {
-        if let Frame::Interval(v) = frame {
-            return v.get("interval_s").and_then(serde_json::Value::as_f64);
-        }
-    }
-    None
+/// What a recording's header says, as the report shows it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RecordingFacts {
+    pub(crate) host: String,
+    pub(crate) kernel: String,
+    pub(crate) wbscope_version: String,
+    pub(crate) start_unix_ns: u64,
+    /// CLOCK_MONOTONIC at the start: the calls' clock.
+    pub(crate) start_monotonic_ns: u64,
+    pub(crate) probe_plan: serde_json::Value,
+    pub(crate) filter: serde_json::Value,
 }
 
-/// A recording, streamed: calls placed where they ended, interval lines
-/// where they were taken, in bins of the recording's interval (`--interval`
-/// of `record`: 1 s by default, 100 ms at the finest); distributions
-/// added up as they go.
-pub(crate) fn from_recording(
-    src: impl Read,
-    interval_s: Option<f64>,
-    source: &str,
-) -> anyhow::Result<ReportData> {
-    let mut reader = RecordingReader::open(src)
-        .map_err(|e| UsageError(format!("{source}: {e}")))?;
-    let header = reader.header.clone();
-    let start_ns = header.start_monotonic_ns;
-    let mut timeline = Timeline::new(interval_s.unwrap_or(TICK_S));
-    let mut per_call = Log2Histogram::default();
-    let (mut calls, mut scan_bytes, mut scan_pages) = (0u64, 0u64, 0u64);
-    let mut passes: Option<InodePassCounts> = None;
-    let mut last_s = 0.0f64;
-    let mut summary_s = None;
-    let mut bad_lines = 0u64;
-    let page = crate::sys::page_size();
-    for frame in reader.by_ref() {
-        match frame {
-            Frame::Call(c) => {
-                let t = if c.start_ns == 0 {
-                    last_s
-                } else {
-                    (c.start_ns + c.duration_ns).saturating_sub(start_ns) as f64 / 1e9
-                };
-                last_s = last_s.max(t);
-                let pages = c.pages_written.max(0) as u64;
-                timeline.at(t).add_call(cause_name(c.cause), pages);
-                calls += 1;
-                per_call.record(pages);
-                if let Some(s) = &c.scan {
-                    scan_bytes += s.bytes;
-                    scan_pages += pages;
-                }
-            }
-            Frame::Interval(v) => {
-                let Ok(line) = serde_json::from_value::<IntervalLine>(v) else {
-                    bad_lines += 1;
-                    continue;
-                };
-                // Bins no shorter than the recording's interval (it may
-                // change mid-way in a recording assembled from several).
-                timeline.coarsen_to(line.interval_s);
-                let mid = line.time_s - line.interval_s / 2.0;
-                timeline.at(mid).add_interval(&line, |_| true);
-                timeline.extend_to(line.time_s);
-                last_s = last_s.max(line.time_s);
-                for d in &line.inode_passes_by_device {
-                    passes.get_or_insert_with(Default::default).merge(&d.counts);
-                }
-            }
-            Frame::Summary(v) => {
-                summary_s = v.get("duration_s").and_then(serde_json::Value::as_f64);
-            }
+/// A recording's frames, fed one at a time (`commands::report` streams
+/// them from the file): calls placed where they ended, interval lines
+/// where they were taken, in bins of the recording's interval
+/// (`record --interval`: 1 s by default, 100 ms at the finest);
+/// distributions added up as they go. Memory: the bins, bounded.
+pub(crate) struct RecordingFeed {
+    facts: RecordingFacts,
+    timeline: Timeline,
+    per_call: Log2Histogram,
+    calls: u64,
+    scan_bytes: u64,
+    scan_pages: u64,
+    passes: Option<InodePassCounts>,
+    last_s: f64,
+    summary_s: Option<f64>,
+    bad_lines: u64,
+}
+
+impl RecordingFeed {
+    /// `interval_s`: the recording's first interval (a first pass finds
+    /// it), so that the bins are its intervals from the start.
+    pub(crate) fn new(facts: RecordingFacts, interval_s: Option<f64>) -> RecordingFeed {
+        RecordingFeed {
+            facts,
+            timeline: Timeline::new(interval_s.unwrap_or(TICK_S)),
+            per_call: Log2Histogram::default(),
+            calls: 0,
+            scan_bytes: 0,
+            scan_pages: 0,
+            passes: None,
+            last_s: 0.0,
+            summary_s: None,
+            bad_lines: 0,
         }
     }
-    let span = summary_s.unwrap_or(0.0).max(last_s);
-    timeline.extend_to(span);
-    timeline.span_s = span;
-    let mut warnings: Vec<String> = reader.damage.iter().map(ToString::to_string).collect();
-    if reader.damage_not_kept > 0 {
-        warnings.push(format!(
-            "{} more damaged regions not listed",
-            reader.damage_not_kept
-        ));
+
+    pub(crate) fn call(&mut self, c: &CallRecord) {
+        let t = if c.start_ns == 0 {
+            self.last_s
+        } else {
+            (c.start_ns + c.duration_ns).saturating_sub(self.facts.start_monotonic_ns) as f64 / 1e9
+        };
+        self.last_s = self.last_s.max(t);
+        let pages = c.pages_written.max(0) as u64;
+        self.timeline.at(t).add_call(cause_name(c.cause), pages);
+        self.calls += 1;
+        self.per_call.record(pages);
+        if let Some(s) = &c.scan {
+            self.scan_bytes += s.bytes;
+            self.scan_pages += pages;
+        }
     }
-    if bad_lines > 0 {
-        warnings.push(format!("{bad_lines} interval frames not understood, left out"));
+
+    pub(crate) fn interval(&mut self, v: serde_json::Value) {
+        let Ok(line) = serde_json::from_value::<IntervalLine>(v) else {
+            self.bad_lines += 1;
+            return;
+        };
+        // Bins no shorter than the recording's interval (it may change
+        // mid-way in a recording assembled from several).
+        self.timeline.coarsen_to(line.interval_s);
+        let mid = line.time_s - line.interval_s / 2.0;
+        self.timeline.at(mid).add_interval(&line, |_| true);
+        self.timeline.extend_to(line.time_s);
+        self.last_s = self.last_s.max(line.time_s);
+        for d in &line.inode_passes_by_device {
+            self.passes
+                .get_or_insert_with(Default::default)
+                .merge(&d.counts);
+        }
     }
-    let plan: Option<ProbePlan> = serde_json::from_value(header.probe_plan.clone()).ok();
-    let per_device_passes = plan.as_ref().is_some_and(|p| {
-        p.attached(crate::model::plan::Concept::InodeWriteback)
-            && p.concept(crate::model::plan::Concept::InodeWriteback)
+
+    pub(crate) fn summary(&mut self, v: &serde_json::Value) {
+        self.summary_s = v.get("duration_s").and_then(serde_json::Value::as_f64);
+    }
+
+    /// The report data; `warnings` are the reader's damage, one line each.
+    pub(crate) fn finish(self, source: &str, mut warnings: Vec<String>) -> ReportData {
+        let RecordingFeed {
+            facts: header,
+            mut timeline,
+            per_call,
+            calls,
+            scan_bytes,
+            scan_pages,
+            passes,
+            last_s,
+            summary_s,
+            bad_lines,
+        } = self;
+        let page = crate::sys::page_size();
+        let span = summary_s.unwrap_or(0.0).max(last_s);
+        timeline.extend_to(span);
+        timeline.span_s = span;
+        if bad_lines > 0 {
+            warnings.push(format!(
+                "{bad_lines} interval frames not understood, left out"
+            ));
+        }
+        let plan: Option<ProbePlan> = serde_json::from_value(header.probe_plan.clone()).ok();
+        let per_device_passes = plan.as_ref().is_some_and(|p| {
+            p.concept(crate::model::plan::Concept::InodeWriteback)
                 .and_then(|c| c.kind)
                 == Some(crate::model::plan::HookKind::TpBtf)
-    });
-    let passes = passes.or_else(|| per_device_passes.then(InodePassCounts::default));
-    let filter = crate::escape::escape_controls(&header.filter.to_string()).into_owned();
-    let segment = Segment {
-        name: "recording".into(),
-        timeline,
-        has_timeline: true,
-        o_direct: false,
-        calls,
-        pages_per_call: histogram_buckets(&per_call),
-        writer_chunks: None,
-        pass_budgets: passes.as_ref().map(|p| p.pages_asked_per_pass.clone()),
-        pass_written: passes.as_ref().map(|p| p.pages_per_pass.clone()),
-        pass_unbounded: passes.map(|p| p.pages_per_unbounded_pass),
-        scan_per_page: (scan_pages > 0).then(|| scan_bytes as f64 / page as f64 / scan_pages as f64),
-    };
-    let esc = |s: &str| crate::escape::escape_controls(s).into_owned();
-    Ok(ReportData {
-        title: format!("wbscope report: recording {}", esc(source)),
-        facts: vec![
-            ("input".into(), format!("recording {}", esc(source))),
-            ("host".into(), esc(&header.host)),
-            ("kernel".into(), esc(&header.kernel)),
-            ("recorded by".into(), format!("wbscope {}", esc(&header.wbscope_version))),
-            ("started".into(), utc(header.start_unix_ns / 1_000_000_000)),
-            ("length".into(), format!("{span:.1} s, {calls} writepages calls")),
-            ("filter".into(), filter),
-        ],
-        plan,
-        segments: vec![segment],
-        recording: true,
-        page_size: page,
-        warnings,
-    })
+        });
+        let passes = passes.or_else(|| per_device_passes.then(InodePassCounts::default));
+        let filter = crate::escape::escape_controls(&header.filter.to_string()).into_owned();
+        let segment = Segment {
+            name: "recording".into(),
+            timeline,
+            has_timeline: true,
+            o_direct: false,
+            calls,
+            pages_per_call: histogram_buckets(&per_call),
+            writer_chunks: None,
+            pass_budgets: passes.as_ref().map(|p| p.pages_asked_per_pass.clone()),
+            pass_written: passes.as_ref().map(|p| p.pages_per_pass.clone()),
+            pass_unbounded: passes.map(|p| p.pages_per_unbounded_pass),
+            scan_per_page: (scan_pages > 0)
+                .then(|| scan_bytes as f64 / page as f64 / scan_pages as f64),
+        };
+        let esc = |s: &str| crate::escape::escape_controls(s).into_owned();
+        ReportData {
+            title: format!("wbscope report: recording {}", esc(source)),
+            facts: vec![
+                ("input".into(), format!("recording {}", esc(source))),
+                ("host".into(), esc(&header.host)),
+                ("kernel".into(), esc(&header.kernel)),
+                (
+                    "recorded by".into(),
+                    format!("wbscope {}", esc(&header.wbscope_version)),
+                ),
+                ("started".into(), utc(header.start_unix_ns / 1_000_000_000)),
+                (
+                    "length".into(),
+                    format!("{span:.1} s, {calls} writepages calls"),
+                ),
+                ("filter".into(), filter),
+            ],
+            plan,
+            segments: vec![segment],
+            recording: true,
+            page_size: page,
+            warnings,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use crate::model::{Log2Histogram, interval::Bucket};
 use super::{
     data::ReportData,
     panels::{Drawn, WIDTH},
-    svg::{Anchor, Canvas, FRAME, GRID, INK, MUTED, STYLES, Style, n, text_width, tick_label, ticks},
+    svg::{
+        Anchor, Canvas, FRAME, GRID, INK, MUTED, STYLES, Style, n, text_width, tick_label, ticks,
+    },
 };
 
 const CELL_MIN_W: f64 = 250.0;
@@ -28,7 +30,8 @@ struct DistSeries {
 fn bytes_to_pages(b: &[Bucket], page: u64) -> Vec<Bucket> {
     let mut h: std::collections::BTreeMap<usize, u64> = Default::default();
     for x in b {
-        *h.entry(Log2Histogram::bucket_of(x.lo.div_ceil(page))).or_default() += x.count;
+        *h.entry(Log2Histogram::bucket_of(x.lo.div_ceil(page)))
+            .or_default() += x.count;
     }
     h.into_iter()
         .map(|(k, count)| {
@@ -92,7 +95,11 @@ fn histogram_panel(
         .flat_map(|c| c.0.iter().flat_map(|h| share(h)))
         .map(|s| s.1)
         .fold(0.0f64, f64::max);
-    let y_hi = if top_share > 50.0 { 100.0 } else { (top_share / 10.0).ceil().max(1.0) * 10.0 };
+    let y_hi = if top_share > 50.0 {
+        100.0
+    } else {
+        (top_share / 10.0).ceil().max(1.0) * 10.0
+    };
     let mut notes_out: Vec<String> = notes.to_vec();
     for (i, (seg, cell)) in d.segments.iter().zip(cells).enumerate() {
         let (col, row) = (i % cols, i / cols);
@@ -110,7 +117,14 @@ fn histogram_panel(
             if *v > 0.0 {
                 c.line(x0, y, x1, y, GRID, 1.0);
             }
-            c.text(&tick_label(*v, step), x0 - 6.0, y + 4.0, TICK, Anchor::End, INK);
+            c.text(
+                &tick_label(*v, step),
+                x0 - 6.0,
+                y + 4.0,
+                TICK,
+                Anchor::End,
+                INK,
+            );
         }
         let slot = (x1 - x0) / nb as f64;
         let bar_w = (slot * 0.8 / series.len().max(1) as f64).max(1.0);
@@ -118,7 +132,11 @@ fn histogram_panel(
             for (k, pct) in share(h) {
                 let x = x0 + (k - kmin) as f64 * slot + slot * 0.1 + j as f64 * bar_w;
                 let bh = CELL_PLOT_H * pct / y_hi;
-                let dash = if s.dash { " stroke-dasharray=\"3 2\"" } else { "" };
+                let dash = if s.dash {
+                    " stroke-dasharray=\"3 2\""
+                } else {
+                    ""
+                };
                 let fill = if s.filled { s.style.colour } else { "white" };
                 c.raw(&format!(
                     "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{fill}\" stroke=\"{}\" stroke-width=\"1.2\"{dash}/>\n",
@@ -131,7 +149,14 @@ fn histogram_panel(
             }
         }
         // The frame over the bars.
-        c.rect(x0.round() + 0.5, y0 + 0.5, (x1 - x0).round() - 1.0, CELL_PLOT_H, "none", FRAME);
+        c.rect(
+            x0.round() + 0.5,
+            y0 + 0.5,
+            (x1 - x0).round() - 1.0,
+            CELL_PLOT_H,
+            "none",
+            FRAME,
+        );
         // Bucket labels, every m-th so that they cannot touch.
         let widest = (kmin..=kmax)
             .map(|k| text_width(&Log2Histogram::bucket_label(k), TICK))
@@ -140,12 +165,33 @@ fn histogram_panel(
         if points > 0 {
             for k in (kmin..=kmax).step_by(every) {
                 let x = x0 + (k - kmin) as f64 * slot + slot / 2.0;
-                c.text(&Log2Histogram::bucket_label(k), x, yb + 14.0, TICK, Anchor::Middle, INK);
+                c.text(
+                    &Log2Histogram::bucket_label(k),
+                    x,
+                    yb + 14.0,
+                    TICK,
+                    Anchor::Middle,
+                    INK,
+                );
             }
-            c.text("pages (log2 buckets)", x0, yb + 28.0, TICK, Anchor::Start, INK);
+            c.text(
+                "pages (log2 buckets)",
+                x0,
+                yb + 28.0,
+                TICK,
+                Anchor::Start,
+                INK,
+            );
         }
         if cell.1.is_some() && points > 0 {
-            c.text("none", (x0 + x1) / 2.0, y0 + CELL_PLOT_H / 2.0, NOTE, Anchor::Middle, MUTED);
+            c.text(
+                "none",
+                (x0 + x1) / 2.0,
+                y0 + CELL_PLOT_H / 2.0,
+                NOTE,
+                Anchor::Middle,
+                MUTED,
+            );
         }
         if let Some(why) = &cell.1 {
             notes_out.push(format!("{}: {why}", seg.name));
@@ -154,7 +200,14 @@ fn histogram_panel(
     let empty = (points == 0).then(|| empty.to_string());
     if let Some(e) = &empty {
         let e = fit(e, WIDTH - 40.0, NOTE);
-        c.text(&e, WIDTH / 2.0, top + 20.0 + CELL_PLOT_H / 2.0 - 16.0, NOTE, Anchor::Middle, MUTED);
+        c.text(
+            &e,
+            WIDTH / 2.0,
+            top + 20.0 + CELL_PLOT_H / 2.0 - 16.0,
+            NOTE,
+            Anchor::Middle,
+            MUTED,
+        );
     }
     let mut ny = top + rows as f64 * cell_h + 4.0;
     for note in &notes_out {
@@ -326,7 +379,14 @@ fn scan_panel(d: &ReportData) -> Drawn {
         if *v > 0.0 {
             c.line(x0, y, x1, y, GRID, 1.0);
         }
-        c.text(&tick_label(*v, step), x0 - 6.0, y + 4.0, TICK, Anchor::End, INK);
+        c.text(
+            &tick_label(*v, step),
+            x0 - 6.0,
+            y + 4.0,
+            TICK,
+            Anchor::End,
+            INK,
+        );
     }
     let k = d.segments.len().max(1);
     let slot = (x1 - x0) / k as f64;
@@ -336,8 +396,22 @@ fn scan_panel(d: &ReportData) -> Drawn {
         match s.scan_per_page {
             Some(v) => {
                 let h = plot_h * v / hi;
-                c.rect(cx - bw / 2.0, yb - h, bw, h, STYLES[0].colour, STYLES[0].colour);
-                c.text(&format!("{v:.2}"), cx, yb - h - 4.0, TICK, Anchor::Middle, INK);
+                c.rect(
+                    cx - bw / 2.0,
+                    yb - h,
+                    bw,
+                    h,
+                    STYLES[0].colour,
+                    STYLES[0].colour,
+                );
+                c.text(
+                    &format!("{v:.2}"),
+                    cx,
+                    yb - h - 4.0,
+                    TICK,
+                    Anchor::Middle,
+                    INK,
+                );
             }
             None => {
                 c.text("none", cx, yb - plot_h / 2.0, NOTE, Anchor::Middle, MUTED);
@@ -346,7 +420,14 @@ fn scan_panel(d: &ReportData) -> Drawn {
         let name = fit(&s.name, slot - 6.0, TICK);
         c.text(&name, cx, yb + 14.0, TICK, Anchor::Middle, INK);
     }
-    c.rect(x0.round() + 0.5, plot_top + 0.5, (x1 - x0).round() - 1.0, plot_h, "none", FRAME);
+    c.rect(
+        x0.round() + 0.5,
+        plot_top + 0.5,
+        (x1 - x0).round() - 1.0,
+        plot_h,
+        "none",
+        FRAME,
+    );
     let mut ny = yb + 14.0 + 15.0;
     for note in &notes {
         c.text(note, 8.0, ny, NOTE, Anchor::Start, MUTED);

@@ -77,7 +77,9 @@ pub(crate) fn page(d: &ReportData) -> String {
     for svg in time_panels(d) {
         out.push_str(&svg);
     }
-    out.push_str("</section>\n<section id=\"distributions\">\n<h2>Below the axis: per call, per run</h2>\n");
+    out.push_str(
+        "</section>\n<section id=\"distributions\">\n<h2>Below the axis: per call, per run</h2>\n",
+    );
     for svg in dist_panels(d) {
         out.push_str(&svg);
     }

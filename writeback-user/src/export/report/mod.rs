@@ -23,13 +23,13 @@ mod html;
 pub(crate) mod panels;
 pub(crate) mod svg;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::{io::Write as _, path::Path};
 
 use anyhow::Context as _;
 
-pub(crate) use data::{ReportData, read_input};
+pub(crate) use data::{RecordingFacts, RecordingFeed, ReportData, read_json};
 
 use crate::{
     UsageError,
@@ -112,11 +112,9 @@ pub(crate) fn write_new(path: &Path, contents: &str) -> anyhow::Result<()> {
         .create_new(true)
         .open(path)
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => UsageError(format!(
-                "{}: exists; not overwritten",
-                path.display()
-            ))
-            .into(),
+            std::io::ErrorKind::AlreadyExists => {
+                UsageError(format!("{}: exists; not overwritten", path.display())).into()
+            }
             _ => anyhow::Error::new(e).context(format!("creating {}", path.display())),
         })?;
     f.write_all(contents.as_bytes())

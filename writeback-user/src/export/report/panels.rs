@@ -10,7 +10,9 @@ use crate::model::{
 
 use super::{
     data::{ReportData, Segment},
-    svg::{Anchor, Canvas, FRAME, GRID, INK, MUTED, STYLES, Style, n, text_width, tick_label, ticks},
+    svg::{
+        Anchor, Canvas, FRAME, GRID, INK, MUTED, STYLES, Style, n, text_width, tick_label, ticks,
+    },
 };
 
 pub(crate) const WIDTH: f64 = 1100.0;
@@ -35,7 +37,10 @@ pub(crate) struct XLayout {
 pub(crate) fn x_layout(segments: &[Segment], left: f64, right: f64) -> XLayout {
     let k = segments.len().max(1);
     let avail = (right - left - GAP_PX * (k - 1) as f64).max(k as f64);
-    let len: Vec<f64> = segments.iter().map(|s| s.timeline.span_s.max(1e-3)).collect();
+    let len: Vec<f64> = segments
+        .iter()
+        .map(|s| s.timeline.span_s.max(1e-3))
+        .collect();
     let mut width = vec![avail / k as f64; k];
     if avail >= MIN_SEGMENT_PX * k as f64 && !segments.is_empty() {
         // Pin the short ones at the minimum, share the rest by length,
@@ -127,9 +132,8 @@ const CAUSES: [&str; 6] = [
 fn specs(d: &ReportData) -> Vec<Spec<'_>> {
     let page = d.page_size as f64;
     let no_timeline = |s: &Segment| {
-        (!s.has_timeline).then(|| {
-            "no timeline in this document (written by a wbscope without one)".to_string()
-        })
+        (!s.has_timeline)
+            .then(|| "no timeline in this document (written by a wbscope without one)".to_string())
     };
     let mut out = Vec::new();
 
@@ -373,7 +377,10 @@ impl YScale {
                 .filter(|v| *v > 0.0)
                 .fold(f64::INFINITY, f64::min);
             let (lo, hi) = if min.is_finite() {
-                (10f64.powf(min.log10().floor()), 10f64.powf(max.log10().ceil()))
+                (
+                    10f64.powf(min.log10().floor()),
+                    10f64.powf(max.log10().ceil()),
+                )
             } else {
                 (1.0, 10.0)
             };
@@ -499,7 +506,13 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
         }
         values.push(per_segment);
     }
-    let mut all: Vec<f64> = values.iter().flatten().flatten().flatten().map(|p| p.1).collect();
+    let mut all: Vec<f64> = values
+        .iter()
+        .flatten()
+        .flatten()
+        .flatten()
+        .map(|p| p.1)
+        .collect();
     // The job band's top counts in the scale.
     let band: Vec<Vec<(f64, f64, f64)>> = if spec.job_band {
         d.segments
@@ -532,7 +545,14 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
     }
 
     // Grid and y ticks.
-    c.text(spec.unit, plot_l - 8.0, PLOT_TOP - 10.0, TICK_SIZE, Anchor::End, INK);
+    c.text(
+        spec.unit,
+        plot_l - 8.0,
+        PLOT_TOP - 10.0,
+        TICK_SIZE,
+        Anchor::End,
+        INK,
+    );
     if points > 0 {
         for (v, label) in y.ticks() {
             let yy = to_y(v);
@@ -548,9 +568,25 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
         if d.segments.len() > 1 || !d.recording {
             let name_y = PLOT_TOP - 6.0;
             let fits = text_width(&s.name, NOTE_SIZE) <= x1 - x0 - 4.0;
-            if !(fits && c.text(&s.name, (x0 + x1) / 2.0, name_y, NOTE_SIZE, Anchor::Middle, INK)) {
+            if !(fits
+                && c.text(
+                    &s.name,
+                    (x0 + x1) / 2.0,
+                    name_y,
+                    NOTE_SIZE,
+                    Anchor::Middle,
+                    INK,
+                ))
+            {
                 let short = format!("#{}", i + 1);
-                c.text(&short, (x0 + x1) / 2.0, name_y, NOTE_SIZE, Anchor::Middle, INK);
+                c.text(
+                    &short,
+                    (x0 + x1) / 2.0,
+                    name_y,
+                    NOTE_SIZE,
+                    Anchor::Middle,
+                    INK,
+                );
                 key.push(format!("{short} = {}", s.name));
             }
         }
@@ -561,11 +597,27 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
         for v in t {
             let x = x0 + (x1 - x0) * (v / span.max(1e-9));
             c.line(x, plot_b, x, plot_b + 4.0, FRAME, 1.0);
-            c.text(&tick_label(v, step), x, plot_b + 16.0, TICK_SIZE, Anchor::Middle, INK);
+            c.text(
+                &tick_label(v, step),
+                x,
+                plot_b + 16.0,
+                TICK_SIZE,
+                Anchor::Middle,
+                INK,
+            );
         }
-        let has_data = values.iter().any(|v| v[i].iter().flatten().next().is_some());
+        let has_data = values
+            .iter()
+            .any(|v| v[i].iter().flatten().next().is_some());
         if points > 0 && !has_data {
-            c.text("none", (x0 + x1) / 2.0, PLOT_TOP + PLOT_H / 2.0, NOTE_SIZE, Anchor::Middle, MUTED);
+            c.text(
+                "none",
+                (x0 + x1) / 2.0,
+                PLOT_TOP + PLOT_H / 2.0,
+                NOTE_SIZE,
+                Anchor::Middle,
+                MUTED,
+            );
             empty_notes.push((spec.segment_empty)(s));
         }
     }
@@ -578,7 +630,12 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
             }
             let mut d_attr = String::new();
             for (k, (x, lo, _)) in b.iter().enumerate() {
-                d_attr.push_str(&format!("{}{},{} ", if k == 0 { "M" } else { "L" }, n(*x), n(to_y(*lo))));
+                d_attr.push_str(&format!(
+                    "{}{},{} ",
+                    if k == 0 { "M" } else { "L" },
+                    n(*x),
+                    n(to_y(*lo))
+                ));
             }
             for (x, _, hi) in b.iter().rev() {
                 d_attr.push_str(&format!("L{},{} ", n(*x), n(to_y(*hi))));
@@ -598,11 +655,25 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
     }
     // Frames last: over the data, so a series at zero does not hide them.
     for &(x0, x1) in &layout.spans {
-        c.rect(x0.round() + 0.5, PLOT_TOP + 0.5, (x1 - x0).round() - 1.0, PLOT_H, "none", FRAME);
+        c.rect(
+            x0.round() + 0.5,
+            PLOT_TOP + 0.5,
+            (x1 - x0).round() - 1.0,
+            PLOT_H,
+            "none",
+            FRAME,
+        );
     }
     let empty = (points == 0).then(|| spec.empty.clone());
     if let Some(e) = &empty {
-        c.text(e, (plot_l + plot_r) / 2.0, PLOT_TOP + PLOT_H / 2.0, NOTE_SIZE, Anchor::Middle, MUTED);
+        c.text(
+            e,
+            (plot_l + plot_r) / 2.0,
+            PLOT_TOP + PLOT_H / 2.0,
+            NOTE_SIZE,
+            Anchor::Middle,
+            MUTED,
+        );
     }
 
     // Below: the x axis's unit, then notes.
@@ -643,7 +714,11 @@ fn job_band(s: &Segment, x0: f64, x1: f64) -> Vec<(f64, f64, f64)> {
             }
             let mid = i as f64 * s.timeline.bin_s + len / 2.0;
             let rate = |v: &u64| *v as f64 / 1e6 / len;
-            let lo = b.writer_bytes.iter().map(rate).fold(f64::INFINITY, f64::min);
+            let lo = b
+                .writer_bytes
+                .iter()
+                .map(rate)
+                .fold(f64::INFINITY, f64::min);
             let hi = b.writer_bytes.iter().map(rate).fold(0.0, f64::max);
             Some((x0 + (x1 - x0) * (mid / span).min(1.0), lo, hi))
         })

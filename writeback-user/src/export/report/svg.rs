@@ -369,7 +369,7 @@ impl Canvas {
 /// Tick values for `[lo, hi]`: multiples of a 1-2-5 step giving at most
 /// `max` ticks.
 pub(crate) fn ticks(lo: f64, hi: f64, max: usize) -> Vec<f64> {
-    if !(hi > lo) || max == 0 {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) || max == 0 {
         return vec![lo];
     }
     let raw = (hi - lo) / max as f64;

@@ -1,5 +1,5 @@
 //! The report on fixed inputs: a small synthetic recording and a compare
-//! document of four runs (made by [`fixture_recording`] and
+//! document of four runs (made by [`fixture_frames`] and
 //! [`fixture_compare`], committed under tests/fixtures/report/ for the
 //! browser test), golden pages, label boxes that never overlap, and an
 //! empty panel that says why.
@@ -11,18 +11,15 @@ use std::{collections::HashMap, path::PathBuf};
 use writeback_common::{BlockHistKey, DevCounterKey, agg, block_hist, cause, inode_pass as ip};
 
 use super::{
-    data::{ReportData, from_json, from_recording},
+    data::{RecordingFacts, RecordingFeed, ReportData, from_json},
     dists::dist_drawn,
     panels::time_drawn,
     *,
 };
-use crate::{
-    model::{
-        CallRecord, DevId, ScanFigures,
-        interval::{CallAggregate, IntervalLine},
-        kernel::{KernelSnapshot, VmStat},
-    },
-    recording::{FORMAT_VERSION, FrameKind, Header, writer::RecordingWriter},
+use crate::model::{
+    CallRecord, DevId, ScanFigures,
+    interval::{CallAggregate, IntervalLine},
+    kernel::{KernelSnapshot, VmStat},
 };
 
 fn fixtures() -> PathBuf {
@@ -30,9 +27,7 @@ fn fixtures() -> PathBuf {
 }
 
 fn plan() -> serde_json::Value {
-    let c = |concept: &str, hook: &str, kind: &str| {
-        serde_json::json!({"concept": concept, "hook": hook, "kind": kind, "fields": [], "rejected": []})
-    };
+    let c = |concept: &str, hook: &str, kind: &str| serde_json::json!({"concept": concept, "hook": hook, "kind": kind, "fields": [], "rejected": []});
     serde_json::json!({
         "kernel": "6.18.0-fixture",
         "concepts": [
@@ -95,57 +90,59 @@ fn snapshot(i: u64) -> KernelSnapshot {
     s
 }
 
-/// The recording fixture: 3 s, interval lines every 0.5 s, 48 calls.
-pub(crate) fn fixture_recording() -> Vec<u8> {
-    let header = Header {
-        format_version: FORMAT_VERSION,
+/// What the recording fixture's header says.
+pub(crate) fn fixture_header() -> RecordingFacts {
+    RecordingFacts {
         wbscope_version: "0.1.0".into(),
         host: "fixture".into(),
         kernel: "6.18.0-fixture".into(),
         start_unix_ns: 1_767_225_600_000_000_000,
         start_monotonic_ns: T0,
         probe_plan: plan(),
-        field_offsets: serde_json::json!({}),
         filter: serde_json::json!({"dev": 0, "tgid": 0, "ino": 0, "cgroup_id": 0}),
-    };
-    let mut w = RecordingWriter::new(Vec::new(), &header).unwrap();
-    let causes = [cause::PERIODIC, cause::BACKGROUND, cause::SYNC];
-    for tick in 1..=6u64 {
-        for k in 0..8u64 {
-            let n = (tick - 1) * 8 + k;
-            let pages = 1i64 << (n % 12);
-            w.call(&CallRecord {
-                dev: DevId::from_kernel(DEV),
-                ino: 12,
-                comm: "kworker/u8:1".into(),
-                start_ns: T0 + (tick - 1) * 500_000_000 + k * 60_000_000,
-                duration_ns: 2_000_000,
-                nr_to_write: 1024,
-                pages_written: pages,
-                start_seen: true,
-                cause: causes[(n % 3) as usize],
-                scan: Some(ScanFigures {
-                    iterations: 1,
-                    bytes: pages as u64 * 4096 * 3 / 2,
-                    first_pos: 0,
-                    last_pos: 0,
-                }),
-                ..CallRecord::default()
-            })
-            .unwrap();
-        }
-        let line = IntervalLine::new(
-            tick as f64 * 0.5,
-            0.5,
-            &CallAggregate::default(),
-            &snapshot(tick - 1),
-            &snapshot(tick),
-        );
-        w.json(FrameKind::Interval, &line).unwrap();
     }
-    w.json(FrameKind::Summary, &serde_json::json!({"type": "summary", "duration_s": 3.0}))
-        .unwrap();
-    w.into_inner()
+}
+
+/// The recording fixture's frames: 3 s, an interval line every 0.5 s
+/// after 8 calls each.
+pub(crate) fn fixture_frames() -> Vec<(Vec<CallRecord>, IntervalLine)> {
+    let causes = [cause::PERIODIC, cause::BACKGROUND, cause::SYNC];
+    (1..=6u64)
+        .map(|tick| {
+            let calls = (0..8u64)
+                .map(|k| {
+                    let n = (tick - 1) * 8 + k;
+                    let pages = 1i64 << (n % 12);
+                    CallRecord {
+                        dev: DevId::from_kernel(DEV),
+                        ino: 12,
+                        comm: "kworker/u8:1".into(),
+                        start_ns: T0 + (tick - 1) * 500_000_000 + k * 60_000_000,
+                        duration_ns: 2_000_000,
+                        nr_to_write: 1024,
+                        pages_written: pages,
+                        start_seen: true,
+                        cause: causes[(n % 3) as usize],
+                        scan: Some(ScanFigures {
+                            iterations: 1,
+                            bytes: pages as u64 * 4096 * 3 / 2,
+                            first_pos: 0,
+                            last_pos: 0,
+                        }),
+                        ..CallRecord::default()
+                    }
+                })
+                .collect();
+            let line = IntervalLine::new(
+                tick as f64 * 0.5,
+                0.5,
+                &CallAggregate::default(),
+                &snapshot(tick - 1),
+                &snapshot(tick),
+            );
+            (calls, line)
+        })
+        .collect()
 }
 
 /// The compare fixture: four runs under a second, as `compare --json`
@@ -249,10 +246,18 @@ fn check_file(name: &str, bytes: &[u8]) {
     }
 }
 
+/// The recording fixture through the feed, as `commands::report` feeds
+/// it from the file (its test checks that the file gives this page).
 fn recording_data() -> ReportData {
-    let rec = fixture_recording();
-    let interval = data::first_interval(&rec[..]);
-    from_recording(&rec[..], interval, "small.rec").unwrap()
+    let mut feed = RecordingFeed::new(fixture_header(), Some(0.5));
+    for (calls, line) in fixture_frames() {
+        for c in &calls {
+            feed.call(c);
+        }
+        feed.interval(serde_json::to_value(&line).unwrap());
+    }
+    feed.summary(&serde_json::json!({"duration_s": 3.0}));
+    feed.finish("small.rec", Vec::new())
 }
 
 fn compare_data() -> ReportData {
@@ -261,7 +266,8 @@ fn compare_data() -> ReportData {
 
 #[test]
 fn fixtures_are_what_the_generators_make() {
-    check_file("small.rec", &fixture_recording());
+    // small.rec: commands::report's test (the recording format is not
+    // export's to write).
     check_file("compare.json", fixture_compare().as_bytes());
 }
 
@@ -335,7 +341,8 @@ fn an_empty_panel_says_why() {
     // A plan without the throttling hook: the panel names it.
     let mut d = compare_data();
     if let Some(p) = &mut d.plan {
-        p.concepts.retain(|c| c.concept != crate::model::plan::Concept::Throttling);
+        p.concepts
+            .retain(|c| c.concept != crate::model::plan::Concept::Throttling);
         p.concepts.push(crate::model::plan::ConceptPlan::new(
             crate::model::plan::Concept::Throttling,
         ));
@@ -351,7 +358,8 @@ fn html_of_compare() -> String {
 #[test]
 fn the_page_is_self_contained_and_escapes_what_it_shows() {
     let mut d = compare_data();
-    d.facts.push(("command".into(), "<script>alert(1)</script>".into()));
+    d.facts
+        .push(("command".into(), "<script>alert(1)</script>".into()));
     d.segments[0].name = "<b>&".into();
     let h = html(&d);
     assert!(!h.contains("<script"), "markup from the input is escaped");
