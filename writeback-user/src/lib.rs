@@ -46,6 +46,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Scenario(args)) => {
             runtime()?.block_on(commands::scenario::run(args, &cli.disable))
         }
+        Some(Command::Report(args)) => commands::report::run(args),
         None => runtime()?.block_on(commands::dashboard::run(
             &dashboard::run::DashboardOptions {
                 disabled: cli.disable.clone(),

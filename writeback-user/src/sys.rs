@@ -99,6 +99,18 @@ pub(crate) fn sync_and_drop_caches() -> anyhow::Result<()> {
     fs::write("/proc/sys/vm/drop_caches", "3").context("writing /proc/sys/vm/drop_caches")
 }
 
+/// CLOCK_MONOTONIC now, ns: the clock of `bpf_ktime_get_ns()`, which
+/// stamps the records' `start_ns`.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -103,14 +103,15 @@ fn compare_table_has_a_column_per_strategy() {
     ] {
         assert!(table.contains(row), "no {row} row: {table}");
     }
-    // The plot: an SVG with both runs' throughput lines (legend) and a
-    // histogram panel per run.
+    // The plot: an SVG with the report's panels (export::report): both
+    // runs on the time axis, and a histogram of pages per call per run.
     let svg = std::fs::read_to_string(&svg).expect("--plot wrote no file");
     assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
     for text in [
-        "writer throughput per second",
-        "fsync-end: pages per writepages call",
-        "direct: pages per writepages call",
+        "Writer throughput per run",
+        "Pages per call: the kernel",
+        ">fsync-end</text>",
+        ">direct</text>",
     ] {
         assert!(svg.contains(text), "no {text:?} in the SVG");
     }

@@ -36,7 +36,9 @@ pub(crate) type Tool = (&'static str, &'static str);
 /// script (a pseudo-terminal for the progress-bar test), prometheus (the
 /// exporter's end-to-end test runs the server itself) and bpftool (btf.rs's
 /// tests cross-check the BTF parser against `bpftool btf dump`;
-/// record_replay counts loaded programs with `bpftool prog show`).
+/// record_replay counts loaded programs with `bpftool prog show`) and
+/// chromium (report_browser.rs loads the HTML report headless and checks
+/// its screenshot).
 /// spawned.rs's test checks that every program the sources spawn is in the
 /// list of its scope or on every base machine.
 const TEST_TOOLS: &[Tool] = &[
@@ -51,6 +53,7 @@ const TEST_TOOLS: &[Tool] = &[
     ("script", "bsdutils"),
     ("prometheus", "prometheus"),
     ("bpftool", "bpftool"),
+    ("chromium", "chromium"),
 ];
 
 /// `cargo xtask vm-test` (xtask/src/vm.rs; `cargo xtask test` runs it

@@ -5,16 +5,28 @@
 //! run's devices are kept. Runs are sequential, so a record belongs to the
 //! run whose window it was read in. System-wide figures (throttling,
 //! /proc/vmstat) are differenced over the same window and say so.
-use std::{os::unix::fs::MetadataExt as _, path::Path, time::Instant};
+//!
+//! Each window also keeps a timeline (`model::timeline`): every
+//! [`TICK_S`] the kernel's counters are snapshotted and differenced, the
+//! writers' byte counts sampled, and each call placed where it ended, so
+//! a report can draw a run of a fraction of a second.
+use std::{
+    os::unix::fs::MetadataExt as _,
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
 use writer_core::{Report, RunFailure, Writer, WriterConfig};
 
 use crate::{
     UsageError,
+    capture::meter::WriterMeter,
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookKind},
-    model::window::KernelFigures,
+    model::timeline::{TICK_S, Timeline},
+    model::window::{KernelFigures, RunContext},
     model::{CallRecord, DevId},
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
@@ -22,13 +34,25 @@ use crate::{
 
 /// Length of the window's interval lines (the findings' intervals), as
 /// `trace`'s default.
-const LINE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+const LINE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// One tracer for a whole command; [`Traced::window`] attributes records
 /// to one piece of work.
 pub(crate) struct Traced {
     tracer: Tracer,
     collector: RingCollector,
+    /// Writers of the next window, by device group ([`Traced::meter`]).
+    meters: Vec<(usize, Arc<WriterMeter>)>,
+}
+
+/// Where a call goes on a window's time axis: where it ended, from its
+/// kernel timestamps; a call whose start was not seen (no timestamp), when
+/// it was read.
+fn call_time_s(c: &CallRecord, window_mono_ns: u64, read_s: f64) -> f64 {
+    if c.start_ns == 0 {
+        return read_s;
+    }
+    (c.start_ns + c.duration_ns) as f64 / 1e9 - window_mono_ns as f64 / 1e9
 }
 
 impl Traced {
@@ -46,7 +70,38 @@ impl Traced {
         {
             eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
         }
-        Ok(Traced { tracer, collector })
+        Ok(Traced {
+            tracer,
+            collector,
+            meters: Vec::new(),
+        })
+    }
+
+    /// Where and how this command runs, with the probe plan in force:
+    /// the `context` of its JSON document and report.
+    pub(crate) fn context(&self) -> RunContext {
+        RunContext {
+            host: crate::sys::hostname(),
+            kernel: crate::sys::kernel_release(),
+            command: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" "),
+            wbscope_version: env!("CARGO_PKG_VERSION").to_string(),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            probes: Some(self.tracer.plan.clone()),
+        }
+    }
+
+    /// A meter for a writer of `jobs` jobs whose work the next window
+    /// attributes to device group `group`: pass it to
+    /// `Writer::with_observer`; the window samples it.
+    pub(crate) fn meter(&mut self, group: usize, jobs: u32) -> Arc<WriterMeter> {
+        let m = Arc::new(WriterMeter::new(jobs));
+        self.meters.push((group, m.clone()));
+        m
     }
 
     /// Runs `work` on a blocking thread while reading the ring buffer;
@@ -61,48 +116,60 @@ impl Traced {
     ) -> anyhow::Result<(R, Vec<KernelFigures>)> {
         // What ended before the window belongs to nobody.
         self.collector.drain(|_| {});
+        let meters = std::mem::take(&mut self.meters);
         let prev = self.tracer.snapshot()?;
         let started = Instant::now();
+        let mono0 = crate::sys::monotonic_ns();
         let handle = tokio::task::spawn_blocking(work);
         let mut calls: Vec<CallRecord> = Vec::new();
         let mut peaks = (0u64, 0u64);
         let mut signalled = false;
-        let keep = |c: &CallRecord| groups.iter().any(|g| g.contains(&c.dev));
+        let mut timelines: Vec<Timeline> = groups.iter().map(|_| Timeline::default()).collect();
+        let mut tick = Tick {
+            snap: prev.clone(),
+            at: started,
+            writer_bytes: meters.iter().map(|(_, m)| m.bytes()).collect(),
+        };
+        let tick_every = Duration::from_secs_f64(TICK_S);
         // Interval lines of the window, a second each, for the findings
         // (model/findings): the same rules as live tracing.
         let mut lines: Vec<IntervalLine> = Vec::new();
         let mut line_calls = CallAggregate::default();
         let (mut line_prev, mut line_start) = (prev.clone(), started);
-        let mut ticks =
-            tokio::time::interval_at(tokio::time::Instant::now() + LINE_INTERVAL, LINE_INTERVAL);
         loop {
-            let mut batch: Vec<CallRecord> = Vec::new();
-            tokio::select! {
-                drained = self.collector.wait_and_drain(|RingRecord::Call(c)| {
-                    if keep(&c) {
-                        batch.push(c)
+            let read_s = started.elapsed().as_secs_f64();
+            self.collector
+                .wait_and_drain(|RingRecord::Call(c)| {
+                    place(&mut timelines, groups, &c, mono0, read_s);
+                    if groups.iter().any(|g| g.contains(&c.dev)) {
+                        line_calls.add(&c);
+                        calls.push(c)
                     }
-                }) => { drained?; }
-                _ = ticks.tick() => {
-                    let cur = self.tracer.snapshot()?;
-                    let now = Instant::now();
-                    lines.push(IntervalLine::new(
-                        now.duration_since(started).as_secs_f64(),
-                        now.duration_since(line_start).as_secs_f64(),
-                        &line_calls,
-                        &line_prev,
-                        &cur,
-                    ));
-                    (line_calls, line_prev, line_start) = (CallAggregate::default(), cur, now);
-                }
-            }
-            for c in batch {
-                line_calls.add(&c);
-                calls.push(c);
-            }
+                })
+                .await?;
             if let Ok(v) = crate::tracer::read_vmstat() {
                 peaks.0 = peaks.0.max(v.nr_dirty);
                 peaks.1 = peaks.1.max(v.nr_writeback);
+                let now_s = started.elapsed().as_secs_f64();
+                for t in &mut timelines {
+                    t.at(now_s).sample_levels(&v);
+                }
+            }
+            if tick.at.elapsed() >= tick_every {
+                let snap = self.tracer.snapshot()?;
+                tick.close(snap, started, groups, &meters, &mut timelines);
+            }
+            if line_start.elapsed() >= LINE_INTERVAL {
+                let cur = self.tracer.snapshot()?;
+                let now = Instant::now();
+                lines.push(IntervalLine::new(
+                    now.duration_since(started).as_secs_f64(),
+                    now.duration_since(line_start).as_secs_f64(),
+                    &line_calls,
+                    &line_prev,
+                    &cur,
+                ));
+                (line_calls, line_prev, line_start) = (CallAggregate::default(), cur, now);
             }
             if crate::sys::interrupted() && !signalled {
                 signalled = true;
@@ -113,8 +180,10 @@ impl Traced {
             }
         }
         let result = handle.await.context("the traced work panicked")?;
+        let read_s = started.elapsed().as_secs_f64();
         let mut take = |RingRecord::Call(c)| {
-            if keep(&c) {
+            place(&mut timelines, groups, &c, mono0, read_s);
+            if groups.iter().any(|g| g.contains(&c.dev)) {
                 line_calls.add(&c);
                 calls.push(c)
             }
@@ -133,6 +202,11 @@ impl Traced {
             &cur,
         ));
         let findings = crate::model::findings::judge(&lines).findings;
+        tick.close(cur.clone(), started, groups, &meters, &mut timelines);
+        for t in &mut timelines {
+            t.extend_to(window_s);
+            t.span_s = window_s;
+        }
         let per_device_passes = self
             .tracer
             .plan
@@ -140,7 +214,9 @@ impl Traced {
             .is_some_and(|c| c.kind == Some(HookKind::TpBtf));
         let figures = groups
             .iter()
-            .map(|g| {
+            .zip(timelines)
+            .enumerate()
+            .map(|(i, (g, timeline))| {
                 let mine: Vec<CallRecord> = calls
                     .iter()
                     .filter(|c| g.contains(&c.dev))
@@ -149,10 +225,85 @@ impl Traced {
                 let mut k =
                     KernelFigures::build(g, window_s, &mine, &prev, &cur, peaks, per_device_passes);
                 k.findings = findings.clone();
+                k.timeline = timeline;
+                k.writer_chunks = meters
+                    .iter()
+                    .find(|(group, _)| *group == i)
+                    .map(|(_, m)| m.chunks());
                 k
             })
             .collect();
         Ok((result, figures))
+    }
+}
+
+/// A call, in the timelines of the groups holding its device.
+fn place(
+    timelines: &mut [Timeline],
+    groups: &[Vec<DevId>],
+    c: &CallRecord,
+    mono0: u64,
+    read_s: f64,
+) {
+    let t = call_time_s(c, mono0, read_s);
+    for (timeline, g) in timelines.iter_mut().zip(groups) {
+        if g.contains(&c.dev) {
+            timeline.at(t).add_call(
+                crate::model::cause_name(c.cause),
+                c.pages_written.max(0) as u64,
+            );
+        }
+    }
+}
+
+/// The last tick of a window: the kernel snapshot and writer byte counts
+/// the next one is differenced against.
+struct Tick {
+    snap: crate::model::kernel::KernelSnapshot,
+    at: Instant,
+    writer_bytes: Vec<Vec<u64>>,
+}
+
+impl Tick {
+    /// Adds what changed since the last tick to the bin of its midpoint.
+    fn close(
+        &mut self,
+        snap: crate::model::kernel::KernelSnapshot,
+        started: Instant,
+        groups: &[Vec<DevId>],
+        meters: &[(usize, Arc<WriterMeter>)],
+        timelines: &mut [Timeline],
+    ) {
+        let now = Instant::now();
+        let from_s = self.at.duration_since(started).as_secs_f64();
+        let to_s = now.duration_since(started).as_secs_f64();
+        let mid = (from_s + to_s) / 2.0;
+        let line = IntervalLine::new(
+            to_s,
+            to_s - from_s,
+            &CallAggregate::default(),
+            &self.snap,
+            &snap,
+        );
+        for (t, g) in timelines.iter_mut().zip(groups) {
+            t.at(mid).add_interval(&line, |d| g.contains(&d));
+        }
+        for ((group, meter), last) in meters.iter().zip(&mut self.writer_bytes) {
+            let Some(t) = timelines.get_mut(*group) else {
+                continue;
+            };
+            let bytes = meter.bytes();
+            let bin = t.at(mid);
+            if bin.writer_bytes.len() < bytes.len() {
+                bin.writer_bytes.resize(bytes.len(), 0);
+            }
+            for ((b, now), before) in bin.writer_bytes.iter_mut().zip(&bytes).zip(last.iter()) {
+                *b += now.saturating_sub(*before);
+            }
+            *last = bytes;
+        }
+        self.snap = snap;
+        self.at = now;
     }
 }
 
@@ -184,7 +335,8 @@ pub(crate) async fn traced_write(
     sync_after: bool,
 ) -> anyhow::Result<(Report, KernelFigures)> {
     let dirs = cfg.spec().dirs.clone();
-    let writer = Writer::new(cfg);
+    let meter = traced.meter(0, cfg.spec().jobs);
+    let writer = Writer::new(cfg).with_observer(meter);
     let live = writer.tunables();
     let (result, mut kernel) = traced
         .window(

@@ -15,6 +15,7 @@ Examples:
   # JSON for scripts, Markdown for a report, an SVG for the eyes
   wbscope compare --dir /mnt/data --size 512M --strategies buffered,direct --json > cmp.json
   wbscope compare --dir /mnt/data --size 512M --strategies buffered,direct --markdown --plot cmp.svg
+  wbscope compare --dir /mnt/data --size 512M --report cmp.html
 
 Before every run: sync, then drop the page cache (echo 3 > /proc/sys/vm/drop_caches).
 After every run the run's files are synced (syncfs), so buffered data is
@@ -60,4 +61,9 @@ pub(crate) struct CompareArgs {
     /// SVG file (never overwritten).
     #[arg(long, value_name = "FILE.svg")]
     pub(crate) plot: Option<PathBuf>,
+    /// Also write the report: one HTML page with the writer and the kernel
+    /// of every run on one time axis (never overwritten; see `wbscope
+    /// report`).
+    #[arg(long, value_name = "FILE.html")]
+    pub(crate) report: Option<PathBuf>,
 }

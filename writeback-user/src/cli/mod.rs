@@ -9,10 +9,12 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 
 mod compare;
+mod report;
 mod scenario;
 mod write;
 
 pub(crate) use compare::CompareArgs;
+pub(crate) use report::ReportArgs;
 pub(crate) use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
 pub(crate) use write::WriteArgs;
 
@@ -120,6 +122,9 @@ Examples:
 The findings, their thresholds and the advice: docs/findings.md.
 Exit status: 0, or 3 when any warning or critical finding was seen.")]
     Doctor(DoctorArgs),
+    /// One self-contained HTML page of a recording or of a compare/
+    /// scenario JSON document: the writer and the kernel on one time axis.
+    Report(ReportArgs),
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ Examples:
   wbscope scenario single-stream --scale tiny
   wbscope scenario three-filesystems --scale small --fs xfs
   wbscope scenario sync-after-write --json > sync.json
+  wbscope scenario single-stream --report single.html
   wbscope scenario package-unpack --scale tiny
   wbscope scenario many-writers --fs both
   wbscope scenario --cleanup
@@ -61,7 +62,7 @@ pub(crate) struct ScenarioArgs {
     pub(crate) name: Option<ScenarioName>,
     /// Remove what killed runs left (mounts, loop devices, images, dirty
     /// caps) and exit; a line per thing removed. Live runs are left alone.
-    #[arg(long, conflicts_with_all = ["name", "scale", "fs", "json", "markdown"])]
+    #[arg(long, conflicts_with_all = ["name", "scale", "fs", "json", "markdown", "report"])]
     pub(crate) cleanup: bool,
     /// How big.
     #[arg(long, value_enum, default_value = "tiny")]
@@ -75,6 +76,10 @@ pub(crate) struct ScenarioArgs {
     /// The table as Markdown.
     #[arg(long, conflicts_with = "json")]
     pub(crate) markdown: bool,
+    /// Also write the report: one HTML page with the writer and the kernel
+    /// of every run on one time axis (never overwritten).
+    #[arg(long, value_name = "FILE.html")]
+    pub(crate) report: Option<std::path::PathBuf>,
     /// Testing: fail on purpose once the filesystems are mounted (the
     /// cleanup must still remove them).
     #[arg(long, hide = true)]

@@ -12,7 +12,7 @@ use crate::{
     UsageError,
     capture::window::{Traced, dev_of, traced_write},
     cli::CompareArgs,
-    export::table::print_runs,
+    export::{report, table::print_runs},
     model::plan::HookKind,
     model::window::Run,
 };
@@ -124,18 +124,12 @@ pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Re
         &args.dir,
         setup.configs.first().map_or(0, |c| c.spec().size),
     )?;
+    // Checked before any run rather than after minutes of writing.
     if let Some(p) = &args.plot {
-        if p.exists() {
-            return Err(
-                UsageError(format!("--plot {}: exists; not overwritten", p.display())).into(),
-            );
-        }
-        // Checked before any run rather than after minutes of writing.
-        if let Some(parent) = p.parent().filter(|d| !d.as_os_str().is_empty())
-            && !parent.is_dir()
-        {
-            return Err(UsageError(format!("--plot {}: no such directory", p.display())).into());
-        }
+        report::check_output("--plot", p)?;
+    }
+    if let Some(p) = &args.report {
+        report::check_output("--report", p)?;
     }
     let dev = dev_of(&args.dir)?;
     let _signals = crate::sys::SignalGuard::install();
@@ -172,10 +166,18 @@ pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Re
         }
     }
     let names: Vec<String> = setup.strategies.iter().map(|s| s.name().into()).collect();
-    print_runs(&runs, &names, args.json, args.markdown)?;
-    if let Some(p) = &args.plot {
-        crate::export::plot::write_svg(p, &runs)?;
-        eprintln!("wbscope: plot written to {}", p.display());
+    let context = traced.context();
+    print_runs(&runs, &names, args.json, args.markdown, &context)?;
+    if args.plot.is_some() || args.report.is_some() {
+        let data = report::of_runs(&runs, &context, None)?;
+        if let Some(p) = &args.plot {
+            crate::export::plot::write_svg(p, &runs, &context)?;
+            eprintln!("wbscope: plot written to {}", p.display());
+        }
+        if let Some(p) = &args.report {
+            report::write_new(p, &report::html(&data))?;
+            eprintln!("wbscope: report written to {}", p.display());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

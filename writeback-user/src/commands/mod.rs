@@ -6,6 +6,7 @@ mod filter;
 pub mod probes;
 pub mod record;
 pub mod replay;
+pub mod report;
 pub mod scenario;
 pub mod trace;
 pub mod write;

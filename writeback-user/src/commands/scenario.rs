@@ -24,7 +24,7 @@ use crate::{
     export::table::{SYSTEM_WIDE, cell, kernel_rows, render, table},
     model::DevId,
     model::plan::HookKind,
-    model::window::{KernelFigures, Run},
+    model::window::{KernelFigures, Run, RunContext},
 };
 
 /// Sizes of one scale.
@@ -84,6 +84,7 @@ struct ScenarioJson<'a> {
     runs: &'a [Run],
     #[serde(skip_serializing_if = "Option::is_none")]
     sync: Option<&'a SyncFigures>,
+    context: &'a RunContext,
 }
 
 /// sync-after-write: the sync call itself.
@@ -212,6 +213,9 @@ pub(crate) async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::R
     let Some(scenario) = args.name else {
         return Err(UsageError("a scenario name or --cleanup is required".into()).into());
     };
+    if let Some(p) = &args.report {
+        crate::export::report::check_output("--report", p)?;
+    }
     let _signals = crate::sys::SignalGuard::install();
     remove_stale_scratch();
     let started = Instant::now();
@@ -240,12 +244,20 @@ pub(crate) async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::R
         "wbscope: scenario {name} done in {:.1} s; filesystems removed",
         started.elapsed().as_secs_f64()
     );
+    let context = traced.context();
+    if let Some(p) = &args.report {
+        use crate::export::report;
+        let data = report::of_runs(&runs, &context, Some((&name, &name_of(args.scale))))?;
+        report::write_new(p, &report::html(&data))?;
+        eprintln!("wbscope: report written to {}", p.display());
+    }
     if args.json {
         let doc = ScenarioJson {
             scenario: &name,
             scale: &name_of(args.scale),
             runs: &runs,
             sync: sync.as_ref(),
+            context: &context,
         };
         println!("{}", serde_json::to_string(&doc)?);
         return Ok(ExitCode::SUCCESS);
@@ -308,7 +320,14 @@ async fn concurrent(
     fss: &[&ScratchFs],
     cfgs: Vec<WriterConfig>,
 ) -> anyhow::Result<Vec<(Report, KernelFigures)>> {
-    let writers: Vec<Writer> = cfgs.into_iter().map(Writer::new).collect();
+    let writers: Vec<Writer> = cfgs
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let meter = traced.meter(i, c.spec().jobs);
+            Writer::new(c).with_observer(meter)
+        })
+        .collect();
     let lives: Vec<Arc<LiveTunables>> = writers.iter().map(Writer::tunables).collect();
     let dirs: Vec<_> = fss.iter().map(|f| f.mountpoint().to_path_buf()).collect();
     let groups: Vec<_> = fss.iter().map(|f| vec![dev_id(f)]).collect();
@@ -438,7 +457,8 @@ async fn sync_after_write(
         strategy: Strategy::Buffered,
         ..WriterSpec::default()
     })?;
-    let writer = Writer::new(cfg);
+    let meter = traced.meter(0, cfg.spec().jobs);
+    let writer = Writer::new(cfg).with_observer(meter);
     let live = writer.tunables();
     let (result, mut kernel) = traced
         .window(

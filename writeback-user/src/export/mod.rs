@@ -3,5 +3,6 @@ pub mod findings;
 pub mod json_lines;
 pub mod plot;
 pub mod prometheus;
+pub mod report;
 pub mod table;
 pub mod text;

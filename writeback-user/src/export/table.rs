@@ -9,26 +9,28 @@ use writer_core::Report;
 
 use crate::model::{
     units::pow2_bytes,
-    window::{KernelFigures, Run},
+    window::{KernelFigures, Run, RunContext},
 };
 
-/// Prints the runs as JSON (`{"runs": [...]}`) or as the side-by-side
+/// Prints the runs as JSON (`{"runs": [...], "context": {...}}`) or as the side-by-side
 /// table.
 pub(crate) fn print_runs(
     runs: &[Run],
     columns: &[String],
     json: bool,
     markdown: bool,
+    context: &RunContext,
 ) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
         #[derive(Serialize)]
         struct Doc<'a> {
             runs: &'a [Run],
+            context: &'a RunContext,
         }
         // Serialised whole before the first byte goes out (json! panicked
         // on a non-UTF-8 path; to_writer would cut the object on an error).
-        let text = serde_json::to_string(&Doc { runs }).context("serialising the runs")?;
+        let text = serde_json::to_string(&Doc { runs, context }).context("serialising the runs")?;
         writeln!(out, "{text}")?;
     } else {
         out.write_all(table(runs, columns, markdown).as_bytes())?;

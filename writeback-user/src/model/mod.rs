@@ -9,6 +9,7 @@ pub mod interval;
 pub mod kernel;
 pub mod plan;
 pub mod record;
+pub mod timeline;
 pub mod units;
 pub mod window;
 

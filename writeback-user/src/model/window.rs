@@ -10,6 +10,7 @@ use writer_core::Report;
 use crate::{
     model::interval::{Bucket, CallAggregate, InodePassCounts, IntervalLine},
     model::kernel::KernelSnapshot,
+    model::timeline::{Timeline, WriterChunks},
     model::{CallRecord, DevId},
     sys::page_size,
 };
@@ -84,6 +85,12 @@ pub(crate) struct KernelFigures {
     /// Findings (docs/findings.md) of the window's one-second interval
     /// lines: system-wide figures and all the window's devices.
     pub(crate) findings: Vec<crate::model::findings::Finding>,
+    /// The window over time, in bins of 100 ms or more (the report's
+    /// time axis).
+    pub(crate) timeline: Timeline,
+    /// The writer's write and sync call sizes; null for windows without
+    /// a metered writer.
+    pub(crate) writer_chunks: Option<WriterChunks>,
 }
 
 /// Inode passes on a run's devices: the counts, and the log2 buckets
@@ -209,8 +216,25 @@ impl KernelFigures {
             vmstat_written_pages: line.dirty.vmstat_written_delta,
             lost_records: line.lost_records,
             findings: Vec::new(),
+            timeline: Timeline::default(),
+            writer_chunks: None,
         }
     }
+}
+
+/// Where and how a compare/scenario document was made: its `context`,
+/// which a report shows in its header.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct RunContext {
+    pub(crate) host: String,
+    pub(crate) kernel: String,
+    /// The command line, arguments joined by spaces.
+    pub(crate) command: String,
+    pub(crate) wbscope_version: String,
+    pub(crate) started_unix_s: u64,
+    /// The probe plan in force (`wbscope probes --json`).
+    pub(crate) probes: Option<crate::model::plan::ProbePlan>,
 }
 
 /// One strategy's run: the writer's report and the kernel's figures.

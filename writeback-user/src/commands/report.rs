@@ -1,0 +1,160 @@
+//! `wbscope report INPUT -o FILE.html`: a recording or a compare/scenario
+//! document drawn as one HTML page (`export::report`). A recording is
+//! streamed twice: once to its first interval line (the report's bin
+//! length), once whole into the report's feed; memory stays bounded.
+use std::{
+    fs::File,
+    io::{BufReader, Read as _},
+    path::Path,
+    process::ExitCode,
+};
+
+use anyhow::Context as _;
+
+use crate::{
+    UsageError,
+    cli::ReportArgs,
+    export::report::{self, RecordingFacts, RecordingFeed, ReportData},
+    recording::{
+        MAGIC,
+        reader::{Frame, RecordingReader},
+    },
+};
+
+pub(crate) fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    report::check_output("-o", &args.output)?;
+    let data = read_input(&args.input)?;
+    for w in &data.warnings {
+        eprintln!(
+            "wbscope: warning: {}: {}",
+            args.input.display(),
+            crate::escape::escape_controls(w)
+        );
+    }
+    report::write_new(&args.output, &report::html(&data))?;
+    eprintln!("wbscope: report written to {}", args.output.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A recording (by its magic) or a JSON document.
+fn read_input(path: &Path) -> anyhow::Result<ReportData> {
+    let open = || {
+        File::open(path)
+            .map(BufReader::new)
+            .map_err(|e| UsageError(format!("{}: {e}", path.display())))
+    };
+    let mut magic = [0u8; 8];
+    let got = open()?.read(&mut magic).unwrap_or(0);
+    if got == magic.len() && &magic == MAGIC {
+        let interval = first_interval(open()?);
+        return read_recording(open()?, interval, &path.display().to_string())
+            .with_context(|| format!("reading {}", path.display()));
+    }
+    report::read_json(path)
+}
+
+/// The interval of a recording's first interval line, seconds.
+fn first_interval(src: impl std::io::Read) -> Option<f64> {
+    RecordingReader::open(src)
+        .ok()?
+        .find_map(|frame| match frame {
+            Frame::Interval(v) => v.get("interval_s").and_then(serde_json::Value::as_f64),
+            _ => None,
+        })
+}
+
+/// A recording's frames into the report's feed, one at a time.
+pub(crate) fn read_recording(
+    src: impl std::io::Read,
+    interval_s: Option<f64>,
+    source: &str,
+) -> anyhow::Result<ReportData> {
+    let mut reader =
+        RecordingReader::open(src).map_err(|e| UsageError(format!("{source}: {e}")))?;
+    let h = &reader.header;
+    let mut feed = RecordingFeed::new(
+        RecordingFacts {
+            host: h.host.clone(),
+            kernel: h.kernel.clone(),
+            wbscope_version: h.wbscope_version.clone(),
+            start_unix_ns: h.start_unix_ns,
+            start_monotonic_ns: h.start_monotonic_ns,
+            probe_plan: h.probe_plan.clone(),
+            filter: h.filter.clone(),
+        },
+        interval_s,
+    );
+    for frame in reader.by_ref() {
+        match frame {
+            Frame::Call(c) => feed.call(&c),
+            Frame::Interval(v) => feed.interval(v),
+            Frame::Summary(v) => feed.summary(&v),
+        }
+    }
+    let mut warnings: Vec<String> = reader.damage.iter().map(ToString::to_string).collect();
+    if reader.damage_not_kept > 0 {
+        warnings.push(format!(
+            "{} more damaged regions not listed",
+            reader.damage_not_kept
+        ));
+    }
+    Ok(feed.finish(source, warnings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        export::report::tests::{fixture_frames, fixture_header},
+        recording::{FrameKind, writer::RecordingWriter},
+    };
+
+    /// The committed recording fixture is the synthetic frames written as
+    /// a recording, and reading it back gives the golden page the feed
+    /// gives (export::report::tests).
+    #[test]
+    fn the_recording_fixture_reads_back_to_the_golden_page() {
+        let f = fixture_header();
+        let header = crate::recording::Header {
+            format_version: crate::recording::FORMAT_VERSION,
+            wbscope_version: f.wbscope_version,
+            host: f.host,
+            kernel: f.kernel,
+            start_unix_ns: f.start_unix_ns,
+            start_monotonic_ns: f.start_monotonic_ns,
+            probe_plan: f.probe_plan,
+            field_offsets: serde_json::json!({}),
+            filter: f.filter,
+        };
+        let (calls_and_lines, summary) = (fixture_frames(), 3.0);
+        let mut w = RecordingWriter::new(Vec::new(), &header).unwrap();
+        for (calls, line) in &calls_and_lines {
+            for c in calls {
+                w.call(c).unwrap();
+            }
+            w.json(FrameKind::Interval, line).unwrap();
+        }
+        w.json(
+            FrameKind::Summary,
+            &serde_json::json!({"type": "summary", "duration_s": summary}),
+        )
+        .unwrap();
+        let bytes = w.into_inner();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report");
+        let path = fixtures.join("small.rec");
+        if std::env::var_os("WBSCOPE_UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{}", path.display());
+        let data = read_input(&path).unwrap();
+        let html = report::html(&data).replace(&path.display().to_string(), "small.rec");
+        let golden = std::fs::read_to_string(fixtures.join("recording.html")).unwrap();
+        assert!(
+            html == golden,
+            "reading small.rec differs from recording.html"
+        );
+        // A file that is neither: a usage error naming it.
+        let e = read_input(&fixtures.join("recording.html")).unwrap_err();
+        assert!(e.to_string().contains("not a recording"), "{e}");
+    }
+}

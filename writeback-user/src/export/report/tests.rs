@@ -1,0 +1,383 @@
+//! The report on fixed inputs: a small synthetic recording and a compare
+//! document of four runs (made by [`fixture_frames`] and
+//! [`fixture_compare`], committed under tests/fixtures/report/ for the
+//! browser test), golden pages, label boxes that never overlap, and an
+//! empty panel that says why.
+//!
+//! `WBSCOPE_UPDATE_GOLDEN=1 cargo test -p writeback-user report::` rewrites
+//! the fixtures and golden files; review the diff.
+use std::{collections::HashMap, path::PathBuf};
+
+use writeback_common::{BlockHistKey, DevCounterKey, agg, block_hist, cause, inode_pass as ip};
+
+use super::{
+    data::{RecordingFacts, RecordingFeed, ReportData, from_json},
+    dists::dist_drawn,
+    panels::time_drawn,
+    *,
+};
+use crate::model::{
+    CallRecord, DevId, ScanFigures,
+    interval::{CallAggregate, IntervalLine},
+    kernel::{KernelSnapshot, VmStat},
+};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report")
+}
+
+fn plan() -> serde_json::Value {
+    let c = |concept: &str, hook: &str, kind: &str| serde_json::json!({"concept": concept, "hook": hook, "kind": kind, "fields": [], "rejected": []});
+    serde_json::json!({
+        "kernel": "6.18.0-fixture",
+        "concepts": [
+            c("writepages_call", "tp_btf ext4_writepages + ext4_writepages_result", "tp_btf"),
+            c("scan", "tp_btf ext4_da_write_folios_start + ext4_da_write_folios_end", "tp_btf"),
+            c("inode_writeback", "tp_btf writeback_single_inode", "tp_btf"),
+            c("dirty_state", "tracepoint writeback:global_dirty_state", "tracepoint"),
+            c("throttling", "tracepoint writeback:balance_dirty_pages", "tracepoint"),
+            c("device_io", "tp_btf block_rq_issue + block_rq_complete", "tp_btf"),
+        ]
+    })
+}
+
+const DEV: u32 = (254 << 20) | 1;
+const T0: u64 = 1_000_000_000_000;
+
+/// A snapshot of the kernel's counters `i` ticks in: a writer dirtying
+/// pages, the flusher writing them back in growing requests, throttling
+/// from the fourth tick on.
+fn snapshot(i: u64) -> KernelSnapshot {
+    let mut s = KernelSnapshot {
+        agg: vec![0; agg::COUNT as usize],
+        ..Default::default()
+    };
+    s.agg[agg::THROTTLE_PAUSES as usize] = i.saturating_sub(3) * 2;
+    s.agg[agg::THROTTLE_PAUSE_MS as usize] = i.saturating_sub(3) * 40;
+    let mut block = HashMap::new();
+    block.insert(
+        BlockHistKey {
+            dev: DEV,
+            kind: block_hist::ISSUE_BYTES,
+            bucket: 17 + (i % 4) as u16,
+        },
+        i * 30,
+    );
+    block.insert(
+        BlockHistKey {
+            dev: DEV,
+            kind: block_hist::LATENCY_NS,
+            bucket: 20 + (i % 3) as u16,
+        },
+        i * 30,
+    );
+    s.block = block;
+    for (index, v) in [
+        (ip::ASKED_HIST + 14, i * 2),
+        (ip::WROTE_HIST + 13, i * 2),
+        (ip::UNBOUNDED_WROTE_HIST + 9, i),
+    ] {
+        s.inode_pass.insert(DevCounterKey { dev: DEV, index }, v);
+    }
+    s.vmstat = VmStat {
+        nr_dirty: 20_000 + (i % 5) * 15_000,
+        nr_writeback: 2_000 + (i % 3) * 4_000,
+        nr_written: i * 25_000,
+        nr_dirtied: i * 26_000,
+        nr_dirty_threshold: 80_000,
+        nr_dirty_background_threshold: 40_000,
+    };
+    s
+}
+
+/// What the recording fixture's header says.
+pub(crate) fn fixture_header() -> RecordingFacts {
+    RecordingFacts {
+        wbscope_version: "0.1.0".into(),
+        host: "fixture".into(),
+        kernel: "6.18.0-fixture".into(),
+        start_unix_ns: 1_767_225_600_000_000_000,
+        start_monotonic_ns: T0,
+        probe_plan: plan(),
+        filter: serde_json::json!({"dev": 0, "tgid": 0, "ino": 0, "cgroup_id": 0}),
+    }
+}
+
+/// The recording fixture's frames: 3 s, an interval line every 0.5 s
+/// after 8 calls each.
+pub(crate) fn fixture_frames() -> Vec<(Vec<CallRecord>, IntervalLine)> {
+    let causes = [cause::PERIODIC, cause::BACKGROUND, cause::SYNC];
+    (1..=6u64)
+        .map(|tick| {
+            let calls = (0..8u64)
+                .map(|k| {
+                    let n = (tick - 1) * 8 + k;
+                    let pages = 1i64 << (n % 12);
+                    CallRecord {
+                        dev: DevId::from_kernel(DEV),
+                        ino: 12,
+                        comm: "kworker/u8:1".into(),
+                        start_ns: T0 + (tick - 1) * 500_000_000 + k * 60_000_000,
+                        duration_ns: 2_000_000,
+                        nr_to_write: 1024,
+                        pages_written: pages,
+                        start_seen: true,
+                        cause: causes[(n % 3) as usize],
+                        scan: Some(ScanFigures {
+                            iterations: 1,
+                            bytes: pages as u64 * 4096 * 3 / 2,
+                            first_pos: 0,
+                            last_pos: 0,
+                        }),
+                        ..CallRecord::default()
+                    }
+                })
+                .collect();
+            let line = IntervalLine::new(
+                tick as f64 * 0.5,
+                0.5,
+                &CallAggregate::default(),
+                &snapshot(tick - 1),
+                &snapshot(tick),
+            );
+            (calls, line)
+        })
+        .collect()
+}
+
+/// The compare fixture: four runs under a second, as `compare --json`
+/// writes them (the fields the report reads).
+pub(crate) fn fixture_compare() -> String {
+    use crate::model::timeline::{TimeBin, Timeline, WriterChunks};
+    let mut runs = Vec::new();
+    for (r, (strategy, secs, direct)) in [
+        ("buffered", 0.24, false),
+        ("fsync-end", 0.42, false),
+        ("srf-pipelined", 0.77, false),
+        ("direct", 0.19, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut t = Timeline::default();
+        let bins = (secs / 0.1_f64).ceil() as usize;
+        for i in 0..bins {
+            let mut line = IntervalLine::new(
+                0.1,
+                0.1,
+                &CallAggregate::default(),
+                &snapshot(i as u64),
+                &snapshot(i as u64 + 1),
+            );
+            line.dirty.vmstat.nr_dirty /= (r + 1) as u64;
+            let b: &mut TimeBin = t.at(i as f64 * 0.1 + 0.05);
+            b.add_interval(&line, |_| true);
+            b.writer_bytes = vec![(30 + 10 * (i as u64 % 3)) << 20];
+            if !direct {
+                b.add_call(["background", "sync", "periodic"][i % 3], 2048 >> (i % 4));
+            }
+        }
+        t.span_s = secs;
+        let calls = if direct { 0 } else { bins as u64 };
+        let chunk = crate::model::interval::Bucket {
+            lo: 8 << 20,
+            hi: (16 << 20) - 1,
+            count: 16,
+        };
+        runs.push(serde_json::json!({
+            "strategy": strategy,
+            "repeat": 0,
+            "writer": {"o_direct": direct, "elapsed_s": secs},
+            "kernel": {
+                "window_s": secs,
+                "calls": calls,
+                "pages_per_call_hist": if direct { serde_json::json!([]) } else {
+                    serde_json::json!([{"lo": 256, "hi": 511, "count": 3}, {"lo": 2048, "hi": 4095, "count": calls}])
+                },
+                "pages_scanned_per_page_written": if direct { None } else { Some(1.0 + r as f64 * 0.5) },
+                "inode_pass": {
+                    "pages_per_pass": [{"lo": 1024, "hi": 2047, "count": 4}],
+                    "pages_asked_per_pass": [{"lo": 8192, "hi": 16383, "count": 4}],
+                    "pages_per_unbounded_pass": []
+                },
+                "timeline": t,
+                "writer_chunks": WriterChunks {
+                    write_bytes: vec![chunk.clone()],
+                    sync_bytes: if strategy == "srf-pipelined" { vec![chunk] } else { vec![] },
+                    whole_file_syncs: 1,
+                },
+            }
+        }));
+    }
+    serde_json::json!({
+        "runs": runs,
+        "context": {
+            "host": "fixture", "kernel": "6.18.0-fixture",
+            "command": "wbscope compare --dir /mnt/data --size 128M --report cmp.html",
+            "wbscope_version": "0.1.0", "started_unix_s": 1_767_225_600u64,
+            "probes": plan(),
+        }
+    })
+    .to_string()
+}
+
+fn update() -> bool {
+    std::env::var_os("WBSCOPE_UPDATE_GOLDEN").is_some()
+}
+
+/// `bytes` equal the committed file `name` (written when updating).
+fn check_file(name: &str, bytes: &[u8]) {
+    let path = fixtures().join(name);
+    if update() {
+        std::fs::create_dir_all(fixtures()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        return;
+    }
+    let committed = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (WBSCOPE_UPDATE_GOLDEN=1 makes it)", path.display()));
+    if committed != bytes {
+        let got = path.with_extension("new");
+        std::fs::write(&got, bytes).unwrap();
+        panic!(
+            "{} differs from what the code makes now (written to {}); review and rename",
+            path.display(),
+            got.display()
+        );
+    }
+}
+
+/// The recording fixture through the feed, as `commands::report` feeds
+/// it from the file (its test checks that the file gives this page).
+fn recording_data() -> ReportData {
+    let mut feed = RecordingFeed::new(fixture_header(), Some(0.5));
+    for (calls, line) in fixture_frames() {
+        for c in &calls {
+            feed.call(c);
+        }
+        feed.interval(serde_json::to_value(&line).unwrap());
+    }
+    feed.summary(&serde_json::json!({"duration_s": 3.0}));
+    feed.finish("small.rec", Vec::new())
+}
+
+fn compare_data() -> ReportData {
+    from_json(&fixture_compare(), "compare.json").unwrap()
+}
+
+#[test]
+fn fixtures_are_what_the_generators_make() {
+    // small.rec: commands::report's test (the recording format is not
+    // export's to write).
+    check_file("compare.json", fixture_compare().as_bytes());
+}
+
+#[test]
+fn golden_pages_and_figure() {
+    check_file("recording.html", html(&recording_data()).as_bytes());
+    check_file("compare.html", html(&compare_data()).as_bytes());
+    check_file("compare.svg", figure_svg(&compare_data()).as_bytes());
+}
+
+#[test]
+fn no_label_overlaps_another() {
+    for (d, least) in [
+        (recording_data(), 15),
+        (compare_data(), 15),
+        (ReportData::default(), 4),
+    ] {
+        let time = time_drawn(&d).into_iter().map(|p| (p, least));
+        for (p, least) in time.chain(dist_drawn(&d).into_iter().map(|p| (p, 4))) {
+            // The canvas refuses a label that would overlap; this checks
+            // it did, and that the labels that matter were still drawn:
+            // title, unit, ticks, names.
+            let b = &p.canvas.boxes;
+            assert!(b.len() >= least, "{}: {} labels", p.id, b.len());
+            for (i, x) in b.iter().enumerate() {
+                assert!(x.x0 >= 0.0 && x.x1 <= p.canvas.width, "{}: {x:?}", p.id);
+                assert!(x.y0 >= 0.0 && x.y1 <= p.canvas.height, "{}: {x:?}", p.id);
+                for y in &b[i + 1..] {
+                    assert!(!x.overlaps(y), "{}: {x:?} overlaps {y:?}", p.id);
+                }
+            }
+        }
+    }
+    // Every run's name fits above its part of the time axis, and the
+    // histogram's bucket labels are there (every one, or every other).
+    let c = html_of_compare();
+    for name in ["buffered", "fsync-end", "srf-pipelined", "direct"] {
+        assert!(c.contains(&format!(">{name}</text>")), "{name}");
+    }
+    for label in ["256-511", "2K-4K"] {
+        assert!(c.contains(&format!(">{label}</text>")), "{label}");
+    }
+}
+
+#[test]
+fn every_time_panel_has_data_in_both_fixtures() {
+    for d in [recording_data(), compare_data()] {
+        for p in time_drawn(&d) {
+            assert!(p.points > 0 && p.empty.is_none(), "{}: {:?}", p.id, p.empty);
+        }
+    }
+    // The recording's bins are its interval lines' (0.5 s), 3 s long.
+    let r = recording_data();
+    let t = &r.segments[0].timeline;
+    assert_eq!((t.bin_s, t.bins.len()), (0.5, 6));
+    assert_eq!(t.bins.iter().map(|b| b.calls).sum::<u64>(), 48);
+    // The compare runs: 100 ms bins, every run its own segment.
+    let c = compare_data();
+    assert_eq!(c.segments.len(), 4);
+    assert!(c.segments.iter().all(|s| s.timeline.bin_s == 0.1));
+}
+
+#[test]
+fn an_empty_panel_says_why() {
+    let html = html(&ReportData::default());
+    let empties = html.matches("data-empty=\"empty: ").count();
+    assert_eq!(empties, 6 + 3, "every panel empty, each with a reason");
+    // The O_DIRECT run: no writepages calls, and the page says why.
+    let c = html_of_compare();
+    assert!(c.contains("direct: no writepages calls: O_DIRECT writes bypass the page cache"));
+    // A plan without the throttling hook: the panel names it.
+    let mut d = compare_data();
+    if let Some(p) = &mut d.plan {
+        p.concepts
+            .retain(|c| c.concept != crate::model::plan::Concept::Throttling);
+        p.concepts.push(crate::model::plan::ConceptPlan::new(
+            crate::model::plan::Concept::Throttling,
+        ));
+    }
+    let h = super::html(&d);
+    assert!(h.contains("no hook for throttling was attached"), "{h}");
+}
+
+fn html_of_compare() -> String {
+    html(&compare_data())
+}
+
+#[test]
+fn the_page_is_self_contained_and_escapes_what_it_shows() {
+    let mut d = compare_data();
+    d.facts
+        .push(("command".into(), "<script>alert(1)</script>".into()));
+    d.segments[0].name = "<b>&".into();
+    let h = html(&d);
+    assert!(!h.contains("<script"), "markup from the input is escaped");
+    assert!(h.contains("&lt;b&gt;&amp;"));
+    for fetch in ["http://", "https://", "src=", "@import", "url("] {
+        let outside_xmlns = h.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+        assert!(!outside_xmlns.contains(fetch), "{fetch} in the page");
+    }
+    // Findings and who-dirtied have their places, marked.
+    assert!(h.contains("id=\"findings\"") && h.contains("id=\"who-dirtied\""));
+}
+
+#[test]
+fn greyscale_every_series_in_a_panel_has_its_own_dash_and_marker() {
+    use super::svg::STYLES;
+    for (i, a) in STYLES.iter().enumerate() {
+        for b in &STYLES[i + 1..] {
+            assert!(a.dash != b.dash && a.marker != b.marker);
+        }
+    }
+}
