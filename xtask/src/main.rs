@@ -294,7 +294,9 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
         cargo(&toolchain).args(["clippy", "--all-targets", "--", "-D", "warnings"]),
     )?;
     let mut cmd = cargo(&toolchain);
-    cmd.arg("test");
+    // Every test binary runs even when one fails: a failure in one
+    // suite must not hide the state of the others.
+    cmd.args(["test", "--no-fail-fast"]);
     if !setup::is_root() {
         // Kernel integration tests attach BPF programs and mount loop
         // filesystems: run the test binaries (not cargo) as root.
