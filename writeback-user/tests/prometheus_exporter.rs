@@ -226,7 +226,7 @@ fn scrape_during_a_write_counts_its_pages() {
     for s in &after.samples {
         for (k, _) in s.labels.iter() {
             assert!(
-                ["dev", "cause", "program"].contains(&k.as_str()),
+                ["dev", "cause", "program", "finding"].contains(&k.as_str()),
                 "label {k} on {}",
                 s.metric
             );
