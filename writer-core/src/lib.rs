@@ -38,6 +38,7 @@ pub mod error;
 pub mod event;
 pub mod limits;
 pub mod meminfo;
+pub mod monitor;
 pub mod pattern;
 mod preflight;
 pub mod report;
