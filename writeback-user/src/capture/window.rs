@@ -13,8 +13,10 @@ use writer_core::{Report, RunFailure, Writer, WriterConfig};
 use crate::{
     UsageError,
     model::plan::{Concept, HookKind},
+    model::record::mark_uncached,
     model::window::KernelFigures,
     model::{CallRecord, DevId},
+    tracer::counter::TracepointCounter,
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
 };
@@ -24,6 +26,9 @@ use crate::{
 pub(crate) struct Traced {
     tracer: Tracer,
     collector: RingCollector,
+    /// This process while it writes with RWF_DONTCACHE only: its `direct`
+    /// calls are `uncached` ([`crate::model::record::mark_uncached`]).
+    uncached_tgid: Option<u32>,
 }
 
 impl Traced {
@@ -41,7 +46,11 @@ impl Traced {
         {
             eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
         }
-        Ok(Traced { tracer, collector })
+        Ok(Traced {
+            tracer,
+            collector,
+            uncached_tgid: None,
+        })
     }
 
     /// Runs `work` on a blocking thread while reading the ring buffer;
@@ -57,6 +66,8 @@ impl Traced {
         // What ended before the window belongs to nobody.
         self.collector.drain(|_| {});
         let prev = self.tracer.snapshot()?;
+        // Counted without a BPF program, only while the window is open.
+        let mut punts = TracepointCounter::open("io_uring", "io_uring_queue_async_work").ok();
         let started = Instant::now();
         let handle = tokio::task::spawn_blocking(work);
         let mut calls: Vec<CallRecord> = Vec::new();
@@ -91,6 +102,10 @@ impl Traced {
         });
         let cur = self.tracer.snapshot()?;
         let window_s = started.elapsed().as_secs_f64();
+        let punts = punts.as_mut().and_then(|p| p.read().ok());
+        if let Some(tgid) = self.uncached_tgid {
+            mark_uncached(&mut calls, tgid);
+        }
         let per_device_passes = self
             .tracer
             .plan
@@ -104,7 +119,18 @@ impl Traced {
                     .filter(|c| g.contains(&c.dev))
                     .cloned()
                     .collect();
-                KernelFigures::build(g, window_s, &mine, &prev, &cur, peaks, per_device_passes)
+                KernelFigures {
+                    io_uring_punts: punts,
+                    ..KernelFigures::build(
+                        g,
+                        window_s,
+                        &mine,
+                        &prev,
+                        &cur,
+                        peaks,
+                        per_device_passes,
+                    )
+                }
             })
             .collect();
         Ok((result, figures))
@@ -139,9 +165,12 @@ pub(crate) async fn traced_write(
     sync_after: bool,
 ) -> anyhow::Result<(Report, KernelFigures)> {
     let dirs = cfg.spec().dirs.clone();
+    // The writer is the only thing this process runs in the window, and an
+    // uncached run makes no sync_file_range or fadvise calls.
+    traced.uncached_tgid = cfg.uses_dontcache().then(std::process::id);
     let writer = Writer::new(cfg);
     let live = writer.tunables();
-    let (result, mut kernel) = traced
+    let windowed = traced
         .window(
             &[devs.to_vec()],
             move || -> Result<Report, RunFailure> {
@@ -155,7 +184,9 @@ pub(crate) async fn traced_write(
             },
             move || live.request_stop(),
         )
-        .await?;
+        .await;
+    traced.uncached_tgid = None;
+    let (result, mut kernel) = windowed?;
     let report = match result {
         Ok(r) => r,
         Err(failure) => {

@@ -6,6 +6,7 @@
 pub mod attach;
 pub mod btf;
 pub mod cost;
+pub(crate) mod counter;
 pub mod maps;
 pub mod object;
 pub mod plan;
