@@ -403,6 +403,10 @@ pub mod cause {
     /// WB_SYNC_NONE from outside the flusher: sync_file_range(WRITE),
     /// fadvise(DONTNEED), filemap_flush, page reclaim.
     pub const DIRECT: u32 = 5;
+    /// Never set by the kernel programs: userspace turns a `DIRECT` call
+    /// into this one when it knows the thread is doing RWF_DONTCACHE writes
+    /// (the write kicks write-out of what it wrote; docs/trace-json.md).
+    pub const UNCACHED: u32 = 6;
 }
 
 /// One writepages call, joined in the kernel from its start and end hooks,

@@ -175,6 +175,63 @@ fn many_writers() {
 }
 
 #[test]
+fn page_cache_cliff() {
+    let doc = scenario("page-cache-cliff", &[]);
+    let runs = runs(&doc);
+    let labels: Vec<&str> = runs
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "buffered",
+            "srf-pipelined --drop-behind",
+            "uncached",
+            "uring-buffered --uncached",
+            "direct"
+        ]
+    );
+    let by = |l: &str| runs.iter().find(|r| r["strategy"] == l).unwrap();
+    let file_kib = by("buffered")["writer"]["file_bytes"].as_u64().unwrap() / 1024;
+    let chunk_kib = by("buffered")["writer"]["chunk_bytes"].as_u64().unwrap() / 1024;
+    // buffered leaves its file cached; the uncached runs leave at most a
+    // few chunks, and their writeback was kicked by the writes themselves.
+    assert!(by("buffered")["writer"]["cache_end_kib"].as_u64().unwrap() >= file_kib * 9 / 10);
+    for l in ["uncached", "uring-buffered --uncached"] {
+        let r = by(l);
+        assert_eq!(r["writer"]["rwf_dontcache"], true, "{l}");
+        assert!(
+            r["writer"]["cache_end_kib"].as_u64().unwrap() <= 4 * chunk_kib,
+            "{l}: {r}"
+        );
+        let kicked = r["kernel"]["calls_by_cause"]["uncached"]
+            .as_u64()
+            .unwrap_or(0);
+        // One kick per chunk written (a chunk whose pages were already
+        // written by an earlier kick may find nothing to do: at least half).
+        assert!(kicked >= file_kib / chunk_kib / 2, "{l}: {}", r["kernel"]);
+        assert!(r["kernel"]["calls_by_cause"].get("direct").is_none(), "{l}");
+        assert!(r["writer"]["reclaim"]["pgsteal_kswapd"].is_u64(), "{l}");
+    }
+    // ext4 takes no io_uring buffered write without blocking: every write
+    // is punted to a worker (the counter is system-wide: at least that).
+    let punts = by("uring-buffered --uncached")["kernel"]["io_uring_punts"]
+        .as_u64()
+        .unwrap();
+    assert!(punts >= file_kib / chunk_kib, "{punts}");
+    // The other runs kicked nothing of their own.
+    assert!(
+        by("buffered")["kernel"]["calls_by_cause"]
+            .get("uncached")
+            .is_none()
+    );
+    assert!(
+        by("srf-pipelined --drop-behind")["kernel"]["calls_by_cause"]["direct"].as_u64() > Some(0)
+    );
+}
+
+#[test]
 fn injected_failure_after_mount_leaves_nothing_behind() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (pid, out) = run_to_end(wbscope().args([

@@ -942,3 +942,167 @@ fn a_non_utf8_dir_gives_complete_json() {
     assert_eq!(files.len(), 1, "{files:?}");
     std::fs::remove_file(&files[0]).unwrap();
 }
+
+// ---- uncached writes (RWF_DONTCACHE) and io_uring buffered writes ----
+
+/// The flags argument of a pwritev2 line as strace prints it: the name, or
+/// the number where strace predates the flag (strace 6.1: `0x80 /* RWF_??? */`).
+fn is_dontcache(line: &str) -> bool {
+    line.contains("RWF_DONTCACHE") || line.contains(", 0x80 /* RWF_??? */)")
+}
+
+#[test]
+fn uncached_is_pwritev2_with_rwf_dontcache_then_one_fsync() {
+    let dir = tmp();
+    let lines = strace(
+        dir.path(),
+        "pwritev2,pwrite64,write,fsync,fdatasync",
+        &["--size", "8M", "--chunk", "1M", "--strategy", "uncached"],
+    );
+    let data: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("pwritev2(") && l.trim_end().ends_with("= 1048576"))
+        .collect();
+    assert_eq!(data.len(), 8, "{lines:#?}");
+    assert!(data.iter().all(|l| is_dontcache(l)), "{data:#?}");
+    // The preflight asks without writing (a NULL iovec: EFAULT) and
+    // nothing goes out through plain pwrite(2) or write(2) to a file.
+    assert!(!lines.iter().any(|l| l.contains("pwrite64(")), "{lines:#?}");
+    let fsync = lines.iter().position(|l| l.contains("fsync(")).unwrap();
+    let last_write = lines.iter().rposition(|l| l.contains("pwritev2(")).unwrap();
+    assert!(fsync > last_write, "the fsync ends the run");
+}
+
+#[test]
+fn uring_buffered_goes_through_io_uring_enter() {
+    let dir = tmp();
+    let calls = "io_uring_setup,io_uring_enter,pwritev2,pwrite64,fsync";
+    let args = |extra: &'static str| {
+        let mut a = vec![
+            "--size",
+            "8M",
+            "--chunk",
+            "1M",
+            "--strategy",
+            "uring-buffered",
+            "--qd",
+            "4",
+        ];
+        a.extend(Some(extra).filter(|e| !e.is_empty()));
+        a
+    };
+    let a = dir.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    let lines = strace(&a, calls, &args(""));
+    assert!(lines.iter().any(|l| l.contains("io_uring_setup(")));
+    assert!(lines.iter().any(|l| l.contains("io_uring_enter(")));
+    // The data goes through the ring, not through a write call.
+    assert!(!lines.iter().any(|l| l.contains("pwrite")), "{lines:#?}");
+    // --uncached: the same, after the preflight's flag check.
+    let b = dir.path().join("b");
+    std::fs::create_dir(&b).unwrap();
+    let lines = strace(&b, calls, &args("--uncached"));
+    assert!(lines.iter().any(|l| l.contains("io_uring_enter(")));
+    let probes: Vec<&String> = lines.iter().filter(|l| l.contains("pwritev2(")).collect();
+    assert!(
+        probes.len() == 1 && probes[0].contains("EFAULT") && is_dontcache(probes[0]),
+        "{probes:#?}"
+    );
+}
+
+#[test]
+fn uncached_bad_combinations_and_filesystems_are_refused_with_exit_2() {
+    let dir = tmp();
+    let shm = tempfile::Builder::new()
+        .prefix("wbscope-cli-")
+        .tempdir_in("/dev/shm")
+        .expect("temp dir on tmpfs");
+    let base = ["--size", "4M", "--chunk", "1M"];
+    for (d, extra, needle) in [
+        (
+            dir.path(),
+            &["--strategy", "buffered", "--uncached"][..],
+            "--uncached needs --strategy uring-buffered",
+        ),
+        (
+            dir.path(),
+            &["--strategy", "uncached", "--uncached"][..],
+            "--uncached needs",
+        ),
+        (
+            dir.path(),
+            &["--strategy", "uring-buffered", "--direct-io"][..],
+            "--direct-io is refused",
+        ),
+        (
+            dir.path(),
+            &["--strategy", "uncached", "--drop-behind"][..],
+            "--drop-behind needs",
+        ),
+        // tmpfs has no RWF_DONTCACHE: refused, never written without it.
+        (shm.path(), &["--strategy", "uncached"][..], "RWF_DONTCACHE"),
+        (
+            shm.path(),
+            &["--strategy", "uring-buffered", "--uncached"][..],
+            "RWF_DONTCACHE",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let out = wbscope(d, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("wbscope: error: ") && stderr.contains(needle),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(entries(d).is_empty(), "{args:?}: nothing left");
+    }
+}
+
+#[test]
+fn uncached_leaves_the_file_out_of_the_page_cache() {
+    let dir = tmp();
+    let out = wbscope(
+        dir.path(),
+        &[
+            "--size",
+            "64M",
+            "--chunk",
+            "1M",
+            "--strategy",
+            "uncached",
+            "--keep",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    assert_eq!(v["rwf_dontcache"], true);
+    let kept = PathBuf::from(v["kept_files"][0].as_str().unwrap());
+    // mincore(2), independent of the report's cachestat(2) figures.
+    let (resident, pages) = resident_pages(&kept);
+    std::fs::remove_file(&kept).unwrap();
+    assert_eq!(pages, 64 * 256);
+    // A few 1 MiB chunks (256 pages each) at most.
+    assert!(
+        resident <= 4 * 256,
+        "{resident} of {pages} pages still cached"
+    );
+    assert!(v["cache_end_kib"].as_u64().unwrap() <= 4 * 1024, "{v}");
+    for k in [
+        "pgscan_kswapd",
+        "pgsteal_kswapd",
+        "pgscan_direct",
+        "pgsteal_direct",
+        "allocstall",
+    ] {
+        assert!(v["reclaim"][k].is_u64(), "{k}: {v}");
+    }
+}

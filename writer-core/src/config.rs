@@ -36,16 +36,25 @@ pub enum Strategy {
     Direct,
     /// io_uring writes, `qd` in flight, a drained fsync at the end.
     Uring,
+    /// pwritev2(2) with RWF_DONTCACHE per chunk (Linux 6.14+): the kernel
+    /// starts write-out of the chunk from the write call and drops its pages
+    /// once written; fsync(2) (fdatasync(2) with `datasync`) at the end.
+    Uncached,
+    /// io_uring buffered writes (never O_DIRECT), `qd` in flight, a drained
+    /// fsync at the end; with `uncached`, RWF_DONTCACHE in each write SQE.
+    UringBuffered,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 6] = [
+    pub const ALL: [Strategy; 8] = [
         Strategy::Buffered,
         Strategy::FsyncEnd,
         Strategy::FdatasyncChunk,
         Strategy::SrfPipelined,
         Strategy::Direct,
         Strategy::Uring,
+        Strategy::Uncached,
+        Strategy::UringBuffered,
     ];
 
     pub fn name(self) -> &'static str {
@@ -56,12 +65,20 @@ impl Strategy {
             Strategy::SrfPipelined => "srf-pipelined",
             Strategy::Direct => "direct",
             Strategy::Uring => "uring",
+            Strategy::Uncached => "uncached",
+            Strategy::UringBuffered => "uring-buffered",
         }
     }
 
     /// Whether the data is on stable storage when the strategy finishes.
     pub fn is_durable(self) -> bool {
         !matches!(self, Strategy::Buffered)
+    }
+
+    /// Whether the strategy writes through io_uring (one buffer per write
+    /// in flight).
+    pub fn is_uring(self) -> bool {
+        matches!(self, Strategy::Uring | Strategy::UringBuffered)
     }
 }
 
@@ -174,8 +191,11 @@ pub struct WriterSpec {
     pub jobs: u32,
     /// srf-pipelined: chunks between WRITE and WAIT_BEFORE.
     pub window: u32,
-    /// uring: writes in flight.
+    /// uring, uring-buffered: writes in flight.
     pub qd: u32,
+    /// uring-buffered: RWF_DONTCACHE in every write SQE (`--uncached`).
+    /// Refused with any other strategy (`uncached` is uncached already).
+    pub uncached: bool,
     pub fallocate: bool,
     pub noatime: bool,
     /// Use fdatasync(2) where the strategy would fsync(2).
@@ -211,6 +231,7 @@ impl Default for WriterSpec {
             window: 4,
             // fio's io_uring reference job (BENCHMARKS.md) uses iodepth 32.
             qd: 32,
+            uncached: false,
             fallocate: false,
             noatime: false,
             datasync: false,
@@ -265,7 +286,7 @@ pub enum ConfigError {
         align: u64,
     },
     #[error(
-        "unknown strategy {0:?} (expected one of: buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring)"
+        "unknown strategy {0:?} (expected one of: buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring, uncached, uring-buffered)"
     )]
     UnknownStrategy(String),
     #[error(
@@ -280,6 +301,12 @@ pub enum ConfigError {
         "--drop-behind needs --strategy srf-pipelined or fdatasync-chunk (the strategies that know when a chunk is on disk), not {0}"
     )]
     DropBehindStrategy(&'static str),
+    #[error(
+        "--uncached needs --strategy uring-buffered (--strategy uncached is uncached already), not {0}"
+    )]
+    UncachedStrategy(&'static str),
+    #[error("--strategy {0} writes through the page cache; --direct-io is refused with it")]
+    DirectIoStrategy(&'static str),
     #[error("the run is too large: jobs x files x size overflows 64 bits")]
     TooLarge,
 }
@@ -337,6 +364,16 @@ impl WriterConfig {
                 return Err(ConfigError::DropBehindStrategy(spec.strategy.name()));
             }
         }
+        if spec.uncached && (spec.small_files.is_some() || spec.strategy != Strategy::UringBuffered)
+        {
+            return Err(ConfigError::UncachedStrategy(match spec.small_files {
+                Some(_) => "--small-files",
+                None => spec.strategy.name(),
+            }));
+        }
+        if spec.direct_io && matches!(spec.strategy, Strategy::Uncached | Strategy::UringBuffered) {
+            return Err(ConfigError::DirectIoStrategy(spec.strategy.name()));
+        }
         if let Some(sf) = &spec.small_files {
             if sf.count == 0 {
                 return Err(ConfigError::ZeroCount("small-files"));
@@ -368,7 +405,7 @@ impl WriterConfig {
         if spec.qd == 0 || spec.qd > MAX_QD {
             return Err(ConfigError::BadQd(spec.qd));
         }
-        if spec.strategy == Strategy::Uring
+        if spec.strategy.is_uring()
             && u64::from(spec.qd).saturating_mul(spec.chunk) > MAX_URING_BUFFERS
         {
             return Err(ConfigError::UringBuffers {
@@ -404,6 +441,14 @@ impl WriterConfig {
         self.spec.small_files.is_none()
             && (self.spec.strategy == Strategy::Direct
                 || (self.spec.direct_io && self.spec.strategy == Strategy::Uring))
+    }
+
+    /// Whether writes carry RWF_DONTCACHE (include/uapi/linux/fs.h):
+    /// `uncached`, and `uring-buffered --uncached`.
+    pub fn uses_dontcache(&self) -> bool {
+        self.spec.small_files.is_none()
+            && (self.spec.strategy == Strategy::Uncached
+                || (self.spec.uncached && self.spec.strategy == Strategy::UringBuffered))
     }
 
     /// Directory job `job` writes into (round-robin over the targets).
@@ -564,6 +609,59 @@ mod tests {
             msg.ends_with("not buffered") && !msg.contains('\n'),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn uncached_only_where_it_means_something() {
+        let ok = |f: fn(&mut WriterSpec)| {
+            let mut s = spec();
+            f(&mut s);
+            WriterConfig::new(s).unwrap()
+        };
+        assert!(ok(|s| s.strategy = Strategy::Uncached).uses_dontcache());
+        let uring = ok(|s| s.strategy = Strategy::UringBuffered);
+        assert!(!uring.uses_dontcache() && !uring.uses_o_direct());
+        assert!(
+            ok(|s| {
+                s.strategy = Strategy::UringBuffered;
+                s.uncached = true;
+            })
+            .uses_dontcache()
+        );
+        for st in [Strategy::Buffered, Strategy::Uring, Strategy::Uncached] {
+            assert_eq!(
+                err(|s| {
+                    s.strategy = st;
+                    s.uncached = true;
+                }),
+                ConfigError::UncachedStrategy(st.name())
+            );
+        }
+        for st in [Strategy::Uncached, Strategy::UringBuffered] {
+            let e = err(|s| {
+                s.strategy = st;
+                s.direct_io = true;
+            });
+            assert_eq!(e, ConfigError::DirectIoStrategy(st.name()));
+            assert!(!e.to_string().contains('\n'));
+        }
+        assert_eq!(
+            err(|s| {
+                s.strategy = Strategy::Uncached;
+                s.drop_behind = true;
+            }),
+            ConfigError::DropBehindStrategy("uncached")
+        );
+        // uring-buffered pins one buffer per write in flight, like uring.
+        assert!(matches!(
+            err(|s| {
+                s.strategy = Strategy::UringBuffered;
+                s.qd = 1024;
+                s.chunk = 64 << 20;
+                s.size = 1 << 30;
+            }),
+            ConfigError::UringBuffers { .. }
+        ));
     }
 
     #[test]

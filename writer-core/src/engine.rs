@@ -6,18 +6,18 @@ use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::buf::{ChunkBuf, MEM_ALIGN};
 use crate::config::{Strategy, WriterConfig};
 use crate::error::{RunFailure, WriterError};
-use crate::event::{Event, FileRef, NullObserver, Observer, SyncKind};
+use crate::event::{FileRef, NullObserver, Observer, SyncKind};
 use crate::limits::{self, MemoryNeed};
-use crate::meminfo::{self, DirtyLevels};
+use crate::monitor::{Reclaim, cpu_times, monitor};
 use crate::pattern::Pattern;
 use crate::preflight::preflight;
 use crate::report::{Report, RunStatus, VerifyReport};
@@ -28,10 +28,6 @@ use crate::stats::SeriesStats;
 use crate::tunables::LiveTunables;
 use crate::uring::{UringFile, write_file_uring};
 use crate::verify::verify_file;
-
-/// /proc/meminfo sampling period: fine enough to catch the Dirty peak of a
-/// one-second burst, cheap enough (one small read) not to matter.
-const MEMINFO_EVERY: Duration = Duration::from_millis(100);
 
 /// One file of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,6 +141,7 @@ impl Writer {
         let progress = AtomicU64::new(0);
         let created = Mutex::new(Vec::new());
         let cpu0 = cpu_times();
+        let reclaim0 = Reclaim::sample();
         let start = Instant::now();
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let shared = Shared {
@@ -162,7 +159,11 @@ impl Writer {
             let mut spawn_error = None;
             let monitor = thread::Builder::new()
                 .name("wbscope-monitor".into())
-                .spawn_scoped(s, || monitor(start, &progress, &*self.observer, stop_rx))
+                .spawn_scoped(s, || {
+                    // Large files only: a small-files run has thousands.
+                    let files = spec.small_files.is_none().then_some(&created);
+                    monitor(start, &progress, &*self.observer, files, stop_rx)
+                })
                 .map_err(|error| {
                     spawn_error = Some(WriterError::Io {
                         context: "starting the monitor thread".into(),
@@ -221,6 +222,7 @@ impl Writer {
             (results, monitor, elapsed)
         });
         let cpu1 = cpu_times();
+        let reclaim = reclaim0.zip(Reclaim::sample()).map(|(a, b)| a.delta(&b));
 
         let mut stats = JobStats::default();
         let (mut bytes, mut durable, mut files_written) = (0u64, 0u64, 0u64);
@@ -325,6 +327,7 @@ impl Writer {
             direct_align: pre.align,
             rate_bytes_s: spec.rate,
             drop_behind: spec.drop_behind,
+            rwf_dontcache: self.cfg.uses_dontcache(),
             bytes,
             bytes_durable: durable,
             elapsed_s: secs,
@@ -341,12 +344,18 @@ impl Writer {
                 .then(|| (cpu1.1 - cpu0.1) / (bytes as f64 / (1u64 << 30) as f64)),
             peak_dirty_kib: monitor.peak.map(|p| p.dirty_kib),
             peak_writeback_kib: monitor.peak.map(|p| p.writeback_kib),
+            cache_peak_kib: monitor.cache_peak_kib,
+            cache_end_kib: monitor.cache_end_kib,
+            reclaim,
             files_per_s: small.map(|_| files_written as f64 / secs),
             verify,
             kept_files,
             cleanup_errors,
         };
         match error {
+            // A refusal (RWF_DONTCACHE unsupported) before a byte was written
+            // is one line, like a preflight refusal.
+            Some(error @ WriterError::Refused(_)) if bytes == 0 => Err(error.into()),
             Some(error) => Err(RunFailure {
                 error,
                 partial: Some(Box::new(report)),
@@ -443,7 +452,7 @@ fn run_large_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult 
     let mut r = JobResult::default();
     let mut rate = RateLimiter::new(spec.jobs);
     let chunk = sh.tunables.chunk() as usize;
-    let uring = spec.strategy == Strategy::Uring;
+    let uring = spec.strategy.is_uring();
     // io_uring writes from its own buffers, one per write in flight; the
     // synchronous strategies from one. limits::MemoryNeed counts the same.
     let bufs = (
@@ -483,6 +492,7 @@ fn run_large_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult 
             strategy: spec.strategy,
             datasync: spec.datasync,
             drop_behind: spec.drop_behind,
+            dontcache: sh.cfg.uses_dontcache(),
             tunables: sh.tunables,
             observer: sh.observer,
             progress: sh.progress,
@@ -519,15 +529,26 @@ fn run_large_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult 
             }
             Err(e) => {
                 r.written += e.outcome.written;
-                r.error = Some(WriterError::Io {
-                    context: format!("{}: {}", pf.path.display(), e.op),
-                    error: e.error,
+                r.error = Some(match uncached_refusal(sh.cfg, &pf.path, &e.error) {
+                    Some(refused) => refused,
+                    None => WriterError::Io {
+                        context: format!("{}: {}", pf.path.display(), e.op),
+                        error: e.error,
+                    },
                 });
                 break;
             }
         }
     }
     r
+}
+
+/// EOPNOTSUPP from an RWF_DONTCACHE write is a refusal (exit 2, one line),
+/// never a reason to write without it.
+fn uncached_refusal(cfg: &WriterConfig, path: &Path, e: &io::Error) -> Option<WriterError> {
+    let dir = path.parent().unwrap_or(path);
+    (cfg.uses_dontcache() && e.raw_os_error() == Some(libc::EOPNOTSUPP))
+        .then(|| WriterError::Refused(crate::preflight::dontcache_refusal(dir)))
 }
 
 /// Real files for small-files mode.
@@ -611,6 +632,7 @@ fn run_small_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult 
         strategy: Strategy::Buffered,
         datasync: spec.datasync,
         drop_behind: false,
+        dontcache: false,
         tunables: sh.tunables,
         observer: sh.observer,
         progress: sh.progress,
@@ -646,120 +668,6 @@ fn run_small_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult 
     r
 }
 
-#[derive(Debug, Default)]
-struct MonitorResult {
-    per_second_mb_s: Vec<f64>,
-    peak: Option<DirtyLevels>,
-}
-
-/// Samples /proc/meminfo every 100 ms and emits a Tick every second until
-/// told to stop.
-fn monitor(
-    start: Instant,
-    progress: &AtomicU64,
-    observer: &dyn Observer,
-    stop: Receiver<()>,
-) -> MonitorResult {
-    let mut out = MonitorResult::default();
-    let sample = |out: &mut MonitorResult| {
-        if let Some(m) = meminfo::sample() {
-            let p = out.peak.get_or_insert(m);
-            p.dirty_kib = p.dirty_kib.max(m.dirty_kib);
-            p.writeback_kib = p.writeback_kib.max(m.writeback_kib);
-        }
-    };
-    sample(&mut out);
-    let mut next_sample = start + MEMINFO_EVERY;
-    let mut series = PerSecond::new(start);
-    loop {
-        let wake = next_sample.min(series.next_tick());
-        match stop.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-        }
-        let now = Instant::now();
-        if now >= next_sample {
-            sample(&mut out);
-            next_sample = (next_sample + MEMINFO_EVERY).max(now);
-        }
-        if now >= series.next_tick() {
-            let bytes = progress.load(Ordering::Relaxed);
-            let delta = series.tick(now, bytes);
-            observer.on_event(&Event::Tick {
-                elapsed: now.duration_since(start),
-                bytes,
-                bytes_last_second: delta,
-            });
-        }
-    }
-    // The partial last second (from the last tick to the end of the run) is
-    // left out: a fraction of a second would count as a whole sample.
-    out.per_second_mb_s = series.samples;
-    sample(&mut out);
-    out
-}
-
-/// The per-second throughput series of a run (`per_second_mb_s`).
-///
-/// Ticks fall on whole seconds from the start of the run; each sample is the
-/// bytes handed to the kernel (write(2) returned, or io_uring completion
-/// reaped) between two ticks, divided by the time between them (so a tick
-/// taken a little late is still a rate in MB/s). Seconds in which the writer
-/// waits in a sync count, with whatever few bytes they saw. A tick taken more
-/// than a second late (the monitor thread starved) covers all the time since
-/// the previous one and the ticks it missed are skipped, rather than closing
-/// intervals of almost no length whose rate would be noise.
-#[derive(Debug)]
-struct PerSecond {
-    next_tick: Instant,
-    last_at: Instant,
-    last_bytes: u64,
-    samples: Vec<f64>,
-}
-
-impl PerSecond {
-    const TICK: Duration = Duration::from_secs(1);
-
-    fn new(start: Instant) -> Self {
-        PerSecond {
-            next_tick: start + Self::TICK,
-            last_at: start,
-            last_bytes: 0,
-            samples: Vec::new(),
-        }
-    }
-
-    fn next_tick(&self) -> Instant {
-        self.next_tick
-    }
-
-    /// Closes the interval ending `now` (at or after `next_tick()`), with
-    /// `bytes` written so far; returns the bytes written in it.
-    fn tick(&mut self, now: Instant, bytes: u64) -> u64 {
-        let dt = now.duration_since(self.last_at).as_secs_f64().max(1e-9);
-        let delta = bytes.saturating_sub(self.last_bytes);
-        self.samples.push(delta as f64 / 1e6 / dt);
-        (self.last_at, self.last_bytes) = (now, bytes);
-        while self.next_tick <= now {
-            self.next_tick += Self::TICK;
-        }
-        delta
-    }
-}
-
-/// (user, system) CPU seconds of the whole process so far (getrusage(2),
-/// RUSAGE_SELF sums all threads).
-fn cpu_times() -> (f64, f64) {
-    // SAFETY: rusage is plain old data.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer for the call.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return (0.0, 0.0);
-    }
-    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    (secs(ru.ru_utime), secs(ru.ru_stime))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -774,26 +682,6 @@ mod tests {
         };
         f(&mut s);
         Writer::new(WriterConfig::new(s).unwrap())
-    }
-
-    #[test]
-    fn per_second_series_has_whole_seconds_only() {
-        let t0 = Instant::now();
-        let s = |x: f64| t0 + Duration::from_secs_f64(x);
-        let mut p = PerSecond::new(t0);
-        assert_eq!(p.next_tick(), s(1.0));
-        assert_eq!(p.tick(s(1.0), 300_000_000), 300_000_000);
-        // 10 ms late: still a rate over the time since the last tick.
-        assert_eq!(p.tick(s(2.01), 501_000_000), 201_000_000);
-        assert_eq!(p.next_tick(), s(3.0));
-        assert!((p.samples[0] - 300.0).abs() < 1e-9);
-        assert!((p.samples[1] - 201.0 / 1.01).abs() < 1e-9);
-        // 1.5 s late: one sample over the 2.49 s since the last tick, the
-        // missed tick skipped (no zero-length interval follows).
-        p.tick(s(4.5), 1_001_000_000);
-        assert_eq!(p.next_tick(), s(5.0));
-        assert_eq!(p.samples.len(), 3);
-        assert!((p.samples[2] - 500.0 / 2.49).abs() < 1e-9);
     }
 
     #[test]

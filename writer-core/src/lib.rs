@@ -3,8 +3,9 @@
 //! Writes large files in large chunks and controls writeback itself, with
 //! the strategies docs/writer.md describes: `buffered`,
 //! `fsync-end`, `fdatasync-chunk`, `srf-pipelined` (Ts'o's
-//! sync_file_range pattern), `direct` (O_DIRECT) and `uring` (io_uring),
-//! plus a small-files mode with dpkg-like per-file sync policies.
+//! sync_file_range pattern), `direct` (O_DIRECT), `uring` (io_uring),
+//! `uncached` (pwritev2 with RWF_DONTCACHE) and `uring-buffered` (io_uring
+//! buffered writes, optionally RWF_DONTCACHE), plus a small-files mode with dpkg-like per-file sync policies.
 //!
 //! ```no_run
 //! use writer_core::{Strategy, Writer, WriterConfig, WriterSpec, parse_size};
@@ -28,6 +29,7 @@
 //! stream), [`sink`] (file operations behind a trait), [`schedule`] (the
 //! synchronous strategies' call order), [`uring`], [`small_files`],
 //! [`pattern`] and [`verify`] (verifiable data), [`stats`], [`meminfo`],
+//! [`monitor`] (ticks, page-cache footprint of the files, reclaim),
 //! [`device`] (O_DIRECT alignment), [`engine`] (threads, preflight,
 //! cleanup) and [`report`].
 pub mod buf;
@@ -38,6 +40,7 @@ pub mod error;
 pub mod event;
 pub mod limits;
 pub mod meminfo;
+pub mod monitor;
 pub mod pattern;
 mod preflight;
 pub mod report;

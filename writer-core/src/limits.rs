@@ -14,7 +14,7 @@
 //! through [`crate::Writer::check_memory`].
 use std::path::PathBuf;
 
-use crate::config::{Strategy, WriterConfig};
+use crate::config::WriterConfig;
 use crate::engine::PlannedFile;
 use crate::size::ByteSize;
 
@@ -99,7 +99,7 @@ impl MemoryNeed {
                     "--small-files",
                 )
             }
-            None if s.strategy == Strategy::Uring => (
+            None if s.strategy.is_uring() => (
                 round(s.chunk).saturating_mul(u64::from(s.qd)),
                 format!(
                     "--jobs {} x --qd {} x --chunk {}",
@@ -249,7 +249,7 @@ pub(crate) fn memory_room() -> MemoryRoom {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{FileSync, SmallFiles, WriterSpec};
+    use crate::config::{FileSync, SmallFiles, Strategy, WriterSpec};
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;

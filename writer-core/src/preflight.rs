@@ -116,5 +116,58 @@ pub(crate) fn preflight(
             align = Some(align.unwrap_or(0).max(lbs));
         }
     }
+    if cfg.uses_dontcache() {
+        for dir in &spec.dirs {
+            if dontcache_unsupported(dir) {
+                return Err(WriterError::Refused(dontcache_refusal(dir)));
+            }
+        }
+    }
     Ok(Preflight { align })
+}
+
+/// The one line that refuses an uncached run on `dir`.
+pub(crate) fn dontcache_refusal(dir: &Path) -> String {
+    format!(
+        "--dir {}: this kernel or filesystem does not support uncached writes \
+         (RWF_DONTCACHE: EOPNOTSUPP; Linux 6.14+ on a filesystem that supports \
+         it, e.g. ext4, xfs, btrfs; not tmpfs); nothing was written",
+        dir.display()
+    )
+}
+
+/// Whether pwritev2(2) with RWF_DONTCACHE is refused with EOPNOTSUPP on
+/// `dir`'s filesystem, asked without writing anything: on an unnamed
+/// O_TMPFILE, one iovec of one byte at address 0. The flag is checked
+/// first (kiocb_set_rw_flags() in the write path, include/linux/fs.h:
+/// EOPNOTSUPP unless the file's operations have FOP_DONTCACHE); a
+/// supported flag then fails with EFAULT on the bad address before a page
+/// is touched. io_uring checks the same flag with the same function.
+/// Anything else (no O_TMPFILE on this filesystem, say) is not a refusal:
+/// the first real write has the last word.
+pub(crate) fn dontcache_unsupported(dir: &Path) -> bool {
+    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: c is a valid C string; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    let iov = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 1,
+    };
+    // SAFETY: a valid iovec whose base the kernel checks (EFAULT).
+    let rc = unsafe { libc::pwritev2(fd, &iov, 1, 0, crate::sink::RWF_DONTCACHE) };
+    let err = io::Error::last_os_error();
+    // SAFETY: fd is ours and closed once.
+    unsafe { libc::close(fd) };
+    rc < 0 && err.raw_os_error() == Some(libc::EOPNOTSUPP)
 }

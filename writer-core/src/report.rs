@@ -85,6 +85,9 @@ pub struct Report {
     /// posix_fadvise(DONTNEED) once on disk (calls and latency under
     /// `sync_latency_us.drop_behind`).
     pub drop_behind: bool,
+    /// Writes carried RWF_DONTCACHE (`uncached`, `uring-buffered
+    /// --uncached`).
+    pub rwf_dontcache: bool,
     /// Bytes whose write() returned (for uring: whose completion arrived).
     pub bytes: u64,
     /// Bytes on stable storage at the end (after the strategy's syncs).
@@ -121,6 +124,15 @@ pub struct Report {
     /// Peak of /proc/meminfo Dirty and Writeback, sampled every 100 ms.
     pub peak_dirty_kib: Option<u64>,
     pub peak_writeback_kib: Option<u64>,
+    /// Page cache held by the run's own files (cachestat(2) over them,
+    /// sampled every 100 ms): the peak, and at the end of the run (after
+    /// the last sync, before the files are removed). Large-file mode on
+    /// Linux 6.5+; `None` otherwise.
+    pub cache_peak_kib: Option<u64>,
+    pub cache_end_kib: Option<u64>,
+    /// Page reclaim over the run (/proc/vmstat deltas, pages,
+    /// system-wide): kswapd and direct reclaim.
+    pub reclaim: Option<crate::monitor::Reclaim>,
     /// Small-files mode: files_written / elapsed_s.
     pub files_per_s: Option<f64>,
     pub verify: Option<VerifyReport>,

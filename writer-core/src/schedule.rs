@@ -102,6 +102,10 @@ pub struct FileCtx<'a> {
     /// `--drop-behind`: posix_fadvise(DONTNEED) on each chunk once it is on
     /// disk (srf-pipelined, fdatasync-chunk; ignored by the others).
     pub drop_behind: bool,
+    /// Writes carry RWF_DONTCACHE ([`crate::WriterConfig::uses_dontcache`]):
+    /// pwritev2(2) for the synchronous schedule, the SQE's rw_flags for
+    /// io_uring.
+    pub dontcache: bool,
     pub tunables: &'a LiveTunables,
     pub observer: &'a dyn Observer,
     /// Bytes written over all jobs (read by the monitor's ticks).
@@ -183,7 +187,11 @@ impl FileCtx<'_> {
             len,
         });
         let t = Instant::now();
-        sink.write_at(data, offset)?;
+        if self.dontcache {
+            sink.write_at_dontcache(data, offset)?;
+        } else {
+            sink.write_at(data, offset)?;
+        }
         let latency = t.elapsed();
         self.stats.write.record(latency);
         self.progress.fetch_add(len, Ordering::Relaxed);
@@ -209,9 +217,12 @@ impl FileCtx<'_> {
 ///   (sync_file_range(2)). The device always has up to W chunks queued and
 ///   the page cache never holds more than about W+1 chunks of dirty or
 ///   in-flight data for this file: Ts'o's pattern (docs/classic-cases.md, case 3).
+/// - `uncached`: pwritev2(2) with RWF_DONTCACHE (write-out starts inside
+///   the call: generic_write_sync() kicks filemap_fdatawrite_range_kick()
+///   on the written range, include/linux/fs.h, Linux 6.14+).
 /// - otherwise: write only.
 ///
-/// At the end: `fsync-end` fsync(2) or fdatasync(2); `srf-pipelined` and
+/// At the end: `fsync-end` and `uncached` fsync(2) or fdatasync(2); `srf-pipelined` and
 /// `direct` fdatasync(2) (for `direct`, the data is already on the device
 /// but its allocation metadata and the device cache may not be).
 /// `buffered` and a stopped run issue no sync.
@@ -284,13 +295,14 @@ pub fn write_file<S: Sink>(
         }
     }
     let end = match ctx.strategy {
-        Strategy::Buffered | Strategy::Uring => None,
+        Strategy::Buffered | Strategy::Uring | Strategy::UringBuffered => None,
         // The last chunk's fdatasync already made everything durable.
         Strategy::FdatasyncChunk => {
             out.durable = true;
             None
         }
-        Strategy::FsyncEnd => Some(ctx.end_sync_kind()),
+        // uncached: the write calls only started the write-out.
+        Strategy::FsyncEnd | Strategy::Uncached => Some(ctx.end_sync_kind()),
         Strategy::SrfPipelined | Strategy::Direct => Some(SyncKind::Fdatasync),
     };
     if let Some(kind) = end {
@@ -368,6 +380,7 @@ mod tests {
                 strategy,
                 datasync,
                 drop_behind: self.drop_behind,
+                dontcache: strategy == Strategy::Uncached,
                 tunables: &self.tunables,
                 observer,
                 progress: &self.progress,
@@ -435,6 +448,35 @@ mod tests {
             calls(Strategy::FsyncEnd, true, 2, 4),
             vec![w(0), w(1), Call::Fdatasync]
         );
+    }
+
+    #[test]
+    fn uncached_writes_every_chunk_with_rwf_dontcache_then_syncs_once() {
+        let u = |i: u64| Call::WriteUncached {
+            offset: i * CH,
+            len: CH,
+        };
+        assert_eq!(
+            calls(Strategy::Uncached, false, 3, 4),
+            vec![u(0), u(1), u(2), Call::Fsync]
+        );
+        assert_eq!(
+            calls(Strategy::Uncached, true, 2, 4),
+            vec![u(0), u(1), Call::Fdatasync]
+        );
+        // A refused write (EOPNOTSUPP: no RWF_DONTCACHE here) stops the file
+        // at once, with nothing written and no sync: never a plain write.
+        let mut h = Harness::new(4);
+        let mut sink = RecordingSink {
+            fail_at: Some((0, libc::EOPNOTSUPP)),
+            ..RecordingSink::default()
+        };
+        let err = h
+            .run(Strategy::Uncached, false, 3 * CH, &mut sink, &NullObserver)
+            .unwrap_err();
+        assert_eq!(err.error.raw_os_error(), Some(libc::EOPNOTSUPP));
+        assert_eq!(err.outcome.written, 0);
+        assert_eq!(sink.calls, vec![u(0)]);
     }
 
     #[test]
@@ -693,6 +735,7 @@ mod tests {
             strategy: Strategy::SrfPipelined,
             datasync: false,
             drop_behind: false,
+            dontcache: false,
             tunables: &h.tunables,
             observer: &obs,
             progress: &h.progress,

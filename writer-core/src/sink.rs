@@ -27,6 +27,11 @@ impl SrfFlags {
 pub trait Sink {
     /// Writes all of `buf` at `offset` (retrying short writes).
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset` with pwritev2(2) and RWF_DONTCACHE:
+    /// the kernel starts write-out of the range from the call and drops the
+    /// pages once written. EOPNOTSUPP where the kernel (before 6.14) or the
+    /// filesystem does not support it.
+    fn write_at_dontcache(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// sync_file_range(2) on `[offset, offset+len)`; `len == 0` means "to
     /// the end of the file", as in the man page.
     fn sync_file_range(&mut self, offset: u64, len: u64, flags: SrfFlags) -> io::Result<()>;
@@ -53,6 +58,39 @@ impl FileSink {
     }
 }
 
+/// RWF_DONTCACHE (include/uapi/linux/fs.h, Linux 6.14): "uncached"
+/// buffered I/O; the pages are dropped once written back.
+pub const RWF_DONTCACHE: i32 = 0x80;
+// The value libc knows must be the kernel's.
+const _: () = assert!(RWF_DONTCACHE == libc::RWF_DONTCACHE);
+
+/// pwritev2(2) of all of `buf` at `offset` with `flags`, retrying short
+/// writes and EINTR like `write_all_at`.
+pub(crate) fn pwritev2_all(file: &File, buf: &[u8], offset: u64, flags: i32) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        let rest = &buf[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        let off = to_off(offset + done as u64)?;
+        // SAFETY: one valid iovec over memory we borrow for the call.
+        let n = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, off, flags) };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            _ => {
+                let err = io::Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn to_off(v: u64) -> io::Result<libc::off64_t> {
     libc::off64_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
 }
@@ -62,6 +100,10 @@ impl Sink for FileSink {
         // pwrite(2) may write less than asked (a signal, a nearly full fs);
         // write_all_at retries, and reports ENOSPC once nothing more fits.
         self.file.write_all_at(buf, offset)
+    }
+
+    fn write_at_dontcache(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+        pwritev2_all(&self.file, buf, offset, RWF_DONTCACHE)
     }
 
     fn sync_file_range(&mut self, offset: u64, len: u64, flags: SrfFlags) -> io::Result<()> {
@@ -110,6 +152,11 @@ pub enum Call {
         offset: u64,
         len: u64,
     },
+    /// pwritev2(RWF_DONTCACHE).
+    WriteUncached {
+        offset: u64,
+        len: u64,
+    },
     SyncFileRange {
         offset: u64,
         len: u64,
@@ -146,6 +193,12 @@ impl RecordingSink {
 impl Sink for RecordingSink {
     fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.record(Call::Write {
+            offset,
+            len: buf.len() as u64,
+        })
+    }
+    fn write_at_dontcache(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.record(Call::WriteUncached {
             offset,
             len: buf.len() as u64,
         })

@@ -112,6 +112,7 @@ pub fn write_small_files<O: SmallFileOps>(
             strategy: ctx.strategy,
             datasync: ctx.datasync,
             drop_behind: false,
+            dontcache: false,
             tunables: ctx.tunables,
             observer: ctx.observer,
             progress: ctx.progress,
@@ -219,6 +220,9 @@ mod tests {
         fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
             self.sink.write_at(buf, offset)
         }
+        fn write_at_dontcache(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.sink.write_at_dontcache(buf, offset)
+        }
         fn sync_file_range(&mut self, offset: u64, len: u64, flags: SrfFlags) -> io::Result<()> {
             self.sink.sync_file_range(offset, len, flags)
         }
@@ -270,6 +274,7 @@ mod tests {
             strategy: Strategy::Buffered,
             datasync,
             drop_behind: false,
+            dontcache: false,
             tunables: &tunables,
             observer: &NullObserver,
             progress: &progress,

@@ -16,13 +16,15 @@ use io_uring::{IoUring, opcode, squeue, types};
 use crate::buf::ChunkBuf;
 use crate::event::Event;
 use crate::schedule::{FileCtx, FileOutcome, OpError};
+use crate::sink::RWF_DONTCACHE;
 
 /// user_data of the final fsync; writes use their buffer slot index.
 const FSYNC_UD: u64 = u64::MAX;
 
 /// The io_uring operations the schedule needs (mockable).
 pub trait Ring {
-    /// Queues a write of `len` bytes at `buf` to file `offset`.
+    /// Queues a write of `len` bytes at `buf` to file `offset`, with
+    /// `rw_flags` (RWF_*, as pwritev2(2) takes them) in the SQE.
     ///
     /// # Safety
     /// `buf` must stay valid and unchanged until the completion carrying
@@ -32,6 +34,7 @@ pub trait Ring {
         buf: *const u8,
         len: u32,
         offset: u64,
+        rw_flags: i32,
         user_data: u64,
     ) -> io::Result<()>;
     /// Queues fsync(2) (fdatasync(2) with `datasync`), drained behind every
@@ -67,10 +70,12 @@ impl Ring for UringFile {
         buf: *const u8,
         len: u32,
         offset: u64,
+        rw_flags: i32,
         user_data: u64,
     ) -> io::Result<()> {
         let e = opcode::Write::new(types::Fd(self.file.as_raw_fd()), buf, len)
             .offset(offset)
+            .rw_flags(rw_flags)
             .build()
             .user_data(user_data);
         // SAFETY: the caller keeps `buf` alive until the completion.
@@ -139,6 +144,9 @@ pub fn write_file_uring<R: Ring>(
     let mut fsync: Option<(Instant, bool)> = None;
     let mut fsyncs_left = 0usize;
     let mut need_resync = false;
+    // RWF_DONTCACHE goes in the SQE's rw_flags (io_uring's read/write prep
+    // hands them to kiocb_set_rw_flags(), as pwritev2(2) does).
+    let rw_flags = if ctx.dontcache { RWF_DONTCACHE } else { 0 };
 
     loop {
         // Fill the queue.
@@ -170,7 +178,7 @@ pub fn write_file_uring<R: Ring>(
             // SAFETY: bufs[slot] is not touched again until this slot's
             // completion is reaped (the slot is off the free list), and bufs
             // outlives the loop, which only ends with nothing in flight.
-            match unsafe { ring.push_write(ptr, len as u32, next_off, slot as u64) } {
+            match unsafe { ring.push_write(ptr, len as u32, next_off, rw_flags, slot as u64) } {
                 Ok(()) => {
                     inflight[slot] = Some(InFlight {
                         offset: next_off,
@@ -272,7 +280,7 @@ pub fn write_file_uring<R: Ring>(
                 let rest = (f.len - f.done) as u32;
                 // SAFETY: same slot and buffer, still off the free list.
                 let ptr = unsafe { bufs[slot].as_ptr().add(f.done as usize) };
-                match unsafe { ring.push_write(ptr, rest, f.offset + f.done, ud) } {
+                match unsafe { ring.push_write(ptr, rest, f.offset + f.done, rw_flags, ud) } {
                     Ok(()) => inflight[slot] = Some(f),
                     Err(e) => {
                         error.get_or_insert((
@@ -351,6 +359,8 @@ mod tests {
         fail_offset: Option<(u64, i32)>,
         writes_in_flight: usize,
         max_writes_in_flight: usize,
+        /// rw_flags of every write pushed.
+        flags: Vec<i32>,
     }
 
     impl Ring for MockRing {
@@ -359,8 +369,10 @@ mod tests {
             _buf: *const u8,
             len: u32,
             offset: u64,
+            rw_flags: i32,
             ud: u64,
         ) -> io::Result<()> {
+            self.flags.push(rw_flags);
             self.log.push(Log::Write { offset, len, ud });
             let mut res = len as i32;
             if let Some(s) = self.short_first.take() {
@@ -410,6 +422,16 @@ mod tests {
         chunks: u64,
         datasync: bool,
     ) -> (Result<FileOutcome, OpError>, JobStats) {
+        run_with(ring, qd, chunks, datasync, false)
+    }
+
+    fn run_with(
+        ring: &mut MockRing,
+        qd: usize,
+        chunks: u64,
+        datasync: bool,
+        dontcache: bool,
+    ) -> (Result<FileOutcome, OpError>, JobStats) {
         let tunables = LiveTunables::new(CH, 4, None);
         let progress = AtomicU64::new(0);
         let mut stats = JobStats::default();
@@ -424,6 +446,7 @@ mod tests {
             strategy: Strategy::Uring,
             datasync,
             drop_behind: false,
+            dontcache,
             tunables: &tunables,
             observer: &NullObserver,
             progress: &progress,
@@ -498,6 +521,30 @@ mod tests {
         );
         assert_eq!(stats.write.count(), 10);
         assert_eq!(stats.sync[SyncKind::Fsync as usize].count(), 1);
+    }
+
+    #[test]
+    fn uncached_sets_rwf_dontcache_on_every_write_and_only_then() {
+        let mut ring = MockRing {
+            short_first: Some(1000),
+            ..Default::default()
+        };
+        let (r, _) = run_with(&mut ring, 4, 10, false, true);
+        assert!(r.unwrap().durable);
+        // 10 writes and the rest of the short one, all uncached.
+        assert_eq!(ring.flags.len(), 11);
+        assert!(ring.flags.iter().all(|&f| f == 0x80), "{:?}", ring.flags);
+        // The same schedule otherwise: one drained fsync at the end.
+        assert_eq!(
+            ring.log
+                .iter()
+                .filter(|l| matches!(l, Log::Fsync { drain: true, .. }))
+                .count(),
+            1
+        );
+        let mut plain = MockRing::default();
+        run(&mut plain, 4, 10, false).0.unwrap();
+        assert!(plain.flags.iter().all(|&f| f == 0) && plain.flags.len() == 10);
     }
 
     #[test]

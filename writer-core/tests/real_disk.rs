@@ -11,6 +11,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use common::{files_in, flip_byte, loop_fs, var_tmp_dir};
+use scratchfs::ScratchFs;
 use writer_core::{
     Event, FileSync, RunStatus, SmallFiles, Strategy, VerifyError, Writer, WriterConfig,
     WriterSpec, pattern::BlockFault, pattern::Pattern, verify_file,
@@ -60,7 +61,9 @@ fn every_strategy_writes_exactly_size_and_verifies() {
         let sync_kinds: Vec<&str> = r.sync_latency_us.keys().copied().collect();
         let want: &[&str] = match strategy {
             Strategy::Buffered => &[],
-            Strategy::FsyncEnd | Strategy::Uring => &["fsync"],
+            Strategy::FsyncEnd | Strategy::Uring | Strategy::Uncached | Strategy::UringBuffered => {
+                &["fsync"]
+            }
             Strategy::FdatasyncChunk | Strategy::Direct => &["fdatasync"],
             Strategy::SrfPipelined => &["fdatasync", "srf_wait_before", "srf_write"],
         };
@@ -71,6 +74,15 @@ fn every_strategy_writes_exactly_size_and_verifies() {
             assert_eq!(r.sync_latency_us["srf_wait_before"].count, 4 * 12);
         }
         assert_eq!(r.o_direct, strategy == Strategy::Direct, "{strategy}");
+        assert_eq!(
+            r.rwf_dontcache,
+            strategy == Strategy::Uncached,
+            "{strategy}"
+        );
+        assert!(
+            r.reclaim.is_some() && r.cache_end_kib.is_some(),
+            "{strategy}"
+        );
         assert!(r.peak_dirty_kib.is_some(), "{strategy}");
         assert!(files_in(dir.path()).is_empty(), "{strategy}: files removed");
     }
@@ -354,4 +366,104 @@ fn two_targets_get_jobs_round_robin() {
     assert_eq!(files_in(a.path()).len(), 2);
     assert_eq!(files_in(b.path()).len(), 1);
     assert_eq!(r.kept_files.len(), 3);
+}
+
+/// RWF_DONTCACHE on a loop-mounted ext4 (O_DIRECT image, so the loop device
+/// adds no cache of its own): the run's files hold at most a few chunks of
+/// page cache at any 100 ms sample and almost nothing at the end, where
+/// the same buffered write leaves the whole file cached. Measured with
+/// cachestat(2) (`cache_*_kib`) and cross-checked with /proc/meminfo
+/// `Cached`, an independent, system-wide source.
+#[test]
+fn uncached_writes_leave_the_page_cache_where_it_was() {
+    let fs = ScratchFs::builder("ext4".parse().unwrap(), 1024)
+        .direct_io(true)
+        .create()
+        .expect("scratch ext4");
+    let chunk = 8 * MIB;
+    let size = 384 * MIB;
+    let cached_kib = || {
+        let t = fs::read_to_string("/proc/meminfo").unwrap();
+        t.lines()
+            .find_map(|l| l.strip_prefix("Cached:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<i64>().ok())
+            .unwrap()
+    };
+    for (strategy, uncached) in [
+        (Strategy::Uncached, false),
+        (Strategy::UringBuffered, true),
+        (Strategy::Buffered, false),
+    ] {
+        let before = cached_kib();
+        let r = run(WriterSpec {
+            size,
+            chunk,
+            qd: 4,
+            uncached,
+            keep: true,
+            verify: false,
+            ..spec(fs.mountpoint(), strategy)
+        })
+        .unwrap_or_else(|e| panic!("{strategy}: {e}"));
+        let grew = cached_kib() - before;
+        let (peak, end) = (r.cache_peak_kib.unwrap(), r.cache_end_kib.unwrap());
+        for f in &r.kept_files {
+            fs::remove_file(f).unwrap();
+        }
+        let chunk_kib = (chunk / 1024) as i64;
+        eprintln!(
+            "{strategy} uncached={uncached}: peak {peak} KiB, end {end} KiB, Cached {grew:+} KiB"
+        );
+        if strategy == Strategy::Buffered {
+            assert!(
+                end >= size / 1024 * 9 / 10,
+                "buffered keeps the file: {end}"
+            );
+            continue;
+        }
+        assert!(r.rwf_dontcache);
+        // The last few chunks may still be dropping when the run ends.
+        assert!(end as i64 <= 4 * chunk_kib, "{strategy}: {end} KiB left");
+        // Never more than the writes in flight (qd 4) plus a few chunks
+        // in write-out, far below the 384 MiB file.
+        assert!(
+            (peak as i64) <= 16 * chunk_kib,
+            "{strategy}: peak {peak} KiB"
+        );
+        // System-wide: other processes (and the filesystem's metadata) add
+        // noise in either direction, so only half the file is the bound;
+        // the buffered run above grows it by the whole file.
+        assert!(
+            grew < (size / 1024 / 2) as i64,
+            "{strategy}: Cached grew {grew} KiB"
+        );
+    }
+}
+
+/// tmpfs has no RWF_DONTCACHE (no FOP_DONTCACHE in its file operations):
+/// both strategies are refused before a byte is written, with one line,
+/// never run as plain buffered writes.
+#[test]
+fn uncached_is_refused_where_the_filesystem_lacks_it() {
+    let dir = tempfile::Builder::new()
+        .prefix("wbscope-test-")
+        .tempdir_in("/dev/shm")
+        .expect("temp dir on tmpfs");
+    for (strategy, uncached) in [(Strategy::Uncached, false), (Strategy::UringBuffered, true)] {
+        let e = run(WriterSpec {
+            uncached,
+            ..spec(dir.path(), strategy)
+        })
+        .unwrap_err();
+        assert!(e.error.is_usage(), "{strategy}: {e}");
+        assert!(e.partial.is_none(), "{strategy}: nothing to report");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("RWF_DONTCACHE") && !msg.contains('\n'),
+            "{msg}"
+        );
+        assert!(files_in(dir.path()).is_empty(), "{strategy}");
+    }
+    // Without the flag the same directory takes the same writes.
+    run(spec(dir.path(), Strategy::UringBuffered)).unwrap();
 }

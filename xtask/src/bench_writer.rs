@@ -29,6 +29,7 @@ use anyhow::{Context as _, bail};
 use scratchfs::ScratchFs;
 
 mod measure;
+mod uncached;
 use measure::{children_rusage, dirtied_per_second, fio_bw_log, population_cv};
 
 use crate::bench::{bench_fs, drop_caches, median};
@@ -48,6 +49,8 @@ enum Tool {
     Dd,
     Fio,
     Writer,
+    /// The in-process pwritev2(RWF_DONTCACHE) loop (bench_writer/uncached.rs).
+    Loop,
 }
 
 /// One configuration measured once per round.
@@ -169,7 +172,28 @@ const CASES: &[Case] = &[
         args: &["--strategy", "uring", "--direct-io", "--fallocate"],
         durable: true,
     },
+    Case {
+        label: DONTCACHE_LOOP,
+        tool: Tool::Loop,
+        args: &[],
+        durable: true,
+    },
+    Case {
+        label: "writer uncached",
+        tool: Tool::Writer,
+        args: &["--strategy", "uncached"],
+        durable: true,
+    },
+    Case {
+        label: "writer uring-buffered --uncached",
+        tool: Tool::Writer,
+        args: &["--strategy", "uring-buffered", "--uncached"],
+        durable: true,
+    },
 ];
+
+/// The bare RWF_DONTCACHE reference (fio 3.33 has no `uncached=1`).
+const DONTCACHE_LOOP: &str = "pwritev2 RWF_DONTCACHE loop";
 
 /// (writer case, its fio equivalent).
 const PAIRS: &[(&str, &str)] = &[
@@ -182,6 +206,8 @@ const PAIRS: &[(&str, &str)] = &[
         "writer uring --direct-io --fallocate",
         "fio io_uring direct qd32",
     ),
+    ("writer uncached", DONTCACHE_LOOP),
+    ("writer uring-buffered --uncached", DONTCACHE_LOOP),
 ];
 /// srf-pipelined with posix_fadvise(DONTNEED) on each chunk once on disk.
 const DROP_BEHIND: &str = "writer srf-pipelined --drop-behind";
@@ -197,6 +223,7 @@ fn tool_slot(tool: Tool) -> usize {
         Tool::Dd => 0,
         Tool::Fio => 1,
         Tool::Writer => 2,
+        Tool::Loop => 3,
     }
 }
 
@@ -264,7 +291,9 @@ impl Runner<'_> {
                 let log = PathBuf::from(format!("{}_bw.1.log", prefix.display()));
                 (c, Some(log))
             }
-            Tool::Writer => {
+            // `run` times the loop in-process and never asks for its
+            // command.
+            Tool::Writer | Tool::Loop => {
                 let mut c = Command::new(self.binary);
                 c.arg("write")
                     .arg("--dir")
@@ -294,6 +323,23 @@ impl Runner<'_> {
         // lets every run start from the same state, instead of as fast as
         // the previous run was large.
         std::thread::sleep(self.settle);
+        if case.tool == Tool::Loop {
+            let file = self.fs.path("bench.dat");
+            self.commands[idx] = "in-process: pwritev2(fd, 1 MiB, off, RWF_DONTCACHE) per MiB, \
+                                  then fsync (xtask/src/bench_writer/uncached.rs)"
+                .into();
+            let r = uncached::dontcache_loop(&file, size);
+            clear_dir(self.fs.mountpoint());
+            let (wall_s, sys_s) = r.context("the pwritev2(RWF_DONTCACHE) loop")?;
+            return Ok(Sample {
+                wall_s,
+                mb_s: size as f64 * 1048576.0 / 1e6 / wall_s,
+                cv: None,
+                sys_s,
+                own_mb_s: None,
+                series: Vec::new(),
+            });
+        }
         let (mut cmd, bw_log) = self.command(case, tag, size);
         if self.commands[idx].is_empty() && size == self.size_mib {
             self.commands[idx] = command_line(&cmd);
@@ -333,6 +379,7 @@ impl Runner<'_> {
             series: Vec::new(),
         };
         match case.tool {
+            Tool::Loop => {}
             Tool::Dd => sample.cv = dd_series.as_deref().and_then(population_cv),
             Tool::Fio => {
                 let log = bw_log.context("no fio log path")?;
@@ -406,7 +453,8 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
     let started = Instant::now();
     // Fixed cost of each tool (exec, set-up, exit): a 1 MiB run, median
     // of three, after the same sync + drop caches.
-    let mut startup = [f64::NAN; 3];
+    // The loop has none (it runs in this process).
+    let mut startup = [f64::NAN, f64::NAN, f64::NAN, 0.0];
     for (slot, label) in STARTUP_CASES.iter().enumerate() {
         let idx = CASES
             .iter()
@@ -752,7 +800,12 @@ mod tests {
                     .iter()
                     .any(|c| c.label == *w && c.tool == Tool::Writer)
             );
-            assert!(CASES.iter().any(|c| c.label == *f && c.tool == Tool::Fio));
+            // The reference is fio's job, or the bare RWF_DONTCACHE loop.
+            assert!(
+                CASES
+                    .iter()
+                    .any(|c| c.label == *f && matches!(c.tool, Tool::Fio | Tool::Loop))
+            );
         }
         assert!(CASES.iter().any(|c| c.label == CEILING));
     }

@@ -25,9 +25,11 @@ use crate::{
     capture::meter::WriterMeter,
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookKind},
+    model::record::mark_uncached,
     model::timeline::{TICK_S, Timeline},
     model::window::{KernelFigures, RunContext},
     model::{CallRecord, DevId},
+    tracer::counter::TracepointCounter,
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
 };
@@ -43,6 +45,9 @@ pub(crate) struct Traced {
     collector: RingCollector,
     /// Writers of the next window, by device group ([`Traced::meter`]).
     meters: Vec<(usize, Arc<WriterMeter>)>,
+    /// This process while it writes with RWF_DONTCACHE only: its `direct`
+    /// calls are `uncached` ([`crate::model::record::mark_uncached`]).
+    uncached_tgid: Option<u32>,
 }
 
 /// Where a call goes on a window's time axis: where it ended, from its
@@ -74,6 +79,7 @@ impl Traced {
             tracer,
             collector,
             meters: Vec::new(),
+            uncached_tgid: None,
         })
     }
 
@@ -118,6 +124,8 @@ impl Traced {
         self.collector.drain(|_| {});
         let meters = std::mem::take(&mut self.meters);
         let prev = self.tracer.snapshot()?;
+        // Counted without a BPF program, only while the window is open.
+        let mut punts = TracepointCounter::open("io_uring", "io_uring_queue_async_work").ok();
         let started = Instant::now();
         let mono0 = crate::sys::monotonic_ns();
         let handle = tokio::task::spawn_blocking(work);
@@ -194,6 +202,10 @@ impl Traced {
         self.collector.close_open_calls(&mut take);
         let cur = self.tracer.snapshot()?;
         let window_s = started.elapsed().as_secs_f64();
+        let punts = punts.as_mut().and_then(|p| p.read().ok());
+        if let Some(tgid) = self.uncached_tgid {
+            mark_uncached(&mut calls, tgid);
+        }
         lines.push(IntervalLine::new(
             window_s,
             line_start.elapsed().as_secs_f64(),
@@ -224,6 +236,7 @@ impl Traced {
                     .collect();
                 let mut k =
                     KernelFigures::build(g, window_s, &mine, &prev, &cur, peaks, per_device_passes);
+                k.io_uring_punts = punts;
                 k.findings = findings.clone();
                 k.timeline = timeline;
                 k.writer_chunks = meters
@@ -336,9 +349,12 @@ pub(crate) async fn traced_write(
 ) -> anyhow::Result<(Report, KernelFigures)> {
     let dirs = cfg.spec().dirs.clone();
     let meter = traced.meter(0, cfg.spec().jobs);
+    // The writer is the only thing this process runs in the window, and an
+    // uncached run makes no sync_file_range or fadvise calls.
+    traced.uncached_tgid = cfg.uses_dontcache().then(std::process::id);
     let writer = Writer::new(cfg).with_observer(meter);
     let live = writer.tunables();
-    let (result, mut kernel) = traced
+    let windowed = traced
         .window(
             &[devs.to_vec()],
             move || -> Result<Report, RunFailure> {
@@ -352,7 +368,9 @@ pub(crate) async fn traced_write(
             },
             move || live.request_stop(),
         )
-        .await?;
+        .await;
+    traced.uncached_tgid = None;
+    let (result, mut kernel) = windowed?;
     let report = match result {
         Ok(r) => r,
         Err(failure) => {

@@ -9,6 +9,7 @@ Examples:
   wbscope scenario single-stream --report single.html
   wbscope scenario package-unpack --scale tiny
   wbscope scenario many-writers --fs both
+  wbscope scenario page-cache-cliff --scale small
   wbscope scenario --cleanup
 
 Each scenario makes its filesystems on loop devices over sparse images in
@@ -34,6 +35,11 @@ pub(crate) enum ScenarioName {
     PackageUnpack,
     /// N threads each writing a large file, ext4 vs xfs.
     ManyWriters,
+    /// A write larger than the dirty page cache may hold: buffered,
+    /// srf-pipelined --drop-behind, uncached (RWF_DONTCACHE),
+    /// uring-buffered --uncached and direct, with the page cache each
+    /// leaves, reclaim and sys CPU.
+    PageCacheCliff,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

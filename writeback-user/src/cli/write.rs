@@ -23,12 +23,20 @@ Examples:
   # O_DIRECT io_uring, 32 writes in flight
   wbscope write --dir /mnt/a --size 8G --chunk 1M --strategy uring --direct-io --qd 32
 
+  # uncached buffered writes (Linux 6.14+, RWF_DONTCACHE): write-out starts
+  # in each pwritev2 call and the pages are dropped once written
+  wbscope write --dir /var/tmp --size 2G --chunk 8M --strategy uncached --json
+
+  # the same through io_uring, 16 writes in flight
+  wbscope write --dir /var/tmp --size 2G --chunk 8M --strategy uring-buffered --qd 16 --uncached
+
   # dpkg-like unpack: 5000 files of 4 KiB..2 MiB, Ts'o's two-pass sync
   wbscope write --dir /var/tmp --small-files 5000 --file-sync two-pass --noatime
 
 Sizes: 4096, 64k, 8M, 8MiB, 1.5GiB. K, M, G, T (and KiB..TiB) are powers of
 1024, as in dd; kB, MB, GB, TB are powers of 1000.
-Strategies: buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring.
+Strategies: buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring,
+uncached, uring-buffered.
 The report's JSON schema is documented in docs/writer.md.";
 
 /// Arguments of `wbscope write`.
@@ -46,6 +54,7 @@ pub(crate) struct WriteArgs {
     #[arg(long, value_name = "SIZE", default_value = "1M")]
     pub(crate) chunk: String,
     /// buffered | fsync-end | fdatasync-chunk | srf-pipelined | direct | uring
+    /// | uncached | uring-buffered
     #[arg(long, value_name = "NAME")]
     pub(crate) strategy: Option<String>,
     /// Files per job, written one after the other.
@@ -57,9 +66,13 @@ pub(crate) struct WriteArgs {
     /// srf-pipelined: chunks between sync_file_range(WRITE) and WAIT_BEFORE.
     #[arg(long, value_name = "CHUNKS", default_value_t = 4)]
     pub(crate) window: u32,
-    /// uring: writes in flight.
+    /// uring, uring-buffered: writes in flight.
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub(crate) qd: u32,
+    /// uring-buffered: RWF_DONTCACHE in every write (Linux 6.14+; refused
+    /// where the filesystem lacks it, and with any other strategy).
+    #[arg(long)]
+    pub(crate) uncached: bool,
     /// Preallocate each file with fallocate(2).
     #[arg(long)]
     pub(crate) fallocate: bool,

@@ -21,7 +21,7 @@ use crate::{
     UsageError,
     capture::window::{Traced, syncfs, traced_write},
     cli::{FsChoice, Scale, ScenarioArgs, ScenarioName},
-    export::table::{SYSTEM_WIDE, cell, kernel_rows, render, table},
+    export::table::{CACHE_METRICS, SYSTEM_WIDE, cell, kernel_rows, render, table, table_with},
     model::DevId,
     model::plan::HookKind,
     model::window::{KernelFigures, Run, RunContext},
@@ -234,6 +234,7 @@ pub(crate) async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::R
         }
         ScenarioName::PackageUnpack => package_unpack(args, &sz, &fss, &mut traced).await?,
         ScenarioName::ManyWriters => many_writers(args, &sz, &fss, &mut traced).await?,
+        ScenarioName::PageCacheCliff => page_cache_cliff(args, &sz, &fss, &mut traced).await?,
     };
     // A signal during the last (or only) traced window stops the writers,
     // which then return short reports, not errors: without this check the
@@ -265,6 +266,10 @@ pub(crate) async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::R
     println!("scenario {name}, scale {}", name_of(args.scale));
     match &sync {
         Some(s) => print!("{}", sync_table(&runs, s, args.markdown)),
+        None if scenario == ScenarioName::PageCacheCliff => print!(
+            "{}",
+            table_with(&runs, &columns, args.markdown, CACHE_METRICS)
+        ),
         None => print!("{}", table(&runs, &columns, args.markdown)),
     }
     Ok(ExitCode::SUCCESS)
@@ -640,6 +645,67 @@ async fn many_writers(
         };
         columns.push(run.column());
         runs.push(run);
+    }
+    Ok((runs, columns))
+}
+
+/// page-cache-cliff: one file larger than the dirty page cache may hold
+/// (three times single-stream's, at most 3/4 of the image: 12 times the
+/// per-filesystem dirty cap at tiny and small scale; at full scale 15 GiB,
+/// past the system's own dirty limit, about 4.6 GB on 24 GiB), written by each of the strategies that keep the page cache
+/// out of the way, beside plain buffered and O_DIRECT.
+async fn page_cache_cliff(
+    args: &ScenarioArgs,
+    sz: &Sizes,
+    fss: &[&str],
+    traced: &mut Traced,
+) -> anyhow::Result<Outcome> {
+    let mounted = mount_all(args, fss, sz)?;
+    let variants: [(Strategy, bool, bool, &str); 5] = [
+        (Strategy::Buffered, false, false, "buffered"),
+        (
+            Strategy::SrfPipelined,
+            true,
+            false,
+            "srf-pipelined --drop-behind",
+        ),
+        (Strategy::Uncached, false, false, "uncached"),
+        (
+            Strategy::UringBuffered,
+            false,
+            true,
+            "uring-buffered --uncached",
+        ),
+        (Strategy::Direct, false, false, "direct"),
+    ];
+    let mut runs = Vec::new();
+    let mut columns = Vec::new();
+    for fs in &mounted {
+        for (strategy, drop_behind, uncached, label) in variants {
+            let what = format!("{} {label}", fs.fstype());
+            before_run(&what)?;
+            let cfg = config(WriterSpec {
+                dirs: vec![fs.mountpoint().to_path_buf()],
+                size: (sz.file * 3).min((sz.image_mib << 20) * 3 / 4),
+                chunk: sz.chunk,
+                strategy,
+                drop_behind,
+                uncached,
+                ..WriterSpec::default()
+            })?;
+            // buffered: its write-out inside the window too (syncfs).
+            let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, true).await?;
+            after_run(&what, &writer, &kernel);
+            let run = Run {
+                fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
+                strategy: label.into(),
+                repeat: 0,
+                writer,
+                kernel,
+            };
+            columns.push(run.column());
+            runs.push(run);
+        }
     }
     Ok((runs, columns))
 }

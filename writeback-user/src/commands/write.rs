@@ -33,6 +33,7 @@ pub(crate) fn config_from_args(args: &WriteArgs) -> Result<WriterConfig, String>
         jobs: args.jobs,
         window: args.window,
         qd: args.qd,
+        uncached: args.uncached,
         fallocate: args.fallocate,
         noatime: args.noatime,
         datasync: args.datasync,
@@ -76,7 +77,7 @@ pub(crate) fn config_from_args(args: &WriteArgs) -> Result<WriterConfig, String>
             let strategy = args
                 .strategy
                 .as_deref()
-                .ok_or("missing --strategy (buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring)")?;
+                .ok_or("missing --strategy (buffered, fsync-end, fdatasync-chunk, srf-pipelined, direct, uring, uncached, uring-buffered)")?;
             spec.strategy = strategy.parse::<Strategy>().map_err(|e| e.to_string())?;
         }
     }
@@ -234,10 +235,14 @@ pub(crate) fn human_report(r: &Report) -> String {
             ByteSize(r.chunk_bytes),
             match r.strategy.as_str() {
                 "srf-pipelined" => format!(", window {}", r.window),
-                "uring" => format!(", qd {}", r.qd),
+                "uring" | "uring-buffered" => format!(", qd {}", r.qd),
                 _ => String::new(),
             },
-            if r.drop_behind { ", drop-behind" } else { "" }
+            match (r.drop_behind, r.rwf_dontcache) {
+                (true, _) => ", drop-behind",
+                (_, true) => ", RWF_DONTCACHE",
+                _ => "",
+            }
         )),
         (None, policy) => s.push_str(&format!(
             "wbscope write: small files ({status}), {} files, file-sync {}, {} job(s), chunk {}\n",
@@ -300,6 +305,23 @@ pub(crate) fn human_report(r: &Report) -> String {
         s.push_str(&format!(
             "  {:<18}peak Dirty {d} KiB, peak Writeback {w} KiB\n",
             "page cache"
+        ));
+    }
+    if let (Some(peak), Some(end)) = (r.cache_peak_kib, r.cache_end_kib) {
+        s.push_str(&format!(
+            "  {:<18}peak {peak} KiB, end {end} KiB (cachestat of the run's files)\n",
+            "files cached"
+        ));
+    }
+    if let Some(c) = &r.reclaim {
+        s.push_str(&format!(
+            "  {:<18}kswapd scanned {} stole {}, direct scanned {} stole {}, {} stalls (pages, system-wide)\n",
+            "reclaim",
+            c.pgscan_kswapd,
+            c.pgsteal_kswapd,
+            c.pgscan_direct,
+            c.pgsteal_direct,
+            c.allocstall
         ));
     }
     if let Some(v) = &r.verify {

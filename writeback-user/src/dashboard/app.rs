@@ -751,4 +751,18 @@ mod tests {
             Strategy::ALL[(i + Strategy::ALL.len() - 1) % Strategy::ALL.len()]
         }
     }
+
+    #[test]
+    fn the_strategy_key_reaches_the_uncached_strategies_and_wraps() {
+        let mut app = App::default();
+        let mut seen = vec![app.settings.strategy];
+        for _ in 0..Strategy::ALL.len() {
+            app.handle(key('s'));
+            seen.push(app.settings.strategy);
+        }
+        assert!(seen.contains(&Strategy::Uncached) && seen.contains(&Strategy::UringBuffered));
+        assert_eq!(seen.last(), Some(&Strategy::Buffered), "{seen:?}");
+        app.handle(key('S'));
+        assert_eq!(app.settings.strategy, Strategy::UringBuffered);
+    }
 }

@@ -230,6 +230,59 @@ pub(crate) fn kernel_rows(columns: &[Vec<&KernelFigures>]) -> Vec<Vec<String>> {
     rows
 }
 
+/// Rows of the page-cache-cliff scenario, after the usual ones: what each
+/// run left in the page cache and took from reclaim, and io_uring's punts.
+pub(crate) const CACHE_METRICS: &[Metric<Run>] = &[
+    (
+        "files cached peak MiB",
+        |r| r.writer.cache_peak_kib.map(|k| k as f64 / 1024.0),
+        1,
+    ),
+    (
+        "files cached end MiB",
+        |r| r.writer.cache_end_kib.map(|k| k as f64 / 1024.0),
+        1,
+    ),
+    (
+        "kswapd pages stolen*",
+        |r| r.writer.reclaim.map(|c| c.pgsteal_kswapd as f64),
+        0,
+    ),
+    (
+        "direct reclaim pages*",
+        |r| r.writer.reclaim.map(|c| c.pgsteal_direct as f64),
+        0,
+    ),
+    ("sys CPU s/GiB", |r| r.writer.sys_cpu_s_per_gib, 2),
+    (
+        "io_uring punts*",
+        |r| r.kernel.io_uring_punts.map(|p| p as f64),
+        0,
+    ),
+];
+
+/// The writepages calls of each column by cause, `cause n` pairs (the
+/// first run's).
+fn cause_row(columns: &[Vec<&Run>]) -> Vec<String> {
+    let mut row = vec!["calls by cause".to_string()];
+    for col in columns {
+        row.push(col.first().map_or("-".into(), |r| {
+            let by: Vec<String> = r
+                .kernel
+                .calls_by_cause
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            if by.is_empty() {
+                "-".into()
+            } else {
+                by.join(", ")
+            }
+        }));
+    }
+    row
+}
+
 /// Footnote for the rows marked `*`.
 pub(crate) const SYSTEM_WIDE: &str = "* system-wide over the run's window (all devices)";
 
@@ -246,6 +299,16 @@ fn median(v: &mut [f64]) -> f64 {
 /// The side-by-side table: one column per run label; with repetitions,
 /// `median ±half-range`.
 pub(crate) fn table(runs: &[Run], columns: &[String], markdown: bool) -> String {
+    table_with(runs, columns, markdown, &[])
+}
+
+/// [`table`] with `extra` rows (and the calls by cause) after the kernel's.
+pub(crate) fn table_with(
+    runs: &[Run],
+    columns: &[String],
+    markdown: bool,
+    extra: &[Metric<Run>],
+) -> String {
     let mut header = vec!["".to_string()];
     header.extend(columns.iter().cloned());
     let mut rows = vec![header];
@@ -265,6 +328,17 @@ pub(crate) fn table(runs: &[Run], columns: &[String], markdown: bool) -> String 
         .map(|c| of(c).into_iter().map(|r| &r.kernel).collect())
         .collect();
     rows.extend(kernel_rows(&kernel));
+    if !extra.is_empty() {
+        let cols: Vec<Vec<&Run>> = columns.iter().map(of).collect();
+        for (label, f, decimals) in extra {
+            let mut row = vec![label.to_string()];
+            for col in &cols {
+                row.push(cell(col.iter().filter_map(|r| f(r)).collect(), *decimals));
+            }
+            rows.push(row);
+        }
+        rows.push(cause_row(&cols));
+    }
     let n = columns.first().map_or(0, |c| of(c).len());
     let mut s = render(&rows, markdown);
     if n > 1 {

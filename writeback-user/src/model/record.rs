@@ -89,7 +89,30 @@ pub(crate) fn cause_name(c: u32) -> &'static str {
         cause::BACKGROUND => "background",
         cause::FLUSHER_OTHER => "flusher_other",
         cause::DIRECT => "direct",
+        cause::UNCACHED => "uncached",
         _ => "unknown",
+    }
+}
+
+/// Gives the calls an RWF_DONTCACHE writer's writes kicked their own cause.
+///
+/// Such a write ends in generic_write_sync() (include/linux/fs.h, 6.14+),
+/// which calls filemap_fdatawrite_range_kick() on the bytes just written:
+/// WB_SYNC_NONE, `nr_to_write` LONG_MAX, a bounded range, not for_kupdate,
+/// not for_background, outside flusher work, in the writing thread (or, for
+/// io_uring writes punted to a worker, in an `iou-wrk-*` thread of the same
+/// process). The kernel's programs give that cause `direct`, as they give
+/// sync_file_range(WRITE) and fadvise(DONTNEED), whose writeback_control is
+/// the same. What tells them apart is who made the call: when `tgid` is a
+/// process known to write only with RWF_DONTCACHE and no sync_file_range
+/// or fadvise (wbscope's own writer running `uncached` or `uring-buffered
+/// --uncached`), its `direct` calls are `uncached`.
+pub(crate) fn mark_uncached(calls: &mut [CallRecord], tgid: u32) {
+    for c in calls
+        .iter_mut()
+        .filter(|c| c.cause == cause::DIRECT && c.tgid == tgid)
+    {
+        c.cause = cause::UNCACHED;
     }
 }
 
@@ -337,6 +360,24 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_uncached_writers_direct_calls_become_uncached() {
+        let call = |tgid, cause| CallRecord {
+            tgid,
+            cause,
+            ..CallRecord::default()
+        };
+        let mut calls = vec![
+            call(10, cause::DIRECT),
+            call(10, cause::SYNC),
+            call(10, cause::BACKGROUND),
+            call(11, cause::DIRECT),
+        ];
+        mark_uncached(&mut calls, 10);
+        let names: Vec<&str> = calls.iter().map(|c| cause_name(c.cause)).collect();
+        assert_eq!(names, ["uncached", "sync", "background", "direct"]);
+    }
 
     #[test]
     fn kernel_dev_t_decoding() {

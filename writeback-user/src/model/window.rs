@@ -81,6 +81,10 @@ pub(crate) struct KernelFigures {
     pub(crate) device_request_bytes: Vec<Bucket>,
     /// /proc/vmstat `nr_written` delta (pages, system-wide).
     pub(crate) vmstat_written_pages: u64,
+    /// io_uring requests handed to io-wq worker threads
+    /// (`io_uring:io_uring_queue_async_work`, system-wide); null when the
+    /// counter could not be opened.
+    pub(crate) io_uring_punts: Option<u64>,
     pub(crate) lost_records: u64,
     /// Findings (docs/findings.md) of the window's one-second interval
     /// lines: system-wide figures and all the window's devices.
@@ -214,6 +218,7 @@ impl KernelFigures {
             device_request_bytes_p50: median_bucket(&request_bytes),
             device_request_bytes: request_bytes,
             vmstat_written_pages: line.dirty.vmstat_written_delta,
+            io_uring_punts: None,
             lost_records: line.lost_records,
             findings: Vec::new(),
             timeline: Timeline::default(),

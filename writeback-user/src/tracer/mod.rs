@@ -6,6 +6,7 @@
 pub mod attach;
 pub mod btf;
 pub mod cost;
+pub(crate) mod counter;
 mod dirtiers;
 pub mod maps;
 mod mounts;
