@@ -59,6 +59,8 @@ pub(crate) enum Overlay {
     None,
     Help,
     Plan,
+    /// The evidence and advice of the findings holding now (`f`).
+    Finding,
 }
 
 /// Column the top table is sorted by (descending).
@@ -343,7 +345,7 @@ impl App {
         // An open overlay takes the keys that scroll or close it.
         if self.view.overlay != Overlay::None {
             match key.code {
-                KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('P') => {
+                KeyCode::Esc | KeyCode::Char('?' | 'P' | 'f') => {
                     self.view.overlay = Overlay::None;
                     return Vec::new();
                 }
@@ -370,6 +372,13 @@ impl App {
             KeyCode::Char('q') | KeyCode::Esc => return vec![Effect::Quit],
             KeyCode::Char('?') => self.open(Overlay::Help),
             KeyCode::Char('P') => self.open(Overlay::Plan),
+            KeyCode::Char('f') => {
+                if self.shown().active_findings().is_empty() {
+                    self.status = Some("no finding holds now".into());
+                } else {
+                    self.open(Overlay::Finding);
+                }
+            }
             KeyCode::Tab => self.view.focus = self.view.focus.step(true),
             KeyCode::BackTab => self.view.focus = self.view.focus.step(false),
             KeyCode::Char('p') => {
@@ -515,6 +524,7 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("p", "pause / resume the display (collection goes on)"),
     ("r", "reset counters, histograms and the top table"),
     ("P", "probe plan (j/k or arrows scroll)"),
+    ("f", "the current finding: its evidence and what to try"),
     ("?", "this help"),
     ("q Esc Ctrl-C", "quit (stops the writer, removes its files)"),
 ];
@@ -720,6 +730,42 @@ mod tests {
             outcome: outcome(RunStatus::Completed, "failed to look like a failure"),
         }));
         assert!(matches!(again[..], [Effect::StartWriter { run: 4, .. }]));
+    }
+
+    #[test]
+    fn f_opens_the_findings_evidence_only_when_one_holds() {
+        use crate::model::interval::IntervalLine;
+        let mut app = App::default();
+        assert!(app.handle(key('f')).is_empty());
+        assert_eq!(app.view.overlay, Overlay::None);
+        assert!(
+            app.status
+                .as_deref()
+                .is_some_and(|s| s.contains("no finding"))
+        );
+        // Three seconds paused 300 ms each, dirty over the free-run
+        // ceiling: dirty-throttled holds (model/findings/dirty.rs).
+        for s in 1..=3 {
+            let snap = KernelSnapshot::default();
+            let mut l = IntervalLine::new(s as f64, 1.0, &CallAggregate::default(), &snap, &snap);
+            l.dirty.vmstat.nr_dirty_threshold = 2000;
+            l.dirty.vmstat.nr_dirty_background_threshold = 1000;
+            l.dirty.vmstat.nr_dirty = 1700;
+            l.throttle.pauses = 10;
+            l.throttle.pause_ms_total = 300;
+            app.handle(Msg::Interval {
+                line: Box::new(l),
+                kernel: KernelStats::default(),
+            });
+        }
+        assert!(!app.model.active_findings().is_empty());
+        app.handle(key('f'));
+        assert_eq!(app.view.overlay, Overlay::Finding);
+        app.handle(code(KeyCode::Down));
+        assert_eq!(app.view.overlay_scroll, 1);
+        // f again closes it, and does not quit.
+        assert!(app.handle(key('f')).is_empty());
+        assert_eq!(app.view.overlay, Overlay::None);
     }
 
     fn outcome(status: RunStatus, summary: &str) -> writer_core::RunOutcome {

@@ -2,6 +2,7 @@
 //! one [`Model`] and is its only writer (through `App::handle`); the panes
 //! only read it.
 use crate::{
+    model::findings::{Engine, Finding},
     model::kernel::KernelStats,
     model::{
         histogram::Log2Histogram,
@@ -187,6 +188,10 @@ pub(crate) struct Model {
     /// Per-inode rows dropped to stay within [`MAX_INODE_ROWS`].
     pub(crate) inodes_evicted: u64,
     pub(crate) writer: WriterModel,
+    /// The findings engine, fed every completed interval (live or
+    /// replayed); the strip and the `f` overlay show what it holds now.
+    /// `r` leaves it: a finding is about the machine, not the counters.
+    pub(crate) findings: Engine,
     interval_calls: u64,
     interval_pages: u64,
 }
@@ -265,7 +270,16 @@ impl Model {
         while self.history.len() > HISTORY_SECS {
             self.history.pop_front();
         }
+        self.findings.interval(&line);
         self.last = Some(line);
+    }
+
+    /// The findings holding now, the most severe first (then catalogue
+    /// name order, so the strip does not flicker between equals).
+    pub(crate) fn active_findings(&self) -> Vec<&Finding> {
+        let mut active: Vec<&Finding> = self.findings.active().collect();
+        active.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.name.cmp(b.name)));
+        active
     }
 
     pub(crate) fn on_writer(&mut self, update: WriterUpdate) {

@@ -4,11 +4,12 @@
 //! widget over its own slice of the state (`KernelPane { model, focused }`
 //! and so on), so a new pane is a new file and one line here.
 //!
-//! Layout, top to bottom: two header lines; the kernel and writer panes
-//! side by side; then the histograms, the time chart and the top table
+//! Layout, top to bottom: two header lines; the findings strip; the
+//! kernel and writer panes side by side; then the histograms, the time chart and the top table
 //! when there is room (160 columns and 40 rows), or the one Tab focuses
 //! (80x24); one footer line of keys.
 mod chart;
+mod findings_strip;
 mod header;
 mod histograms;
 mod kernel_pane;
@@ -25,6 +26,7 @@ use ratatui::{
 };
 
 use chart::TimeChart;
+use findings_strip::FindingsStrip;
 use histograms::Histograms;
 use kernel_pane::KernelPane;
 use top_table::TopTable;
@@ -103,13 +105,15 @@ pub(crate) fn render(app: &App, frame: &mut Frame) {
         );
         return;
     }
-    let [head, body, foot] = Layout::vertical([
+    let [head, strip, body, foot] = Layout::vertical([
         Constraint::Length(2),
+        Constraint::Length(1),
         Constraint::Min(0),
         Constraint::Length(1),
     ])
     .areas(area);
     frame.render_widget(header::header(app, area.width), head);
+    frame.render_widget(FindingsStrip { model: app.shown() }, strip);
     render_body(app, frame, body);
     frame.render_widget(footer(app, area.width), foot);
     overlay::render(app, frame);
@@ -196,6 +200,7 @@ fn footer(app: &App, width: u16) -> Paragraph<'static> {
             ("p", "pause"),
             ("r", "reset"),
             ("P", "plan"),
+            ("f", "finding"),
             ("?", "help"),
             ("q", "quit"),
         ]

@@ -223,3 +223,53 @@ fn tiny_and_empty_areas_do_not_panic() {
     }
     draw(&App::default(), 80, 24);
 }
+
+/// An app fed `n` replayed one-second intervals; `throttle_ms` of
+/// `balance_dirty_pages` pause per second with dirty over the free-run
+/// ceiling (dirty-throttled's evidence, docs/findings.md).
+fn intervals_app(n: u64, throttle_ms: u64) -> App {
+    use crate::model::interval::{CallAggregate, IntervalLine};
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    for s in 1..=n {
+        let snap = KernelSnapshot::default();
+        let mut l = IntervalLine::new(s as f64, 1.0, &CallAggregate::default(), &snap, &snap);
+        l.dirty.vmstat.nr_dirty_background_threshold = 1000;
+        l.dirty.vmstat.nr_dirty_threshold = 2000;
+        if throttle_ms > 0 {
+            l.throttle.pauses = 10;
+            l.throttle.pause_ms_total = throttle_ms;
+            l.dirty.vmstat.nr_dirty = 1700;
+        }
+        app.handle(Msg::Interval {
+            line: Box::new(l),
+            kernel: Default::default(),
+        });
+    }
+    app
+}
+
+#[test]
+fn findings_strip_none() {
+    let app = intervals_app(5, 0);
+    assert!(app.model.active_findings().is_empty());
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn findings_strip_one_warning() {
+    let app = intervals_app(5, 300);
+    let active = app.model.active_findings();
+    assert_eq!(active.len(), 1);
+    assert_eq!(
+        active[0].severity,
+        crate::model::findings::Severity::Warning
+    );
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn findings_evidence_overlay() {
+    let mut app = intervals_app(5, 300);
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('f'))));
+    insta::assert_snapshot!(draw(&app, 100, 44).backend());
+}
