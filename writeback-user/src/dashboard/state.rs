@@ -2,6 +2,7 @@
 //! one [`Model`] and is its only writer (through `App::handle`); the panes
 //! only read it.
 use crate::{
+    dashboard::who::WhoModel,
     model::findings::{Engine, Finding},
     model::kernel::KernelStats,
     model::{
@@ -192,6 +193,8 @@ pub(crate) struct Model {
     /// replayed); the strip and the `f` overlay show what it holds now.
     /// `r` leaves it: a finding is about the machine, not the counters.
     pub(crate) findings: Engine,
+    /// Who dirtied what, per process, from each interval's `owners`.
+    pub(crate) who: WhoModel,
     interval_calls: u64,
     interval_pages: u64,
 }
@@ -271,6 +274,7 @@ impl Model {
             self.history.pop_front();
         }
         self.findings.interval(&line);
+        self.who.on_owners(&line.owners);
         self.last = Some(line);
     }
 
@@ -334,6 +338,7 @@ impl Model {
         self.devices.clear();
         self.inodes.clear();
         self.inodes_evicted = 0;
+        self.who.reset();
         self.interval_calls = 0;
         self.interval_pages = 0;
         self.writer.chunk_pages = Log2Histogram::default();

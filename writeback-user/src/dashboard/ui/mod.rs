@@ -7,7 +7,8 @@
 //! Layout, top to bottom: two header lines; the findings strip; the
 //! kernel and writer panes side by side; then the histograms, the time chart and the top table
 //! when there is room (160 columns and 40 rows), or the one Tab focuses
-//! (80x24); one footer line of keys.
+//! (80x24); the who pane takes the top table's place while focused; one
+//! footer line of keys.
 mod chart;
 mod findings_strip;
 mod header;
@@ -15,6 +16,7 @@ mod histograms;
 mod kernel_pane;
 mod overlay;
 mod top_table;
+mod who_pane;
 mod writer_pane;
 
 use ratatui::{
@@ -30,9 +32,13 @@ use findings_strip::FindingsStrip;
 use histograms::Histograms;
 use kernel_pane::KernelPane;
 use top_table::TopTable;
+use who_pane::WhoPane;
 use writer_pane::WriterPane;
 
-use crate::dashboard::app::{App, Pane};
+use crate::{
+    dashboard::app::{App, Pane},
+    model::plan::Concept,
+};
 
 /// Styles. Named colours that read on dark and light backgrounds (no
 /// white, black or yellow), with modifiers carrying the meaning where
@@ -158,6 +164,14 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
         device_filter: app.view.device_filter,
         focused: focus == Pane::Top,
     };
+    let who = WhoPane {
+        who: &model.who,
+        hooked: model.plan.attached(Concept::Dirtier),
+        sort: app.view.who_sort,
+        by_cgroup: app.view.who_by_cgroup,
+        cgroup_filter: app.view.cgroup_filter,
+        focused: focus == Pane::Who,
+    };
 
     if body.width >= 120 && roomy {
         let [mid, bottom] =
@@ -166,13 +180,19 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(mid);
         frame.render_widget(histograms, hist);
         frame.render_widget(chart, chart_area);
-        frame.render_widget(top, bottom);
+        // The who pane takes the top table's place while it has focus.
+        if focus == Pane::Who {
+            frame.render_widget(who, bottom);
+        } else {
+            frame.render_widget(top, bottom);
+        }
     } else {
         // One lower pane at a time: the focused one (the histograms while
         // the focus is on the kernel or writer pane).
         match focus {
             Pane::Chart => frame.render_widget(chart, lower),
             Pane::Top => frame.render_widget(top, lower),
+            Pane::Who => frame.render_widget(who, lower),
             Pane::Histograms | Pane::Kernel | Pane::Writer => {
                 frame.render_widget(histograms, lower);
             }
