@@ -852,6 +852,50 @@ mod tests {
         assert_eq!(app.view.overlay, Overlay::None);
     }
 
+    #[test]
+    fn who_pane_keys_sort_group_and_filter_only_when_focused() {
+        let mut app = App::default();
+        app.model.who.on_owners(&[
+            crate::model::dirtier::OwnerLine {
+                pid: 1,
+                cgroup_id: 9,
+                pages_dirtied: 1,
+                ..Default::default()
+            },
+            crate::model::dirtier::OwnerLine {
+                pid: 2,
+                cgroup_id: 4,
+                pages_dirtied: 1,
+                ..Default::default()
+            },
+        ]);
+        // Elsewhere o and d are the top table's.
+        app.handle(key('o'));
+        assert_eq!(
+            (app.view.sort, app.view.who_sort),
+            (SortKey::Calls, WhoSort::Dirtied)
+        );
+        while app.view.focus != Pane::Who {
+            app.handle(code(KeyCode::Tab));
+        }
+        app.handle(key('o'));
+        assert_eq!(
+            (app.view.sort, app.view.who_sort),
+            (SortKey::Calls, WhoSort::Written)
+        );
+        app.handle(key('d'));
+        assert_eq!(app.view.cgroup_filter, Some(4));
+        app.handle(key('d'));
+        assert_eq!(app.view.cgroup_filter, Some(9));
+        app.handle(key('d'));
+        assert_eq!(app.view.cgroup_filter, None);
+        assert_eq!(app.view.device_filter, None);
+        app.handle(key('g'));
+        assert!(app.view.who_by_cgroup);
+        app.handle(key('r'));
+        assert!(app.model.who.rows.is_empty(), "r resets the who totals");
+    }
+
     fn outcome(status: RunStatus, summary: &str) -> writer_core::RunOutcome {
         writer_core::RunOutcome {
             status,
