@@ -12,8 +12,11 @@ use writer_core::{RunStatus, Strategy};
 use crate::model::kernel::KernelSnapshot;
 use crate::{
     dashboard::state::{Model, WriterUpdate},
+    dashboard::who::LiveWho,
+    model::dirtier::DirtierSnapshot,
     model::interval::{CallAggregate, IntervalLine},
     model::kernel::KernelStats,
+    model::plan::Concept,
     model::{CallRecord, DevId},
 };
 
@@ -31,15 +34,18 @@ pub(crate) enum Pane {
     Top,
     Kernel,
     Writer,
+    /// Who dirtied what (issue 15).
+    Who,
 }
 
 impl Pane {
-    const ORDER: [Pane; 5] = [
+    const ORDER: [Pane; 6] = [
         Pane::Kernel,
         Pane::Writer,
         Pane::Histograms,
         Pane::Chart,
         Pane::Top,
+        Pane::Who,
     ];
 
     fn step(self, forward: bool) -> Pane {
@@ -59,6 +65,8 @@ pub(crate) enum Overlay {
     None,
     Help,
     Plan,
+    /// The evidence and advice of the findings holding now (`f`).
+    Finding,
 }
 
 /// Column the top table is sorted by (descending).
@@ -91,6 +99,36 @@ impl SortKey {
     }
 }
 
+/// Column the who pane is sorted by (descending).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum WhoSort {
+    #[default]
+    Dirtied,
+    Written,
+    ByOthers,
+    Throttled,
+}
+
+impl WhoSort {
+    fn next(self) -> WhoSort {
+        match self {
+            WhoSort::Dirtied => WhoSort::Written,
+            WhoSort::Written => WhoSort::ByOthers,
+            WhoSort::ByOthers => WhoSort::Throttled,
+            WhoSort::Throttled => WhoSort::Dirtied,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            WhoSort::Dirtied => "dirtied",
+            WhoSort::Written => "written",
+            WhoSort::ByOthers => "written by others",
+            WhoSort::Throttled => "throttled ms",
+        }
+    }
+}
+
 /// What the user looks at; no figures here.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ViewState {
@@ -101,6 +139,11 @@ pub(crate) struct ViewState {
     pub(crate) sort: SortKey,
     /// Only this device in the top table.
     pub(crate) device_filter: Option<DevId>,
+    /// The who pane: its sort, rows per cgroup instead of per process,
+    /// and only this cgroup's processes.
+    pub(crate) who_sort: WhoSort,
+    pub(crate) who_by_cgroup: bool,
+    pub(crate) cgroup_filter: Option<u64>,
 }
 
 /// The next writer run's settings (strategy and jobs need a restart; chunk
@@ -159,6 +202,9 @@ pub(crate) enum Msg {
         at: Duration,
         snapshot: Box<KernelSnapshot>,
         tracer_cpu: Option<f64>,
+        /// The dirtier maps, read with the snapshot; `None` without the
+        /// dirtier hook.
+        dirtiers: Option<Box<DirtierSnapshot>>,
     },
     Writer(WriterUpdate),
     /// A finished interval read back from a recording (replay), with the
@@ -198,6 +244,8 @@ pub(crate) struct App {
     pub(crate) run_state: RunState,
     next_run: u64,
     intervals: IntervalBuilder,
+    /// Who dirtied the pages of the live calls.
+    live_who: LiveWho,
     /// A short message for the footer (a refused setting, ...).
     pub(crate) status: Option<String>,
     /// Whether the screen changed since the last frame (a redraw is
@@ -239,6 +287,9 @@ impl App {
             }
             Msg::Call(call) => {
                 self.intervals.calls.add(&call);
+                if self.model.plan.attached(Concept::Dirtier) {
+                    self.live_who.call(&call);
+                }
                 self.model.on_call(&call);
                 // Calls show up with the next interval; redrawing per call
                 // would cost CPU for figures that barely move.
@@ -248,8 +299,9 @@ impl App {
                 at,
                 snapshot,
                 tracer_cpu,
+                dirtiers,
             } => {
-                self.on_sample(at, *snapshot, tracer_cpu);
+                self.on_sample(at, *snapshot, tracer_cpu, dirtiers.as_deref());
                 self.needs_redraw |= !self.paused();
                 Vec::new()
             }
@@ -263,11 +315,23 @@ impl App {
         }
     }
 
-    fn on_sample(&mut self, at: Duration, cur: KernelSnapshot, tracer_cpu: Option<f64>) {
+    fn on_sample(
+        &mut self,
+        at: Duration,
+        cur: KernelSnapshot,
+        tracer_cpu: Option<f64>,
+        dirtiers: Option<&DirtierSnapshot>,
+    ) {
         let calls = std::mem::take(&mut self.intervals.calls);
+        if let Some(snap) = dirtiers {
+            self.live_who.reading(snap);
+        }
         if let Some((then, prev)) = &self.intervals.prev {
             let secs = at.saturating_sub(*then).as_secs_f64();
-            let line = IntervalLine::new(at.as_secs_f64(), secs, &calls, prev, &cur);
+            let mut line = IntervalLine::new(at.as_secs_f64(), secs, &calls, prev, &cur);
+            if dirtiers.is_some() {
+                line.owners = self.live_who.owners();
+            }
             self.model.on_interval(line, cur.stats, tracer_cpu);
         }
         self.intervals.prev = Some((at, cur));
@@ -343,7 +407,7 @@ impl App {
         // An open overlay takes the keys that scroll or close it.
         if self.view.overlay != Overlay::None {
             match key.code {
-                KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('P') => {
+                KeyCode::Esc | KeyCode::Char('?' | 'P' | 'f') => {
                     self.view.overlay = Overlay::None;
                     return Vec::new();
                 }
@@ -370,6 +434,13 @@ impl App {
             KeyCode::Char('q') | KeyCode::Esc => return vec![Effect::Quit],
             KeyCode::Char('?') => self.open(Overlay::Help),
             KeyCode::Char('P') => self.open(Overlay::Plan),
+            KeyCode::Char('f') => {
+                if self.shown().active_findings().is_empty() {
+                    self.status = Some("no finding holds now".into());
+                } else {
+                    self.open(Overlay::Finding);
+                }
+            }
             KeyCode::Tab => self.view.focus = self.view.focus.step(true),
             KeyCode::BackTab => self.view.focus = self.view.focus.step(false),
             KeyCode::Char('p') => {
@@ -385,8 +456,13 @@ impl App {
                 }
                 self.status = Some("counters reset".into());
             }
+            KeyCode::Char('d') if self.view.focus == Pane::Who => self.next_cgroup(),
             KeyCode::Char('d') => self.next_device(),
+            KeyCode::Char('o') if self.view.focus == Pane::Who => {
+                self.view.who_sort = self.view.who_sort.next();
+            }
             KeyCode::Char('o') => self.view.sort = self.view.sort.next(),
+            KeyCode::Char('g') => self.view.who_by_cgroup = !self.view.who_by_cgroup,
             KeyCode::Char(
                 'w' | 's' | 'S' | '+' | '=' | '-' | '_' | ']' | '[' | '>' | '.' | '<' | ',',
             ) if self.replay.is_some() => {
@@ -458,6 +534,18 @@ impl App {
         };
     }
 
+    /// `d` on the who pane: all cgroups, then each cgroup seen, in order.
+    fn next_cgroup(&mut self) {
+        let groups = self.shown().who.by_cgroup();
+        self.view.cgroup_filter = match self.view.cgroup_filter {
+            None => groups.keys().next().copied(),
+            Some(cur) => groups
+                .range((std::ops::Bound::Excluded(cur), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(g, _)| *g),
+        };
+    }
+
     fn set_chunk(&mut self, chunk: u64) -> Vec<Effect> {
         if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
             self.status = Some(format!(
@@ -512,9 +600,15 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ),
     ("o", "sort the top table: bytes, calls, mean chunk, scan"),
     ("d", "top table: next device / all devices"),
+    (
+        "o d (who)",
+        "who pane: sort / next cgroup (when it has focus)",
+    ),
+    ("g", "who pane: per process / per cgroup"),
     ("p", "pause / resume the display (collection goes on)"),
     ("r", "reset counters, histograms and the top table"),
     ("P", "probe plan (j/k or arrows scroll)"),
+    ("f", "the current finding: its evidence and what to try"),
     ("?", "this help"),
     ("q Esc Ctrl-C", "quit (stops the writer, removes its files)"),
 ];
@@ -720,6 +814,86 @@ mod tests {
             outcome: outcome(RunStatus::Completed, "failed to look like a failure"),
         }));
         assert!(matches!(again[..], [Effect::StartWriter { run: 4, .. }]));
+    }
+
+    #[test]
+    fn f_opens_the_findings_evidence_only_when_one_holds() {
+        use crate::model::interval::IntervalLine;
+        let mut app = App::default();
+        assert!(app.handle(key('f')).is_empty());
+        assert_eq!(app.view.overlay, Overlay::None);
+        assert!(
+            app.status
+                .as_deref()
+                .is_some_and(|s| s.contains("no finding"))
+        );
+        // Three seconds paused 300 ms each, dirty over the free-run
+        // ceiling: dirty-throttled holds (model/findings/dirty.rs).
+        for s in 1..=3 {
+            let snap = KernelSnapshot::default();
+            let mut l = IntervalLine::new(s as f64, 1.0, &CallAggregate::default(), &snap, &snap);
+            l.dirty.vmstat.nr_dirty_threshold = 2000;
+            l.dirty.vmstat.nr_dirty_background_threshold = 1000;
+            l.dirty.vmstat.nr_dirty = 1700;
+            l.throttle.pauses = 10;
+            l.throttle.pause_ms_total = 300;
+            app.handle(Msg::Interval {
+                line: Box::new(l),
+                kernel: KernelStats::default(),
+            });
+        }
+        assert!(!app.model.active_findings().is_empty());
+        app.handle(key('f'));
+        assert_eq!(app.view.overlay, Overlay::Finding);
+        app.handle(code(KeyCode::Down));
+        assert_eq!(app.view.overlay_scroll, 1);
+        // f again closes it, and does not quit.
+        assert!(app.handle(key('f')).is_empty());
+        assert_eq!(app.view.overlay, Overlay::None);
+    }
+
+    #[test]
+    fn who_pane_keys_sort_group_and_filter_only_when_focused() {
+        let mut app = App::default();
+        app.model.who.on_owners(&[
+            crate::model::dirtier::OwnerLine {
+                pid: 1,
+                cgroup_id: 9,
+                pages_dirtied: 1,
+                ..Default::default()
+            },
+            crate::model::dirtier::OwnerLine {
+                pid: 2,
+                cgroup_id: 4,
+                pages_dirtied: 1,
+                ..Default::default()
+            },
+        ]);
+        // Elsewhere o and d are the top table's.
+        app.handle(key('o'));
+        assert_eq!(
+            (app.view.sort, app.view.who_sort),
+            (SortKey::Calls, WhoSort::Dirtied)
+        );
+        while app.view.focus != Pane::Who {
+            app.handle(code(KeyCode::Tab));
+        }
+        app.handle(key('o'));
+        assert_eq!(
+            (app.view.sort, app.view.who_sort),
+            (SortKey::Calls, WhoSort::Written)
+        );
+        app.handle(key('d'));
+        assert_eq!(app.view.cgroup_filter, Some(4));
+        app.handle(key('d'));
+        assert_eq!(app.view.cgroup_filter, Some(9));
+        app.handle(key('d'));
+        assert_eq!(app.view.cgroup_filter, None);
+        assert_eq!(app.view.device_filter, None);
+        app.handle(key('g'));
+        assert!(app.view.who_by_cgroup);
+        app.handle(key('r'));
+        assert!(app.model.who.rows.is_empty(), "r resets the who totals");
     }
 
     fn outcome(status: RunStatus, summary: &str) -> writer_core::RunOutcome {

@@ -4,3 +4,4 @@ pub mod app;
 pub mod run;
 pub mod state;
 pub mod ui;
+pub mod who;

@@ -31,7 +31,7 @@ use crate::{
     dashboard::state::{Model, WriterSecond, WriterUpdate},
     dashboard::ui,
     model::Log2Histogram,
-    model::plan::{HookKind, ProbePlan},
+    model::plan::{Concept, HookKind, ProbePlan},
     sys::{kernel_release, page_size},
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
@@ -181,10 +181,23 @@ async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
             _ => None,
         };
         prev_cpu = cpu.map(|c| (now, c));
+        // Read after the snapshot, like the trace loop's interval: the
+        // pages dirtied up to now count in the interval that ends now.
+        let dirtiers = match &tracer {
+            Some(t) if t.plan.attached(Concept::Dirtier) => match t.dirtiers() {
+                Ok(snap) => Some(Box::new(snap)),
+                Err(e) => {
+                    log::warn!("reading the dirtier maps: {e:#}");
+                    None
+                }
+            },
+            _ => None,
+        };
         let msg = Msg::Sample {
             at: now.duration_since(start),
             snapshot: Box::new(snapshot),
             tracer_cpu,
+            dirtiers,
         };
         if tx.send(msg).is_err() {
             return;

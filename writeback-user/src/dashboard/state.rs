@@ -2,6 +2,8 @@
 //! one [`Model`] and is its only writer (through `App::handle`); the panes
 //! only read it.
 use crate::{
+    dashboard::who::WhoModel,
+    model::findings::{Engine, Finding},
     model::kernel::KernelStats,
     model::{
         histogram::Log2Histogram,
@@ -187,6 +189,12 @@ pub(crate) struct Model {
     /// Per-inode rows dropped to stay within [`MAX_INODE_ROWS`].
     pub(crate) inodes_evicted: u64,
     pub(crate) writer: WriterModel,
+    /// The findings engine, fed every completed interval (live or
+    /// replayed); the strip and the `f` overlay show what it holds now.
+    /// `r` leaves it: a finding is about the machine, not the counters.
+    pub(crate) findings: Engine,
+    /// Who dirtied what, per process, from each interval's `owners`.
+    pub(crate) who: WhoModel,
     interval_calls: u64,
     interval_pages: u64,
 }
@@ -265,7 +273,17 @@ impl Model {
         while self.history.len() > HISTORY_SECS {
             self.history.pop_front();
         }
+        self.findings.interval(&line);
+        self.who.on_owners(&line.owners);
         self.last = Some(line);
+    }
+
+    /// The findings holding now, the most severe first (then catalogue
+    /// name order, so the strip does not flicker between equals).
+    pub(crate) fn active_findings(&self) -> Vec<&Finding> {
+        let mut active: Vec<&Finding> = self.findings.active().collect();
+        active.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.name.cmp(b.name)));
+        active
     }
 
     pub(crate) fn on_writer(&mut self, update: WriterUpdate) {
@@ -320,6 +338,7 @@ impl Model {
         self.devices.clear();
         self.inodes.clear();
         self.inodes_evicted = 0;
+        self.who.reset();
         self.interval_calls = 0;
         self.interval_pages = 0;
         self.writer.chunk_pages = Log2Histogram::default();

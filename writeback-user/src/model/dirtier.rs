@@ -118,7 +118,7 @@ struct Identity {
 
 /// The attribution state of one trace: what each process has outstanding
 /// on each inode, and the interval's per-process figures.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Attribution {
     /// Last cumulative count per (dev, ino, tgid) entry, and in how many
     /// readings in a row it was missing.

@@ -4,16 +4,19 @@
 //! widget over its own slice of the state (`KernelPane { model, focused }`
 //! and so on), so a new pane is a new file and one line here.
 //!
-//! Layout, top to bottom: two header lines; the kernel and writer panes
-//! side by side; then the histograms, the time chart and the top table
+//! Layout, top to bottom: two header lines; the findings strip; the
+//! kernel and writer panes side by side; then the histograms, the time chart and the top table
 //! when there is room (160 columns and 40 rows), or the one Tab focuses
-//! (80x24); one footer line of keys.
+//! (80x24); the who pane takes the top table's place while focused; one
+//! footer line of keys.
 mod chart;
+mod findings_strip;
 mod header;
 mod histograms;
 mod kernel_pane;
 mod overlay;
 mod top_table;
+mod who_pane;
 mod writer_pane;
 
 use ratatui::{
@@ -25,12 +28,17 @@ use ratatui::{
 };
 
 use chart::TimeChart;
+use findings_strip::FindingsStrip;
 use histograms::Histograms;
 use kernel_pane::KernelPane;
 use top_table::TopTable;
+use who_pane::WhoPane;
 use writer_pane::WriterPane;
 
-use crate::dashboard::app::{App, Pane};
+use crate::{
+    dashboard::app::{App, Pane},
+    model::plan::Concept,
+};
 
 /// Styles. Named colours that read on dark and light backgrounds (no
 /// white, black or yellow), with modifiers carrying the meaning where
@@ -103,13 +111,15 @@ pub(crate) fn render(app: &App, frame: &mut Frame) {
         );
         return;
     }
-    let [head, body, foot] = Layout::vertical([
+    let [head, strip, body, foot] = Layout::vertical([
         Constraint::Length(2),
+        Constraint::Length(1),
         Constraint::Min(0),
         Constraint::Length(1),
     ])
     .areas(area);
     frame.render_widget(header::header(app, area.width), head);
+    frame.render_widget(FindingsStrip { model: app.shown() }, strip);
     render_body(app, frame, body);
     frame.render_widget(footer(app, area.width), foot);
     overlay::render(app, frame);
@@ -154,6 +164,14 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
         device_filter: app.view.device_filter,
         focused: focus == Pane::Top,
     };
+    let who = WhoPane {
+        who: &model.who,
+        hooked: model.plan.attached(Concept::Dirtier),
+        sort: app.view.who_sort,
+        by_cgroup: app.view.who_by_cgroup,
+        cgroup_filter: app.view.cgroup_filter,
+        focused: focus == Pane::Who,
+    };
 
     if body.width >= 120 && roomy {
         let [mid, bottom] =
@@ -162,13 +180,19 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(mid);
         frame.render_widget(histograms, hist);
         frame.render_widget(chart, chart_area);
-        frame.render_widget(top, bottom);
+        // The who pane takes the top table's place while it has focus.
+        if focus == Pane::Who {
+            frame.render_widget(who, bottom);
+        } else {
+            frame.render_widget(top, bottom);
+        }
     } else {
         // One lower pane at a time: the focused one (the histograms while
         // the focus is on the kernel or writer pane).
         match focus {
             Pane::Chart => frame.render_widget(chart, lower),
             Pane::Top => frame.render_widget(top, lower),
+            Pane::Who => frame.render_widget(who, lower),
             Pane::Histograms | Pane::Kernel | Pane::Writer => {
                 frame.render_widget(histograms, lower);
             }
@@ -196,6 +220,7 @@ fn footer(app: &App, width: u16) -> Paragraph<'static> {
             ("p", "pause"),
             ("r", "reset"),
             ("P", "plan"),
+            ("f", "finding"),
             ("?", "help"),
             ("q", "quit"),
         ]

@@ -119,6 +119,7 @@ fn busy_app() -> App {
             at: Duration::from_secs(s),
             snapshot: Box::new(snapshot(s)),
             tracer_cpu: Some(0.004),
+            dirtiers: None,
         });
     }
     app
@@ -189,6 +190,7 @@ fn missing_probes_are_explained() {
             at: Duration::from_secs(s),
             snapshot: Box::new(snapshot(s)),
             tracer_cpu: Some(0.001),
+            dirtiers: None,
         });
     }
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
@@ -199,7 +201,7 @@ fn tiny_and_empty_areas_do_not_panic() {
     let mut app = busy_app();
     for overlay in ['?', 'P', 'x'] {
         app.handle(Msg::Key(KeyEvent::from(KeyCode::Char(overlay))));
-        for focus in 0..5 {
+        for focus in 0..6 {
             for (w, h) in [
                 (0, 0),
                 (1, 1),
@@ -222,4 +224,170 @@ fn tiny_and_empty_areas_do_not_panic() {
         app.handle(Msg::Key(KeyEvent::from(KeyCode::Esc)));
     }
     draw(&App::default(), 80, 24);
+}
+
+/// An app fed `n` replayed one-second intervals; `throttle_ms` of
+/// `balance_dirty_pages` pause per second with dirty over the free-run
+/// ceiling (dirty-throttled's evidence, docs/findings.md).
+fn intervals_app(n: u64, throttle_ms: u64) -> App {
+    use crate::model::interval::{CallAggregate, IntervalLine};
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    for s in 1..=n {
+        let snap = KernelSnapshot::default();
+        let mut l = IntervalLine::new(s as f64, 1.0, &CallAggregate::default(), &snap, &snap);
+        l.dirty.vmstat.nr_dirty_background_threshold = 1000;
+        l.dirty.vmstat.nr_dirty_threshold = 2000;
+        if throttle_ms > 0 {
+            l.throttle.pauses = 10;
+            l.throttle.pause_ms_total = throttle_ms;
+            l.dirty.vmstat.nr_dirty = 1700;
+        }
+        app.handle(Msg::Interval {
+            line: Box::new(l),
+            kernel: Default::default(),
+        });
+    }
+    app
+}
+
+#[test]
+fn findings_strip_none() {
+    let app = intervals_app(5, 0);
+    assert!(app.model.active_findings().is_empty());
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn findings_strip_one_warning() {
+    let app = intervals_app(5, 300);
+    let active = app.model.active_findings();
+    assert_eq!(active.len(), 1);
+    assert_eq!(
+        active[0].severity,
+        crate::model::findings::Severity::Warning
+    );
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn findings_evidence_overlay() {
+    let mut app = intervals_app(5, 300);
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('f'))));
+    insta::assert_snapshot!(draw(&app, 100, 44).backend());
+}
+
+/// An app whose intervals carried `owners`: a writer dirtying and written
+/// back by the flusher, a throttled one, a syncing one, in two cgroups.
+fn who_app() -> App {
+    use crate::model::dirtier::OwnerLine;
+    use crate::model::interval::{CallAggregate, IntervalLine};
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    let owner = |pid: u32, comm: &str, cg: u64, d: u64, w: u64, o: u64, f: u64, p: u64| OwnerLine {
+        pid,
+        comm: comm.into(),
+        cgroup_id: cg,
+        pages_dirtied: d,
+        pages_written: w,
+        pages_written_by_others: o,
+        pages_written_by_flusher: f,
+        throttle_pauses: p,
+        throttle_pause_ms: p * 12,
+    };
+    for s in 1..=3u64 {
+        let snap = KernelSnapshot::default();
+        let mut l = IntervalLine::new(s as f64, 1.0, &CallAggregate::default(), &snap, &snap);
+        l.owners = vec![
+            owner(4242, "dd", 7001, 25_600, 20_000, 20_000, 20_000, 9),
+            owner(517, "postgres", 7002, 2_560, 2_560, 0, 0, 0),
+            owner(9001, "cp", 7001, 1_024, 1_024, 1_024, 0, 0),
+        ];
+        app.handle(Msg::Interval {
+            line: Box::new(l),
+            kernel: Default::default(),
+        });
+    }
+    for _ in 0..3 {
+        app.handle(Msg::Key(KeyEvent::from(KeyCode::Tab)));
+    }
+    assert_eq!(app.view.focus, crate::dashboard::app::Pane::Who);
+    app
+}
+
+#[test]
+fn who_pane() {
+    let mut app = who_app();
+    let per_process = draw(&app, 80, 24);
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('g'))));
+    let per_cgroup = draw(&app, 80, 24);
+    insta::assert_snapshot!("who_80x24", per_process.backend());
+    insta::assert_snapshot!("who_per_cgroup_80x24", per_cgroup.backend());
+    // 160x48: it takes the top table's place.
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('g'))));
+    insta::assert_snapshot!("who_160x48", draw(&app, 160, 48).backend());
+}
+
+#[test]
+fn who_pane_empty() {
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    for _ in 0..3 {
+        app.handle(Msg::Key(KeyEvent::from(KeyCode::Tab)));
+    }
+    let nothing = draw(&app, 80, 16);
+    let plan = ProbePlan::unavailable("6.18".into(), "no BTF");
+    let mut app = App::new(Model::with_plan(plan, "testhost".into()));
+    for _ in 0..3 {
+        app.handle(Msg::Key(KeyEvent::from(KeyCode::Tab)));
+    }
+    let unhooked = draw(&app, 80, 16);
+    insta::assert_snapshot!("who_nothing_dirtied", nothing.backend());
+    insta::assert_snapshot!("who_no_hook", unhooked.backend());
+}
+
+/// The live path: calls, then the sample with the dirtier maps; the
+/// sample's interval carries the owners and the who pane's state adds
+/// them up.
+#[test]
+fn who_live_attribution_from_samples() {
+    use crate::model::dirtier::{DirtierReading, DirtierSnapshot};
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    let sample = |app: &mut App, s: u64, pages: u64| {
+        let snap = DirtierSnapshot {
+            entries: vec![DirtierReading {
+                dev: 8 << 20,
+                ino: 12,
+                tgid: 4242,
+                pid: 4242,
+                pages,
+                comm: "dd".into(),
+                cgroup_id: 7001,
+                ..Default::default()
+            }],
+            throttled: [(4242, (s, s * 10))].into_iter().collect(),
+        };
+        app.handle(Msg::Sample {
+            at: Duration::from_secs(s),
+            snapshot: Box::new(snapshot(s)),
+            tracer_cpu: None,
+            dirtiers: Some(Box::new(snap)),
+        });
+    };
+    sample(&mut app, 0, 0);
+    // The flusher writes 300 of dd's pages, dirtied after the last reading.
+    let mut flusher = CallRecord::from(&WritepagesCall {
+        dev: 8 << 20,
+        ino: 12,
+        tgid: 77,
+        pages_written: 300,
+        ..Default::default()
+    });
+    flusher.work_reason = 1;
+    app.handle(Msg::Call(Box::new(flusher)));
+    sample(&mut app, 1, 1000);
+    let owners = &app.model.last.as_ref().unwrap().owners;
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    let dd = &app.model.who.rows[&4242];
+    assert_eq!((dd.dirtied, dd.written, dd.by_flusher), (1000, 300, 300));
+    assert_eq!((dd.by_self(), dd.by_others_sync()), (0, 0));
+    assert_eq!((dd.throttle_pauses, dd.throttle_ms), (1, 10));
+    assert_eq!((dd.comm.as_str(), dd.cgroup_id), ("dd", 7001));
 }

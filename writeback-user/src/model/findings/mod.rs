@@ -216,7 +216,7 @@ impl Report {
 }
 
 /// Feeds interval lines to the rules; says when findings open and close.
-#[derive(Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Engine {
     history: VecDeque<IntervalLine>,
     baselines: device::Baselines,
