@@ -222,16 +222,30 @@ fn scrape_during_a_write_counts_its_pages() {
     assert!(sum(&after, "wbscope_dirty_threshold_pages", &[]) > 0.0);
     assert!(sum(&after, "wbscope_bpf_runs_total", &[]) > 0.0);
     assert_eq!(sum(&after, "wbscope_lost_records_total", &[]), 0.0);
-    // Bounded cardinality: no label but these.
+    // Who dirtied it, per cgroup: this process dirtied the file's pages
+    // and they were written (other processes' pages may add to both).
+    let grew = |m: &str| sum(&after, m, &[]) - sum(&before, m, &[]);
+    assert!(grew("wbscope_cgroup_pages_dirtied_total") >= PAGES as f64);
+    assert!(grew("wbscope_cgroup_pages_written_total") >= PAGES as f64);
+    // Bounded cardinality: no label but these, and at most 16 cgroups
+    // and "other".
+    let mut cgroups = std::collections::HashSet::new();
     for s in &after.samples {
-        for (k, _) in s.labels.iter() {
+        for (k, v) in s.labels.iter() {
             assert!(
-                ["dev", "cause", "program", "finding"].contains(&k.as_str()),
+                ["dev", "cause", "program", "finding", "cgroup_id", "by"].contains(&k.as_str()),
                 "label {k} on {}",
                 s.metric
             );
+            if k == "cgroup_id" {
+                cgroups.insert(v.clone());
+            }
         }
     }
+    assert!(
+        cgroups.contains("other") && cgroups.len() <= 17,
+        "{cgroups:?}"
+    );
     drop(exporter);
 }
 

@@ -6,7 +6,7 @@
 //! ([`Metrics::update_from`]), so a scrape and the JSON lines agree.
 //! Labels are the device (`"maj:min"`), the call's cause and, for the
 //! tracer's own run time, the program name: bounded sets, never an inode
-//! or a pid. Metric names, types and units: docs/prometheus.md.
+//! or a pid; per cgroup (cgroups.rs), at most 16 cgroup ids and `other`. Metric names, types and units: docs/prometheus.md.
 use std::{
     collections::VecDeque,
     convert::Infallible,
@@ -37,6 +37,8 @@ use tokio::{
     net::{TcpListener, TcpSocket, TcpStream},
     task::{AbortHandle, JoinSet},
 };
+
+mod cgroups;
 
 use crate::{
     model::findings::{Finding, RULES},
@@ -305,6 +307,7 @@ pub(crate) struct Metrics {
     intervals: Counter,
     page_size: u64,
     finding_active: Family<FindingLabels, Gauge>,
+    cgroups: cgroups::CgroupMetrics,
 }
 
 /// Labels of `wbscope_finding_active`: a finding of docs/findings.md.
@@ -349,6 +352,7 @@ impl Metrics {
             intervals: Counter::default(),
             page_size: page_size(),
             finding_active: Family::default(),
+            cgroups: cgroups::CgroupMetrics::new(cgroups::MAX_CGROUP_LABELS),
         };
         let mut r = Registry::with_prefix("wbscope");
         r.register(
@@ -493,6 +497,7 @@ impl Metrics {
             m.finding_active.clone(),
         );
         m.set_findings(std::iter::empty());
+        m.cgroups.register(&mut r);
         (m, r)
     }
 
@@ -574,6 +579,7 @@ impl Metrics {
                 .get_or_create(&labels)
                 .inc_by_ns(r.run_time_ns);
         }
+        self.cgroups.update(line.time_s, &line.owners);
         self.intervals.inc();
     }
 

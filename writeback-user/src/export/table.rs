@@ -436,3 +436,76 @@ mod tests {
         assert_eq!(row("device request p50"), ["-", "-"]);
     }
 }
+
+#[cfg(test)]
+mod json_doc_tests {
+    use crate::model::{
+        findings::{Finding, Severity},
+        timeline::{TimeBin, Timeline, WriterChunks},
+        window::{InodePassFigures, KernelFigures, RunContext},
+    };
+
+    /// The keys of a JSON object.
+    fn keys(v: &serde_json::Value) -> Vec<String> {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every field of a run's `kernel` (with its findings, timeline and
+    /// writer chunks) and of `context` is in docs/scenarios.md's section
+    /// on the JSON document.
+    #[test]
+    fn every_compare_json_field_is_documented() {
+        let doc = include_str!("../../../docs/scenarios.md");
+        let section = doc
+            .split("### The JSON document")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("a JSON document section in docs/scenarios.md");
+        let mut timeline = Timeline::default();
+        *timeline.at(0.0) = TimeBin {
+            writer_bytes: vec![1],
+            ..TimeBin::default()
+        };
+        let kernel = KernelFigures {
+            inode_pass: Some(InodePassFigures::default()),
+            findings: vec![Finding {
+                name: "dirty-throttled",
+                severity: Severity::Warning,
+                first_seen_s: 1.0,
+                last_seen_s: 1.0,
+                intervals: 1,
+                episodes: 1,
+                evidence: Default::default(),
+                advice: String::new(),
+            }],
+            timeline,
+            writer_chunks: Some(WriterChunks::default()),
+            ..KernelFigures::default()
+        };
+        let k = serde_json::to_value(&kernel).unwrap();
+        let all = [
+            ("kernel", keys(&k)),
+            ("kernel.inode_pass", keys(&k["inode_pass"])),
+            ("kernel.findings[]", keys(&k["findings"][0])),
+            ("kernel.timeline", keys(&k["timeline"])),
+            ("kernel.timeline.bins[]", keys(&k["timeline"]["bins"][0])),
+            ("kernel.writer_chunks", keys(&k["writer_chunks"])),
+            (
+                "context",
+                keys(&serde_json::to_value(RunContext::default()).unwrap()),
+            ),
+        ];
+        for (what, keys) in all {
+            assert!(!keys.is_empty(), "{what}: no keys");
+            for key in keys {
+                assert!(
+                    section.contains(&format!("`{key}`"))
+                        || section.contains(&format!("\"{key}\"")),
+                    "{what}.{key} is not documented in docs/scenarios.md"
+                );
+            }
+        }
+    }
+}

@@ -10,11 +10,17 @@ use crate::{
     UsageError,
     model::{
         CallRecord, Log2Histogram, cause_name,
+        findings::Engine,
         interval::{Bucket, InodePassCounts, IntervalLine, histogram_buckets},
         plan::ProbePlan,
         timeline::{TICK_S, Timeline, WriterChunks},
         window::RunContext,
     },
+};
+
+use super::{
+    findings::{DOCUMENT_LINE_S, FindingMark},
+    who::Owners,
 };
 
 /// Everything a report shows.
@@ -33,6 +39,9 @@ pub(crate) struct ReportData {
     pub(crate) page_size: u64,
     /// What went wrong reading the input (damage), one line each.
     pub(crate) warnings: Vec<String>,
+    /// Who dirtied it: a recording's owners, added up (`None` for
+    /// documents, which carry none).
+    pub(crate) owners: Option<super::who::Owners>,
 }
 
 /// One run (or recording) on the time axis, and its distributions.
@@ -55,6 +64,11 @@ pub(crate) struct Segment {
     pub(crate) pass_unbounded: Option<Vec<Bucket>>,
     /// Pages examined per page written; `None` when not measured.
     pub(crate) scan_per_page: Option<f64>,
+    /// Findings of `wbscope doctor` over the run, times from its start.
+    pub(crate) findings: Vec<FindingMark>,
+    /// The input says what the findings were (documents from before
+    /// doctor do not).
+    pub(crate) findings_known: bool,
 }
 
 #[derive(Deserialize)]
@@ -101,6 +115,8 @@ struct KernelView {
     timeline: Option<Timeline>,
     #[serde(default)]
     writer_chunks: Option<WriterChunks>,
+    #[serde(default)]
+    findings: Option<Vec<FindingMark>>,
 }
 
 #[derive(Deserialize)]
@@ -198,6 +214,13 @@ fn from_runs(doc: &DocView, ctx: RunContext, what: String, source: &str) -> Repo
                     .as_ref()
                     .map(|p| p.pages_per_unbounded_pass.clone()),
                 scan_per_page: k.pages_scanned_per_page_written,
+                findings_known: k.findings.is_some(),
+                findings: k
+                    .findings
+                    .iter()
+                    .flatten()
+                    .map(|f| f.clone().starting(DOCUMENT_LINE_S))
+                    .collect(),
             }
         })
         .collect();
@@ -229,6 +252,7 @@ fn from_runs(doc: &DocView, ctx: RunContext, what: String, source: &str) -> Repo
         recording: false,
         page_size: crate::sys::page_size(),
         warnings: Vec::new(),
+        owners: None,
     }
 }
 
@@ -261,6 +285,9 @@ pub(crate) struct RecordingFeed {
     last_s: f64,
     summary_s: Option<f64>,
     bad_lines: u64,
+    /// The doctor's rules over the interval lines, as `doctor --from`.
+    engine: Engine,
+    owners: Owners,
 }
 
 impl RecordingFeed {
@@ -278,6 +305,8 @@ impl RecordingFeed {
             last_s: 0.0,
             summary_s: None,
             bad_lines: 0,
+            engine: Engine::new(),
+            owners: Owners::default(),
         }
     }
 
@@ -310,6 +339,8 @@ impl RecordingFeed {
         self.timeline.at(mid).add_interval(&line, |_| true);
         self.timeline.extend_to(line.time_s);
         self.last_s = self.last_s.max(line.time_s);
+        self.engine.interval(&line);
+        self.owners.add(&line.owners);
         for d in &line.inode_passes_by_device {
             self.passes
                 .get_or_insert_with(Default::default)
@@ -334,7 +365,16 @@ impl RecordingFeed {
             last_s,
             summary_s,
             bad_lines,
+            mut engine,
+            owners,
         } = self;
+        let findings = engine
+            .finish()
+            .1
+            .findings
+            .iter()
+            .map(|f| FindingMark::of(f, timeline.bin_s))
+            .collect();
         let page = crate::sys::page_size();
         let span = summary_s.unwrap_or(0.0).max(last_s);
         timeline.extend_to(span);
@@ -365,6 +405,8 @@ impl RecordingFeed {
             pass_unbounded: passes.map(|p| p.pages_per_unbounded_pass),
             scan_per_page: (scan_pages > 0)
                 .then(|| scan_bytes as f64 / page as f64 / scan_pages as f64),
+            findings,
+            findings_known: true,
         };
         let esc = |s: &str| crate::escape::escape_controls(s).into_owned();
         ReportData {
@@ -389,6 +431,7 @@ impl RecordingFeed {
             recording: true,
             page_size: page,
             warnings,
+            owners: Some(owners),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The page around the panels: header, probe plan, placeholders for the
-//! findings and the who-dirtied table, CSS. Self-contained: no script, no
+//! The page around the panels: header, probe plan, the findings list and
+//! the who-dirtied table (findings.rs, who.rs), CSS. Self-contained: no script, no
 //! external fonts, styles or images.
 use std::fmt::Write as _;
 
@@ -13,7 +13,7 @@ table{border-collapse:collapse;margin:4px 0}\
 td,th{padding:1px 10px 1px 0;text-align:left;vertical-align:top}\
 th{font-weight:bold}.muted{color:#555}.warn{color:#222;font-weight:bold}\
 svg{display:block;margin:0 0 10px}\
-.placeholder{border:1px dashed #999;padding:6px 10px;max-width:1060px}\
+.sev-critical,.sev-warning{font-weight:bold}\
 @media print{section{break-inside:avoid}}";
 
 /// The whole page.
@@ -67,11 +67,9 @@ pub(crate) fn page(d: &ReportData) -> String {
     }
     out.push_str("</header>\n");
 
-    // FINDINGS (issue 17, `wbscope doctor`): its findings go here, and as
-    // marks on the time panels' axes, once it lands.
-    out.push_str(
-        "<section id=\"findings\" class=\"placeholder\">\n<h2>Findings</h2>\n<p>No findings in this input: <code>wbscope doctor</code> (issue 17) is not part of this build; when it is, its findings are listed here and marked on the time axis.</p>\n</section>\n",
-    );
+    // The findings of `wbscope doctor`: listed here, marked on the time
+    // axis by the first time panel.
+    out.push_str(&super::findings::section(d));
 
     out.push_str("<section id=\"time\">\n<h2>On one time axis: the writer and the kernel</h2>\n");
     for svg in time_panels(d) {
@@ -85,11 +83,7 @@ pub(crate) fn page(d: &ReportData) -> String {
     }
     out.push_str("</section>\n");
 
-    // WHO DIRTIED IT (issue 15): the table of who dirtied the pages goes
-    // here once it lands.
-    out.push_str(
-        "<section id=\"who-dirtied\" class=\"placeholder\">\n<h2>Who dirtied it</h2>\n<p>Not in this input: the who-dirtied table (issue 15) is not part of this build.</p>\n</section>\n",
-    );
+    out.push_str(&super::who::section(d));
     out.push_str("</body>\n</html>\n");
     out
 }

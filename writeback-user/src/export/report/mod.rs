@@ -14,16 +14,18 @@
 //! lines, rectangles and text, a few hundred lines.
 //!
 //! Layout of the page: header (input, host, kernel, command, probe plan),
-//! findings (placeholder for `wbscope doctor`, issue 17), the time panels
-//! ([`panels`]), the distributions ([`dists`]), who dirtied it
-//! (placeholder, issue 15).
+//! findings of `wbscope doctor` ([`findings`]: the list, and a strip on
+//! the time axis), the time panels ([`panels`]), the distributions
+//! ([`dists`]), who dirtied it ([`who`]).
 pub(crate) mod data;
 mod dists;
+mod findings;
 mod html;
 pub(crate) mod panels;
 pub(crate) mod svg;
 #[cfg(test)]
 pub(crate) mod tests;
+mod who;
 
 use std::{io::Write as _, path::Path};
 

@@ -17,7 +17,7 @@ use super::{
 
 pub(crate) const WIDTH: f64 = 1100.0;
 pub(crate) const LEFT: f64 = 76.0;
-const RIGHT: f64 = 16.0;
+pub(crate) const RIGHT: f64 = 16.0;
 const PLOT_TOP: f64 = 62.0;
 const PLOT_H: f64 = 150.0;
 const MIN_SEGMENT_PX: f64 = 64.0;
@@ -457,9 +457,9 @@ pub(crate) fn time_panels(d: &ReportData) -> Vec<String> {
 /// The time panels, drawn, with their label boxes.
 pub(crate) fn time_drawn(d: &ReportData) -> Vec<Drawn> {
     let layout = x_layout(&d.segments, LEFT, WIDTH - RIGHT);
-    specs(d)
-        .into_iter()
-        .map(|spec| draw(d, &layout, spec))
+    let strip = super::findings::strip(d, &layout);
+    std::iter::once(strip)
+        .chain(specs(d).into_iter().map(|spec| draw(d, &layout, spec)))
         .collect()
 }
 

@@ -53,7 +53,9 @@ fn snapshot(i: u64) -> KernelSnapshot {
         ..Default::default()
     };
     s.agg[agg::THROTTLE_PAUSES as usize] = i.saturating_sub(3) * 2;
-    s.agg[agg::THROTTLE_PAUSE_MS as usize] = i.saturating_sub(3) * 40;
+    // From the fifth tick, a quarter of the time paused over three lines:
+    // the doctor's dirty-throttled (the recording's findings).
+    s.agg[agg::THROTTLE_PAUSE_MS as usize] = i.saturating_sub(3) * 250;
     let mut block = HashMap::new();
     block.insert(
         BlockHistKey {
@@ -133,16 +135,61 @@ pub(crate) fn fixture_frames() -> Vec<(Vec<CallRecord>, IntervalLine)> {
                     }
                 })
                 .collect();
-            let line = IntervalLine::new(
+            let mut line = IntervalLine::new(
                 tick as f64 * 0.5,
                 0.5,
                 &CallAggregate::default(),
                 &snapshot(tick - 1),
                 &snapshot(tick),
             );
+            line.owners = fixture_owners(tick);
             (calls, line)
         })
         .collect()
+}
+
+/// Who dirtied the recording fixture's pages, interval `tick`: a writer
+/// whose pages the flusher writes, one that syncs its own, and the
+/// `(others)` row past the cap.
+fn fixture_owners(tick: u64) -> Vec<crate::model::dirtier::OwnerLine> {
+    use crate::model::dirtier::{OTHERS, OwnerLine};
+    vec![
+        OwnerLine {
+            pid: 4242,
+            comm: "dd".into(),
+            cgroup_id: 7001,
+            pages_dirtied: 3000 * tick,
+            pages_written: 2000 * tick,
+            pages_written_by_others: 1500 * tick,
+            pages_written_by_flusher: 1200 * tick,
+            throttle_pauses: tick.saturating_sub(4),
+            throttle_pause_ms: tick.saturating_sub(4) * 120,
+        },
+        OwnerLine {
+            pid: 5151,
+            comm: "postgres".into(),
+            cgroup_id: 7002,
+            pages_dirtied: 500,
+            pages_written: 500,
+            ..OwnerLine::default()
+        },
+        OwnerLine {
+            comm: OTHERS.into(),
+            pages_dirtied: 10,
+            pages_written: 4,
+            ..OwnerLine::default()
+        },
+    ]
+}
+
+/// A finding as a compare document carries it.
+fn fixture_finding(name: &str, severity: &str, at: f64) -> serde_json::Value {
+    serde_json::json!({
+        "name": name, "severity": severity,
+        "first_seen_s": at, "last_seen_s": at, "intervals": 1, "episodes": 1,
+        "evidence": {"window_s": at, "limit": "global"},
+        "advice": format!("what to try for {name}"),
+    })
 }
 
 /// The compare fixture: four runs under a second, as `compare --json`
@@ -184,6 +231,11 @@ pub(crate) fn fixture_compare() -> String {
             hi: (16 << 20) - 1,
             count: 16,
         };
+        let findings = match strategy {
+            "buffered" => vec![fixture_finding("dirty-throttled", "critical", secs)],
+            "fsync-end" => vec![fixture_finding("fsync-storm", "warning", secs)],
+            _ => vec![],
+        };
         runs.push(serde_json::json!({
             "strategy": strategy,
             "repeat": 0,
@@ -200,6 +252,7 @@ pub(crate) fn fixture_compare() -> String {
                     "pages_asked_per_pass": [{"lo": 8192, "hi": 16383, "count": 4}],
                     "pages_per_unbounded_pass": []
                 },
+                "findings": findings,
                 "timeline": t,
                 "writer_chunks": WriterChunks {
                     write_bytes: vec![chunk.clone()],
@@ -334,7 +387,7 @@ fn every_time_panel_has_data_in_both_fixtures() {
 fn an_empty_panel_says_why() {
     let html = html(&ReportData::default());
     let empties = html.matches("data-empty=\"empty: ").count();
-    assert_eq!(empties, 6 + 3, "every panel empty, each with a reason");
+    assert_eq!(empties, 1 + 6 + 3, "every panel empty, each with a reason");
     // The O_DIRECT run: no writepages calls, and the page says why.
     let c = html_of_compare();
     assert!(c.contains("direct: no writepages calls: O_DIRECT writes bypass the page cache"));
@@ -368,8 +421,92 @@ fn the_page_is_self_contained_and_escapes_what_it_shows() {
         let outside_xmlns = h.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
         assert!(!outside_xmlns.contains(fetch), "{fetch} in the page");
     }
-    // Findings and who-dirtied have their places, marked.
+    // Findings and who-dirtied have their places.
     assert!(h.contains("id=\"findings\"") && h.contains("id=\"who-dirtied\""));
+}
+
+#[test]
+fn findings_are_listed_and_banded_where_they_held() {
+    // The recording: its lines judged as `doctor --from` judges them.
+    let r = recording_data();
+    let f = &r.segments[0].findings;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(
+        (f[0].name.as_str(), f[0].severity.as_str()),
+        ("dirty-throttled", "warning")
+    );
+    // Held in the last two 0.5 s lines: from 2.0 s to 3.0 s.
+    assert_eq!((f[0].start_s, f[0].last_seen_s), (2.0, 3.0));
+    let strip = &time_drawn(&r)[0];
+    assert_eq!((strip.id, strip.points), ("findings", 1));
+    let h = html(&r);
+    assert!(
+        h.contains(
+            "<td>F1</td><td>dirty-throttled</td><td class=\"sev-warning\">warning</td><td>2 to 3 s"
+        ),
+        "{h}"
+    );
+    // The band spans 2.0..3.0 s of the 3 s axis.
+    let layout = super::panels::x_layout(
+        &r.segments,
+        super::panels::LEFT,
+        super::panels::WIDTH - super::panels::RIGHT,
+    );
+    let (x0, x1) = layout.spans[0];
+    let a = x0 + (x1 - x0) * 2.0 / 3.0;
+    assert!(
+        h.contains(&format!("<rect x=\"{}\" y=\"65\"", super::svg::n(a))),
+        "band at {a}"
+    );
+    // The compare document: each run's own, its start a line (1 s)
+    // before, clamped to the run's start; every run named.
+    let c = compare_data();
+    assert_eq!(c.segments[1].findings[0].name, "fsync-storm");
+    assert_eq!(c.segments[1].findings[0].start_s, 0.0);
+    assert!(c.segments.iter().all(|s| s.findings_known));
+    let h = html(&c);
+    assert!(h.contains("<td>fsync-end</td>") && h.contains("what to try for fsync-storm"));
+    assert!(
+        h.contains("limit = global; window_s = 0.42"),
+        "evidence listed"
+    );
+    // A document from before doctor says so.
+    let mut old = c.clone();
+    for s in &mut old.segments {
+        s.findings.clear();
+        s.findings_known = false;
+    }
+    assert!(html(&old).contains("written by a wbscope without doctor"));
+}
+
+#[test]
+fn who_dirtied_lists_the_top_processes_with_who_wrote_their_pages() {
+    let h = html(&recording_data());
+    // dd over 6 intervals: 3000 × 21 dirtied, 2000 × 21 written, of which
+    // 1500 × 21 by others, 1200 × 21 of them by the flusher.
+    let dd = "<tr><td>4242</td><td>dd</td><td>7001</td><td>63000</td><td>42000</td><td>10500</td><td>25200</td><td>6300</td><td>3</td><td>360</td></tr>";
+    assert!(h.contains(dd), "{h}");
+    let pg = "<tr><td>5151</td><td>postgres</td><td>7002</td><td>3000</td><td>3000</td><td>3000</td><td>0</td><td>0</td>";
+    assert!(h.contains(pg));
+    assert!(h.find(dd) < h.find(pg), "most dirtied first");
+    assert!(h.contains("<tr><td>-</td><td>(others)</td><td>-</td><td>60</td><td>24</td>"));
+    // More processes than the table holds: the rest summed.
+    let mut o = super::who::Owners::default();
+    let rows: Vec<_> = (1..=30u32)
+        .map(|pid| crate::model::dirtier::OwnerLine {
+            pid,
+            comm: format!("w{pid}"),
+            pages_dirtied: u64::from(pid),
+            ..Default::default()
+        })
+        .collect();
+    o.add(&rows);
+    let (top, rest) = o.table();
+    assert_eq!(top.len(), super::who::TABLE_ROWS);
+    assert_eq!(top[0].pid, 30);
+    assert_eq!(rest.map(|r| r.dirtied), Some((1..=10).sum()));
+    // A compare document has none, and says why.
+    assert!(html_of_compare().contains("not in a compare/scenario document"));
 }
 
 #[test]
