@@ -37,6 +37,10 @@ pub mod generic_flags {
     /// `wbc->nr_to_write` was read at the end of the inode pass
     /// (`nr_left` is meaningful).
     pub const FINAL_BUDGET: u32 = 1 << 9;
+    /// Opened and closed by a function hook on `do_writepages()` (fentry/
+    /// fexit or kprobe/kretprobe): start, end and `ret` are the call's own;
+    /// pages are the budget consumed, not counted folio by folio.
+    pub const FUNCTION_HOOK: u32 = 1 << 10;
 }
 
 /// What the tracepoint-derived writepages path reads of `struct folio`
@@ -68,8 +72,9 @@ impl FolioMembers {
     };
 }
 
-/// One writepages call of any filesystem, put together from its per-folio
-/// tracepoints (`wbc_writepage` + `iomap_writeback_folio`, btrfs'
+/// One writepages call of any filesystem, from a function hook on
+/// `do_writepages()` or put together from its per-folio tracepoints
+/// (`wbc_writepage` + `iomap_writeback_folio`, btrfs'
 /// `extent_writepage`): the in-flight state of a thread's call (map
 /// `GENERIC`, keyed by thread id) and, once closed, the ring-buffer record.
 #[repr(C)]
@@ -119,6 +124,10 @@ pub struct GenericCall {
     /// Folios by log2 of their pages ([`FOLIO_HIST_BUCKETS`]).
     pub folio_hist: [u32; FOLIO_HIST_BUCKETS],
     pub comm: [u8; 16],
+    /// `do_writepages()`'s return value, where a function-exit hook saw
+    /// it ([`generic_flags::FUNCTION_HOOK`]); 0 otherwise.
+    pub ret: i32,
+    pub _pad: u32,
 }
 
 #[cfg(feature = "user")]

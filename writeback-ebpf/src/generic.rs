@@ -32,13 +32,14 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use writeback_common::{
-    FOLIO_HIST_BUCKETS, FolioMembers, GENERIC_CALL_KIND, GenericCall, InflightKey, boundary, cause,
+    FOLIO_HIST_BUCKETS, FlusherWork, FolioMembers, GENERIC_CALL_KIND, GenericCall, InflightKey,
+    boundary, cause,
     generic_flags as gf, log2_bucket, members as m, stat,
 };
 
 use crate::{
     EVENTS, WAKEUP_AT_BYTES, WORK, bump,
-    read::{Typed, current_tid, member, member_ptr, now_ns},
+    read::{Access, Typed, current_tid, member, member_ptr, now_ns},
     writepages::{KERNEL_MEMBERS, filtered_out, in_call, inode_key, raw_arg},
 };
 
@@ -63,44 +64,44 @@ static GENERIC_SCRATCH: PerCpuArray<GenericCall> = PerCpuArray::with_max_entries
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct WbcSeen {
+pub(crate) struct WbcSeen {
     /// Thread that saw it; 0 once taken.
     tid: u32,
-    sync_mode: u32,
+    pub(crate) sync_mode: u32,
     /// [`gf`] bits FOR_KUPDATE, RANGE_CYCLIC, FOR_BACKGROUND.
-    flags: u32,
+    pub(crate) flags: u32,
     _pad: u32,
-    wbc: u64,
-    nr_to_write: i64,
-    range_start: i64,
-    range_end: i64,
+    pub(crate) wbc: u64,
+    pub(crate) nr_to_write: i64,
+    pub(crate) range_start: i64,
+    pub(crate) range_end: i64,
 }
 
 /// LONG_MAX: the budget of integrity and range writeback ("everything").
 const ALL: i64 = i64::MAX;
 
 #[inline(always)]
-fn read_wbc(wbc: *const u8, tid: u32) -> WbcSeen {
+pub(crate) fn read_wbc<A: Access>(wbc: *const u8, tid: u32) -> WbcSeen {
     let k = &KERNEL_MEMBERS;
     let mut flags = 0;
-    if member::<Typed>(wbc, k, m::WBC_FOR_KUPDATE) != 0 {
+    if member::<A>(wbc, k, m::WBC_FOR_KUPDATE) != 0 {
         flags |= gf::FOR_KUPDATE;
     }
-    if member::<Typed>(wbc, k, m::WBC_RANGE_CYCLIC) != 0 {
+    if member::<A>(wbc, k, m::WBC_RANGE_CYCLIC) != 0 {
         flags |= gf::RANGE_CYCLIC;
     }
-    if member::<Typed>(wbc, k, m::WBC_FOR_BACKGROUND) != 0 {
+    if member::<A>(wbc, k, m::WBC_FOR_BACKGROUND) != 0 {
         flags |= gf::FOR_BACKGROUND;
     }
     WbcSeen {
         tid,
-        sync_mode: member::<Typed>(wbc, k, m::WBC_SYNC_MODE) as u32,
+        sync_mode: member::<A>(wbc, k, m::WBC_SYNC_MODE) as u32,
         flags,
         _pad: 0,
         wbc: wbc as u64,
-        nr_to_write: member::<Typed>(wbc, k, m::WBC_NR_TO_WRITE),
-        range_start: member::<Typed>(wbc, k, m::WBC_RANGE_START),
-        range_end: member::<Typed>(wbc, k, m::WBC_RANGE_END),
+        nr_to_write: member::<A>(wbc, k, m::WBC_NR_TO_WRITE),
+        range_start: member::<A>(wbc, k, m::WBC_RANGE_START),
+        range_end: member::<A>(wbc, k, m::WBC_RANGE_END),
     }
 }
 
@@ -133,7 +134,7 @@ fn continues(c: &GenericCall, key: &InflightKey, wbc: &Option<WbcSeen>, may_rise
 
 /// Sends a closed call to userspace.
 #[inline(always)]
-fn emit(c: *const GenericCall, how: u32) {
+pub(crate) fn emit(c: *const GenericCall, how: u32) {
     let Some(mut entry) = EVENTS.reserve::<GenericCall>(0) else {
         bump(stat::LOST_RECORDS);
         return;
@@ -199,8 +200,6 @@ fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise:
     };
     // SAFETY: this CPU's slot; no other program runs on it meanwhile.
     let c = unsafe { &mut *scratch };
-    // Cause as for ext4 (writepages.rs): WB_SYNC_ALL, then for_kupdate,
-    // then the flusher work this thread runs, else a direct caller.
     // SAFETY: copied out at once.
     let work = unsafe { WORK.get(&tid) }.copied();
     let w = wbc.unwrap_or(WbcSeen {
@@ -217,15 +216,7 @@ fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise:
     if wbc.is_some() {
         flags |= gf::WBC_SEEN;
     }
-    let background = flags & gf::FOR_BACKGROUND != 0 || work.is_some_and(|w| w.for_background != 0);
-    let call_cause = match work {
-        _ if wbc.is_some() && w.sync_mode == 1 => cause::SYNC,
-        _ if flags & gf::FOR_KUPDATE != 0 => cause::PERIODIC,
-        _ if background => cause::BACKGROUND,
-        Some(_) => cause::FLUSHER_OTHER,
-        None if wbc.is_some() => cause::DIRECT,
-        None => cause::UNKNOWN,
-    };
+    let call_cause = cause_of(flags, w.sync_mode, work);
     c.kind = GENERIC_CALL_KIND;
     c.dev = key.dev;
     c.ino = key.ino;
@@ -253,12 +244,31 @@ fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise:
     c.folios = 1;
     c.boundary = 0;
     c.folio_hist = [0; FOLIO_HIST_BUCKETS];
+    c.ret = 0;
+    c._pad = 0;
     if let Some(n) = c.folio_hist.get_mut(bucket) {
         *n = 1;
     }
     c.comm = bpf_get_current_comm().unwrap_or_default();
     if GENERIC.insert(&tid, &*c, 0).is_err() {
         bump(stat::INFLIGHT_FULL);
+    }
+}
+
+/// Cause as for ext4 (writepages.rs): WB_SYNC_ALL, then for_kupdate,
+/// then the flusher work this thread runs, else a direct caller; unknown
+/// when the `wbc` was not seen.
+#[inline(always)]
+pub(crate) fn cause_of(flags: u32, sync_mode: u32, work: Option<FlusherWork>) -> u32 {
+    let seen = flags & gf::WBC_SEEN != 0;
+    let background = flags & gf::FOR_BACKGROUND != 0 || work.is_some_and(|w| w.for_background != 0);
+    match work {
+        _ if seen && sync_mode == 1 => cause::SYNC,
+        _ if flags & gf::FOR_KUPDATE != 0 => cause::PERIODIC,
+        _ if background => cause::BACKGROUND,
+        Some(_) => cause::FLUSHER_OTHER,
+        None if seen => cause::DIRECT,
+        None => cause::UNKNOWN,
     }
 }
 
@@ -278,7 +288,7 @@ pub fn generic_wbc_writepage(ctx: BtfTracePointContext) -> i32 {
     if in_call(tid) {
         return 0;
     }
-    let seen = read_wbc(raw_arg(&ctx, 0) as *const u8, tid);
+    let seen = read_wbc::<Typed>(raw_arg(&ctx, 0) as *const u8, tid);
     if let Some(slot) = WBC_SEEN.get_ptr_mut(0) {
         // SAFETY: this CPU's slot.
         unsafe { *slot = seen };
@@ -332,7 +342,7 @@ fn folio_pages(folio: *const u8) -> u64 {
 pub fn generic_btrfs_folio(ctx: BtfTracePointContext) -> i32 {
     let folio_ptr = raw_arg(&ctx, 0) as *const u8;
     let inode = raw_arg(&ctx, 1) as *const u8;
-    let wbc = read_wbc(raw_arg(&ctx, 2) as *const u8, current_tid());
+    let wbc = read_wbc::<Typed>(raw_arg(&ctx, 2) as *const u8, current_tid());
     let index = <Typed as crate::read::Access>::scalar(folio_ptr, &FOLIO_MEMBERS.index);
     let pos = index << (page_shift() & 63);
     folio(inode, Some(wbc), folio_pages(folio_ptr), pos, true);

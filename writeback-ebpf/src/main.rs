@@ -20,6 +20,7 @@ mod dirtier;
 mod floor;
 mod flusher;
 mod generic;
+mod hook;
 mod read;
 mod scan;
 mod sched;

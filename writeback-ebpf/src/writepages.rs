@@ -482,19 +482,38 @@ pub fn current_call() -> Option<*mut InflightCall> {
     INFLIGHT.get_ptr_mut(&key)
 }
 
+/// `tid`'s IN_CALL byte: [`IN_EXT4_CALL`] while the thread is inside an
+/// ext4 writepages call, [`EXT4_CALL_ENDED`] once one ended (until the
+/// thread's next `do_writepages()` hook clears it), 0 otherwise.
+pub(crate) const IN_EXT4_CALL: u8 = 1;
+pub(crate) const EXT4_CALL_ENDED: u8 = 2;
+
+#[inline(always)]
+pub(crate) fn call_byte(tid: u32) -> u8 {
+    IN_CALL
+        .get(tid >> 3)
+        .map_or(0, |word| (*word >> ((tid & 7) * 8)) as u8)
+}
+
 /// Whether thread `tid` is inside a writepages call (IN_CALL).
 #[inline(always)]
 pub fn in_call(tid: u32) -> bool {
-    IN_CALL
-        .get(tid >> 3)
-        .is_some_and(|word| (*word >> ((tid & 7) * 8)) & 0xff != 0)
+    call_byte(tid) & IN_EXT4_CALL != 0
 }
 
-/// Sets or clears `tid`'s byte of IN_CALL; called only by `tid` itself.
+/// Sets `tid`'s byte of IN_CALL; called only by `tid` itself.
 #[inline(always)]
-fn mark_in_call(tid: u32, on: bool) {
+pub(crate) fn set_call_byte(tid: u32, value: u8) {
     if let Some(word) = IN_CALL.get_ptr_mut(tid >> 3) {
         // SAFETY: a byte inside the 8-byte array value, owned by `tid`.
-        unsafe { *word.cast::<u8>().add((tid & 7) as usize) = on as u8 };
+        unsafe { *word.cast::<u8>().add((tid & 7) as usize) = value };
     }
+}
+
+/// Marks `tid` inside an ext4 call, or its call as ended: the
+/// `do_writepages()` hook around it (hook.rs) then knows that ext4's own
+/// record has the call and emits none of its own.
+#[inline(always)]
+fn mark_in_call(tid: u32, on: bool) {
+    set_call_byte(tid, if on { IN_EXT4_CALL } else { EXT4_CALL_ENDED });
 }

@@ -116,6 +116,19 @@ fn attach() -> (Tracer, RingCollector) {
     let mut tracer = Tracer::attach(&TracerOptions::default()).expect("attach");
     let plan = tracer.plan.concept(Concept::GenericCall).unwrap().clone();
     assert_eq!(plan.kind, Some(HookKind::TpBtf), "{plan:?}");
+    // This kernel refuses fentry (EPERM) and has no kprobes: the plan
+    // falls back past the do_writepages hooks, saying why for each.
+    let hooks: Vec<&str> = plan.rejected.iter().map(|r| r.hook.as_str()).collect();
+    assert_eq!(
+        hooks.get(..2),
+        Some(&["fentry do_writepages", "kprobe do_writepages"][..]),
+        "{plan:?}"
+    );
+    assert!(
+        plan.rejected[0].reason.contains("EPERM") || plan.rejected[0].reason.contains("permit"),
+        "{plan:?}"
+    );
+    assert!(plan.rejected[1].reason.contains("kprobes"), "{plan:?}");
     let collector = RingCollector::new(&mut tracer).unwrap();
     (tracer, collector)
 }

@@ -87,5 +87,57 @@ trace_run no-fentry fentry
 trace_run tracepoints-only fentry,kprobe,tp_btf
 
 umount "$MNT"
+
+# The do_writepages hooks on xfs: 64 MiB written with O_DSYNC in 8 MiB
+# writes (8 calls of 2048 pages, each the fsync of its range), traced by
+# wbscope while a tracefs kprobe event on do_writepages counts the calls
+# independently: map = the address_space, nr = wbc->nr_to_write at entry
+# (the first member of struct writeback_control on both kernels).
+T=/sys/kernel/tracing
+xfs_run() {
+    name=$1
+    disable=$2
+    step "trace-$name"
+    if [ -n "$disable" ]; then
+        set -- --disable "$disable"
+    else
+        set --
+    fi
+    timeout "$TRACE_TIMEOUT" "$WBSCOPE" --log "$OUT/$name.log" "$@" trace --json --events \
+        > "$OUT/$name.jsonl" 2> "$OUT/$name.err" &
+    pid=$!
+    until tracing_started "$OUT/$name.err"; do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.3
+    done
+    echo 'p:wbcheck/dwp do_writepages map=%di:x64 nr=+0(%si):s64' >> "$T/kprobe_events" \
+        2> "$OUT/$name.kprobe-err"
+    echo > "$T/trace"
+    echo 1 > "$T/events/wbcheck/dwp/enable" 2>> "$OUT/$name.kprobe-err"
+    file="$MNT/data-$name"
+    dd if=/dev/zero of="$file" bs=8M count=8 oflag=dsync 2> "$OUT/$name.dd"
+    stat -c '%d %i' "$file" > "$OUT/$name.stat"
+    # wbscope closes a derived call that nothing else ends once idle for
+    # a second: wait for that before stopping.
+    sleep 2
+    echo 0 > "$T/events/wbcheck/dwp/enable"
+    cat "$T/trace" > "$OUT/$name.kprobe"
+    echo '-:wbcheck/dwp' >> "$T/kprobe_events"
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    echo $? > "$OUT/$name.rc"
+    rm -f "$file"
+}
+
+step mkfs-xfs
+if mkfs.xfs -q -f /dev/vda > "$OUT/mkfs-xfs.log" 2>&1 &&
+    mount -t xfs /dev/vda "$MNT" > "$OUT/mount-xfs.log" 2>&1; then
+    xfs_run xfs-fentry ""
+    xfs_run xfs-kprobe fentry
+    xfs_run xfs-derived fentry,kprobe
+    umount "$MNT"
+else
+    echo "WBVM step xfs-unavailable"
+fi
 sync
 exit 0

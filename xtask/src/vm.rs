@@ -227,9 +227,10 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, wbscope: &Path) -> anyhow::Re
         &initrd,
     )?;
     let disk = work.join("disk.img");
-    // 256 MiB sparse: room for one 64 MiB file at a time plus the journal.
+    // 512 MiB sparse: room for one 64 MiB file at a time plus the journal,
+    // and above mkfs.xfs's 300 MB minimum for the xfs runs.
     std::fs::File::create(&disk)
-        .and_then(|f| f.set_len(256 << 20))
+        .and_then(|f| f.set_len(512 << 20))
         .with_context(|| format!("creating {}", disk.display()))?;
     let prepare = t0.elapsed();
 

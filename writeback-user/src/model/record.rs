@@ -216,11 +216,12 @@ pub(crate) fn boundary_name(b: u32) -> &'static str {
 }
 
 impl CallRecord {
-    /// A tracepoint-derived call of any filesystem (writeback-ebpf
-    /// generic.rs), closed by `how` (`writeback_common::boundary`).
-    /// Without the start of the real call, the duration runs from the
-    /// first folio to the pass end, or to the last folio when no pass end
-    /// closed it.
+    /// A call of any filesystem, from the function hooks on
+    /// `do_writepages` (writeback-ebpf hook.rs: start to end of the call)
+    /// or tracepoint-derived (generic.rs), closed by `how`
+    /// (`writeback_common::boundary`). Without the start of the real
+    /// call, a derived call's duration runs from the first folio to the
+    /// pass end, or to the last folio when no pass end closed it.
     pub fn from_generic(g: &GenericCall, how: u32) -> CallRecord {
         let comm_len = g.comm.iter().position(|&b| b == 0).unwrap_or(g.comm.len());
         let end = if g.end_ns != 0 { g.end_ns } else { g.last_ns };
@@ -243,7 +244,7 @@ impl CallRecord {
             pages_written: i64::try_from(g.pages).unwrap_or(i64::MAX),
             pages_skipped: 0,
             sync_mode: g.sync_mode,
-            ret: 0,
+            ret: g.ret,
             range_start: g.range_start,
             range_end: g.range_end,
             writeback_index_before: g.writeback_index_before,

@@ -513,6 +513,22 @@ pub(crate) const TP_BTF_GENERIC: Candidate = Candidate::BtfPrograms {
     fields: GENERIC_FIELDS,
 };
 
+/// iomap's per-folio event before 6.17's writeback rework:
+/// `iomap_writepage(inode, pos, folio_size)` (fs/iomap/trace.h, the same
+/// range event class), fired by `iomap_writepage_map()` (6.12) or
+/// `iomap_do_writepage()` (6.1) right after `wbc_writepage`.
+const GENERIC_IOMAP_OLD: BtfAttach = BtfAttach {
+    program: "generic_iomap_folio",
+    target: "iomap_writepage",
+};
+
+/// The derived path on kernels before iomap_writeback_folio.
+const TP_BTF_GENERIC_IOMAP_OLD: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[GENERIC_WBC, GENERIC_IOMAP_OLD, GENERIC_PASS_END],
+    fields: GENERIC_FIELDS,
+};
+
 /// The same on a kernel built without btrfs.
 const TP_BTF_GENERIC_IOMAP: Candidate = Candidate::BtfPrograms {
     kind: HookKind::TpBtf,
@@ -525,6 +541,58 @@ const TP_BTF_GENERIC_BTRFS: Candidate = Candidate::BtfPrograms {
     kind: HookKind::TpBtf,
     attaches: &[GENERIC_BTRFS, GENERIC_PASS_END],
     fields: GENERIC_FIELDS,
+};
+
+/// What the function hooks on `do_writepages` give: the call's own start
+/// and end, pages as the budget consumed, no folios (writeback-ebpf
+/// hook.rs).
+const HOOK_GENERIC_FIELDS: &[&str] = &[
+    "dev",
+    "ino",
+    "nr_to_write",
+    "range_start",
+    "range_end",
+    "sync_mode",
+    "for_kupdate",
+    "for_background",
+    "range_cyclic",
+    "writeback_index",
+    "pages_written",
+    "ret",
+    "boundary",
+];
+
+/// fentry/fexit on `do_writepages(mapping, wbc)`: every writepages call
+/// but ext4's (which have their own records).
+pub(crate) const FENTRY_GENERIC: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::Fentry,
+    attaches: &[
+        BtfAttach {
+            program: "generic_fentry_writepages",
+            target: "do_writepages",
+        },
+        BtfAttach {
+            program: "generic_fexit_writepages",
+            target: "do_writepages",
+        },
+    ],
+    fields: HOOK_GENERIC_FIELDS,
+};
+
+/// kprobe/kretprobe on `do_writepages`.
+pub(crate) const KPROBE_GENERIC: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::Kprobe,
+    attaches: &[
+        BtfAttach {
+            program: "generic_kprobe_writepages",
+            target: "do_writepages",
+        },
+        BtfAttach {
+            program: "generic_kretprobe_writepages",
+            target: "do_writepages",
+        },
+    ],
+    fields: HOOK_GENERIC_FIELDS,
 };
 
 /// Whether a candidate is one of the generic-call ones (they read
@@ -625,10 +693,11 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
         // Nothing on the scheduler: see TASK_RUNTIME, TP_BTF_SCHED_SWITCH.
         Concept::CpuTime => vec![TASK_RUNTIME],
         Concept::GenericCall => vec![
-            func(Fentry, "do_writepages"),
-            func(Kprobe, "do_writepages"),
+            FENTRY_GENERIC,
+            KPROBE_GENERIC,
             TP_BTF_GENERIC,
             TP_BTF_GENERIC_IOMAP,
+            TP_BTF_GENERIC_IOMAP_OLD,
             TP_BTF_GENERIC_BTRFS,
         ],
         Concept::Dirtier => vec![

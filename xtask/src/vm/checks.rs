@@ -34,6 +34,17 @@ const PAGE_BYTES: u64 = 4096;
 
 const FUNCTION_KINDS: &[&str] = &["fentry", "kprobe"];
 
+/// The xfs runs (checks.sh `xfs_run`): name, and the hook kind its
+/// generic_call must use. The guest skips them when xfs cannot be made.
+const XFS_RUNS: &[(&str, &str)] = &[
+    ("xfs-fentry", "fentry"),
+    ("xfs-kprobe", "kprobe"),
+    ("xfs-derived", "tp_btf"),
+];
+
+/// The 8 MiB O_DSYNC writes of the xfs runs: each one fsync of 2048 pages.
+const XFS_CALLS: usize = 8;
+
 #[derive(Debug)]
 pub struct Check {
     pub name: String,
@@ -92,7 +103,144 @@ pub fn judge(out: &Path) -> Vec<Check> {
         }
         checks.push(kind_of_run(run, disabled, kinds, &trace));
     }
+    if out.join("xfs-fentry.rc").exists() {
+        let mut hook_calls = None;
+        for (run, kind) in XFS_RUNS {
+            let trace = TraceRun::parse(
+                &read(&format!("{run}.jsonl")),
+                &read(&format!("{run}.rc")),
+                &read(&format!("{run}.err")),
+                &read(&format!("{run}.stat")),
+            );
+            let kprobe = KprobeCount::parse(&read(&format!("{run}.kprobe")));
+            let c = xfs_calls(run, kind, &trace, &kprobe, hook_calls);
+            if *run == "xfs-fentry" && c.pass {
+                hook_calls = Some(trace.file_calls().len());
+            }
+            checks.push(c);
+        }
+    } else {
+        checks.push(check(
+            "xfs-function-hook",
+            false,
+            "the guest made no xfs runs (mkfs.xfs or mount failed: see mkfs-xfs.log, \
+             mount-xfs.log)"
+                .into(),
+        ));
+    }
     checks
+}
+
+/// A tracefs kprobe event on `do_writepages` (checks.sh): the calls of
+/// each address_space, and which address_space `dd` wrote.
+#[derive(Debug, Default)]
+struct KprobeCount {
+    /// (task, map, nr) per hit.
+    hits: Vec<(String, String, i64)>,
+}
+
+impl KprobeCount {
+    /// Lines like `  dd-123  [000] ..... 1.5: dwp: (do_writepages+0x0/0x90)
+    /// map=0xffff888004a1c0d8 nr=9223372036854775807`.
+    fn parse(text: &str) -> KprobeCount {
+        let hits = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains(" dwp: "))
+            .filter_map(|l| {
+                let task = l.split_whitespace().next()?;
+                let comm = task.rsplit_once('-').map_or(task, |(c, _)| c);
+                let value = |key: &str| {
+                    l.split_whitespace()
+                        .find_map(|w| w.strip_prefix(key))
+                        .map(str::to_string)
+                };
+                let nr = value("nr=")?.parse().ok()?;
+                Some((comm.to_string(), value("map=")?, nr))
+            })
+            .collect();
+        KprobeCount { hits }
+    }
+
+    /// Calls on the address_space `dd` wrote through (its O_DSYNC fsyncs
+    /// are its only do_writepages calls).
+    fn file_calls(&self) -> Option<usize> {
+        let map = &self.hits.iter().find(|(comm, _, _)| comm == "dd")?.1;
+        Some(self.hits.iter().filter(|(_, m, _)| m == map).count())
+    }
+}
+
+/// The kind of hook a run's concept used, from its summary.
+fn concept_kind(trace: &TraceRun, concept: &str) -> String {
+    trace
+        .summary()
+        .and_then(|s| s["probes"].as_array())
+        .and_then(|p| p.iter().find(|p| p["concept"] == concept))
+        .and_then(|p| p["hook"].as_str())
+        .and_then(|h| h.split_whitespace().next())
+        .unwrap_or("nothing")
+        .to_string()
+}
+
+/// One xfs run: its generic calls for the file add up to the 64 MiB, one
+/// per 8 MiB write; with a function hook, as many calls as the kprobe
+/// event counted on the file's address_space, each closed by the hook;
+/// derived, as many as the function-hook run had.
+fn xfs_calls(
+    run: &str,
+    kind: &str,
+    trace: &TraceRun,
+    kprobe: &KprobeCount,
+    hook_calls: Option<usize>,
+) -> Check {
+    let name = format!("{run}-calls");
+    if let Some(why) = &trace.broken {
+        return check(&name, false, why.clone());
+    }
+    let calls = trace.file_calls();
+    let pages: i64 = calls
+        .iter()
+        .filter_map(|c| c["pages_written"].as_i64())
+        .sum();
+    let hooked = calls.iter().filter(|c| c["boundary"] == "hook").count();
+    let xfs = calls.iter().filter(|c| c["fs"] == "xfs").count();
+    let used = concept_kind(trace, "generic_call");
+    let lost = trace
+        .summary()
+        .and_then(|s| s["lost_records"].as_u64())
+        .unwrap_or(0);
+    let kprobe_calls = kprobe.file_calls();
+    let total_hook = trace
+        .calls()
+        .filter(|c| c["boundary"] == "hook" && c["fs"] != "ext4")
+        .count();
+    let mut pass = used == kind
+        && pages == EXPECTED_PAGES
+        && calls.len() >= XFS_CALLS
+        && xfs == calls.len()
+        && lost == 0;
+    let compared = if kind == "tp_btf" {
+        pass &= hook_calls == Some(calls.len());
+        format!(
+            "function-hook run had {}",
+            hook_calls.map_or("no usable count".into(), |n| format!("{n} call(s)"))
+        )
+    } else {
+        pass &= hooked == calls.len() && kprobe_calls == Some(calls.len());
+        format!(
+            "kprobe event counted {} on the file ({} in all; wbscope {total_hook} hook calls in all)",
+            kprobe_calls.map_or("nothing".into(), |n| n.to_string()),
+            kprobe.hits.len()
+        )
+    };
+    check(
+        &name,
+        pass,
+        format!(
+            "generic_call via {used} (want {kind}): {} call(s), {pages} pages, {hooked} closed by \
+             the hook, {xfs} with fs xfs; {compared}; {lost} lost records",
+            calls.len()
+        ),
+    )
 }
 
 /// `wbscope probes --json`, or why there is none.
@@ -480,6 +628,54 @@ mod tests {
 
         let no_summary = TraceRun::parse(&call("254:0", 12, 1, 1), "0", "", "1 2");
         assert!(no_summary.broken.is_some());
+    }
+
+    #[test]
+    fn xfs_calls_match_the_kprobe_count_and_the_derived_run() {
+        let dev = (254u64 << 8).to_string();
+        let line = |pages: i64, boundary: &str| {
+            format!(
+                r#"{{"type":"call","dev":"254:0","ino":12,"pages_written":{pages},"fs":"xfs","boundary":"{boundary}"}}"#
+            )
+        };
+        let summary = |hook: &str| {
+            format!(
+                r#"{{"type":"summary","lost_records":0,"probes":[{{"concept":"generic_call","hook":"{hook}","state":"attached"}}]}}"#
+            )
+        };
+        let mut lines: Vec<String> = (0..8).map(|_| line(2048, "hook")).collect();
+        lines.push(summary("fentry do_writepages"));
+        let trace = TraceRun::parse(&lines.join("\n"), "0", "", &format!("{dev} 12"));
+        let mut kprobe_text = String::from("# tracer: nop\n");
+        for i in 0..8 {
+            kprobe_text.push_str(&format!(
+                "              dd-77      [000] .....  1.{i}: dwp: (do_writepages+0x0/0x90) map=0xffff1 nr=9223372036854775807\n"
+            ));
+        }
+        kprobe_text.push_str(
+            "  kworker/u2:1-9 [000] .....  2.0: dwp: (do_writepages+0x0/0x90) map=0xffff2 nr=1024\n",
+        );
+        let kprobe = KprobeCount::parse(&kprobe_text);
+        assert_eq!(kprobe.hits.len(), 9);
+        assert_eq!(kprobe.file_calls(), Some(8));
+        let c = xfs_calls("xfs-fentry", "fentry", &trace, &kprobe, None);
+        assert!(c.pass, "{c}");
+        // One call fewer than the kprobe saw, or the wrong hook kind: fail.
+        let short = KprobeCount::parse(&kprobe_text.replacen("map=0xffff1", "map=0xffff3", 1));
+        assert!(!xfs_calls("xfs-fentry", "fentry", &trace, &short, None).pass);
+        assert!(!xfs_calls("xfs-kprobe", "kprobe", &trace, &kprobe, None).pass);
+        // The derived run is compared with the function-hook run's count.
+        let mut derived: Vec<String> = (0..8).map(|_| line(2048, "next_call")).collect();
+        derived.push(summary("tp_btf wbc_writepage + iomap_writepage"));
+        let derived = TraceRun::parse(&derived.join("\n"), "0", "", &format!("{dev} 12"));
+        let empty = KprobeCount::default();
+        assert!(xfs_calls("xfs-derived", "tp_btf", &derived, &empty, Some(8)).pass);
+        assert!(!xfs_calls("xfs-derived", "tp_btf", &derived, &empty, Some(9)).pass);
+        // Pages counted twice fail.
+        let mut twice: Vec<String> = (0..16).map(|_| line(2048, "hook")).collect();
+        twice.push(summary("fentry do_writepages"));
+        let twice = TraceRun::parse(&twice.join("\n"), "0", "", &format!("{dev} 12"));
+        assert!(!xfs_calls("xfs-fentry", "fentry", &twice, &kprobe, None).pass);
     }
 
     #[test]

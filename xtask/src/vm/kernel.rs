@@ -38,8 +38,17 @@ pub const KERNELS: &[KernelSpec] = &[
 /// Modules the guest loads, in this order with their dependencies first:
 /// virtio's PCI transport (a module on 6.1, built in on 6.12), the 9p
 /// transport and filesystem for the host root, virtio-blk for the test
-/// disk, and ext4 (a module on both, with jbd2, mbcache, crc16, crc32c).
-const MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p", "virtio_blk", "ext4"];
+/// disk, ext4 (a module on both, with jbd2, mbcache, crc16, crc32c), and
+/// xfs (a module on both) for the `do_writepages` hooks on a filesystem
+/// whose calls ext4's records do not have.
+const MODULES: &[&str] = &[
+    "virtio_pci",
+    "9pnet_virtio",
+    "9p",
+    "virtio_blk",
+    "ext4",
+    "xfs",
+];
 
 /// An unpacked kernel.
 pub struct KernelTree {

@@ -1,0 +1,214 @@
+//! The writepages call of any filesystem, seen by function hooks on
+//! `do_writepages(mapping, wbc)` (mm/page-writeback.c): fentry/fexit where
+//! the kernel allows them, kprobe/kretprobe otherwise. Every writepages
+//! call goes through it — fsync, sync_file_range, a flusher inode pass,
+//! sync — so each gives one record with its real start and end
+//! (`boundary::HOOK`), unlike the per-folio grouping of generic.rs that
+//! kernels without function hooks fall back to (docs/probes.md, "generic
+//! calls").
+//!
+//! Pages written are the budget consumed, `wbc->nr_to_write` at entry
+//! minus at exit: `do_writepages()` hands the `wbc` to the filesystem's
+//! `->writepages` (retrying on -ENOMEM for WB_SYNC_ALL), and the
+//! writepages loop takes each folio's `folio_nr_pages()` off
+//! `wbc->nr_to_write` as it writes it (`writeback_iter()` since 6.10,
+//! `write_cache_pages()` before; ext4's `mpage_submit_folio()`, iomap's
+//! callers through the same loop). It is what `ext4_writepages_result`
+//! reports as pages_written for ext4, and what `__writeback_single_inode()`
+//! charges the flusher's budget with. btrfs raises a finite budget
+//! mid-call (`writepage_delalloc()`), so for its flusher calls the figure
+//! is the budget's net change, not the pages (docs/probes.md).
+//!
+//! ext4's calls have their own, richer records (writepages.rs): a
+//! `do_writepages()` inside which an ext4 call started and ended emits
+//! nothing (the IN_CALL byte the ext4 end leaves, cleared here at entry).
+use aya_ebpf::{
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::{fentry, fexit, kprobe, kretprobe, map},
+    maps::{HashMap, PerCpuArray},
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
+};
+use writeback_common::{
+    FOLIO_HIST_BUCKETS, GENERIC_CALL_KIND, GenericCall, boundary, generic_flags as gf,
+    members as m, stat,
+};
+
+use crate::{
+    WORK, bump,
+    generic::{cause_of, emit, read_wbc},
+    read::{Access, Probed, Typed, current_tid, member, member_ptr, now_ns},
+    writepages::{
+        EXT4_CALL_ENDED, IN_EXT4_CALL, KERNEL_MEMBERS, call_byte, filtered_out, inode_key,
+        raw_arg, set_call_byte,
+    },
+};
+
+/// A `do_writepages()` call in flight on a thread: the record so far and
+/// the mapping, which the kretprobe does not see again.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct HookCall {
+    mapping: u64,
+    call: GenericCall,
+}
+
+/// Each thread's `do_writepages()` in flight (removed at its exit).
+#[map]
+static HOOKED: HashMap<u32, HookCall> = HashMap::with_max_entries(16384, 0);
+
+/// A call being opened, built off the 512-byte stack.
+#[map]
+static HOOK_SCRATCH: PerCpuArray<HookCall> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn begin<A: Access>(mapping: *const u8, wbc_ptr: *const u8) -> u32 {
+    let tid = current_tid();
+    // An ext4 call that ended on this thread before this one is not ours.
+    if call_byte(tid) == EXT4_CALL_ENDED {
+        set_call_byte(tid, 0);
+    }
+    let k = &KERNEL_MEMBERS;
+    let inode = member_ptr::<A>(mapping, k, m::MAPPING_HOST);
+    let key = inode_key::<A>(inode);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: plain helper call.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
+        bump(stat::FILTERED);
+        return 0;
+    }
+    let Some(scratch) = HOOK_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
+    let h = unsafe { &mut *scratch };
+    let w = read_wbc::<A>(wbc_ptr, tid);
+    let flags = w.flags | gf::WBC_SEEN | gf::FUNCTION_HOOK;
+    // SAFETY: copied out at once.
+    let work = unsafe { WORK.get(&tid) }.copied();
+    let now = now_ns();
+    h.mapping = mapping as u64;
+    let c = &mut h.call;
+    c.kind = GENERIC_CALL_KIND;
+    c.dev = key.dev;
+    c.ino = key.ino;
+    c.wbc = w.wbc;
+    c.start_ns = now;
+    c.last_ns = now;
+    c.end_ns = 0;
+    c.cgroup_id = cgroup_id;
+    c.nr_to_write = w.nr_to_write;
+    c.nr_last = w.nr_to_write;
+    c.nr_left = 0;
+    c.range_start = w.range_start;
+    c.range_end = w.range_end;
+    c.writeback_index_before = member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
+    c.writeback_index_after = 0;
+    c.first_pos = 0;
+    c.last_end = 0;
+    c.pages = 0;
+    c.tgid = (pid_tgid >> 32) as u32;
+    c.tid = tid;
+    c.sync_mode = w.sync_mode;
+    c.flags = flags;
+    c.cause = cause_of(flags, w.sync_mode, work);
+    c.work_reason = work.map(|w| w.reason).unwrap_or(0);
+    c.folios = 0;
+    c.boundary = boundary::HOOK;
+    c.folio_hist = [0; FOLIO_HIST_BUCKETS];
+    c.comm = bpf_get_current_comm().unwrap_or_default();
+    c.ret = 0;
+    c._pad = 0;
+    if HOOKED.insert(&tid, &*h, 0).is_err() {
+        bump(stat::INFLIGHT_FULL);
+    }
+    0
+}
+
+/// fentry on `do_writepages(struct address_space *mapping, struct
+/// writeback_control *wbc)`: both typed by BTF, members loaded directly.
+#[fentry(function = "do_writepages")]
+pub fn generic_fentry_writepages(ctx: FEntryContext) -> u32 {
+    begin::<Typed>(raw_arg(&ctx, 0) as *const u8, raw_arg(&ctx, 1) as *const u8)
+}
+
+/// fexit sees the arguments again and then the return value.
+#[fexit(function = "do_writepages")]
+pub fn generic_fexit_writepages(ctx: FExitContext) -> u32 {
+    let ret = raw_arg(&ctx, 2) as i32;
+    end_typed(
+        raw_arg(&ctx, 0) as *const u8,
+        raw_arg(&ctx, 1) as *const u8,
+        ret,
+    )
+}
+
+/// fexit: the members are loaded through the arguments, typed by BTF
+/// (the copies kept at entry are plain numbers to the verifier).
+#[inline(always)]
+fn end_typed(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
+    let tid = current_tid();
+    if let Some(h) = HOOKED.get_ptr(&tid) {
+        // SAFETY: this thread's own entry, fields copied out at once.
+        let (m0, w0) = unsafe { ((*h).mapping, (*h).call.wbc) };
+        // Only the call whose entry this is closes it (a nested call's
+        // entry replaced the outer one's).
+        if m0 != mapping as u64 || w0 != wbc as u64 {
+            return 0;
+        }
+    }
+    end_with::<Typed>(mapping, wbc, ret)
+}
+
+#[inline(always)]
+fn end_with<A: Access>(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
+    let tid = current_tid();
+    let Some(h) = HOOKED.get_ptr_mut(&tid) else {
+        return 0;
+    };
+    let byte = call_byte(tid);
+    // SAFETY: this thread's own entry; only this thread writes it.
+    let h = unsafe { &mut *h };
+    if byte == EXT4_CALL_ENDED {
+        // ext4's record has this call.
+        set_call_byte(tid, 0);
+    } else if byte & IN_EXT4_CALL == 0 {
+        let k = &KERNEL_MEMBERS;
+        let left = member::<A>(wbc, k, m::WBC_NR_TO_WRITE);
+        let c = &mut h.call;
+        let now = now_ns();
+        c.end_ns = now;
+        c.last_ns = now;
+        c.nr_left = left;
+        c.flags |= gf::FINAL_BUDGET;
+        // Clamped: a budget raised mid-call (btrfs) can end above where
+        // it started.
+        c.pages = c.nr_to_write.saturating_sub(left).max(0) as u64;
+        c.writeback_index_after = member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
+        c.ret = ret;
+        emit(c, boundary::HOOK);
+    }
+    let _ = HOOKED.remove(&tid);
+    0
+}
+
+#[kprobe]
+pub fn generic_kprobe_writepages(ctx: ProbeContext) -> u32 {
+    let (Some(mapping), Some(wbc)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else {
+        return 0;
+    };
+    begin::<Probed>(mapping as *const u8, wbc as *const u8)
+}
+
+/// The kretprobe sees no arguments: the mapping and `wbc` kept at entry
+/// are read through bpf_probe_read_kernel, which takes plain numbers.
+#[kretprobe]
+pub fn generic_kretprobe_writepages(ctx: RetProbeContext) -> u32 {
+    let ret: i64 = ctx.ret();
+    let Some(h) = HOOKED.get_ptr(&current_tid()) else {
+        return 0;
+    };
+    // SAFETY: this thread's own entry, fields copied out at once.
+    let (mapping, wbc) = unsafe { ((*h).mapping, (*h).call.wbc) };
+    end_with::<Probed>(mapping as *const u8, wbc as *const u8, ret as i32)
+}
