@@ -33,8 +33,7 @@ use aya_ebpf::{
 };
 use writeback_common::{
     FOLIO_HIST_BUCKETS, FlusherWork, FolioMembers, GENERIC_CALL_KIND, GenericCall, InflightKey,
-    boundary, cause,
-    generic_flags as gf, log2_bucket, members as m, stat,
+    boundary, cause, generic_flags as gf, log2_bucket, members as m, stat,
 };
 
 use crate::{

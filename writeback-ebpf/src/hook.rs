@@ -38,8 +38,8 @@ use crate::{
     generic::{cause_of, emit, read_wbc},
     read::{Access, Probed, Typed, current_tid, member, member_ptr, now_ns},
     writepages::{
-        EXT4_CALL_ENDED, IN_EXT4_CALL, KERNEL_MEMBERS, call_byte, filtered_out, inode_key,
-        raw_arg, set_call_byte,
+        EXT4_CALL_ENDED, IN_EXT4_CALL, KERNEL_MEMBERS, call_byte, filtered_out, inode_key, raw_arg,
+        set_call_byte,
     },
 };
 
