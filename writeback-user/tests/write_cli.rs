@@ -333,11 +333,44 @@ fn strace(dir: &Path, calls: &str, args: &[&str]) -> Vec<String> {
         .status()
         .expect("strace must be installed (apt-get install strace)");
     assert!(status.success());
-    std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    joined(&std::fs::read_to_string(&log).unwrap())
+}
+
+/// strace's lines with each call split by another thread put back
+/// together: "PID name(args <unfinished ...>" and, later, "PID <... name
+/// resumed>rest" become "PID name(argsrest", where the first stood.
+fn joined(log: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    // pid -> index in `out` of its unfinished call.
+    let mut open = std::collections::HashMap::new();
+    for line in log.lines() {
+        let pid = line.split_whitespace().next().unwrap_or("").to_string();
+        if let Some(head) = line.strip_suffix(" <unfinished ...>") {
+            open.insert(pid, out.len());
+            out.push(head.to_string());
+        } else if let Some((_, rest)) = line.split_once(" resumed>") {
+            let at = open.remove(&pid).expect("resumed without unfinished");
+            out[at].push_str(rest);
+        } else {
+            out.push(line.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn strace_lines_split_by_another_thread_are_joined() {
+    let log = "7 fadvise64(3, 0, 1048576, POSIX_FADV_DONTNEED <unfinished ...>\n\
+               8 pwrite64(4, \"\"..., 1048576, 0) = 1048576\n\
+               7 <... fadvise64 resumed>) = 0\n";
+    assert_eq!(
+        joined(log),
+        [
+            "7 fadvise64(3, 0, 1048576, POSIX_FADV_DONTNEED) = 0",
+            "8 pwrite64(4, \"\"..., 1048576, 0) = 1048576",
+        ]
+    );
+    assert_eq!(dontneed_calls(&joined(log)), [(0, 1048576)]);
 }
 
 /// (offset, flag) of each sync_file_range call, in order.
