@@ -112,6 +112,67 @@ fn recorded_totals_equal_the_live_trace() {
     assert_eq!(only[0]["calls"], summary["calls"]);
 }
 
+/// An xfs fsync recorded and traced at once: its calls (put together
+/// from per-folio events, writeback-ebpf/src/generic.rs) replay with the
+/// filesystem, boundary, folios and folio sizes the live trace printed.
+#[test]
+fn a_generic_call_replays_as_traced() {
+    let fs = LoopFs::new("xfs", 512);
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let rec = dir.path().join("xfs.rec");
+    let device = fs.mountpoint.to_string_lossy().to_string();
+    let trace = Tracing::start(&["--json", "--events", "--device", &device]);
+    let mut record = start_record(&["-o", rec.to_str().unwrap(), "--device", &device]);
+    let ino = write_and_fsync(&fs.path("data"), 64);
+    let dev = dev_of(&fs.mountpoint);
+    // Past IDLE_CALL (1 s), so both tracers close fsync's call as `idle`
+    // rather than one of them at its end (`drain`).
+    std::thread::sleep(Duration::from_millis(2500));
+    // SAFETY: plain syscall on our child.
+    unsafe { libc::kill(record.id() as i32, libc::SIGINT) };
+    assert!(record.wait().unwrap().success());
+    let live = trace.stop(libc::SIGINT);
+
+    let (replayed, stderr, code) = replay(&rec, "--json");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    // Each tracer stamps its own times; the rest is the kernel's.
+    let calls = |lines: &[Value]| -> Vec<Value> {
+        let mut calls: Vec<Value> = lines
+            .iter()
+            .filter(|l| l["type"] == "call" && l["dev"] == dev.as_str() && l["ino"] == ino)
+            .map(|l| {
+                let mut l = l.clone();
+                for key in ["time_ns", "duration_ns", "dirtiers", "owner_cgroup_id"] {
+                    l.as_object_mut().unwrap().remove(key);
+                }
+                l
+            })
+            .collect();
+        calls.sort_by_key(|c| c.to_string());
+        calls
+    };
+    let (live, replayed) = (calls(&live), calls(&replayed));
+    assert_eq!(live, replayed);
+    let pages: i64 = replayed
+        .iter()
+        .map(|c| c["pages_written"].as_i64().unwrap())
+        .sum();
+    assert_eq!(pages, 64 << 20 >> 12, "{replayed:?}");
+    for c in &replayed {
+        assert_eq!(c["fs"], "xfs", "{c}");
+        assert_ne!(c["boundary"], "hook", "{c}");
+        assert!(c["folios_written"].as_u64().unwrap() > 0, "{c}");
+        let folios: u64 = c["folio_pages"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(Some(folios), c["folios_written"].as_u64(), "{c}");
+    }
+}
+
 /// Cut anywhere after the header, a recording replays every whole frame
 /// and says where it was cut; `kill -9` leaves a readable file.
 #[test]
@@ -248,11 +309,14 @@ fn test_header(host: &str, kernel: &str) -> wbscope::recording::Header {
     }
 }
 
+/// Call `i` of process `comm`, on a filesystem named `comm` too (both
+/// strings a recording chose).
 fn test_call(i: u64, comm: &str) -> wbscope::model::CallRecord {
     wbscope::model::CallRecord {
         ino: 1000 + i,
         tgid: 42,
         comm: comm.into(),
+        fs: comm.into(),
         nr_to_write: 1024,
         pages_written: 1,
         ..wbscope::model::CallRecord::default()
@@ -465,5 +529,8 @@ fn escape_sequences_in_a_recording_print_escaped() {
         .collect();
     let calls: Vec<&Value> = lines.iter().filter(|l| l["type"] == "call").collect();
     assert_eq!(calls.len(), 2);
-    assert!(calls.iter().all(|c| c["comm"] == comm), "{json}");
+    assert!(
+        calls.iter().all(|c| c["comm"] == comm && c["fs"] == comm),
+        "{json}"
+    );
 }

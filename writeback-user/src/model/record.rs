@@ -188,9 +188,9 @@ pub struct CallRecord {
     /// entry in /proc/self/mountinfo (`tracer::mounts`); empty when the
     /// device was not mounted when the record was read.
     ///
-    /// This and the next two are not in recordings yet: call frames are
-    /// postcard, which has no room for new fields without a new format
-    /// version (recording/mod.rs), so they replay empty.
+    /// This and the next two are skipped by serde so the postcard call
+    /// frame keeps its layout; recordings carry them after it
+    /// (`recording::CallExt`).
     #[serde(skip)]
     pub fs: String,
     /// [`boundary_name`] code: how the call's end was found. Non-zero

@@ -16,8 +16,10 @@
 //! of any size replays in bounded memory. Payloads:
 //! a writepages call as postcard-encoded [`CallRecord`] (independent of the
 //! kernel record layout) — followed, in a `CallWho` frame, by whose pages
-//! it wrote —, an interval line as JSON (the `trace --json`
-//! interval line, verbatim), and the summary as JSON.
+//! it wrote —, then, for calls that have them, the call's filesystem,
+//! boundary and folio sizes as a postcard [`CallExt`] appended to either
+//! kind; an interval line as JSON (the `trace --json` interval line,
+//! verbatim), and the summary as JSON.
 //!
 //! [`CallRecord`]: crate::model::CallRecord
 pub mod reader;
@@ -60,6 +62,52 @@ pub enum FrameKind {
 pub(crate) struct WhoFrame {
     pub(crate) dirtiers: Vec<crate::model::dirtier::Dirtier>,
     pub(crate) owner_cgroup_id: Option<u64>,
+}
+
+/// What a call frame (`Call` or `CallWho`) may carry after its payload
+/// (issue 16): the fields of other filesystems' calls that `trace --json`
+/// prints and the postcard [`CallRecord`] has no room for.
+///
+/// Appended rather than put in a frame kind of its own because postcard's
+/// `from_bytes` ignores what follows the value it decodes: readers before
+/// it read these frames as they always did and lose only these fields,
+/// and recordings before it (nothing after the payload) read as the
+/// default, which is what they printed (`fs` "", `boundary` "hook", no
+/// folio sizes). Written only when it differs from that default, so a
+/// call without them keeps its old bytes. A later addition goes after
+/// this one, in the same way.
+///
+/// [`CallRecord`]: crate::model::CallRecord
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CallExt {
+    pub(crate) fs: String,
+    /// `writeback_common::boundary` code.
+    pub(crate) boundary: u32,
+    /// Folios by log2 of their pages, at most
+    /// `writeback_common::FOLIO_HIST_BUCKETS` long.
+    pub(crate) folio_hist: Vec<u32>,
+}
+
+impl CallExt {
+    pub(crate) fn of(call: &crate::model::CallRecord) -> CallExt {
+        CallExt {
+            fs: call.fs.clone(),
+            boundary: call.boundary,
+            folio_hist: call.folio_hist.clone(),
+        }
+    }
+
+    /// Into `call`, refusing a histogram longer than the kernel's, which
+    /// only a crafted frame could hold.
+    pub(crate) fn apply(self, call: &mut crate::model::CallRecord) -> Option<()> {
+        if self.folio_hist.len() > writeback_common::FOLIO_HIST_BUCKETS {
+            return None;
+        }
+        call.fs = self.fs;
+        call.boundary = self.boundary;
+        call.folio_hist = self.folio_hist;
+        Some(())
+    }
 }
 
 impl FrameKind {

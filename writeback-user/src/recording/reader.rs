@@ -177,14 +177,21 @@ fn plausible(head: &[u8]) -> Option<(FrameKind, usize, u32)> {
 
 fn decode(kind: FrameKind, payload: &[u8]) -> Option<Frame> {
     match kind {
-        FrameKind::Call => postcard::from_bytes(payload)
-            .ok()
-            .map(|c| Frame::Call(Box::new(c))),
-        FrameKind::CallWho => {
-            let (mut call, rest) = postcard::take_from_bytes::<CallRecord>(payload).ok()?;
-            let who: super::WhoFrame = postcard::from_bytes(rest).ok()?;
-            call.dirtiers = who.dirtiers;
-            call.owner_cgroup_id = who.owner_cgroup_id;
+        FrameKind::Call | FrameKind::CallWho => {
+            let (mut call, mut rest) = postcard::take_from_bytes::<CallRecord>(payload).ok()?;
+            if kind == FrameKind::CallWho {
+                let (who, after) = postcard::take_from_bytes::<super::WhoFrame>(rest).ok()?;
+                call.dirtiers = who.dirtiers;
+                call.owner_cgroup_id = who.owner_cgroup_id;
+                rest = after;
+            }
+            // Nothing after the payload: a call without them, or a
+            // recording from before them (super::CallExt). Whatever
+            // follows the extension is a later writer's, and ignored.
+            if !rest.is_empty() {
+                let (ext, _) = postcard::take_from_bytes::<super::CallExt>(rest).ok()?;
+                ext.apply(&mut call)?;
+            }
             Some(Frame::Call(Box::new(call)))
         }
         FrameKind::Interval => serde_json::from_slice(payload).ok().map(Frame::Interval),
@@ -707,11 +714,29 @@ mod tests {
         }
     }
 
+    /// Call `i` as another filesystem's call (generic.rs) shows it: its
+    /// filesystem, how it ended and its folio sizes.
+    fn generic_call(i: u64) -> CallRecord {
+        CallRecord {
+            fs: "xfs".into(),
+            boundary: writeback_common::boundary::NEXT_CALL,
+            folios_written: 5,
+            // 3 folios of 1 page, 2 of 16 pages.
+            folio_hist: vec![0, 3, 0, 0, 0, 2],
+            ..call(i)
+        }
+    }
+
+    /// Call `i` of [`recording`]: every third another filesystem's.
+    fn written(i: u64) -> CallRecord {
+        if i % 3 == 2 { generic_call(i) } else { call(i) }
+    }
+
     /// A recording of `n` calls, an interval line and a summary.
     fn recording(n: u64) -> Vec<u8> {
         let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
         for i in 0..n {
-            w.call(&call(i)).unwrap();
+            w.call(&written(i)).unwrap();
         }
         w.json(
             FrameKind::Interval,
@@ -758,6 +783,8 @@ mod tests {
         let frames: Vec<Frame> = r.by_ref().collect();
         assert_eq!(frames.len(), 52);
         assert_eq!(frames[7], Frame::Call(Box::new(call(7))));
+        assert_eq!(frames[8], Frame::Call(Box::new(generic_call(8))));
+        assert_eq!(frames[8], Frame::Call(Box::new(written(8))));
         assert!(matches!(&frames[51], Frame::Summary(v) if v["calls"] == 50));
         assert!(r.damage.is_empty());
         // Each payload checksummed once, nothing else.
@@ -807,7 +834,7 @@ mod tests {
         let frames: Vec<Frame> = r.by_ref().collect();
         assert_eq!(frames.len(), 11, "one of 12 frames lost");
         assert_eq!(frames[0], Frame::Call(Box::new(call(0))));
-        assert_eq!(frames[1], Frame::Call(Box::new(call(2))));
+        assert_eq!(frames[1], Frame::Call(Box::new(written(2))));
         assert_eq!(
             r.damage,
             vec![Damage::Corrupt {
@@ -1034,7 +1061,7 @@ mod tests {
         for i in 0..taken {
             assert_eq!(
                 rx.blocking_recv(),
-                Some(Frame::Call(Box::new(call(i as u64))))
+                Some(Frame::Call(Box::new(written(i as u64))))
             );
         }
         // Wait until the reading thread blocks on the full channel (the
@@ -1118,6 +1145,119 @@ mod tests {
             frames,
             vec![Frame::Call(Box::new(who)), Frame::Call(Box::new(call(2)))]
         );
+    }
+
+    /// A generic call's filesystem, boundary and folio sizes round-trip
+    /// in both call frame kinds, after the payload a reader before them
+    /// decoded (which still decodes to the call without them); a frame
+    /// without them (every call frame before them) reads as the default.
+    #[test]
+    fn generic_calls_round_trip_and_older_readers_lose_only_the_extension() {
+        let plain = generic_call(1);
+        let mut who = generic_call(2);
+        who.dirtiers = vec![crate::model::dirtier::Dirtier {
+            pid: 7,
+            comm: "dd".into(),
+            cgroup_id: 3,
+            pages: 35,
+        }];
+        let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
+        w.call(&plain).unwrap();
+        w.call(&who).unwrap();
+        let bytes = w.into_inner();
+        assert_eq!(
+            frame_kinds(&bytes),
+            vec![FrameKind::Call as u8, FrameKind::CallWho as u8]
+        );
+        let frames: Vec<Frame> = RecordingReader::open(&bytes[..]).unwrap().collect();
+        assert_eq!(
+            frames,
+            vec![
+                Frame::Call(Box::new(plain.clone())),
+                Frame::Call(Box::new(who.clone()))
+            ]
+        );
+
+        // What the reader before the extension did with each payload.
+        let payloads = frame_payloads(&bytes);
+        let old_plain: CallRecord = postcard::from_bytes(payloads[0]).unwrap();
+        let (old_who, rest) = postcard::take_from_bytes::<CallRecord>(payloads[1]).unwrap();
+        let who_frame: super::super::WhoFrame = postcard::from_bytes(rest).unwrap();
+        let without = |c: &CallRecord| CallRecord {
+            fs: String::new(),
+            boundary: 0,
+            folio_hist: Vec::new(),
+            dirtiers: Vec::new(),
+            ..c.clone()
+        };
+        assert_eq!(old_plain, without(&plain));
+        assert_eq!(old_who, without(&who));
+        assert_eq!(who_frame.dirtiers, who.dirtiers);
+
+        // A frame as written before the extension.
+        let mut old = RecordingWriter::new(Vec::new(), &header())
+            .unwrap()
+            .into_inner();
+        let payload = postcard::to_stdvec(&plain).unwrap();
+        old.extend_from_slice(&raw_frame(FrameKind::Call as u8, &payload));
+        let frames: Vec<Frame> = RecordingReader::open(&old[..]).unwrap().collect();
+        assert_eq!(frames, vec![Frame::Call(Box::new(without(&plain)))]);
+    }
+
+    /// An extension that does not decode, or holds more folio buckets
+    /// than the kernel has, makes its frame one that is skipped and
+    /// reported; the frames around it read.
+    #[test]
+    fn a_crafted_extension_is_skipped() {
+        let payload = postcard::to_stdvec(&call(1)).unwrap();
+        let long = super::super::CallExt {
+            fs: "xfs".into(),
+            boundary: 1,
+            folio_hist: vec![1; writeback_common::FOLIO_HIST_BUCKETS + 1],
+        };
+        let mut too_long = payload.clone();
+        too_long.extend(postcard::to_stdvec(&long).unwrap());
+        let mut junk = payload.clone();
+        // A string length far past the end of the frame.
+        junk.extend_from_slice(&[0xff, 0xff, 0xff, 0x7f]);
+        let mut bytes = RecordingWriter::new(Vec::new(), &header())
+            .unwrap()
+            .into_inner();
+        bytes.extend_from_slice(&raw_frame(FrameKind::Call as u8, &payload));
+        let bad_at = bytes.len();
+        bytes.extend_from_slice(&raw_frame(FrameKind::Call as u8, &too_long));
+        bytes.extend_from_slice(&raw_frame(FrameKind::Call as u8, &junk));
+        let bad_end = bytes.len();
+        bytes.extend_from_slice(&raw_frame(FrameKind::Call as u8, &payload));
+        let mut r = RecordingReader::open(&bytes[..]).unwrap();
+        let frames: Vec<Frame> = r.by_ref().collect();
+        assert_eq!(
+            frames,
+            vec![
+                Frame::Call(Box::new(call(1))),
+                Frame::Call(Box::new(call(1)))
+            ]
+        );
+        assert_eq!(
+            r.damage,
+            vec![Damage::Corrupt {
+                offset: bad_at,
+                skipped: bad_end - bad_at
+            }]
+        );
+    }
+
+    /// The payload of every frame, in order.
+    fn frame_payloads(bytes: &[u8]) -> Vec<&[u8]> {
+        let header_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let mut at = 16 + header_len + 4;
+        let mut out = Vec::new();
+        while at + FRAME_HEADER_LEN <= bytes.len() {
+            let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+            out.push(&bytes[at + FRAME_HEADER_LEN..at + FRAME_HEADER_LEN + len]);
+            at += FRAME_HEADER_LEN + len;
+        }
+        out
     }
 
     /// The kind byte of every frame, in order (sync words found by walking

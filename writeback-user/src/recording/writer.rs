@@ -49,15 +49,21 @@ impl<W: Write> RecordingWriter<W> {
 
     pub fn call(&mut self, call: &CallRecord) -> io::Result<()> {
         let mut payload = postcard::to_stdvec(call).map_err(io::Error::other)?;
-        if call.dirtiers.is_empty() && call.owner_cgroup_id.is_none() {
-            return self.frame(FrameKind::Call, &payload);
-        }
-        let who = super::WhoFrame {
-            dirtiers: call.dirtiers.clone(),
-            owner_cgroup_id: call.owner_cgroup_id,
+        let kind = if call.dirtiers.is_empty() && call.owner_cgroup_id.is_none() {
+            FrameKind::Call
+        } else {
+            let who = super::WhoFrame {
+                dirtiers: call.dirtiers.clone(),
+                owner_cgroup_id: call.owner_cgroup_id,
+            };
+            payload.extend(postcard::to_stdvec(&who).map_err(io::Error::other)?);
+            FrameKind::CallWho
         };
-        payload.extend(postcard::to_stdvec(&who).map_err(io::Error::other)?);
-        self.frame(FrameKind::CallWho, &payload)
+        let ext = super::CallExt::of(call);
+        if ext != super::CallExt::default() {
+            payload.extend(postcard::to_stdvec(&ext).map_err(io::Error::other)?);
+        }
+        self.frame(kind, &payload)
     }
 
     pub fn json<T: serde::Serialize>(&mut self, kind: FrameKind, value: &T) -> io::Result<()> {
