@@ -40,7 +40,13 @@ pub(crate) static KERNEL_MEMBERS: KernelMembers = KernelMembers {
     members: [writeback_common::MemberSpec::ABSENT; 16],
 };
 
-/// Start-side values, whichever hook read them.
+/// Start-side values, whichever hook read them. Filled field by field in
+/// a per-CPU slot ([`START`]), not built on the stack: held in registers
+/// across the member reads and map lookups, a dozen values spilled to
+/// their own stack slots and took the kprobe program's frame to 496 bytes,
+/// past 6.1's 512-byte limit with the 8-byte frame of `read::read_u64`
+/// ("combined stack size of 2 calls is 544", vm-test 6.1).
+#[derive(Clone, Copy)]
 struct Start {
     key: InflightKey,
     nr_to_write: i64,
@@ -53,6 +59,17 @@ struct Start {
     range_cyclic: bool,
     /// `Some` when the hook can read `wbc->for_background` itself.
     for_background: Option<bool>,
+}
+
+/// This CPU's [`Start`] being filled.
+#[map]
+static START: PerCpuArray<Start> = PerCpuArray::with_max_entries(1, 0);
+
+/// This CPU's [`START`] slot.
+#[inline(always)]
+fn start_slot() -> Option<&'static mut Start> {
+    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
+    START.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
 /// End-side values.
@@ -86,7 +103,7 @@ pub(crate) fn filtered_out(dev: u32, ino: u64, tgid: u32, cgroup_id: u64) -> boo
 /// `A` reads the calling thread's run time (the hook's own access for
 /// function hooks and tp_btf; classic tracepoints read through the helper).
 #[inline(always)]
-fn begin<A: Access>(s: Start) -> Result<u32, u32> {
+fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: plain helper call.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
@@ -109,22 +126,32 @@ fn begin<A: Access>(s: Start) -> Result<u32, u32> {
     // for_kupdate is periodic; otherwise the flusher work this thread runs
     // (writeback_start..writeback_written) says background or why; outside
     // flusher work a WB_SYNC_NONE call was made directly by its caller.
-    // SAFETY: the value is copied out at once.
-    let work = unsafe { WORK.get(&s.key.tid) }.copied();
-    let background = match (s.for_background, work) {
-        (Some(b), _) => b,
-        (None, Some(w)) => w.for_background != 0,
-        (None, None) => false,
+    // Plain values, not an Option held across the code below: with the
+    // start values in a map slot the match is no longer folded, and LLVM
+    // spilled the `None` case's undefined payload, which 6.1's verifier
+    // refuses ("R4 !read_ok").
+    // SAFETY: the value is read at once.
+    let (in_work, work_background, work_reason) = match unsafe { WORK.get(&s.key.tid) } {
+        Some(w) => (true, w.for_background != 0, w.reason),
+        None => (false, false, 0),
+    };
+    let background = match s.for_background {
+        Some(b) => b,
+        None => work_background,
     };
     if background {
         flags |= call_flags::FOR_BACKGROUND;
     }
-    let call_cause = match work {
-        _ if s.sync_mode == 1 => cause::SYNC,
-        _ if s.for_kupdate => cause::PERIODIC,
-        _ if background => cause::BACKGROUND,
-        Some(_) => cause::FLUSHER_OTHER,
-        None => cause::DIRECT,
+    let call_cause = if s.sync_mode == 1 {
+        cause::SYNC
+    } else if s.for_kupdate {
+        cause::PERIODIC
+    } else if background {
+        cause::BACKGROUND
+    } else if in_work {
+        cause::FLUSHER_OTHER
+    } else {
+        cause::DIRECT
     };
     // Built in a per-CPU scratch slot, not on the 512-byte BPF stack that
     // the function-hook programs already fill with member reads.
@@ -150,12 +177,11 @@ fn begin<A: Access>(s: Start) -> Result<u32, u32> {
     call.writeback_index = s.writeback_index;
     call.flags = flags;
     call.cause = call_cause;
-    call.work_reason = work.map(|w| w.reason).unwrap_or(0);
+    call.work_reason = work_reason;
     // The counters the call's hooks add to start at zero. Volatile
     // stores: LLVM merges plain zero stores (or `..Default::default()`)
-    // into memset calls, a BPF-to-BPF call whose frame took 6.1's
-    // combined stack for the kprobe program (496 + 32) past 512 bytes
-    // ("combined stack size of 2 calls is 544", vm-test 6.1).
+    // into calls of compiler_builtins' memset, BPF-to-BPF calls with a
+    // frame of their own on top of the program's.
     zero(&mut call.offcpu_ns);
     zero(&mut call.scan_first_pos);
     zero(&mut call.scan_last_pos);
@@ -280,24 +306,25 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
 #[tracepoint]
 pub fn writepages_start(ctx: TracePointContext) -> u32 {
     let l = &WRITEPAGES_LAYOUT;
-    let start = Start {
-        key: InflightKey {
-            ino: field(&ctx, l, wp::INO) as u64,
-            tid: current_tid(),
-            dev: field(&ctx, l, wp::DEV) as u32,
-        },
-        nr_to_write: field(&ctx, l, wp::NR_TO_WRITE),
-        pages_skipped: field(&ctx, l, wp::PAGES_SKIPPED),
-        range_start: field(&ctx, l, wp::RANGE_START),
-        range_end: field(&ctx, l, wp::RANGE_END),
-        writeback_index: field(&ctx, l, wp::WRITEBACK_INDEX) as u64,
-        sync_mode: field(&ctx, l, wp::SYNC_MODE),
-        for_kupdate: field(&ctx, l, wp::FOR_KUPDATE) != 0,
-        range_cyclic: field(&ctx, l, wp::RANGE_CYCLIC) != 0,
-        // Not in the tracepoint: taken from the flusher work.
-        for_background: None,
+    let Some(s) = start_slot() else {
+        return 0;
     };
-    match begin::<Probed>(start) {
+    s.key = InflightKey {
+        ino: field(&ctx, l, wp::INO) as u64,
+        tid: current_tid(),
+        dev: field(&ctx, l, wp::DEV) as u32,
+    };
+    s.nr_to_write = field(&ctx, l, wp::NR_TO_WRITE);
+    s.pages_skipped = field(&ctx, l, wp::PAGES_SKIPPED);
+    s.range_start = field(&ctx, l, wp::RANGE_START);
+    s.range_end = field(&ctx, l, wp::RANGE_END);
+    s.writeback_index = field(&ctx, l, wp::WRITEBACK_INDEX) as u64;
+    s.sync_mode = field(&ctx, l, wp::SYNC_MODE);
+    s.for_kupdate = field(&ctx, l, wp::FOR_KUPDATE) != 0;
+    s.range_cyclic = field(&ctx, l, wp::RANGE_CYCLIC) != 0;
+    // Not in the tracepoint: taken from the flusher work.
+    s.for_background = None;
+    match begin::<Probed>(s) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -348,22 +375,27 @@ pub(crate) fn inode_key<A: Access>(inode: *const u8) -> InflightKey {
     }
 }
 
-/// Start-side values read from a `struct writeback_control *`.
+/// Start-side values read from a `struct writeback_control *`, into this
+/// CPU's [`START`] slot.
 #[inline(always)]
-fn start_from_wbc<A: Access>(key: InflightKey, wbc: *const u8, writeback_index: u64) -> Start {
+fn start_from_wbc<A: Access>(
+    key: InflightKey,
+    wbc: *const u8,
+    writeback_index: u64,
+) -> Option<&'static Start> {
     let k = &KERNEL_MEMBERS;
-    Start {
-        key,
-        nr_to_write: member::<A>(wbc, k, m::WBC_NR_TO_WRITE),
-        pages_skipped: member::<A>(wbc, k, m::WBC_PAGES_SKIPPED),
-        range_start: member::<A>(wbc, k, m::WBC_RANGE_START),
-        range_end: member::<A>(wbc, k, m::WBC_RANGE_END),
-        writeback_index,
-        sync_mode: member::<A>(wbc, k, m::WBC_SYNC_MODE),
-        for_kupdate: member::<A>(wbc, k, m::WBC_FOR_KUPDATE) != 0,
-        range_cyclic: member::<A>(wbc, k, m::WBC_RANGE_CYCLIC) != 0,
-        for_background: Some(member::<A>(wbc, k, m::WBC_FOR_BACKGROUND) != 0),
-    }
+    let s = start_slot()?;
+    s.key = key;
+    s.writeback_index = writeback_index;
+    s.nr_to_write = member::<A>(wbc, k, m::WBC_NR_TO_WRITE);
+    s.pages_skipped = member::<A>(wbc, k, m::WBC_PAGES_SKIPPED);
+    s.range_start = member::<A>(wbc, k, m::WBC_RANGE_START);
+    s.range_end = member::<A>(wbc, k, m::WBC_RANGE_END);
+    s.sync_mode = member::<A>(wbc, k, m::WBC_SYNC_MODE);
+    s.for_kupdate = member::<A>(wbc, k, m::WBC_FOR_KUPDATE) != 0;
+    s.range_cyclic = member::<A>(wbc, k, m::WBC_RANGE_CYCLIC) != 0;
+    s.for_background = Some(member::<A>(wbc, k, m::WBC_FOR_BACKGROUND) != 0);
+    Some(s)
 }
 
 /// `inode->i_mapping->writeback_index`.
@@ -380,11 +412,13 @@ fn writeback_index<A: Access>(inode: *const u8) -> u64 {
 pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
     let inode = raw_arg(&ctx, 0) as *const u8;
     let wbc = raw_arg(&ctx, 1) as *const u8;
-    let start = start_from_wbc::<Typed>(
+    let Some(start) = start_from_wbc::<Typed>(
         inode_key::<Typed>(inode),
         wbc,
         writeback_index::<Typed>(inode),
-    );
+    ) else {
+        return 0;
+    };
     match begin::<Typed>(start) {
         Ok(r) | Err(r) => r as i32,
     }
@@ -420,7 +454,9 @@ fn function_begin<A: Access>(mapping: *const u8, wbc: *const u8) -> u32 {
     let k = &KERNEL_MEMBERS;
     let inode = member_ptr::<A>(mapping, k, m::MAPPING_HOST);
     let index = member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
-    let start = start_from_wbc::<A>(inode_key::<A>(inode), wbc, index);
+    let Some(start) = start_from_wbc::<A>(inode_key::<A>(inode), wbc, index) else {
+        return 0;
+    };
     match begin::<A>(start) {
         Ok(r) | Err(r) => r,
     }
