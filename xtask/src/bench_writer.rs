@@ -42,6 +42,14 @@ pub struct WriterBenchOptions {
     pub buffered_loop: bool,
     /// Pause after dropping the caches, before each run.
     pub settle_secs: u64,
+    /// Only the cases whose label contains one of these (all when empty).
+    pub only: Vec<String>,
+}
+
+impl WriterBenchOptions {
+    fn selects(&self, label: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| label.contains(o.as_str()))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -433,6 +441,15 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
     if opts.size_mib == 0 || opts.rounds == 0 {
         bail!("--size-mib and --rounds must be at least 1");
     }
+    let chosen: Vec<usize> = (0..CASES.len())
+        .filter(|&i| opts.selects(CASES[i].label))
+        .collect();
+    if chosen.is_empty() {
+        bail!(
+            "--only {}: no case's label contains that",
+            opts.only.join(",")
+        );
+    }
     let load_before = loadavg();
     let fs = bench_fs(opts.size_mib * 2 + 512, !opts.buffered_loop)?;
     let loop_dio = fs.direct_io();
@@ -477,8 +494,9 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
     for round in 0..opts.rounds {
         // Rotate the start, and reverse every other round (A/B then B/A),
         // so drift favours no case.
-        let mut order: Vec<usize> = (0..CASES.len()).collect();
-        order.rotate_left(round * CASES.len() / opts.rounds.max(1) % CASES.len());
+        let mut order = chosen.clone();
+        let n = order.len();
+        order.rotate_left(round * n / opts.rounds.max(1) % n);
         if round % 2 == 1 {
             order.reverse();
         }
@@ -512,7 +530,13 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
             s.mb_s * s.wall_s / (s.wall_s - fixed)
         })),
     };
-    let by_label = |label: &str| CASES.iter().position(|c| c.label == label);
+    // A case left out by --only has no samples: as if it did not exist.
+    let by_label = |label: &str| {
+        CASES
+            .iter()
+            .position(|c| c.label == label)
+            .filter(|&i| !samples[i].is_empty())
+    };
     let summaries: Vec<Summary> = (0..CASES.len()).map(med).collect();
 
     let mut out = String::new();
@@ -530,7 +554,7 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
             "the loop device writes its image through /var/tmp's page cache"
         },
         opts.rounds,
-        CASES.len(),
+        chosen.len(),
         opts.settle_secs,
         took,
         load_before,
@@ -542,6 +566,9 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
          (median) | writer's own MB/s (its report) |\n|---|---|---|---|---|---|\n",
     );
     for (idx, case) in CASES.iter().enumerate() {
+        if samples[idx].is_empty() {
+            continue;
+        }
         let s = &summaries[idx];
         let rounds: Vec<String> = samples[idx]
             .iter()
@@ -621,7 +648,7 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
     let best = CASES
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.tool == Tool::Writer && c.durable)
+        .filter(|(i, c)| c.tool == Tool::Writer && c.durable && !samples[*i].is_empty())
         .max_by(|a, b| summaries[a.0].mb_s.total_cmp(&summaries[b.0].mb_s));
     let ceiling = by_label(CEILING).map(|i| summaries[i].mb_s);
     out.push('\n');
@@ -766,7 +793,7 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
          sync_file_range job, the nearest, with no goal on the ratio.\n\n\
          ## Commands (first round; file and log names vary per run)\n\n",
     );
-    for (case, cmd) in CASES.iter().zip(&commands) {
+    for (case, cmd) in CASES.iter().zip(&commands).filter(|(_, c)| !c.is_empty()) {
         out.push_str(&format!("- {}: `{cmd}`\n", case.label));
     }
     Ok(out)

@@ -126,6 +126,11 @@ enum BenchTarget {
         /// long run.
         #[arg(long, default_value_t = 10)]
         settle_secs: u64,
+        /// Only the cases whose label contains one of these
+        /// (comma-separated), e.g. `--only uncached,DONTCACHE`; pairs are
+        /// judged where both sides ran. Every case by default.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
 }
 
@@ -175,6 +180,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     rounds,
                     buffered_loop,
                     settle_secs,
+                    only,
                 }),
             ..
         } => {
@@ -192,6 +198,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     rounds,
                     buffered_loop,
                     settle_secs,
+                    only,
                 },
             )?;
             write_report("writer.md", &report)
