@@ -257,6 +257,9 @@ fn a_non_utf8_dir_gives_complete_json_or_exit_2() {
 /// many bytes. The block figure is bounded by the request-size buckets
 /// (log2 `[lo, hi]`, the JSON keeps no byte total); the difference above
 /// the data is the filesystems' metadata (xfs's log, btrfs's trees).
+/// It also checks that `compare` finds btrfs' calls at all: they carry the
+/// superblock's anonymous device, which neither stat(2) of the directory
+/// (a subvolume's device) nor the loop device names.
 #[test]
 fn calls_equal_inode_passes_and_fit_the_block_requests_on_xfs_and_btrfs() {
     for fstype in ["xfs", "btrfs"] {
@@ -285,10 +288,19 @@ fn calls_equal_inode_passes_and_fit_the_block_requests_on_xfs_and_btrfs() {
             Some(data_pages),
             "{fstype}: {k}"
         );
-        assert_eq!(
-            k["inode_pass"]["pages_written"].as_u64(),
-            Some(data_pages),
-            "{fstype}: the calls and the inode passes disagree: {k}"
+        // The passes' pages: the file's, plus on btrfs the tree blocks
+        // written through its btree inode's own passes (~20 pages for
+        // this run), which no data call carries.
+        let passes = k["inode_pass"]["pages_written"].as_u64().unwrap();
+        let metadata = if fstype == "btrfs" {
+            data_pages / 100
+        } else {
+            0
+        };
+        assert!(
+            (data_pages..=data_pages + metadata).contains(&passes),
+            "{fstype}: the calls ({data_pages} pages) and the inode passes ({passes}) \
+             disagree: {k}"
         );
         let (mut lo, mut hi) = (0u64, 0u64);
         for b in k["device_request_bytes"].as_array().expect("buckets") {

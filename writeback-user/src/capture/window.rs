@@ -11,7 +11,6 @@
 //! writers' byte counts sampled, and each call placed where it ended, so
 //! a report can draw a run of a fraction of a second.
 use std::{
-    os::unix::fs::MetadataExt as _,
     path::Path,
     sync::Arc,
     time::{Duration, Instant},
@@ -320,13 +319,10 @@ impl Tick {
     }
 }
 
-/// Device of the filesystem holding `path`.
-pub(crate) fn dev_of(path: &Path) -> anyhow::Result<DevId> {
-    Ok(DevId::from_user(
-        std::fs::metadata(path)
-            .with_context(|| format!("stat {}", path.display()))?
-            .dev(),
-    ))
+/// Devices of the filesystem holding `path` (`tracer::mounts::devices_of`).
+pub(crate) fn devs_of(path: &Path) -> anyhow::Result<Vec<DevId>> {
+    crate::tracer::mounts::devices_of(path)
+        .with_context(|| format!("the filesystem of {}", path.display()))
 }
 
 /// syncfs(2) on the filesystem holding `dir`.

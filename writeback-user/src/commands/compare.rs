@@ -10,7 +10,7 @@ use writer_core::{Strategy, WriterConfig, WriterSpec, parse_size};
 
 use crate::{
     UsageError,
-    capture::window::{Traced, dev_of, traced_write},
+    capture::window::{Traced, devs_of, traced_write},
     cli::CompareArgs,
     export::{report, table::print_runs},
     model::plan::HookKind,
@@ -131,7 +131,7 @@ pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Re
     if let Some(p) = &args.report {
         report::check_output("--report", p)?;
     }
-    let dev = dev_of(&args.dir)?;
+    let devs = devs_of(&args.dir)?;
     let _signals = crate::sys::SignalGuard::install();
     super::scenario::remove_stale_scratch();
     let mut traced = Traced::attach(disabled)?;
@@ -149,7 +149,7 @@ pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Re
                 args.dir.display()
             );
             crate::sys::sync_and_drop_caches()?;
-            let (writer, kernel) = traced_write(&mut traced, &[dev], cfg.clone(), true).await?;
+            let (writer, kernel) = traced_write(&mut traced, &devs, cfg.clone(), true).await?;
             crate::sys::check_interrupted()?;
             eprintln!(
                 "wbscope: run {n}/{total}: {strategy}: {:.1} MB/s durable, {} writepages calls",

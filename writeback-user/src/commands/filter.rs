@@ -68,7 +68,12 @@ fn device(spec: &str) -> Result<u32, UsageError> {
                 "--device {spec}: not a block device or a path on a filesystem"
             )));
         } else {
-            DevId::from_user(meta.dev())
+            // The superblock's device, which the records carry (on btrfs
+            // not the subvolume's that stat(2) gives).
+            crate::tracer::mounts::devices_of(Path::new(spec))
+                .ok()
+                .and_then(|d| d.first().copied())
+                .unwrap_or_else(|| DevId::from_user(meta.dev()))
         }
     };
     check_writes_back(spec, dev, &mountinfo())?;
@@ -102,17 +107,11 @@ const NO_WRITEBACK: &[&str] = &[
     "tracefs",
 ];
 
-/// `(device, filesystem type)` of every mount, from /proc/self/mountinfo
-/// (field 3 is MAJ:MIN, the type follows the ` - ` separator; proc(5)).
+/// `(device, filesystem type)` of every mount.
 fn mountinfo() -> Vec<(DevId, String)> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let dev = line.split_whitespace().nth(2)?.parse().ok()?;
-            let (_, after) = line.split_once(" - ")?;
-            Some((dev, after.split_whitespace().next()?.to_string()))
-        })
+    crate::tracer::mounts::mounts()
+        .into_iter()
+        .map(|m| (m.dev, m.fstype))
         .collect()
 }
 

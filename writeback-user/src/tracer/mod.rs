@@ -9,7 +9,7 @@ pub mod cost;
 pub(crate) mod counter;
 mod dirtiers;
 pub mod maps;
-mod mounts;
+pub(crate) mod mounts;
 pub mod object;
 pub mod plan;
 pub mod privileges;

@@ -11,6 +11,7 @@
 //! records carry, btrfs' anonymous device included.
 use std::{
     collections::HashMap,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -51,17 +52,108 @@ impl FsNames {
     }
 }
 
-/// `(device, fstype)` of each line of a mountinfo file (proc(5): field 3
-/// is `major:minor`, the type follows the ` - ` separator).
+/// `(device, fstype)` of each line of a mountinfo file.
 fn parse_mountinfo(text: &str) -> Vec<(DevId, String)> {
+    parse_mounts(text)
+        .into_iter()
+        .map(|m| (m.dev, m.fstype))
+        .collect()
+}
+
+/// One line of /proc/self/mountinfo.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Mount {
+    /// Field 3, `major:minor`: the superblock's `s_dev`, which the
+    /// records carry.
+    pub(crate) dev: DevId,
+    /// Field 5, the mount point (octal escapes undone).
+    pub(crate) point: PathBuf,
+    /// The type and the source, after the ` - ` separator.
+    pub(crate) fstype: String,
+    pub(crate) source: String,
+}
+
+/// Every mount of this process's namespace, in mount order (empty if
+/// mountinfo cannot be read).
+pub(crate) fn mounts() -> Vec<Mount> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mounts(&t))
+        .unwrap_or_default()
+}
+
+/// The lines of a mountinfo file (proc(5)); a line that does not parse is
+/// skipped.
+fn parse_mounts(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|line| {
-            let dev = line.split(' ').nth(2)?.parse::<DevId>().ok()?;
+            let mut fields = line.split(' ');
+            let dev = fields.nth(2)?.parse::<DevId>().ok()?;
+            let point = PathBuf::from(unescape(fields.nth(1)?));
             let (_, tail) = line.split_once(" - ")?;
-            let fs = tail.split(' ').next()?;
-            Some((dev, fs.to_string()))
+            let mut tail = tail.split(' ');
+            Some(Mount {
+                dev,
+                point,
+                fstype: tail.next()?.to_string(),
+                source: unescape(tail.next().unwrap_or("")),
+            })
         })
         .collect()
+}
+
+/// mountinfo's `\ooo` escapes (space, tab, newline, backslash:
+/// show_mountinfo() → seq_path_root(…, " \t\n\\")).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) if b[i] == b'\\' => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The devices the writeback of files under `path` is seen on: the
+/// superblock's (calls and inode passes carry `inode->i_sb->s_dev`) and,
+/// where the filesystem's source is a block device with another number,
+/// that block device's (block requests carry the disk's). They differ on
+/// btrfs, whose superblock has an anonymous device (0:N) — and whose
+/// subvolumes have anonymous devices of their own, which is what stat(2)
+/// gives (`btrfs_getattr()`), so `st_dev` names neither.
+pub(crate) fn devices_of(path: &Path) -> std::io::Result<Vec<DevId>> {
+    let path = path.canonicalize()?;
+    let all = mounts();
+    // The visible mount: the deepest mount point above `path`, the last
+    // mounted where several share it.
+    let best = all
+        .iter()
+        .filter(|m| path.starts_with(&m.point))
+        .max_by_key(|m| m.point.components().count());
+    let Some(m) = best else {
+        use std::os::unix::fs::MetadataExt;
+        return Ok(vec![DevId::from_user(std::fs::metadata(&path)?.dev())]);
+    };
+    let mut devs = vec![m.dev];
+    if let Ok(meta) = std::fs::metadata(&m.source) {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let block = DevId::from_user(meta.rdev());
+        if meta.file_type().is_block_device() && block != m.dev {
+            devs.push(block);
+        }
+    }
+    Ok(devs)
 }
 
 #[cfg(test)]
@@ -93,6 +185,25 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn mount_points_and_sources_are_unescaped() {
+        let text = "40 36 0:52 / /mnt/a\\040b rw - btrfs /dev/loop3 rw\n\
+                    41 36 7:1 / /mnt/c rw - xfs /dev/loop1 rw\n";
+        let got = parse_mounts(text);
+        assert_eq!(got[0].point, PathBuf::from("/mnt/a b"));
+        assert_eq!(got[0].source, "/dev/loop3");
+        assert_eq!(got[1].dev, DevId { major: 7, minor: 1 });
+        assert_eq!(unescape("a\\134b\\9"), "a\\b\\9");
+    }
+
+    /// The root filesystem's devices start with its superblock's.
+    #[test]
+    fn the_root_filesystem_has_its_device() {
+        use std::os::unix::fs::MetadataExt;
+        let dev = DevId::from_user(std::fs::metadata("/").unwrap().dev());
+        assert_eq!(devices_of(Path::new("/")).unwrap()[0], dev);
     }
 
     /// The root filesystem of this machine is found under its `st_dev`.
