@@ -521,8 +521,9 @@ pub mod agg {
     /// Pause ms by the limit that paused the task (`balance_dirty_pages`
     /// fields `limit`, `setpoint`, `dirty`): with the domain's dirty at or
     /// under its free-run ceiling only the device's own (strict) limit
-    /// throttles; over it, a `limit` below the global `dirty_limit` is a
-    /// memcg's; else the global limit. Pauses on kernels whose tracepoint
+    /// throttles; over it, a `limit` below the global `dirty_limit` or a
+    /// free-run ceiling under the global domain's is a memcg's; else the
+    /// global limit. Pauses on kernels whose tracepoint
     /// has no `limit` are in none of the three.
     pub const THROTTLE_GLOBAL_MS: u32 = WBC_WRITEPAGE + 1;
     pub const THROTTLE_BDI_MS: u32 = WBC_WRITEPAGE + 2;

@@ -248,8 +248,18 @@ fn paused(ctx: &TracePointContext, pause: u64) {
         let slot = if domain_dirty <= freerun {
             agg::THROTTLE_BDI_MS
         } else {
+            // A memcg's domain: its limit under the global one where the
+            // tracepoint reports the domain's limit, else (6.1 and 6.12
+            // report global_wb_domain's) its free-run ceiling under the
+            // global domain's, `(thresh + bg_thresh) / 2` of the last
+            // `global_dirty_state`. The global domain's own pauses give
+            // `freerun` equal to that or one more (the rounding above); the
+            // margin of 1/16 covers levels up to DIRTY_REFRESH_TICKS old.
             let global = DIRTY.get(dirty::DIRTY_LIMIT).copied().unwrap_or(0);
-            if global != 0 && limit < global {
+            let global_freerun = (DIRTY.get(dirty::DIRTY_THRESH).copied().unwrap_or(0)
+                + DIRTY.get(dirty::BACKGROUND_THRESH).copied().unwrap_or(0))
+                / 2;
+            if (global != 0 && limit < global) || freerun + global_freerun / 16 < global_freerun {
                 agg::THROTTLE_MEMCG_MS
             } else {
                 agg::THROTTLE_GLOBAL_MS

@@ -9,6 +9,7 @@
 //! `wbscope` (`qemu.rs`), and judge what the guest wrote to its output share
 //! (`checks.rs`). Facts behind each choice are in docs/toolchain.md,
 //! "Other kernels under qemu".
+mod cgroups;
 mod checks;
 mod initramfs;
 mod kernel;
@@ -227,8 +228,9 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, wbscope: &Path) -> anyhow::Re
         &initrd,
     )?;
     let disk = work.join("disk.img");
-    // 512 MiB sparse: room for one 64 MiB file at a time plus the journal,
-    // and above mkfs.xfs's 300 MB minimum for the xfs runs.
+    // 512 MiB sparse: room for one file at a time (the cgroup doctor
+    // step's 320 MiB the largest) plus the journal, and above mkfs.xfs's
+    // 300 MB minimum for the xfs runs.
     std::fs::File::create(&disk)
         .and_then(|f| f.set_len(512 << 20))
         .with_context(|| format!("creating {}", disk.display()))?;
@@ -244,7 +246,8 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, wbscope: &Path) -> anyhow::Re
         boot_limit: Duration::from_secs(120),
         step_limit: Duration::from_secs(HOST_STEP_SECS),
     })?;
-    let checks = checks::judge(&out);
+    let mut checks = checks::judge(&out);
+    checks.extend(cgroups::judge(&out));
     Ok(Outcome {
         prepare,
         run,

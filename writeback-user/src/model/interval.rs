@@ -370,7 +370,9 @@ pub(crate) struct ThrottleLine {
 /// the domain's dirty at or under its free-run ceiling (`2 * setpoint -
 /// limit`) can only come from the device's own limit (`strict_limit`,
 /// `domain_dirty_freerun()`); over it, a domain `limit` below the global
-/// `dirty_limit` is a memcg's. The rest is the global limit.
+/// `dirty_limit`, or a free-run ceiling under the global domain's (6.1
+/// and 6.12 report the global `limit` for every domain), is a memcg's.
+/// The rest is the global limit (docs/findings.md, "Which limit").
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ThrottleLimits {
     pub(crate) global_ms: u64,
