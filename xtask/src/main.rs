@@ -18,6 +18,7 @@ mod vm;
 use std::{
     path::PathBuf,
     process::{Command, ExitCode},
+    time::Duration,
 };
 
 use anyhow::{Context as _, bail};
@@ -353,16 +354,53 @@ fn run_counting_tests(cmd: &mut Command) -> anyhow::Result<TestCounts> {
         .spawn()
         .with_context(|| format!("running {cmd:?}"))?;
     let stdout = child.stdout.take().context("no stdout")?;
+    // Lines come through a thread: a process a failed test left behind
+    // can hold the pipe open after cargo exits, and a plain read to EOF
+    // then never ends (seen: a `wbscope record` whose test panicked).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
     let mut counts = TestCounts::default();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.context("reading cargo test output")?;
+    let mut count = |line: String| {
         println!("{line}");
         if let Some((passed, failed)) = parse_test_result(&line) {
             counts.passed += passed;
             counts.failed += failed;
         }
-    }
-    counts.success = child.wait().context("waiting for cargo test")?.success();
+    };
+    let status = loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => count(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                break child.wait().context("waiting for cargo test")?;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(status) = child.try_wait().context("waiting for cargo test")? {
+                    // What cargo printed last is in the pipe already.
+                    loop {
+                        match rx.recv_timeout(Duration::from_millis(500)) {
+                            Ok(line) => count(line),
+                            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                                eprintln!(
+                                    "xtask: cargo test exited, but a process its tests left \
+                                     behind holds the output open; not waiting for it"
+                                );
+                                break;
+                            }
+                        }
+                    }
+                    break status;
+                }
+            }
+        }
+    };
+    counts.success = status.success();
     Ok(counts)
 }
 
