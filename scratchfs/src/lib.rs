@@ -224,20 +224,46 @@ impl ScratchFs {
         fs::File::create(&fs.image)
             .and_then(|f| f.set_len(b.size_mib << 20))
             .with_context(|| format!("creating the sparse image {}", fs.image.display()))?;
-        let device = attach(&fs.image, b.direct_io, b.sector_size)?;
-        fs.marker.device = Some(device.clone());
-        fs.device = Some(device.clone());
-        fs.save_marker()?;
-        // The bdi of a loop device outlives its binding: start from the
-        // kernel's defaults whatever an earlier user left there.
-        if let Some(bdi) = loop_bdi(&device) {
-            reset_bdi(&bdi);
-        }
-        let (mkfs, quiet) = b.fstype.mkfs();
-        run(Command::new(mkfs)
-            .args(quiet)
-            .args(&b.mkfs_args)
-            .arg(&device))?;
+        // The device is checked to be ours (bound to this image, with its
+        // size) right before mkfs, and mkfs retried on a fresh device if it
+        // stopped being ours: loop devices are shared with every process
+        // on the host, and mkfs must never touch one that is not ours
+        // (seen twice in a day's test runs: "mkfs.ext4: Device size
+        // reported to be zero" on a device losetup had just bound).
+        let mut attempt = 0;
+        let device = loop {
+            attempt += 1;
+            let device = attach(&fs.image, b.direct_io, b.sector_size)?;
+            fs.marker.device = Some(device.clone());
+            fs.device = Some(device.clone());
+            fs.save_marker()?;
+            // The bdi of a loop device outlives its binding: start from
+            // the kernel's defaults whatever an earlier user left there.
+            if let Some(bdi) = loop_bdi(&device) {
+                reset_bdi(&bdi);
+            }
+            let (mkfs, quiet) = b.fstype.mkfs();
+            let made = if sys::bound_to(&device, &fs.image) {
+                run(Command::new(mkfs)
+                    .args(quiet)
+                    .args(&b.mkfs_args)
+                    .arg(&device))
+                .map(|_| ())
+            } else {
+                Err(anyhow::anyhow!(
+                    "{} was unbound or taken by another process before mkfs",
+                    device.display()
+                ))
+            };
+            match made {
+                Ok(()) => break device,
+                Err(e) if attempt < 3 && !sys::bound_to(&device, &fs.image) => {
+                    eprintln!("scratchfs: {e:#}; attaching again");
+                    fs.device = None;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         fs::create_dir(&fs.mountpoint).context("creating the mount point")?;
         run(Command::new("mount")
             .args(&b.mount_args)

@@ -185,6 +185,19 @@ pub(crate) fn loops() -> Vec<(PathBuf, PathBuf)> {
     v
 }
 
+/// Whether loop `device` is bound to `image` and has a size (sectors in
+/// /sys/block/loopN/size).
+pub(crate) fn bound_to(device: &Path, image: &Path) -> bool {
+    let Some(name) = device.file_name() else {
+        return false;
+    };
+    let sectors = fs::read_to_string(Path::new("/sys/block").join(name).join("size"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    sectors > 0 && loops_backed_by(image).iter().any(|d| d == device)
+}
+
 /// Loop devices bound to `image`.
 pub(crate) fn loops_backed_by(image: &Path) -> Vec<PathBuf> {
     loops()

@@ -18,7 +18,7 @@ use crate::model::findings::{Finding, RULES};
 use super::{
     data::{ReportData, Segment},
     panels::{Drawn, LEFT, RIGHT, WIDTH, XLayout},
-    svg::{Anchor, Canvas, FRAME, GRID, INK, MUTED, n, text_width, tick_label, ticks, xml},
+    svg::{Anchor, Canvas, FRAME, GRID, INK, MUTED, n, text_width, xml},
 };
 
 /// Length of a compare/scenario window's interval lines, which the
@@ -331,22 +331,7 @@ fn segment_axis(
             key.push(format!("{short} = {}", s.name));
         }
     }
-    let span = s.timeline.span_s;
-    let max_ticks = ((x1 - x0) / 44.0).floor().max(1.0) as usize;
-    let t = ticks(0.0, span, max_ticks);
-    let step = t.get(1).map_or(span.max(0.1), |v| v - t[0]);
-    for v in t {
-        let x = x0 + (x1 - x0) * (v / span.max(1e-9));
-        c.line(x, plot_b, x, plot_b + 4.0, FRAME, 1.0);
-        c.text(
-            &tick_label(v, step),
-            x,
-            plot_b + 16.0,
-            TICK_SIZE,
-            Anchor::Middle,
-            INK,
-        );
-    }
+    super::panels::time_ticks(c, x0, x1, plot_b, s.timeline.span_s);
 }
 
 /// "3 intervals, 1 episode".

@@ -590,22 +590,7 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
                 key.push(format!("{short} = {}", s.name));
             }
         }
-        let span = s.timeline.span_s;
-        let max_ticks = ((x1 - x0) / 44.0).floor().max(1.0) as usize;
-        let t = ticks(0.0, span, max_ticks);
-        let step = t.get(1).map_or(span.max(0.1), |v| v - t[0]);
-        for v in t {
-            let x = x0 + (x1 - x0) * (v / span.max(1e-9));
-            c.line(x, plot_b, x, plot_b + 4.0, FRAME, 1.0);
-            c.text(
-                &tick_label(v, step),
-                x,
-                plot_b + 16.0,
-                TICK_SIZE,
-                Anchor::Middle,
-                INK,
-            );
-        }
+        time_ticks(&mut c, x0, x1, plot_b, s.timeline.span_s);
         let has_data = values
             .iter()
             .any(|v| v[i].iter().flatten().next().is_some());
@@ -698,6 +683,26 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
 }
 
 /// Per bin of a multi-job writer: (x, slowest job, fastest job), MB/s.
+/// The seconds under one segment's stretch `x0..x1` of the time axis
+/// (a panel's and the findings strip's alike).
+pub(super) fn time_ticks(c: &mut Canvas, x0: f64, x1: f64, plot_b: f64, span: f64) {
+    let max_ticks = ((x1 - x0) / 44.0).floor().max(1.0) as usize;
+    let t = ticks(0.0, span, max_ticks);
+    let step = t.get(1).map_or(span.max(0.1), |v| v - t[0]);
+    for v in t {
+        let x = x0 + (x1 - x0) * (v / span.max(1e-9));
+        c.line(x, plot_b, x, plot_b + 4.0, FRAME, 1.0);
+        c.text(
+            &tick_label(v, step),
+            x,
+            plot_b + 16.0,
+            TICK_SIZE,
+            Anchor::Middle,
+            INK,
+        );
+    }
+}
+
 fn job_band(s: &Segment, x0: f64, x1: f64) -> Vec<(f64, f64, f64)> {
     if s.timeline.jobs() < 2 {
         return Vec::new();
