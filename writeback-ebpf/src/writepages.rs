@@ -194,6 +194,35 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     zero(&mut call.folios_written);
     zero(&mut call.bios);
     zero(&mut call._pad);
+    // Every field set above: adding one to InflightCall fails to compile
+    // here until it is (no code is generated for this).
+    let InflightCall {
+        start_ns: _,
+        offcpu_ns: _,
+        nr_to_write: _,
+        pages_skipped: _,
+        range_start: _,
+        range_end: _,
+        writeback_index: _,
+        scan_first_pos: _,
+        scan_last_pos: _,
+        scan_iter_start: _,
+        scan_bytes: _,
+        extent_blocks: _,
+        bio_bytes: _,
+        flags: _,
+        cause: _,
+        work_reason: _,
+        scan_iterations: _,
+        extents: _,
+        folios_written: _,
+        bios: _,
+        cpu_method: _,
+        start_cpu: _,
+        _pad: _,
+        run_start: _,
+        exec_start: _,
+    } = call;
     // No log line here: aya-log's formatting code multiplies the paths
     // 6.1's verifier walks past its 1M-instruction limit. The counter is
     // printed in every summary.
