@@ -10,7 +10,7 @@ use std::{
 };
 
 use serde_json::Value;
-use support::{LoopFs, Tracing, dev_of, wbscope};
+use support::{LoopFs, Tracing, dev_of, start_record, wbscope};
 
 fn replay(path: &std::path::Path, flag: &str) -> (Vec<Value>, String, Option<i32>) {
     let out = wbscope()
@@ -29,36 +29,6 @@ fn replay(path: &std::path::Path, flag: &str) -> (Vec<Value>, String, Option<i32
         String::from_utf8(out.stderr).unwrap(),
         out.status.code(),
     )
-}
-
-/// Starts `wbscope record` and waits until its probes are live.
-fn start_record(args: &[&str]) -> std::process::Child {
-    let mut child = wbscope()
-        .arg("record")
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("record did not start");
-        if line.contains("tracing;") {
-            break;
-        }
-    }
-    child
 }
 
 fn write_and_fsync(path: &std::path::Path, mib: usize) -> u64 {

@@ -4,14 +4,7 @@
 //! count (its report) checks what the timeline says it wrote.
 mod support;
 
-use std::{
-    io::BufRead,
-    path::Path,
-    process::{Child, Stdio},
-    time::Duration,
-};
-
-use support::{LoopFs, wbscope};
+use support::{LoopFs, start_record, wbscope};
 
 /// The time panels of a report page: (name, data points, empty reason).
 fn time_panels(html: &str) -> Vec<(String, u64, Option<String>)> {
@@ -60,40 +53,12 @@ fn assert_every_time_panel_has_data(html: &str) {
     }
 }
 
-fn start_record(out: &Path) -> Child {
-    let mut child = wbscope()
-        .args(["record", "--duration", "10", "-o"])
-        .arg(out)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("record did not start");
-        if line.contains("tracing;") {
-            break;
-        }
-    }
-    child
-}
-
 #[test]
 fn a_ten_second_recording_of_a_real_write_has_data_in_every_time_panel() {
     let fs = LoopFs::new("ext4", 512);
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("wb.rec");
-    let mut record = start_record(&rec);
+    let mut record = start_record(&["--duration", "10", "-o", rec.to_str().unwrap()]);
     // About 8 s of buffered writing at 40 MB/s, then fsync.
     let out = wbscope()
         .args(["write", "--dir"])

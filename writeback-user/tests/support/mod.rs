@@ -84,6 +84,33 @@ pub struct Tracing {
 
 /// `wbscope` as user nobody with only the given capabilities (setpriv's
 /// `+bpf,+perfmon` syntax), inherited and ambient so they survive exec.
+/// `wbscope record ARGS`, returned once it says it is tracing (its
+/// "tracing;" line on stderr; 60 s at most).
+pub fn start_record(args: &[&str]) -> Child {
+    let mut child = wbscope()
+        .arg("record")
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("record did not start");
+        if line.contains("tracing;") {
+            break;
+        }
+    }
+    child
+}
+
 pub fn wbscope_with_caps(caps: &str) -> Command {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
