@@ -297,8 +297,22 @@ fn calls_equal_inode_passes_and_fit_the_block_requests_on_xfs_and_btrfs() {
         } else {
             0
         };
+        // A pass counts the budget it consumed. btrfs raises a finite
+        // budget mid-pass (`writepage_delalloc()`, fs/btrfs/extent_io.c:
+        // `wbc->nr_to_write` set up to the delalloc range, at most 8192
+        // pages), so when another process's `sync` splits its passes into
+        // budget chunks they count fewer pages than they wrote (CI: 10776
+        // of 12288); only the upper bound holds then. Without budget
+        // passes the figures must agree.
+        let budget_passes_on_btrfs =
+            fstype == "btrfs" && k["inode_pass"]["budget_passes"].as_u64() != Some(0);
+        let floor = if budget_passes_on_btrfs {
+            0
+        } else {
+            data_pages
+        };
         assert!(
-            (data_pages..=data_pages + metadata).contains(&passes),
+            (floor..=data_pages + metadata).contains(&passes),
             "{fstype}: the calls ({data_pages} pages) and the inode passes ({passes}) \
              disagree: {k}"
         );

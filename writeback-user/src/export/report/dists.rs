@@ -336,7 +336,11 @@ fn passes_panel(d: &ReportData) -> Drawn {
         &series,
         &cells,
         "empty: no inode passes measured in this input",
-        &["budget passes: the flusher's WB_SYNC_NONE chunks; sync passes: WB_SYNC_ALL (fsync, sync)".into()],
+        &[
+            "budget passes: the flusher's WB_SYNC_NONE chunks; sync passes: WB_SYNC_ALL (fsync, sync)".into(),
+            // docs/probes.md: writepage_delalloc() raises the budget.
+            "pages written = budget consumed; btrfs raises a budget mid-pass, so its budget passes may show fewer".into(),
+        ],
     )
 }
 
