@@ -97,24 +97,20 @@ impl Who<'_> {
         if !self.on {
             return;
         }
-        match self.tracer.dirtiers() {
-            Ok(snap) => self.attribution.update(&snap),
-            Err(e) => log::warn!("reading the dirtier maps: {e:#}"),
+        if let Some(snap) = snapshot(self.tracer) {
+            self.attribution.update(&snap);
         }
     }
 
-    /// Charges a batch of calls, reading the maps first when a call wrote
-    /// more than its inode has outstanding as last read.
+    /// Charges a batch of calls, reading the maps again before the first
+    /// call that wrote more than its inode has outstanding
+    /// (`Attribution::charge_batch`).
     fn charge(&mut self, batch: &mut [CallRecord]) {
         if !self.on {
             return;
         }
-        if batch.iter().any(|c| self.attribution.wants_reading(c)) {
-            self.read();
-        }
-        for call in batch {
-            self.attribution.charge(call);
-        }
+        let tracer = self.tracer;
+        self.attribution.charge_batch(batch, || snapshot(tracer));
     }
 
     /// The interval's `owners`, after a fresh read.
@@ -125,6 +121,14 @@ impl Who<'_> {
         self.read();
         self.attribution.take_owners()
     }
+}
+
+/// The dirtier maps, or `None` after saying why.
+fn snapshot(tracer: &Tracer) -> Option<crate::model::dirtier::DirtierSnapshot> {
+    tracer
+        .dirtiers()
+        .map_err(|e| log::warn!("reading the dirtier maps: {e:#}"))
+        .ok()
 }
 
 /// Counts a batch of calls (up to `max` in all) and writes them out one by
