@@ -41,6 +41,12 @@ pub mod generic_flags {
     /// fexit or kprobe/kretprobe): start, end and `ret` are the call's own;
     /// pages are the budget consumed, not counted folio by folio.
     pub const FUNCTION_HOOK: u32 = 1 << 10;
+    /// The thread's run clock was read when the call opened
+    /// (`start_cpu`, `run_start`, `exec_start`).
+    pub const RUN_CLOCK: u32 = 1 << 11;
+    /// Closed on its own thread at a known end (the function exit or the
+    /// inode pass end) with the run clock read again: `offcpu_ns` holds.
+    pub const OFF_CPU: u32 = 1 << 12;
 }
 
 /// What the tracepoint-derived writepages path reads of `struct folio`
@@ -127,7 +133,15 @@ pub struct GenericCall {
     /// `do_writepages()`'s return value, where a function-exit hook saw
     /// it ([`generic_flags::FUNCTION_HOOK`]); 0 otherwise.
     pub ret: i32,
-    pub _pad: u32,
+    /// With [`generic_flags::RUN_CLOCK`]: the CPU the call started on and
+    /// the thread's `se.sum_exec_runtime` and `se.exec_start` then
+    /// (`cpu_time::TASK_RUNTIME`, as for ext4's calls).
+    pub start_cpu: u32,
+    pub run_start: u64,
+    pub exec_start: u64,
+    /// With [`generic_flags::OFF_CPU`]: time the thread spent switched out
+    /// between `start_ns` and `end_ns`.
+    pub offcpu_ns: u64,
 }
 
 #[cfg(feature = "user")]

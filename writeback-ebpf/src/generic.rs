@@ -33,12 +33,13 @@ use aya_ebpf::{
 };
 use writeback_common::{
     FOLIO_HIST_BUCKETS, FlusherWork, FolioMembers, GENERIC_CALL_KIND, GenericCall, InflightKey,
-    boundary, cause, generic_flags as gf, log2_bucket, members as m, stat,
+    boundary, cause, cpu_time, generic_flags as gf, log2_bucket, members as m, stat,
 };
 
 use crate::{
-    EVENTS, WAKEUP_AT_BYTES, WORK, bump,
+    CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, bump,
     read::{Access, Typed, current_tid, member, member_ptr, now_ns},
+    sched::{RunClock, offcpu_since, run_clock},
     writepages::{KERNEL_MEMBERS, filtered_out, in_call, inode_key, raw_arg},
 };
 
@@ -199,8 +200,6 @@ fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise:
     };
     // SAFETY: this CPU's slot; no other program runs on it meanwhile.
     let c = unsafe { &mut *scratch };
-    // SAFETY: copied out at once.
-    let work = unsafe { WORK.get(&tid) }.copied();
     let w = wbc.unwrap_or(WbcSeen {
         tid: 0,
         sync_mode: 0,
@@ -215,40 +214,23 @@ fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise:
     if wbc.is_some() {
         flags |= gf::WBC_SEEN;
     }
-    let call_cause = cause_of(flags, w.sync_mode, work);
-    c.kind = GENERIC_CALL_KIND;
-    c.dev = key.dev;
-    c.ino = key.ino;
-    c.wbc = w.wbc;
-    c.start_ns = now;
-    c.last_ns = now;
-    c.end_ns = 0;
-    c.cgroup_id = cgroup_id;
-    c.nr_to_write = w.nr_to_write;
-    c.nr_last = w.nr_to_write;
-    c.nr_left = 0;
-    c.range_start = w.range_start;
-    c.range_end = w.range_end;
-    c.writeback_index_before = writeback_index(inode);
-    c.writeback_index_after = 0;
+    open::<Typed>(
+        c,
+        &key,
+        &w,
+        flags,
+        now,
+        pid_tgid,
+        cgroup_id,
+        writeback_index(inode),
+    );
     c.first_pos = pos;
     c.last_end = pos + ((pages as i64) << (page_shift() & 63));
     c.pages = pages;
-    c.tgid = (pid_tgid >> 32) as u32;
-    c.tid = tid;
-    c.sync_mode = w.sync_mode;
-    c.flags = flags;
-    c.cause = call_cause;
-    c.work_reason = work.map(|w| w.reason).unwrap_or(0);
     c.folios = 1;
-    c.boundary = 0;
-    c.folio_hist = [0; FOLIO_HIST_BUCKETS];
-    c.ret = 0;
-    c._pad = 0;
     if let Some(n) = c.folio_hist.get_mut(bucket) {
         *n = 1;
     }
-    c.comm = bpf_get_current_comm().unwrap_or_default();
     if GENERIC.insert(&tid, &*c, 0).is_err() {
         bump(stat::INFLIGHT_FULL);
     }
@@ -269,6 +251,123 @@ pub(crate) fn cause_of(flags: u32, sync_mode: u32, work: Option<FlusherWork>) ->
         None if seen => cause::DIRECT,
         None => cause::UNKNOWN,
     }
+}
+
+/// Fills every field of `c` for a call the current thread opens `now` on
+/// `key` with `wbc` (zeros where the call has not seen it) and `flags`:
+/// the one initialiser of the function hooks (hook.rs) and the per-folio
+/// path, which then set their own counters and boundary. Reads the
+/// thread's run clock for the on-CPU time where the kernel gives it
+/// (`cpu_time::TASK_RUNTIME`, as for ext4's calls).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn open<A: Access>(
+    c: &mut GenericCall,
+    key: &InflightKey,
+    w: &WbcSeen,
+    mut flags: u32,
+    now: u64,
+    pid_tgid: u64,
+    cgroup_id: u64,
+    writeback_index_before: u64,
+) {
+    let tid = pid_tgid as u32;
+    // SAFETY: copied out at once.
+    let work = unsafe { WORK.get(&tid) }.copied();
+    if CONFIG.get(0).copied() == Some(cpu_time::TASK_RUNTIME) {
+        let run = run_clock::<A>();
+        c.start_cpu = run.cpu;
+        c.run_start = run.sum;
+        c.exec_start = run.exec_start;
+        flags |= gf::RUN_CLOCK;
+    } else {
+        c.start_cpu = 0;
+        c.run_start = 0;
+        c.exec_start = 0;
+    }
+    c.kind = GENERIC_CALL_KIND;
+    c.dev = key.dev;
+    c.ino = key.ino;
+    c.wbc = w.wbc;
+    c.start_ns = now;
+    c.last_ns = now;
+    c.end_ns = 0;
+    c.cgroup_id = cgroup_id;
+    c.nr_to_write = w.nr_to_write;
+    c.nr_last = w.nr_to_write;
+    c.nr_left = 0;
+    c.range_start = w.range_start;
+    c.range_end = w.range_end;
+    c.writeback_index_before = writeback_index_before;
+    c.writeback_index_after = 0;
+    c.first_pos = 0;
+    c.last_end = 0;
+    c.pages = 0;
+    c.tgid = (pid_tgid >> 32) as u32;
+    c.tid = tid;
+    c.sync_mode = w.sync_mode;
+    c.flags = flags;
+    c.cause = cause_of(flags, w.sync_mode, work);
+    c.work_reason = work.map(|w| w.reason).unwrap_or(0);
+    c.folios = 0;
+    c.boundary = 0;
+    c.folio_hist = [0; FOLIO_HIST_BUCKETS];
+    c.comm = bpf_get_current_comm().unwrap_or_default();
+    c.ret = 0;
+    c.offcpu_ns = 0;
+    // Every field set above: adding one to GenericCall fails to compile
+    // here until it is (no code is generated for this).
+    let GenericCall {
+        kind: _,
+        dev: _,
+        ino: _,
+        wbc: _,
+        start_ns: _,
+        last_ns: _,
+        end_ns: _,
+        cgroup_id: _,
+        nr_to_write: _,
+        nr_last: _,
+        nr_left: _,
+        range_start: _,
+        range_end: _,
+        writeback_index_before: _,
+        writeback_index_after: _,
+        first_pos: _,
+        last_end: _,
+        pages: _,
+        tgid: _,
+        tid: _,
+        sync_mode: _,
+        flags: _,
+        cause: _,
+        work_reason: _,
+        folios: _,
+        boundary: _,
+        folio_hist: _,
+        comm: _,
+        ret: _,
+        start_cpu: _,
+        run_start: _,
+        exec_start: _,
+        offcpu_ns: _,
+    } = c;
+}
+
+/// The call ends now on its own thread, `end_ns` set: the time it spent
+/// switched out since it opened, where the run clock was read then.
+#[inline(always)]
+pub(crate) fn close_clock<A: Access>(c: &mut GenericCall) {
+    if c.flags & gf::RUN_CLOCK == 0 {
+        return;
+    }
+    let start = RunClock {
+        sum: c.run_start,
+        exec_start: c.exec_start,
+        cpu: c.start_cpu,
+    };
+    c.offcpu_ns = offcpu_since::<A>(&start, c.end_ns.saturating_sub(c.start_ns));
+    c.flags |= gf::OFF_CPU;
 }
 
 #[inline(always)]
@@ -371,6 +470,7 @@ pub fn generic_pass_end(ctx: BtfTracePointContext) -> i32 {
             open.flags |= gf::FINAL_BUDGET;
         }
     }
+    close_clock::<Typed>(open);
     emit(c, boundary::PASS_END);
     let _ = GENERIC.remove(&tid);
     0

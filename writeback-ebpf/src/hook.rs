@@ -23,19 +23,16 @@
 //! `do_writepages()` inside which an ext4 call started and ended emits
 //! nothing (the IN_CALL byte the ext4 end leaves, cleared here at entry).
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::{fentry, fexit, kprobe, kretprobe, map},
     maps::{HashMap, PerCpuArray},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
-use writeback_common::{
-    FOLIO_HIST_BUCKETS, GENERIC_CALL_KIND, GenericCall, boundary, generic_flags as gf,
-    members as m, stat,
-};
+use writeback_common::{GenericCall, boundary, generic_flags as gf, members as m, stat};
 
 use crate::{
-    WORK, bump,
-    generic::{cause_of, emit, read_wbc},
+    bump,
+    generic::{close_clock, emit, open, read_wbc},
     read::{Access, Probed, Typed, current_tid, member, member_ptr, now_ns},
     writepages::{
         EXT4_CALL_ENDED, IN_EXT4_CALL, KERNEL_MEMBERS, call_byte, filtered_out, inode_key, raw_arg,
@@ -83,42 +80,18 @@ fn begin<A: Access>(mapping: *const u8, wbc_ptr: *const u8) -> u32 {
     // SAFETY: this CPU's slot; no other program runs on it meanwhile.
     let h = unsafe { &mut *scratch };
     let w = read_wbc::<A>(wbc_ptr, tid);
-    let flags = w.flags | gf::WBC_SEEN | gf::FUNCTION_HOOK;
-    // SAFETY: copied out at once.
-    let work = unsafe { WORK.get(&tid) }.copied();
-    let now = now_ns();
     h.mapping = mapping as u64;
-    let c = &mut h.call;
-    c.kind = GENERIC_CALL_KIND;
-    c.dev = key.dev;
-    c.ino = key.ino;
-    c.wbc = w.wbc;
-    c.start_ns = now;
-    c.last_ns = now;
-    c.end_ns = 0;
-    c.cgroup_id = cgroup_id;
-    c.nr_to_write = w.nr_to_write;
-    c.nr_last = w.nr_to_write;
-    c.nr_left = 0;
-    c.range_start = w.range_start;
-    c.range_end = w.range_end;
-    c.writeback_index_before = member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
-    c.writeback_index_after = 0;
-    c.first_pos = 0;
-    c.last_end = 0;
-    c.pages = 0;
-    c.tgid = (pid_tgid >> 32) as u32;
-    c.tid = tid;
-    c.sync_mode = w.sync_mode;
-    c.flags = flags;
-    c.cause = cause_of(flags, w.sync_mode, work);
-    c.work_reason = work.map(|w| w.reason).unwrap_or(0);
-    c.folios = 0;
-    c.boundary = boundary::HOOK;
-    c.folio_hist = [0; FOLIO_HIST_BUCKETS];
-    c.comm = bpf_get_current_comm().unwrap_or_default();
-    c.ret = 0;
-    c._pad = 0;
+    open::<A>(
+        &mut h.call,
+        &key,
+        &w,
+        w.flags | gf::WBC_SEEN | gf::FUNCTION_HOOK,
+        now_ns(),
+        pid_tgid,
+        cgroup_id,
+        member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64,
+    );
+    h.call.boundary = boundary::HOOK;
     if HOOKED.insert(&tid, &*h, 0).is_err() {
         bump(stat::INFLIGHT_FULL);
     }
@@ -186,6 +159,7 @@ fn end_with<A: Access>(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
         c.pages = c.nr_to_write.saturating_sub(left).max(0) as u64;
         c.writeback_index_after = member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
         c.ret = ret;
+        close_clock::<A>(c);
         emit(c, boundary::HOOK);
     }
     let _ = HOOKED.remove(&tid);

@@ -121,7 +121,7 @@ static THROTTLED: LruPerCpuHashMap<u32, PausedBy> = LruPerCpuHashMap::with_max_e
 /// Runtime switches written by userspace after attaching: index 0 = how
 /// on-CPU time is measured (`writeback_common::cpu_time`).
 #[map]
-static CONFIG: Array<u32> = Array::with_max_entries(4, 0);
+pub(crate) static CONFIG: Array<u32> = Array::with_max_entries(4, 0);
 
 /// In-kernel filters (0 = off), set before load.
 #[unsafe(no_mangle)]

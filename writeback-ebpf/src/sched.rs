@@ -12,9 +12,7 @@ use aya_ebpf::{
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
-use writeback_common::{
-    InflightCall, TaskMembers, TracepointLayout, fields::sched_switch as ss, members as m,
-};
+use writeback_common::{TaskMembers, TracepointLayout, fields::sched_switch as ss, members as m};
 
 use crate::{
     CURRENT, INFLIGHT, OFFCPU_SINCE,
@@ -62,10 +60,10 @@ pub(crate) fn run_clock<A: Access>() -> RunClock {
 /// the tick, which calls `update_curr()` on a running thread
 /// (`task_tick_fair()`).
 #[inline(always)]
-pub(crate) fn offcpu_since<A: Access>(start: &InflightCall, wall: u64) -> u64 {
+pub(crate) fn offcpu_since<A: Access>(start: &RunClock, wall: u64) -> u64 {
     let now = run_clock::<A>();
-    let ran = now.sum.wrapping_sub(start.run_start);
-    let on_cpu = if now.cpu == start.start_cpu {
+    let ran = now.sum.wrapping_sub(start.sum);
+    let on_cpu = if now.cpu == start.cpu {
         let off = (now.exec_start.wrapping_sub(start.exec_start) as i64)
             .wrapping_sub(ran as i64)
             .max(0) as u64;

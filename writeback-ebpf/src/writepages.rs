@@ -23,7 +23,7 @@ use writeback_common::{
 use crate::{
     CONFIG, CURRENT, EVENTS, FILTER, IN_CALL, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, bump,
     read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns},
-    sched::{offcpu_since, run_clock},
+    sched::{RunClock, offcpu_since, run_clock},
 };
 
 /// Layout of `ext4:ext4_writepages` (or `ext4_da_writepages`).
@@ -283,7 +283,12 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
         0
     };
     let offcpu_ns = if start.cpu_method == cpu_time::TASK_RUNTIME {
-        offcpu_since::<A>(&start, duration_ns)
+        let clock = RunClock {
+            sum: start.run_start,
+            exec_start: start.exec_start,
+            cpu: start.start_cpu,
+        };
+        offcpu_since::<A>(&clock, duration_ns)
     } else {
         start.offcpu_ns
     };

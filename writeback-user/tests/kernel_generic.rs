@@ -254,3 +254,47 @@ async fn fsync_of_64_mib_adds_up_and_ext4_is_never_counted_twice() {
         drop(fs);
     }
 }
+
+/// 32 MiB written, then `sync`: the flusher writes the file in inode
+/// passes, and each call closed at its pass end carries its on-CPU time
+/// from the thread's run clock at the first folio and at the pass end
+/// (no more than its wall time, and some of it: writing 32 MiB of folios
+/// is work); a call whose end no program saw on its thread has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_closed_at_the_pass_end_have_their_on_cpu_time() {
+    let (_tracer, mut collector) = attach();
+    for fstype in ["xfs", "btrfs"] {
+        let fs = std::sync::Arc::new(LoopFs::new(fstype, 512));
+        let work_fs = fs.clone();
+        let calls = calls_of(&mut collector, move || {
+            let mut f = File::create_new(work_fs.path("synced")).unwrap();
+            f.write_all(&vec![3u8; 32 * MIB]).unwrap();
+            let ino = f.metadata().unwrap().ino();
+            drop(f);
+            let status = std::process::Command::new("sync").status().expect("sync");
+            assert!(status.success());
+            (sb_dev(&work_fs.mountpoint), ino)
+        })
+        .await;
+        let total: i64 = calls.iter().map(|c| c.pages_written).sum();
+        assert_eq!(total, 32 * MIB as i64 / page_size(), "{fstype}: {calls:?}");
+        let passes: Vec<&CallRecord> = calls
+            .iter()
+            .filter(|c| c.boundary == boundary::PASS_END)
+            .collect();
+        assert!(
+            !passes.is_empty(),
+            "{fstype}: sync wrote no pass: {calls:?}"
+        );
+        for c in &calls {
+            match c.on_cpu_ns {
+                Some(on_cpu) => {
+                    assert_eq!(c.boundary, boundary::PASS_END, "{c:?}");
+                    assert!(on_cpu > 0 && on_cpu <= c.duration_ns, "{fstype}: {c:?}");
+                }
+                None => assert_ne!(c.boundary, boundary::PASS_END, "{fstype}: {c:?}"),
+            }
+        }
+        drop(fs);
+    }
+}

@@ -256,7 +256,13 @@ impl CallRecord {
             cgroup_id: g.cgroup_id,
             cause: g.cause,
             work_reason: g.work_reason,
-            on_cpu_ns: None,
+            // Measured where the call closed on its own thread at a known
+            // end (function exit, inode pass end): the end is `end_ns`.
+            on_cpu_ns: (g.flags & gf::OFF_CPU != 0 && g.end_ns != 0).then(|| {
+                g.end_ns
+                    .saturating_sub(g.start_ns)
+                    .saturating_sub(g.offcpu_ns)
+            }),
             scan: None,
             extents: 0,
             extent_blocks: 0,

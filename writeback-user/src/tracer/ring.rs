@@ -283,7 +283,41 @@ mod tests {
         assert_eq!(rec.duration_ns, 150, "first to last folio");
         assert_eq!(rec.folio_hist, vec![0, 3, 0, 0, 0, 2]);
         assert!(rec.start_seen);
+        assert_eq!(rec.on_cpu_ns, None, "closed by the next call: no end");
         assert!(decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    /// A call closed on its own thread at a known end carries its on-CPU
+    /// time: the span minus the time switched out; without the flag (no
+    /// run clock, or an end the thread did not see) it is unknown.
+    #[test]
+    fn a_call_closed_at_its_end_has_its_on_cpu_time() {
+        use writeback_common::generic_flags as gf;
+        let mut g = GenericCall {
+            kind: GENERIC_CALL_KIND,
+            start_ns: 1_000,
+            last_ns: 4_000,
+            end_ns: 5_000,
+            offcpu_ns: 1_500,
+            boundary: boundary::HOOK,
+            flags: gf::WBC_SEEN | gf::FUNCTION_HOOK | gf::RUN_CLOCK | gf::OFF_CPU,
+            ..Default::default()
+        };
+        let decoded = |g: &GenericCall| {
+            // SAFETY: GenericCall is repr(C) plain data.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(
+                    (g as *const GenericCall).cast::<u8>(),
+                    size_of::<GenericCall>(),
+                )
+            };
+            let RingRecord::Call(rec) = decode(bytes).unwrap();
+            rec
+        };
+        let rec = decoded(&g);
+        assert_eq!((rec.duration_ns, rec.on_cpu_ns), (4_000, Some(2_500)));
+        g.flags &= !gf::OFF_CPU;
+        assert_eq!(decoded(&g).on_cpu_ns, None);
     }
 
     #[test]

@@ -225,9 +225,19 @@ fn xfs_calls(
             hook_calls.map_or("no usable count".into(), |n| format!("{n} call(s)"))
         )
     } else {
-        pass &= hooked == calls.len() && kprobe_calls == Some(calls.len());
+        // The function hooks read the thread's run clock at entry and exit
+        // (hook.rs): each call has an on-CPU time within its wall time.
+        let timed = calls
+            .iter()
+            .filter(|c| {
+                let wall = c["duration_ns"].as_u64().unwrap_or(0);
+                c["on_cpu_ns"].as_u64().is_some_and(|t| t > 0 && t <= wall)
+            })
+            .count();
+        pass &= hooked == calls.len() && kprobe_calls == Some(calls.len()) && timed == calls.len();
         format!(
-            "kprobe event counted {} on the file ({} in all; wbscope {total_hook} hook calls in all)",
+            "{timed} with an on-CPU time within the wall time; kprobe event counted {} on the \
+             file ({} in all; wbscope {total_hook} hook calls in all)",
             kprobe_calls.map_or("nothing".into(), |n| n.to_string()),
             kprobe.hits.len()
         )
@@ -634,8 +644,9 @@ mod tests {
     fn xfs_calls_match_the_kprobe_count_and_the_derived_run() {
         let dev = (254u64 << 8).to_string();
         let line = |pages: i64, boundary: &str| {
+            let on_cpu = if boundary == "hook" { "400" } else { "null" };
             format!(
-                r#"{{"type":"call","dev":"254:0","ino":12,"pages_written":{pages},"fs":"xfs","boundary":"{boundary}"}}"#
+                r#"{{"type":"call","dev":"254:0","ino":12,"pages_written":{pages},"fs":"xfs","boundary":"{boundary}","duration_ns":1000,"on_cpu_ns":{on_cpu}}}"#
             )
         };
         let summary = |hook: &str| {
@@ -660,6 +671,14 @@ mod tests {
         assert_eq!(kprobe.file_calls(), Some(8));
         let c = xfs_calls("xfs-fentry", "fentry", &trace, &kprobe, None);
         assert!(c.pass, "{c}");
+        // A hook call without its on-CPU time, or with more than its wall
+        // time, fails.
+        for bad in [r#""on_cpu_ns":null"#, r#""on_cpu_ns":1001"#] {
+            let mut untimed = lines.clone();
+            untimed[3] = untimed[3].replace(r#""on_cpu_ns":400"#, bad);
+            let untimed = TraceRun::parse(&untimed.join("\n"), "0", "", &format!("{dev} 12"));
+            assert!(!xfs_calls("xfs-fentry", "fentry", &untimed, &kprobe, None).pass);
+        }
         // One call fewer than the kprobe saw, or the wrong hook kind: fail.
         let short = KprobeCount::parse(&kprobe_text.replacen("map=0xffff1", "map=0xffff3", 1));
         assert!(!xfs_calls("xfs-fentry", "fentry", &trace, &short, None).pass);
