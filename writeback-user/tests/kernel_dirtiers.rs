@@ -316,9 +316,9 @@ fn flusher_writeback_and_throttling_are_charged_to_the_dirtier() {
     // 2 MiB: the writer is certain to be throttled (at 8 MiB a fast disk
     // on a busy host once kept it from pausing at all), and the flusher
     // writes 512-page calls while the pages are still being dirtied,
-    // which once charged a third of them to no one: a batch of calls was
-    // tested against the pages outstanding up front, not as it was
-    // charged (`Attribution::charge_batch`).
+    // which once charged a third of them to no one: each call of a batch
+    // was tested against the pages outstanding alone, not the batch's
+    // calls together (`Attribution::charge_batch`).
     fs.scratch().limit_dirty(2 * MIB).expect("bdi limit");
     let path = fs.path("capped");
     let mount = fs.mountpoint.display().to_string();
