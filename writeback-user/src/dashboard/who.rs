@@ -24,12 +24,17 @@ pub(crate) const MAX_WHO_ROWS: usize = 1024;
 /// The live attribution state. Calls are charged when the next reading of
 /// the maps arrives, not as they come: the reading then holds every page
 /// dirtied before the call (the trace loop gets the same by reading the
-/// maps again when a call wrote more than is outstanding, which the
-/// dashboard's task cannot do: the maps are read by the sampler).
+/// maps again when a batch wrote more than is outstanding, which the
+/// dashboard's task cannot do: the maps are read by the sampler). Calls
+/// still short after a reading wait for one more, as the trace loop
+/// reads twice (`Attribution::charge_batch`).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LiveWho {
     attribution: Attribution,
     pending: Vec<CallRecord>,
+    /// The pending calls were short at the last reading and held for this
+    /// one.
+    held: bool,
 }
 
 impl LiveWho {
@@ -47,6 +52,11 @@ impl LiveWho {
     /// outstanding, then the held calls are charged.
     pub(crate) fn reading(&mut self, snap: &DirtierSnapshot) {
         self.attribution.update(snap);
+        if !self.held && self.attribution.short(&self.pending) {
+            self.held = true;
+            return;
+        }
+        self.held = false;
         for mut call in std::mem::take(&mut self.pending) {
             self.attribution.charge(&mut call);
         }
@@ -175,6 +185,53 @@ mod tests {
             throttle_pauses: 1,
             throttle_pause_ms: 10,
         }
+    }
+
+    /// A call still short after a reading (the reading missed a CPU's
+    /// cached pages) waits for the next one, once.
+    #[test]
+    fn live_calls_short_after_a_reading_wait_for_the_next() {
+        use crate::model::{DevId, dirtier::DirtierReading};
+        let dev = (7 << 20) | 1;
+        let snap = |pages: u64| DirtierSnapshot {
+            entries: vec![DirtierReading {
+                dev,
+                ino: 5,
+                tgid: 10,
+                pages,
+                pid: 10,
+                comm: "dd".into(),
+                cgroup_id: 1,
+                owner_cgroup_id: 0,
+            }],
+            throttled: Default::default(),
+        };
+        let call = CallRecord {
+            dev: DevId::from_kernel(dev),
+            ino: 5,
+            tgid: 99,
+            pages_written: 1024,
+            start_seen: true,
+            ..CallRecord::default()
+        };
+        let mut live = LiveWho::default();
+        live.call(&call);
+        live.reading(&snap(512));
+        let held = live.owners();
+        assert!(held.iter().all(|o| o.pages_written == 0), "{held:?}");
+        live.reading(&snap(1024));
+        let owners = live.owners();
+        let dd = owners.iter().find(|o| o.pid == 10).expect("dd");
+        assert_eq!(dd.pages_written, 1024, "{owners:?}");
+        // Held once only: a call no reading accounts for is charged at the
+        // reading after, the rest to (unknown).
+        live.call(&call);
+        live.reading(&snap(1024));
+        assert_eq!((live.pending.len(), live.held), (1, true));
+        live.reading(&snap(1024));
+        assert_eq!((live.pending.len(), live.held), (0, false));
+        let owners = live.owners();
+        assert!(owners.iter().all(|o| o.pages_written == 0), "{owners:?}");
     }
 
     #[test]

@@ -237,18 +237,8 @@ impl Attribution {
         batch: &mut [CallRecord],
         mut read: impl FnMut() -> Option<DirtierSnapshot>,
     ) {
-        let mut written: HashMap<(u32, u64), (u64, &CallRecord)> = HashMap::new();
-        for call in batch.iter().filter(|c| c.pages_written > 0) {
-            let e = written
-                .entry((kernel_dev(call), call.ino))
-                .or_insert((0, call));
-            e.0 += call.pages_written as u64;
-        }
         for _ in 0..2 {
-            let short = written
-                .values()
-                .any(|&(pages, call)| self.outstanding(call) < pages);
-            if !short {
+            if !self.short(batch) {
                 break;
             }
             match read() {
@@ -259,6 +249,21 @@ impl Attribution {
         for call in batch {
             self.charge(call);
         }
+    }
+
+    /// Whether the calls of `batch` on some inode wrote more pages
+    /// together than the inode has outstanding as last read.
+    pub(crate) fn short(&self, batch: &[CallRecord]) -> bool {
+        let mut written: HashMap<(u32, u64), (u64, &CallRecord)> = HashMap::new();
+        for call in batch.iter().filter(|c| c.pages_written > 0) {
+            let e = written
+                .entry((kernel_dev(call), call.ino))
+                .or_insert((0, call));
+            e.0 += call.pages_written as u64;
+        }
+        written
+            .values()
+            .any(|&(pages, call)| self.outstanding(call) < pages)
     }
 
     /// Charges the call's pages to its inode's dirtiers (the rule in the
