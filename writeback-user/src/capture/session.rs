@@ -102,9 +102,9 @@ impl Who<'_> {
         }
     }
 
-    /// Charges a batch of calls, reading the maps again before the first
-    /// call that wrote more than its inode has outstanding
-    /// (`Attribution::charge_batch`).
+    /// Charges a batch of calls, reading the maps again first when the
+    /// batch's calls on an inode wrote more together than it has
+    /// outstanding (`Attribution::charge_batch`).
     fn charge(&mut self, batch: &mut [CallRecord]) {
         if !self.on {
             return;

@@ -520,9 +520,9 @@ mod tests {
     }
 
     /// A batch whose calls together write more than is outstanding gets a
-    /// fresh reading before the first call short of pages, however many
-    /// calls before it fit (kernel_dirtiers' flusher test under load: 14
-    /// calls of 512 pages against 4096 outstanding).
+    /// fresh reading before any call is charged, though each call alone
+    /// fits (kernel_dirtiers' flusher test under load: 14 calls of 512
+    /// pages against 4096 outstanding).
     #[test]
     fn a_batch_reads_again_when_its_calls_together_exceed_what_is_outstanding() {
         let mut a = Attribution::default();
