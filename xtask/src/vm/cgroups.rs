@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::checks::Check;
+use super::checks::{Check, exit_reason, last_line};
 
 /// 16 MiB in 4 KiB pages: what each cgroup's writer writes.
 const CGROUP_PAGES: i64 = (16 << 20) / 4096;
@@ -162,15 +162,7 @@ fn memcg_throttled(json: &str, rc: &str, stderr: &str, dd_ms: &str, pauses: &Pau
     const NAME: &str = "doctor-memcg-throttled";
     // doctor exits 3 when it saw a warning or critical finding.
     if !matches!(rc.trim(), "0" | "3") {
-        return Check::new(
-            NAME,
-            false,
-            format!(
-                "wbscope doctor exited {:?}: {}",
-                rc.trim(),
-                last_line(stderr)
-            ),
-        );
+        return Check::new(NAME, false, exit_reason("wbscope doctor", rc, stderr));
     }
     let report: Value = match serde_json::from_str(json) {
         Ok(v) => v,
@@ -272,11 +264,7 @@ impl std::fmt::Display for Pauses {
 /// The trace's JSON lines, or why the run is unusable.
 fn parse_lines(jsonl: &str, rc: &str, stderr: &str) -> Result<Vec<Value>, String> {
     if rc.trim() != "0" {
-        return Err(format!(
-            "wbscope trace exited {:?}: {}",
-            rc.trim(),
-            last_line(stderr)
-        ));
+        return Err(exit_reason("wbscope trace", rc, stderr));
     }
     let lines = jsonl
         .lines()
@@ -289,14 +277,6 @@ fn parse_lines(jsonl: &str, rc: &str, stderr: &str) -> Result<Vec<Value>, String
         return Err("no summary line at the end of the trace".into());
     }
     Ok(lines)
-}
-
-fn last_line(text: &str) -> &str {
-    text.lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("no output")
-        .trim()
 }
 
 #[cfg(test)]
@@ -372,10 +352,7 @@ mod tests {
         assert!(!c.pass && c.detail.contains("0 written"), "{c}");
 
         let crashed = owners("", "101", "wbscope: boom\n", &writers());
-        assert_eq!(
-            crashed.detail,
-            "wbscope trace exited \"101\": wbscope: boom"
-        );
+        assert_eq!(crashed.detail, "wbscope trace exited 101: wbscope: boom");
     }
 
     #[test]

@@ -547,7 +547,7 @@ fn kind_of_run(run: &str, disabled: &str, kinds: &[&str], trace: &TraceRun) -> C
 }
 
 /// "exited N: last stderr line", or that the guest's `timeout` stopped it.
-fn exit_reason(what: &str, rc: &str, stderr: &str) -> String {
+pub(super) fn exit_reason(what: &str, rc: &str, stderr: &str) -> String {
     match rc.trim() {
         // coreutils timeout's status when it had to kill the command.
         "124" => format!(
@@ -559,7 +559,7 @@ fn exit_reason(what: &str, rc: &str, stderr: &str) -> String {
     }
 }
 
-fn last_line(text: &str) -> &str {
+pub(super) fn last_line(text: &str) -> &str {
     text.lines()
         .rev()
         .find(|l| !l.trim().is_empty())
