@@ -24,6 +24,26 @@ tracing_started() {
     return 1
 }
 
+# Waits until wbscope (pid $1, stderr in $2) has its probes live, or has
+# exited. Every external command is an exec over 9p, slow under TCG, so
+# the check is a shell builtin loop and the poll interval is coarse.
+wait_tracing() {
+    until tracing_started "$2"; do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.3
+    done
+}
+
+# Starts `wbscope [ARGS] trace --json --events` in the background for run
+# $1, its output in $OUT/$1.*; sets pid.
+start_trace() {
+    run=$1
+    shift
+    timeout "$TRACE_TIMEOUT" "$WBSCOPE" --log "$OUT/$run.log" "$@" trace --json --events \
+        > "$OUT/$run.jsonl" 2> "$OUT/$run.err" &
+    pid=$!
+}
+
 step probes
 # Which scan functions this kernel can hook (function hooks need them
 # traceable): the host expects a function hook for scan exactly when one
@@ -58,17 +78,9 @@ trace_run() {
     else
         set --
     fi
-    timeout "$TRACE_TIMEOUT" "$WBSCOPE" --log "$OUT/$name.log" "$@" trace --json --events \
-        > "$OUT/$name.jsonl" 2> "$OUT/$name.err" &
-    pid=$!
-    # Wait until the probes are live (wbscope's "tracing;" line). Every
-    # external command is an exec over 9p, slow under TCG, so the check is
-    # a shell builtin loop and the poll interval is coarse.
+    start_trace "$name" "$@"
     t0=$(date +%s%N)
-    until tracing_started "$OUT/$name.err"; do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.3
-    done
+    wait_tracing "$pid" "$OUT/$name.err"
     echo "$(( ($(date +%s%N) - t0) / 1000000 ))" > "$OUT/$name.startup-ms"
     file="$MNT/data-$name"
     dd if=/dev/zero of="$file" bs=1M count=64 conv=fsync 2> "$OUT/$name.dd"
@@ -113,13 +125,8 @@ in_cgroup() {
 cgroup_owners() {
     name=cg-owners
     step "trace-$name"
-    timeout "$TRACE_TIMEOUT" "$WBSCOPE" --log "$OUT/$name.log" trace --json --events \
-        > "$OUT/$name.jsonl" 2> "$OUT/$name.err" &
-    pid=$!
-    until tracing_started "$OUT/$name.err"; do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.3
-    done
+    start_trace "$name"
+    wait_tracing "$pid" "$OUT/$name.err"
     in_cgroup a dd if=/dev/zero of="$MNT/cg-a" bs=1M count=16 conv=fsync 2> "$OUT/cg-a.dd" &
     wa=$!
     in_cgroup b dd if=/dev/zero of="$MNT/cg-b" bs=1M count=16 conv=fsync 2> "$OUT/cg-b.dd" &
@@ -152,10 +159,7 @@ cgroup_doctor() {
     timeout "$TRACE_TIMEOUT" "$WBSCOPE" --log "$OUT/$name.log" doctor --duration 25 --json \
         --record /tmp/cg-doctor.rec > "$OUT/$name.json" 2> "$OUT/$name.err" &
     pid=$!
-    until tracing_started "$OUT/$name.err"; do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.3
-    done
+    wait_tracing "$pid" "$OUT/$name.err"
     t0=$(date +%s%N)
     in_cgroup small dd if=/dev/zero of="$MNT/cg-small" bs=1M count=192 2> "$OUT/$name.dd"
     echo "$(( ($(date +%s%N) - t0) / 1000000 ))" > "$OUT/$name.dd-ms"
@@ -192,13 +196,8 @@ xfs_run() {
     else
         set --
     fi
-    timeout "$TRACE_TIMEOUT" "$WBSCOPE" --log "$OUT/$name.log" "$@" trace --json --events \
-        > "$OUT/$name.jsonl" 2> "$OUT/$name.err" &
-    pid=$!
-    until tracing_started "$OUT/$name.err"; do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.3
-    done
+    start_trace "$name" "$@"
+    wait_tracing "$pid" "$OUT/$name.err"
     echo 'p:wbcheck/dwp do_writepages map=%di:x64 nr=+0(%si):s64' >> "$T/kprobe_events" \
         2> "$OUT/$name.kprobe-err"
     echo > "$T/trace"
