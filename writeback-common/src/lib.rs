@@ -85,7 +85,8 @@ impl Default for TracepointLayout {
 /// `offset` (a kprobe: 8 bytes there, through bpf_probe_read_kernel) and
 /// keeps `(raw << left_shift) >> right_shift` (arithmetic when `signed`):
 /// the same two shifts serve whole members and bitfields, without a branch.
-#[repr(C)]
+/// Aligned to 8 bytes so that a program reads it in one load.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemberSpec {
     pub offset: u16,

@@ -23,7 +23,7 @@ use writeback_common::{
 
 use crate::{
     FILTER,
-    read::{Access, Typed, field},
+    read::{Access, Typed, field, load_spec},
     writepages::raw_arg,
 };
 
@@ -51,8 +51,7 @@ static DIRTY_FOLIO_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 
 #[inline(always)]
 fn spec(index: usize) -> MemberSpec {
-    // SAFETY: .rodata global, see read::field.
-    unsafe { core::ptr::read_volatile(&DIRTIER_MEMBERS.members[index]) }
+    load_spec(&DIRTIER_MEMBERS.members[index])
 }
 
 #[inline(always)]
@@ -106,22 +105,45 @@ fn owner_cgroup(inode: *const u8) -> u64 {
     scalar(kn, dm::KN_ID) as u64
 }
 
-/// Adds `pages` to the current process's count for `key`: in this CPU's
-/// slot while the CPU keeps dirtying the same (inode, process), moving
-/// the slot's pages to `DIRTIERS` when it changes.
+/// This CPU's slot, when the map has one (always: one entry).
 #[inline(always)]
-fn account(key: DirtierKey, pages: u64, owner: impl FnOnce() -> u64) {
-    let Some(slot) = DIRTY_SLOT.get_ptr_mut(0) else {
-        return;
-    };
+fn slot() -> Option<&'static mut DirtierSlot> {
+    let slot = DIRTY_SLOT.get_ptr_mut(0)?;
     // SAFETY: this CPU's slot. The program does not nest on one CPU (the
     // kernel skips a program that would recurse), so nothing else writes
     // it meanwhile; userspace only reads it.
-    let slot = unsafe { &mut *slot };
-    if slot.key == key {
-        slot.entry.pages += pages;
-        return;
+    Some(unsafe { &mut *slot })
+}
+
+/// Adds `pages` to the slot when the folio is the slot's (inode, process):
+/// the hit that a run of dirtying by one process of one file takes folio
+/// after folio, with nothing read but the slot's first line. `sb` stands
+/// for the device: while a superblock lives its address names one
+/// filesystem, so a false hit would need the slot's filesystem unmounted,
+/// another mounted at the same address and an inode of the same number
+/// dirtied by the same process on this CPU with nothing dirtied between.
+#[inline(always)]
+fn hit(slot: &mut DirtierSlot, sb: u64, ino: u64, tgid: u32, pages: u64) -> bool {
+    if slot.sb != sb || slot.key.ino != ino || slot.key.tgid != tgid {
+        return false;
     }
+    if slot.dropped == 0 {
+        slot.entry.pages += pages;
+    }
+    true
+}
+
+/// A miss: moves the slot's pages to `DIRTIERS` and makes the folio's
+/// (inode, process) the slot's, with the process's thread, comm, cgroup
+/// and the inode's owner, or marks it dropped when the filter drops it.
+#[inline(always)]
+fn refill(
+    slot: &mut DirtierSlot,
+    key: DirtierKey,
+    sb: u64,
+    pages: u64,
+    owner: impl FnOnce() -> u64,
+) {
     if slot.entry.pages != 0 {
         flush(&slot.key, &slot.entry);
     }
@@ -130,6 +152,12 @@ fn account(key: DirtierKey, pages: u64, owner: impl FnOnce() -> u64) {
     // pages under the new key.
     slot.entry.pages = 0;
     slot.key = key;
+    slot.sb = sb;
+    if !dirty_filter(key.dev, key.ino, key.tgid) {
+        slot.dropped = 1;
+        return;
+    }
+    slot.dropped = 0;
     // SAFETY: plain helper call.
     slot.entry.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     slot.entry.owner_cgroup_id = owner();
@@ -159,7 +187,8 @@ fn flush(key: &DirtierKey, pending: &DirtierEntry) {
 /// The in-kernel filters at dirty time: device and inode drop the event;
 /// a process or cgroup filter that matches marks the inode, so that its
 /// writeback passes the filter whoever makes it ([`dirtied_by_filter`]).
-/// Returns false when the event is dropped.
+/// Returns false when the event is dropped. Run on a slot miss only: a
+/// hit has the slot's verdict.
 #[inline(always)]
 fn dirty_filter(dev: u32, ino: u64, tgid: u32) -> bool {
     // SAFETY: .rodata global, see read::field.
@@ -195,10 +224,38 @@ pub(crate) fn dirtied_by_filter(dev: u32, ino: u64) -> bool {
     unsafe { FILTER_DIRTIED.get(&key) }.is_some()
 }
 
+/// `folio_nr_pages()`: 1 unless the folio is large (PG_head set), when
+/// the count is in the folio's first tail page.
+#[inline(always)]
+fn folio_pages(folio: *const u8) -> u64 {
+    if spec(dm::FOLIO_NR_PAGES).present == 0 {
+        return 1;
+    }
+    // SAFETY: .rodata global, see read::field.
+    let bit = unsafe { core::ptr::read_volatile(&DIRTIER_MEMBERS.pg_head_bit) };
+    let flags = scalar(folio, dm::FOLIO_FLAGS) as u64;
+    if (flags >> (bit & 63)) & 1 == 0 {
+        return 1;
+    }
+    let n = scalar(folio, dm::FOLIO_NR_PAGES) as u64;
+    // A bound against a surprise: folios are at most MAX_PAGECACHE_ORDER
+    // (PMD order, 512 pages on x86-64) here; 1 << 18 covers every
+    // architecture's PUD order too.
+    if n > 0 && n <= 1 << 18 { n } else { 1 }
+}
+
 /// `tp_btf/writeback_dirty_folio`: TP_PROTO(struct folio *folio, struct
 /// address_space *mapping) (include/trace/events/writeback.h), fired by
 /// `folio_account_dirtied()` as the folio's `folio_nr_pages()` pages are
 /// added to NR_FILE_DIRTY.
+///
+/// Once per folio dirtied, and under a writer of large folios (1 MiB
+/// writes) between two runs the kernel copies enough to evict the
+/// program's code and data from the caches: what a hit reads is kept to
+/// the lines the kernel has just used itself (the folio, the mapping, the
+/// inode's first two lines, the current task) and one line of the slot;
+/// the superblock, the filter and the hash are read on a miss only
+/// (BENCHMARKS.md, "The dirty-time program").
 #[btf_tracepoint(function = "writeback_dirty_folio")]
 pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
     let folio = raw_arg(&ctx, 0) as *const u8;
@@ -209,32 +266,25 @@ pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
     if mapping.is_null() {
         return 0;
     }
+    let Some(slot) = slot() else {
+        return 0;
+    };
     let inode = pointer(mapping, dm::MAPPING_HOST);
     let sb = pointer(inode, dm::INODE_I_SB);
     let ino = scalar(inode, dm::INODE_I_INO) as u64;
-    let dev = scalar(sb, dm::SB_S_DEV) as u32;
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !dirty_filter(dev, ino, tgid) {
+    let pages = folio_pages(folio);
+    if hit(slot, sb as u64, ino, tgid, pages) {
         return 0;
     }
-    // folio_nr_pages(): 1 unless the folio is large (PG_head set), when
-    // the count is in the folio's first tail page.
-    let mut pages = 1u64;
-    if spec(dm::FOLIO_NR_PAGES).present != 0 {
-        // SAFETY: .rodata global, see read::field.
-        let bit = unsafe { core::ptr::read_volatile(&DIRTIER_MEMBERS.pg_head_bit) };
-        let flags = scalar(folio, dm::FOLIO_FLAGS) as u64;
-        if (flags >> (bit & 63)) & 1 != 0 {
-            let n = scalar(folio, dm::FOLIO_NR_PAGES) as u64;
-            // A bound against a surprise: folios are at most
-            // MAX_PAGECACHE_ORDER (PMD order, 512 pages on x86-64) here;
-            // 1 << 18 covers every architecture's PUD order too.
-            if n > 0 && n <= 1 << 18 {
-                pages = n;
-            }
-        }
-    }
-    account(DirtierKey { ino, dev, tgid }, pages, || owner_cgroup(inode));
+    let dev = scalar(sb, dm::SB_S_DEV) as u32;
+    refill(
+        slot,
+        DirtierKey { ino, dev, tgid },
+        sb as u64,
+        pages,
+        || owner_cgroup(inode),
+    );
     0
 }
 
@@ -246,9 +296,12 @@ pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
 pub fn dirty_folio(ctx: TracePointContext) -> u32 {
     let ino = field(&ctx, &DIRTY_FOLIO_LAYOUT, dirty_folio::INO) as u64;
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !dirty_filter(0, ino, tgid) {
+    let Some(slot) = slot() else {
+        return 0;
+    };
+    if hit(slot, 0, ino, tgid, 1) {
         return 0;
     }
-    account(DirtierKey { ino, dev: 0, tgid }, 1, || 0);
+    refill(slot, DirtierKey { ino, dev: 0, tgid }, 0, 1, || 0);
     0
 }

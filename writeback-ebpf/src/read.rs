@@ -120,8 +120,7 @@ impl Access for Probed {
 impl Access for Typed {
     #[inline(always)]
     fn scalar(base: *const u8, spec: &MemberSpec) -> i64 {
-        // SAFETY: .rodata global, see `field`.
-        let spec: MemberSpec = unsafe { core::ptr::read_volatile(spec) };
+        let spec = load_spec(spec);
         let at = base.wrapping_add(spec.offset as usize);
         // SAFETY: the verifier checks each load against the BTF of the
         // struct `base` points to; exactly the member's (or bitfield
@@ -140,8 +139,7 @@ impl Access for Typed {
 
     #[inline(always)]
     fn pointer(base: *const u8, spec: &MemberSpec) -> *const u8 {
-        // SAFETY: .rodata global, see `field`.
-        let spec: MemberSpec = unsafe { core::ptr::read_volatile(spec) };
+        let spec = load_spec(spec);
         if spec.present == 0 || spec.size != 8 {
             return core::ptr::null();
         }
@@ -179,9 +177,30 @@ pub fn member_ptr<A: Access>(base: *const u8, table: &KernelMembers, index: usiz
 /// member reads as 0.
 #[inline(always)]
 pub fn member_at(base: *const u8, spec: &MemberSpec) -> i64 {
-    // SAFETY: .rodata global, see `field`.
-    let spec: MemberSpec = unsafe { core::ptr::read_volatile(spec) };
+    let spec = load_spec(spec);
     extend_member(read_u64(base.wrapping_add(spec.offset as usize)), &spec)
+}
+
+/// A member's spec from .rodata in one 8-byte load (`MemberSpec` is
+/// 8-byte aligned for it). A volatile load of the struct itself is one
+/// load per field, seven, and the programs read several specs per run:
+/// on a program that runs once per large folio with its code evicted
+/// between runs, every instruction is fetched cold (BENCHMARKS.md, "The
+/// dirty-time program"). The verifier reads the frozen map's value all
+/// the same and prunes the branches on it.
+#[inline(always)]
+pub fn load_spec(spec: &MemberSpec) -> MemberSpec {
+    // SAFETY: .rodata global, see `field`; aligned by MemberSpec's repr.
+    let w = unsafe { core::ptr::read_volatile((spec as *const MemberSpec).cast::<u64>()) };
+    MemberSpec {
+        offset: w as u16,
+        left_shift: (w >> 16) as u8,
+        right_shift: (w >> 24) as u8,
+        signed: (w >> 32) as u8,
+        present: (w >> 40) as u8,
+        size: (w >> 48) as u8,
+        _pad: 0,
+    }
 }
 
 /// [`extend`] with a member's shifts, signedness and presence.
