@@ -97,12 +97,28 @@ pub fn report_usage_error(e: &clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
-    let rendered = e.render().to_string();
-    let first = rendered
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid arguments");
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    eprintln!("wbscope: error: {first} (see --help)");
+    eprintln!(
+        "wbscope: error: {} (see --help)",
+        usage_line(&e.render().to_string())
+    );
     ExitCode::from(2)
+}
+
+/// A clap error in one line: its first line, and when that ends in a
+/// colon the list under it ("the following required arguments were not
+/// provided: --cost <SECONDS>").
+fn usage_line(rendered: &str) -> String {
+    let mut lines = rendered.lines().skip_while(|l| l.trim().is_empty());
+    let Some(first) = lines.next() else {
+        return "invalid arguments".into();
+    };
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    if !first.ends_with(':') {
+        return first.to_string();
+    }
+    let items: Vec<&str> = lines
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    format!("{first} {}", items.join(", "))
 }

@@ -646,3 +646,53 @@ fn probes_cost_measures_the_calibration_programs() {
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(String::from_utf8(bad.stderr).unwrap().lines().count(), 1);
 }
+
+/// `probes --cost --on-hooks` under a known workload: the empty program
+/// on `writeback_dirty_folio` ran at least once per folio the workload
+/// dirtied (4 KiB writes to a new file on ext4 dirty order-0 folios:
+/// `write_begin` asks for a folio of the write's length), the block ones
+/// ran for its fsync, and Ctrl-C ends the measurement with the figures
+/// printed.
+#[test]
+fn probes_cost_on_hooks_runs_on_the_tracers_events() {
+    let fs = LoopFs::new("ext4", 64);
+    let mut cmd = wbscope();
+    cmd.args(["probes", "--cost", "600", "--on-hooks", "--json"]);
+    let measuring = Tracing::spawn(cmd, "measuring;");
+    let mut f = File::create_new(fs.path("pages")).unwrap();
+    let page = vec![7u8; PAGE as usize];
+    for _ in 0..256 {
+        f.write_all(&page).unwrap();
+    }
+    f.sync_all().unwrap();
+    let stopped = std::time::Instant::now();
+    let out = measuring.stop(libc::SIGINT);
+    assert!(stopped.elapsed().as_secs() < 10, "Ctrl-C did not end it");
+    let costs = out[0].as_array().expect("one JSON array");
+    let of = |name: &str| {
+        costs
+            .iter()
+            .find(|c| c["program"] == name)
+            .unwrap_or_else(|| panic!("{name} missing: {costs:?}"))
+    };
+    assert!(of("writeback_dirty_folio")["invocations"].as_u64().unwrap() >= 256);
+    for name in ["block_rq_issue", "block_rq_complete", "block_bio_queue"] {
+        assert!(of(name)["invocations"].as_u64().unwrap() >= 1, "{name}");
+    }
+    of("writeback:global_dirty_state");
+    assert_eq!(costs.len(), 5, "{costs:?}");
+    for c in costs {
+        let n = c["invocations"].as_u64().unwrap();
+        if n > 0 {
+            let avg = c["avg_ns"].as_f64().unwrap();
+            let total = c["run_time_ns"].as_u64().unwrap() as f64;
+            assert!(avg > 0.0 && (avg * n as f64 - total).abs() < 1.0, "{c}");
+        }
+    }
+
+    let bad = wbscope().args(["probes", "--on-hooks"]).output().unwrap();
+    let stderr = String::from_utf8(bad.stderr).unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--cost <SECONDS>"), "{stderr}");
+}

@@ -7,6 +7,12 @@
 //! - BPF run time per program invocation (kernel BPF statistics), lost
 //!   records, and the tracer's own CPU, idle and under that writeback;
 //!   BPF time per GiB written.
+//! - The floor those programs stand on: the same writes in the rotation
+//!   with only an empty program on each of the tracer's busiest events
+//!   (`wbscope probes --cost --on-hooks`), each tracer program's run time
+//!   against the empty one's on its event. An event that fires once per
+//!   large folio finds any program cold; the warm floor of `probes
+//!   --cost` (printed last) says little about it.
 //! - BPF invocations per second during a context-switch storm that
 //!   writes nothing (a pipe ping-pong between two threads): the cost the
 //!   tracer puts on work that has nothing to do with writeback (issue 19).
@@ -14,6 +20,7 @@
 //!   main's), the same BPF figures for that binary in the same run, traced
 //!   runs of both in the rotation, and their ratios.
 use std::{
+    collections::BTreeMap,
     fs::{self, File},
     io::{BufRead as _, BufReader, Write as _},
     path::{Path, PathBuf},
@@ -85,28 +92,50 @@ const TRACE_INTERVAL_S: f64 = 0.25;
 impl Tracer {
     fn start(binary: &Path) -> anyhow::Result<Tracer> {
         let interval = TRACE_INTERVAL_S.to_string();
-        Self::spawn(binary, &["trace", "--json", "--interval", &interval], None)
+        Self::spawn(
+            binary,
+            &["trace", "--json", "--interval", &interval],
+            None,
+            "tracing;",
+        )
     }
 
     fn record(binary: &Path, to: &Path) -> anyhow::Result<Tracer> {
         let out = to.to_string_lossy().into_owned();
-        Self::spawn(binary, &["record", "-o", &out], Some(to.to_path_buf()))
+        Self::spawn(
+            binary,
+            &["record", "-o", &out],
+            Some(to.to_path_buf()),
+            "tracing;",
+        )
     }
 
-    fn spawn(binary: &Path, args: &[&str], recording: Option<PathBuf>) -> anyhow::Result<Tracer> {
+    /// Empty programs on the tracer's busiest events until stopped
+    /// ([`Tracer::stop_floor`]).
+    fn floor(binary: &Path) -> anyhow::Result<Tracer> {
+        let args = ["probes", "--cost", "86400", "--on-hooks", "--json"];
+        Self::spawn(binary, &args, None, "measuring;")
+    }
+
+    fn spawn(
+        binary: &Path,
+        args: &[&str],
+        recording: Option<PathBuf>,
+        ready: &str,
+    ) -> anyhow::Result<Tracer> {
         let mut child = Command::new(binary)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .context("starting wbscope trace")?;
+            .with_context(|| format!("starting wbscope {}", args[0]))?;
         let stderr = child.stderr.take().context("no stderr")?;
         let mut lines = BufReader::new(stderr).lines();
         loop {
             match lines.next() {
-                Some(Ok(l)) if l.contains("tracing;") => break,
+                Some(Ok(l)) if l.contains(ready) => break,
                 Some(Ok(_)) => {}
-                _ => bail!("wbscope trace exited before attaching"),
+                _ => bail!("wbscope {} exited before attaching", args[0]),
             }
         }
         Ok(Tracer {
@@ -169,6 +198,36 @@ impl Tracer {
     }
 }
 
+impl Tracer {
+    /// Stops a [`Tracer::floor`] with SIGINT and returns its figures as
+    /// run-time entries (`program` is the event).
+    fn stop_floor(self) -> anyhow::Result<serde_json::Value> {
+        // SAFETY: plain syscall on our child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let out = self.child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "wbscope probes --cost --on-hooks failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let costs: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("wbscope probes' JSON")?;
+        Ok(costs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                serde_json::json!({
+                    "program": c["program"],
+                    "run_count": c["invocations"],
+                    "run_time_ns": c["run_time_ns"],
+                })
+            })
+            .collect())
+    }
+}
+
 /// The run-time entries of the interval lines that overlap `window`
 /// (seconds since the tracer attached), one array ([`run_time_table`]
 /// adds them up per program).
@@ -192,7 +251,19 @@ enum Side {
     Recorded,
     /// Traced by the baseline binary.
     Baseline,
+    /// Empty programs on the tracer's busiest events
+    /// (`probes --cost --on-hooks`).
+    Floor,
 }
+
+/// The tracer's program on each event [`Side::Floor`] measures.
+const FLOOR_EVENTS: [(&str, &str); 5] = [
+    ("writeback_dirty_folio", "tp_btf_dirty_folio"),
+    ("block_rq_issue", "tp_btf_rq_issue"),
+    ("block_rq_complete", "tp_btf_rq_complete"),
+    ("block_bio_queue", "tp_btf_bio_queue"),
+    ("writeback:global_dirty_state", "global_dirty"),
+];
 
 /// Seconds of each context-switch storm.
 const STORM_SECS: u64 = 5;
@@ -237,7 +308,12 @@ struct Storm {
 /// `binary trace` attached, a ping-pong of [`STORM_SECS`], and the BPF
 /// invocations of the 1 s interval lines spanning it.
 fn storm(binary: &Path) -> anyhow::Result<Storm> {
-    let tracer = Tracer::spawn(binary, &["trace", "--json", "--interval", "1"], None)?;
+    let tracer = Tracer::spawn(
+        binary,
+        &["trace", "--json", "--interval", "1"],
+        None,
+        "tracing;",
+    )?;
     std::thread::sleep(Duration::from_secs(1));
     let from = tracer.attached.elapsed().as_secs_f64();
     let trips = ping_pong(STORM_SECS)?;
@@ -312,9 +388,12 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     let baseline = std::env::var_os("WBSCOPE_BENCH_BASELINE").map(PathBuf::from);
     let mut baseline_run_times: Vec<serde_json::Value> = Vec::new();
     let mut baseline_rates = Vec::new();
+    // Empty programs on the busiest events, a side of the rotation.
+    let mut floor_runs: Vec<serde_json::Value> = Vec::new();
+    let mut floor_rates = Vec::new();
     for pair in 0..opts.pairs {
         // Rotate which side goes first, so drift favours none.
-        let mut order = vec![Side::Plain, Side::Traced, Side::Recorded];
+        let mut order = vec![Side::Plain, Side::Traced, Side::Recorded, Side::Floor];
         if baseline.is_some() {
             order.push(Side::Baseline);
         }
@@ -333,6 +412,7 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
                 Side::Plain => None,
                 Side::Traced => Some(Tracer::start(binary)?),
                 Side::Recorded => Some(Tracer::record(binary, &rec_path)?),
+                Side::Floor => Some(Tracer::floor(binary)?),
                 Side::Baseline => match &baseline {
                     Some(b) => Some(Tracer::start(b)?),
                     None => None,
@@ -352,6 +432,11 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
                 plain.push(rate);
                 continue;
             };
+            if side == Side::Floor {
+                floor_runs.push(tracer.stop_floor()?);
+                floor_rates.push(rate);
+                continue;
+            }
             let cpu = tracer.cpu_secs()? - cpu0.unwrap_or(0.0);
             peak_rss_kb = peak_rss_kb.max(tracer.peak_rss_kb().unwrap_or(0));
             let lines = tracer.stop(binary)?;
@@ -456,6 +541,11 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
         "BPF time per GiB written (all programs, the same intervals): **{:.2} ms**\n\n",
         per_gib(&write_run_times)
     ));
+    out.push_str(&floor_comparison(
+        &write_run_times,
+        &floor_runs,
+        median(&mut floor_rates),
+    ));
     out.push_str(&format!(
         "Context-switch storm, nothing written ({STORM_SECS} s pipe ping-pong between two \
          threads under `wbscope trace --interval 1`): {:.0} round trips/s, **{:.0} BPF \
@@ -516,16 +606,7 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
 /// Per-program table of run-time arrays added up, and the average over
 /// all programs.
 fn run_time_table(runs: &[serde_json::Value]) -> (String, String) {
-    let mut per_program: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-    for run in runs {
-        for r in run.as_array().into_iter().flatten() {
-            let e = per_program
-                .entry(r["program"].as_str().unwrap_or("?").to_string())
-                .or_default();
-            e.0 += r["run_count"].as_u64().unwrap_or(0);
-            e.1 += r["run_time_ns"].as_u64().unwrap_or(0);
-        }
-    }
+    let per_program = per_program(runs);
     let (all_count, all_ns) = per_program
         .values()
         .fold((0u64, 0u64), |(c, n), (count, ns)| (c + count, n + ns));
@@ -538,6 +619,73 @@ fn run_time_table(runs: &[serde_json::Value]) -> (String, String) {
         "| **all programs** | **{all_count}** | **{all}** |\n"
     ));
     (table, all)
+}
+
+/// `(invocations, run time ns)` per program, added up over run-time arrays.
+fn per_program(runs: &[serde_json::Value]) -> BTreeMap<String, (u64, u64)> {
+    let mut per_program: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for run in runs {
+        for r in run.as_array().into_iter().flatten() {
+            let e = per_program
+                .entry(r["program"].as_str().unwrap_or("?").to_string())
+                .or_default();
+            e.0 += r["run_count"].as_u64().unwrap_or(0);
+            e.1 += r["run_time_ns"].as_u64().unwrap_or(0);
+        }
+    }
+    per_program
+}
+
+/// The tracer's programs on its busiest events against empty programs on
+/// the same events during the same writes (the floor side of the
+/// rotation): per event, and together, weighted by the tracer's own
+/// invocations, which is what the tracer's mean over these programs
+/// would be if each cost what an empty program costs on its event.
+fn floor_comparison(
+    traced: &[serde_json::Value],
+    floor: &[serde_json::Value],
+    floor_rate: f64,
+) -> String {
+    let traced = per_program(traced);
+    let floor = per_program(floor);
+    let mut out = format!(
+        "The same events with an empty program on each (`wbscope probes --cost --on-hooks`, \
+         a fourth side of the rotation: the same writes, median {floor_rate:.1} MB/s), against \
+         the tracer's program on each during the writes:\n\n\
+         | event | empty program: invocations, avg ns | tracer's program | invocations, avg ns \
+         | tracer / empty |\n|---|---|---|---|---|\n"
+    );
+    let (mut n_all, mut ns_all, mut floor_ns_all) = (0u64, 0u64, 0f64);
+    for (event, program) in FLOOR_EVENTS {
+        let (fc, fns) = floor.get(event).copied().unwrap_or_default();
+        let (tc, tns) = traced.get(program).copied().unwrap_or_default();
+        let ratio = if fc > 0 && tc > 0 && fns > 0 {
+            format!("{:.2}", (tns as f64 / tc as f64) / (fns as f64 / fc as f64))
+        } else {
+            "-".into()
+        };
+        out.push_str(&format!(
+            "| {event} | {fc}, {} | {program} | {tc}, {} | {ratio} |\n",
+            avg_ns(fns, fc),
+            avg_ns(tns, tc)
+        ));
+        if fc > 0 {
+            n_all += tc;
+            ns_all += tns;
+            floor_ns_all += tc as f64 * fns as f64 / fc as f64;
+        }
+    }
+    let (mean, floor_mean) = if n_all > 0 {
+        (ns_all as f64 / n_all as f64, floor_ns_all / n_all as f64)
+    } else {
+        (f64::NAN, f64::NAN)
+    };
+    out.push_str(&format!(
+        "| **these five, weighted by the tracer's invocations** | **{floor_mean:.0}** | | \
+         **{n_all}, {mean:.0}** | **{:.2}** |\n\n",
+        mean / floor_mean
+    ));
+    out
 }
 
 fn avg_ns(ns: u64, count: u64) -> String {
@@ -590,5 +738,48 @@ mod tests {
         let (table, avg) = run_time_table(&[within]);
         assert_eq!(avg, "133");
         assert!(table.contains("| p | 30 | 133 |"), "{table}");
+    }
+
+    /// Each tracer program against the empty one on its event, and the
+    /// floor of the five weighted by the tracer's own invocations: here
+    /// 100 dirty-folio runs at 300 ns over an empty 150, 300 block issues
+    /// at 100 over an empty 50: floor (100 * 150 + 300 * 50) / 400 = 75,
+    /// tracer (30000 + 30000) / 400 = 150, ratio 2.
+    #[test]
+    fn tracer_programs_against_empty_ones_on_the_same_events() {
+        let traced = [serde_json::json!([
+            {"program": "tp_btf_dirty_folio", "run_count": 100, "run_time_ns": 30_000},
+            {"program": "tp_btf_rq_issue", "run_count": 300, "run_time_ns": 30_000},
+            {"program": "tp_btf_extent", "run_count": 7, "run_time_ns": 7_000},
+        ])];
+        let floor = [
+            serde_json::json!([
+                {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 1_500},
+                {"program": "block_rq_issue", "run_count": 60, "run_time_ns": 3_000},
+            ]),
+            serde_json::json!([
+                {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 1_500},
+                {"program": "block_rq_issue", "run_count": 0, "run_time_ns": 0},
+            ]),
+        ];
+        let text = floor_comparison(&traced, &floor, 1000.0);
+        assert!(
+            text.contains(
+                "| writeback_dirty_folio | 20, 150 | tp_btf_dirty_folio | 100, 300 | 2.00 |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("| block_rq_issue | 60, 50 | tp_btf_rq_issue | 300, 100 | 2.00 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| block_bio_queue | 0, - | tp_btf_bio_queue | 0, - | - |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| **75** | | **400, 150** | **2.00** |"),
+            "{text}"
+        );
     }
 }

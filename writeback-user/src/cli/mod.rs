@@ -82,7 +82,11 @@ summary (calls, pages written, lost records), whether the trace ends by
 Examples:
   wbscope probes
   wbscope probes --json | jq '.concepts[] | {concept, kind}'
-  wbscope probes --cost 5        # this machine's floor per BPF program")]
+  wbscope probes --cost 5        # this machine's floor per BPF program
+  wbscope probes --cost 600 --on-hooks --json &  # then write; Ctrl-C ends it
+
+--cost measures until SECONDS pass or Ctrl-C/SIGTERM, and prints what it
+measured either way.")]
     Probes(ProbesArgs),
     /// Write files with the writer-core engine.
     Write(WriteArgs),
@@ -167,6 +171,15 @@ pub(crate) struct ProbesArgs {
     /// the tracer's per-program run times against.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub(crate) cost: Option<Duration>,
+
+    /// With --cost: attach an empty program to each event the tracer's
+    /// programs run on most during a buffered write (dirtied folios, block
+    /// requests and bios, dirty-state updates) instead of to
+    /// sched_switch. Run a workload meanwhile: the figures are what any
+    /// program costs on those events under it, caches as cold as the
+    /// tracer finds them.
+    #[arg(long, requires = "cost")]
+    pub(crate) on_hooks: bool,
 }
 
 /// Filters applied in the kernel.

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use crate::{
     cli::ProbesArgs,
     model::plan::HookKind,
+    sys::SignalGuard,
     tracer::cost,
     tracer::{Tracer, TracerOptions},
 };
@@ -17,15 +18,30 @@ use crate::{
 pub(crate) fn run(args: &ProbesArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
     let text = match args.cost {
         Some(duration) => {
-            eprintln!(
-                "wbscope: measuring the BPF program floor for {:.1} s",
-                duration.as_secs_f64()
-            );
-            let costs = cost::measure(duration)?;
+            // Ctrl-C or SIGTERM ends the measurement early; what was
+            // measured is still printed.
+            let _guard = SignalGuard::install();
+            let secs = duration.as_secs_f64();
+            let ((costs, measured), on) = if args.on_hooks {
+                let attached = |n| {
+                    eprintln!(
+                        "wbscope: measuring; an empty program on {n} of the tracer's events \
+                         for {secs:.1} s; Ctrl-C to stop"
+                    )
+                };
+                (cost::measure_on_hooks(duration, attached)?, cost::On::Hooks)
+            } else {
+                let attached = |_| {
+                    eprintln!(
+                        "wbscope: measuring; the BPF program floor for {secs:.1} s; Ctrl-C to stop"
+                    )
+                };
+                (cost::measure(duration, attached)?, cost::On::SchedSwitch)
+            };
             if args.json {
                 serde_json::to_string(&costs).context("encoding the costs")? + "\n"
             } else {
-                cost::table(&costs, duration)
+                cost::table(&costs, on, measured)
             }
         }
         None => {

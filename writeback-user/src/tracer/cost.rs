@@ -5,16 +5,27 @@
 //! record summaries, `cargo xtask bench`) read against these: a program
 //! that costs 900 ns where an empty one costs 400 ns and a clock read 800
 //! is paying mostly for the machine.
+//!
+//! With `--on-hooks`, an empty program on each event the tracer runs on
+//! most during a buffered write instead: under a workload, what any
+//! program costs there with the caches as the workload leaves them. An
+//! event that fires once per large folio of 1 MiB writes finds every
+//! program cold: the bench reads the tracer's programs against these
+//! (BENCHMARKS.md).
 use std::{
     thread,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
-use aya::{EbpfLoader, programs::TracePoint};
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    programs::{BtfTracePoint, TracePoint},
+};
 use serde::Serialize;
 
 use super::{object::EBPF_OBJECT, privileges, tracefs};
+use crate::sys;
 
 /// `(program, what it does)`, cheapest first.
 pub(crate) const FLOOR_PROGRAMS: [(&str, &str); 4] = [
@@ -30,9 +41,98 @@ pub(crate) const FLOOR_PROGRAMS: [(&str, &str); 4] = [
     ("floor_clock", "one bpf_ktime_get_ns()"),
 ];
 
-/// Where the calibration programs run: frequent on any host, and the
-/// hottest event wbscope itself hooks (on-CPU accounting).
+/// Where the calibration programs run: frequent on any host (it was the
+/// hottest event wbscope hooked until issue 19 removed that program).
 const EVENT: (&str, &str) = ("sched", "sched_switch");
+
+/// Where a measurement ran, for the table's title.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum On {
+    SchedSwitch,
+    Hooks,
+}
+
+/// An event the tracer's programs run on, for `--on-hooks`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hook {
+    /// A tp_btf target: an empty `trial_tp_btf` program is loaded for it.
+    TpBtf(&'static str),
+    /// A classic tracepoint, `category:event`: `floor_empty` attached to it.
+    Tracepoint(&'static str),
+}
+
+/// The events the tracer's programs run on most during a buffered write
+/// with fsync (per GiB of 1 MiB writes on ext4 here: ~3,100 large folios
+/// dirtied, ~1,800 block requests issued and completed, ~1,100 bios,
+/// ~3,100 dirty-state updates; BENCHMARKS.md, issue 19), in the hook
+/// kinds the probe plan picks on a kernel with tp_btf. The per-call
+/// programs run a few dozen times per GiB and are left out.
+const HOOKS: [Hook; 5] = [
+    Hook::TpBtf("writeback_dirty_folio"),
+    Hook::TpBtf("block_rq_issue"),
+    Hook::TpBtf("block_rq_complete"),
+    Hook::TpBtf("block_bio_queue"),
+    Hook::Tracepoint("writeback:global_dirty_state"),
+];
+
+impl Hook {
+    fn name(self) -> &'static str {
+        match self {
+            Hook::TpBtf(name) | Hook::Tracepoint(name) => name,
+        }
+    }
+
+    /// The calibration program for this hook.
+    fn program(self) -> &'static str {
+        match self {
+            Hook::TpBtf(_) => "trial_tp_btf",
+            Hook::Tracepoint(_) => "floor_empty",
+        }
+    }
+
+    fn does(self) -> &'static str {
+        match self {
+            Hook::TpBtf(_) => "empty tp_btf program",
+            Hook::Tracepoint(_) => "empty tracepoint program",
+        }
+    }
+
+    /// Loads a fresh copy of the object with this hook's empty program
+    /// attached: a tp_btf program is bound to its target when loaded, and
+    /// each hook's figures need a program of their own.
+    fn attach(self, btf: &Btf) -> anyhow::Result<Ebpf> {
+        let mut ebpf = EbpfLoader::new()
+            .load(EBPF_OBJECT)
+            .context("loading the embedded eBPF object")?;
+        let prog = self.program();
+        let program = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("program {prog} missing from the object"))?;
+        match self {
+            Hook::TpBtf(target) => {
+                let p: &mut BtfTracePoint = program
+                    .try_into()
+                    .with_context(|| format!("{prog} is not a tp_btf program"))?;
+                p.load(target, btf)
+                    .with_context(|| format!("loading {prog} for {target}"))?;
+                p.attach()
+                    .with_context(|| format!("attaching {prog} to {target}"))?;
+            }
+            Hook::Tracepoint(event) => {
+                let (category, name) = event
+                    .split_once(':')
+                    .with_context(|| format!("{event}: not category:event"))?;
+                let p: &mut TracePoint = program
+                    .try_into()
+                    .with_context(|| format!("{prog} is not a tracepoint program"))?;
+                p.load().with_context(|| format!("loading {prog}"))?;
+                p.attach(category, name)
+                    .with_context(|| format!("attaching {prog} to {event}"))?;
+            }
+        }
+        Ok(ebpf)
+    }
+}
 
 /// One calibration program's figures.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -57,10 +157,79 @@ impl FloorCost {
     }
 }
 
-/// Attaches the calibration programs for `duration`, sleeping in 1 ms steps
-/// meanwhile (so that even an idle host switches often enough), and
-/// returns their run times. Everything is detached when it returns.
-pub(crate) fn measure(duration: Duration) -> anyhow::Result<Vec<FloorCost>> {
+/// Sleeps in 1 ms steps (so that even an idle host switches often enough)
+/// until `duration` passed or a signal arrived under a
+/// [`sys::SignalGuard`]; returns how long it measured.
+fn wait(duration: Duration) -> Duration {
+    let start = Instant::now();
+    let end = start + duration;
+    while Instant::now() < end && !sys::interrupted() {
+        thread::sleep(Duration::from_millis(1));
+    }
+    start.elapsed()
+}
+
+/// The figures of `program` in `ebpf` so far.
+fn cost_of(
+    ebpf: &Ebpf,
+    program: &str,
+    shown_as: &'static str,
+    does: &'static str,
+) -> anyhow::Result<FloorCost> {
+    let info = ebpf
+        .program(program)
+        .with_context(|| format!("program {program} missing"))?
+        .info()
+        .with_context(|| format!("reading the statistics of {program}"))?;
+    Ok(FloorCost::new(
+        shown_as,
+        does,
+        info.run_count(),
+        info.run_time().as_nanos() as u64,
+    ))
+}
+
+/// Attaches an empty program to each of [`HOOKS`], calls `attached`, and
+/// measures until `duration` passed or a signal arrived. A hook this
+/// kernel lacks (or cannot hook with tp_btf) is reported with no
+/// invocations and a warning. Everything is detached when it returns.
+pub(crate) fn measure_on_hooks(
+    duration: Duration,
+    attached: impl FnOnce(usize),
+) -> anyhow::Result<(Vec<FloorCost>, Duration)> {
+    privileges::check()?;
+    let btf = Btf::from_sys_fs().context("reading the kernel's BTF (/sys/kernel/btf/vmlinux)")?;
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .context("enabling BPF run-time statistics (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)")?;
+    let mut loaded = Vec::new();
+    for hook in HOOKS {
+        match hook.attach(&btf) {
+            Ok(ebpf) => loaded.push((hook, Some(ebpf))),
+            Err(e) => {
+                eprintln!("wbscope: warning: {}: {e:#}", hook.name());
+                loaded.push((hook, None));
+            }
+        }
+    }
+    attached(loaded.iter().filter(|(_, e)| e.is_some()).count());
+    let elapsed = wait(duration);
+    let costs = loaded
+        .iter()
+        .map(|(hook, ebpf)| match ebpf {
+            Some(ebpf) => cost_of(ebpf, hook.program(), hook.name(), hook.does()),
+            None => Ok(FloorCost::new(hook.name(), "not attached", 0, 0)),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok((costs, elapsed))
+}
+
+/// Attaches the calibration programs, calls `attached`, measures until
+/// `duration` passed or a signal arrived, and returns their run times.
+/// Everything is detached when it returns.
+pub(crate) fn measure(
+    duration: Duration,
+    attached: impl FnOnce(usize),
+) -> anyhow::Result<(Vec<FloorCost>, Duration)> {
     privileges::check()?;
     let root = tracefs::ensure_mounted()?;
     // floor_field reads sched_switch's next_pid at its offset here, as the
@@ -85,37 +254,25 @@ pub(crate) fn measure(duration: Duration) -> anyhow::Result<Vec<FloorCost>> {
             .attach(EVENT.0, EVENT.1)
             .with_context(|| format!("attaching {name} to {}:{}", EVENT.0, EVENT.1))?;
     }
-    let end = Instant::now() + duration;
-    while Instant::now() < end {
-        thread::sleep(Duration::from_millis(1));
-    }
-    FLOOR_PROGRAMS
+    attached(FLOOR_PROGRAMS.len());
+    let elapsed = wait(duration);
+    let costs = FLOOR_PROGRAMS
         .iter()
-        .map(|&(name, does)| {
-            let info = ebpf
-                .program(name)
-                .with_context(|| format!("program {name} missing"))?
-                .info()
-                .with_context(|| format!("reading the statistics of {name}"))?;
-            Ok(FloorCost::new(
-                name,
-                does,
-                info.run_count(),
-                info.run_time().as_nanos() as u64,
-            ))
-        })
-        .collect()
+        .map(|&(name, does)| cost_of(&ebpf, name, name, does))
+        .collect::<anyhow::Result<_>>()?;
+    Ok((costs, elapsed))
 }
 
 /// The table `wbscope probes --cost` prints.
-pub(crate) fn table(costs: &[FloorCost], duration: Duration) -> String {
+pub(crate) fn table(costs: &[FloorCost], on: On, measured: Duration) -> String {
+    let (where_, first) = match on {
+        On::SchedSwitch => (format!("{}:{}", EVENT.0, EVENT.1), "program"),
+        On::Hooks => ("the tracer's busiest events".to_string(), "event"),
+    };
     let mut out = format!(
-        "BPF program floor on this machine ({}:{}, {:.1} s, kernel BPF statistics)\n\
-         {:<14} {:>12} {:>9}  what it does\n",
-        EVENT.0,
-        EVENT.1,
-        duration.as_secs_f64(),
-        "program",
+        "BPF program floor on this machine ({where_}, {:.1} s, kernel BPF statistics)\n\
+         {first:<28} {:>12} {:>9}  what it does\n",
+        measured.as_secs_f64(),
         "invocations",
         "avg ns"
     );
@@ -124,7 +281,7 @@ pub(crate) fn table(costs: &[FloorCost], duration: Duration) -> String {
             .avg_ns
             .map_or_else(|| "-".to_string(), |a| format!("{a:.0}"));
         out += &format!(
-            "{:<14} {:>12} {:>9}  {}\n",
+            "{:<28} {:>12} {:>9}  {}\n",
             c.program, c.invocations, avg, c.does
         );
     }
@@ -143,7 +300,13 @@ mod tests {
         ];
         assert_eq!(costs[0].avg_ns, Some(250.0));
         assert_eq!(costs[1].avg_ns, None);
-        let text = table(&costs, Duration::from_secs(2));
+        let text = table(&costs, On::SchedSwitch, Duration::from_secs(2));
         insta::assert_snapshot!(text);
+        let hooks = [
+            FloorCost::new("writeback_dirty_folio", "empty tp_btf program", 4, 800),
+            FloorCost::new("block_rq_issue", "not attached", 0, 0),
+        ];
+        let text = table(&hooks, On::Hooks, Duration::from_millis(1500));
+        insta::assert_snapshot!("on_hooks", text);
     }
 }

@@ -128,9 +128,14 @@ impl Tracing {
 
     /// `trace ARGS` run through `cmd` (e.g. [`wbscope_with_caps`]).
     pub fn start_with(mut cmd: Command, args: &[&str]) -> Tracing {
+        cmd.arg("trace").args(args);
+        Self::spawn(cmd, "tracing;")
+    }
+
+    /// Any wbscope command that measures until stopped, returned once its
+    /// stderr says `ready` (60 s at most).
+    pub fn spawn(mut cmd: Command, ready: &str) -> Tracing {
         let mut child = cmd
-            .arg("trace")
-            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -147,11 +152,11 @@ impl Tracing {
         let mut seen = Vec::new();
         loop {
             match rx.recv_timeout(Duration::from_secs(60)) {
-                Ok(line) if line.contains("tracing;") => break,
+                Ok(line) if line.contains(ready) => break,
                 Ok(line) => seen.push(line),
                 Err(e) => {
                     let _ = child.kill();
-                    panic!("wbscope trace did not start ({e}); stderr: {seen:?}");
+                    panic!("wbscope did not start ({e}); stderr: {seen:?}");
                 }
             }
         }
