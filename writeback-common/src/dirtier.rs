@@ -43,19 +43,15 @@ pub struct DirtierEntry {
 /// a hash lookup; the pages move to `DIRTIERS` when the CPU dirties
 /// another (inode, process). Userspace adds both.
 ///
-/// What a folio is matched against comes first, so that a hit reads one
-/// cache line of the slot: `key.ino`, `key.tgid` and `sb`, the
-/// superblock's address, which stands for `key.dev` without reading the
-/// superblock (`dev` is read on a miss only).
+/// What a folio is matched against and what a hit adds to lie in the
+/// first 32 bytes, so that a hit reads one cache line of the slot (at
+/// most two: the per-CPU allocation is only 8-byte aligned).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirtierSlot {
     pub key: DirtierKey,
-    /// `inode->i_sb` of the slot's inode (0 for the classic tracepoint,
-    /// which has no superblock: its keys have device 0).
-    pub sb: u64,
-    /// 1 when the `--dev`/`--ino` filter drops the slot's key: its folios
-    /// are not counted.
+    /// 1 when the device or inode filter drops the slot's key: its folios
+    /// are not counted (the filter is asked on a miss only).
     pub dropped: u32,
     pub _pad: u32,
     pub entry: DirtierEntry,

@@ -117,14 +117,10 @@ fn slot() -> Option<&'static mut DirtierSlot> {
 
 /// Adds `pages` to the slot when the folio is the slot's (inode, process):
 /// the hit that a run of dirtying by one process of one file takes folio
-/// after folio, with nothing read but the slot's first line. `sb` stands
-/// for the device: while a superblock lives its address names one
-/// filesystem, so a false hit would need the slot's filesystem unmounted,
-/// another mounted at the same address and an inode of the same number
-/// dirtied by the same process on this CPU with nothing dirtied between.
+/// after folio, reading nothing of the slot but its first line.
 #[inline(always)]
-fn hit(slot: &mut DirtierSlot, sb: u64, ino: u64, tgid: u32, pages: u64) -> bool {
-    if slot.sb != sb || slot.key.ino != ino || slot.key.tgid != tgid {
+fn hit(slot: &mut DirtierSlot, key: &DirtierKey, pages: u64) -> bool {
+    if slot.key != *key {
         return false;
     }
     if slot.dropped == 0 {
@@ -137,13 +133,7 @@ fn hit(slot: &mut DirtierSlot, sb: u64, ino: u64, tgid: u32, pages: u64) -> bool
 /// (inode, process) the slot's, with the process's thread, comm, cgroup
 /// and the inode's owner, or marks it dropped when the filter drops it.
 #[inline(always)]
-fn refill(
-    slot: &mut DirtierSlot,
-    key: DirtierKey,
-    sb: u64,
-    pages: u64,
-    owner: impl FnOnce() -> u64,
-) {
+fn refill(slot: &mut DirtierSlot, key: DirtierKey, pages: u64, owner: impl FnOnce() -> u64) {
     if slot.entry.pages != 0 {
         flush(&slot.key, &slot.entry);
     }
@@ -152,7 +142,6 @@ fn refill(
     // pages under the new key.
     slot.entry.pages = 0;
     slot.key = key;
-    slot.sb = sb;
     if !dirty_filter(key.dev, key.ino, key.tgid) {
         slot.dropped = 1;
         return;
@@ -273,18 +262,16 @@ pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
     let sb = pointer(inode, dm::INODE_I_SB);
     let ino = scalar(inode, dm::INODE_I_INO) as u64;
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let key = DirtierKey {
+        ino,
+        dev: scalar(sb, dm::SB_S_DEV) as u32,
+        tgid,
+    };
     let pages = folio_pages(folio);
-    if hit(slot, sb as u64, ino, tgid, pages) {
+    if hit(slot, &key, pages) {
         return 0;
     }
-    let dev = scalar(sb, dm::SB_S_DEV) as u32;
-    refill(
-        slot,
-        DirtierKey { ino, dev, tgid },
-        sb as u64,
-        pages,
-        || owner_cgroup(inode),
-    );
+    refill(slot, key, pages, || owner_cgroup(inode));
     0
 }
 
@@ -299,9 +286,10 @@ pub fn dirty_folio(ctx: TracePointContext) -> u32 {
     let Some(slot) = slot() else {
         return 0;
     };
-    if hit(slot, 0, ino, tgid, 1) {
+    let key = DirtierKey { ino, dev: 0, tgid };
+    if hit(slot, &key, 1) {
         return 0;
     }
-    refill(slot, DirtierKey { ino, dev: 0, tgid }, 0, 1, || 0);
+    refill(slot, key, 1, || 0);
     0
 }
