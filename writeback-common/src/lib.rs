@@ -532,9 +532,15 @@ pub mod agg {
     pub const COUNT: u32 = WBC_WRITEPAGE + 4;
 }
 
-/// `writeback:global_dirty_state`, latest values (pages), in the `DIRTY`
-/// array map.
+/// `writeback:global_dirty_state`, latest values (pages). The `DIRTY`
+/// array map holds the record's first [`dirty::RECORD_WORDS`] words after
+/// its common header as the kernel wrote them, and [`dirty::UPDATED_NS`];
+/// readers find each level's word with [`dirty::record_word`] and the
+/// tracepoint's layout. The level indices below are the order userspace
+/// decodes them in ([`crate::fields::global_dirty::NAMES`]).
 pub mod dirty {
+    use crate::FieldSpec;
+
     pub const NR_DIRTY: u32 = 0;
     pub const NR_WRITEBACK: u32 = 1;
     pub const BACKGROUND_THRESH: u32 = 2;
@@ -545,6 +551,25 @@ pub mod dirty {
     /// `jiffies` at the last update (0 = never fired).
     pub const UPDATED_NS: u32 = 7;
     pub const COUNT: u32 = 8;
+    /// Words of the record the program copies: the seven `unsigned long`
+    /// fields the event has had since 5.8 (before, an eighth,
+    /// `nr_unstable`, came before `nr_written`).
+    pub const RECORD_WORDS: usize = 7;
+
+    /// Which copied word holds a field: a whole 8-byte, 8-byte aligned
+    /// field within the copied words, or none (the level then reads 0).
+    pub const fn record_word(spec: &FieldSpec) -> Option<usize> {
+        let offset = spec.offset as usize;
+        if spec.size != 8 || offset < 8 || !offset.is_multiple_of(8) {
+            return None;
+        }
+        let word = offset / 8 - 1;
+        if word < RECORD_WORDS {
+            Some(word)
+        } else {
+            None
+        }
+    }
 }
 
 /// Key of the per-device block histograms (`BLOCK_HIST`, per CPU).

@@ -1,6 +1,7 @@
 //! Flusher work, inode passes, dirty state and throttling: counters and
 //! levels added up in maps for userspace's interval lines.
 use aya_ebpf::{
+    EbpfContext,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_jiffies64,
     },
@@ -10,7 +11,7 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use writeback_common::{
     DevCounterKey, FlusherWork, PausedBy, TracepointLayout, agg, dirty,
-    fields::{balance_dirty as bd, global_dirty, single_inode as si, wb_work},
+    fields::{balance_dirty as bd, single_inode as si, wb_work},
     inode_pass as ip, log2_bucket, members as m,
 };
 
@@ -171,48 +172,73 @@ pub fn tp_btf_single_inode(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// How stale the kept levels may get, in ticks: 16 ms at HZ=1000, 64 ms
-/// here (HZ=250), 160 ms at HZ=100. `global_dirty_state` fires on every
-/// `balance_dirty_pages()` call past the free-run threshold, every flusher
-/// threshold check and every read of /proc/vmstat (`global_dirty_limits()`
-/// in mm/page-writeback.c): a few hundred times a second under the
-/// bench's write, each full update reading seven fields through a helper
-/// call. Userspace reads the levels once per interval (0.1 s at the
-/// least), so a few updates a second keep them as fresh as anyone looks.
-/// Ticks, not `bpf_ktime_get_ns()`: the verifier inlines
-/// `bpf_jiffies64()` into one load on 64-bit JITs (`do_misc_fixups()` in
-/// kernel/bpf/verifier.c), where reading the clock is a helper call of
-/// its own, about 40 ns over the empty program here (`probes --cost`).
-const DIRTY_REFRESH_TICKS: u64 = 16;
+/// The record's first [`dirty::RECORD_WORDS`] words after the common
+/// header, loaded straight from the context: a tracepoint program may
+/// load any aligned word of its record at a constant offset from 8
+/// (`tp_prog_is_valid_access()` in kernel/trace/bpf_trace.c), and no
+/// further: attaching refuses a program that loads past the record's end
+/// (`max_ctx_offset` against the event's size in
+/// `perf_event_attach_bpf_prog()`).
+#[inline(always)]
+fn record_words(ctx: &TracePointContext) -> [u64; dirty::RECORD_WORDS] {
+    let p = ctx.as_ptr().cast::<u64>();
+    // SAFETY: see above; offsets 8 to 56, each an immediate of the load.
+    unsafe {
+        [
+            *p.add(1),
+            *p.add(2),
+            *p.add(3),
+            *p.add(4),
+            *p.add(5),
+            *p.add(6),
+            *p.add(7),
+        ]
+    }
+}
 
-/// `writeback:global_dirty_state`: keep the latest levels, at most one
-/// update per [`DIRTY_REFRESH_TICKS`].
+/// `writeback:global_dirty_state`: keep the latest levels.
+///
+/// It fires on every `balance_dirty_pages()` call past the free-run
+/// threshold, every flusher threshold check and every read of
+/// /proc/vmstat (`global_dirty_limits()` in mm/page-writeback.c): about
+/// 3,000 times per GiB of the bench's write, each time with this
+/// program's code and maps evicted. So a run copies the record's words,
+/// as the kernel has just written them, into `DIRTY` (stores, which do
+/// not wait for the line) and reads nothing else: no helper call, no load
+/// from a map, not even the layout (readers decode the words with it,
+/// [`dirty::record_word`]). Reading the layout to decode in place cost
+/// about a fifth more, and the version before it, which loaded its last
+/// update time from `DIRTY` to skip all but one update per 16 ticks,
+/// about two thirds more (`dd bs=1M count=1024`, five interleaved runs
+/// each: medians 635, 480 and 384 ns; BENCHMARKS.md).
 #[tracepoint]
 pub fn global_dirty(ctx: TracePointContext) -> u32 {
-    // SAFETY: plain helper call (inlined by the verifier).
-    let now = unsafe { bpf_jiffies64() };
-    let Some(updated) = DIRTY.get_ptr_mut(dirty::UPDATED_NS) else {
-        return 0;
-    };
-    // SAFETY: plain load and store of an array slot. Two CPUs may both
-    // update within one period: harmless, both write current levels.
-    unsafe {
-        if now.wrapping_sub(*updated) < DIRTY_REFRESH_TICKS {
-            return 0;
-        }
-        *updated = now;
-    }
-    let layout = &GLOBAL_DIRTY_LAYOUT;
+    let words = record_words(&ctx);
     let mut i = 0;
-    while i < global_dirty::NAMES.len() {
+    while i < dirty::RECORD_WORDS {
         if let Some(slot) = DIRTY.get_ptr_mut(i as u32) {
             // SAFETY: plain store; a torn read by userspace of one level is
             // harmless (levels, not counters).
-            unsafe { *slot = field(&ctx, layout, i) as u64 };
+            unsafe { *slot = words[i] };
         }
         i += 1;
     }
+    if let Some(updated) = DIRTY.get_ptr_mut(dirty::UPDATED_NS) {
+        // SAFETY: plain helper call (inlined by the verifier) and store.
+        unsafe { *updated = bpf_jiffies64() };
+    }
     0
+}
+
+/// The latest global level `index` ([`dirty`] order), 0 when unknown.
+#[inline(always)]
+fn global_level(index: u32) -> u64 {
+    // SAFETY: .rodata global, see read::field.
+    let spec = unsafe { core::ptr::read_volatile(&GLOBAL_DIRTY_LAYOUT.fields[index as usize]) };
+    match dirty::record_word(&spec) {
+        Some(word) => DIRTY.get(word as u32).copied().unwrap_or(0),
+        None => 0,
+    }
 }
 
 /// `writeback:balance_dirty_pages`: a dirtier was checked against the
@@ -254,11 +280,10 @@ fn paused(ctx: &TracePointContext, pause: u64) {
             // global domain's, `(thresh + bg_thresh) / 2` of the last
             // `global_dirty_state`. The global domain's own pauses give
             // `freerun` equal to that or one more (the rounding above); the
-            // margin of 1/16 covers levels up to DIRTY_REFRESH_TICKS old.
-            let global = DIRTY.get(dirty::DIRTY_LIMIT).copied().unwrap_or(0);
-            let global_freerun = (DIRTY.get(dirty::DIRTY_THRESH).copied().unwrap_or(0)
-                + DIRTY.get(dirty::BACKGROUND_THRESH).copied().unwrap_or(0))
-                / 2;
+            // margin of 1/16 covers levels that moved since that event.
+            let global = global_level(dirty::DIRTY_LIMIT);
+            let global_freerun =
+                (global_level(dirty::DIRTY_THRESH) + global_level(dirty::BACKGROUND_THRESH)) / 2;
             if (global != 0 && limit < global) || freerun + global_freerun / 16 < global_freerun {
                 agg::THROTTLE_MEMCG_MS
             } else {

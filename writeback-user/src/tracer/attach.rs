@@ -13,8 +13,8 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockMembers, DirtierMembers, ExtentMembers, Filter, FolioMembers, KernelMembers, MemberSpec,
-    ScanMembers, TaskMembers, TracepointLayout, block_members, cpu_time, members,
+    BlockMembers, DirtierMembers, ExtentMembers, FieldSpec, Filter, FolioMembers, KernelMembers,
+    MemberSpec, ScanMembers, TaskMembers, TracepointLayout, block_members, cpu_time, members,
 };
 
 use super::{
@@ -347,6 +347,11 @@ impl Tracer {
         for (global, layout) in &layout_values {
             loader.override_global(global, layout, true);
         }
+        // The dirty levels are copied as words and decoded in userspace.
+        let global_dirty_layout = layout_values
+            .iter()
+            .find(|(global, _)| *global == "GLOBAL_DIRTY_LAYOUT")
+            .map_or(TracepointLayout::EMPTY, |(_, layout)| *layout);
         let field_offsets = offsets_json(&prepared, members.as_ref().and_then(|m| m.as_ref().ok()));
         let kernel_members = members.and_then(Result::ok).unwrap_or_default();
         loader.override_global("KERNEL_MEMBERS", &kernel_members, true);
@@ -513,6 +518,7 @@ impl Tracer {
             stats,
             plan,
             field_offsets,
+            global_dirty_layout,
             attached_programs,
             _stats_fd: stats_fd,
             logger,
@@ -572,9 +578,19 @@ fn read_layouts(
     let mut fields: Vec<String> = Vec::new();
     for a in attaches {
         let format = tracefs::read_format(root, a.system, a.event).map_err(|e| e.to_string())?;
-        let (layout, missing) = format
+        let (mut layout, mut missing) = format
             .layout(a.fields)
             .map_err(|e| format!("{}:{}: {e:#}", a.system, a.event))?;
+        if let Some(words) = a.copied_words {
+            // The program copies words and cannot read past them.
+            for (name, spec) in a.fields.iter().zip(layout.fields.iter_mut()) {
+                let word = writeback_common::dirty::record_word(spec);
+                if spec.is_present() && word.is_none_or(|w| w >= words) {
+                    *spec = FieldSpec::ABSENT;
+                    missing.push((*name).to_string());
+                }
+            }
+        }
         if let Some(req) = a.required.iter().find(|r| missing.iter().any(|m| m == *r)) {
             return Err(format!(
                 "tracepoint {}:{} has no field `{req}` on this kernel",

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use anyhow::Context as _;
 use aya::maps::{Array, PerCpuArray, PerCpuHashMap};
-use writeback_common::{BlockHistKey, DevBlockHist, block_hist, stat};
+use writeback_common::{
+    BlockHistKey, DevBlockHist, TracepointLayout, block_hist, dirty, fields::global_dirty, stat,
+};
 
 use super::Tracer;
 use crate::model::kernel::{KernelSnapshot, KernelStats, ProgramRunTime, VmStat};
@@ -80,17 +82,18 @@ impl Tracer {
             .collect()
     }
 
-    /// Latest dirty levels (`DIRTY`), by `writeback_common::dirty` index.
+    /// Latest dirty levels, by `writeback_common::dirty` index: the words
+    /// `DIRTY` holds, decoded with the tracepoint's layout.
     pub(crate) fn dirty_levels(&self) -> anyhow::Result<Vec<u64>> {
-        let dirty: Array<_, u64> =
+        let map: Array<_, u64> =
             Array::try_from(self.ebpf.map("DIRTY").context("DIRTY map missing")?)?;
-        (0..writeback_common::dirty::COUNT)
+        let words = (0..dirty::COUNT)
             .map(|i| {
-                dirty
-                    .get(&i, 0)
+                map.get(&i, 0)
                     .with_context(|| format!("reading DIRTY[{i}]"))
             })
-            .collect()
+            .collect::<anyhow::Result<Vec<u64>>>()?;
+        Ok(decode_dirty(&words, &self.global_dirty_layout))
     }
 
     /// Per-device block histograms, summed over CPUs: the per-CPU slots
@@ -193,8 +196,26 @@ fn sum_counters<'a>(values: impl Iterator<Item = &'a u64>) -> u64 {
     values.fold(0, |acc, v| acc.wrapping_add(*v))
 }
 
+/// The levels in `writeback_common::dirty` order from the words the
+/// program copied (`words[dirty::UPDATED_NS]` is its update time): a level
+/// whose field is not among the copied words reads 0, as an absent field
+/// does everywhere.
+fn decode_dirty(words: &[u64], layout: &TracepointLayout) -> Vec<u64> {
+    let mut levels: Vec<u64> = (0..global_dirty::NAMES.len())
+        .map(|i| {
+            dirty::record_word(&layout.fields[i])
+                .and_then(|w| words.get(w).copied())
+                .unwrap_or(0)
+        })
+        .collect();
+    levels.push(words.get(dirty::UPDATED_NS as usize).copied().unwrap_or(0));
+    levels
+}
+
 #[cfg(test)]
 mod tests {
+    use writeback_common::FieldSpec;
+
     use super::*;
 
     /// Per-CPU slots of the same device add up with the overflow hash;
@@ -240,5 +261,42 @@ mod tests {
                 .unwrap_or_else(|| panic!("{dev:#x}: no free slot in {taken:x?}"));
             taken[slot] = dev;
         }
+    }
+
+    fn layout(offsets: &[u16]) -> TracepointLayout {
+        let mut layout = TracepointLayout::EMPTY;
+        for (slot, &offset) in offsets.iter().enumerate() {
+            layout.fields[slot] = FieldSpec {
+                offset,
+                size: 8,
+                signed: 0,
+            };
+        }
+        layout
+    }
+
+    /// The words as 6.18 writes them (seven `unsigned long`s from offset
+    /// 8, in NAMES order) decode to the levels in order; a 5.7 layout
+    /// (`nr_unstable` at 24 moving the rest one word on) finds each level
+    /// in its word and leaves `nr_written`, past the copied words, at 0.
+    #[test]
+    fn dirty_levels_from_the_copied_words() {
+        let words = [10, 11, 12, 13, 14, 15, 16, 999];
+        let now = layout(&[8, 16, 24, 32, 40, 48, 56]);
+        assert_eq!(
+            decode_dirty(&words, &now),
+            [10, 11, 12, 13, 14, 15, 16, 999]
+        );
+        let old = layout(&[8, 16, 32, 40, 48, 56, 64]);
+        assert_eq!(decode_dirty(&words, &old), [10, 11, 13, 14, 15, 16, 0, 999]);
+        // A field that is not a whole aligned word is never guessed at.
+        let mut odd = now;
+        odd.fields[1].size = 4;
+        odd.fields[2].offset = 20;
+        assert_eq!(decode_dirty(&words, &odd), [10, 0, 0, 13, 14, 15, 16, 999]);
+        assert_eq!(
+            decode_dirty(&words, &TracepointLayout::EMPTY),
+            [0, 0, 0, 0, 0, 0, 0, 999]
+        );
     }
 }

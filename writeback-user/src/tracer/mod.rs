@@ -38,6 +38,9 @@ pub struct Tracer {
     /// for recordings: `{"ext4:ext4_writepages": {"dev": [8, 4, 0], ...},
     /// "btf": {"inode.i_ino": [64, 8, 0, 0], ...}}`.
     pub(crate) field_offsets: serde_json::Value,
+    /// Where each dirty level lies in the words `DIRTY` holds (EMPTY when
+    /// `global_dirty_state` is not attached).
+    global_dirty_layout: writeback_common::TracepointLayout,
     /// Attached program names, for run-time statistics.
     attached_programs: Vec<&'static str>,
     /// Keeps BPF run-time statistics on while the tracer lives.

@@ -23,6 +23,11 @@ pub struct TracepointAttach {
     pub fields: &'static [&'static str],
     /// Fields without which the hook is useless on this kernel.
     pub required: &'static [&'static str],
+    /// `Some(n)`: the program copies the record's first `n` words after
+    /// the common header and userspace decodes them
+    /// ([`writeback_common::dirty::record_word`]); a field outside them is
+    /// unavailable on this kernel.
+    pub copied_words: Option<usize>,
 }
 
 /// One BTF-typed program (tp_btf, fentry, kprobe) and what it attaches to.
@@ -114,6 +119,7 @@ const fn tp(
         layout_global: Some(layout_global),
         fields,
         required,
+        copied_words: None,
     }
 }
 
@@ -185,6 +191,7 @@ const WBC_WRITEPAGE_TP: &[TracepointAttach] = &[TracepointAttach {
     layout_global: None,
     fields: &[],
     required: &[],
+    copied_words: None,
 }];
 
 const SINGLE_INODE_TP: &[TracepointAttach] = &[tp(
@@ -227,14 +234,17 @@ const WB_WORK_TP: &[TracepointAttach] = &[
     ),
 ];
 
-const GLOBAL_DIRTY_TP: &[TracepointAttach] = &[tp(
-    "global_dirty",
-    "writeback",
-    "global_dirty_state",
-    "GLOBAL_DIRTY_LAYOUT",
-    &fields::global_dirty::NAMES,
-    &["nr_dirty", "nr_writeback"],
-)];
+const GLOBAL_DIRTY_TP: &[TracepointAttach] = &[TracepointAttach {
+    copied_words: Some(writeback_common::dirty::RECORD_WORDS),
+    ..tp(
+        "global_dirty",
+        "writeback",
+        "global_dirty_state",
+        "GLOBAL_DIRTY_LAYOUT",
+        &fields::global_dirty::NAMES,
+        &["nr_dirty", "nr_writeback"],
+    )
+}];
 
 const BALANCE_DIRTY_TP: &[TracepointAttach] = &[tp(
     "balance_dirty",
