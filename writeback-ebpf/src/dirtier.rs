@@ -240,11 +240,13 @@ fn folio_pages(folio: *const u8) -> u64 {
 ///
 /// Once per folio dirtied, and under a writer of large folios (1 MiB
 /// writes) between two runs the kernel copies enough to evict the
-/// program's code and data from the caches: what a hit reads is kept to
-/// the lines the kernel has just used itself (the folio, the mapping, the
-/// inode's first two lines, the current task) and one line of the slot;
-/// the superblock, the filter and the hash are read on a miss only
-/// (BENCHMARKS.md, "The dirty-time program").
+/// program's code and data from the caches. A hit reads the lines the
+/// kernel has just used itself (the folio, the mapping, the inode, the
+/// superblock, the current task), the member specs and one line of the
+/// slot; the filter and the hash are read on a miss only. Each cold line
+/// still costs about as much as an empty program here (BENCHMARKS.md,
+/// "Issue 15: the dirty-time program's cost against the floor of its
+/// event").
 #[btf_tracepoint(function = "writeback_dirty_folio")]
 pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
     let folio = raw_arg(&ctx, 0) as *const u8;

@@ -200,17 +200,17 @@ fn record_words(ctx: &TracePointContext) -> [u64; dirty::RECORD_WORDS] {
 ///
 /// It fires on every `balance_dirty_pages()` call past the free-run
 /// threshold, every flusher threshold check and every read of
-/// /proc/vmstat (`global_dirty_limits()` in mm/page-writeback.c): about
-/// 3,000 times per GiB of the bench's write, each time with this
-/// program's code and maps evicted. So a run copies the record's words,
+/// /proc/vmstat (`global_dirty_limits()` in mm/page-writeback.c): 350 to
+/// 1,000 times per GiB of the bench's write, mostly with this program's
+/// code and maps evicted in between. So a run copies the record's words,
 /// as the kernel has just written them, into `DIRTY` (stores, which do
 /// not wait for the line) and reads nothing else: no helper call, no load
 /// from a map, not even the layout (readers decode the words with it,
-/// [`dirty::record_word`]). Reading the layout to decode in place cost
-/// about a fifth more, and the version before it, which loaded its last
-/// update time from `DIRTY` to skip all but one update per 16 ticks,
-/// about two thirds more (`dd bs=1M count=1024`, five interleaved runs
-/// each: medians 635, 480 and 384 ns; BENCHMARKS.md).
+/// [`dirty::record_word`]). Decoding in place with the layout cost a
+/// quarter more, and the earlier program, which loaded its last update
+/// time from `DIRTY` to skip all but one update per 16 ticks, two thirds
+/// more (`dd bs=1M count=1024`, five interleaved runs each: medians 384,
+/// 480 and 635 ns; BENCHMARKS.md).
 #[tracepoint]
 pub fn global_dirty(ctx: TracePointContext) -> u32 {
     let words = record_words(&ctx);

@@ -83,7 +83,7 @@ Examples:
   wbscope probes
   wbscope probes --json | jq '.concepts[] | {concept, kind}'
   wbscope probes --cost 5        # this machine's floor per BPF program
-  wbscope probes --cost 600 --on-hooks --json &  # then write; Ctrl-C ends it
+  wbscope probes --cost 600 --on-hooks  # start your workload; Ctrl-C ends it
 
 --cost measures until SECONDS pass or Ctrl-C/SIGTERM, and prints what it
 measured either way.")]

@@ -62,11 +62,12 @@ enum Hook {
 }
 
 /// The events the tracer's programs run on most during a buffered write
-/// with fsync (per GiB of 1 MiB writes on ext4 here: ~3,100 large folios
-/// dirtied, ~1,800 block requests issued and completed, ~1,100 bios,
-/// ~3,100 dirty-state updates; BENCHMARKS.md, issue 19), in the hook
-/// kinds the probe plan picks on a kernel with tp_btf. The per-call
-/// programs run a few dozen times per GiB and are left out.
+/// with fsync (per GiB of 1 MiB writes on the bench's ext4: ~1,800 block
+/// requests issued and completed, ~1,100 bios, ~1,000 large folios
+/// dirtied, 350–1,000 dirty-state updates; BENCHMARKS.md, issue 19), in
+/// the hook kinds the probe plan picks on a kernel with tp_btf. The
+/// per-call programs run a few hundred times per GiB at most and are left
+/// out.
 const HOOKS: [Hook; 5] = [
     Hook::TpBtf("writeback_dirty_folio"),
     Hook::TpBtf("block_rq_issue"),
