@@ -649,7 +649,7 @@ fn probes_cost_measures_the_calibration_programs() {
 
 /// `probes --cost --on-hooks` under a known workload: the empty program
 /// on `writeback_dirty_folio` ran at least once per folio the workload
-/// dirtied (4 KiB writes to a new file on ext4 dirty order-0 folios:
+/// dirtied (dd's 4 KiB writes to a new file on ext4 dirty order-0 folios:
 /// `write_begin` asks for a folio of the write's length), the block ones
 /// ran for its fsync, and Ctrl-C ends the measurement with the figures
 /// printed.
@@ -659,12 +659,21 @@ fn probes_cost_on_hooks_runs_on_the_tracers_events() {
     let mut cmd = wbscope();
     cmd.args(["probes", "--cost", "600", "--on-hooks", "--json"]);
     let measuring = Tracing::spawn(cmd, "measuring;");
-    let mut f = File::create_new(fs.path("pages")).unwrap();
-    let page = vec![7u8; PAGE as usize];
-    for _ in 0..256 {
-        f.write_all(&page).unwrap();
-    }
-    f.sync_all().unwrap();
+    // A child writes, not this process: `filters_keep_what_they_should`
+    // traces `--pid` of this process beside it, and keeps the writeback
+    // of every page this process dirties, whoever writes it back.
+    let status = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=4k",
+            "count=256",
+            "conv=fsync",
+            "status=none",
+        ])
+        .arg(format!("of={}", fs.path("pages").display()))
+        .status()
+        .unwrap();
+    assert!(status.success());
     let stopped = std::time::Instant::now();
     let out = measuring.stop(libc::SIGINT);
     assert!(stopped.elapsed().as_secs() < 10, "Ctrl-C did not end it");
