@@ -85,7 +85,8 @@ impl Default for TracepointLayout {
 /// `offset` (a kprobe: 8 bytes there, through bpf_probe_read_kernel) and
 /// keeps `(raw << left_shift) >> right_shift` (arithmetic when `signed`):
 /// the same two shifts serve whole members and bitfields, without a branch.
-/// Aligned to 8 bytes so that a program reads it in one load.
+/// Aligned to 8 bytes so that a program reads it in one load and takes
+/// the fields apart in this order (`load_spec`, writeback-ebpf/src/read.rs).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemberSpec {

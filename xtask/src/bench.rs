@@ -172,9 +172,7 @@ impl Tracer {
     /// Stops with SIGINT and returns its JSON lines, the summary last (for
     /// a recording, `replay --summary` of it alone).
     fn stop(self, binary: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
-        // SAFETY: plain syscall on our child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-        let out = self.child.wait_with_output()?;
+        let out = interrupt(self.child)?;
         let stdout = match &self.recording {
             Some(path) => {
                 let replay = Command::new(binary)
@@ -196,15 +194,11 @@ impl Tracer {
         }
         Ok(lines)
     }
-}
 
-impl Tracer {
     /// Stops a [`Tracer::floor`] with SIGINT and returns its figures as
     /// run-time entries (`program` is the event).
     fn stop_floor(self) -> anyhow::Result<serde_json::Value> {
-        // SAFETY: plain syscall on our child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-        let out = self.child.wait_with_output()?;
+        let out = interrupt(self.child)?;
         if !out.status.success() {
             bail!(
                 "wbscope probes --cost --on-hooks failed: {}",
@@ -226,6 +220,13 @@ impl Tracer {
             })
             .collect())
     }
+}
+
+/// Sends SIGINT, as Ctrl-C would, and returns the output once it ended.
+fn interrupt(child: Child) -> std::io::Result<std::process::Output> {
+    // SAFETY: plain syscall on our child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    child.wait_with_output()
 }
 
 /// The run-time entries of the interval lines that overlap `window`

@@ -347,11 +347,12 @@ impl Tracer {
         for (global, layout) in &layout_values {
             loader.override_global(global, layout, true);
         }
-        // The dirty levels are copied as words and decoded in userspace.
-        let global_dirty_layout = layout_values
+        // The dirty levels are copied as words, decoded in userspace.
+        let global_dirty_layout = prepared
             .iter()
-            .find(|(global, _)| *global == "GLOBAL_DIRTY_LAYOUT")
-            .map_or(TracepointLayout::EMPTY, |(_, layout)| *layout);
+            .flat_map(|c| c.attaches.iter().zip(&c.layouts))
+            .find_map(|(a, layout)| a.copies_words.then_some(*layout).flatten())
+            .unwrap_or(TracepointLayout::EMPTY);
         let field_offsets = offsets_json(&prepared, members.as_ref().and_then(|m| m.as_ref().ok()));
         let kernel_members = members.and_then(Result::ok).unwrap_or_default();
         loader.override_global("KERNEL_MEMBERS", &kernel_members, true);
@@ -581,11 +582,10 @@ fn read_layouts(
         let (mut layout, mut missing) = format
             .layout(a.fields)
             .map_err(|e| format!("{}:{}: {e:#}", a.system, a.event))?;
-        if let Some(words) = a.copied_words {
+        if a.copies_words {
             // The program copies words and cannot read past them.
             for (name, spec) in a.fields.iter().zip(layout.fields.iter_mut()) {
-                let word = writeback_common::dirty::record_word(spec);
-                if spec.is_present() && word.is_none_or(|w| w >= words) {
+                if spec.is_present() && writeback_common::dirty::record_word(spec).is_none() {
                     *spec = FieldSpec::ABSENT;
                     missing.push((*name).to_string());
                 }

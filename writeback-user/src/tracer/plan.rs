@@ -23,11 +23,11 @@ pub struct TracepointAttach {
     pub fields: &'static [&'static str],
     /// Fields without which the hook is useless on this kernel.
     pub required: &'static [&'static str],
-    /// `Some(n)`: the program copies the record's first `n` words after
-    /// the common header and userspace decodes them
+    /// The program copies the record's first words after the common
+    /// header and userspace decodes them with the layout
     /// ([`writeback_common::dirty::record_word`]); a field outside them is
     /// unavailable on this kernel.
-    pub copied_words: Option<usize>,
+    pub copies_words: bool,
 }
 
 /// One BTF-typed program (tp_btf, fentry, kprobe) and what it attaches to.
@@ -119,7 +119,7 @@ const fn tp(
         layout_global: Some(layout_global),
         fields,
         required,
-        copied_words: None,
+        copies_words: false,
     }
 }
 
@@ -191,7 +191,7 @@ const WBC_WRITEPAGE_TP: &[TracepointAttach] = &[TracepointAttach {
     layout_global: None,
     fields: &[],
     required: &[],
-    copied_words: None,
+    copies_words: false,
 }];
 
 const SINGLE_INODE_TP: &[TracepointAttach] = &[tp(
@@ -235,7 +235,7 @@ const WB_WORK_TP: &[TracepointAttach] = &[
 ];
 
 const GLOBAL_DIRTY_TP: &[TracepointAttach] = &[TracepointAttach {
-    copied_words: Some(writeback_common::dirty::RECORD_WORDS),
+    copies_words: true,
     ..tp(
         "global_dirty",
         "writeback",
