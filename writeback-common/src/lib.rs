@@ -283,25 +283,29 @@ pub mod cpu_time {
 pub mod block_members {
     pub const RQ_QUEUE: usize = 0;
     pub const QUEUE_DISK: usize = 1;
-    pub const DISK_PART0: usize = 2;
-    pub const BDEV_DEV: usize = 3;
+    pub const DISK_MAJOR: usize = 2;
+    pub const DISK_FIRST_MINOR: usize = 3;
     pub const RQ_SECTOR: usize = 4;
     pub const RQ_DATA_LEN: usize = 5;
     pub const RQ_IO_START_TIME: usize = 6;
     pub const QUEUE_FLAGS: usize = 7;
     pub const BIO_SIZE: usize = 8;
     /// Sources: include/linux/blk-mq.h (struct request), blkdev.h
-    /// (request_queue, gendisk), blk_types.h (block_device). The device is
-    /// what the block tracepoints print, `disk_devt(rq->q->disk)` =
-    /// `rq->q->disk->part0->bd_dev`; `__sector` and `__data_len` are what
+    /// (request_queue, gendisk). The device is what the block tracepoints
+    /// print, `disk_devt(rq->q->disk)` = `disk->part0->bd_dev`, which is
+    /// `MKDEV(disk->major, disk->first_minor)`: `device_add_disk()`
+    /// (block/genhd.c) sets the two, dynamic (extended) numbers included,
+    /// and hands that devt to the whole-disk device, part0. Reading the two
+    /// ints from the gendisk saves a dependent load of the block_device
+    /// on every request. `__sector` and `__data_len` are what
     /// `blk_rq_pos()` and `blk_rq_bytes()` return; bvec.h's
     /// `bi_iter.bi_size` is what a bio still has to transfer, its whole
     /// size at `block_bio_queue`.
     pub const PATHS: [(&str, &str, bool); 9] = [
         ("request", "q", false),
         ("request_queue", "disk", false),
-        ("gendisk", "part0", false),
-        ("block_device", "bd_dev", false),
+        ("gendisk", "major", false),
+        ("gendisk", "first_minor", false),
         ("request", "__sector", false),
         ("request", "__data_len", false),
         ("request", "io_start_time_ns", false),

@@ -159,13 +159,15 @@ fn pointer(base: *const u8, index: usize) -> *const u8 {
 }
 
 /// The device the block tracepoints print for a request of queue `q`:
-/// `disk_devt(q->disk)` = `q->disk->part0->bd_dev` (include/linux/blkdev.h).
+/// `disk_devt(q->disk)`, as `MKDEV(disk->major, disk->first_minor)`
+/// (include/linux/kdev_t.h: MINORBITS 20; why the two are the same:
+/// `block_members::PATHS`).
 #[inline(always)]
 fn queue_dev(q: *const u8) -> u32 {
-    scalar(
-        pointer(pointer(q, bm::QUEUE_DISK), bm::DISK_PART0),
-        bm::BDEV_DEV,
-    ) as u32
+    let disk = pointer(q, bm::QUEUE_DISK);
+    let major = scalar(disk, bm::DISK_MAJOR) as u32;
+    let minor = scalar(disk, bm::DISK_FIRST_MINOR) as u32;
+    (major << 20) | (minor & ((1 << 20) - 1))
 }
 
 /// Whether queue `q` has block statistics on (`QUEUE_FLAG_STATS`, set
