@@ -489,7 +489,9 @@ pub mod stat {
     /// End hooks with no matching start (attached mid-call, or the in-flight
     /// map evicted the start).
     pub const UNMATCHED_RESULTS: u32 = 1;
-    /// Starts that could not be stored in the in-flight map.
+    /// Starts that could not be stored in the in-flight map, or whose
+    /// thread could not be stored in `CURRENT` (that call's bios, folios
+    /// and off-CPU time then go uncounted).
     pub const INFLIGHT_FULL: u32 = 2;
     /// Calls dropped by the in-kernel filters.
     pub const FILTERED: u32 = 3;
@@ -693,6 +695,20 @@ pub struct InflightKey {
     pub dev: u32,
 }
 
+/// The call a thread is inside (the `CURRENT` hash, keyed by thread id),
+/// and the bios it has queued so far: `block_bio_queue` runs once per bio
+/// in the submitter's context and knows the thread only. Counting here
+/// spares it the second lookup, in the in-flight map; the call's end adds
+/// the counts to its record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CurrentCall {
+    pub key: InflightKey,
+    pub bio_bytes: u64,
+    pub bios: u32,
+    pub _pad: u32,
+}
+
 /// Flusher work the thread is running (writeback_start → writeback_written).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -721,20 +737,17 @@ pub struct InflightCall {
     pub scan_iter_start: i64,
     pub scan_bytes: u64,
     pub extent_blocks: u64,
-    pub bio_bytes: u64,
     pub flags: u32,
     pub cause: u32,
     pub work_reason: u32,
     pub scan_iterations: u32,
     pub extents: u32,
     pub folios_written: u32,
-    pub bios: u32,
     /// [`cpu_time`] method the start used.
     pub cpu_method: u32,
     /// With [`cpu_time::TASK_RUNTIME`]: the CPU the call started on and
     /// the thread's `se.sum_exec_runtime` and `se.exec_start` then.
     pub start_cpu: u32,
-    pub _pad: u32,
     pub run_start: u64,
     pub exec_start: u64,
 }

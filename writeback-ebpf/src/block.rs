@@ -17,7 +17,7 @@ use writeback_common::{
 use crate::{
     BLOCK_HIST, BLOCK_SLOTS, RQ_START,
     read::{Access, Typed, field, now_ns},
-    writepages::{current_call, raw_arg},
+    writepages::{current_entry, raw_arg},
 };
 
 #[unsafe(no_mangle)]
@@ -112,9 +112,10 @@ fn add_latency(dev: u32, issued: u64) {
 /// queued while a thread is inside a writepages call belongs to that call.
 #[tracepoint]
 pub fn bio_queue(ctx: TracePointContext) -> u32 {
-    if let Some(call) = current_call() {
+    if let Some(call) = current_entry() {
         let sectors = field(&ctx, &BIO_QUEUE_LAYOUT, bq::NR_SECTOR) as u64;
-        // SAFETY: the entry of this thread's own call.
+        // SAFETY: the entry of this thread's own call; only the thread
+        // itself writes it.
         unsafe {
             (*call).bios += 1;
             (*call).bio_bytes += sectors * SECTOR_BYTES;
@@ -186,10 +187,10 @@ fn stats_on(q: *const u8) -> bool {
 /// (include/trace/events/block.h, since 5.11).
 #[btf_tracepoint(function = "block_bio_queue")]
 pub fn tp_btf_bio_queue(ctx: BtfTracePointContext) -> i32 {
-    if let Some(call) = current_call() {
+    if let Some(call) = current_entry() {
         let bio = raw_arg(&ctx, 0) as *const u8;
         let bytes = scalar(bio, bm::BIO_SIZE) as u64;
-        // SAFETY: the entry of this thread's own call.
+        // SAFETY: as in `bio_queue`.
         unsafe {
             (*call).bios += 1;
             (*call).bio_bytes += bytes;

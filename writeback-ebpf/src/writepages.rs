@@ -14,8 +14,8 @@ use aya_ebpf::{
     },
 };
 use writeback_common::{
-    Filter, InflightCall, InflightKey, KernelMembers, TracepointLayout, WritepagesCall, call_flags,
-    cause, cpu_time,
+    CurrentCall, Filter, InflightCall, InflightKey, KernelMembers, TracepointLayout,
+    WritepagesCall, call_flags, cause, cpu_time,
     fields::{writepages as wp, writepages_result as wpr},
     members as m, record_kind, stat,
 };
@@ -188,12 +188,9 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     zero(&mut call.scan_iter_start);
     zero(&mut call.scan_bytes);
     zero(&mut call.extent_blocks);
-    zero(&mut call.bio_bytes);
     zero(&mut call.scan_iterations);
     zero(&mut call.extents);
     zero(&mut call.folios_written);
-    zero(&mut call.bios);
-    zero(&mut call._pad);
     // Every field set above: adding one to InflightCall fails to compile
     // here until it is (no code is generated for this).
     let InflightCall {
@@ -209,17 +206,14 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
         scan_iter_start: _,
         scan_bytes: _,
         extent_blocks: _,
-        bio_bytes: _,
         flags: _,
         cause: _,
         work_reason: _,
         scan_iterations: _,
         extents: _,
         folios_written: _,
-        bios: _,
         cpu_method: _,
         start_cpu: _,
-        _pad: _,
         run_start: _,
         exec_start: _,
     } = call;
@@ -230,10 +224,27 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
         bump(stat::INFLIGHT_FULL);
         return Err(0);
     }
-    if CURRENT.insert(&s.key.tid, &s.key, 0).is_ok() {
+    let current = CurrentCall {
+        key: s.key,
+        ..CurrentCall::default()
+    };
+    if CURRENT.insert(&s.key.tid, &current, 0).is_ok() {
         mark_in_call(s.key.tid, true);
+    } else {
+        bump(stat::INFLIGHT_FULL);
     }
     Ok(0)
+}
+
+/// The bios the thread of the call `key` queued while inside it
+/// (`CurrentCall`, counted by `block.rs`), read before its entry goes.
+#[inline(always)]
+fn bios_of(key: &InflightKey) -> (u32, u64) {
+    // SAFETY: fields copied out at once.
+    match unsafe { CURRENT.get(&key.tid) } {
+        Some(c) if c.key == *key => (c.bios, c.bio_bytes),
+        _ => (0, 0),
+    }
 }
 
 /// A store of zero the compiler cannot merge with its neighbours.
@@ -252,6 +263,7 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     // SAFETY: the value is copied out before the entry is removed.
     let start = unsafe { INFLIGHT.get(&key) }.copied();
+    let (bios, bio_bytes) = bios_of(&key);
     // The thread's call is over whether or not its start is still in
     // INFLIGHT (an LRU eviction would otherwise leave the thread marked
     // in a call, and every switch of it on the slow path).
@@ -312,7 +324,7 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
         scan_last_pos: start.scan_last_pos,
         scan_bytes: start.scan_bytes,
         extent_blocks: start.extent_blocks,
-        bio_bytes: start.bio_bytes,
+        bio_bytes,
         tgid: (pid_tgid >> 32) as u32,
         tid: key.tid,
         ret: e.ret,
@@ -323,7 +335,7 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
         scan_iterations: start.scan_iterations,
         extents: start.extents,
         folios_written: start.folios_written,
-        bios: start.bios,
+        bios,
         _pad: 0,
         comm: bpf_get_current_comm().unwrap_or_default(),
     });
@@ -564,13 +576,21 @@ pub fn kretprobe_writepages(ctx: RetProbeContext) -> u32 {
 /// call that know the thread only).
 #[inline(always)]
 pub fn current_call() -> Option<*mut InflightCall> {
+    // SAFETY: the key is copied out at once.
+    let key = unsafe { (*current_entry()?).key };
+    INFLIGHT.get_ptr_mut(&key)
+}
+
+/// The current thread's `CURRENT` entry while it is inside a call: one
+/// lookup in a map small enough to live in the kernel's direct map (see
+/// `CURRENT`).
+#[inline(always)]
+pub fn current_entry() -> Option<*mut CurrentCall> {
     let tid = current_tid();
     if !in_call(tid) {
         return None;
     }
-    // SAFETY: the key is copied out at once.
-    let key = unsafe { CURRENT.get(&tid) }.copied()?;
-    INFLIGHT.get_ptr_mut(&key)
+    CURRENT.get_ptr_mut(&tid)
 }
 
 /// `tid`'s IN_CALL byte: [`IN_EXT4_CALL`] while the thread is inside an
