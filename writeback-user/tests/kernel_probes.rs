@@ -438,6 +438,23 @@ impl Drop for TestCgroup {
     }
 }
 
+/// `dd` of `count` blocks of `bs` zeros into `of`, with fsync, in a child
+/// process: its pages are not this test process's.
+fn dd_child(of: &Path, bs: &str, count: u32) {
+    let status = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            &format!("bs={bs}"),
+            &format!("count={count}"),
+            "conv=fsync",
+            "status=none",
+        ])
+        .arg(format!("of={}", of.display()))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 /// `dd` of `mib` MiB with fsync, started inside `cgroup`.
 fn dd_in_cgroup(cgroup: &Path, file: &Path, mib: u32) {
     let script = format!(
@@ -490,18 +507,7 @@ fn filters_keep_what_they_should() {
     let me = my_pid.to_string();
     let trace = Tracing::start(&["--json", "--events", "--pid", &me]);
     let ino_mine = write_file(&a.path("mine"), 2, true);
-    let status = Command::new("dd")
-        .args([
-            "if=/dev/zero",
-            "bs=1M",
-            "count=2",
-            "conv=fsync",
-            "status=none",
-        ])
-        .arg(format!("of={}", b.path("theirs").display()))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    dd_child(&b.path("theirs"), "1M", 2);
     let lines = trace.stop(libc::SIGINT);
     assert!(calls(&lines).all(|c| c["pid"] == my_pid), "{lines:?}");
     assert_eq!(pages_of(&lines, &dev_a, ino_mine), 512);
@@ -662,18 +668,7 @@ fn probes_cost_on_hooks_runs_on_the_tracers_events() {
     // A child writes, not this process: `filters_keep_what_they_should`
     // traces `--pid` of this process beside it, and keeps the writeback
     // of every page this process dirties, whoever writes it back.
-    let status = Command::new("dd")
-        .args([
-            "if=/dev/zero",
-            "bs=4k",
-            "count=256",
-            "conv=fsync",
-            "status=none",
-        ])
-        .arg(format!("of={}", fs.path("pages").display()))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    dd_child(&fs.path("pages"), "4k", 256);
     let stopped = std::time::Instant::now();
     let out = measuring.stop(libc::SIGINT);
     assert!(stopped.elapsed().as_secs() < 10, "Ctrl-C did not end it");
