@@ -599,41 +599,50 @@ pub mod block_hist {
     pub const KINDS: usize = 2;
     /// log2 buckets per histogram (0..=63).
     pub const BUCKETS: usize = 64;
-    /// Slots of `BLOCK_SLOTS`, a power of two.
-    pub const SLOTS: u32 = 64;
+    /// Device slots of [`crate::BlockSlots`], a power of two.
+    pub const SLOTS: u32 = 16;
     /// Slots a device tries, from its hash on (linear probing), before it
     /// goes to the overflow hash.
-    pub const PROBES: u32 = 4;
+    pub const PROBES: u32 = 8;
 
-    /// The `probe`-th `BLOCK_SLOTS` slot device `dev` may use (Fibonacci
-    /// hashing: kernel dev_t numbers cluster in their low bits).
+    /// The `probe`-th slot of [`crate::BlockSlots`] device `dev` may use
+    /// (Fibonacci hashing: kernel dev_t numbers cluster in their low bits).
     pub const fn slot_of(dev: u32, probe: u32) -> u32 {
         ((dev.wrapping_mul(0x9E37_79B1) >> (32 - SLOTS.trailing_zeros())) + probe) & (SLOTS - 1)
     }
 }
 
-/// One device's block histograms on one CPU, in one of the slots
-/// [`block_hist::slot_of`] gives it in the per-CPU array `BLOCK_SLOTS`: the
-/// block programs' fast path, array lookups the verifier inlines where a
-/// `BLOCK_HIST` hash lookup is a helper call (about 160 ns here, `wbscope
-/// probes --cost`). A device whose slots other devices hold on that CPU
-/// goes to `BLOCK_HIST`. 64 slots of 1 KiB per CPU.
+/// The block programs' per-device histograms: the one value of the array
+/// `BLOCK_SLOTS`, shared by all CPUs, each count an atomic add (as
+/// libbpf-tools' biolatency counts into a map value every CPU shares).
+/// A device holds the first of its [`block_hist::slot_of`] slots that is
+/// free or its own; a device that finds all of them taken goes to the
+/// per-CPU hash `BLOCK_HIST`.
+///
+/// Why not per CPU: a completion finds this memory cold (under a loop
+/// device the completion runs after the request's data was copied), and
+/// per-CPU map memory lives in vmalloc'd percpu chunks mapped with 4 KiB
+/// pages, so each of the two lines a count touched (the slot's device,
+/// its bucket) cost a TLB miss on top of the cache miss: adding the count
+/// measured ~450 ns of a ~1,100 ns `tp_btf_rq_complete` run (loop ext4,
+/// `dd bs=1M count=1024 conv=fsync`). At 16.4 KiB this array is kmalloc'd
+/// (`bpf_map_area_alloc()`, up to 32 KiB), in the kernel's direct map,
+/// and the devices of all slots share one cache line that only a slot's
+/// first claim writes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DevBlockHist {
-    /// Kernel dev_t of the device holding the slot; 0 = free.
-    pub dev: u32,
-    pub _pad: u32,
-    /// Indexed by [`block_hist`] kind, then log2 bucket.
-    pub buckets: [[u64; block_hist::BUCKETS]; block_hist::KINDS],
+pub struct BlockSlots {
+    /// Kernel dev_t of the device holding each slot; 0 = free.
+    pub devs: [u32; block_hist::SLOTS as usize],
+    /// Indexed by slot, [`block_hist`] kind, then log2 bucket.
+    pub buckets: [[[u64; block_hist::BUCKETS]; block_hist::KINDS]; block_hist::SLOTS as usize],
 }
 
-impl Default for DevBlockHist {
+impl Default for BlockSlots {
     fn default() -> Self {
-        DevBlockHist {
-            dev: 0,
-            _pad: 0,
-            buckets: [[0; block_hist::BUCKETS]; block_hist::KINDS],
+        BlockSlots {
+            devs: [0; block_hist::SLOTS as usize],
+            buckets: [[[0; block_hist::BUCKETS]; block_hist::KINDS]; block_hist::SLOTS as usize],
         }
     }
 }
@@ -776,7 +785,7 @@ mod pod {
     unsafe impl aya::Pod for super::BlockMembers {}
     unsafe impl aya::Pod for super::TaskMembers {}
     unsafe impl aya::Pod for super::ExtentMembers {}
-    unsafe impl aya::Pod for super::DevBlockHist {}
+    unsafe impl aya::Pod for super::BlockSlots {}
     unsafe impl aya::Pod for super::TracepointLayout {}
     unsafe impl aya::Pod for super::Filter {}
     unsafe impl aya::Pod for super::WritepagesCall {}

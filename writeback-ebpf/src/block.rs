@@ -15,7 +15,7 @@ use writeback_common::{
 };
 
 use crate::{
-    BLOCK_HIST, BLOCK_SLOTS, RQ_START,
+    BLOCK_HIST, BLOCK_SLOTS, RQ_START, atomic_add,
     read::{Access, Typed, field, now_ns},
     writepages::{current_entry, raw_arg},
 };
@@ -31,29 +31,38 @@ static RQ_COMPLETE_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 const SECTOR_BYTES: u64 = 512;
 
 /// Counts one sample in bucket `bucket` of histogram `kind` of device
-/// `dev`: in the first of the device's `BLOCK_SLOTS` slots it holds or can
-/// take, else in `BLOCK_HIST`. Per CPU, so only a program nesting on the
-/// same CPU (a completion in interrupt context over an issue) can race a
-/// slot's claim: at worst, once per slot, one sample is counted under the
-/// other device.
+/// `dev`: in the first of the device's slots of `BLOCK_SLOTS` it holds or
+/// can take, else in `BLOCK_HIST`. Two CPUs may claim one free slot at
+/// once: each stores its device, then reads the slot again, and the one
+/// whose store was overwritten goes on to its next slot. Only a store that
+/// lands between the other's store and its read can leave that other's
+/// one sample counted under the winner's device, once per slot ever.
 #[inline(always)]
 fn hist_add(dev: u32, kind: u16, bucket: u32) {
-    let mut probe = 0;
-    while dev != 0 && probe < block_hist::PROBES {
-        if let Some(slot) = BLOCK_SLOTS.get_ptr_mut(block_hist::slot_of(dev, probe)) {
-            // SAFETY: this CPU's copy of the slot, see above.
+    if dev != 0
+        && let Some(slots) = BLOCK_SLOTS.get_ptr_mut(0)
+    {
+        let mut probe = 0;
+        while probe < block_hist::PROBES {
+            let i = block_hist::slot_of(dev, probe) as usize & (block_hist::SLOTS as usize - 1);
+            // SAFETY: in bounds (masked); volatile so that the read after
+            // a claim is made, not folded into the store before it.
             unsafe {
-                if (*slot).dev == 0 {
-                    (*slot).dev = dev;
+                let held = &raw mut (*slots).devs[i];
+                if core::ptr::read_volatile(held) == 0 {
+                    core::ptr::write_volatile(held, dev);
                 }
-                if (*slot).dev == dev {
-                    let counts = &mut (*slot).buckets[kind as usize & 1];
-                    counts[bucket as usize & (block_hist::BUCKETS - 1)] += 1;
+                if core::ptr::read_volatile(held) == dev {
+                    let counts = &raw mut (*slots).buckets[i][kind as usize & 1];
+                    atomic_add(
+                        &raw mut (*counts)[bucket as usize & (block_hist::BUCKETS - 1)],
+                        1,
+                    );
                     return;
                 }
             }
+            probe += 1;
         }
-        probe += 1;
     }
     let key = BlockHistKey {
         dev,

@@ -22,7 +22,7 @@ use writeback_common::{
 };
 
 use crate::{
-    FILTER,
+    FILTER, atomic_add,
     read::{Access, Typed, field, load_spec},
     writepages::raw_arg,
 };
@@ -62,24 +62,6 @@ fn scalar(base: *const u8, index: usize) -> i64 {
 #[inline(always)]
 fn pointer(base: *const u8, index: usize) -> *const u8 {
     Typed::pointer(base, &DIRTIER_MEMBERS.members[index])
-}
-
-/// Adds `n` to the counter at `p` atomically: several CPUs may dirty the
-/// same inode for the same process at once. The BPF target offers no
-/// Rust atomic read-modify-write (no compare-and-swap), but the
-/// instruction set has had an atomic add (`BPF_XADD`, `lock ... +=`)
-/// since its first release.
-#[inline(always)]
-fn atomic_add(p: *mut u64, n: u64) {
-    // SAFETY: `p` points to an 8-byte aligned u64 inside a map value.
-    unsafe {
-        core::arch::asm!(
-            "lock *(u64 *)({p} + 0) += {n}",
-            p = in(reg) p,
-            n = in(reg) n,
-            options(nostack)
-        )
-    };
 }
 
 /// The cgroup the kernel charges the inode's writeback to:

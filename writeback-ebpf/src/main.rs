@@ -32,8 +32,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use writeback_common::{
-    BlockHistKey, CurrentCall, DevBlockHist, DevCounterKey, Filter, FlusherWork, InflightCall,
-    InflightKey, PausedBy, RequestKey, agg, block_hist, dirty, stat,
+    BlockHistKey, BlockSlots, CurrentCall, DevCounterKey, Filter, FlusherWork, InflightCall,
+    InflightKey, PausedBy, RequestKey, agg, dirty, stat,
 };
 
 /// Per-call records to userspace. 4 MiB holds ~17000 records of 240 bytes:
@@ -97,9 +97,9 @@ static WORK: HashMap<u32, FlusherWork> = HashMap::with_max_entries(4096, 0);
 static RQ_START: HashMap<RequestKey, u64> = HashMap::with_max_entries(65536, 0);
 
 /// Per-device log2 histograms of request size and latency, in a slot per
-/// device and CPU (`block_hist::slot_of`, `block.rs`).
+/// device shared by all CPUs (`BlockSlots`, `block.rs`).
 #[map]
-static BLOCK_SLOTS: PerCpuArray<DevBlockHist> = PerCpuArray::with_max_entries(block_hist::SLOTS, 0);
+static BLOCK_SLOTS: Array<BlockSlots> = Array::with_max_entries(1, 0);
 
 /// The same histograms, for devices whose slot another device holds.
 #[map]
@@ -155,6 +155,23 @@ fn add(map: &PerCpuArray<u64>, index: u32, value: u64) {
 #[inline(always)]
 fn bump(index: u32) {
     add(&STATS, index, 1);
+}
+
+/// Adds `n` to the counter at `p` atomically, for map values several CPUs
+/// add to at once. The BPF target offers no Rust atomic read-modify-write
+/// (no compare-and-swap), but the instruction set has had an atomic add
+/// (`BPF_XADD`, `lock ... +=`) since its first release.
+#[inline(always)]
+pub(crate) fn atomic_add(p: *mut u64, n: u64) {
+    // SAFETY: `p` points to an 8-byte aligned u64 inside a map value.
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({p} + 0) += {n}",
+            p = in(reg) p,
+            n = in(reg) n,
+            options(nostack)
+        )
+    };
 }
 
 #[cfg(not(test))]

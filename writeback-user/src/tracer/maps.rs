@@ -1,5 +1,5 @@
 //! Reading the programs' maps into plain figures ([`KernelSnapshot`]):
-//! per-CPU counters summed, block histograms from their per-CPU slots and
+//! per-CPU counters summed, block histograms from their shared slots and
 //! overflow hash, the programs' run times, and `/proc/vmstat` beside them.
 
 use std::collections::HashMap;
@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use anyhow::Context as _;
 use aya::maps::{Array, PerCpuArray, PerCpuHashMap};
 use writeback_common::{
-    BlockHistKey, DevBlockHist, TracepointLayout, block_hist, dirty, fields::global_dirty, stat,
+    BlockHistKey, BlockSlots, TracepointLayout, dirty, fields::global_dirty, stat,
 };
 
 use super::Tracer;
@@ -96,21 +96,17 @@ impl Tracer {
         Ok(decode_dirty(&words, &self.global_dirty_layout))
     }
 
-    /// Per-device block histograms, summed over CPUs: the per-CPU slots
-    /// (`BLOCK_SLOTS`) and the overflow hash (`BLOCK_HIST`) together.
+    /// Per-device block histograms: the shared slots (`BLOCK_SLOTS`) and
+    /// the per-CPU overflow hash (`BLOCK_HIST`), summed over CPUs, together.
     pub(crate) fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
         let mut out: HashMap<BlockHistKey, u64> = self.per_cpu_sums("BLOCK_HIST")?;
-        let slots: PerCpuArray<_, DevBlockHist> = PerCpuArray::try_from(
+        let slots: Array<_, BlockSlots> = Array::try_from(
             self.ebpf
                 .map("BLOCK_SLOTS")
                 .context("BLOCK_SLOTS map missing")?,
         )?;
-        for index in 0..block_hist::SLOTS {
-            let per_cpu = slots
-                .get(&index, 0)
-                .with_context(|| format!("reading BLOCK_SLOTS[{index}]"))?;
-            add_slot_counts(&mut out, per_cpu.iter());
-        }
+        let slots = slots.get(&0, 0).context("reading BLOCK_SLOTS")?;
+        add_slot_counts(&mut out, &slots);
         Ok(out)
     }
 
@@ -170,17 +166,19 @@ pub(crate) fn read_vmstat() -> anyhow::Result<VmStat> {
     })
 }
 
-/// Adds the non-zero buckets of one `BLOCK_SLOTS` slot, as each CPU holds
-/// it, to `out` (a free slot, device 0, holds nothing).
-fn add_slot_counts<'a>(
-    out: &mut HashMap<BlockHistKey, u64>,
-    per_cpu: impl Iterator<Item = &'a DevBlockHist>,
-) {
-    for slot in per_cpu.filter(|s| s.dev != 0) {
-        for (kind, counts) in slot.buckets.iter().enumerate() {
+/// Adds the non-zero buckets of the held `BLOCK_SLOTS` slots to `out` (a
+/// free slot, device 0, holds nothing).
+fn add_slot_counts(out: &mut HashMap<BlockHistKey, u64>, slots: &BlockSlots) {
+    let held = slots
+        .devs
+        .iter()
+        .zip(&slots.buckets)
+        .filter(|(dev, _)| **dev != 0);
+    for (&dev, hists) in held {
+        for (kind, counts) in hists.iter().enumerate() {
             for (bucket, &count) in counts.iter().enumerate().filter(|(_, c)| **c != 0) {
                 let key = BlockHistKey {
-                    dev: slot.dev,
+                    dev,
                     kind: kind as u16,
                     bucket: bucket as u16,
                 };
@@ -214,33 +212,33 @@ fn decode_dirty(words: &[u64], layout: &TracepointLayout) -> Vec<u64> {
 
 #[cfg(test)]
 mod tests {
-    use writeback_common::FieldSpec;
+    use writeback_common::{FieldSpec, block_hist};
 
     use super::*;
 
-    /// Per-CPU slots of the same device add up with the overflow hash;
-    /// free slots and empty buckets add nothing.
+    /// Slots add up with the overflow hash; free slots and empty buckets
+    /// add nothing.
     #[test]
-    fn block_slot_counts_merge_across_cpus_and_with_the_hash() {
+    fn block_slot_counts_merge_with_the_hash() {
         let key = |dev, kind, bucket| BlockHistKey { dev, kind, bucket };
         let mut out = HashMap::from([(key(7 << 20, block_hist::LATENCY_NS, 12), 5)]);
-        let mut cpu0 = DevBlockHist {
-            dev: 7 << 20,
-            ..DevBlockHist::default()
-        };
-        cpu0.buckets[block_hist::ISSUE_BYTES as usize][20] = 3;
-        cpu0.buckets[block_hist::LATENCY_NS as usize][12] = 2;
-        let mut cpu1 = cpu0;
-        cpu1.buckets[block_hist::LATENCY_NS as usize][63] = 1;
-        let mut free = DevBlockHist::default();
-        free.buckets[0][1] = 9;
-        add_slot_counts(&mut out, [cpu0, cpu1, free].iter());
+        let mut slots = BlockSlots::default();
+        slots.devs[3] = 7 << 20;
+        slots.buckets[3][block_hist::ISSUE_BYTES as usize][20] = 6;
+        slots.buckets[3][block_hist::LATENCY_NS as usize][12] = 4;
+        slots.buckets[3][block_hist::LATENCY_NS as usize][63] = 1;
+        slots.devs[9] = 8 << 20;
+        slots.buckets[9][block_hist::LATENCY_NS as usize][0] = 2;
+        // Counts in a free slot are nobody's.
+        slots.buckets[5][0][1] = 9;
+        add_slot_counts(&mut out, &slots);
         assert_eq!(
             out,
             HashMap::from([
                 (key(7 << 20, block_hist::ISSUE_BYTES, 20), 6),
                 (key(7 << 20, block_hist::LATENCY_NS, 12), 9),
                 (key(7 << 20, block_hist::LATENCY_NS, 63), 1),
+                (key(8 << 20, block_hist::LATENCY_NS, 0), 2),
             ])
         );
     }
