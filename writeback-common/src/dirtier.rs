@@ -36,16 +36,17 @@ pub struct DirtierEntry {
     pub comm: [u8; 16],
 }
 
-/// The dirty-time program's per-CPU cache (`DIRTY_SLOT`): the last
-/// (inode, process) this CPU dirtied and its pages not yet added to
-/// `DIRTIERS` (`entry.pages`). A run of dirtying by one process of one
-/// file, the common case, then costs an array lookup per folio instead of
-/// a hash lookup; the pages move to `DIRTIERS` when the CPU dirties
-/// another (inode, process). Userspace adds both.
+/// The dirty-time program's per-CPU cache (`DIRTY_SLOT`, an array with a
+/// slot per CPU): the last (inode, process) this CPU dirtied and its pages
+/// not yet added to `DIRTIERS` (`entry.pages`). A run of dirtying by one
+/// process of one file, the common case, then costs an array lookup per
+/// folio instead of a hash lookup; the pages move to `DIRTIERS` when the
+/// CPU dirties another (inode, process). Userspace adds both.
 ///
 /// What a folio is matched against and what a hit adds to lie in the
 /// first 32 bytes, so that a hit reads one cache line of the slot (at
-/// most two: the per-CPU allocation is only 8-byte aligned).
+/// most two: array values are only 8-byte aligned). 128 bytes a slot, so
+/// that the lines one CPU writes on every hit are not another's.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirtierSlot {
@@ -55,6 +56,7 @@ pub struct DirtierSlot {
     pub dropped: u32,
     pub _pad: u32,
     pub entry: DirtierEntry,
+    pub _spare: [u64; 7],
 }
 
 /// Key of `FILTER_DIRTIED`: an inode the `--pid`/`--cgroup` filter's

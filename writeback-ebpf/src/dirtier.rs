@@ -11,9 +11,12 @@
 //! add; any other, one hash lookup and one atomic add.
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_smp_processor_id,
+    },
     macros::{btf_tracepoint, map, tracepoint},
-    maps::{LruHashMap, PerCpuArray},
+    maps::{Array, LruHashMap},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use writeback_common::{
@@ -38,9 +41,14 @@ static DIRTIERS: LruHashMap<DirtierKey, DirtierEntry> = LruHashMap::with_max_ent
 #[map]
 static FILTER_DIRTIED: LruHashMap<InodeKey, u8> = LruHashMap::with_max_entries(16384, 0);
 
-/// The per-CPU cache in front of `DIRTIERS` (`DirtierSlot`).
+/// The per-CPU cache in front of `DIRTIERS` (`DirtierSlot`), a slot per
+/// CPU indexed by CPU number: not a per-CPU array, whose memory lives in
+/// vmalloc'd percpu chunks (4 KiB pages, a TLB miss on a cold run), but a
+/// plain array userspace sizes to the possible CPUs, kmalloc'd in the
+/// direct map while it stays under 32 KiB (`bpf_map_area_alloc()`; up to
+/// 255 CPUs at 128 bytes a slot).
 #[map]
-static DIRTY_SLOT: PerCpuArray<DirtierSlot> = PerCpuArray::with_max_entries(1, 0);
+static DIRTY_SLOT: Array<DirtierSlot> = Array::with_max_entries(1, 0);
 
 #[unsafe(no_mangle)]
 static DIRTIER_MEMBERS: DirtierMembers = DirtierMembers::EMPTY;
@@ -87,13 +95,18 @@ fn owner_cgroup(inode: *const u8) -> u64 {
     scalar(kn, dm::KN_ID) as u64
 }
 
-/// This CPU's slot, when the map has one (always: one entry).
+/// This CPU's slot, when the map has one (userspace gives it one per
+/// possible CPU).
 #[inline(always)]
 fn slot() -> Option<&'static mut DirtierSlot> {
-    let slot = DIRTY_SLOT.get_ptr_mut(0)?;
-    // SAFETY: this CPU's slot. The program does not nest on one CPU (the
-    // kernel skips a program that would recurse), so nothing else writes
-    // it meanwhile; userspace only reads it.
+    // SAFETY: plain helper call; tracing programs run with migration
+    // disabled, so the CPU stays this one until the program returns.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let slot = DIRTY_SLOT.get_ptr_mut(cpu)?;
+    // SAFETY: this CPU's slot, written by programs on this CPU only. The
+    // program does not nest on one CPU (the kernel skips a program that
+    // would recurse), so nothing else writes it meanwhile; userspace only
+    // reads it.
     Some(unsafe { &mut *slot })
 }
 

@@ -194,6 +194,21 @@ fn in_call_entries() -> Option<u32> {
     Some(pid_max.div_ceil(8).max(1))
 }
 
+/// Entries of the DIRTY_SLOT map, a slot per CPU indexed by CPU number:
+/// the highest possible CPU's number plus one; `None` keeps the object's
+/// one entry (then only CPU 0 has a slot, and other CPUs' folios go
+/// uncounted: the loader says so).
+fn cpu_slot_entries() -> Option<u32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").ok()?;
+    highest_cpu(&text).map(|top| top + 1)
+}
+
+/// The highest CPU number of a kernel CPU list ("0-3,8-11\n": 11), which
+/// lists its ranges in ascending order (`bitmap_print_to_pagebuf()`).
+fn highest_cpu(list: &str) -> Option<u32> {
+    list.trim().rsplit([',', '-']).next()?.parse().ok()
+}
+
 impl Tracer {
     /// Checks privileges, builds and carries out the probe plan.
     pub fn attach(options: &TracerOptions) -> anyhow::Result<Tracer> {
@@ -377,6 +392,12 @@ impl Tracer {
             .unwrap_or(DirtierMembers::EMPTY);
         loader.override_global("DIRTIER_MEMBERS", &dirtier_members, true);
         loader.override_global("FILTER", &options.filter, true);
+        match cpu_slot_entries() {
+            Some(entries) => {
+                loader.map_max_entries("DIRTY_SLOT", entries);
+            }
+            None => warn!("cannot read the possible CPUs: who-dirtied-it counts CPU 0 only"),
+        }
         if let Some(entries) = in_call_entries() {
             loader.map_max_entries("IN_CALL", entries);
         }
@@ -638,6 +659,18 @@ fn attach_all(ebpf: &mut Ebpf, attaches: &[TracepointAttach]) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The dirtier's per-CPU slots reach the highest possible CPU, gaps in
+    /// the list included; a list that is not one gives none.
+    #[test]
+    fn highest_cpu_of_kernel_cpu_lists() {
+        assert_eq!(highest_cpu("0\n"), Some(0));
+        assert_eq!(highest_cpu("0-1\n"), Some(1));
+        assert_eq!(highest_cpu("0-3,8-11\n"), Some(11));
+        assert_eq!(highest_cpu("0,2,4"), Some(4));
+        assert_eq!(highest_cpu(""), None);
+        assert_eq!(highest_cpu("x-y"), None);
+    }
 
     /// The running kernel's `struct mpage_da_data` resolves to one of the
     /// known layouts, with the unit that layout uses: byte positions need

@@ -2,7 +2,7 @@
 //! BTF program reads, resolved from the kernel's BTF, and reading
 //! `DIRTIERS` and `THROTTLED` into a [`DirtierSnapshot`].
 use anyhow::Context as _;
-use aya::maps::{HashMap as BpfHashMap, PerCpuArray, PerCpuHashMap};
+use aya::maps::{Array, HashMap as BpfHashMap, PerCpuHashMap};
 use writeback_common::{DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, dirtier_members};
 
 use super::{Tracer, attach::member_spec, btf::Btf as KernelBtf};
@@ -53,15 +53,18 @@ impl Tracer {
             let Ok((k, v)) = entry else { continue };
             snap.entries.push(reading(&k, &v));
         }
-        // The per-CPU slots after the hash: a slot flushed between the two
+        // The CPUs' slots after the hash: a slot flushed between the two
         // reads is then missed once (and counted at the next read), never
         // counted twice.
-        let slots: PerCpuArray<_, DirtierSlot> = PerCpuArray::try_from(
+        let slots: Array<_, DirtierSlot> = Array::try_from(
             self.ebpf
                 .map("DIRTY_SLOT")
                 .context("DIRTY_SLOT map missing")?,
         )?;
-        let per_cpu = slots.get(&0, 0).context("reading DIRTY_SLOT")?;
+        let per_cpu = slots
+            .iter()
+            .collect::<Result<Vec<_>, _>>()
+            .context("reading DIRTY_SLOT")?;
         for slot in per_cpu.iter().filter(|s| s.entry.pages != 0) {
             let k = slot.key;
             match snap
