@@ -530,8 +530,9 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     out.push_str(&format!(
         "BPF run time per invocation during the writes (kernel BPF statistics, from the \
          {TRACE_INTERVAL_S} s interval lines spanning each write): **{writes_avg} ns** over all \
-         programs; over the whole traced runs, the {} s pauses before the writes included: \
-         {whole_avg} ns\n\n{writes_table}\n",
+         programs (per write: {}); over the whole traced runs, the {} s pauses before the \
+         writes included: {whole_avg} ns\n\n{writes_table}\n",
+        per_write_means(&write_run_times),
         opts.settle_secs
     ));
     let gib_written = opts.size_mib as f64 / 1024.0;
@@ -620,6 +621,27 @@ fn run_time_table(runs: &[serde_json::Value]) -> (String, String) {
         "| **all programs** | **{all_count}** | **{all}** |\n"
     ));
     (table, all)
+}
+
+/// The mean over all programs of each write's run-time array, and their
+/// median: the statistics count wall time, so one stall of the virtual
+/// CPU inside a program (milliseconds on a busy hypervisor) moves the
+/// mean of all writes together, and shows here as one write apart.
+fn per_write_means(runs: &[serde_json::Value]) -> String {
+    let mut means: Vec<f64> = runs
+        .iter()
+        .filter_map(|run| {
+            let (count, ns) = per_program(std::slice::from_ref(run))
+                .values()
+                .fold((0u64, 0u64), |(c, n), (count, ns)| (c + count, n + ns));
+            (count > 0).then(|| ns as f64 / count as f64)
+        })
+        .collect();
+    if means.is_empty() {
+        return "none with runs".into();
+    }
+    let listed: Vec<String> = means.iter().map(|m| format!("{m:.0}")).collect();
+    format!("{} ns, median {:.0}", listed.join(", "), median(&mut means))
 }
 
 /// `(invocations, run time ns)` per program, added up over run-time arrays.
@@ -739,6 +761,23 @@ mod tests {
         let (table, avg) = run_time_table(&[within]);
         assert_eq!(avg, "133");
         assert!(table.contains("| p | 30 | 133 |"), "{table}");
+    }
+
+    /// Each write's mean over all its programs, in order, and the median
+    /// of those: a write with one slow program run stands apart.
+    #[test]
+    fn per_write_means_and_their_median() {
+        let runs = [
+            serde_json::json!([
+                {"program": "a", "run_count": 10, "run_time_ns": 1_000},
+                {"program": "b", "run_count": 30, "run_time_ns": 7_000},
+            ]),
+            serde_json::json!([{"program": "a", "run_count": 4, "run_time_ns": 40_000}]),
+            serde_json::json!([{"program": "a", "run_count": 5, "run_time_ns": 1_500}]),
+            serde_json::json!([{"program": "a", "run_count": 0, "run_time_ns": 0}]),
+        ];
+        assert_eq!(per_write_means(&runs), "200, 10000, 300 ns, median 300");
+        assert_eq!(per_write_means(&runs[3..]), "none with runs");
     }
 
     /// Each tracer program against the empty one on its event, and the
