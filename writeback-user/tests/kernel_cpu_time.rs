@@ -177,6 +177,32 @@ async fn task_run_time_agrees_with_sched_switch() {
     let mut new_calls = RingCollector::new(&mut new).unwrap();
     let mut old_calls = RingCollector::new(&mut old).unwrap();
 
+    // The set-up must leave a call off the CPU for longer than the bound,
+    // which grows with the CPUs' steal: on a busy hypervisor one write can
+    // fall short (once 74.04 ms off the CPU against 74.1 ms of bound, 70
+    // of them steal). The agreement is checked on every write; up to three
+    // writes, each on a new filesystem, for one that shows it.
+    for attempt in 1..=3 {
+        let (compared, preempted, bound, stolen) =
+            write_and_compare(&mut new_calls, &mut old_calls).await;
+        eprintln!(
+            "write {attempt}: {compared} call(s) compared, {preempted} switched out for long, \
+             bound {bound} ns (steal {stolen} ns)"
+        );
+        if preempted > 0 {
+            return;
+        }
+    }
+    panic!("no call was off the CPU for longer than the bound in three writes");
+}
+
+/// One write of the set-up above under both tracers, each call's two
+/// figures compared: (calls compared, calls off the CPU for longer than
+/// the bound, the bound, the steal over the write).
+async fn write_and_compare(
+    new_calls: &mut RingCollector,
+    old_calls: &mut RingCollector,
+) -> (u32, u32, u64, u64) {
     const CPU: usize = 0;
     let (steal_before, steal_unit) = steal_ns();
     const MIB: usize = 256;
@@ -207,8 +233,8 @@ async fn task_run_time_agrees_with_sched_switch() {
     .await
     .unwrap();
     let pages = MIB as i64 * 256;
-    let new_mine = calls_for(&mut new_calls, dev, ino, pages).await;
-    let old_mine = calls_for(&mut old_calls, dev, ino, pages).await;
+    let new_mine = calls_for(new_calls, dev, ino, pages).await;
+    let old_mine = calls_for(old_calls, dev, ino, pages).await;
     // Counted in whole units: up to one more than the difference shows.
     let stolen = steal_ns().0 - steal_before + steal_unit;
     drop(fs);
@@ -247,18 +273,14 @@ async fn task_run_time_agrees_with_sched_switch() {
         }
     }
     assert!(compared > 0, "no call in both: {new_mine:?} / {old_mine:?}");
-    // The set-up worked: a call (the fsync's, sharing its CPU with the
+    // The set-up worked when a call (the fsync's, sharing its CPU with the
     // spinner, or the flusher's, waiting for the device) was off the CPU
-    // for longer than the bound, so the agreement above tells a right
+    // for longer than the bound: the agreement above then tells a right
     // figure from wall time.
-    assert!(
-        preempted > 0,
-        "no call was off the CPU for more than {bound} ns: {old_mine:?}"
-    );
-    eprintln!(
-        "{compared} call(s) compared, {preempted} switched out for long, bound {bound} ns \
-         (steal {stolen} ns)"
-    );
+    if preempted == 0 {
+        eprintln!("no call was off the CPU for more than {bound} ns: {old_mine:?}");
+    }
+    (compared, preempted, bound, stolen)
 }
 
 /// Total run count of every attached program.
