@@ -348,12 +348,12 @@ fn storm(binary: &Path) -> anyhow::Result<Storm> {
     })
 }
 
-/// Total BPF run time (ns) over all programs in run-time arrays.
-fn total_run_ns(runs: &[serde_json::Value]) -> u64 {
-    runs.iter()
-        .flat_map(|r| r.as_array().cloned().unwrap_or_default())
-        .map(|r| r["run_time_ns"].as_u64().unwrap_or(0))
-        .sum()
+/// `(invocations, run time ns)` of all programs of a [`per_program`]
+/// table together.
+fn all_programs(per_program: &BTreeMap<String, (u64, u64)>) -> (u64, u64) {
+    per_program
+        .values()
+        .fold((0, 0), |(c, n), (count, ns)| (c + count, n + ns))
 }
 
 pub(crate) fn median(v: &mut [f64]) -> f64 {
@@ -537,7 +537,7 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     ));
     let gib_written = opts.size_mib as f64 / 1024.0;
     let per_gib = |runs: &[serde_json::Value]| {
-        total_run_ns(runs) as f64 / 1e6 / (gib_written * runs.len().max(1) as f64)
+        all_programs(&per_program(runs)).1 as f64 / 1e6 / (gib_written * runs.len().max(1) as f64)
     };
     out.push_str(&format!(
         "BPF time per GiB written (all programs, the same intervals): **{:.2} ms**\n\n",
@@ -609,9 +609,7 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
 /// all programs.
 fn run_time_table(runs: &[serde_json::Value]) -> (String, String) {
     let per_program = per_program(runs);
-    let (all_count, all_ns) = per_program
-        .values()
-        .fold((0u64, 0u64), |(c, n), (count, ns)| (c + count, n + ns));
+    let (all_count, all_ns) = all_programs(&per_program);
     let mut table = String::from("| program | invocations | avg ns |\n|---|---|---|\n");
     for (name, (count, ns)) in per_program {
         table.push_str(&format!("| {name} | {count} | {} |\n", avg_ns(ns, count)));
@@ -631,9 +629,7 @@ fn per_write_means(runs: &[serde_json::Value]) -> String {
     let mut means: Vec<f64> = runs
         .iter()
         .filter_map(|run| {
-            let (count, ns) = per_program(std::slice::from_ref(run))
-                .values()
-                .fold((0u64, 0u64), |(c, n), (count, ns)| (c + count, n + ns));
+            let (count, ns) = all_programs(&per_program(std::slice::from_ref(run)));
             (count > 0).then(|| ns as f64 / count as f64)
         })
         .collect();
