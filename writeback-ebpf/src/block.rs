@@ -44,9 +44,10 @@ fn hist_add(dev: u32, kind: u16, bucket: u32) {
     {
         let mut probe = 0;
         while probe < block_hist::PROBES {
-            let i = block_hist::slot_of(dev, probe) as usize & (block_hist::SLOTS as usize - 1);
-            // SAFETY: in bounds (masked); volatile so that the read after
-            // a claim is made, not folded into the store before it.
+            let i = block_hist::slot_of(dev, probe) as usize;
+            // SAFETY: in bounds (`slot_of` masks to the slots); volatile so
+            // that the read after a claim is made, not folded into the
+            // store before it.
             unsafe {
                 let held = &raw mut (*slots).devs[i];
                 if core::ptr::read_volatile(held) == 0 {
