@@ -628,17 +628,29 @@ pub struct InflightKey {
 }
 
 /// The call a thread is inside (the `CURRENT` hash, keyed by thread id),
-/// and the bios it has queued so far: `block_bio_queue` runs once per bio
-/// in the submitter's context and knows the thread only. Counting here
-/// spares it the second lookup, in the in-flight map; the call's end adds
-/// the counts to its record.
+/// and what the hooks that fire many times inside it have counted so far:
+/// the bios it queued (`block_bio_queue`, which knows the thread only) and
+/// its scan passes and extents (ext4's folios and extent tracepoints, and
+/// the scan kprobes). Counting here, in a map small enough to stay in the
+/// kernel's direct map, spares each of those a lookup in the in-flight
+/// LRU; the call's end adds the counts to its record. 64 bytes, so that
+/// `CURRENT` stays under 32 KiB (see its comment in writeback-ebpf).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CurrentCall {
     pub key: InflightKey,
     pub bio_bytes: u64,
     pub bios: u32,
-    pub _pad: u32,
+    /// Scan passes ended (folios_end, or the scan kretprobe).
+    pub scan_iterations: u32,
+    pub extents: u32,
+    /// Blocks of the extents (`m_len`): 2^32 blocks is 16 TiB of 4 KiB
+    /// blocks in one call; counted saturating.
+    pub extent_blocks: u32,
+    pub scan_bytes: u64,
+    pub scan_last_pos: i64,
+    /// `start_pos` at the current pass's start.
+    pub scan_iter_start: i64,
 }
 
 /// Flusher work the thread is running (writeback_start → writeback_written).
@@ -663,17 +675,13 @@ pub struct InflightCall {
     pub range_start: i64,
     pub range_end: i64,
     pub writeback_index: u64,
+    /// `start_pos` at the first scan pass (set with
+    /// [`call_flags::SCAN_SEEN`] by the pass's start; the passes' other
+    /// figures are counted in the thread's [`CurrentCall`]).
     pub scan_first_pos: i64,
-    pub scan_last_pos: i64,
-    /// `start_pos` at the current iteration's folios_start.
-    pub scan_iter_start: i64,
-    pub scan_bytes: u64,
-    pub extent_blocks: u64,
     pub flags: u32,
     pub cause: u32,
     pub work_reason: u32,
-    pub scan_iterations: u32,
-    pub extents: u32,
     pub folios_written: u32,
     /// [`cpu_time`] method the start used.
     pub cpu_method: u32,
@@ -723,3 +731,13 @@ mod dirtier;
 pub use dirtier::*;
 mod block;
 pub use block::*;
+
+#[cfg(test)]
+mod tests {
+    /// `CURRENT` stays under the 32 KiB kmalloc bound with 64-byte values
+    /// (the sizing in its comment in writeback-ebpf/src/main.rs).
+    #[test]
+    fn a_current_call_is_64_bytes() {
+        assert_eq!(core::mem::size_of::<super::CurrentCall>(), 64);
+    }
+}

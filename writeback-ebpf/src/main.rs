@@ -53,16 +53,22 @@ pub const WAKEUP_AT_BYTES: u64 = (EVENTS_BYTES / 4) as u64;
 #[map]
 static INFLIGHT: LruHashMap<InflightKey, InflightCall> = LruHashMap::with_max_entries(16384, 0);
 
-/// The call each thread is inside and the bios it queued
-/// (`CurrentCall`), for hooks that know the thread but not the inode
-/// (bios, wbc_writepage, the scan kprobes). A plain hash, not LRU: LRU
-/// lookups cost more; entries are removed at the end of each call.
+/// The call each thread is inside and what the hooks firing many times in
+/// it counted (`CurrentCall`: bios, scan passes, extents), for hooks that
+/// know the thread but not the inode (bios, wbc_writepage, the scan
+/// kprobes) and for those that know both (ext4's folios and extent
+/// tracepoints check the key). A plain hash, not LRU: LRU lookups cost
+/// more; entries are removed at the end of each call.
 ///
 /// Sized to stay in the kernel's direct map: `bpf_map_area_alloc()`
 /// (kernel/bpf/syscall.c) kmallocs an area of up to 32 KiB (PAGE_SIZE <<
 /// PAGE_ALLOC_COSTLY_ORDER) and vmallocs a larger one, whose 4 KiB pages
-/// each take a TLB entry: 256 elements of ~88 bytes and 256 bucket heads
-/// of 16 stay under it. A lookup by thread id measured 235 ns where 16384
+/// each take a TLB entry. The elements are preallocated in one area: 256
+/// plus one per possible CPU (`htab_has_extra_elems()`,
+/// kernel/bpf/hashtab.c), each a 48-byte `struct htab_elem`, the 8-byte
+/// key and the 64-byte value: 30,960 bytes on this 2-CPU machine; a host
+/// with more than 17 possible CPUs gets it vmalloc'd, which costs time,
+/// not figures. A lookup by thread id measured 235 ns where 16384
 /// entries took 297 (`wbscope probes --cost 3`, five runs each, the
 /// empty program 97-112 ns). 256 threads inside writepages calls at the
 /// same instant are far more than flushers and fsyncs make; a start that

@@ -6,15 +6,15 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, ProbeContext, RetProbeContext, TracePointContext},
 };
 use writeback_common::{
-    ExtentMembers, InflightCall, InflightKey, MemberSpec, ScanMembers, TracepointLayout, agg,
+    CurrentCall, ExtentMembers, InflightKey, MemberSpec, ScanMembers, TracepointLayout, agg,
     call_flags,
     fields::{extent as ex, folios as fo},
 };
 
 use crate::{
-    AGG, INFLIGHT, add,
+    AGG, CURRENT, INFLIGHT, add,
     read::{Access, Typed, current_tid, field, member_at},
-    writepages::{current_call, inode_key, raw_arg},
+    writepages::{current_call, current_entry, inode_key, raw_arg},
 };
 
 #[unsafe(no_mangle)]
@@ -38,23 +38,38 @@ fn key_of(
     }
 }
 
+/// The `CURRENT` entry of the call `key` names, if it is the one this
+/// thread is inside: one lookup in a small, kmalloc'd hash where the
+/// in-flight LRU took a cold walk through vmalloc'd memory.
+#[inline(always)]
+fn call_of(key: &InflightKey) -> Option<*mut CurrentCall> {
+    let call = CURRENT.get_ptr_mut(&key.tid)?;
+    // SAFETY: the key is read at once.
+    (unsafe { (*call).key } == *key).then_some(call)
+}
+
 /// A scan pass of the call begins at byte position `start_pos`.
 #[inline(always)]
-fn scan_started(call: *mut InflightCall, start_pos: i64) {
-    // SAFETY: entry of this thread's own call; only this thread and its
-    // sched_switch updates touch it, never at the same time.
+fn scan_started(call: *mut CurrentCall, start_pos: i64) {
+    // SAFETY: the entry of this thread's own call; only this thread
+    // writes it.
     unsafe {
         if (*call).scan_iterations == 0 {
-            (*call).scan_first_pos = start_pos;
+            // Before the first pass ends: once per call, so the in-flight
+            // state it goes to may cost a lookup.
+            let key = (*call).key;
+            if let Some(start) = INFLIGHT.get_ptr_mut(&key) {
+                (*start).scan_first_pos = start_pos;
+                (*start).flags |= call_flags::SCAN_SEEN;
+            }
         }
         (*call).scan_iter_start = start_pos;
-        (*call).flags |= call_flags::SCAN_SEEN;
     }
 }
 
 /// The scan pass stopped at byte position `next_pos`.
 #[inline(always)]
-fn scan_ended(call: *mut InflightCall, next_pos: i64) {
+fn scan_ended(call: *mut CurrentCall, next_pos: i64) {
     // SAFETY: see scan_started.
     unsafe {
         let scanned = next_pos - (*call).scan_iter_start;
@@ -72,7 +87,7 @@ fn scan_ended(call: *mut InflightCall, next_pos: i64) {
 pub fn folios_start(ctx: TracePointContext) -> u32 {
     let layout = &FOLIOS_START_LAYOUT;
     let key = key_of(&ctx, layout, fo::DEV, fo::INO);
-    if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
+    if let Some(call) = call_of(&key) {
         scan_started(call, field(&ctx, layout, fo::START_POS));
     }
     0
@@ -83,7 +98,7 @@ pub fn folios_start(ctx: TracePointContext) -> u32 {
 pub fn folios_end(ctx: TracePointContext) -> u32 {
     let layout = &FOLIOS_END_LAYOUT;
     let key = key_of(&ctx, layout, fo::DEV, fo::INO);
-    if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
+    if let Some(call) = call_of(&key) {
         scan_ended(call, field(&ctx, layout, fo::NEXT_POS));
     }
     0
@@ -96,7 +111,7 @@ pub fn folios_end(ctx: TracePointContext) -> u32 {
 #[btf_tracepoint(function = "ext4_da_write_folios_start")]
 pub fn tp_btf_folios_start(ctx: BtfTracePointContext) -> i32 {
     let key = inode_key::<Typed>(raw_arg(&ctx, 0) as *const u8);
-    if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
+    if let Some(call) = call_of(&key) {
         scan_started(call, raw_arg(&ctx, 1) as i64);
     }
     0
@@ -107,7 +122,7 @@ pub fn tp_btf_folios_start(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "ext4_da_write_folios_end")]
 pub fn tp_btf_folios_end(ctx: BtfTracePointContext) -> i32 {
     let key = inode_key::<Typed>(raw_arg(&ctx, 0) as *const u8);
-    if let Some(call) = INFLIGHT.get_ptr_mut(&key) {
+    if let Some(call) = call_of(&key) {
         scan_ended(call, raw_arg(&ctx, 2) as i64);
     }
     0
@@ -141,7 +156,7 @@ pub fn kprobe_scan(ctx: ProbeContext) -> u32 {
     let Some(mpd) = ctx.arg::<u64>(0) else {
         return 0;
     };
-    if let Some(call) = current_call() {
+    if let Some(call) = current_entry() {
         let _ = SCAN_ARGS.insert(&current_tid(), &mpd, 0);
         scan_started(call, mpd_pos(mpd, &SCAN_MEMBERS.start));
     }
@@ -156,7 +171,7 @@ pub fn kretprobe_scan(_ctx: RetProbeContext) -> u32 {
         return 0;
     };
     let _ = SCAN_ARGS.remove(&tid);
-    if let Some(call) = current_call() {
+    if let Some(call) = current_entry() {
         scan_ended(call, mpd_pos(mpd, &SCAN_MEMBERS.next));
     }
     0
@@ -165,12 +180,12 @@ pub fn kretprobe_scan(_ctx: RetProbeContext) -> u32 {
 /// Counts one extent of `len` blocks in the call `key` names, if any.
 #[inline(always)]
 fn extent_mapped(key: &InflightKey, len: impl FnOnce() -> u64) {
-    if let Some(call) = INFLIGHT.get_ptr_mut(key) {
-        let len = len();
+    if let Some(call) = call_of(key) {
+        let len = len().min(u32::MAX as u64) as u32;
         // SAFETY: see scan_started.
         unsafe {
             (*call).extents += 1;
-            (*call).extent_blocks += len;
+            (*call).extent_blocks = (*call).extent_blocks.saturating_add(len);
         }
     }
 }

@@ -124,8 +124,8 @@ fn switched(prev: u32, next: u32) {
     };
     let _ = OFFCPU_SINCE.remove(&next);
     // SAFETY: as above.
-    if let Some(current) = unsafe { CURRENT.get(&next) }.copied()
-        && let Some(call) = INFLIGHT.get_ptr_mut(&current.key)
+    if let Some(key) = unsafe { CURRENT.get(&next) }.map(|c| c.key)
+        && let Some(call) = INFLIGHT.get_ptr_mut(&key)
     {
         // SAFETY: the call's thread is switched out: nobody else writes it.
         unsafe { (*call).offcpu_ns += now.saturating_sub(since) };

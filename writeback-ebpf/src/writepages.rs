@@ -184,12 +184,6 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     // frame of their own on top of the program's.
     zero(&mut call.offcpu_ns);
     zero(&mut call.scan_first_pos);
-    zero(&mut call.scan_last_pos);
-    zero(&mut call.scan_iter_start);
-    zero(&mut call.scan_bytes);
-    zero(&mut call.extent_blocks);
-    zero(&mut call.scan_iterations);
-    zero(&mut call.extents);
     zero(&mut call.folios_written);
     // Every field set above: adding one to InflightCall fails to compile
     // here until it is (no code is generated for this).
@@ -202,15 +196,9 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
         range_end: _,
         writeback_index: _,
         scan_first_pos: _,
-        scan_last_pos: _,
-        scan_iter_start: _,
-        scan_bytes: _,
-        extent_blocks: _,
         flags: _,
         cause: _,
         work_reason: _,
-        scan_iterations: _,
-        extents: _,
         folios_written: _,
         cpu_method: _,
         start_cpu: _,
@@ -236,14 +224,15 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     Ok(0)
 }
 
-/// The bios the thread of the call `key` queued while inside it
-/// (`CurrentCall`, counted by `block.rs`), read before its entry goes.
+/// What the hooks inside the call `key` counted in its thread's
+/// `CURRENT` entry (bios, scan passes, extents), read before the entry
+/// goes; zeros when the entry is another call's or missing.
 #[inline(always)]
-fn bios_of(key: &InflightKey) -> (u32, u64) {
-    // SAFETY: fields copied out at once.
+fn counted_in(key: &InflightKey) -> CurrentCall {
+    // SAFETY: the value is copied out at once.
     match unsafe { CURRENT.get(&key.tid) } {
-        Some(c) if c.key == *key => (c.bios, c.bio_bytes),
-        _ => (0, 0),
+        Some(c) if c.key == *key => *c,
+        _ => CurrentCall::default(),
     }
 }
 
@@ -263,7 +252,7 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     // SAFETY: the value is copied out before the entry is removed.
     let start = unsafe { INFLIGHT.get(&key) }.copied();
-    let (bios, bio_bytes) = bios_of(&key);
+    let counted = counted_in(&key);
     // The thread's call is over whether or not its start is still in
     // INFLIGHT (an LRU eviction would otherwise leave the thread marked
     // in a call, and every switch of it on the slow path).
@@ -321,10 +310,10 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
         writeback_index_before: start.writeback_index,
         writeback_index_after: e.writeback_index,
         scan_first_pos: start.scan_first_pos,
-        scan_last_pos: start.scan_last_pos,
-        scan_bytes: start.scan_bytes,
-        extent_blocks: start.extent_blocks,
-        bio_bytes,
+        scan_last_pos: counted.scan_last_pos,
+        scan_bytes: counted.scan_bytes,
+        extent_blocks: counted.extent_blocks as u64,
+        bio_bytes: counted.bio_bytes,
         tgid: (pid_tgid >> 32) as u32,
         tid: key.tid,
         ret: e.ret,
@@ -332,10 +321,10 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
         flags: start.flags,
         cause: start.cause,
         work_reason: start.work_reason,
-        scan_iterations: start.scan_iterations,
-        extents: start.extents,
+        scan_iterations: counted.scan_iterations,
+        extents: counted.extents,
         folios_written: start.folios_written,
-        bios,
+        bios: counted.bios,
         _pad: 0,
         comm: bpf_get_current_comm().unwrap_or_default(),
     });

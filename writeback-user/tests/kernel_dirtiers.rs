@@ -8,12 +8,12 @@ use std::{
     ffi::CString,
     fs,
     os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
 
-use support::{LoopFs, Tracing, dev_of};
+use support::{LoopFs, TraceInstance, Tracing, dev_of, trace_field};
 
 const PAGE: u64 = 4096;
 const MIB: u64 = 1 << 20;
@@ -226,52 +226,29 @@ fn alternate_regions_are_charged_half_and_half() {
     assert_eq!(by_pid.values().sum::<u64>(), 2 * half, "{by_pid:?}");
 }
 
-/// A tracefs instance of our own with `balance_dirty_pages` on, filtered
-/// to one pid's pausing events: the independent count of its pauses.
-/// Removed on drop.
-struct PauseTrace {
-    dir: PathBuf,
-}
+/// `balance_dirty_pages` in a tracefs instance of our own, filtered to
+/// one pid's pausing events: the independent count of its pauses.
+struct PauseTrace(TraceInstance);
 
 impl PauseTrace {
     fn new(pid: libc::pid_t) -> PauseTrace {
-        let dir = PathBuf::from(format!(
-            "/sys/kernel/tracing/instances/wbscope-test-{}",
-            std::process::id()
-        ));
-        fs::create_dir(&dir).expect("tracefs instance");
-        let event = dir.join("events/writeback/balance_dirty_pages");
-        fs::write(
-            event.join("filter"),
-            format!("pause > 0 && common_pid == {pid}"),
-        )
-        .expect("filter");
-        fs::write(event.join("enable"), "1").expect("enable");
-        PauseTrace { dir }
+        PauseTrace(TraceInstance::new(&[(
+            "writeback/balance_dirty_pages",
+            &format!("pause > 0 && common_pid == {pid}"),
+        )]))
     }
 
     /// (pausing events, sum of `pause` in ms).
     fn pauses(&self) -> (u64, u64) {
-        let text = fs::read_to_string(self.dir.join("trace")).expect("trace");
         let mut out = (0, 0);
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let pause = line
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("pause="))
+        for line in self.0.lines() {
+            let pause = trace_field(&line, "pause")
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or_else(|| panic!("no pause in {line}"));
             out.0 += 1;
             out.1 += pause;
         }
         out
-    }
-}
-
-impl Drop for PauseTrace {
-    fn drop(&mut self) {
-        let event = self.dir.join("events/writeback/balance_dirty_pages");
-        let _ = fs::write(event.join("enable"), "0");
-        let _ = fs::remove_dir(&self.dir);
     }
 }
 

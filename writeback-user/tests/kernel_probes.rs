@@ -700,3 +700,94 @@ fn probes_cost_on_hooks_runs_on_the_tracers_events() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--cost <SECONDS>"), "{stderr}");
 }
+
+/// ext4's scan passes and extents of a 64 MiB write + fsync as wbscope
+/// counts them (in the thread's `CURRENT` entry) equal the kernel's own
+/// trace of the same tracepoints, in a tracefs instance filtered to the
+/// file: passes (`ext4_da_write_folios_end`), bytes scanned (each pass's
+/// `next_pos` at its end minus its `start_pos` at its start, per thread),
+/// where the scans began and ended, extents (`ext4_da_write_pages_extent`)
+/// and their blocks.
+#[test]
+fn scan_passes_and_extents_equal_ext4s_own_trace() {
+    let fs = LoopFs::new("ext4", 256);
+    let path = fs.path("f");
+    let mut f = File::create_new(&path).expect("create");
+    let meta = f.metadata().expect("stat");
+    let ino = meta.ino();
+    // The events' `dev` is the kernel's dev_t: MKDEV, 20 minor bits.
+    let kdev = (libc::major(meta.dev()) << 20) | libc::minor(meta.dev());
+    let filter = format!("dev == {kdev} && ino == {ino}");
+    let kernel = support::TraceInstance::new(&[
+        ("ext4/ext4_da_write_folios_start", &filter),
+        ("ext4/ext4_da_write_folios_end", &filter),
+        ("ext4/ext4_da_write_pages_extent", &filter),
+    ]);
+    let trace = Tracing::start(&["--json", "--events"]);
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8 + 1).collect();
+    for _ in 0..64 {
+        f.write_all(&chunk).expect("write");
+    }
+    f.sync_all().expect("fsync");
+    let dev = dev_of(&path);
+    let lines = trace.stop(libc::SIGINT);
+    check_invariants(&lines);
+
+    let pos = |line: &str, name: &str| -> i64 {
+        let v = support::trace_field(line, name).unwrap_or_else(|| panic!("{name} in {line}"));
+        i64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex position")
+    };
+    let (mut passes, mut scanned, mut extents, mut blocks) = (0u64, 0i64, 0u64, 0u64);
+    let (mut first, mut last) = (i64::MAX, i64::MIN);
+    // The pass each thread is in: its `start_pos`.
+    let mut open = std::collections::HashMap::<String, i64>::new();
+    for line in kernel.lines() {
+        let thread = line
+            .split(" [")
+            .next()
+            .and_then(|t| t.rsplit('-').next())
+            .expect("task-pid")
+            .to_string();
+        if line.contains("ext4_da_write_folios_start:") {
+            let start = pos(&line, "start_pos");
+            first = first.min(start);
+            open.insert(thread, start);
+        } else if line.contains("ext4_da_write_folios_end:") {
+            let next = pos(&line, "next_pos");
+            passes += 1;
+            last = last.max(next);
+            let start = open.remove(&thread).expect("a pass's end after its start");
+            scanned += (next - start).max(0);
+        } else if line.contains("ext4_da_write_pages_extent:") {
+            extents += 1;
+            blocks += support::trace_field(&line, "len")
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("len");
+        }
+    }
+    assert!(
+        passes > 0 && extents > 0,
+        "the kernel traced no pass or extent"
+    );
+
+    let mine: Vec<&Value> = calls(&lines)
+        .filter(|c| c["dev"] == dev && c["ino"] == ino)
+        .collect();
+    let sum = |f: &dyn Fn(&Value) -> Option<u64>| -> u64 { mine.iter().filter_map(|c| f(c)).sum() };
+    assert_eq!(
+        sum(&|c| c["scan"]["iterations"].as_u64()),
+        passes,
+        "{mine:?}"
+    );
+    assert_eq!(
+        sum(&|c| c["scan"]["bytes"].as_u64()),
+        scanned as u64,
+        "{mine:?}"
+    );
+    assert_eq!(sum(&|c| c["extents"].as_u64()), extents, "{mine:?}");
+    assert_eq!(sum(&|c| c["extent_blocks"].as_u64()), blocks, "{mine:?}");
+    let firsts = mine.iter().filter_map(|c| c["scan"]["first_pos"].as_i64());
+    let lasts = mine.iter().filter_map(|c| c["scan"]["last_pos"].as_i64());
+    assert_eq!(firsts.min(), Some(first), "{mine:?}");
+    assert_eq!(lasts.max(), Some(last), "{mine:?}");
+}

@@ -183,3 +183,72 @@ impl Tracing {
             .collect()
     }
 }
+
+/// A tracefs instance of the test's own with some events on, each with a
+/// filter: the kernel's own record of what happened, independent of
+/// wbscope's programs. Events off and the instance removed on drop.
+pub struct TraceInstance {
+    dir: PathBuf,
+    events: Vec<String>,
+}
+
+impl TraceInstance {
+    /// `events`: (`system/event`, filter) pairs, e.g.
+    /// `("writeback/balance_dirty_pages", "pause > 0")`.
+    pub fn new(events: &[(&str, &str)]) -> TraceInstance {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = PathBuf::from(format!(
+            "/sys/kernel/tracing/instances/wbscope-test-{}-{n}",
+            std::process::id()
+        ));
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("tracefs instance {}: {e}", dir.display()));
+        let me = TraceInstance {
+            dir,
+            events: events.iter().map(|(e, _)| e.to_string()).collect(),
+        };
+        for (event, filter) in events {
+            let at = me.dir.join("events").join(event);
+            fs::write(at.join("filter"), filter)
+                .unwrap_or_else(|e| panic!("filter of {event}: {e}"));
+            fs::write(at.join("enable"), "1").unwrap_or_else(|e| panic!("enabling {event}: {e}"));
+        }
+        me
+    }
+
+    /// The events recorded so far, one line each (`field=value` words
+    /// for the writeback events, the event's own format for others).
+    /// Panics if the buffer overran: a count from it would be short.
+    pub fn lines(&self) -> Vec<String> {
+        let text = fs::read_to_string(self.dir.join("trace")).expect("trace");
+        assert!(!text.contains("LOST"), "the tracefs buffer overran");
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from)
+            .collect()
+    }
+}
+
+impl Drop for TraceInstance {
+    fn drop(&mut self) {
+        for event in &self.events {
+            let _ = fs::write(self.dir.join("events").join(event).join("enable"), "0");
+        }
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// The value after `name` in a trace line: `name=value` (writeback
+/// events) or `name value` (ext4's).
+pub fn trace_field(line: &str, name: &str) -> Option<String> {
+    let mut words = line.split_whitespace();
+    while let Some(w) = words.next() {
+        if let Some(v) = w.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+            return Some(v.to_string());
+        }
+        if w == name {
+            return words.next().map(String::from);
+        }
+    }
+    None
+}
