@@ -742,10 +742,11 @@ fn scan_passes_and_extents_equal_ext4s_own_trace() {
     // The pass each thread is in: its `start_pos`.
     let mut open = std::collections::HashMap::<String, i64>::new();
     for line in kernel.lines() {
+        // `comm-pid` before ` [cpu]`, the pid padded to its width.
         let thread = line
             .split(" [")
             .next()
-            .and_then(|t| t.rsplit('-').next())
+            .and_then(|t| t.trim().rsplit('-').next())
             .expect("task-pid")
             .to_string();
         if line.contains("ext4_da_write_folios_start:") {
