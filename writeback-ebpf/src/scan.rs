@@ -12,9 +12,9 @@ use writeback_common::{
 };
 
 use crate::{
-    AGG, CURRENT, INFLIGHT, add,
+    AGG, INFLIGHT, add,
     read::{Access, Typed, current_tid, field, member_at},
-    writepages::{current_call, current_entry, inode_key, raw_arg},
+    writepages::{call_of, current_call, current_entry, inode_key, raw_arg},
 };
 
 #[unsafe(no_mangle)]
@@ -36,16 +36,6 @@ fn key_of(
         tid: current_tid(),
         dev: field(ctx, layout, dev) as u32,
     }
-}
-
-/// The `CURRENT` entry of the call `key` names, if it is the one this
-/// thread is inside: one lookup in a small, kmalloc'd hash where the
-/// in-flight LRU took a cold walk through vmalloc'd memory.
-#[inline(always)]
-fn call_of(key: &InflightKey) -> Option<*mut CurrentCall> {
-    let call = CURRENT.get_ptr_mut(&key.tid)?;
-    // SAFETY: the key is read at once.
-    (unsafe { (*call).key } == *key).then_some(call)
 }
 
 /// A scan pass of the call begins at byte position `start_pos`.

@@ -230,10 +230,16 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
 #[inline(always)]
 fn counted_in(key: &InflightKey) -> CurrentCall {
     // SAFETY: the value is copied out at once.
-    match unsafe { CURRENT.get(&key.tid) } {
-        Some(c) if c.key == *key => *c,
-        _ => CurrentCall::default(),
-    }
+    call_of(key).map_or_else(CurrentCall::default, |c| unsafe { *c })
+}
+
+/// The `CURRENT` entry of the call `key` names, if it is the one its
+/// thread is inside: for hooks that know the inode as well as the thread.
+#[inline(always)]
+pub fn call_of(key: &InflightKey) -> Option<*mut CurrentCall> {
+    let call = CURRENT.get_ptr_mut(&key.tid)?;
+    // SAFETY: the key is read at once.
+    (unsafe { (*call).key } == *key).then_some(call)
 }
 
 /// A store of zero the compiler cannot merge with its neighbours.

@@ -23,6 +23,12 @@ const MAX_FOLIO_PAGES: i64 = 512;
 
 fn write_file(path: &Path, mib: usize, fsync: bool) -> u64 {
     let mut f = File::create_new(path).expect("create");
+    write_mib(&mut f, mib, fsync);
+    f.metadata().expect("stat").ino()
+}
+
+/// `mib` MiB of non-zero bytes in 1 MiB writes to `f`, then fsync if asked.
+fn write_mib(f: &mut File, mib: usize, fsync: bool) {
     let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 253) as u8 + 1).collect();
     for _ in 0..mib {
         f.write_all(&chunk).expect("write");
@@ -30,7 +36,6 @@ fn write_file(path: &Path, mib: usize, fsync: bool) -> u64 {
     if fsync {
         f.sync_all().expect("fsync");
     }
-    f.metadata().expect("stat").ino()
 }
 
 fn calls(lines: &[Value]) -> impl Iterator<Item = &Value> {
@@ -724,11 +729,7 @@ fn scan_passes_and_extents_equal_ext4s_own_trace() {
         ("ext4/ext4_da_write_pages_extent", &filter),
     ]);
     let trace = Tracing::start(&["--json", "--events"]);
-    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8 + 1).collect();
-    for _ in 0..64 {
-        f.write_all(&chunk).expect("write");
-    }
-    f.sync_all().expect("fsync");
+    write_mib(&mut f, 64, true);
     let dev = dev_of(&path);
     let lines = trace.stop(libc::SIGINT);
     check_invariants(&lines);
