@@ -224,6 +224,18 @@ impl BlockMembers {
 /// jumps: between two reads on one CPU the time off the CPU is the
 /// advance of `exec_start` minus that of `sum_exec_runtime`, exactly,
 /// whenever the scheduler last updated them.
+///
+/// That clock leaves out the time the hypervisor stole from the CPU and,
+/// with CONFIG_IRQ_TIME_ACCOUNTING, its IRQ time (`update_rq_clock_task()`
+/// in kernel/sched/core.c), which the call's wall time holds. The run
+/// queue keeps both clocks (`rq.clock`, `rq.clock_task`), so the growth
+/// of their difference over the call is that left-out time, read through
+/// the thread's `se.cfs_rq->rq` (the run queue of the CPU it runs on:
+/// `set_task_rq()`). Without it, a call that waits 1.5 s on a CPU whose
+/// other thread is robbed of 180 ms counts those 180 ms as its own
+/// on-CPU time (measured here: 189 ms against `sched_switch`'s 8 ms).
+/// `cfs_rq.rq` exists with CONFIG_FAIR_GROUP_SCHED only; without it
+/// these four stay absent and the stolen time is not taken out.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskMembers {
@@ -231,18 +243,39 @@ pub struct TaskMembers {
     pub sum_exec_runtime: MemberSpec,
     /// `task_struct.se.exec_start` (ns of the run queue's `clock_task`).
     pub exec_start: MemberSpec,
+    /// `task_struct.se.cfs_rq` (pointer).
+    pub cfs_rq: MemberSpec,
+    /// `cfs_rq.rq` (pointer).
+    pub rq: MemberSpec,
+    /// `rq.clock` (ns).
+    pub rq_clock: MemberSpec,
+    /// `rq.clock_task` (ns).
+    pub rq_clock_task: MemberSpec,
 }
 
 impl TaskMembers {
     pub const EMPTY: TaskMembers = TaskMembers {
         sum_exec_runtime: MemberSpec::ABSENT,
         exec_start: MemberSpec::ABSENT,
+        cfs_rq: MemberSpec::ABSENT,
+        rq: MemberSpec::ABSENT,
+        rq_clock: MemberSpec::ABSENT,
+        rq_clock_task: MemberSpec::ABSENT,
     };
-    /// `(struct, member path)` of each field, in field order
-    /// (include/linux/sched.h: `struct sched_entity se` in `task_struct`).
+    /// `(struct, member path)` of the two fields every run-time reading
+    /// needs, in field order (include/linux/sched.h: `struct
+    /// sched_entity se` in `task_struct`).
     pub const PATHS: [(&'static str, &'static str); 2] = [
         ("task_struct", "se.sum_exec_runtime"),
         ("task_struct", "se.exec_start"),
+    ];
+    /// `(struct, member path)` of the four that take the stolen time out
+    /// (kernel/sched/sched.h), in field order: all or none.
+    pub const UNCOUNTED_PATHS: [(&'static str, &'static str); 4] = [
+        ("task_struct", "se.cfs_rq"),
+        ("cfs_rq", "rq"),
+        ("rq", "clock"),
+        ("rq", "clock_task"),
     ];
 }
 

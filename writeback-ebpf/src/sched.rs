@@ -28,7 +28,9 @@ static TASK_MEMBERS: TaskMembers = TaskMembers::EMPTY;
 pub(crate) struct RunClock {
     /// `se.sum_exec_runtime`.
     pub(crate) sum: u64,
-    /// `se.exec_start`.
+    /// `se.exec_start`, plus the time the run queue's task clock has left
+    /// out so far ([`uncounted`]): on one CPU, its advance over a call is
+    /// the call's wall time less the thread's run time.
     pub(crate) exec_start: u64,
     pub(crate) cpu: u32,
 }
@@ -40,25 +42,47 @@ pub(crate) fn run_clock<A: Access>() -> RunClock {
     let cpu = unsafe { bpf_get_smp_processor_id() };
     RunClock {
         sum: A::scalar(task, &TASK_MEMBERS.sum_exec_runtime) as u64,
-        exec_start: A::scalar(task, &TASK_MEMBERS.exec_start) as u64,
+        exec_start: (A::scalar(task, &TASK_MEMBERS.exec_start) as u64)
+            .wrapping_add(uncounted::<A>(task)),
         cpu,
     }
+}
+
+/// `rq.clock - rq.clock_task` of the run queue `task` is on: the time
+/// stolen from that CPU (and its IRQ time, where the kernel accounts it
+/// apart) since boot, as of the queue's last clock update
+/// (`TaskMembers`). 0 when the members are absent: the stolen time then
+/// stays in the on-CPU figure.
+#[inline(always)]
+fn uncounted<A: Access>(task: *const u8) -> u64 {
+    let cfs_rq = A::pointer(task, &TASK_MEMBERS.cfs_rq);
+    if cfs_rq.is_null() {
+        return 0;
+    }
+    let rq = A::pointer(cfs_rq, &TASK_MEMBERS.rq);
+    if rq.is_null() {
+        return 0;
+    }
+    (A::scalar(rq, &TASK_MEMBERS.rq_clock) as u64)
+        .wrapping_sub(A::scalar(rq, &TASK_MEMBERS.rq_clock_task) as u64)
 }
 
 /// Time the thread spent off the CPU since `start` stored the run clock,
 /// out of `wall` ns of the call, read at the call's end.
 ///
 /// On the CPU the call started on, it is the advance of `exec_start`
-/// minus that of `sum_exec_runtime` (see [`TaskMembers`]): exact to the
-/// scheduler's clock, however long ago it last updated them, and
-/// whatever CPUs the thread ran on in between (each CPU's part cancels).
-/// Ending on another CPU, the two `exec_start`s are of two run queues'
-/// `clock_task`, which differ by each CPU's steal (and IRQ) time since
-/// boot (`update_rq_clock_task()` in kernel/sched/core.c): on-CPU time is
-/// then the advance of `sum_exec_runtime` alone, short by the run since
-/// the last update at the end and long by that at the start, so within
-/// the tick, which calls `update_curr()` on a running thread
-/// (`task_tick_fair()`).
+/// (with the run queue's left-out time, see [`RunClock`]) minus that of
+/// `sum_exec_runtime` (see [`TaskMembers`]): exact to the scheduler's
+/// clock, however long ago it last updated them, and whatever CPUs the
+/// thread ran on in between (each CPU's part cancels). The time stolen
+/// from the CPU while the thread ran is then off-CPU time too, as the
+/// thread did not run. Ending on another CPU, the two `exec_start`s are
+/// of two run queues' `clock_task`, which differ by each CPU's steal (and
+/// IRQ) time since boot (`update_rq_clock_task()` in
+/// kernel/sched/core.c): on-CPU time is then the advance of
+/// `sum_exec_runtime` alone, short by the run since the last update at
+/// the end and long by that at the start, so within the tick, which
+/// calls `update_curr()` on a running thread (`task_tick_fair()`).
 #[inline(always)]
 pub(crate) fn offcpu_since<A: Access>(start: &RunClock, wall: u64) -> u64 {
     let now = run_clock::<A>();

@@ -23,7 +23,7 @@ use super::{
     object::EBPF_OBJECT,
     plan::{
         BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
-        TracepointAttach, candidates, is_generic,
+        TASK_RUNTIME_STEAL_FIELD, TracepointAttach, candidates, is_generic,
     },
     privileges, tracefs,
     trials::{Trials, describe},
@@ -85,13 +85,27 @@ fn resolve_block_members(btf: &KernelBtf) -> Result<BlockMembers, String> {
 }
 
 /// What the writepages programs read of the calling thread for on-CPU
-/// time (`TaskMembers`).
+/// time (`TaskMembers`): the run time, required, and the run queue's
+/// clocks, all four or none (a kernel without CONFIG_FAIR_GROUP_SCHED has
+/// no `cfs_rq.rq`; its figures then keep the stolen time in).
 fn resolve_task_members(btf: &KernelBtf) -> Result<TaskMembers, String> {
     let [(s1, runtime), (s2, exec_start)] = TaskMembers::PATHS;
-    Ok(TaskMembers {
+    let mut table = TaskMembers {
         sum_exec_runtime: member_spec(btf, s1, runtime, false)?,
         exec_start: member_spec(btf, s2, exec_start, false)?,
-    })
+        ..TaskMembers::EMPTY
+    };
+    let uncounted: Result<Vec<MemberSpec>, String> = TaskMembers::UNCOUNTED_PATHS
+        .iter()
+        .map(|(strukt, name)| member_spec(btf, strukt, name, false))
+        .collect();
+    if let Ok([cfs_rq, rq, clock, clock_task]) = uncounted.as_deref() {
+        table.cfs_rq = *cfs_rq;
+        table.rq = *rq;
+        table.rq_clock = *clock;
+        table.rq_clock_task = *clock_task;
+    }
+    Ok(table)
 }
 
 /// What the BTF extent program reads of `struct ext4_map_blocks`.
@@ -381,6 +395,7 @@ impl Tracer {
             .and_then(Result::ok)
             .unwrap_or(TaskMembers::EMPTY);
         loader.override_global("TASK_MEMBERS", &task_members, true);
+        let steal_taken_out = task_members.cfs_rq.present != 0;
         let extent_members = extent_members
             .and_then(Result::ok)
             .unwrap_or(ExtentMembers::EMPTY);
@@ -443,7 +458,13 @@ impl Tracer {
                             .find(|p| p.concept == Concept::WritepagesCall)
                             .and_then(|p| p.kind)
                         {
-                            Some(_) => Ok(fields.iter().map(|f| f.to_string()).collect()),
+                            Some(_) => Ok(fields
+                                .iter()
+                                .map(|f| f.to_string())
+                                .chain(
+                                    steal_taken_out.then(|| TASK_RUNTIME_STEAL_FIELD.to_string()),
+                                )
+                                .collect()),
                             None => Err("the writepages call has no hook".to_string()),
                         }
                     }

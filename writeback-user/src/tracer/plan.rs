@@ -465,6 +465,11 @@ pub const TASK_RUNTIME: Candidate = Candidate::WithCall {
     fields: &["sum_exec_runtime", "exec_start"],
 };
 
+/// The field [`TASK_RUNTIME`] adds to its plan when the run queue's
+/// clocks resolved, so that its figures leave out the time stolen from
+/// the CPU (`TaskMembers::UNCOUNTED_PATHS`).
+pub const TASK_RUNTIME_STEAL_FIELD: &str = "rq.clock - rq.clock_task";
+
 /// The tracepoint the BTF extent program is attached to.
 pub const EXT4_EXTENT_EVENT: &str = "ext4_da_write_pages_extent";
 
