@@ -135,10 +135,12 @@ pub struct GenericCall {
     pub ret: i32,
     /// With [`generic_flags::RUN_CLOCK`]: the CPU the call started on and
     /// the thread's `se.sum_exec_runtime` and `se.exec_start` then
-    /// (`cpu_time::TASK_RUNTIME`, as for ext4's calls).
+    /// (`cpu_time::TASK_RUNTIME`, as for ext4's calls), and its run
+    /// queue's `clock - clock_task` (`TaskMembers`).
     pub start_cpu: u32,
     pub run_start: u64,
     pub exec_start: u64,
+    pub uncounted_start: u64,
     /// With [`generic_flags::OFF_CPU`]: time the thread spent switched out
     /// between `start_ns` and `end_ns`.
     pub offcpu_ns: u64,

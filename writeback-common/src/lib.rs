@@ -719,10 +719,12 @@ pub struct InflightCall {
     /// [`cpu_time`] method the start used.
     pub cpu_method: u32,
     /// With [`cpu_time::TASK_RUNTIME`]: the CPU the call started on and
-    /// the thread's `se.sum_exec_runtime` and `se.exec_start` then.
+    /// the thread's `se.sum_exec_runtime` and `se.exec_start` then, and
+    /// its run queue's `clock - clock_task` ([`TaskMembers`]).
     pub start_cpu: u32,
     pub run_start: u64,
     pub exec_start: u64,
+    pub uncounted_start: u64,
 }
 
 /// One process's pauses in `balance_dirty_pages` (the `THROTTLED`

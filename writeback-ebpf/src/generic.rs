@@ -279,11 +279,13 @@ pub(crate) fn open<A: Access>(
         c.start_cpu = run.cpu;
         c.run_start = run.sum;
         c.exec_start = run.exec_start;
+        c.uncounted_start = run.uncounted;
         flags |= gf::RUN_CLOCK;
     } else {
         c.start_cpu = 0;
         c.run_start = 0;
         c.exec_start = 0;
+        c.uncounted_start = 0;
     }
     c.kind = GENERIC_CALL_KIND;
     c.dev = key.dev;
@@ -350,6 +352,7 @@ pub(crate) fn open<A: Access>(
         start_cpu: _,
         run_start: _,
         exec_start: _,
+        uncounted_start: _,
         offcpu_ns: _,
     } = c;
 }
@@ -364,6 +367,7 @@ pub(crate) fn close_clock<A: Access>(c: &mut GenericCall) {
     let start = RunClock {
         sum: c.run_start,
         exec_start: c.exec_start,
+        uncounted: c.uncounted_start,
         cpu: c.start_cpu,
     };
     c.offcpu_ns = offcpu_since::<A>(&start, c.end_ns.saturating_sub(c.start_ns));

@@ -28,10 +28,10 @@ static TASK_MEMBERS: TaskMembers = TaskMembers::EMPTY;
 pub(crate) struct RunClock {
     /// `se.sum_exec_runtime`.
     pub(crate) sum: u64,
-    /// `se.exec_start`, plus the time the run queue's task clock has left
-    /// out so far ([`uncounted`]): on one CPU, its advance over a call is
-    /// the call's wall time less the thread's run time.
+    /// `se.exec_start`.
     pub(crate) exec_start: u64,
+    /// [`uncounted`] of the CPU's run queue.
+    pub(crate) uncounted: u64,
     pub(crate) cpu: u32,
 }
 
@@ -42,8 +42,8 @@ pub(crate) fn run_clock<A: Access>() -> RunClock {
     let cpu = unsafe { bpf_get_smp_processor_id() };
     RunClock {
         sum: A::scalar(task, &TASK_MEMBERS.sum_exec_runtime) as u64,
-        exec_start: (A::scalar(task, &TASK_MEMBERS.exec_start) as u64)
-            .wrapping_add(uncounted::<A>(task)),
+        exec_start: A::scalar(task, &TASK_MEMBERS.exec_start) as u64,
+        uncounted: uncounted::<A>(task),
         cpu,
     }
 }
@@ -71,18 +71,24 @@ fn uncounted<A: Access>(task: *const u8) -> u64 {
 /// out of `wall` ns of the call, read at the call's end.
 ///
 /// On the CPU the call started on, it is the advance of `exec_start`
-/// (with the run queue's left-out time, see [`RunClock`]) minus that of
-/// `sum_exec_runtime` (see [`TaskMembers`]): exact to the scheduler's
-/// clock, however long ago it last updated them, and whatever CPUs the
-/// thread ran on in between (each CPU's part cancels). The time stolen
-/// from the CPU while the thread ran is then off-CPU time too, as the
-/// thread did not run. Ending on another CPU, the two `exec_start`s are
-/// of two run queues' `clock_task`, which differ by each CPU's steal (and
-/// IRQ) time since boot (`update_rq_clock_task()` in
-/// kernel/sched/core.c): on-CPU time is then the advance of
-/// `sum_exec_runtime` alone, short by the run since the last update at
-/// the end and long by that at the start, so within the tick, which
-/// calls `update_curr()` on a running thread (`task_tick_fair()`).
+/// minus that of `sum_exec_runtime` (see [`TaskMembers`]): exact to the
+/// scheduler's clock, however long ago it last updated them, and
+/// whatever CPUs the thread ran on in between (each CPU's part cancels).
+/// That clock leaves out the time stolen from the CPU, which the wall
+/// time holds: its growth over the call ([`uncounted`]) is off-CPU time
+/// too, as the thread did not run. The run queue accounts steal at its
+/// clock updates, so time stolen just before the call can be accounted
+/// inside it; with steal taken out, the on-CPU time is therefore never
+/// less than the run time accounted over the call (nor than the figure
+/// without the steal).
+///
+/// Ending on another CPU, the two `exec_start`s are of two run queues'
+/// `clock_task`, which differ by each CPU's steal (and IRQ) time since
+/// boot (`update_rq_clock_task()` in kernel/sched/core.c): on-CPU time is
+/// then the advance of `sum_exec_runtime` alone, short by the run since
+/// the last update at the end and long by that at the start, so within
+/// the tick, which calls `update_curr()` on a running thread
+/// (`task_tick_fair()`).
 #[inline(always)]
 pub(crate) fn offcpu_since<A: Access>(start: &RunClock, wall: u64) -> u64 {
     let now = run_clock::<A>();
@@ -91,7 +97,13 @@ pub(crate) fn offcpu_since<A: Access>(start: &RunClock, wall: u64) -> u64 {
         let off = (now.exec_start.wrapping_sub(start.exec_start) as i64)
             .wrapping_sub(ran as i64)
             .max(0) as u64;
-        wall.saturating_sub(off)
+        let with_steal = wall.saturating_sub(off);
+        let stolen = now.uncounted.wrapping_sub(start.uncounted);
+        if stolen == 0 || stolen > wall {
+            with_steal
+        } else {
+            with_steal.saturating_sub(stolen).max(ran.min(with_steal))
+        }
     } else {
         ran
     };

@@ -170,6 +170,7 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     call.start_cpu = run.as_ref().map_or(0, |r| r.cpu);
     call.run_start = run.as_ref().map_or(0, |r| r.sum);
     call.exec_start = run.as_ref().map_or(0, |r| r.exec_start);
+    call.uncounted_start = run.as_ref().map_or(0, |r| r.uncounted);
     call.nr_to_write = s.nr_to_write;
     call.pages_skipped = s.pages_skipped;
     call.range_start = s.range_start;
@@ -204,6 +205,7 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
         start_cpu: _,
         run_start: _,
         exec_start: _,
+        uncounted_start: _,
     } = call;
     // No log line here: aya-log's formatting code multiplies the paths
     // 6.1's verifier walks past its 1M-instruction limit. The counter is
@@ -293,6 +295,7 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
         let clock = RunClock {
             sum: start.run_start,
             exec_start: start.exec_start,
+            uncounted: start.uncounted_start,
             cpu: start.start_cpu,
         };
         offcpu_since::<A>(&clock, duration_ns)
