@@ -12,11 +12,11 @@ use aya_log_ebpf::warn;
 use writeback_common::{
     DevCounterKey, FlusherWork, PausedBy, TracepointLayout, agg, dirty,
     fields::{balance_dirty as bd, single_inode as si, wb_work},
-    inode_pass as ip, log2_bucket, members as m,
+    global_thresh, inode_pass as ip, log2_bucket, members as m,
 };
 
 use crate::{
-    AGG, DIRTY, INODE_PASS, THROTTLED, WORK, add,
+    AGG, DIRTY, GLOBAL_THRESH, INODE_PASS, THROTTLED, WORK, add,
     read::{Typed, current_tid, field, member},
     writepages::{KERNEL_MEMBERS, filtered_out, inode_key, raw_arg},
 };
@@ -230,15 +230,11 @@ pub fn global_dirty(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// The latest global level `index` ([`dirty`] order), 0 when unknown.
+/// The global dirty threshold `index` ([`global_thresh`]), 0 until
+/// userspace wrote it.
 #[inline(always)]
-fn global_level(index: u32) -> u64 {
-    // SAFETY: .rodata global, see read::field.
-    let spec = unsafe { core::ptr::read_volatile(&GLOBAL_DIRTY_LAYOUT.fields[index as usize]) };
-    match dirty::record_word(&spec) {
-        Some(word) => DIRTY.get(word as u32).copied().unwrap_or(0),
-        None => 0,
-    }
+fn global_threshold(index: u32) -> u64 {
+    GLOBAL_THRESH.get(index).copied().unwrap_or(0)
 }
 
 /// `writeback:balance_dirty_pages`: a dirtier was checked against the
@@ -274,17 +270,18 @@ fn paused(ctx: &TracePointContext, pause: u64) {
         let slot = if domain_dirty <= freerun {
             agg::THROTTLE_BDI_MS
         } else {
-            // A memcg's domain: its limit under the global one where the
-            // tracepoint reports the domain's limit, else (6.1 and 6.12
-            // report global_wb_domain's) its free-run ceiling under the
-            // global domain's, `(thresh + bg_thresh) / 2` of the last
-            // `global_dirty_state`. The global domain's own pauses give
+            // A memcg's domain: its limit under the global threshold where
+            // the tracepoint reports the domain's limit (the global
+            // domain's, `hard_dirty_limit()`, is never under its
+            // threshold), else (6.1 and 6.12 report global_wb_domain's)
+            // its free-run ceiling under the global domain's, `(thresh +
+            // bg_thresh) / 2`. The global domain's own pauses give
             // `freerun` equal to that or one more (the rounding above); the
-            // margin of 1/16 covers levels that moved since that event.
-            let global = global_level(dirty::DIRTY_LIMIT);
-            let global_freerun =
-                (global_level(dirty::DIRTY_THRESH) + global_level(dirty::BACKGROUND_THRESH)) / 2;
-            if (global != 0 && limit < global) || freerun + global_freerun / 16 < global_freerun {
+            // margins of 1/16 cover thresholds that moved since userspace
+            // last read them from /proc/vmstat (at most an interval ago).
+            let thresh = global_threshold(global_thresh::DIRTY);
+            let global_freerun = (thresh + global_threshold(global_thresh::BACKGROUND)) / 2;
+            if limit + thresh / 16 < thresh || freerun + global_freerun / 16 < global_freerun {
                 agg::THROTTLE_MEMCG_MS
             } else {
                 agg::THROTTLE_GLOBAL_MS

@@ -33,7 +33,7 @@ use aya_ebpf::{
 };
 use writeback_common::{
     BlockHistKey, BlockSlots, CurrentCall, DevCounterKey, Filter, FlusherWork, InflightCall,
-    InflightKey, PausedBy, RequestKey, agg, dirty, stat,
+    InflightKey, PausedBy, RequestKey, agg, dirty, global_thresh, stat,
 };
 
 /// Per-call records to userspace. 4 MiB holds ~17000 records of 240 bytes:
@@ -126,9 +126,15 @@ static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 #[map]
 static AGG: PerCpuArray<u64> = PerCpuArray::with_max_entries(agg::COUNT, 0);
 
-/// Latest `global_dirty_state`, indexed by `writeback_common::dirty`.
+/// Latest `global_dirty_state`, indexed by `writeback_common::dirty`
+/// (only with `--enable global_dirty_state`).
 #[map]
 static DIRTY: Array<u64> = Array::with_max_entries(dirty::COUNT, 0);
+
+/// The global dirty thresholds, from userspace
+/// (`writeback_common::global_thresh`).
+#[map]
+static GLOBAL_THRESH: Array<u64> = Array::with_max_entries(global_thresh::COUNT, 0);
 
 /// Pause ms per process in `balance_dirty_pages` (who was throttled);
 /// LRU so processes long gone make room.

@@ -29,27 +29,23 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     init_logging(&cli)?;
+    let hooks = model::plan::HookChoice {
+        disabled: cli.disable.clone(),
+        enabled: cli.enable.clone(),
+    };
     match &cli.command {
         Some(Command::Write(args)) => commands::write::run(args),
-        Some(Command::Trace(args)) => runtime()?.block_on(commands::trace::run(args, &cli.disable)),
-        Some(Command::Probes(args)) => commands::probes::run(args, &cli.disable),
-        Some(Command::Record(args)) => {
-            runtime()?.block_on(commands::record::run(args, &cli.disable))
-        }
+        Some(Command::Trace(args)) => runtime()?.block_on(commands::trace::run(args, &hooks)),
+        Some(Command::Probes(args)) => commands::probes::run(args, &hooks),
+        Some(Command::Record(args)) => runtime()?.block_on(commands::record::run(args, &hooks)),
         Some(Command::Replay(args)) => commands::replay::run(args),
-        Some(Command::Compare(args)) => {
-            runtime()?.block_on(commands::compare::run(args, &cli.disable))
-        }
-        Some(Command::Doctor(args)) => {
-            runtime()?.block_on(commands::doctor::run(args, &cli.disable))
-        }
-        Some(Command::Scenario(args)) => {
-            runtime()?.block_on(commands::scenario::run(args, &cli.disable))
-        }
+        Some(Command::Compare(args)) => runtime()?.block_on(commands::compare::run(args, &hooks)),
+        Some(Command::Doctor(args)) => runtime()?.block_on(commands::doctor::run(args, &hooks)),
+        Some(Command::Scenario(args)) => runtime()?.block_on(commands::scenario::run(args, &hooks)),
         Some(Command::Report(args)) => commands::report::run(args),
         None => runtime()?.block_on(commands::dashboard::run(
             &dashboard::run::DashboardOptions {
-                disabled: cli.disable.clone(),
+                hooks: hooks.clone(),
                 dir: cli.dir.clone(),
             },
         )),

@@ -16,7 +16,7 @@ use crate::{
     model::dirtier::Attribution,
     model::interval::SummaryLine,
     model::interval::{CallAggregate, IntervalLine},
-    model::plan::{Concept, HookKind, ProbeStatus},
+    model::plan::{Concept, HookChoice, ProbeStatus},
     model::{CallRecord, Totals},
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
@@ -162,11 +162,11 @@ fn take(
 /// pump and opens its ring buffer, and says on stderr what is attached.
 pub(crate) fn attach(
     filter: writeback_common::Filter,
-    disabled: &[HookKind],
+    hooks: &HookChoice,
 ) -> anyhow::Result<(Tracer, RingCollector)> {
     let mut tracer = Tracer::attach(&TracerOptions {
         filter,
-        disabled: disabled.to_vec(),
+        hooks: hooks.clone(),
     })?;
     crate::tracer::spawn_ebpf_log_pump(&mut tracer);
     let collector = RingCollector::new(&mut tracer)?;

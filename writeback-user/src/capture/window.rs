@@ -23,7 +23,7 @@ use crate::{
     UsageError,
     capture::meter::WriterMeter,
     model::interval::{CallAggregate, IntervalLine},
-    model::plan::{Concept, HookKind},
+    model::plan::{Concept, HookChoice, HookKind},
     model::record::mark_uncached,
     model::timeline::{TICK_S, Timeline},
     model::window::{KernelFigures, RunContext},
@@ -60,10 +60,10 @@ fn call_time_s(c: &CallRecord, window_mono_ns: u64, read_s: f64) -> f64 {
 }
 
 impl Traced {
-    pub(crate) fn attach(disabled: &[HookKind]) -> anyhow::Result<Traced> {
+    pub(crate) fn attach(hooks: &HookChoice) -> anyhow::Result<Traced> {
         let mut tracer = Tracer::attach(&TracerOptions {
             filter: Default::default(),
-            disabled: disabled.to_vec(),
+            hooks: hooks.clone(),
         })?;
         crate::tracer::spawn_ebpf_log_pump(&mut tracer);
         let collector = RingCollector::new(&mut tracer)?;

@@ -26,6 +26,8 @@ Examples:
                                            one JSON line per writepages call, plus
                                            interval and summary lines
   wbscope trace --device /mnt/data         per-second figures for one filesystem
+  wbscope --enable global_dirty_state trace --json
+                                           also dirty_limit, from a hook off by default
   wbscope --log /tmp/wbscope.log           dashboard, diagnostics to a file
   wbscope --dir /mnt/data                  dashboard; its writer (key w) writes there";
 
@@ -51,6 +53,13 @@ pub struct Cli {
     /// tracepoint), e.g. to compare the figures of two paths.
     #[arg(long, value_name = "KINDS", value_delimiter = ',', global = true)]
     pub(crate) disable: Vec<crate::model::plan::HookKind>,
+
+    /// Also attach these hooks, which wbscope leaves off by default
+    /// (comma-separated): global_dirty_state (the `tracepoint` dirty levels
+    /// of interval lines, with `dirty_limit`; 0.1-0.4 ms of BPF time per
+    /// GiB written).
+    #[arg(long, value_name = "HOOKS", value_delimiter = ',', global = true)]
+    pub(crate) enable: Vec<crate::model::plan::OptIn>,
 
     /// Dashboard: directory the writer (key `w`) creates its files in;
     /// default a new temporary directory in the current directory, removed

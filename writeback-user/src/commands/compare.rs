@@ -13,7 +13,7 @@ use crate::{
     capture::window::{Traced, devs_of, traced_write},
     cli::CompareArgs,
     export::{report, table::print_runs},
-    model::plan::HookKind,
+    model::plan::HookChoice,
     model::window::Run,
 };
 
@@ -118,7 +118,7 @@ fn check_dir(dir: &Path, size: u64) -> Result<(), UsageError> {
     Ok(())
 }
 
-pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: &CompareArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let setup = setup(args)?;
     check_dir(
         &args.dir,
@@ -134,7 +134,7 @@ pub(crate) async fn run(args: &CompareArgs, disabled: &[HookKind]) -> anyhow::Re
     let devs = devs_of(&args.dir)?;
     let _signals = crate::sys::SignalGuard::install();
     super::scenario::remove_stale_scratch();
-    let mut traced = Traced::attach(disabled)?;
+    let mut traced = Traced::attach(hooks)?;
     let mut runs = Vec::new();
     let total = setup.configs.len() as u32 * args.repeat;
     let mut n = 0;

@@ -18,7 +18,7 @@ use crate::{
         CallRecord,
         findings::{Engine, Report},
         interval::{IntervalLine, SummaryLine},
-        plan::HookKind,
+        plan::HookChoice,
     },
     recording::reader::{Damage, Frame},
 };
@@ -75,7 +75,7 @@ impl SessionOutput for Doctor {
     }
 }
 
-pub(crate) async fn run(args: &DoctorArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let report = match &args.from {
         Some(path) => {
             let f = &args.filter;
@@ -98,7 +98,7 @@ pub(crate) async fn run(args: &DoctorArgs, disabled: &[HookKind]) -> anyhow::Res
                 ))
                 .into());
             }
-            let (tracer, mut collector) = session::attach(filter, disabled)?;
+            let (tracer, mut collector) = session::attach(filter, hooks)?;
             let record = match &args.record {
                 Some(path) => Some(super::record::create(path, &tracer, &filter)?),
                 None => None,

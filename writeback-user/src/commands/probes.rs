@@ -9,13 +9,13 @@ use anyhow::Context as _;
 
 use crate::{
     cli::ProbesArgs,
-    model::plan::HookKind,
+    model::plan::HookChoice,
     sys::SignalGuard,
     tracer::cost,
     tracer::{Tracer, TracerOptions},
 };
 
-pub(crate) fn run(args: &ProbesArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ProbesArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let text = match args.cost {
         Some(duration) => {
             // Ctrl-C or SIGTERM ends the measurement early; what was
@@ -46,7 +46,7 @@ pub(crate) fn run(args: &ProbesArgs, disabled: &[HookKind]) -> anyhow::Result<Ex
         }
         None => {
             let tracer = Tracer::attach(&TracerOptions {
-                disabled: disabled.to_vec(),
+                hooks: hooks.clone(),
                 ..TracerOptions::default()
             })?;
             if args.json {

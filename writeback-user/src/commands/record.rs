@@ -16,7 +16,7 @@ use crate::{
     model::CallRecord,
     model::interval::IntervalLine,
     model::interval::SummaryLine,
-    model::plan::HookKind,
+    model::plan::HookChoice,
     recording::{FORMAT_VERSION, FrameKind, Header, writer::RecordingWriter},
     tracer::Tracer,
 };
@@ -98,7 +98,7 @@ pub(crate) fn create(
     Ok(RecordingOutput { writer })
 }
 
-pub(crate) async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
     // Checked before attaching (create_new below still guards the race).
     if args.output.exists() {
@@ -113,7 +113,7 @@ pub(crate) async fn run(args: &RecordArgs, disabled: &[HookKind]) -> anyhow::Res
     {
         return Err(UsageError(format!("-o {}: no such directory", args.output.display())).into());
     }
-    let (tracer, mut collector) = session::attach(filter, disabled)?;
+    let (tracer, mut collector) = session::attach(filter, hooks)?;
     let mut out = create(&args.output, &tracer, &filter)?;
 
     let limits = Limits {

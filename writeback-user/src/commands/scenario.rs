@@ -23,7 +23,7 @@ use crate::{
     cli::{FsChoice, Scale, ScenarioArgs, ScenarioName},
     export::table::{CACHE_METRICS, SYSTEM_WIDE, cell, kernel_rows, render, table, table_with},
     model::DevId,
-    model::plan::HookKind,
+    model::plan::HookChoice,
     model::window::{KernelFigures, Run, RunContext},
 };
 
@@ -206,7 +206,7 @@ pub(crate) fn remove_stale_scratch() {
     }
 }
 
-pub(crate) async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: &ScenarioArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     if args.cleanup {
         return cleanup();
     }
@@ -221,7 +221,7 @@ pub(crate) async fn run(args: &ScenarioArgs, disabled: &[HookKind]) -> anyhow::R
     let started = Instant::now();
     let sz = sizes(args.scale);
     let fss = filesystems(args, scenario);
-    let mut traced = Traced::attach(disabled)?;
+    let mut traced = Traced::attach(hooks)?;
     let name = name_of(scenario);
     let mut sync = None;
     let (runs, columns) = match scenario {

@@ -16,7 +16,7 @@ use crate::{
     model::CallRecord,
     model::findings::{Engine, FindingEvent},
     model::interval::{IntervalLine, SummaryLine},
-    model::plan::{HookKind, ProbeState},
+    model::plan::{HookChoice, ProbeState},
 };
 
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -101,7 +101,7 @@ impl SessionOutput for TraceOutput {
     }
 }
 
-pub(crate) async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
     // --prometheus (export/prometheus.rs): listening before the probes are
     // attached, so a scrape right after the "tracing;" line works; stdout
@@ -110,7 +110,7 @@ pub(crate) async fn run(args: &TraceArgs, disabled: &[HookKind]) -> anyhow::Resu
         Some(addr) => Some(Exporter::start(addr).await?),
         None => None,
     };
-    let (tracer, mut collector) = session::attach(filter, disabled)?;
+    let (tracer, mut collector) = session::attach(filter, hooks)?;
     for s in tracer.plan.statuses() {
         if let ProbeState::Unavailable(why) = &s.state {
             eprintln!("wbscope: {} unavailable: {why}", s.concept);

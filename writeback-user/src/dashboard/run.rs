@@ -31,7 +31,7 @@ use crate::{
     dashboard::state::{Model, WriterSecond, WriterUpdate},
     dashboard::ui,
     model::Log2Histogram,
-    model::plan::{Concept, HookKind, ProbePlan},
+    model::plan::{Concept, HookChoice, ProbePlan},
     sys::{kernel_release, page_size},
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
@@ -55,7 +55,7 @@ const STOP_WAIT: Duration = Duration::from_secs(30);
 /// Options of the dashboard (top-level flags of `wbscope`).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DashboardOptions {
-    pub(crate) disabled: Vec<HookKind>,
+    pub(crate) hooks: HookChoice,
     /// Where writer runs create their files; default a new temporary
     /// directory in the current directory, removed on quit.
     pub(crate) dir: Option<PathBuf>,
@@ -66,7 +66,7 @@ pub(crate) async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> 
     // Missing privileges or probes do not stop the dashboard: it opens and
     // says what is missing.
     let tracer_options = TracerOptions {
-        disabled: options.disabled.clone(),
+        hooks: options.hooks.clone(),
         ..TracerOptions::default()
     };
     let (tracer, plan) = match Tracer::attach(&tracer_options) {

@@ -27,6 +27,37 @@ impl fmt::Display for HookKind {
     }
 }
 
+/// Hooks wbscope leaves off unless asked (`--enable`), because what
+/// they measure comes from elsewhere at no BPF cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum OptIn {
+    /// `writeback:global_dirty_state`, for the `tracepoint` levels of
+    /// interval lines (with `dirty_limit`, which /proc/vmstat lacks); it
+    /// runs on every `balance_dirty_pages()` check and every read of
+    /// /proc/vmstat.
+    #[value(name = "global_dirty_state")]
+    GlobalDirtyState,
+}
+
+impl fmt::Display for OptIn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OptIn::GlobalDirtyState => "global_dirty_state",
+        })
+    }
+}
+
+/// Which hooks to avoid and which optional ones to attach (`--disable`,
+/// `--enable`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HookChoice {
+    /// Hook kinds never to use.
+    pub disabled: Vec<HookKind>,
+    /// Optional hooks to attach.
+    pub enabled: Vec<OptIn>,
+}
+
 /// What the tracer measures, independent of how a kernel exposes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -178,7 +209,9 @@ impl ProbePlan {
         ));
         for c in &self.concepts {
             match (&c.hook, c.kind) {
-                (Some(hook), Some(kind)) => {
+                (Some(hook), kind) => {
+                    // No kind: read from a /proc file, no program.
+                    let kind = kind.map_or_else(|| "-".to_string(), |k| k.to_string());
                     let hook = hook.strip_prefix(&format!("{kind} ")).unwrap_or(hook);
                     out.push_str(&format!("{:<16} {:<11} {}\n", c.concept.name(), kind, hook));
                     if !c.fields.is_empty() {

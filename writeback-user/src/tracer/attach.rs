@@ -28,14 +28,15 @@ use super::{
     privileges, tracefs,
     trials::{Trials, describe},
 };
-use crate::model::plan::{Concept, ConceptPlan, HookKind, ProbePlan};
+use crate::model::plan::{Concept, ConceptPlan, HookChoice, ProbePlan};
 
 /// What the caller wants from the tracer.
 #[derive(Clone, Debug, Default)]
 pub struct TracerOptions {
     pub filter: Filter,
-    /// Hook kinds never to use (`--disable`).
-    pub disabled: Vec<HookKind>,
+    /// Hook kinds never to use and optional hooks to attach
+    /// (`--disable`, `--enable`).
+    pub hooks: HookChoice,
 }
 
 /// The tracepoint candidate of one concept whose layouts were loaded.
@@ -257,8 +258,17 @@ impl Tracer {
             for candidate in candidates_of(concept) {
                 if candidate
                     .kind()
-                    .is_some_and(|k| options.disabled.contains(&k))
+                    .is_some_and(|k| options.hooks.disabled.contains(&k))
                 {
+                    continue;
+                }
+                if let Some((opt_in, why)) = candidate.opt_in()
+                    && !options.hooks.enabled.contains(&opt_in)
+                {
+                    refused.insert(
+                        (concept, candidate.label()),
+                        format!("off by default: {why}; --enable {opt_in} attaches it"),
+                    );
                     continue;
                 }
                 match &candidate {
@@ -439,7 +449,7 @@ impl Tracer {
             for candidate in candidates_of(concept) {
                 let label = candidate.label();
                 if let Some(kind) = candidate.kind()
-                    && options.disabled.contains(&kind)
+                    && options.hooks.disabled.contains(&kind)
                 {
                     plan.reject(candidate.label(), format!("disabled with --disable {kind}"));
                     continue;
@@ -467,6 +477,9 @@ impl Tracer {
                                 .collect()),
                             None => Err("the writepages call has no hook".to_string()),
                         }
+                    }
+                    Candidate::Procfs { fields, .. } => {
+                        Ok(fields.iter().map(|f| f.to_string()).collect())
                     }
                     Candidate::BtfPrograms {
                         kind,
@@ -496,12 +509,13 @@ impl Tracer {
                 match outcome {
                     Ok(fields) => {
                         plan.hook = Some(label);
-                        plan.kind = candidate.kind().or_else(|| {
-                            concept_plans
+                        plan.kind = match candidate {
+                            Candidate::WithCall { .. } => concept_plans
                                 .iter()
                                 .find(|p| p.concept == Concept::WritepagesCall)
-                                .and_then(|p| p.kind)
-                        });
+                                .and_then(|p| p.kind),
+                            _ => candidate.kind(),
+                        };
                         plan.fields = fields;
                         if concept == Concept::CpuTime {
                             cpu_method = match candidate {
@@ -556,16 +570,25 @@ impl Tracer {
         };
         let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("STATS map missing")?)
             .context("STATS map")?;
-        Ok(Tracer {
+        let global_thresh = Array::try_from(
+            ebpf.take_map("GLOBAL_THRESH")
+                .context("GLOBAL_THRESH map missing")?,
+        )
+        .context("GLOBAL_THRESH map")?;
+        let tracer = Tracer {
             ebpf,
             stats,
+            global_thresh: std::sync::Mutex::new(global_thresh),
             plan,
             field_offsets,
             global_dirty_layout,
             attached_programs,
             _stats_fd: stats_fd,
             logger,
-        })
+        };
+        // Before the first pause, not an interval later.
+        tracer.set_global_thresholds(&super::read_vmstat()?)?;
+        Ok(tracer)
     }
 }
 

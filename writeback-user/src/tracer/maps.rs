@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use anyhow::Context as _;
 use aya::maps::{Array, PerCpuArray, PerCpuHashMap};
 use writeback_common::{
-    BlockHistKey, BlockSlots, TracepointLayout, dirty, fields::global_dirty, stat,
+    BlockHistKey, BlockSlots, TracepointLayout, dirty, fields::global_dirty, global_thresh, stat,
 };
 
 use super::Tracer;
@@ -16,6 +16,8 @@ use crate::model::kernel::{KernelSnapshot, KernelStats, ProgramRunTime, VmStat};
 impl Tracer {
     /// Everything the interval figures need, read now.
     pub(crate) fn snapshot(&self) -> anyhow::Result<KernelSnapshot> {
+        let vmstat = read_vmstat()?;
+        self.set_global_thresholds(&vmstat)?;
         Ok(KernelSnapshot {
             agg: self.aggregates()?,
             block: self.block_histograms()?,
@@ -23,9 +25,24 @@ impl Tracer {
             dirty: self.dirty_levels()?,
             stats: self.stats()?,
             run_times: self.run_times(),
-            vmstat: read_vmstat()?,
+            vmstat,
             throttled: self.throttled()?,
         })
+    }
+
+    /// Hands the global dirty thresholds to the throttle classifier
+    /// (`writeback_common::global_thresh`).
+    pub(crate) fn set_global_thresholds(&self, vmstat: &VmStat) -> anyhow::Result<()> {
+        let mut map = self.global_thresh.lock().unwrap_or_else(|e| e.into_inner());
+        map.set(global_thresh::DIRTY, vmstat.nr_dirty_threshold, 0)
+            .context("writing GLOBAL_THRESH")?;
+        map.set(
+            global_thresh::BACKGROUND,
+            vmstat.nr_dirty_background_threshold,
+            0,
+        )
+        .context("writing GLOBAL_THRESH")?;
+        Ok(())
     }
 
     /// Pause ms per process in `balance_dirty_pages` (`THROTTLED`),

@@ -22,7 +22,7 @@ use std::os::fd::OwnedFd;
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{Array, MapData, PerCpuArray, RingBuf},
 };
 
 use crate::model::plan::ProbePlan;
@@ -33,6 +33,9 @@ pub(crate) use maps::read_vmstat;
 pub struct Tracer {
     ebpf: Ebpf,
     stats: PerCpuArray<MapData, u64>,
+    /// `GLOBAL_THRESH`, written at every snapshot (`&self`, hence the
+    /// lock).
+    global_thresh: std::sync::Mutex<Array<MapData, u64>>,
     pub plan: ProbePlan,
     /// The field offsets and struct members the programs were loaded with,
     /// for recordings: `{"ext4:ext4_writepages": {"dev": [8, 4, 0], ...},

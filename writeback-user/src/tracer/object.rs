@@ -66,7 +66,9 @@ mod tests {
                         wanted.extend(attaches.iter().map(|a| a.program));
                         wanted.extend(attaches.iter().filter_map(|a| a.layout_global));
                     }
-                    Candidate::Function { .. } | Candidate::WithCall { .. } => {}
+                    Candidate::Function { .. }
+                    | Candidate::WithCall { .. }
+                    | Candidate::Procfs { .. } => {}
                 }
             }
         }

@@ -9,7 +9,7 @@
 //! candidates of the same concept, and the plan takes whichever exists.
 use writeback_common::fields;
 
-use crate::model::plan::{Concept, HookKind};
+use crate::model::plan::{Concept, HookKind, OptIn};
 
 /// One eBPF program attached to one classic tracepoint, with the global
 /// that receives the tracepoint's layout and the fields it reads.
@@ -65,17 +65,34 @@ pub enum Candidate {
         what: &'static str,
         fields: &'static [&'static str],
     },
+    /// Figures userspace reads from a /proc file at each interval: no
+    /// program at all.
+    Procfs {
+        what: &'static str,
+        fields: &'static [&'static str],
+    },
 }
 
 impl Candidate {
     /// The kind of hook; `None` for [`Candidate::WithCall`], whose kind
-    /// is the writepages call's.
+    /// is the writepages call's, and for [`Candidate::Procfs`], which has
+    /// none.
     pub fn kind(&self) -> Option<HookKind> {
         match self {
             Candidate::Function { kind, .. } | Candidate::BtfPrograms { kind, .. } => Some(*kind),
             Candidate::Tracepoints(_) => Some(HookKind::Tracepoint),
-            Candidate::WithCall { .. } => None,
+            Candidate::WithCall { .. } | Candidate::Procfs { .. } => None,
         }
+    }
+
+    /// The `--enable` a candidate waits for, if it is off by default,
+    /// and why it is.
+    pub(crate) fn opt_in(&self) -> Option<(OptIn, &'static str)> {
+        (*self == Candidate::Tracepoints(GLOBAL_DIRTY_TP)).then_some((
+            OptIn::GlobalDirtyState,
+            "it runs on every balance_dirty_pages() check (~1,000 times per GiB written, \
+             0.1-0.4 ms of BPF time) for levels /proc/vmstat has",
+        ))
     }
 
     /// Human name, e.g. `fentry ext4_writepages` or
@@ -99,7 +116,9 @@ impl Candidate {
                     .collect::<Vec<_>>()
                     .join(" + ")
             ),
-            Candidate::WithCall { what, .. } => (*what).to_string(),
+            Candidate::WithCall { what, .. } | Candidate::Procfs { what, .. } => {
+                (*what).to_string()
+            }
         }
     }
 }
@@ -470,6 +489,22 @@ pub const TASK_RUNTIME: Candidate = Candidate::WithCall {
 /// the CPU (`TaskMembers::UNCOUNTED_PATHS`).
 pub const TASK_RUNTIME_STEAL_FIELD: &str = "rq.clock - rq.clock_task";
 
+/// The dirty levels and global thresholds from /proc/vmstat, read at
+/// every interval (`tracer::maps::read_vmstat`), which also hands the
+/// thresholds to the throttle classifier (`GLOBAL_THRESH`). The
+/// default: `global_dirty_state` waits for `--enable`.
+pub const VMSTAT_DIRTY: Candidate = Candidate::Procfs {
+    what: "/proc/vmstat",
+    fields: &[
+        "nr_dirty",
+        "nr_writeback",
+        "nr_dirty_threshold",
+        "nr_dirty_background_threshold",
+        "nr_dirtied",
+        "nr_written",
+    ],
+};
+
 /// The tracepoint the BTF extent program is attached to.
 pub const EXT4_EXTENT_EVENT: &str = "ext4_da_write_pages_extent";
 
@@ -698,6 +733,7 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
         Concept::DirtyState => vec![
             func(TpBtf, "global_dirty_state"),
             Candidate::Tracepoints(GLOBAL_DIRTY_TP),
+            VMSTAT_DIRTY,
         ],
         Concept::Throttling => vec![
             func(TpBtf, "balance_dirty_pages"),
@@ -730,7 +766,7 @@ mod tests {
 
     /// Every concept works with classic tracepoints alone: its last
     /// candidate is one, or is read by the writepages programs, which
-    /// have one.
+    /// have one, or needs no program at all (/proc/vmstat).
     #[test]
     fn every_concept_has_a_classic_tracepoint_fallback_last() {
         for c in Concept::ALL {
@@ -741,7 +777,11 @@ mod tests {
                 c == Concept::GenericCall
                     || matches!(
                         cands.last(),
-                        Some(Candidate::Tracepoints(_) | Candidate::WithCall { .. })
+                        Some(
+                            Candidate::Tracepoints(_)
+                                | Candidate::WithCall { .. }
+                                | Candidate::Procfs { .. }
+                        )
                     ),
                 "{c:?}"
             );
@@ -757,6 +797,29 @@ mod tests {
                 .collect();
             assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{c:?}: {ranks:?}");
         }
+    }
+
+    /// Only `global_dirty_state` waits for `--enable`, and what it
+    /// measures has a default without a program after it.
+    #[test]
+    fn the_opt_in_hook_has_a_default_without_a_program() {
+        for c in Concept::ALL {
+            let cands = candidates(c);
+            for (i, cand) in cands.iter().enumerate() {
+                if let Some((opt_in, why)) = cand.opt_in() {
+                    assert_eq!(opt_in, OptIn::GlobalDirtyState);
+                    assert!(!why.is_empty());
+                    assert!(
+                        cands[i + 1..]
+                            .iter()
+                            .any(|later| matches!(later, Candidate::Procfs { .. })),
+                        "{c:?}"
+                    );
+                }
+            }
+        }
+        assert!(Candidate::Tracepoints(GLOBAL_DIRTY_TP).opt_in().is_some());
+        assert!(Candidate::Tracepoints(BALANCE_DIRTY_TP).opt_in().is_none());
     }
 
     /// Issue 19: no candidate of the plan hooks an event that fires
