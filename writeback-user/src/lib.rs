@@ -102,7 +102,8 @@ pub fn report_usage_error(e: &clap::Error) -> ExitCode {
 
 /// A clap error in one line: its first line, and when that ends in a
 /// colon the list under it ("the following required arguments were not
-/// provided: --cost <SECONDS>").
+/// provided: --cost <SECONDS>"), or else the values it would take
+/// ("invalid value 'x' for '--enable <HOOKS>' [possible values: …]").
 fn usage_line(rendered: &str) -> String {
     let mut lines = rendered.lines().skip_while(|l| l.trim().is_empty());
     let Some(first) = lines.next() else {
@@ -110,11 +111,50 @@ fn usage_line(rendered: &str) -> String {
     };
     let first = first.strip_prefix("error: ").unwrap_or(first);
     if !first.ends_with(':') {
-        return first.to_string();
+        return match lines
+            .map(str::trim)
+            .find(|l| l.starts_with("[possible values:"))
+        {
+            Some(values) => format!("{first} {values}"),
+            None => first.to_string(),
+        };
     }
     let items: Vec<&str> = lines
         .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .collect();
     format!("{first} {}", items.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::{cli::Cli, usage_line};
+
+    fn line_of(args: &[&str]) -> String {
+        let e = Cli::try_parse_from(args).expect_err("a usage error");
+        usage_line(&e.render().to_string())
+    }
+
+    #[test]
+    fn a_bad_value_names_the_good_ones_on_its_line() {
+        let line = line_of(&["wbscope", "--enable", "bogus", "probes"]);
+        assert_eq!(
+            line,
+            "invalid value 'bogus' for '--enable <HOOKS>' [possible values: global_dirty_state]"
+        );
+        let line = line_of(&["wbscope", "--disable", "uprobe", "probes"]);
+        assert!(
+            line.starts_with("invalid value 'uprobe' for '--disable <KINDS>' [possible values: fentry, kprobe, tp_btf, tracepoint"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn a_missing_argument_is_named_on_the_line() {
+        let line = line_of(&["wbscope", "probes", "--on-hooks"]);
+        assert!(line.ends_with(": --cost <SECONDS>"), "{line}");
+    }
 }
