@@ -587,7 +587,7 @@ impl Tracer {
             logger,
         };
         // Before the first pause, not an interval later.
-        tracer.set_global_thresholds(&super::read_vmstat()?)?;
+        tracer.set_global_thresholds(&super::read_vmstat().context("reading /proc/vmstat")?)?;
         Ok(tracer)
     }
 }
