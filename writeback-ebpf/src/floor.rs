@@ -10,11 +10,21 @@ use writeback_common::TracepointLayout;
 use crate::{
     CURRENT,
     read::{current_tid, field, now_ns},
+    trial::count_on_this_cpu,
 };
 
 /// Nothing at all.
 #[tracepoint]
 pub fn floor_empty(_ctx: TracePointContext) -> u32 {
+    0
+}
+
+/// One counter added in this CPU's line of an array
+/// (`trial::count_on_this_cpu`); `--on-hooks --counting` attaches it to
+/// the classic tracepoints among the tracer's events.
+#[tracepoint]
+pub fn floor_count(_ctx: TracePointContext) -> u32 {
+    count_on_this_cpu();
     0
 }
 

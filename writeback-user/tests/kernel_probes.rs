@@ -633,7 +633,13 @@ fn probes_cost_measures_the_calibration_programs() {
         .collect();
     assert_eq!(
         names,
-        ["floor_empty", "floor_lookup", "floor_field", "floor_clock"]
+        [
+            "floor_empty",
+            "floor_count",
+            "floor_lookup",
+            "floor_field",
+            "floor_clock"
+        ]
     );
     // The measurement sleeps in 1 ms steps: at least a few hundred
     // switches of its own in a second.
@@ -649,9 +655,12 @@ fn probes_cost_measures_the_calibration_programs() {
         assert!(avg > 0.0 && (avg * n as f64 - total).abs() < 1.0, "{c}");
     }
     assert!(
-        counts[0] >= counts[2],
+        counts[0] >= counts[4],
         "attached first, ran at least as often: {counts:?}"
     );
+    // The counting program did its one thing on every run.
+    assert_eq!(costs[1]["counted"], costs[1]["invocations"], "{costs:?}");
+    assert!(costs[0].get("counted").is_none(), "{costs:?}");
 
     let bad = wbscope().args(["probes", "--cost", "0"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
@@ -704,6 +713,52 @@ fn probes_cost_on_hooks_runs_on_the_tracers_events() {
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--cost <SECONDS>"), "{stderr}");
+}
+
+/// `probes --cost --on-hooks --counting`: the program on each event adds
+/// 1 to its CPU's counter, and the counters add up to its invocations (it
+/// did its one thing on every run, over every CPU it ran on); the dirty
+/// folio one ran at least once per folio dd dirtied, as the empty one.
+#[test]
+fn probes_cost_on_hooks_counting_counts_every_run() {
+    let fs = LoopFs::new("ext4", 64);
+    let mut cmd = wbscope();
+    cmd.args([
+        "probes",
+        "--cost",
+        "600",
+        "--on-hooks",
+        "--counting",
+        "--json",
+    ]);
+    let measuring = Tracing::spawn(cmd, "measuring; a counting program");
+    dd_child(&fs.path("pages"), "4k", 256);
+    let out = measuring.stop(libc::SIGINT);
+    let costs = out[0].as_array().expect("one JSON array");
+    assert_eq!(costs.len(), 5, "{costs:?}");
+    let mut ran = 0;
+    for c in costs {
+        if c["does"] == "not attached" {
+            continue;
+        }
+        assert_eq!(c["counted"], c["invocations"], "{c}");
+        ran += c["invocations"].as_u64().unwrap();
+    }
+    let dirty = costs
+        .iter()
+        .find(|c| c["program"] == "writeback_dirty_folio")
+        .expect("writeback_dirty_folio");
+    assert!(dirty["invocations"].as_u64().unwrap() >= 256, "{dirty}");
+    assert!(ran >= 256 + 3, "{costs:?}");
+
+    let bad = wbscope()
+        .args(["probes", "--cost", "1", "--counting"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(bad.stderr).unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--on-hooks"), "{stderr}");
 }
 
 /// ext4's scan passes and extents of a 64 MiB write + fsync as wbscope

@@ -9,8 +9,9 @@
 //!   BPF time per GiB written.
 //! - The floor those programs stand on: the same writes in the rotation
 //!   with only an empty program on each of the tracer's busiest events
-//!   (`wbscope probes --cost --on-hooks`), each tracer program's run time
-//!   against the empty one's on its event. An event that fires once per
+//!   (`wbscope probes --cost --on-hooks`), and again with a program that
+//!   adds to one counter there (`--counting`), each tracer program's run
+//!   time against both on its event. An event that fires once per
 //!   large folio finds any program cold; the warm floor of `probes
 //!   --cost` (printed last) says little about it.
 //! - BPF invocations per second during a context-switch storm that
@@ -115,10 +116,14 @@ impl Tracer {
         )
     }
 
-    /// Empty programs on the tracer's busiest events until stopped
+    /// Empty programs (with `counting`, programs that add to one counter)
+    /// on the tracer's busiest events until stopped
     /// ([`Tracer::stop_floor`]).
-    fn floor(binary: &Path) -> anyhow::Result<Tracer> {
-        let args = ["probes", "--cost", "86400", "--on-hooks", "--json"];
+    fn floor(binary: &Path, counting: bool) -> anyhow::Result<Tracer> {
+        let mut args = vec!["probes", "--cost", "86400", "--on-hooks", "--json"];
+        if counting {
+            args.push("--counting");
+        }
         Self::spawn(binary, &args, None, "measuring;")
     }
 
@@ -260,6 +265,9 @@ enum Side {
     /// Empty programs on the tracer's busiest events
     /// (`probes --cost --on-hooks`).
     Floor,
+    /// Programs that add to one counter on the same events (`probes
+    /// --cost --on-hooks --counting`).
+    Counting,
 }
 
 /// Seconds of each context-switch storm.
@@ -385,9 +393,17 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     // Empty programs on the busiest events, a side of the rotation.
     let mut floor_runs: Vec<serde_json::Value> = Vec::new();
     let mut floor_rates = Vec::new();
+    // Counting programs on the same events, another side.
+    let mut counting_runs: Vec<serde_json::Value> = Vec::new();
     for pair in 0..opts.pairs {
         // Rotate which side goes first, so drift favours none.
-        let mut order = vec![Side::Plain, Side::Traced, Side::Recorded, Side::Floor];
+        let mut order = vec![
+            Side::Plain,
+            Side::Traced,
+            Side::Recorded,
+            Side::Floor,
+            Side::Counting,
+        ];
         if baseline.is_some() {
             order.push(Side::Baseline);
         }
@@ -406,7 +422,8 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
                 Side::Plain => None,
                 Side::Traced => Some(Tracer::start(binary)?),
                 Side::Recorded => Some(Tracer::record(binary, &rec_path)?),
-                Side::Floor => Some(Tracer::floor(binary)?),
+                Side::Floor => Some(Tracer::floor(binary, false)?),
+                Side::Counting => Some(Tracer::floor(binary, true)?),
                 Side::Baseline => match &baseline {
                     Some(b) => Some(Tracer::start(b)?),
                     None => None,
@@ -429,6 +446,10 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
             if side == Side::Floor {
                 floor_runs.push(tracer.stop_floor()?);
                 floor_rates.push(rate);
+                continue;
+            }
+            if side == Side::Counting {
+                counting_runs.push(tracer.stop_floor()?);
                 continue;
             }
             let cpu = tracer.cpu_secs()? - cpu0.unwrap_or(0.0);
@@ -542,11 +563,13 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     out.push_str(&issue_19_figures(
         &write_run_times,
         &floor_runs,
+        &counting_runs,
         gib_written,
     ));
     out.push_str(&floor_comparison(
         &write_run_times,
         &floor_runs,
+        &counting_runs,
         median(&mut floor_rates),
     ));
     out.push_str(&format!(

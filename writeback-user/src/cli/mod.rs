@@ -93,6 +93,7 @@ Examples:
   wbscope probes --json | jq '.concepts[] | {concept, kind}'
   wbscope probes --cost 5        # this machine's floor per BPF program
   wbscope probes --cost 600 --on-hooks  # start your workload; Ctrl-C ends it
+  wbscope probes --cost 600 --on-hooks --counting  # ... each adding to one counter
 
 --cost measures until SECONDS pass or Ctrl-C/SIGTERM, and prints what it
 measured either way.")]
@@ -189,6 +190,12 @@ pub(crate) struct ProbesArgs {
     /// tracer finds them.
     #[arg(long, requires = "cost")]
     pub(crate) on_hooks: bool,
+
+    /// With --on-hooks: the program on each event adds 1 to a counter of
+    /// its CPU instead of doing nothing, the least a program that counts
+    /// something does there (one line of map memory written).
+    #[arg(long, requires = "on_hooks")]
+    pub(crate) counting: bool,
 }
 
 /// Filters applied in the kernel.

@@ -23,13 +23,21 @@ pub(crate) fn run(args: &ProbesArgs, hooks: &HookChoice) -> anyhow::Result<ExitC
             let _guard = SignalGuard::install();
             let secs = duration.as_secs_f64();
             let ((costs, measured), on) = if args.on_hooks {
+                let what = if args.counting {
+                    "a counting"
+                } else {
+                    "an empty"
+                };
                 let attached = |n| {
                     eprintln!(
-                        "wbscope: measuring; an empty program on {n} of the tracer's events \
+                        "wbscope: measuring; {what} program on {n} of the tracer's events \
                          for {secs:.1} s; Ctrl-C to stop"
                     )
                 };
-                (cost::measure_on_hooks(duration, attached)?, cost::On::Hooks)
+                (
+                    cost::measure_on_hooks(duration, args.counting, attached)?,
+                    cost::On::Hooks,
+                )
             } else {
                 let attached = |_| {
                     eprintln!(

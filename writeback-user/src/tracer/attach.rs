@@ -213,7 +213,7 @@ fn in_call_entries() -> Option<u32> {
 /// the highest possible CPU's number plus one; `None` keeps the object's
 /// one entry (then only CPU 0 has a slot, and other CPUs' folios go
 /// uncounted: the loader says so).
-fn cpu_slot_entries() -> Option<u32> {
+pub(super) fn cpu_slot_entries() -> Option<u32> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").ok()?;
     highest_cpu(&text).map(|top| top + 1)
 }

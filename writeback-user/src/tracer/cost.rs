@@ -20,19 +20,21 @@ use std::{
 use anyhow::Context as _;
 use aya::{
     Btf, Ebpf, EbpfLoader,
+    maps::Array,
     programs::{BtfTracePoint, TracePoint},
 };
 use serde::Serialize;
 
-use super::{object::EBPF_OBJECT, privileges, tracefs};
+use super::{attach::cpu_slot_entries, object::EBPF_OBJECT, privileges, tracefs};
 use crate::sys;
 
 /// `(program, what it does)`, cheapest first.
-pub(crate) const FLOOR_PROGRAMS: [(&str, &str); 4] = [
+pub(crate) const FLOOR_PROGRAMS: [(&str, &str); 5] = [
     (
         "floor_empty",
         "nothing (dispatch and the statistics' own clock reads)",
     ),
+    ("floor_count", COUNTING),
     ("floor_lookup", "one hash lookup by thread id"),
     (
         "floor_field",
@@ -40,6 +42,9 @@ pub(crate) const FLOOR_PROGRAMS: [(&str, &str); 4] = [
     ),
     ("floor_clock", "one bpf_ktime_get_ns()"),
 ];
+
+/// What the counting programs do (`floor_count`, `trial_tp_btf_count`).
+const COUNTING: &str = "one counter added in this CPU's line of an array";
 
 /// Where the calibration programs run: frequent on any host (it was the
 /// hottest event wbscope hooked until issue 19 removed that program).
@@ -83,29 +88,33 @@ impl Hook {
         }
     }
 
-    /// The calibration program for this hook.
-    fn program(self) -> &'static str {
-        match self {
-            Hook::TpBtf(_) => "trial_tp_btf",
-            Hook::Tracepoint(_) => "floor_empty",
+    /// The calibration program for this hook: empty, or with `counting`
+    /// one that adds 1 to a counter.
+    fn program(self, counting: bool) -> &'static str {
+        match (self, counting) {
+            (Hook::TpBtf(_), false) => "trial_tp_btf",
+            (Hook::TpBtf(_), true) => "trial_tp_btf_count",
+            (Hook::Tracepoint(_), false) => "floor_empty",
+            (Hook::Tracepoint(_), true) => "floor_count",
         }
     }
 
-    fn does(self) -> &'static str {
-        match self {
-            Hook::TpBtf(_) => "empty tp_btf program",
-            Hook::Tracepoint(_) => "empty tracepoint program",
+    fn does(self, counting: bool) -> &'static str {
+        match (self, counting) {
+            (Hook::TpBtf(_), false) => "empty tp_btf program",
+            (Hook::Tracepoint(_), false) => "empty tracepoint program",
+            (_, true) => COUNTING,
         }
     }
 
     /// Loads a fresh copy of the object with this hook's empty program
     /// attached: a tp_btf program is bound to its target when loaded, and
     /// each hook's figures need a program of their own.
-    fn attach(self, btf: &Btf) -> anyhow::Result<Ebpf> {
-        let mut ebpf = EbpfLoader::new()
+    fn attach(self, btf: &Btf, counting: bool) -> anyhow::Result<Ebpf> {
+        let mut ebpf = loader()
             .load(EBPF_OBJECT)
             .context("loading the embedded eBPF object")?;
-        let prog = self.program();
+        let prog = self.program(counting);
         let program = ebpf
             .program_mut(prog)
             .with_context(|| format!("program {prog} missing from the object"))?;
@@ -135,6 +144,17 @@ impl Hook {
     }
 }
 
+/// A loader with the counting programs' `TRIAL_COUNT` sized to a line per
+/// possible CPU (one entry, CPU 0's, when the possible CPUs cannot be
+/// read: the other CPUs' runs then count nothing and cost less).
+fn loader() -> EbpfLoader<'static> {
+    let mut loader = EbpfLoader::new();
+    if let Some(entries) = cpu_slot_entries() {
+        loader.map_max_entries("TRIAL_COUNT", entries);
+    }
+    loader
+}
+
 /// One calibration program's figures.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub(crate) struct FloorCost {
@@ -144,6 +164,10 @@ pub(crate) struct FloorCost {
     pub(crate) run_time_ns: u64,
     /// `run_time_ns / invocations`; `None` without invocations.
     pub(crate) avg_ns: Option<f64>,
+    /// For a counting program: what its counters add up to, which equals
+    /// its invocations when it did its one thing every run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) counted: Option<u64>,
 }
 
 impl FloorCost {
@@ -154,8 +178,21 @@ impl FloorCost {
             invocations,
             run_time_ns,
             avg_ns: (invocations > 0).then(|| run_time_ns as f64 / invocations as f64),
+            counted: None,
         }
     }
+}
+
+/// What the CPU lines of `ebpf`'s `TRIAL_COUNT` add up to.
+fn counted(ebpf: &Ebpf) -> anyhow::Result<u64> {
+    let map: Array<_, [u64; 8]> = ebpf
+        .map("TRIAL_COUNT")
+        .context("TRIAL_COUNT map missing")?
+        .try_into()
+        .context("TRIAL_COUNT is not an array")?;
+    map.iter().try_fold(0u64, |sum, line| {
+        Ok(sum + line.context("reading TRIAL_COUNT")?[0])
+    })
 }
 
 /// Sleeps in 1 ms steps (so that even an idle host switches often enough)
@@ -190,12 +227,14 @@ fn cost_of(
     ))
 }
 
-/// Attaches an empty program to each of [`HOOKS`], calls `attached`, and
+/// Attaches an empty program (with `counting`, a counting one) to each of
+/// [`HOOKS`], calls `attached`, and
 /// measures until `duration` passed or a signal arrived. A hook this
 /// kernel lacks (or cannot hook with tp_btf) is reported with no
 /// invocations and a warning. Everything is detached when it returns.
 pub(crate) fn measure_on_hooks(
     duration: Duration,
+    counting: bool,
     attached: impl FnOnce(usize),
 ) -> anyhow::Result<(Vec<FloorCost>, Duration)> {
     privileges::check()?;
@@ -204,7 +243,7 @@ pub(crate) fn measure_on_hooks(
         .context("enabling BPF run-time statistics (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)")?;
     let mut loaded = Vec::new();
     for hook in HOOKS {
-        match hook.attach(&btf) {
+        match hook.attach(&btf, counting) {
             Ok(ebpf) => loaded.push((hook, Some(ebpf))),
             Err(e) => {
                 eprintln!("wbscope: warning: {}: {e:#}", hook.name());
@@ -217,7 +256,18 @@ pub(crate) fn measure_on_hooks(
     let costs = loaded
         .iter()
         .map(|(hook, ebpf)| match ebpf {
-            Some(ebpf) => cost_of(ebpf, hook.program(), hook.name(), hook.does()),
+            Some(ebpf) => {
+                let mut cost = cost_of(
+                    ebpf,
+                    hook.program(counting),
+                    hook.name(),
+                    hook.does(counting),
+                )?;
+                if counting {
+                    cost.counted = Some(counted(ebpf)?);
+                }
+                Ok(cost)
+            }
             None => Ok(FloorCost::new(hook.name(), "not attached", 0, 0)),
         })
         .collect::<anyhow::Result<_>>()?;
@@ -238,7 +288,7 @@ pub(crate) fn measure(
     let (layout, _) = tracefs::read_format(&root, EVENT.0, EVENT.1)?
         .layout(&["next_pid"])
         .context("sched_switch's next_pid")?;
-    let mut ebpf = EbpfLoader::new()
+    let mut ebpf = loader()
         .override_global("FLOOR_LAYOUT", &layout, true)
         .load(EBPF_OBJECT)
         .context("loading the embedded eBPF object")?;
@@ -259,7 +309,13 @@ pub(crate) fn measure(
     let elapsed = wait(duration);
     let costs = FLOOR_PROGRAMS
         .iter()
-        .map(|&(name, does)| cost_of(&ebpf, name, name, does))
+        .map(|&(name, does)| {
+            let mut cost = cost_of(&ebpf, name, name, does)?;
+            if does == COUNTING {
+                cost.counted = Some(counted(&ebpf)?);
+            }
+            Ok(cost)
+        })
         .collect::<anyhow::Result<_>>()?;
     Ok((costs, elapsed))
 }

@@ -52,24 +52,10 @@ pub(super) fn split_by_issue_19(runs: &[serde_json::Value]) -> ((u64, u64), (u64
 pub(super) fn issue_19_figures(
     runs: &[serde_json::Value],
     floor: &[serde_json::Value],
+    counting: &[serde_json::Value],
     gib_written: f64,
 ) -> String {
     let ((old_n, old_ns), (new_n, new_ns)) = split_by_issue_19(runs);
-    let traced = per_program(runs);
-    let empty = per_program(floor);
-    let mut at_floor_ns = (old_ns + new_ns) as f64;
-    for (event, program) in FLOOR_EVENTS {
-        let (fc, fns) = empty.get(event).copied().unwrap_or_default();
-        let (tc, tns) = traced.get(program).copied().unwrap_or_default();
-        if fc > 0 {
-            at_floor_ns += tc as f64 * fns as f64 / fc as f64 - tns as f64;
-        }
-    }
-    let at_floor = if old_n + new_n > 0 {
-        format!("{:.0}", at_floor_ns / (old_n + new_n) as f64)
-    } else {
-        "-".into()
-    };
     let gib = gib_written * runs.len().max(1) as f64;
     let ms_per_gib = |ns: u64| ns as f64 / 1e6 / gib;
     format!(
@@ -80,13 +66,42 @@ pub(super) fn issue_19_figures(
          | BPF time per GiB, programs added since (their own share) | {:.2} ms | reported beside |\n\
          | mean ns per invocation, all programs | **{}** | ≤ 150 |\n\
          | mean ns per invocation, programs on main when issue 19 was filed | {} | |\n\
-         | mean ns per invocation, all programs, with each of the five below at its \
-         event's empty-program cost | {at_floor} | the lowest their code could reach |\n\n",
+         | the mean of all programs with each of the five below costing what an empty \
+         program costs on its event | {} | what no code reaches |\n\
+         | the same with each costing what a program that adds to one counter costs there \
+         | {} | the least a counting program costs |\n\n",
         ms_per_gib(old_ns),
         ms_per_gib(new_ns),
         avg_ns(old_ns + new_ns, old_n + new_n),
         avg_ns(old_ns, old_n),
+        mean_with_five_at(runs, floor),
+        mean_with_five_at(runs, counting),
     )
+}
+
+/// The mean run time of all programs in `runs` if each of the
+/// [`FLOOR_EVENTS`] programs cost what the program in `base` on its event
+/// costs (`base`: the empty or counting side of the same writes); "-"
+/// without runs or without that side.
+fn mean_with_five_at(runs: &[serde_json::Value], base: &[serde_json::Value]) -> String {
+    let traced = per_program(runs);
+    let base = per_program(base);
+    let (n, ns) = all_programs(&traced);
+    let mut replaced = false;
+    let mut total = ns as f64;
+    for (event, program) in FLOOR_EVENTS {
+        let (bc, bns) = base.get(event).copied().unwrap_or_default();
+        let (tc, tns) = traced.get(program).copied().unwrap_or_default();
+        if bc > 0 {
+            total += tc as f64 * bns as f64 / bc as f64 - tns as f64;
+            replaced = true;
+        }
+    }
+    if n > 0 && replaced {
+        format!("{:.0}", total / n as f64)
+    } else {
+        "-".into()
+    }
 }
 
 /// `(invocations, run time ns)` of all programs of a [`per_program`]
@@ -155,46 +170,62 @@ pub(super) fn per_program(runs: &[serde_json::Value]) -> BTreeMap<String, (u64, 
 pub(super) fn floor_comparison(
     traced: &[serde_json::Value],
     floor: &[serde_json::Value],
+    counting: &[serde_json::Value],
     floor_rate: f64,
 ) -> String {
     let traced = per_program(traced);
     let floor = per_program(floor);
+    let counting = per_program(counting);
     let mut out = format!(
         "The same events with an empty program on each (`wbscope probes --cost --on-hooks`, \
-         a fourth side of the rotation: the same writes, median {floor_rate:.1} MB/s), against \
-         the tracer's program on each during the writes:\n\n\
-         | event | empty program: invocations, avg ns | tracer's program | invocations, avg ns \
-         | tracer / empty |\n|---|---|---|---|---|\n"
+         a fourth side of the rotation: the same writes, median {floor_rate:.1} MB/s), and \
+         with a program that adds to one counter on each (`--counting`, a fifth side), \
+         against the tracer's program on each during the writes:\n\n\
+         | event | empty program: invocations, avg ns | counting program | tracer's program \
+         | invocations, avg ns | tracer / empty | tracer / counting |\n\
+         |---|---|---|---|---|---|---|\n"
     );
-    let (mut n_all, mut ns_all, mut floor_ns_all) = (0u64, 0u64, 0f64);
-    for (event, program) in FLOOR_EVENTS {
-        let (fc, fns) = floor.get(event).copied().unwrap_or_default();
-        let (tc, tns) = traced.get(program).copied().unwrap_or_default();
-        let ratio = if fc > 0 && tc > 0 && fns > 0 {
-            format!("{:.2}", (tns as f64 / tc as f64) / (fns as f64 / fc as f64))
+    let ratio = |a: f64, b: f64| {
+        if a > 0.0 && b > 0.0 {
+            format!("{:.2}", a / b)
         } else {
             "-".into()
-        };
+        }
+    };
+    let mean = |ns: u64, n: u64| if n > 0 { ns as f64 / n as f64 } else { 0.0 };
+    let (mut n_all, mut ns_all, mut floor_ns_all, mut count_ns_all) = (0u64, 0u64, 0f64, 0f64);
+    for (event, program) in FLOOR_EVENTS {
+        let (fc, fns) = floor.get(event).copied().unwrap_or_default();
+        let (cc, cns) = counting.get(event).copied().unwrap_or_default();
+        let (tc, tns) = traced.get(program).copied().unwrap_or_default();
         out.push_str(&format!(
-            "| {event} | {fc}, {} | {program} | {tc}, {} | {ratio} |\n",
+            "| {event} | {fc}, {} | {cc}, {} | {program} | {tc}, {} | {} | {} |\n",
             avg_ns(fns, fc),
-            avg_ns(tns, tc)
+            avg_ns(cns, cc),
+            avg_ns(tns, tc),
+            ratio(mean(tns, tc), mean(fns, fc)),
+            ratio(mean(tns, tc), mean(cns, cc)),
         ));
-        if fc > 0 {
+        if fc > 0 && cc > 0 {
             n_all += tc;
             ns_all += tns;
-            floor_ns_all += tc as f64 * fns as f64 / fc as f64;
+            floor_ns_all += tc as f64 * mean(fns, fc);
+            count_ns_all += tc as f64 * mean(cns, cc);
         }
     }
-    let (mean, floor_mean) = if n_all > 0 {
-        (ns_all as f64 / n_all as f64, floor_ns_all / n_all as f64)
-    } else {
-        (f64::NAN, f64::NAN)
+    let per = |x: f64| {
+        if n_all > 0 {
+            x / n_all as f64
+        } else {
+            f64::NAN
+        }
     };
+    let (t, f, c) = (per(ns_all as f64), per(floor_ns_all), per(count_ns_all));
     out.push_str(&format!(
-        "| **these five, weighted by the tracer's invocations** | **{floor_mean:.0}** | | \
-         **{n_all}, {mean:.0}** | **{:.2}** |\n\n",
-        mean / floor_mean
+        "| **these five, weighted by the tracer's invocations** | **{f:.0}** | **{c:.0}** | | \
+         **{n_all}, {t:.0}** | **{:.2}** | **{:.2}** |\n\n",
+        t / f,
+        t / c
     ));
     out
 }
@@ -247,30 +278,37 @@ mod tests {
             ]),
         ];
         // The empty program on the dirty-folio event: 50 ns; its 4,000
-        // runs at 50 instead of 125 ns: 300,000 ns less, mean 185 ns.
+        // runs at 50 instead of 125 ns: 300,000 ns less, mean 185 ns. The
+        // counting one: 100 ns, 100,000 ns less, mean 195 ns.
         let floor = [serde_json::json!([
             {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 500},
         ])];
-        let text = issue_19_figures(&runs, &floor, 0.5);
+        let counting = [serde_json::json!([
+            {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 1_000},
+        ])];
+        let text = issue_19_figures(&runs, &floor, &counting, 0.5);
         for row in [
             "| BPF time per GiB, programs on main when issue 19 was filed | **3.00 ms** | ≤ 1 ms |",
             "| BPF time per GiB, programs added since (their own share) | 1.00 ms |",
             "| mean ns per invocation, all programs | **200** | ≤ 150 |",
             "| mean ns per invocation, programs on main when issue 19 was filed | 250 | |",
-            "event's empty-program cost | 185 | the lowest their code could reach |",
+            "program costs on its event | 185 | what no code reaches |",
+            "costs there | 195 | the least a counting program costs |",
         ] {
             assert!(text.contains(row), "{row} not in {text}");
         }
         assert!(added_since_issue_19("generic_iomap_folio"));
         assert!(!added_since_issue_19("tp_btf_folios_end"));
         assert!(!added_since_issue_19("balance_dirty"));
+        assert_eq!(mean_with_five_at(&runs, &[]), "-");
     }
 
     /// Each tracer program against the empty one on its event, and the
     /// floor of the five weighted by the tracer's own invocations: here
     /// 100 dirty-folio runs at 300 ns over an empty 150, 300 block issues
     /// at 100 over an empty 50: floor (100 * 150 + 300 * 50) / 400 = 75,
-    /// tracer (30000 + 30000) / 400 = 150, ratio 2.
+    /// tracer (30000 + 30000) / 400 = 150, ratio 2. Counting programs at
+    /// 200 and 75 ns: (100 * 200 + 300 * 75) / 400 = 106, ratio 1.41.
     #[test]
     fn tracer_programs_against_empty_ones_on_the_same_events() {
         let traced = [serde_json::json!([
@@ -288,24 +326,19 @@ mod tests {
                 {"program": "block_rq_issue", "run_count": 0, "run_time_ns": 0},
             ]),
         ];
-        let text = floor_comparison(&traced, &floor, 1000.0);
-        assert!(
-            text.contains(
-                "| writeback_dirty_folio | 20, 150 | tp_btf_dirty_folio | 100, 300 | 2.00 |"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("| block_rq_issue | 60, 50 | tp_btf_rq_issue | 300, 100 | 2.00 |"),
-            "{text}"
-        );
-        assert!(
-            text.contains("| block_bio_queue | 0, - | tp_btf_bio_queue | 0, - | - |"),
-            "{text}"
-        );
-        assert!(
-            text.contains("| **75** | | **400, 150** | **2.00** |"),
-            "{text}"
-        );
+        let counting = [serde_json::json!([
+            {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 2_000},
+            {"program": "block_rq_issue", "run_count": 30, "run_time_ns": 2_250},
+        ])];
+        let text = floor_comparison(&traced, &floor, &counting, 1000.0);
+        for row in [
+            "| writeback_dirty_folio | 20, 150 | 10, 200 | tp_btf_dirty_folio | 100, 300 | 2.00 \
+             | 1.50 |",
+            "| block_rq_issue | 60, 50 | 30, 75 | tp_btf_rq_issue | 300, 100 | 2.00 | 1.33 |",
+            "| block_bio_queue | 0, - | 0, - | tp_btf_bio_queue | 0, - | - | - |",
+            "| **75** | **106** | | **400, 150** | **2.00** | **1.41** |",
+        ] {
+            assert!(text.contains(row), "{row} not in {text}");
+        }
     }
 }
