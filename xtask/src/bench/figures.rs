@@ -242,18 +242,25 @@ pub(super) fn avg_ns(ns: u64, count: u64) -> String {
 mod tests {
     use super::*;
 
+    /// One write's run-time array: `(program, run_count, run_time_ns)`.
+    fn run_times(entries: &[(&str, u64, u64)]) -> serde_json::Value {
+        entries
+            .iter()
+            .map(|(program, count, ns)| {
+                serde_json::json!({"program": program, "run_count": count, "run_time_ns": ns})
+            })
+            .collect()
+    }
+
     /// Each write's mean over all its programs, in order, and the median
     /// of those: a write with one slow program run stands apart.
     #[test]
     fn per_write_means_and_their_median() {
         let runs = [
-            serde_json::json!([
-                {"program": "a", "run_count": 10, "run_time_ns": 1_000},
-                {"program": "b", "run_count": 30, "run_time_ns": 7_000},
-            ]),
-            serde_json::json!([{"program": "a", "run_count": 4, "run_time_ns": 40_000}]),
-            serde_json::json!([{"program": "a", "run_count": 5, "run_time_ns": 1_500}]),
-            serde_json::json!([{"program": "a", "run_count": 0, "run_time_ns": 0}]),
+            run_times(&[("a", 10, 1_000), ("b", 30, 7_000)]),
+            run_times(&[("a", 4, 40_000)]),
+            run_times(&[("a", 5, 1_500)]),
+            run_times(&[("a", 0, 0)]),
         ];
         assert_eq!(per_write_means(&runs), "200, 10000, 300 ns, median 300");
         assert_eq!(per_write_means(&runs[3..]), "none with runs");
@@ -267,25 +274,21 @@ mod tests {
     #[test]
     fn issue_19_figures_split_older_and_newer_programs() {
         let runs = [
-            serde_json::json!([
-                {"program": "tp_btf_rq_issue", "run_count": 10_000, "run_time_ns": 2_000_000},
-                {"program": "tp_btf_dirty_folio", "run_count": 4_000, "run_time_ns": 500_000},
+            run_times(&[
+                ("tp_btf_rq_issue", 10_000, 2_000_000),
+                ("tp_btf_dirty_folio", 4_000, 500_000),
             ]),
-            serde_json::json!([
-                {"program": "tp_btf_rq_complete", "run_count": 2_000, "run_time_ns": 1_000_000},
-                {"program": "generic_pass_end", "run_count": 3_000, "run_time_ns": 400_000},
-                {"program": "dirty_folio", "run_count": 1_000, "run_time_ns": 100_000},
+            run_times(&[
+                ("tp_btf_rq_complete", 2_000, 1_000_000),
+                ("generic_pass_end", 3_000, 400_000),
+                ("dirty_folio", 1_000, 100_000),
             ]),
         ];
         // The empty program on the dirty-folio event: 50 ns; its 4,000
         // runs at 50 instead of 125 ns: 300,000 ns less, mean 185 ns. The
         // counting one: 100 ns, 100,000 ns less, mean 195 ns.
-        let floor = [serde_json::json!([
-            {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 500},
-        ])];
-        let counting = [serde_json::json!([
-            {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 1_000},
-        ])];
+        let floor = [run_times(&[("writeback_dirty_folio", 10, 500)])];
+        let counting = [run_times(&[("writeback_dirty_folio", 10, 1_000)])];
         let text = issue_19_figures(&runs, &floor, &counting, 0.5);
         for row in [
             "| BPF time per GiB, programs on main when issue 19 was filed | **3.00 ms** | ≤ 1 ms |",
@@ -311,24 +314,24 @@ mod tests {
     /// 200 and 75 ns: (100 * 200 + 300 * 75) / 400 = 106, ratio 1.41.
     #[test]
     fn tracer_programs_against_empty_ones_on_the_same_events() {
-        let traced = [serde_json::json!([
-            {"program": "tp_btf_dirty_folio", "run_count": 100, "run_time_ns": 30_000},
-            {"program": "tp_btf_rq_issue", "run_count": 300, "run_time_ns": 30_000},
-            {"program": "tp_btf_extent", "run_count": 7, "run_time_ns": 7_000},
+        let traced = [run_times(&[
+            ("tp_btf_dirty_folio", 100, 30_000),
+            ("tp_btf_rq_issue", 300, 30_000),
+            ("tp_btf_extent", 7, 7_000),
         ])];
         let floor = [
-            serde_json::json!([
-                {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 1_500},
-                {"program": "block_rq_issue", "run_count": 60, "run_time_ns": 3_000},
+            run_times(&[
+                ("writeback_dirty_folio", 10, 1_500),
+                ("block_rq_issue", 60, 3_000),
             ]),
-            serde_json::json!([
-                {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 1_500},
-                {"program": "block_rq_issue", "run_count": 0, "run_time_ns": 0},
+            run_times(&[
+                ("writeback_dirty_folio", 10, 1_500),
+                ("block_rq_issue", 0, 0),
             ]),
         ];
-        let counting = [serde_json::json!([
-            {"program": "writeback_dirty_folio", "run_count": 10, "run_time_ns": 2_000},
-            {"program": "block_rq_issue", "run_count": 30, "run_time_ns": 2_250},
+        let counting = [run_times(&[
+            ("writeback_dirty_folio", 10, 2_000),
+            ("block_rq_issue", 30, 2_250),
         ])];
         let text = floor_comparison(&traced, &floor, &counting, 1000.0);
         for row in [
