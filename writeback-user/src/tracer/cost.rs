@@ -21,7 +21,9 @@ use anyhow::Context as _;
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::Array,
-    programs::{BtfTracePoint, TracePoint},
+    programs::{
+        BtfTracePoint, TracePoint, tp_btf::BtfTracePointLinkId, trace_point::TracePointLinkId,
+    },
 };
 use serde::Serialize;
 
@@ -107,10 +109,10 @@ impl Hook {
         }
     }
 
-    /// Loads a fresh copy of the object with this hook's empty program
-    /// attached: a tp_btf program is bound to its target when loaded, and
+    /// Loads a fresh copy of the object with this hook's calibration
+    /// program attached: a tp_btf program is bound to its target when loaded, and
     /// each hook's figures need a program of their own.
-    fn attach(self, btf: &Btf, counting: bool) -> anyhow::Result<Ebpf> {
+    fn attach(self, btf: &Btf, counting: bool) -> anyhow::Result<(Ebpf, Link)> {
         let mut ebpf = loader()
             .load(EBPF_OBJECT)
             .context("loading the embedded eBPF object")?;
@@ -118,15 +120,17 @@ impl Hook {
         let program = ebpf
             .program_mut(prog)
             .with_context(|| format!("program {prog} missing from the object"))?;
-        match self {
+        let link = match self {
             Hook::TpBtf(target) => {
                 let p: &mut BtfTracePoint = program
                     .try_into()
                     .with_context(|| format!("{prog} is not a tp_btf program"))?;
                 p.load(target, btf)
                     .with_context(|| format!("loading {prog} for {target}"))?;
-                p.attach()
-                    .with_context(|| format!("attaching {prog} to {target}"))?;
+                Link::TpBtf(
+                    p.attach()
+                        .with_context(|| format!("attaching {prog} to {target}"))?,
+                )
             }
             Hook::Tracepoint(event) => {
                 let (category, name) = event
@@ -136,11 +140,45 @@ impl Hook {
                     .try_into()
                     .with_context(|| format!("{prog} is not a tracepoint program"))?;
                 p.load().with_context(|| format!("loading {prog}"))?;
-                p.attach(category, name)
-                    .with_context(|| format!("attaching {prog} to {event}"))?;
+                Link::Tracepoint(
+                    p.attach(category, name)
+                        .with_context(|| format!("attaching {prog} to {event}"))?,
+                )
+            }
+        };
+        Ok((ebpf, link))
+    }
+}
+
+/// How a calibration program is attached, to detach it before its figures
+/// are read: a counting program's counters and its run count then come
+/// from the same runs (the counter moves inside a run, the statistics
+/// after it).
+enum Link {
+    TpBtf(BtfTracePointLinkId),
+    Tracepoint(TracePointLinkId),
+}
+
+impl Link {
+    fn detach(self, ebpf: &mut Ebpf, prog: &str) -> anyhow::Result<()> {
+        let program = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("program {prog} missing from the object"))?;
+        match self {
+            Link::TpBtf(id) => {
+                let p: &mut BtfTracePoint = program
+                    .try_into()
+                    .with_context(|| format!("{prog} is not a tp_btf program"))?;
+                p.detach(id)
+            }
+            Link::Tracepoint(id) => {
+                let p: &mut TracePoint = program
+                    .try_into()
+                    .with_context(|| format!("{prog} is not a tracepoint program"))?;
+                p.detach(id)
             }
         }
-        Ok(ebpf)
+        .with_context(|| format!("detaching {prog}"))
     }
 }
 
@@ -244,7 +282,7 @@ pub(crate) fn measure_on_hooks(
     let mut loaded = Vec::new();
     for hook in HOOKS {
         match hook.attach(&btf, counting) {
-            Ok(ebpf) => loaded.push((hook, Some(ebpf))),
+            Ok((ebpf, link)) => loaded.push((hook, Some((ebpf, link)))),
             Err(e) => {
                 eprintln!("wbscope: warning: {}: {e:#}", hook.name());
                 loaded.push((hook, None));
@@ -253,7 +291,18 @@ pub(crate) fn measure_on_hooks(
     }
     attached(loaded.iter().filter(|(_, e)| e.is_some()).count());
     let elapsed = wait(duration);
-    let costs = loaded
+    let mut detached = Vec::new();
+    for (hook, attached) in loaded {
+        let ebpf = match attached {
+            Some((mut ebpf, link)) => {
+                link.detach(&mut ebpf, hook.program(counting))?;
+                Some(ebpf)
+            }
+            None => None,
+        };
+        detached.push((hook, ebpf));
+    }
+    let costs = detached
         .iter()
         .map(|(hook, ebpf)| match ebpf {
             Some(ebpf) => {
@@ -294,6 +343,7 @@ pub(crate) fn measure(
         .context("loading the embedded eBPF object")?;
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling BPF run-time statistics (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)")?;
+    let mut links = Vec::new();
     for (name, _) in FLOOR_PROGRAMS {
         let program: &mut TracePoint = ebpf
             .program_mut(name)
@@ -301,12 +351,18 @@ pub(crate) fn measure(
             .try_into()
             .with_context(|| format!("{name} is not a tracepoint program"))?;
         program.load().with_context(|| format!("loading {name}"))?;
-        program
+        let link = program
             .attach(EVENT.0, EVENT.1)
             .with_context(|| format!("attaching {name} to {}:{}", EVENT.0, EVENT.1))?;
+        links.push((name, Link::Tracepoint(link)));
     }
     attached(FLOOR_PROGRAMS.len());
     let elapsed = wait(duration);
+    // Last attached, first detached: each program stays attached through
+    // the others' whole span, as the test of their counts expects.
+    for (name, link) in links.into_iter().rev() {
+        link.detach(&mut ebpf, name)?;
+    }
     let costs = FLOOR_PROGRAMS
         .iter()
         .map(|&(name, does)| {
