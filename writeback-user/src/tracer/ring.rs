@@ -111,7 +111,7 @@ impl RingCollector {
     /// between (after a whole idle period, at that very moment) is lost;
     /// docs/probes.md says so.
     fn close_calls(&mut self, idle: Option<Duration>, how: u32, mut sink: impl FnMut(RingRecord)) {
-        let now = monotonic_ns();
+        let now = crate::sys::monotonic_ns();
         let keys: Vec<u32> = self.open_calls.keys().filter_map(Result::ok).collect();
         for tid in keys {
             let Ok(call) = self.open_calls.get(&tid, 0) else {
@@ -185,17 +185,6 @@ impl RingCollector {
             sink,
         )
     }
-}
-
-/// CLOCK_MONOTONIC in ns, the clock of `bpf_ktime_get_ns()`.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn drain_into(
