@@ -204,7 +204,7 @@ mod tests {
                 cgroup_id: 1,
                 owner_cgroup_id: 0,
             }],
-            throttled: Default::default(),
+            ..Default::default()
         };
         let call = CallRecord {
             dev: DevId::from_kernel(dev),

@@ -16,9 +16,12 @@
 //! a process has outstanding; pages beyond all outstanding pages are
 //! charged to `(unknown)` (dirtied before the trace started, or by a path
 //! the dirty hook does not see). A WB_SYNC_ALL call over the whole file
-//! leaves the inode clean: outstanding pages it did not write were
-//! cleaned without writeback (truncated, hole-punched, cancelled) and are
-//! dropped.
+//! leaves the inode clean of what was dirty when it started: outstanding
+//! pages read before its start that it did not write were cleaned without
+//! writeback (truncated, hole-punched, cancelled) and are dropped. Pages
+//! read after its start may have been dirtied while it ran, behind its
+//! tagging (`tag_pages_for_writeback()` in mm/page-writeback.c), and stay
+//! outstanding: charges take a process's oldest pages first.
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
@@ -36,6 +39,12 @@ pub(crate) const UNKNOWN: &str = "(unknown)";
 /// Inodes with outstanding pages kept at most; past it, those idle the
 /// longest are forgotten (their pages then go to `(unknown)`).
 const MAX_INODES: usize = 1 << 17;
+
+/// Readings whose growth each (inode, process) remembers with its time,
+/// newest last, for the whole-file sync rule; older growth counts as read
+/// before any call still to come started. Readings come every interval
+/// and before a short batch: 16 cover the seconds a sync call lasts.
+const RECENT_READINGS: usize = 16;
 
 /// One process's share of a call: `pages` of the pages the call wrote
 /// were dirtied by it.
@@ -72,6 +81,9 @@ pub(crate) struct DirtierSnapshot {
     pub(crate) entries: Vec<DirtierReading>,
     /// Cumulative `(pauses, pause_ms)` per tgid.
     pub(crate) throttled: HashMap<u32, (u64, u64)>,
+    /// CLOCK_MONOTONIC ns when the reading ended (the clock of a call's
+    /// `start_ns`): every page it counts was dirtied before. 0: unknown.
+    pub(crate) taken_ns: u64,
 }
 
 /// `{"pid", "comm", "cgroup_id", ...}` of an interval's `owners`.
@@ -99,6 +111,40 @@ pub(crate) struct OwnerLine {
 struct Outstanding {
     tgid: u32,
     pages: u64,
+    /// `(taken_ns, pages)` of the last readings' growth still outstanding,
+    /// oldest first; their sum is at most `pages` (the rest is older).
+    recent: Vec<(u64, u64)>,
+}
+
+impl Outstanding {
+    fn grow(&mut self, taken_ns: u64, pages: u64) {
+        self.pages += pages;
+        if self.recent.len() == RECENT_READINGS {
+            self.recent.remove(0);
+        }
+        self.recent.push((taken_ns, pages));
+    }
+
+    /// Takes `pages`, oldest first: what is left of the recent growth is
+    /// at most what is left.
+    fn take(&mut self, pages: u64) {
+        self.pages -= pages;
+        let recent: u64 = self.recent.iter().map(|r| r.1).sum();
+        let mut excess = recent.saturating_sub(self.pages);
+        for r in &mut self.recent {
+            let cut = excess.min(r.1);
+            r.1 -= cut;
+            excess -= cut;
+        }
+        self.recent.retain(|r| r.1 > 0);
+    }
+
+    /// Keeps only what was read after `start_ns` (the rule for a
+    /// whole-file sync that started then).
+    fn keep_read_after(&mut self, start_ns: u64) {
+        self.recent.retain(|r| r.0 > start_ns);
+        self.pages = self.recent.iter().map(|r| r.1).sum();
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -174,11 +220,16 @@ impl Attribution {
                 inode.owner_cgroup_id = e.owner_cgroup_id;
             }
             match inode.dirtiers.iter_mut().find(|o| o.tgid == e.tgid) {
-                Some(o) => o.pages += delta,
-                None => inode.dirtiers.push(Outstanding {
-                    tgid: e.tgid,
-                    pages: delta,
-                }),
+                Some(o) => o.grow(snap.taken_ns, delta),
+                None => {
+                    let mut o = Outstanding {
+                        tgid: e.tgid,
+                        pages: 0,
+                        recent: Vec::new(),
+                    };
+                    o.grow(snap.taken_ns, delta);
+                    inode.dirtiers.push(o);
+                }
             }
         }
         self.seen = seen;
@@ -295,7 +346,7 @@ impl Attribution {
                 .get_mut(&inode)
                 .and_then(|s| s.dirtiers.get_mut(i))
             {
-                o.pages -= share;
+                o.take(share);
                 *charged.entry(o.tgid).or_default() += share;
             }
         }
@@ -308,7 +359,9 @@ impl Attribution {
         for dev in [kernel_dev(call), 0] {
             if let Some(inode) = self.inodes.get_mut(&(dev, call.ino)) {
                 if whole_file_sync {
-                    inode.dirtiers.clear();
+                    for o in &mut inode.dirtiers {
+                        o.keep_read_after(call.start_ns);
+                    }
                 }
                 inode.dirtiers.retain(|o| o.pages > 0);
                 if inode.dirtiers.is_empty() {
@@ -457,7 +510,7 @@ mod tests {
     fn snap(entries: Vec<DirtierReading>) -> DirtierSnapshot {
         DirtierSnapshot {
             entries,
-            throttled: HashMap::new(),
+            ..DirtierSnapshot::default()
         }
     }
 
@@ -627,6 +680,46 @@ mod tests {
         a.charge(&mut later);
         assert_eq!(later.dirtiers.len(), 1);
         assert_eq!(later.dirtiers[0].comm, UNKNOWN);
+    }
+
+    /// A whole-file sync that started while the process kept dirtying
+    /// the file: what was read before its start and not written is
+    /// dropped, what was read after stays with the process, and the
+    /// flusher calls after it are charged to the process, not to
+    /// `(unknown)` (a sync(2) of another test did this to the flusher
+    /// test in CI: four 512-page calls went to `(unknown)`).
+    #[test]
+    fn a_whole_file_sync_keeps_what_was_dirtied_after_it_started() {
+        let mut a = Attribution::default();
+        let at = |t: u64, pages: u64| DirtierSnapshot {
+            taken_ns: t,
+            ..snap(vec![reading(2, 7, pages)])
+        };
+        a.update(&at(100, 1000));
+        // 200 of the first reading's pages are written by a flusher call.
+        let mut flusher = call(2, 8, 200);
+        a.charge(&mut flusher);
+        // The sync starts at 150; readings at 200 and 300 find 512 and
+        // 300 more pages dirtied; it wrote 700 of the 800 left from the
+        // first reading, the other 100 were truncated.
+        a.update(&at(200, 1512));
+        a.update(&at(300, 1812));
+        let mut sync = call(2, 9, 700);
+        sync.sync_mode = 1;
+        sync.range_end = i64::MAX;
+        sync.start_ns = 150;
+        a.charge(&mut sync);
+        assert_eq!(sync.dirtiers.len(), 1, "{:?}", sync.dirtiers);
+        assert_eq!(sync.dirtiers[0].pid, 7);
+        // Left: the 812 read after the sync's start, oldest taken first
+        // by the sync's own share (its 700 came out of 1612 in all).
+        let mut after = call(2, 8, 812);
+        a.charge(&mut after);
+        assert_eq!(after.dirtiers.len(), 1, "{:?}", after.dirtiers);
+        assert_eq!((after.dirtiers[0].pid, after.dirtiers[0].pages), (7, 812));
+        let mut more = call(2, 8, 1);
+        a.charge(&mut more);
+        assert_eq!(more.dirtiers[0].comm, UNKNOWN);
     }
 
     #[test]

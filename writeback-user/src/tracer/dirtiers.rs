@@ -89,6 +89,8 @@ impl Tracer {
             let ms = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(v.pause_ms));
             snap.throttled.insert(tgid, (pauses, ms));
         }
+        // After the slots: every page counted was dirtied before this.
+        snap.taken_ns = crate::sys::monotonic_ns();
         Ok(snap)
     }
 }

@@ -363,6 +363,7 @@ fn who_live_attribution_from_samples() {
                 ..Default::default()
             }],
             throttled: [(4242, (s, s * 10))].into_iter().collect(),
+            ..Default::default()
         };
         app.handle(Msg::Sample {
             at: Duration::from_secs(s),
