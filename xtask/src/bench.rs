@@ -33,8 +33,8 @@ use scratchfs::{FsType, ScratchFs};
 
 mod figures;
 use figures::{
-    all_programs, floor_comparison, issue_19_figures, per_program, per_write_means, run_time_table,
-    split_by_issue_19,
+    all_programs, floor_comparison, issue_19_figures, ms_per_gib, per_program, per_write_means,
+    run_time_table, split_by_issue_19,
 };
 
 pub struct BenchOptions {
@@ -551,11 +551,10 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     ));
     let gib_written = opts.size_mib as f64 / 1024.0;
     let per_gib = |runs: &[serde_json::Value]| {
-        all_programs(&per_program(runs)).1 as f64 / 1e6 / (gib_written * runs.len().max(1) as f64)
+        ms_per_gib(all_programs(&per_program(runs)).1, runs, gib_written)
     };
-    let old_per_gib = |runs: &[serde_json::Value]| {
-        split_by_issue_19(runs).0.1 as f64 / 1e6 / (gib_written * runs.len().max(1) as f64)
-    };
+    let old_per_gib =
+        |runs: &[serde_json::Value]| ms_per_gib(split_by_issue_19(runs).0.1, runs, gib_written);
     out.push_str(&format!(
         "BPF time per GiB written (all programs, the same intervals): **{:.2} ms**\n\n",
         per_gib(&write_run_times)

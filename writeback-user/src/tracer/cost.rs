@@ -367,7 +367,7 @@ pub(crate) fn measure(
         .iter()
         .map(|&(name, does)| {
             let mut cost = cost_of(&ebpf, name, name, does)?;
-            if does == COUNTING {
+            if name == "floor_count" {
                 cost.counted = Some(counted(&ebpf)?);
             }
             Ok(cost)

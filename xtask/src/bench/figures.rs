@@ -47,8 +47,9 @@ pub(super) fn split_by_issue_19(runs: &[serde_json::Value]) -> ((u64, u64), (u64
 /// per invocation of all programs (goal 150 ns), with the older ones'
 /// mean beside, and the mean the programs would have if each of the
 /// [`FLOOR_EVENTS`] programs cost what the empty program on its event
-/// costs in `floor` (the same writes): the lowest any change to their
-/// code could bring the mean to on this machine.
+/// costs in `floor`, then what the counting one costs in `counting` (the
+/// same writes): what no code reaches, and the least a program that
+/// counts anything costs there.
 pub(super) fn issue_19_figures(
     runs: &[serde_json::Value],
     floor: &[serde_json::Value],
@@ -56,8 +57,6 @@ pub(super) fn issue_19_figures(
     gib_written: f64,
 ) -> String {
     let ((old_n, old_ns), (new_n, new_ns)) = split_by_issue_19(runs);
-    let gib = gib_written * runs.len().max(1) as f64;
-    let ms_per_gib = |ns: u64| ns as f64 / 1e6 / gib;
     format!(
         "Issue 19's figures for these writes (programs added since it was filed: issue 15's \
          `*dirty_folio`, issue 16's `generic_*`):\n\n\
@@ -70,13 +69,26 @@ pub(super) fn issue_19_figures(
          program costs on its event | {} | what no code reaches |\n\
          | the same with each costing what a program that adds to one counter costs there \
          | {} | the least a counting program costs |\n\n",
-        ms_per_gib(old_ns),
-        ms_per_gib(new_ns),
+        ms_per_gib(old_ns, runs, gib_written),
+        ms_per_gib(new_ns, runs, gib_written),
         avg_ns(old_ns + new_ns, old_n + new_n),
         avg_ns(old_ns, old_n),
         mean_with_five_at(runs, floor),
         mean_with_five_at(runs, counting),
     )
+}
+
+/// `ns` of BPF time over the writes of `runs`, each of `gib_written`, in
+/// ms per GiB.
+pub(super) fn ms_per_gib(ns: u64, runs: &[serde_json::Value], gib_written: f64) -> f64 {
+    ns as f64 / 1e6 / (gib_written * runs.len().max(1) as f64)
+}
+
+/// The average run time of `program` in a [`per_program`] table, if it
+/// ran.
+fn mean_of(table: &BTreeMap<String, (u64, u64)>, program: &str) -> Option<f64> {
+    let &(count, ns) = table.get(program)?;
+    (count > 0).then(|| ns as f64 / count as f64)
 }
 
 /// The mean run time of all programs in `runs` if each of the
@@ -90,10 +102,9 @@ fn mean_with_five_at(runs: &[serde_json::Value], base: &[serde_json::Value]) -> 
     let mut replaced = false;
     let mut total = ns as f64;
     for (event, program) in FLOOR_EVENTS {
-        let (bc, bns) = base.get(event).copied().unwrap_or_default();
         let (tc, tns) = traced.get(program).copied().unwrap_or_default();
-        if bc > 0 {
-            total += tc as f64 * bns as f64 / bc as f64 - tns as f64;
+        if let Some(b) = mean_of(&base, event) {
+            total += tc as f64 * b - tns as f64;
             replaced = true;
         }
     }
@@ -162,11 +173,12 @@ pub(super) fn per_program(runs: &[serde_json::Value]) -> BTreeMap<String, (u64, 
     per_program
 }
 
-/// The tracer's programs on its busiest events against empty programs on
-/// the same events during the same writes (the floor side of the
-/// rotation): per event, and together, weighted by the tracer's own
-/// invocations, which is what the tracer's mean over these programs
-/// would be if each cost what an empty program costs on its event.
+/// The tracer's programs on its busiest events against empty programs
+/// and counting programs on the same events during the same writes (the
+/// floor and counting sides of the rotation): per event, and together,
+/// weighted by the tracer's own invocations, which is what the tracer's
+/// mean over these programs would be if each cost what the empty (or
+/// counting) program costs on its event.
 pub(super) fn floor_comparison(
     traced: &[serde_json::Value],
     floor: &[serde_json::Value],
@@ -185,32 +197,33 @@ pub(super) fn floor_comparison(
          | invocations, avg ns | tracer / empty | tracer / counting |\n\
          |---|---|---|---|---|---|---|\n"
     );
-    let ratio = |a: f64, b: f64| {
-        if a > 0.0 && b > 0.0 {
-            format!("{:.2}", a / b)
-        } else {
-            "-".into()
-        }
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if a > 0.0 && b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".into(),
     };
-    let mean = |ns: u64, n: u64| if n > 0 { ns as f64 / n as f64 } else { 0.0 };
     let (mut n_all, mut ns_all, mut floor_ns_all, mut count_ns_all) = (0u64, 0u64, 0f64, 0f64);
     for (event, program) in FLOOR_EVENTS {
         let (fc, fns) = floor.get(event).copied().unwrap_or_default();
         let (cc, cns) = counting.get(event).copied().unwrap_or_default();
         let (tc, tns) = traced.get(program).copied().unwrap_or_default();
+        let (t, f, c) = (
+            mean_of(&traced, program),
+            mean_of(&floor, event),
+            mean_of(&counting, event),
+        );
         out.push_str(&format!(
             "| {event} | {fc}, {} | {cc}, {} | {program} | {tc}, {} | {} | {} |\n",
             avg_ns(fns, fc),
             avg_ns(cns, cc),
             avg_ns(tns, tc),
-            ratio(mean(tns, tc), mean(fns, fc)),
-            ratio(mean(tns, tc), mean(cns, cc)),
+            ratio(t, f),
+            ratio(t, c),
         ));
-        if fc > 0 && cc > 0 {
+        if let (Some(f), Some(c)) = (f, c) {
             n_all += tc;
             ns_all += tns;
-            floor_ns_all += tc as f64 * mean(fns, fc);
-            count_ns_all += tc as f64 * mean(cns, cc);
+            floor_ns_all += tc as f64 * f;
+            count_ns_all += tc as f64 * c;
         }
     }
     let per = |x: f64| {
