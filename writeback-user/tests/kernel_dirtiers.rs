@@ -10,6 +10,10 @@ use std::{
     os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
     path::Path,
     process::Command,
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -20,11 +24,9 @@ const MIB: u64 = 1 << 20;
 
 /// One test of this file at a time: some sync(2), which writes back the
 /// others' files too, and each asserts who wrote its file's pages.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The call lines on (dev, ino).
@@ -346,12 +348,12 @@ fn charged_to_the_dirtier_while(sync_meanwhile: bool) {
     let size = 64 * MIB;
     let child = Dirtier::fork(&path, vec![(0, size)]);
     let pauses = PauseTrace::new(child.pid);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
     let syncs = sync_meanwhile.then(|| {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 // SAFETY: no arguments, cannot fail.
                 unsafe { libc::sync() };
                 n += 1;
@@ -363,7 +365,7 @@ fn charged_to_the_dirtier_while(sync_meanwhile: bool) {
     child.start();
     child.wait();
     if let Some(syncs) = syncs {
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
         assert!(syncs.join().expect("syncfs thread") >= 1);
     }
     // The flusher alone: no sync. Pages left under the background
