@@ -70,6 +70,39 @@ pub struct InodeKey {
     pub _pad: u32,
 }
 
+/// Kind word of an [`InodeDirtying`] record in `DIRTYINGS`.
+pub const INODE_DIRTYING_KIND: u32 = 0x4449_5254; // "DIRT"
+
+/// A process made an inode dirty: it went from clean to dirty
+/// (`writeback_dirty_inode_enqueue`, fired by `__mark_inode_dirty()` in
+/// fs/fs-writeback.c when `was_dirty` is 0 and the inode joins the
+/// `b_dirty` list). Once per inode per clean → dirty transition, not per
+/// folio: the default way of telling who dirtied the pages a call writes
+/// (`DIRTYINGS`, a ring buffer of its own, drained by userspace at each
+/// reading of the dirtier maps).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InodeDirtying {
+    /// [`INODE_DIRTYING_KIND`].
+    pub kind: u32,
+    /// Kernel `dev_t` of the inode's filesystem (`inode->i_sb->s_dev`;
+    /// the classic tracepoint's `dev` is the same).
+    pub dev: u32,
+    pub ino: u64,
+    /// CLOCK_MONOTONIC ns (`bpf_ktime_get_ns()`), the clock of a call's
+    /// `start_ns`.
+    pub at_ns: u64,
+    /// cgroup v2 id of the dirtier.
+    pub cgroup_id: u64,
+    /// The inode's writeback cgroup (`inode->i_wb`'s memcg), 0 without
+    /// cgroup writeback or from the classic tracepoint.
+    pub owner_cgroup_id: u64,
+    /// Process (thread group) and thread ids of the dirtier.
+    pub tgid: u32,
+    pub pid: u32,
+    pub comm: [u8; 16],
+}
+
 /// What the BTF dirty-time program reads, resolved from the kernel's BTF
 /// apart from [`KernelMembers`] (indexed by [`dirtier_members`]).
 #[repr(C)]
@@ -134,5 +167,6 @@ mod pod {
     unsafe impl aya::Pod for super::DirtierEntry {}
     unsafe impl aya::Pod for super::DirtierSlot {}
     unsafe impl aya::Pod for super::InodeKey {}
+    unsafe impl aya::Pod for super::InodeDirtying {}
     unsafe impl aya::Pod for super::DirtierMembers {}
 }

@@ -141,6 +141,15 @@ pub mod balance_dirty {
     pub const NAMES: [&str; 4] = ["pause", "limit", "setpoint", "dirty"];
 }
 
+/// `writeback:writeback_dirty_inode_enqueue` (fs/fs-writeback.c,
+/// include/trace/events/writeback.h, 5.9+): an inode went from clean to
+/// dirty; `dev` is its superblock's.
+pub mod dirty_inode {
+    pub const DEV: usize = 0;
+    pub const INO: usize = 1;
+    pub const NAMES: [&str; 2] = ["dev", "ino"];
+}
+
 /// `writeback:writeback_dirty_folio` (`writeback_dirty_page` before 5.17):
 /// a page-cache folio went from clean to dirty. The record names the bdi
 /// (`name`), not the filesystem, and not how many pages the folio holds.

@@ -528,7 +528,10 @@ pub mod stat {
     pub const INFLIGHT_FULL: u32 = 2;
     /// Calls dropped by the in-kernel filters.
     pub const FILTERED: u32 = 3;
-    pub const COUNT: u32 = 4;
+    /// Inode dirtyings dropped because `DIRTYINGS` was full (their
+    /// writeback is then charged to `(unknown)`).
+    pub const LOST_DIRTYINGS: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// Indexes of the per-CPU interval aggregates in the `AGG` map: counters the

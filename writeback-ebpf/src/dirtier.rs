@@ -1,7 +1,14 @@
-//! Who dirtied it: pages dirtied per (inode, process), added up in the
-//! kernel at dirty time, and per-process throttling. Userspace reads the
-//! maps and charges each writeback call's pages to the processes that
-//! left them dirty (writeback-user/src/model/dirtier.rs).
+//! Who dirtied it, two ways (writeback-user/src/model/dirtier.rs charges
+//! each writeback call's pages from what these count):
+//!
+//! - by default, once per inode: `writeback_dirty_inode_enqueue` fires
+//!   when an inode goes from clean to dirty, in the dirtier's context, and
+//!   [`tp_btf_dirty_inode`] / [`dirty_inode`] send one `InodeDirtying`
+//!   record (who, when, which inode) to `DIRTYINGS`. Nothing runs per
+//!   dirtied folio, so a small writer pays nothing per write (issue 31);
+//! - with `--enable dirty_folio`, per folio: pages dirtied per (inode,
+//!   process), added up in the kernel at dirty time, exact when several
+//!   processes dirty one file, at the cost below.
 //!
 //! `writeback_dirty_folio` fires once per folio going from clean to dirty
 //! (`folio_account_dirtied()` in mm/page-writeback.c), in the dirtier's
@@ -10,25 +17,41 @@
 //! process and file this CPU dirtied last costs an array lookup and an
 //! add; any other, one hash lookup and one atomic add.
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
+    bindings::{BPF_NOEXIST, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_smp_processor_id,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns,
     },
     macros::{btf_tracepoint, map, tracepoint},
-    maps::{Array, LruHashMap},
+    maps::{Array, LruHashMap, RingBuf},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use writeback_common::{
-    DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, Filter, InodeKey, MemberSpec,
-    TracepointLayout, dirtier_members as dm, fields::dirty_folio,
+    DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, Filter, INODE_DIRTYING_KIND,
+    InodeDirtying, InodeKey, MemberSpec, TracepointLayout, dirtier_members as dm,
+    fields::{dirty_folio, dirty_inode},
+    stat,
 };
 
 use crate::{
-    FILTER, atomic_add,
+    FILTER, atomic_add, bump,
     read::{Access, Typed, field, load_spec},
     writepages::raw_arg,
 };
+
+/// Inode dirtyings to userspace, drained at every reading of the dirtier
+/// maps (at least once a second, and again before charging a batch of
+/// calls on an inode it has no dirtying for). 1 MiB holds 14,563 records
+/// of 72 bytes: a second of a small-files writer making that many files
+/// dirty; a full buffer is counted (`stat::LOST_DIRTYINGS`) and those
+/// inodes' writeback goes to `(unknown)`. Never a wakeup: userspace reads
+/// on its own clock.
+#[map]
+static DIRTYINGS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// Layout of `writeback:writeback_dirty_inode_enqueue`.
+#[unsafe(no_mangle)]
+static DIRTY_INODE_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 
 /// Pages dirtied per (inode, process) since the trace started. LRU: an
 /// entry no one dirties or reads any more makes room for new ones; 65536
@@ -288,5 +311,63 @@ pub fn dirty_folio(ctx: TracePointContext) -> u32 {
         return 0;
     }
     refill(slot, key, 1, || 0);
+    0
+}
+
+/// Sends one `InodeDirtying` for the current process, unless the device or
+/// inode filter drops the inode (the `--pid`/`--cgroup` filter marks it
+/// instead, as the per-folio program does).
+#[inline(always)]
+fn dirtying(dev: u32, ino: u64, owner: impl FnOnce() -> u64) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !dirty_filter(dev, ino, (pid_tgid >> 32) as u32) {
+        return;
+    }
+    let Some(mut entry) = DIRTYINGS.reserve::<InodeDirtying>(0) else {
+        bump(stat::LOST_DIRTYINGS);
+        return;
+    };
+    // SAFETY: plain helper calls.
+    let (at_ns, cgroup_id) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_cgroup_id()) };
+    entry.write(InodeDirtying {
+        kind: INODE_DIRTYING_KIND,
+        dev,
+        ino,
+        at_ns,
+        cgroup_id,
+        owner_cgroup_id: owner(),
+        tgid: (pid_tgid >> 32) as u32,
+        pid: pid_tgid as u32,
+        comm: bpf_get_current_comm().unwrap_or_default(),
+    });
+    entry.submit(BPF_RB_NO_WAKEUP as u64);
+}
+
+/// `tp_btf/writeback_dirty_inode_enqueue`: TP_PROTO(struct inode *inode)
+/// (include/trace/events/writeback.h, `writeback_inode_template`), fired
+/// by `__mark_inode_dirty()` once the inode is marked dirty and was not
+/// before, in the context of the task that dirtied it, with its
+/// `i_wb` attached (`inode_attach_wb()` runs first), so the owner cgroup
+/// is the one its writeback will be charged to.
+#[btf_tracepoint(function = "writeback_dirty_inode_enqueue")]
+pub fn tp_btf_dirty_inode(ctx: BtfTracePointContext) -> i32 {
+    let inode = raw_arg(&ctx, 0) as *const u8;
+    if inode.is_null() {
+        return 0;
+    }
+    let sb = pointer(inode, dm::INODE_I_SB);
+    let ino = scalar(inode, dm::INODE_I_INO) as u64;
+    let dev = scalar(sb, dm::SB_S_DEV) as u32;
+    dirtying(dev, ino, || owner_cgroup(inode));
+    0
+}
+
+/// `writeback:writeback_dirty_inode_enqueue`, classic tracepoint: the
+/// record has the superblock's `dev` and the inode number.
+#[tracepoint]
+pub fn dirty_inode(ctx: TracePointContext) -> u32 {
+    let dev = field(&ctx, &DIRTY_INODE_LAYOUT, dirty_inode::DEV) as u32;
+    let ino = field(&ctx, &DIRTY_INODE_LAYOUT, dirty_inode::INO) as u64;
+    dirtying(dev, ino, || 0);
     0
 }

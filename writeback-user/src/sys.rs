@@ -102,12 +102,22 @@ pub(crate) fn sync_and_drop_caches() -> anyhow::Result<()> {
 /// CLOCK_MONOTONIC now, ns: the clock of `bpf_ktime_get_ns()`, which
 /// stamps the records' `start_ns`.
 pub(crate) fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CLOCK_BOOTTIME now, ns: the clock of a process's start time in
+/// /proc/PID/stat (`task->start_boottime`).
+pub(crate) fn boottime_ns() -> u64 {
+    clock_ns(libc::CLOCK_BOOTTIME)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

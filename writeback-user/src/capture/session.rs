@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    model::dirtier::Attribution,
+    model::dirtier::{Attribution, AttributionMode},
     model::interval::SummaryLine,
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, ProbeStatus},
@@ -200,7 +200,7 @@ pub(crate) async fn run(
     let mut who = Who {
         tracer,
         on: tracer.plan.attached(Concept::Dirtier),
-        attribution: Attribution::default(),
+        attribution: Attribution::new(AttributionMode::of(&tracer.plan).unwrap_or_default()),
     };
     eprintln!("wbscope: tracing; Ctrl-C to stop");
 
@@ -294,6 +294,7 @@ pub(crate) async fn run(
         &cur.run_times,
     );
     summary.calls_not_written = gate.not_written;
+    summary.attribution = who.on.then(|| AttributionMode::of(&tracer.plan)).flatten();
     out.summary(&summary)?;
     out.flush()?;
     Ok(ending)

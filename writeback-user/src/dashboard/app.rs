@@ -13,6 +13,7 @@ use crate::model::kernel::KernelSnapshot;
 use crate::{
     dashboard::state::{Model, WriterUpdate},
     dashboard::who::LiveWho,
+    model::dirtier::AttributionMode,
     model::dirtier::DirtierSnapshot,
     model::interval::{CallAggregate, IntervalLine},
     model::kernel::KernelStats,
@@ -258,9 +259,11 @@ pub(crate) struct App {
 
 impl App {
     pub(crate) fn new(model: Model) -> App {
+        let mode = AttributionMode::of(&model.plan).unwrap_or_default();
         App {
             model,
             needs_redraw: true,
+            live_who: LiveWho::new(mode),
             ..App::default()
         }
     }

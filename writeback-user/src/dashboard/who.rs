@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::model::{
     CallRecord,
-    dirtier::{Attribution, DirtierSnapshot, OwnerLine},
+    dirtier::{Attribution, AttributionMode, DirtierSnapshot, OwnerLine},
 };
 
 /// Calls held for charging at most; past it a call is charged at once,
@@ -38,6 +38,13 @@ pub(crate) struct LiveWho {
 }
 
 impl LiveWho {
+    pub(crate) fn new(mode: AttributionMode) -> LiveWho {
+        LiveWho {
+            attribution: Attribution::new(mode),
+            ..LiveWho::default()
+        }
+    }
+
     /// A call to charge at the next reading.
     pub(crate) fn call(&mut self, call: &CallRecord) {
         if self.pending.len() >= MAX_PENDING {

@@ -27,6 +27,10 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::model::CallRecord;
+pub use crate::model::plan::AttributionMode;
+
+mod by_inode;
+pub(crate) use by_inode::{InodeDirtyingReading, TaskReading};
 
 /// Entries a call line lists before the rest go to one `(others)` entry.
 pub(crate) const MAX_CALL_DIRTIERS: usize = 8;
@@ -84,6 +88,11 @@ pub(crate) struct DirtierSnapshot {
     /// CLOCK_MONOTONIC ns when the reading ended (the clock of a call's
     /// `start_ns`): every page it counts was dirtied before. 0: unknown.
     pub(crate) taken_ns: u64,
+    /// Inodes made dirty since the last reading (the default mode).
+    pub(crate) dirtyings: Vec<InodeDirtyingReading>,
+    /// The kernel's count of pages dirtied by each process seen making an
+    /// inode dirty (the default mode).
+    pub(crate) tasks: Vec<TaskReading>,
 }
 
 /// `{"pid", "comm", "cgroup_id", ...}` of an interval's `owners`.
@@ -174,6 +183,8 @@ pub(crate) struct Attribution {
     interval: BTreeMap<u32, OwnerLine>,
     throttle_seen: HashMap<u32, (u64, u64)>,
     generation: u64,
+    mode: AttributionMode,
+    by_inode: by_inode::ByInode,
 }
 
 /// Kernel `dev_t` of a device number (include/linux/kdev_t.h).
@@ -182,6 +193,13 @@ fn kernel_dev(c: &CallRecord) -> u32 {
 }
 
 impl Attribution {
+    pub(crate) fn new(mode: AttributionMode) -> Attribution {
+        Attribution {
+            mode,
+            ..Attribution::default()
+        }
+    }
+
     /// Takes a new reading of the maps: what each entry grew by since the
     /// last one becomes outstanding (and dirtied in this interval). A
     /// count never goes back: a reading that races the move of a CPU's
@@ -233,6 +251,18 @@ impl Attribution {
             }
         }
         self.seen = seen;
+        for d in &snap.dirtyings {
+            self.identities.insert(
+                d.tgid,
+                Identity {
+                    comm: d.comm.clone(),
+                    cgroup_id: d.cgroup_id,
+                },
+            );
+        }
+        for (tgid, pages) in self.by_inode.update(&snap.dirtyings, &snap.tasks) {
+            self.owner_line(tgid).pages_dirtied += pages;
+        }
         for (&tgid, &(pauses, ms)) in &snap.throttled {
             let (p0, m0) = self.throttle_seen.get(&tgid).copied().unwrap_or((0, 0));
             if pauses > p0 {
@@ -305,6 +335,11 @@ impl Attribution {
     /// Whether the calls of `batch` on some inode wrote more pages
     /// together than the inode has outstanding as last read.
     pub(crate) fn short(&self, batch: &[CallRecord]) -> bool {
+        if self.mode == AttributionMode::PerInode {
+            return batch
+                .iter()
+                .any(|c| c.pages_written > 0 && !self.by_inode.knows(kernel_dev(c), c.ino));
+        }
         let mut written: HashMap<(u32, u64), (u64, &CallRecord)> = HashMap::new();
         for call in batch.iter().filter(|c| c.pages_written > 0) {
             let e = written
@@ -334,9 +369,22 @@ impl Attribution {
                 }
             }
         }
+        let mut charged: BTreeMap<u32, u64> = BTreeMap::new();
+        if self.mode == AttributionMode::PerInode
+            && written > 0
+            && let Some((tgid, owner_cgroup)) = self.by_inode.dirtier(
+                kernel_dev(call),
+                call.ino,
+                if call.start_seen { call.start_ns } else { 0 },
+            )
+        {
+            charged.insert(tgid, written);
+            if owner_cgroup != 0 {
+                owner = Some(owner_cgroup);
+            }
+        }
         call.owner_cgroup_id = owner;
         let shares = split(written, &pool.iter().map(|p| p.2).collect::<Vec<_>>());
-        let mut charged: BTreeMap<u32, u64> = BTreeMap::new();
         for (&(inode, i, _), &share) in pool.iter().zip(&shares) {
             if share == 0 {
                 continue;

@@ -678,6 +678,12 @@ pub(crate) struct SummaryLine<'a> {
     /// the call rate was over `--max-event-rate`.
     pub(crate) calls_not_written: u64,
     pub(crate) probes: &'a [ProbeStatus],
+    /// How `dirtiers` and `owners` were made: `per_inode` (the default)
+    /// or `per_folio` (`--enable dirty_folio`); absent without the hook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) attribution: Option<crate::model::plan::AttributionMode>,
+    /// Inode dirtyings lost (the per-inode mode's buffer was full).
+    pub(crate) lost_dirtyings: u64,
     /// BPF run time per program over the whole trace (null figures when
     /// the kernel keeps no BPF statistics).
     pub(crate) run_time: Vec<RunTimeLine>,
@@ -703,6 +709,8 @@ impl<'a> SummaryLine<'a> {
             filtered: kernel.filtered,
             calls_not_written: 0,
             probes,
+            attribution: None,
+            lost_dirtyings: kernel.lost_dirtyings,
             run_time: run_times
                 .iter()
                 .map(|r| RunTimeLine {

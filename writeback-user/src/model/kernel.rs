@@ -13,6 +13,9 @@ pub struct KernelStats {
     pub unmatched_results: u64,
     pub inflight_full: u64,
     pub filtered: u64,
+    /// Inode dirtyings the kernel could not queue (`DIRTYINGS` full):
+    /// their writeback went to `(unknown)`.
+    pub lost_dirtyings: u64,
 }
 
 /// Run time of one attached program (BPF_ENABLE_STATS).

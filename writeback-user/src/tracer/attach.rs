@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::Path};
 use anyhow::Context as _;
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, PerCpuArray},
+    maps::{Array, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
 use log::{info, warn};
@@ -22,7 +22,7 @@ use super::{
     btf::Btf as KernelBtf,
     object::EBPF_OBJECT,
     plan::{
-        BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
+        BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, DIRTY_INODE, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
         TASK_RUNTIME_STEAL_FIELD, TracepointAttach, candidates, is_generic,
     },
     privileges, tracefs,
@@ -341,15 +341,27 @@ impl Tracer {
                             folio_members = Some(resolve_folio_members(btf));
                         }
                     }
-                    // The dirty-time program reads folios, mappings and
-                    // the inode's writeback cgroup.
+                    // The dirty-time programs read the inode and its
+                    // writeback cgroup; the per-folio one folios and
+                    // mappings too (`struct folio` is 5.16+).
                     Candidate::BtfPrograms { attaches, .. }
-                        if attaches.iter().any(|a| a.target == DIRTY_FOLIO) =>
+                        if attaches
+                            .iter()
+                            .any(|a| a.target == DIRTY_FOLIO || a.target == DIRTY_INODE) =>
                     {
-                        if let Err(reason) = dirtier_members.get_or_insert_with(|| {
+                        let per_folio = attaches.iter().any(|a| a.target == DIRTY_FOLIO);
+                        match dirtier_members.get_or_insert_with(|| {
                             vmlinux_btf(&mut vmlinux).and_then(super::dirtiers::resolve_members)
                         }) {
-                            refused.insert((concept, candidate.label()), reason.clone());
+                            Err(reason) => {
+                                refused.insert((concept, candidate.label()), reason.clone());
+                            }
+                            Ok(table) if per_folio => {
+                                if let Err(reason) = super::dirtiers::has_folio(table) {
+                                    refused.insert((concept, candidate.label()), reason);
+                                }
+                            }
+                            Ok(_) => {}
                         }
                     }
                     Candidate::BtfPrograms { .. } => {
@@ -517,6 +529,7 @@ impl Tracer {
                             _ => candidate.kind(),
                         };
                         plan.fields = fields;
+                        plan.fires = Some(candidate.fires().to_string());
                         if concept == Concept::CpuTime {
                             cpu_method = match candidate {
                                 Candidate::WithCall { .. } => cpu_time::TASK_RUNTIME,
@@ -575,7 +588,13 @@ impl Tracer {
                 .context("GLOBAL_THRESH map missing")?,
         )
         .context("GLOBAL_THRESH map")?;
+        let dirtyings = RingBuf::try_from(
+            ebpf.take_map("DIRTYINGS")
+                .context("DIRTYINGS ring buffer missing")?,
+        )
+        .context("DIRTYINGS is not a ring buffer")?;
         let tracer = Tracer {
+            dirtyings: std::sync::Mutex::new(super::dirtiers::Dirtyings::new(dirtyings)),
             ebpf,
             stats,
             global_thresh: std::sync::Mutex::new(global_thresh),

@@ -1,26 +1,125 @@
 //! The dirty-time maps (writeback-ebpf/src/dirtier.rs): the members the
 //! BTF program reads, resolved from the kernel's BTF, and reading
 //! `DIRTIERS` and `THROTTLED` into a [`DirtierSnapshot`].
+use std::collections::BTreeSet;
+
 use anyhow::Context as _;
-use aya::maps::{Array, HashMap as BpfHashMap, PerCpuHashMap};
-use writeback_common::{DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, dirtier_members};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf};
+use writeback_common::{
+    DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, INODE_DIRTYING_KIND, InodeDirtying,
+    dirtier_members,
+};
 
 use super::{Tracer, attach::member_spec, btf::Btf as KernelBtf};
-use crate::model::dirtier::{DirtierReading, DirtierSnapshot};
+use crate::model::dirtier::{
+    AttributionMode, DirtierReading, DirtierSnapshot, InodeDirtyingReading, TaskReading,
+};
+
+/// Processes followed at most for their dirtied-page counts; past it a
+/// new one is not followed (its `pages_dirtied` stay 0; its writeback is
+/// still charged to it).
+const MAX_TASKS: usize = 1 << 14;
+
+/// The default mode's reader (writeback-ebpf dirtier.rs, `DIRTYINGS`):
+/// the inode dirtyings, and the processes they name, whose page counts
+/// are read from /proc/TGID/io at each reading.
+pub(crate) struct Dirtyings {
+    ring: RingBuf<MapData>,
+    tasks: BTreeSet<u32>,
+    /// CLOCK_BOOTTIME of the previous reading, in clock ticks: a process
+    /// that started after it counts from zero.
+    last_reading_ticks: u64,
+}
+
+impl Dirtyings {
+    pub(super) fn new(ring: RingBuf<MapData>) -> Dirtyings {
+        Dirtyings {
+            ring,
+            tasks: BTreeSet::new(),
+            last_reading_ticks: boot_ticks(),
+        }
+    }
+
+    /// Drains the ring into `snap.dirtyings`, then reads the page counts
+    /// of every process it has seen into `snap.tasks`; a process whose
+    /// count cannot be read any more (it exited) is dropped.
+    fn read(&mut self, snap: &mut DirtierSnapshot) {
+        while let Some(item) = self.ring.next() {
+            if let Some(d) = decode(&item) {
+                if self.tasks.len() < MAX_TASKS || self.tasks.contains(&d.tgid) {
+                    self.tasks.insert(d.tgid);
+                }
+                snap.dirtyings.push(d);
+            }
+        }
+        let page = crate::sys::page_size();
+        let since = self.last_reading_ticks;
+        self.last_reading_ticks = boot_ticks();
+        self.tasks.retain(|&tgid| {
+            let Ok(p) = procfs::process::Process::new(tgid as i32) else {
+                return false;
+            };
+            let (Ok(io), Ok(stat)) = (p.io(), p.stat()) else {
+                return false;
+            };
+            snap.tasks.push(TaskReading {
+                tgid,
+                pages: io.write_bytes / page,
+                new: stat.starttime > since,
+            });
+            true
+        });
+    }
+}
+
+/// CLOCK_BOOTTIME in clock ticks, the unit of /proc/PID/stat's
+/// `starttime`.
+fn boot_ticks() -> u64 {
+    crate::sys::boottime_ns() / (1_000_000_000 / procfs::ticks_per_second().max(1))
+}
+
+/// One `InodeDirtying`, read with a size and kind check.
+fn decode(bytes: &[u8]) -> Option<InodeDirtyingReading> {
+    if bytes.len() < size_of::<InodeDirtying>() {
+        return None;
+    }
+    // SAFETY: length checked; InodeDirtying is Pod and read_unaligned
+    // needs no alignment.
+    let d: InodeDirtying = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    (d.kind == INODE_DIRTYING_KIND).then(|| InodeDirtyingReading {
+        dev: d.dev,
+        ino: d.ino,
+        at_ns: d.at_ns,
+        tgid: d.tgid,
+        comm: comm(&d.comm),
+        cgroup_id: d.cgroup_id,
+        owner_cgroup_id: d.owner_cgroup_id,
+    })
+}
+
+fn comm(raw: &[u8; 16]) -> String {
+    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..len]).into_owned()
+}
 
 /// `DirtierMembers` from the kernel's BTF: each slot's first member path
 /// that exists; a required one missing refuses the hook (the reason is
 /// returned), an optional one reads as absent (no large-folio count: one
 /// page per folio; no cgroup writeback: owner 0).
+///
+/// The folio's members are looked up but not required here: the
+/// once-per-inode program reads none (and 5.10 has no `struct folio`);
+/// [`has_folio`] refuses the per-folio one without them.
 pub(super) fn resolve_members(btf: &KernelBtf) -> Result<DirtierMembers, String> {
     let mut table = DirtierMembers::EMPTY;
     for (slot, (strukt, names, required)) in dirtier_members::PATHS.iter().enumerate() {
+        let required = *required && *strukt != "folio" && *strukt != "address_space";
         let found = names
             .iter()
             .find_map(|name| member_spec(btf, strukt, name, false).ok());
         match found {
             Some(spec) => table.members[slot] = spec,
-            None if *required => {
+            None if required => {
                 return Err(format!(
                     "struct {strukt} has none of {} in the kernel's BTF",
                     names.join(", ")
@@ -42,12 +141,58 @@ pub(super) fn resolve_members(btf: &KernelBtf) -> Result<DirtierMembers, String>
     Ok(table)
 }
 
+/// Whether the per-folio program's members resolved (`struct folio`'s
+/// flags and the mapping's host), or why not.
+pub(super) fn has_folio(table: &DirtierMembers) -> Result<(), String> {
+    let missing = [dirtier_members::FOLIO_FLAGS, dirtier_members::MAPPING_HOST]
+        .iter()
+        .find(|&&slot| table.members[slot].present == 0);
+    match missing {
+        None => Ok(()),
+        Some(&slot) => {
+            let (strukt, names, _) = dirtier_members::PATHS[slot];
+            Err(format!(
+                "struct {strukt} has none of {} in the kernel's BTF",
+                names.join(", ")
+            ))
+        }
+    }
+}
+
 impl Tracer {
     /// Every entry of `DIRTIERS` and `THROTTLED`, read now.
     pub(crate) fn dirtiers(&self) -> anyhow::Result<DirtierSnapshot> {
+        let mut snap = DirtierSnapshot::default();
+        if AttributionMode::of(&self.plan) == Some(AttributionMode::PerInode) {
+            self.dirtyings
+                .lock()
+                .map_err(|_| anyhow::anyhow!("the dirtyings reader was poisoned"))?
+                .read(&mut snap);
+        } else {
+            self.per_folio(&mut snap)?;
+        }
+        // The per-process pauses the findings read too (maps.rs), one
+        // map for both.
+        let throttled: PerCpuHashMap<_, u32, writeback_common::PausedBy> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map("THROTTLED")
+                .context("THROTTLED map missing")?,
+        )?;
+        for entry in throttled.iter() {
+            let (tgid, per_cpu) = entry.context("reading THROTTLED")?;
+            let pauses = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(v.pauses));
+            let ms = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(v.pause_ms));
+            snap.throttled.insert(tgid, (pauses, ms));
+        }
+        // After the slots: every page counted was dirtied before this.
+        snap.taken_ns = crate::sys::monotonic_ns();
+        Ok(snap)
+    }
+
+    /// `DIRTIERS` and the CPUs' slots, the per-folio mode's counts.
+    fn per_folio(&self, snap: &mut DirtierSnapshot) -> anyhow::Result<()> {
         let map: BpfHashMap<_, DirtierKey, DirtierEntry> =
             BpfHashMap::try_from(self.ebpf.map("DIRTIERS").context("DIRTIERS map missing")?)?;
-        let mut snap = DirtierSnapshot::default();
         for entry in map.iter() {
             // An entry evicted between listing and lookup is skipped.
             let Ok((k, v)) = entry else { continue };
@@ -76,34 +221,18 @@ impl Tracer {
                 None => snap.entries.push(reading(&k, &slot.entry)),
             }
         }
-        // The per-process pauses the findings read too (maps.rs), one
-        // map for both.
-        let throttled: PerCpuHashMap<_, u32, writeback_common::PausedBy> = PerCpuHashMap::try_from(
-            self.ebpf
-                .map("THROTTLED")
-                .context("THROTTLED map missing")?,
-        )?;
-        for entry in throttled.iter() {
-            let (tgid, per_cpu) = entry.context("reading THROTTLED")?;
-            let pauses = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(v.pauses));
-            let ms = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(v.pause_ms));
-            snap.throttled.insert(tgid, (pauses, ms));
-        }
-        // After the slots: every page counted was dirtied before this.
-        snap.taken_ns = crate::sys::monotonic_ns();
-        Ok(snap)
+        Ok(())
     }
 }
 
 fn reading(k: &DirtierKey, v: &DirtierEntry) -> DirtierReading {
-    let comm_len = v.comm.iter().position(|&b| b == 0).unwrap_or(v.comm.len());
     DirtierReading {
         dev: k.dev,
         ino: k.ino,
         tgid: k.tgid,
         pages: v.pages,
         pid: v.pid,
-        comm: String::from_utf8_lossy(&v.comm[..comm_len]).into_owned(),
+        comm: comm(&v.comm),
         cgroup_id: v.cgroup_id,
         owner_cgroup_id: v.owner_cgroup_id,
     }

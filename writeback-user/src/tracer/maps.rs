@@ -83,6 +83,7 @@ impl Tracer {
             unmatched_results: sum(stat::UNMATCHED_RESULTS)?,
             inflight_full: sum(stat::INFLIGHT_FULL)?,
             filtered: sum(stat::FILTERED)?,
+            lost_dirtyings: sum(stat::LOST_DIRTYINGS)?,
         })
     }
 

@@ -48,6 +48,9 @@ pub struct Tracer {
     attached_programs: Vec<&'static str>,
     /// Keeps BPF run-time statistics on while the tracer lives.
     _stats_fd: Option<OwnedFd>,
+    /// The default attribution's inode dirtyings and process counts
+    /// (`dirtiers.rs`; read through `&self`, hence the lock).
+    dirtyings: std::sync::Mutex<dirtiers::Dirtyings>,
     /// Kept alive: dropping it closes the log map (docs/toolchain.md: aya-log 0.3).
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
 }

@@ -88,11 +88,40 @@ impl Candidate {
     /// The `--enable` a candidate waits for, if it is off by default,
     /// and why it is.
     pub(crate) fn opt_in(&self) -> Option<(OptIn, &'static str)> {
-        (*self == Candidate::Tracepoints(GLOBAL_DIRTY_TP)).then_some((
-            OptIn::GlobalDirtyState,
-            "it runs on every balance_dirty_pages() check (~1,000 times per GiB written, \
-             0.1-0.4 ms of BPF time) for levels /proc/vmstat has",
+        if *self == Candidate::Tracepoints(GLOBAL_DIRTY_TP) {
+            return Some((
+                OptIn::GlobalDirtyState,
+                "it runs on every balance_dirty_pages() check (~1,000 times per GiB written, \
+                 0.1-0.4 ms of BPF time) for levels /proc/vmstat has",
+            ));
+        }
+        let per_folio = *self == TP_BTF_DIRTY_FOLIO
+            || *self == Candidate::Tracepoints(DIRTY_FOLIO_TP)
+            || *self == Candidate::Tracepoints(DIRTY_PAGE_TP);
+        per_folio.then_some((
+            OptIn::DirtyFolio,
+            "it runs once per dirtied folio in the writer's own context (4 KiB writes: once \
+             per write(2), which slowed them ~15%); who dirtied an inode comes from its \
+             clean-to-dirty transition instead, exact unless several processes dirty one file",
         ))
+    }
+
+    /// How often the candidate's programs run, for the plan (issue 31:
+    /// what runs per write or per page on the writer's path). The
+    /// measured runs per dirtied page are in BENCHMARKS.md (`cargo xtask
+    /// bench`, "small writer").
+    pub fn fires(&self) -> &'static str {
+        match self {
+            Candidate::WithCall { .. } => "with the call's own programs",
+            Candidate::Procfs { .. } => "nothing runs: read each interval",
+            _ => {
+                let label = self.label();
+                FIRES
+                    .iter()
+                    .find(|(needle, _)| label.contains(needle))
+                    .map_or("per writeback event", |(_, rate)| rate)
+            }
+        }
     }
 
     /// Human name, e.g. `fentry ext4_writepages` or
@@ -685,6 +714,65 @@ pub(crate) const TP_BTF_DIRTY_FOLIO: Candidate = Candidate::BtfPrograms {
     fields: &["dev", "ino", "pages", "owner_cgroup_id"],
 };
 
+/// The BTF tracepoint of the default dirtier candidate: an inode went
+/// from clean to dirty.
+pub(crate) const DIRTY_INODE: &str = "writeback_dirty_inode_enqueue";
+
+/// `writeback_dirty_inode_enqueue` as a BTF tracepoint: the inode, so its
+/// device and writeback cgroup too.
+pub(crate) const TP_BTF_DIRTY_INODE: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::TpBtf,
+    attaches: &[BtfAttach {
+        program: "tp_btf_dirty_inode",
+        target: DIRTY_INODE,
+    }],
+    fields: &["dev", "ino", "owner_cgroup_id"],
+};
+
+/// The same as a classic tracepoint (5.9+): `dev` and `ino`.
+const DIRTY_INODE_TP: &[TracepointAttach] = &[tp(
+    "dirty_inode",
+    "writeback",
+    DIRTY_INODE,
+    "DIRTY_INODE_LAYOUT",
+    &fields::dirty_inode::NAMES,
+    &fields::dirty_inode::NAMES,
+)];
+
+/// How often each hook's programs run, by a part of its label, first
+/// match: what the plan prints beside each hook (`Candidate::fires`).
+/// Sources: mm/page-writeback.c (`folio_account_dirtied()`,
+/// `balance_dirty_pages()`), fs/fs-writeback.c (`__mark_inode_dirty()`,
+/// `writeback_sb_inodes()`), block/blk-mq.c.
+const FIRES: &[(&str, &str)] = &[
+    (
+        "writeback_dirty_folio",
+        "per dirtied folio, in the writer's context",
+    ),
+    (
+        "writeback_dirty_page",
+        "per dirtied page, in the writer's context",
+    ),
+    (
+        "dirty_inode_enqueue",
+        "per inode made dirty (clean to dirty)",
+    ),
+    ("global_dirty_state", "per balance_dirty_pages() check"),
+    (
+        "balance_dirty_pages",
+        "per pause of a throttled dirtier (past the freerun ceiling)",
+    ),
+    ("block_rq", "per block request issued and completed"),
+    ("block_bio", "per bio queued"),
+    ("wbc_writepage", "per folio written back"),
+    ("write_folios", "per scan pass of a writepages call"),
+    ("extent", "per extent mapped in a writepages call"),
+    ("single_inode", "per inode pass of the flusher"),
+    ("writeback_start", "per flusher work item"),
+    ("writeback_written", "per flusher work item"),
+    ("sched_switch", "per context switch"),
+];
+
 const fn func(kind: HookKind, target: &'static str) -> Candidate {
     Candidate::Function { kind, target }
 }
@@ -751,10 +839,15 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             TP_BTF_GENERIC_IOMAP_OLD,
             TP_BTF_GENERIC_BTRFS,
         ],
+        // Per folio when asked (`--enable dirty_folio`), else once per
+        // inode made dirty: the opt-in candidates first, so that asking
+        // for them takes them.
         Concept::Dirtier => vec![
             TP_BTF_DIRTY_FOLIO,
             Candidate::Tracepoints(DIRTY_FOLIO_TP),
             Candidate::Tracepoints(DIRTY_PAGE_TP),
+            TP_BTF_DIRTY_INODE,
+            Candidate::Tracepoints(DIRTY_INODE_TP),
         ],
     }
 }
@@ -785,41 +878,77 @@ mod tests {
                     ),
                 "{c:?}"
             );
-            // Order of preference: fentry, kprobe, tp_btf, tracepoint.
-            let ranks: Vec<u8> = cands
-                .iter()
-                .map(|k| match k.kind() {
-                    Some(HookKind::Fentry) => 0,
-                    Some(HookKind::Kprobe) => 1,
-                    Some(HookKind::TpBtf) => 2,
-                    Some(HookKind::Tracepoint) | None => 3,
-                })
-                .collect();
-            assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{c:?}: {ranks:?}");
+            // Order of preference: fentry, kprobe, tp_btf, tracepoint,
+            // among the default candidates and among the opt-in ones.
+            for opt_in in [true, false] {
+                let ranks = ranks(cands.iter().filter(|k| k.opt_in().is_some() == opt_in));
+                assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{c:?}: {ranks:?}");
+            }
         }
     }
 
-    /// Only `global_dirty_state` waits for `--enable`, and what it
-    /// measures has a default without a program after it.
+    fn ranks<'a>(cands: impl Iterator<Item = &'a Candidate>) -> Vec<u8> {
+        cands
+            .map(|k| match k.kind() {
+                Some(HookKind::Fentry) => 0,
+                Some(HookKind::Kprobe) => 1,
+                Some(HookKind::TpBtf) => 2,
+                Some(HookKind::Tracepoint) | None => 3,
+            })
+            .collect()
+    }
+
+    /// `global_dirty_state` and the per-folio dirtier hooks wait for
+    /// `--enable`, and what they measure has a default after them: no
+    /// program at all for the dirty levels, a once-per-inode one for
+    /// who dirtied it.
     #[test]
-    fn the_opt_in_hook_has_a_default_without_a_program() {
+    fn the_opt_in_hooks_have_a_cheaper_default() {
         for c in Concept::ALL {
             let cands = candidates(c);
             for (i, cand) in cands.iter().enumerate() {
                 if let Some((opt_in, why)) = cand.opt_in() {
-                    assert_eq!(opt_in, OptIn::GlobalDirtyState);
                     assert!(!why.is_empty());
-                    assert!(
-                        cands[i + 1..]
-                            .iter()
-                            .any(|later| matches!(later, Candidate::Procfs { .. })),
-                        "{c:?}"
-                    );
+                    let default = cands[i + 1..].iter().find(|l| l.opt_in().is_none());
+                    match opt_in {
+                        OptIn::GlobalDirtyState => {
+                            assert!(matches!(default, Some(Candidate::Procfs { .. })), "{c:?}")
+                        }
+                        OptIn::DirtyFolio => assert_eq!(
+                            default.map(Candidate::fires),
+                            Some("per inode made dirty (clean to dirty)"),
+                            "{c:?}"
+                        ),
+                    }
                 }
             }
         }
         assert!(Candidate::Tracepoints(GLOBAL_DIRTY_TP).opt_in().is_some());
         assert!(Candidate::Tracepoints(BALANCE_DIRTY_TP).opt_in().is_none());
+        assert_eq!(
+            TP_BTF_DIRTY_FOLIO.opt_in().map(|o| o.0),
+            Some(OptIn::DirtyFolio)
+        );
+        assert!(TP_BTF_DIRTY_INODE.opt_in().is_none());
+    }
+
+    /// Every hook of the plan says how often it runs; those on the
+    /// writer's own path say so.
+    #[test]
+    fn every_candidate_says_how_often_it_runs() {
+        for c in Concept::ALL {
+            for cand in candidates(c) {
+                assert!(!cand.fires().is_empty(), "{}", cand.label());
+            }
+        }
+        assert_eq!(
+            TP_BTF_DIRTY_FOLIO.fires(),
+            "per dirtied folio, in the writer's context"
+        );
+        assert_eq!(
+            Candidate::Tracepoints(BLOCK_TP).fires(),
+            "per block request issued and completed"
+        );
     }
 
     /// Issue 19: no candidate of the plan hooks an event that fires
