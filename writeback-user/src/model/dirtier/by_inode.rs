@@ -107,7 +107,7 @@ impl ByInode {
             // first reading is its base.
             let delta = match self.tasks.get(&t.tgid) {
                 _ if t.new => t.pages,
-                Some(&before) => t.pages.checked_sub(before).unwrap_or(0),
+                Some(&before) => t.pages.saturating_sub(before),
                 None => 0,
             };
             if delta > 0 {
