@@ -172,7 +172,7 @@ fn rule_words(d: &Diff) -> &'static str {
 }
 
 const STRIP_W: f64 = 320.0;
-const STRIP_H: f64 = 34.0;
+const STRIP_H: f64 = 44.0;
 
 /// Both sides' runs of one figure on one axis: A's above the line, B's
 /// below, each side's mean with its 95% interval as a bar.
@@ -196,7 +196,7 @@ pub(crate) fn strip(r: &Row, a: &[f64], b: &[f64]) -> String {
     }
     let (x0, x1) = (6.0, STRIP_W - 6.0);
     let x = |v: f64| x0 + (v - lo) / (hi - lo) * (x1 - x0);
-    let axis_y = STRIP_H / 2.0;
+    let axis_y = 17.0;
     c.line(x0, axis_y, x1, axis_y, MUTED, 1.0);
     for (i, (s, vals, y)) in [(&r.a, a, axis_y - 8.0), (&r.b, b, axis_y + 8.0)]
         .into_iter()
@@ -211,8 +211,9 @@ pub(crate) fn strip(r: &Row, a: &[f64], b: &[f64]) -> String {
             c.marker(x(v), y, style);
         }
     }
-    c.text(&fmt_num(lo), x0, STRIP_H - 1.0, 9.0, Anchor::Start, MUTED);
-    c.text(&fmt_num(hi), x1, STRIP_H - 1.0, 9.0, Anchor::End, MUTED);
+    // The axis' ends, under B's runs.
+    c.text(&fmt_num(lo), x0, STRIP_H - 4.0, 9.0, Anchor::Start, MUTED);
+    c.text(&fmt_num(hi), x1, STRIP_H - 4.0, 9.0, Anchor::End, MUTED);
     c.finish(&format!(
         "class=\"strip\" data-figure=\"{}\"",
         xml(&r.figure)
@@ -400,5 +401,10 @@ mod tests {
         assert_eq!(strip.matches("<circle").count(), 3);
         assert_eq!(strip.matches("<rect").count(), 3);
         assert!(page.contains("class=\"num worse\""));
+        // The axis' ends are labelled: the lowest and highest of the runs and the intervals (400 - 9.9, 500 + 24.8).
+        assert!(
+            strip.contains(">390</text>") && strip.contains(">525</text>"),
+            "{strip}"
+        );
     }
 }

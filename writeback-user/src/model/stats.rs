@@ -143,10 +143,11 @@ pub(crate) fn lkp_false_alarm(n: usize, m: usize) -> f64 {
 /// significant one, parentheses otherwise (`PrintGeneric.pm` turns the
 /// `(%7.2f%%)` format into `*%7.2f%*`).
 pub(crate) fn mmtests_mark(change_pct: Option<f64>, significant: Option<bool>) -> String {
+    let sig = significant == Some(true);
     let Some(c) = change_pct else {
-        return "(    new)".into();
+        return if sig { "*    new*" } else { "(    new)" }.into();
     };
-    if significant == Some(true) {
+    if sig {
         format!("*{c:7.2}%*")
     } else {
         format!("({c:7.2}%)")
@@ -332,6 +333,9 @@ mod tests {
         assert_eq!(mmtests_mark(Some(-6.0), Some(true)), "*  -6.00%*");
         assert_eq!(mmtests_mark(Some(-1.2), Some(false)), "(  -1.20%)");
         assert_eq!(mmtests_mark(Some(3.0), None), "(   3.00%)");
+        // A change from zero has no percentage.
+        assert_eq!(mmtests_mark(None, Some(true)), "*    new*");
+        assert_eq!(mmtests_mark(None, Some(false)), "(    new)");
         let a = s(&[100.0, 102.0, 98.0]);
         assert_eq!(lkp_value(&a, 1), "100.0 ± 2%");
         assert_eq!(lkp_value(&s(&[100.0, 100.5]), 0), "100");
