@@ -245,3 +245,51 @@ fn a_dirty_cap_is_worse_and_the_same_configuration_is_not() {
     assert!(page.contains("data-figure=\"write_mb_s\""));
     assert!(page.contains("class=\"num worse\""));
 }
+
+/// Recordings are one sample each: the kernel's figures of every interval
+/// line (the committed fixture, read twice a side), nothing significant
+/// between identical sides.
+#[test]
+fn recordings_are_compared_by_their_interval_lines() {
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report/small.rec");
+    let two = format!("{0},{0}", rec.display());
+    let (code, out, err) = exit_and_stderr(&[
+        "diff",
+        &two,
+        &two,
+        "--json",
+        "--fail-if",
+        "throttle_ms_per_s > +20%",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["a"]["kind"], "recording");
+    assert_eq!(d["columns"][0]["column"], "recording");
+    for figure in [
+        "throttle_ms_per_s",
+        "dirty_mean_mib",
+        "request_latency_mean_us",
+        "finding:dirty-throttled",
+    ] {
+        let r = row(&d, figure);
+        assert_eq!(
+            (r["a"]["n"].as_u64(), r["change_pct"].as_f64()),
+            (Some(2), Some(0.0)),
+            "{r}"
+        );
+        assert_eq!(r["significant"], false);
+    }
+    // A writer figure is not in a recording: a gate on it is refused.
+    let (code, _, err) = exit_and_stderr(&["diff", &two, &two, "--fail-if", "write_mb_s < -5%"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("no column of both A and B has write_mb_s"),
+        "{err}"
+    );
+    // A recording against a compare document: refused.
+    let dir = tempfile::tempdir().unwrap();
+    let a = doc(dir.path(), "a.json", 3);
+    let (code, _, err) = exit_and_stderr(&["diff", a.to_str().unwrap(), &two]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("A is compare but B is recording"), "{err}");
+}
