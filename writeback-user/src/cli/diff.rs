@@ -14,6 +14,7 @@ Examples:
   wbscope diff base.json new.json --fail-if 'write_mb_s < -5%' --fail-if 'fsync_p99 > +20%'
   wbscope diff base.json new.json --fail-if 'finding dirty-throttled appears' --json
   wbscope diff base1.json,base2.json new.json --html diff.html
+  wbscope diff base.json new.json --markdown >> $GITHUB_STEP_SUMMARY
   wbscope diff runs/base/ runs/new/ --rule either       # every .json and recording in each directory
   wbscope diff monday.rec,tuesday.rec friday.rec        # recordings: the kernel's figures
 

@@ -190,12 +190,17 @@ pub(crate) fn strip(r: &Row, a: &[f64], b: &[f64]) -> String {
     if !lo.is_finite() || !hi.is_finite() {
         return c.finish("class=\"strip\"");
     }
+    // Figures that cannot be negative keep the axis at zero or above; an
+    // interval reaching below is cut at the axis' end.
+    if a.iter().chain(b).all(|&v| v >= 0.0) {
+        lo = lo.max(0.0);
+    }
     if hi - lo < f64::EPSILON * hi.abs().max(1.0) {
         lo -= 0.5;
         hi += 0.5;
     }
     let (x0, x1) = (6.0, STRIP_W - 6.0);
-    let x = |v: f64| x0 + (v - lo) / (hi - lo) * (x1 - x0);
+    let x = |v: f64| (x0 + (v - lo) / (hi - lo) * (x1 - x0)).clamp(x0, x1);
     let axis_y = 17.0;
     c.line(x0, axis_y, x1, axis_y, MUTED, 1.0);
     for (i, (s, vals, y)) in [(&r.a, a, axis_y - 8.0), (&r.b, b, axis_y + 8.0)]
