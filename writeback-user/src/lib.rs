@@ -43,6 +43,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Doctor(args)) => runtime()?.block_on(commands::doctor::run(args, &hooks)),
         Some(Command::Scenario(args)) => runtime()?.block_on(commands::scenario::run(args, &hooks)),
         Some(Command::Report(args)) => commands::report::run(args),
+        Some(Command::Diff(args)) => commands::diff::run(args),
         None => runtime()?.block_on(commands::dashboard::run(
             &dashboard::run::DashboardOptions {
                 hooks: hooks.clone(),

@@ -439,3 +439,62 @@ fn cleanup_takes_no_scenario_and_a_scenario_or_cleanup_is_required() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+/// `--repeat 3`: three rounds of the five variants, each round's order
+/// rotated by one (the variant that ran first runs last next), every run
+/// after its own sync and drop, and the table's spread over the rounds.
+#[test]
+fn package_unpack_repeated_rotates_the_order() {
+    let doc = scenario("package-unpack", &["--repeat", "3"]);
+    let runs = runs(&doc);
+    assert_eq!(runs.len(), 15);
+    let order: Vec<(u64, &str)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["repeat"].as_u64().unwrap(),
+                r["strategy"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let variants = [
+        "fsync-each",
+        "srf-then-fsync",
+        "two-pass",
+        "fsync-each+na+fd",
+        "two-pass+na+fd",
+    ];
+    for round in 0..3u64 {
+        let got: Vec<&str> = order
+            .iter()
+            .filter(|(r, _)| *r == round)
+            .map(|(_, s)| *s)
+            .collect();
+        let k = round as usize;
+        let want: Vec<&str> = variants[k..]
+            .iter()
+            .chain(&variants[..k])
+            .copied()
+            .collect();
+        assert_eq!(got, want, "round {round}");
+    }
+    for r in runs {
+        assert_eq!(r["writer"]["files_written"].as_u64(), Some(300), "{r}");
+    }
+}
+
+#[test]
+fn sync_after_write_refuses_repeat_before_mounting() {
+    let (_, out) = run_to_end(wbscope().args([
+        "scenario",
+        "sync-after-write",
+        "--scale",
+        "tiny",
+        "--repeat",
+        "2",
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--repeat is not supported"), "{stderr}");
+}

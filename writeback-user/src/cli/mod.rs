@@ -9,11 +9,13 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 
 mod compare;
+mod diff;
 mod report;
 mod scenario;
 mod write;
 
 pub(crate) use compare::CompareArgs;
+pub(crate) use diff::DiffArgs;
 pub(crate) use report::ReportArgs;
 pub(crate) use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
 pub(crate) use write::WriteArgs;
@@ -139,6 +141,10 @@ Exit status: 0, or 3 when any warning or critical finding was seen.")]
     /// One self-contained HTML page of a recording or of a compare/
     /// scenario JSON document: the writer and the kernel on one time axis.
     Report(ReportArgs),
+    /// Did it get worse: two sets of compare/scenario runs or recordings,
+    /// figure by figure, with LKP's and mmtests' significance rules; a
+    /// regression gate for CI (--fail-if, exit 3).
+    Diff(DiffArgs),
 }
 
 #[derive(Debug, Args)]

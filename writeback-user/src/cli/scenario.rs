@@ -10,6 +10,7 @@ Examples:
   wbscope scenario package-unpack --scale tiny
   wbscope scenario many-writers --fs both
   wbscope scenario page-cache-cliff --scale small
+  wbscope scenario single-stream --repeat 3 --json > base.json   # samples for wbscope diff
   wbscope scenario --cleanup
 
 Each scenario makes its filesystems on loop devices over sparse images in
@@ -68,7 +69,7 @@ pub(crate) struct ScenarioArgs {
     pub(crate) name: Option<ScenarioName>,
     /// Remove what killed runs left (mounts, loop devices, images, dirty
     /// caps) and exit; a line per thing removed. Live runs are left alone.
-    #[arg(long, conflicts_with_all = ["name", "scale", "fs", "json", "markdown", "report"])]
+    #[arg(long, conflicts_with_all = ["name", "scale", "fs", "json", "markdown", "report", "repeat"])]
     pub(crate) cleanup: bool,
     /// How big.
     #[arg(long, value_enum, default_value = "tiny")]
@@ -76,6 +77,12 @@ pub(crate) struct ScenarioArgs {
     /// Filesystem(s) to run on (default: ext4; both for many-writers).
     #[arg(long, value_enum)]
     pub(crate) fs: Option<FsChoice>,
+    /// Runs per variant, the order rotated each round (the first variant
+    /// of one round runs later in the next), each after the same sync and
+    /// page-cache drop; the table shows medians and spread, and `wbscope
+    /// diff` takes the runs as samples (3 or more a side).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) repeat: u32,
     /// One JSON document instead of the table.
     #[arg(long)]
     pub(crate) json: bool,

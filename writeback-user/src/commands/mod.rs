@@ -1,6 +1,7 @@
 //! One module per subcommand.
 pub mod compare;
 pub mod dashboard;
+pub mod diff;
 pub mod doctor;
 mod filter;
 pub mod probes;

@@ -213,6 +213,12 @@ pub(crate) async fn run(args: &ScenarioArgs, hooks: &HookChoice) -> anyhow::Resu
     let Some(scenario) = args.name else {
         return Err(UsageError("a scenario name or --cleanup is required".into()).into());
     };
+    if scenario == ScenarioName::SyncAfterWrite && args.repeat > 1 {
+        return Err(UsageError(
+            "sync-after-write: --repeat is not supported (its sync figures are one object per document); run it several times instead".into(),
+        )
+        .into());
+    }
     if let Some(p) = &args.report {
         crate::export::report::check_output("--report", p)?;
     }
@@ -277,6 +283,26 @@ pub(crate) async fn run(args: &ScenarioArgs, hooks: &HookChoice) -> anyhow::Resu
 
 type Outcome = (Vec<Run>, Vec<String>);
 
+/// Round `rep`'s order of `items`: rotated by `rep`, so that over the
+/// rounds each variant runs first once (right after the mount, or after
+/// a different variant each time) rather than always in the same place.
+fn rotated<T: Copy>(items: &[T], rep: u32) -> Vec<T> {
+    let k = rep as usize % items.len().max(1);
+    items[k..].iter().chain(&items[..k]).copied().collect()
+}
+
+/// The table's columns of `runs` in the order of the first round.
+fn columns_of(runs: &[Run]) -> Vec<String> {
+    let mut cols: Vec<String> = Vec::new();
+    for r in runs.iter().filter(|r| r.repeat == 0) {
+        let c = r.column();
+        if !cols.contains(&c) {
+            cols.push(c);
+        }
+    }
+    cols
+}
+
 async fn single_stream(
     args: &ScenarioArgs,
     sz: &Sizes,
@@ -284,38 +310,48 @@ async fn single_stream(
     traced: &mut Traced,
 ) -> anyhow::Result<Outcome> {
     let mounted = mount_all(args, fss, sz)?;
+    let strategies = [
+        Strategy::Buffered,
+        Strategy::FsyncEnd,
+        Strategy::SrfPipelined,
+        Strategy::Direct,
+    ];
     let mut runs = Vec::new();
-    let mut columns = Vec::new();
-    for fs in &mounted {
-        for strategy in [
-            Strategy::Buffered,
-            Strategy::FsyncEnd,
-            Strategy::SrfPipelined,
-            Strategy::Direct,
-        ] {
-            let what = format!("{} {strategy}", fs.fstype());
-            before_run(&what)?;
-            let cfg = config(WriterSpec {
-                dirs: vec![fs.mountpoint().to_path_buf()],
-                size: sz.file,
-                chunk: sz.chunk,
-                strategy,
-                ..WriterSpec::default()
-            })?;
-            let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, true).await?;
-            after_run(&what, &writer, &kernel);
-            let run = Run {
-                fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
-                strategy: strategy.name().into(),
-                repeat: 0,
-                writer,
-                kernel,
-            };
-            columns.push(run.column());
-            runs.push(run);
+    for rep in 0..args.repeat {
+        for fs in &mounted {
+            for strategy in rotated(&strategies, rep) {
+                let what = format!("{} {strategy}{}", fs.fstype(), round(args, rep));
+                before_run(&what)?;
+                let cfg = config(WriterSpec {
+                    dirs: vec![fs.mountpoint().to_path_buf()],
+                    size: sz.file,
+                    chunk: sz.chunk,
+                    strategy,
+                    ..WriterSpec::default()
+                })?;
+                let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, true).await?;
+                after_run(&what, &writer, &kernel);
+                runs.push(Run {
+                    fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
+                    strategy: strategy.name().into(),
+                    repeat: rep,
+                    writer,
+                    kernel,
+                });
+            }
         }
     }
+    let columns = columns_of(&runs);
     Ok((runs, columns))
+}
+
+/// ` (round 2/3)` with --repeat, nothing without.
+fn round(args: &ScenarioArgs, rep: u32) -> String {
+    if args.repeat > 1 {
+        format!(" (round {}/{})", rep + 1, args.repeat)
+    } else {
+        String::new()
+    }
 }
 
 /// Runs several writers at once, one per config, traced; one figure set
@@ -412,21 +448,26 @@ async fn three_filesystems(
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let refs: Vec<&ScratchFs> = mounted.iter().collect();
-    let results = concurrent(traced, &refs, cfgs).await?;
     let mut runs = Vec::new();
-    let mut columns = Vec::new();
-    for (i, ((writer, kernel), fs)) in results.into_iter().zip(&mounted).enumerate() {
-        after_run(&format!("fs{} {}", i + 1, fs.fstype()), &writer, &kernel);
-        let run = Run {
-            fs: Some(format!("fs{} {}", i + 1, fs.fstype())),
-            strategy: "buffered".into(),
-            repeat: 0,
-            writer,
-            kernel,
-        };
-        columns.push(run.column());
-        runs.push(run);
+    // The three write at once: a round is all three; later rounds after
+    // the same sync and drop as the first.
+    for rep in 0..args.repeat {
+        if rep > 0 {
+            before_run(&format!("three buffered writers{}", round(args, rep)))?;
+        }
+        let results = concurrent(traced, &refs, cfgs.clone()).await?;
+        for (i, ((writer, kernel), fs)) in results.into_iter().zip(&mounted).enumerate() {
+            after_run(&format!("fs{} {}", i + 1, fs.fstype()), &writer, &kernel);
+            runs.push(Run {
+                fs: Some(format!("fs{} {}", i + 1, fs.fstype())),
+                strategy: "buffered".into(),
+                repeat: rep,
+                writer,
+                kernel,
+            });
+        }
     }
+    let columns = columns_of(&runs);
     Ok((runs, columns))
 }
 
@@ -577,40 +618,40 @@ async fn package_unpack(
         (FileSync::TwoPass, true, "two-pass+na+fd"),
     ];
     let mut runs = Vec::new();
-    let mut columns = Vec::new();
-    for fs in &mounted {
-        for (policy, tuned, label) in variants {
-            let what = format!("{} {label}", fs.fstype());
-            before_run(&what)?;
-            let mut small = SmallFiles::new(sz.small_files, policy);
-            small.max_size = sz.small_max;
-            let cfg = config(WriterSpec {
-                dirs: vec![fs.mountpoint().to_path_buf()],
-                chunk: 1 << 20,
-                small_files: Some(small),
-                noatime: tuned,
-                datasync: tuned,
-                ..WriterSpec::default()
-            })?;
-            let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, false).await?;
-            eprintln!(
-                "wbscope: {what}: {} files in {:.2} s ({:.0} files/s), {} writepages calls",
-                writer.files_written,
-                writer.elapsed_s,
-                writer.files_per_s.unwrap_or(0.0),
-                kernel.calls
-            );
-            let run = Run {
-                fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
-                strategy: label.into(),
-                repeat: 0,
-                writer,
-                kernel,
-            };
-            columns.push(run.column());
-            runs.push(run);
+    for rep in 0..args.repeat {
+        for fs in &mounted {
+            for (policy, tuned, label) in rotated(&variants, rep) {
+                let what = format!("{} {label}{}", fs.fstype(), round(args, rep));
+                before_run(&what)?;
+                let mut small = SmallFiles::new(sz.small_files, policy);
+                small.max_size = sz.small_max;
+                let cfg = config(WriterSpec {
+                    dirs: vec![fs.mountpoint().to_path_buf()],
+                    chunk: 1 << 20,
+                    small_files: Some(small),
+                    noatime: tuned,
+                    datasync: tuned,
+                    ..WriterSpec::default()
+                })?;
+                let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, false).await?;
+                eprintln!(
+                    "wbscope: {what}: {} files in {:.2} s ({:.0} files/s), {} writepages calls",
+                    writer.files_written,
+                    writer.elapsed_s,
+                    writer.files_per_s.unwrap_or(0.0),
+                    kernel.calls
+                );
+                runs.push(Run {
+                    fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
+                    strategy: label.into(),
+                    repeat: rep,
+                    writer,
+                    kernel,
+                });
+            }
         }
     }
+    let columns = columns_of(&runs);
     Ok((runs, columns))
 }
 
@@ -622,30 +663,32 @@ async fn many_writers(
 ) -> anyhow::Result<Outcome> {
     let mounted = mount_all(args, fss, sz)?;
     let mut runs = Vec::new();
-    let mut columns = Vec::new();
-    for fs in &mounted {
-        let what = format!("{} {} writers", fs.fstype(), sz.writers);
-        before_run(&what)?;
-        let cfg = config(WriterSpec {
-            dirs: vec![fs.mountpoint().to_path_buf()],
-            size: sz.writer_file,
-            chunk: sz.chunk,
-            jobs: sz.writers,
-            strategy: Strategy::Buffered,
-            ..WriterSpec::default()
-        })?;
-        let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, true).await?;
-        after_run(&what, &writer, &kernel);
-        let run = Run {
-            fs: Some(fs.fstype().to_string()),
-            strategy: format!("{}x buffered", sz.writers),
-            repeat: 0,
-            writer,
-            kernel,
-        };
-        columns.push(run.column());
-        runs.push(run);
+    let order: Vec<usize> = (0..mounted.len()).collect();
+    for rep in 0..args.repeat {
+        for i in rotated(&order, rep) {
+            let fs = &mounted[i];
+            let what = format!("{} {} writers{}", fs.fstype(), sz.writers, round(args, rep));
+            before_run(&what)?;
+            let cfg = config(WriterSpec {
+                dirs: vec![fs.mountpoint().to_path_buf()],
+                size: sz.writer_file,
+                chunk: sz.chunk,
+                jobs: sz.writers,
+                strategy: Strategy::Buffered,
+                ..WriterSpec::default()
+            })?;
+            let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, true).await?;
+            after_run(&what, &writer, &kernel);
+            runs.push(Run {
+                fs: Some(fs.fstype().to_string()),
+                strategy: format!("{}x buffered", sz.writers),
+                repeat: rep,
+                writer,
+                kernel,
+            });
+        }
     }
+    let columns = columns_of(&runs);
     Ok((runs, columns))
 }
 
@@ -679,33 +722,48 @@ async fn page_cache_cliff(
         (Strategy::Direct, false, false, "direct"),
     ];
     let mut runs = Vec::new();
-    let mut columns = Vec::new();
-    for fs in &mounted {
-        for (strategy, drop_behind, uncached, label) in variants {
-            let what = format!("{} {label}", fs.fstype());
-            before_run(&what)?;
-            let cfg = config(WriterSpec {
-                dirs: vec![fs.mountpoint().to_path_buf()],
-                size: (sz.file * 3).min((sz.image_mib << 20) * 3 / 4),
-                chunk: sz.chunk,
-                strategy,
-                drop_behind,
-                uncached,
-                ..WriterSpec::default()
-            })?;
-            // buffered: its write-out inside the window too (syncfs).
-            let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, true).await?;
-            after_run(&what, &writer, &kernel);
-            let run = Run {
-                fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
-                strategy: label.into(),
-                repeat: 0,
-                writer,
-                kernel,
-            };
-            columns.push(run.column());
-            runs.push(run);
+    for rep in 0..args.repeat {
+        for fs in &mounted {
+            for (strategy, drop_behind, uncached, label) in rotated(&variants, rep) {
+                let what = format!("{} {label}{}", fs.fstype(), round(args, rep));
+                before_run(&what)?;
+                let cfg = config(WriterSpec {
+                    dirs: vec![fs.mountpoint().to_path_buf()],
+                    size: (sz.file * 3).min((sz.image_mib << 20) * 3 / 4),
+                    chunk: sz.chunk,
+                    strategy,
+                    drop_behind,
+                    uncached,
+                    ..WriterSpec::default()
+                })?;
+                // buffered: its write-out inside the window too (syncfs).
+                let (writer, kernel) = traced_write(traced, &[dev_id(fs)], cfg, true).await?;
+                after_run(&what, &writer, &kernel);
+                runs.push(Run {
+                    fs: (mounted.len() > 1).then(|| fs.fstype().to_string()),
+                    strategy: label.into(),
+                    repeat: rep,
+                    writer,
+                    kernel,
+                });
+            }
         }
     }
+    let columns = columns_of(&runs);
     Ok((runs, columns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rotated;
+
+    #[test]
+    fn each_round_starts_with_another_variant() {
+        let v = ["a", "b", "c"];
+        assert_eq!(rotated(&v, 0), ["a", "b", "c"]);
+        assert_eq!(rotated(&v, 1), ["b", "c", "a"]);
+        assert_eq!(rotated(&v, 2), ["c", "a", "b"]);
+        assert_eq!(rotated(&v, 3), ["a", "b", "c"]);
+        assert!(rotated::<u8>(&[], 2).is_empty());
+    }
 }

@@ -1,4 +1,5 @@
 //! Output formats of the tracer.
+pub(crate) mod diff;
 pub mod findings;
 pub mod json_lines;
 pub mod plot;

@@ -2,6 +2,7 @@
 //! histograms, the per-interval figures and the lines the exporters print.
 //! The tracer fills it; capture, the dashboard, the exporters and
 //! recordings read it.
+pub(crate) mod diff;
 pub mod dirtier;
 pub(crate) mod findings;
 pub mod histogram;
@@ -9,6 +10,7 @@ pub mod interval;
 pub mod kernel;
 pub mod plan;
 pub mod record;
+pub(crate) mod stats;
 pub mod timeline;
 pub mod units;
 pub mod window;

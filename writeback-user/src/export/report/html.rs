@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 
 use super::{data::ReportData, dists::dist_panels, panels::time_panels, svg::xml};
 
-const CSS: &str = "\
+/// The page's style, shared with `wbscope diff`'s page.
+pub(crate) const CSS: &str = "\
 body{margin:0;padding:16px;background:#fff;color:#222;\
 font-family:'DejaVu Sans Mono','Liberation Mono',monospace;font-size:13px}\
 h1{font-size:18px;margin:0 0 8px}h2{font-size:15px;margin:18px 0 6px}\

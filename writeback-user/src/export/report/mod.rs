@@ -32,6 +32,7 @@ use std::{io::Write as _, path::Path};
 use anyhow::Context as _;
 
 pub(crate) use data::{RecordingFacts, RecordingFeed, ReportData, read_json};
+pub(crate) use html::CSS;
 
 use crate::{
     UsageError,
