@@ -32,6 +32,7 @@ use anyhow::{Context as _, bail};
 use scratchfs::{FsType, ScratchFs};
 
 mod figures;
+pub mod small_writer;
 use figures::{
     all_programs, floor_comparison, issue_19_figures, ms_per_gib, per_program, per_write_means,
     run_time_table, split_by_issue_19,

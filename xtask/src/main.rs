@@ -106,6 +106,25 @@ enum Task {
 
 #[derive(Subcommand)]
 enum BenchTarget {
+    /// What a program writing 4 KiB at a time feels (issue 31): dd and fio
+    /// randwrite, untraced against traced (default), traced with the
+    /// per-folio attribution, bpftrace counting dirty folios and empty
+    /// programs, in alternating pairs; medians of the per-pair ratios of
+    /// the writer's wall and system time (root; needs fio, bpftrace).
+    /// Report in target/bench/small-writer.md.
+    ///
+    /// Example: cargo xtask bench small-writer --pairs 10 --size-mib 1024
+    SmallWriter {
+        /// MiB each writer writes, 4 KiB at a time.
+        #[arg(long, default_value_t = 1024)]
+        size_mib: u64,
+        /// Pairs per observer and writer (the order swapped every pair).
+        #[arg(long, default_value_t = 10)]
+        pairs: usize,
+        /// Seconds between attaching (and dropping the caches) and writing.
+        #[arg(long, default_value_t = 4)]
+        settle_secs: u64,
+    },
     /// `wbscope write`'s strategies against dd and the equivalent fio jobs
     /// on one loop-mounted ext4 (root; needs fio). Report in
     /// target/bench/writer.md.
@@ -203,6 +222,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
             )?;
             write_report("writer.md", &report)
+        }
+        Task::Bench {
+            what:
+                Some(BenchTarget::SmallWriter {
+                    size_mib,
+                    pairs,
+                    settle_secs,
+                }),
+            ..
+        } => {
+            if !setup::is_root() {
+                bail!("bench small-writer drops the page cache and attaches BPF: run it as root");
+            }
+            setup::ensure_tools(setup::Scope::Bench)?;
+            let binary = build(true)?;
+            let report = bench::small_writer::bench(
+                &binary,
+                &bench::small_writer::SmallWriterOptions {
+                    size_mib,
+                    pairs,
+                    settle_secs,
+                },
+            )?;
+            write_report("small-writer.md", &report)
         }
         Task::Bench {
             what: None,

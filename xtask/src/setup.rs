@@ -70,10 +70,12 @@ const VM_TOOLS: &[Tool] = &[
     ("zstd", "zstd"),
 ];
 
-/// `cargo xtask bench writer` compares `wbscope write` with fio. The rest
-/// the benchmarks run is on every base machine: dd (coreutils), losetup
+/// `cargo xtask bench writer` compares `wbscope write` with fio, and
+/// `bench small-writer` runs fio's 4 KiB writer and measures bpftrace
+/// counting the dirty-folio tracepoint as the peer. The rest the
+/// benchmarks run is on every base machine: dd (coreutils), losetup
 /// (util-linux), mkfs.ext4 (e2fsprogs), mount (spawned.rs's BASE_TOOLS).
-const BENCH_TOOLS: &[Tool] = &[("fio", "fio")];
+const BENCH_TOOLS: &[Tool] = &[("fio", "fio"), ("bpftrace", "bpftrace")];
 
 /// Where a program is looked for besides `PATH`: a non-root user's `PATH`
 /// on Debian lacks the sbin directories (mkfs.xfs, losetup, depmod live
