@@ -8,5 +8,6 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod scenario;
+pub mod store;
 pub mod trace;
 pub mod write;

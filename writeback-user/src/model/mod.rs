@@ -11,6 +11,7 @@ pub mod plan;
 pub mod record;
 pub mod timeline;
 pub mod units;
+pub(crate) mod when;
 pub mod window;
 
 pub(crate) use histogram::Log2Histogram;
