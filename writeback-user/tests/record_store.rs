@@ -8,10 +8,10 @@ use std::{
     io::{BufRead, BufReader, Write},
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
         mpsc,
     },
     thread,
@@ -71,41 +71,39 @@ impl Recorder {
 }
 
 /// Small files written and fsynced one after the other until stopped:
-/// thousands of writepages calls a second. The number of fsyncs done.
+/// hundreds to thousands of writepages calls a second.
 struct Load {
     stop: Arc<AtomicBool>,
-    done: Arc<AtomicU64>,
-    thread: Option<thread::JoinHandle<()>>,
+    threads: Vec<thread::JoinHandle<()>>,
 }
 
 impl Load {
     fn start(dir: &Path) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
-        let done = Arc::new(AtomicU64::new(0));
-        let (s, d, dir) = (stop.clone(), done.clone(), dir.to_path_buf());
-        let thread = thread::spawn(move || {
-            let block = [7u8; 4096];
-            let mut i = 0u64;
-            while !s.load(Ordering::Relaxed) {
-                let mut f = File::create(dir.join(format!("f{}", i % 200))).unwrap();
-                f.write_all(&block).unwrap();
-                f.sync_all().unwrap();
-                d.fetch_add(1, Ordering::Relaxed);
-                i += 1;
-            }
-        });
-        Load {
-            stop,
-            done,
-            thread: Some(thread),
-        }
+        let threads = (0..2)
+            .map(|t| {
+                let (s, dir) = (stop.clone(), dir.to_path_buf());
+                thread::spawn(move || {
+                    let block = [7u8; 4096];
+                    let mut i = 0u64;
+                    while !s.load(Ordering::Relaxed) {
+                        let name = dir.join(format!("f{t}-{}", i % 100));
+                        let mut f = File::create(name).unwrap();
+                        f.write_all(&block).unwrap();
+                        f.sync_all().unwrap();
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        Load { stop, threads }
     }
 }
 
 impl Drop for Load {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -188,6 +186,9 @@ fn under_fsync_load_the_store_stays_within_max_size_and_since_gives_the_window()
         arg(&store),
         "--max-size",
         "256KiB",
+        // Five blocks a second, for the store to fill in the test's time.
+        "--interval",
+        "0.2",
         "--device",
         &device,
     ]);
@@ -260,11 +261,11 @@ fn on_a_nearly_full_filesystem_min_free_holds_and_the_gap_is_reported() {
     };
     let (avail, total) = statvfs(&fs.mountpoint);
     let reserve = total / 2;
-    // Leave 160 KiB above the reserve: a few segments' worth.
+    // Leave 96 KiB above the reserve: a few blocks' worth.
     let filler = fs.path("filler");
     {
         let mut f = File::create(&filler).unwrap();
-        f.write_all(&vec![1u8; (avail - reserve - (160 << 10)) as usize])
+        f.write_all(&vec![1u8; (avail - reserve - (96 << 10)) as usize])
             .unwrap();
         f.sync_all().unwrap();
     }
@@ -276,6 +277,8 @@ fn on_a_nearly_full_filesystem_min_free_holds_and_the_gap_is_reported() {
         "50",
         "--max-size",
         "64MiB",
+        "--interval",
+        "0.2",
         "--device",
         &device,
     ]);

@@ -239,11 +239,9 @@ fn min_free_is_kept_then_frames_are_not_kept_then_resume_with_the_gap_named() {
     run(&mut w, &f, 10, 500, |_| {});
     assert_eq!(w.stats.calls_not_kept, 10 * 500, "{:?}", w.stats);
     assert_eq!(w.stats.intervals_not_kept, 10);
-    assert_eq!(
-        list(&f.dir).unwrap().len(),
-        1,
-        "only the active segment is left"
-    );
+    // The closed segments are gone; the active one may have been closed
+    // for its size and gone too.
+    assert!(list(&f.dir).unwrap().len() <= 1);
     // Space returns: writing resumes, and the next block names the gap.
     f.others.set(0);
     run(&mut w, &f, 5, 500, |_| {});
