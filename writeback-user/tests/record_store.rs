@@ -109,10 +109,11 @@ impl Drop for Load {
     }
 }
 
-/// The store's segments: bytes as lengths and as allocated blocks.
+/// The store's files: bytes as lengths, and as allocated blocks with the
+/// directory's own (as `du` counts them).
 fn store_size(store: &Path) -> (u64, u64) {
     let mut len = 0;
-    let mut blocks = 0;
+    let mut blocks = fs::metadata(store).map_or(0, |m| m.blocks() * 512);
     for e in fs::read_dir(store).unwrap() {
         let Ok(m) = e.unwrap().metadata() else {
             continue; // deleted while listed
