@@ -17,6 +17,13 @@ pub(crate) fn run(args: &StoreArgs) -> anyhow::Result<ExitCode> {
     if !dir.is_dir() {
         return Err(UsageError(format!("{}: not a store directory", dir.display())).into());
     }
+    if info::is_empty(dir) {
+        return Err(UsageError(format!(
+            "{}: no segments (a store written by `wbscope record --store`)",
+            dir.display()
+        ))
+        .into());
+    }
     let summary = info::summarize(dir).map_err(|e| -> anyhow::Error {
         match e {
             OpenError::Io(_) => anyhow::anyhow!("{}: {e}", dir.display()),

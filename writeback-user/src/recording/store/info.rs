@@ -50,6 +50,12 @@ pub(crate) struct StoreInfo {
     pub(crate) damage: Vec<String>,
 }
 
+/// Whether `dir` holds no segment (an unreadable `dir` is not empty:
+/// reading it says why).
+pub(crate) fn is_empty(dir: &Path) -> bool {
+    list(dir).is_ok_and(|l| l.is_empty())
+}
+
 /// Sums up the store in `dir`.
 pub(crate) fn summarize(dir: &Path) -> Result<StoreInfo, OpenError> {
     let files = list(dir).map_err(|e| OpenError::Io(e.to_string()))?;
