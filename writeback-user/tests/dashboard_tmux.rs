@@ -271,7 +271,10 @@ fn a_live_pipe_into_the_dashboard_shows_a_call_within_a_second() {
     // 16 MiB in one fsync call: the 4K-8K row of the histogram.
     loop {
         let screen = session.capture();
-        if screen.lines().any(|l| l.contains("4K-8K") && l.contains('#')) {
+        if screen
+            .lines()
+            .any(|l| l.contains("4K-8K") && l.contains('#'))
+        {
             break;
         }
         assert!(
@@ -281,7 +284,10 @@ fn a_live_pipe_into_the_dashboard_shows_a_call_within_a_second() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let lag = synced.elapsed();
-    assert!(lag < Duration::from_secs(1), "shown {lag:?} after the fsync");
+    assert!(
+        lag < Duration::from_secs(1),
+        "shown {lag:?} after the fsync"
+    );
     keys(&session, "q");
     wait_gone(&session, &log);
     let said = std::fs::read_to_string(&rec_err).unwrap();

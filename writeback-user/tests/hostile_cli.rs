@@ -119,15 +119,31 @@ fn store_and_time_window_misuse_is_one_line_and_exit_2() {
         (&["store", file], "not a store directory"),
         (&["replay", file, "--since", "yesterday"], "is not a time"),
         (
-            &["replay", file, "--since", "1796180400", "--until", "1796180000"],
+            &[
+                "replay",
+                file,
+                "--since",
+                "1796180400",
+                "--until",
+                "1796180000",
+            ],
             "--since must be before --until",
         ),
         (&["doctor", "--since", "1h ago"], "--from"),
-        (&["report", file, "-o", html, "--since", "1h ago"], "not of a JSON document"),
+        (
+            &["report", file, "-o", html, "--since", "1h ago"],
+            "not of a JSON document",
+        ),
         (&["record", "-o", rec, "--keep", "1d"], "bound a --store"),
         (&["record", "--store", file], "not a directory"),
-        (&["record", "--store", empty, "--max-size", "1KiB"], "smallest store"),
-        (&["record", "--store", empty, "--min-free", "95"], "percentage"),
+        (
+            &["record", "--store", empty, "--max-size", "1KiB"],
+            "smallest store",
+        ),
+        (
+            &["record", "--store", empty, "--min-free", "95"],
+            "percentage",
+        ),
     ] {
         let (code, stderr) = without_terminal(args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");

@@ -238,7 +238,7 @@ fn under_fsync_load_the_store_stays_within_max_size_and_since_gives_the_window()
     let got: Vec<u64> = window_ends.iter().copied().filter(|&t| !near(t)).collect();
     assert!(got.iter().all(|&t| t > since), "a call older than --since");
     assert_eq!(got, expected);
-    assert!(got.len() > 1000, "{} calls in the last 5 s", got.len());
+    assert!(got.len() > 100, "{} calls in the last 5 s", got.len());
     let summary = window.last().unwrap();
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["truncated"], false);

@@ -34,10 +34,21 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     if !args.json && !args.summary && !args.text {
         // The file first: a wrong file is the more useful error.
         let reader = open(&args.file, window)?;
-        super::dashboard::require_terminal(
-            "replay without --json, --summary or --text (the dashboard)",
-            "wbscope replay FILE --text",
-        )?;
+        let what = "replay without --json, --summary or --text (the dashboard)";
+        if args.file == Path::new("-") {
+            // Standard input is the recording: the keys come from the
+            // controlling terminal, which crossterm opens as /dev/tty.
+            use std::io::IsTerminal as _;
+            if !io::stdout().is_terminal() || File::open("/dev/tty").is_err() {
+                return Err(UsageError(format!(
+                    "{what} of standard input needs a terminal (/dev/tty and standard output); \
+                     without one, use `wbscope replay - --text`"
+                ))
+                .into());
+            }
+        } else {
+            super::dashboard::require_terminal(what, "wbscope replay FILE --text")?;
+        }
         return dashboard(args, reader);
     }
     let mut reader = open(&args.file, window)?;
