@@ -351,6 +351,24 @@ fn kill_9_loses_at_most_the_last_interval() {
     assert_eq!(lines.last().unwrap()["truncated"], true);
     let (code, _, err) = json_lines(&["store", arg(&store), "--json"]);
     assert_eq!(code, Some(0), "{err}");
+    // doctor and report read a store, and a window of it, too.
+    let (code, doctor, err) = json_lines(&[
+        "doctor",
+        "--from",
+        arg(&store),
+        "--json",
+        "--since",
+        "1h ago",
+    ]);
+    assert!(matches!(code, Some(0 | 3)), "{err}");
+    assert!(doctor[0]["intervals"].as_u64().unwrap() >= 1, "{doctor:?}");
+    let html = tmp.path().join("store.html");
+    let out = wbscope()
+        .args(["report", arg(&store), "-o", arg(&html), "--since", "1h ago"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(fs::read_to_string(&html).unwrap().contains("<svg"));
     // A second recorder on the store after the crash takes the lock.
     let rec = Recorder::start(&["--store", arg(&store), "--device", &device]);
     let second = wbscope()
