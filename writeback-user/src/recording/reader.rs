@@ -891,6 +891,42 @@ mod tests {
         f
     }
 
+    /// A plain recording in a window: calls by their end, through the
+    /// header's clocks (start 1 ns wall at 2 ns monotonic), interval
+    /// lines by `time_s`; no summary.
+    #[test]
+    fn a_window_of_a_plain_recording() {
+        let bytes = recording(10);
+        // Call i ends at monotonic i * 1000 + 77, wall i * 1000 + 76.
+        let window = TimeWindow {
+            since_ns: Some(3076),
+            until_ns: Some(7076),
+        };
+        let frames: Vec<Frame> = RecordingReader::open(&bytes[..])
+            .unwrap()
+            .with_window(window)
+            .collect();
+        let calls: Vec<u64> = frames
+            .iter()
+            .map(|f| match f {
+                Frame::Call(c) => c.ino - 1000,
+                other => panic!("{other:?} is not in the window"),
+            })
+            .collect();
+        assert_eq!(calls, vec![3, 4, 5, 6]);
+        // The interval line (no time_s: at the start) is in a window from
+        // the start; the summary only without a window.
+        let from_start = TimeWindow {
+            since_ns: Some(0),
+            until_ns: Some(2),
+        };
+        let frames: Vec<Frame> = RecordingReader::open(&bytes[..])
+            .unwrap()
+            .with_window(from_start)
+            .collect();
+        assert!(matches!(frames[..], [Frame::Interval(_)]), "{frames:?}");
+    }
+
     #[test]
     fn round_trip() {
         let bytes = recording(50);
