@@ -39,6 +39,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Probes(args)) => commands::probes::run(args, &hooks),
         Some(Command::Record(args)) => runtime()?.block_on(commands::record::run(args, &hooks)),
         Some(Command::Replay(args)) => commands::replay::run(args),
+        Some(Command::Store(args)) => commands::store::run(args),
         Some(Command::Compare(args)) => runtime()?.block_on(commands::compare::run(args, &hooks)),
         Some(Command::Doctor(args)) => runtime()?.block_on(commands::doctor::run(args, &hooks)),
         Some(Command::Scenario(args)) => runtime()?.block_on(commands::scenario::run(args, &hooks)),

@@ -2,7 +2,8 @@
 //! need: one signal guard, the page size, the host and kernel names,
 //! `sync` + dropping the page cache. No module above keeps its own copy.
 use std::{
-    fs,
+    fs, io,
+    path::Path,
     sync::atomic::{AtomicI32, Ordering},
 };
 
@@ -97,6 +98,20 @@ pub(crate) fn sync_and_drop_caches() -> anyhow::Result<()> {
     // SAFETY: sync(2) has no preconditions.
     unsafe { libc::sync() };
     fs::write("/proc/sys/vm/drop_caches", "3").context("writing /proc/sys/vm/drop_caches")
+}
+
+/// statvfs(3) of the filesystem under `path`.
+pub(crate) fn statvfs(path: &Path) -> io::Result<libc::statvfs> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path has a NUL byte"))?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid C string and st a valid out pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
 }
 
 /// CLOCK_MONOTONIC now, ns: the clock of `bpf_ktime_get_ns()`, which

@@ -229,3 +229,67 @@ fn replay_opens_a_recording_in_the_dashboard() {
     let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
 }
+
+/// `record -o - | replay -` in one terminal: the dashboard shows a call
+/// within a second of its fsync (issue 26, watching a host over SSH),
+/// and quitting it stops the recorder too (its reader went away).
+#[test]
+fn a_live_pipe_into_the_dashboard_shows_a_call_within_a_second() {
+    let fs = LoopFs::new("ext4", 128);
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let log = dir.path().join("replay.log");
+    let rec_err = dir.path().join("record.err");
+    let bin = env!("CARGO_BIN_EXE_wbscope");
+    let cmd = format!(
+        "{bin} record -o - --device {} 2>{} | {bin} replay - --log {}; echo $? > {}.status",
+        fs.mountpoint.display(),
+        rec_err.display(),
+        log.display(),
+        log.display()
+    );
+    let session = Session(format!("wbscope-live-{}", std::process::id()));
+    run(Command::new("tmux").args([
+        "new-session",
+        "-d",
+        "-s",
+        &session.0,
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &cmd,
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&rec_err).is_ok_and(|s| s.contains("tracing;")) {
+        assert!(Instant::now() < deadline, "record did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut f = File::create_new(fs.path("data")).unwrap();
+    f.write_all(&vec![1u8; 16 << 20]).unwrap();
+    f.sync_all().unwrap();
+    let synced = Instant::now();
+    // 16 MiB in one fsync call: the 4K-8K row of the histogram.
+    loop {
+        let screen = session.capture();
+        if screen
+            .lines()
+            .any(|l| l.contains("4K-8K") && l.contains('#'))
+        {
+            break;
+        }
+        assert!(
+            synced.elapsed() < Duration::from_secs(10),
+            "no call on screen:\n{screen}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lag = synced.elapsed();
+    assert!(
+        lag < Duration::from_secs(1),
+        "shown {lag:?} after the fsync"
+    );
+    keys(&session, "q");
+    wait_gone(&session, &log);
+    let said = std::fs::read_to_string(&rec_err).unwrap();
+    assert!(said.contains("went away"), "{said}");
+}

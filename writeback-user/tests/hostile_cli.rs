@@ -102,3 +102,53 @@ fn filters_that_can_never_match_are_refused() {
         assert!(stderr.contains(why), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn store_and_time_window_misuse_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let file = dir.path().join("file");
+    fs::write(&file, "{}").unwrap();
+    let (rec, html) = (dir.path().join("x.rec"), dir.path().join("x.html"));
+    let (empty, file) = (empty.to_str().unwrap(), file.to_str().unwrap());
+    let (rec, html) = (rec.to_str().unwrap(), html.to_str().unwrap());
+    for (args, why) in [
+        (&["replay", empty, "--json"][..], "no segments"),
+        (&["store", empty], "no segments"),
+        (&["store", file], "not a store directory"),
+        (&["replay", file, "--since", "yesterday"], "is not a time"),
+        (
+            &[
+                "replay",
+                file,
+                "--since",
+                "1796180400",
+                "--until",
+                "1796180000",
+            ],
+            "--since must be before --until",
+        ),
+        (&["doctor", "--since", "1h ago"], "--from"),
+        (
+            &["report", file, "-o", html, "--since", "1h ago"],
+            "not of a JSON document",
+        ),
+        (&["record", "-o", rec, "--keep", "1d"], "bound a --store"),
+        (&["record", "--store", file], "not a directory"),
+        (
+            &["record", "--store", empty, "--max-size", "1KiB"],
+            "smallest store",
+        ),
+        (
+            &["record", "--store", empty, "--min-free", "95"],
+            "percentage",
+        ),
+    ] {
+        let (code, stderr) = without_terminal(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+    }
+    assert!(!dir.path().join("x.rec").exists() && !dir.path().join("x.html").exists());
+}

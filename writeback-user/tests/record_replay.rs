@@ -293,6 +293,7 @@ fn test_header(host: &str, kernel: &str) -> wbscope::recording::Header {
         probe_plan: serde_json::json!({}),
         field_offsets: serde_json::json!({}),
         filter: serde_json::json!({}),
+        segment: None,
     }
 }
 

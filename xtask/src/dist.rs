@@ -54,6 +54,10 @@ pub fn dist(release_binary: &Path, root: &Path) -> anyhow::Result<()> {
     if check != version {
         bail!("{} --version differs from the build's", out.display());
     }
+    // The recorder's systemd unit beside the binary (README, "Always on").
+    let unit = "wbscope-recorder.service";
+    fs::copy(root.join("writeback-user/dist").join(unit), dir.join(unit))
+        .with_context(|| format!("copying {unit} to {}", dir.display()))?;
     let sum = run(Command::new("sha256sum").arg(&name).current_dir(&dir))?;
     fs::write(dir.join(format!("{name}.sha256")), format!("{sum}\n"))?;
     let size = fs::metadata(&out)?.len();

@@ -54,6 +54,8 @@ const TEST_TOOLS: &[Tool] = &[
     ("prometheus", "prometheus"),
     ("bpftool", "bpftool"),
     ("chromium", "chromium"),
+    // tests/recorder_unit.rs checks the dist's systemd unit.
+    ("systemd-analyze", "systemd"),
 ];
 
 /// `cargo xtask vm-test` (xtask/src/vm.rs; `cargo xtask test` runs it

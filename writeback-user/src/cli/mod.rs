@@ -12,12 +12,14 @@ mod compare;
 mod diff;
 mod report;
 mod scenario;
+mod when;
 mod write;
 
 pub(crate) use compare::CompareArgs;
 pub(crate) use diff::DiffArgs;
 pub(crate) use report::ReportArgs;
 pub(crate) use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
+pub(crate) use when::WindowArgs;
 pub(crate) use write::WriteArgs;
 
 const EXAMPLES: &str = "\
@@ -103,23 +105,40 @@ measured either way.")]
     /// Write files with the writer-core engine.
     Write(WriteArgs),
     /// Record a trace to a file (calls, intervals, summary) for replay
-    /// anywhere.
+    /// anywhere, or for ever to a store of bounded size.
     #[command(after_help = "\
 Examples:
   wbscope record -o /var/tmp/wb.rec --duration 600
   wbscope record -o wb.rec --device /mnt/data --max-records 1000000
+  wbscope record --store /var/lib/wbscope      always on, within the defaults
+  wbscope record --store /var/lib/wbscope --keep 14d --max-size 4GiB --min-free 5
+  ssh HOST sudo wbscope record -o - | wbscope replay -    watch a host live
 
 The file is never overwritten. A recording cut short (crash, full disk,
-kill -9) stays readable up to its last whole frame.")]
+kill -9) stays readable up to its last whole frame. A store is a directory
+of zstd-compressed segments: it never exceeds --max-size, never leaves its
+filesystem less than --min-free free (it deletes its oldest segments, and
+pauses when that is not enough), and loses at most the last interval on a
+crash. The systemd unit and the store's layout: docs/recordings.md.")]
     Record(RecordArgs),
-    /// Print a recording the way `trace` printed it live.
+    /// Print a recording or a store the way `trace` printed it live.
     #[command(after_help = "\
 Examples:
   wbscope replay wb.rec                 in the dashboard, as it was recorded
   wbscope replay wb.rec --speed 10      ten times faster
   wbscope replay wb.rec --json | jq 'select(.type == \"call\")'
-  wbscope replay wb.rec --summary")]
+  wbscope replay wb.rec --summary
+  wbscope replay /var/lib/wbscope --since 03:10 --until 03:20 --text
+  wbscope replay /var/lib/wbscope --since '2h ago' --json
+  ssh HOST sudo wbscope record -o - | wbscope replay -    follows it live")]
     Replay(ReplayArgs),
+    /// What a store (`record --store`) holds: span, size, compression,
+    /// gaps, and where each segment starts.
+    #[command(after_help = "\
+Examples:
+  wbscope store /var/lib/wbscope
+  wbscope store /var/lib/wbscope --json | jq .gaps")]
+    Store(StoreArgs),
     /// The same workload written by several strategies while the kernel
     /// side is traced: a side-by-side table (root).
     Compare(CompareArgs),
@@ -157,9 +176,13 @@ pub(crate) struct DoctorArgs {
     #[arg(long)]
     pub(crate) json: bool,
 
-    /// Read a recording (`wbscope record`) instead of watching.
-    #[arg(long, value_name = "RECORDING")]
+    /// Read a recording or a store (`wbscope record`) instead of
+    /// watching (with --since/--until, a window of it).
+    #[arg(long, value_name = "RECORDING|STORE")]
     pub(crate) from: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub(crate) window: WindowArgs,
 
     /// Also write what was watched to a recording (as `wbscope record`;
     /// never overwritten), to read again with --from.
@@ -227,9 +250,36 @@ pub(crate) struct FilterArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct RecordArgs {
-    /// The recording to create (never overwritten).
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub(crate) output: PathBuf,
+    /// The recording to create (never overwritten); `-` writes it to
+    /// standard output, flushed at every drain (`record -o - | replay -`).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        required_unless_present = "store",
+        conflicts_with = "store"
+    )]
+    pub(crate) output: Option<PathBuf>,
+
+    /// Record into this store directory (created if need be), for ever
+    /// within --keep, --max-size and --min-free.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) store: Option<PathBuf>,
+
+    /// With --store: delete what is older than AGE (e.g. 7d, 12h, 30m;
+    /// default 7d).
+    #[arg(long, value_name = "AGE", value_parser = parse_age, requires = "store")]
+    pub(crate) keep: Option<Duration>,
+
+    /// With --store: the store never takes more than SIZE (e.g. 1GiB,
+    /// 512MiB; default 1GiB), the segment being written included.
+    #[arg(long, value_name = "SIZE", value_parser = parse_store_size, requires = "store")]
+    pub(crate) max_size: Option<u64>,
+
+    /// With --store: leave at least PERCENT of the store's filesystem free
+    /// (deleting the oldest segments, then pausing; default 10).
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent, requires = "store")]
+    pub(crate) min_free: Option<f64>,
 
     /// Stop after SECONDS (a positive number).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
@@ -253,9 +303,64 @@ pub(crate) struct RecordArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    /// A store directory (`wbscope record --store`).
+    pub(crate) store: PathBuf,
+
+    /// One JSON document instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// A store's defaults: a week back, within 1 GiB and 10 % of the disk
+/// free (docs/recordings.md gives the bytes per day they were chosen on).
+pub(crate) const DEFAULT_KEEP: Duration = Duration::from_secs(7 * 86_400);
+pub(crate) const DEFAULT_MAX_SIZE: u64 = 1 << 30;
+pub(crate) const DEFAULT_MIN_FREE: f64 = 10.0;
+
+/// An age: a number and a unit (7d, 12h, 30m, 90s).
+pub(crate) fn parse_age(s: &str) -> Result<Duration, String> {
+    let bad = || format!("`{s}` is not an age (e.g. 7d, 12h, 30m)");
+    let span: jiff::Span = s.trim().parse().map_err(|_| bad())?;
+    let secs = span
+        .total((
+            jiff::Unit::Second,
+            jiff::SpanRelativeTo::days_are_24_hours(),
+        ))
+        .map_err(|_| bad())?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(bad());
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+}
+
+/// A store's size: at least 256 KiB (a segment is at least 64 KiB, and a
+/// store of fewer than four is all rotation).
+pub(crate) fn parse_store_size(s: &str) -> Result<u64, String> {
+    let v = writer_core::size::parse_size(s).map_err(|e| format!("`{s}`: {e}"))?;
+    if v < 256 << 10 {
+        return Err(format!("`{s}` is under the smallest store, 256KiB"));
+    }
+    Ok(v)
+}
+
+/// A percentage of a filesystem, 0 to 90.
+pub(crate) fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=90.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a percentage from 0 to 90")),
+    }
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct ReplayArgs {
-    /// A file written by `wbscope record`.
+    /// A file written by `wbscope record`, a store directory
+    /// (`record --store`), or `-` for standard input, followed as it
+    /// arrives.
     pub(crate) file: PathBuf,
+
+    #[command(flatten)]
+    pub(crate) window: WindowArgs,
 
     /// JSON lines, as `trace --json --events` prints them.
     #[arg(long, conflicts_with_all = ["summary", "text"])]
@@ -419,6 +524,34 @@ mod tests {
         for bad in ["0", "-1", "abc", "", "inf", "NaN", "1e400"] {
             assert!(parse_seconds(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn store_bounds() {
+        assert_eq!(parse_age("7d").unwrap(), Duration::from_secs(7 * 86_400));
+        assert_eq!(parse_age("12h").unwrap(), Duration::from_secs(12 * 3600));
+        assert_eq!(parse_age("90s").unwrap(), Duration::from_secs(90));
+        for bad in ["0s", "-1h", "7", "week", ""] {
+            assert!(parse_age(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(parse_store_size("8MiB").unwrap(), 8 << 20);
+        assert_eq!(parse_store_size("256KiB").unwrap(), 256 << 10);
+        assert!(parse_store_size("100KiB").is_err());
+        assert!(parse_store_size("lots").is_err());
+        assert_eq!(parse_percent("10").unwrap(), 10.0);
+        assert_eq!(parse_percent("5%").unwrap(), 5.0);
+        for bad in ["-1", "91", "x", "NaN"] {
+            assert!(parse_percent(bad).is_err(), "{bad} accepted");
+        }
+        // The defaults parse, and a store's bounds need --store.
+        let c = Cli::try_parse_from(["wbscope", "record", "--store", "/s"]).unwrap();
+        let Some(Command::Record(r)) = c.command else {
+            panic!()
+        };
+        assert_eq!((r.keep, r.max_size, r.min_free), (None, None, None));
+        assert_eq!(DEFAULT_KEEP, parse_age("7d").unwrap());
+        assert!(Cli::try_parse_from(["wbscope", "record", "-o", "x", "--store", "s"]).is_err());
+        assert!(Cli::try_parse_from(["wbscope", "record"]).is_err());
     }
 
     #[test]

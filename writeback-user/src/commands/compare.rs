@@ -87,15 +87,7 @@ fn check_dir(dir: &Path, size: u64) -> Result<(), UsageError> {
     }
     let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
         .map_err(|_| refuse("has a NUL byte".into()))?;
-    // SAFETY: statvfs is plain old data; all-zero is a valid value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is a valid C string and st a valid out pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(refuse(format!(
-            "statvfs: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
+    let st = crate::sys::statvfs(dir).map_err(|e| refuse(format!("statvfs: {e}")))?;
     if st.f_flag & libc::ST_RDONLY != 0 {
         return Err(refuse("is on a read-only filesystem".into()));
     }

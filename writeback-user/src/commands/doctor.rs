@@ -85,7 +85,13 @@ pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result
                 )
                 .into());
             }
-            from_recording(path)?
+            from_recording(path, args.window.window()?)?
+        }
+        None if args.window.since.is_some() || args.window.until.is_some() => {
+            return Err(crate::UsageError(
+                "--since/--until read a window of --from RECORDING|STORE".into(),
+            )
+            .into());
         }
         None => {
             let filter = super::filter::resolve(&args.filter)?;
@@ -129,8 +135,11 @@ pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result
 }
 
 /// The findings of a recording's interval lines, in order.
-fn from_recording(path: &std::path::Path) -> anyhow::Result<Report> {
-    let mut reader = super::replay::open(path)?;
+fn from_recording(
+    path: &std::path::Path,
+    window: crate::model::when::TimeWindow,
+) -> anyhow::Result<Report> {
+    let mut reader = super::replay::open(path, window)?;
     let mut engine = Engine::new();
     for frame in reader.by_ref() {
         if let Frame::Interval(value) = frame {
@@ -144,7 +153,7 @@ fn from_recording(path: &std::path::Path) -> anyhow::Result<Report> {
     }
     for damage in &reader.damage {
         eprintln!("wbscope: doctor: {damage}");
-        if let Damage::Unreadable { .. } = damage {
+        if let Damage::Unreadable { .. } = damage.damage {
             anyhow::bail!("{}: {damage}", path.display());
         }
     }

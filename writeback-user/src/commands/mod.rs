@@ -9,5 +9,6 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod scenario;
+pub mod store;
 pub mod trace;
 pub mod write;

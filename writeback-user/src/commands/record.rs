@@ -1,7 +1,8 @@
-//! `wbscope record`: a session written to a recording file.
+//! `wbscope record`: a session written to a recording file, to standard
+//! output, or to a store.
 use std::{
-    fs::{File, OpenOptions},
-    io::{self, BufWriter},
+    fs::OpenOptions,
+    io::{self, BufWriter, Write},
     path::Path,
     process::ExitCode,
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -12,17 +13,21 @@ use anyhow::Context as _;
 use crate::{
     UsageError,
     capture::session::{self, Ending, Limits, SessionOutput},
-    cli::RecordArgs,
+    cli::{self, RecordArgs},
     model::CallRecord,
     model::interval::IntervalLine,
     model::interval::SummaryLine,
     model::plan::HookChoice,
-    recording::{FORMAT_VERSION, FrameKind, Header, writer::RecordingWriter},
+    recording::{
+        FORMAT_VERSION, FrameKind, Header,
+        store::writer::{Bounds, StoreWriter, SystemEnv},
+        writer::RecordingWriter,
+    },
     tracer::Tracer,
 };
 
 pub(crate) struct RecordingOutput {
-    pub(crate) writer: RecordingWriter<BufWriter<File>>,
+    pub(crate) writer: RecordingWriter<Box<dyn Write>>,
 }
 
 impl SessionOutput for RecordingOutput {
@@ -43,41 +48,39 @@ impl SessionOutput for RecordingOutput {
     }
 }
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+/// A session into a store: frames gathered into one block per interval,
+/// written (and synced) when the interval closes.
+struct StoreOutput {
+    writer: StoreWriter<SystemEnv>,
 }
 
-/// Creates the output without ever replacing an existing file.
-fn create_new(path: &Path) -> anyhow::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::AlreadyExists => UsageError(format!(
-                "{} already exists; wbscope record never overwrites a file",
-                path.display()
-            ))
-            .into(),
-            _ => anyhow::Error::new(e).context(format!("creating {}", path.display())),
-        })
+fn io_err(e: anyhow::Error) -> io::Error {
+    io::Error::other(format!("{e:#}"))
 }
 
-/// A new recording at `path` (never replacing a file) with the header of
-/// this tracer and filter.
-pub(crate) fn create(
-    path: &Path,
-    tracer: &Tracer,
-    filter: &writeback_common::Filter,
-) -> anyhow::Result<RecordingOutput> {
-    let file = create_new(path)?;
-    let header = Header {
+impl SessionOutput for StoreOutput {
+    fn call(&mut self, call: &CallRecord) -> io::Result<()> {
+        self.writer.call(call).map_err(io_err)
+    }
+
+    fn interval(&mut self, line: &IntervalLine) -> io::Result<()> {
+        self.writer.interval(line).map_err(io_err)
+    }
+
+    fn summary(&mut self, summary: &SummaryLine<'_>) -> io::Result<()> {
+        self.writer.summary(summary).map_err(io_err)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // Blocks are written whole at each interval (loss on a crash: the
+        // interval being gathered).
+        Ok(())
+    }
+}
+
+/// The header of a recording of this tracer and filter.
+fn header(tracer: &Tracer, filter: &writeback_common::Filter) -> anyhow::Result<Header> {
+    Ok(Header {
         format_version: FORMAT_VERSION,
         wbscope_version: env!("CARGO_PKG_VERSION").to_string(),
         host: crate::sys::hostname(),
@@ -86,36 +89,83 @@ pub(crate) fn create(
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0),
-        start_monotonic_ns: monotonic_ns(),
+        start_monotonic_ns: crate::sys::monotonic_ns(),
         probe_plan: serde_json::to_value(&tracer.plan)?,
         field_offsets: tracer.field_offsets.clone(),
         filter: serde_json::json!({
             "dev": filter.dev, "tgid": filter.tgid, "ino": filter.ino, "cgroup_id": filter.cgroup_id,
         }),
-    };
-    let writer = RecordingWriter::new(BufWriter::new(file), &header)
+        segment: None,
+    })
+}
+
+/// Where `-o` goes: a new file (never replacing one), or standard output
+/// for `-`.
+fn create_new(path: &Path) -> anyhow::Result<Box<dyn Write>> {
+    if path == Path::new("-") {
+        return Ok(Box::new(BufWriter::new(io::stdout())));
+    }
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| -> anyhow::Error {
+            match e.kind() {
+                io::ErrorKind::AlreadyExists => UsageError(format!(
+                    "{} already exists; wbscope record never overwrites a file",
+                    path.display()
+                ))
+                .into(),
+                _ => anyhow::Error::new(e).context(format!("creating {}", path.display())),
+            }
+        })?;
+    Ok(Box::new(BufWriter::new(file)))
+}
+
+/// A new recording at `path` (never replacing a file; `-` for standard
+/// output) with the header of this tracer and filter.
+pub(crate) fn create(
+    path: &Path,
+    tracer: &Tracer,
+    filter: &writeback_common::Filter,
+) -> anyhow::Result<RecordingOutput> {
+    let out = create_new(path)?;
+    let writer = RecordingWriter::new(out, &header(tracer, filter)?)
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(RecordingOutput { writer })
 }
 
-pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
-    let filter = super::filter::resolve(&args.filter)?;
-    // Checked before attaching (create_new below still guards the race).
-    if args.output.exists() {
+/// Refuses an output that exists or whose directory does not (before
+/// attaching; `create_new` still guards the race).
+fn check_output(output: &Path) -> anyhow::Result<()> {
+    if output == Path::new("-") {
+        return Ok(());
+    }
+    if output.exists() {
         return Err(UsageError(format!(
             "{} already exists; wbscope record never overwrites a file",
-            args.output.display()
+            output.display()
         ))
         .into());
     }
-    if let Some(parent) = args.output.parent().filter(|p| !p.as_os_str().is_empty())
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty())
         && !parent.is_dir()
     {
-        return Err(UsageError(format!("-o {}: no such directory", args.output.display())).into());
+        return Err(UsageError(format!("-o {}: no such directory", output.display())).into());
     }
-    let (tracer, mut collector) = session::attach(filter, hooks)?;
-    let mut out = create(&args.output, &tracer, &filter)?;
+    Ok(())
+}
 
+/// Whether the session ended because standard output's reader went away.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
+    let filter = super::filter::resolve(&args.filter)?;
     let limits = Limits {
         interval: args.interval.unwrap_or(Duration::from_secs(1)),
         duration: args.duration,
@@ -123,19 +173,73 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
         watch_pid: args.filter.pid,
         max_event_rate: args.max_event_rate,
     };
-    let ending = session::run(&tracer, &mut collector, &limits, &mut out)
-        .await
-        .with_context(|| format!("recording to {}", args.output.display()))?;
+    if let Some(dir) = &args.store {
+        if dir.exists() && !dir.is_dir() {
+            return Err(UsageError(format!("--store {}: not a directory", dir.display())).into());
+        }
+        let (tracer, mut collector) = session::attach(filter, hooks)?;
+        let bounds = Bounds {
+            keep: Some(args.keep.unwrap_or(cli::DEFAULT_KEEP)),
+            max_size: args.max_size.unwrap_or(cli::DEFAULT_MAX_SIZE),
+            min_free_percent: args.min_free.unwrap_or(cli::DEFAULT_MIN_FREE),
+        };
+        let writer = StoreWriter::open(dir, bounds, header(&tracer, &filter)?, SystemEnv)?;
+        let mut out = StoreOutput { writer };
+        let ending = session::run(&tracer, &mut collector, &limits, &mut out)
+            .await
+            .with_context(|| format!("recording to {}", dir.display()))?;
+        let s = &out.writer.stats;
+        eprintln!(
+            "wbscope: stored {} blocks ({} bytes of frames in {} bytes) in {}; {} segments \
+             deleted{}{}",
+            s.blocks,
+            s.raw_bytes,
+            s.written_bytes,
+            dir.display(),
+            s.segments_deleted,
+            if s.calls_not_kept + s.intervals_not_kept > 0 {
+                format!(
+                    "; {} calls and {} intervals not kept (no room)",
+                    s.calls_not_kept, s.intervals_not_kept
+                )
+            } else {
+                String::new()
+            },
+            ending_note(ending)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.keep.is_some() || args.max_size.is_some() || args.min_free.is_some() {
+        return Err(UsageError("--keep, --max-size and --min-free bound a --store".into()).into());
+    }
+    let Some(output) = &args.output else {
+        return Err(UsageError("record needs -o FILE or --store DIR".into()).into());
+    };
+    check_output(output)?;
+    let (tracer, mut collector) = session::attach(filter, hooks)?;
+    let mut out = create(output, &tracer, &filter)?;
+    let ending = match session::run(&tracer, &mut collector, &limits, &mut out).await {
+        Ok(ending) => ending,
+        Err(e) if output == Path::new("-") && broken_pipe(&e) => {
+            eprintln!("wbscope: the reader of standard output went away; stopped");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e).with_context(|| format!("recording to {}", output.display())),
+    };
     let w = &out.writer;
     eprintln!(
         "wbscope: recorded {} frames, {} bytes to {}{}",
         w.frames,
         w.bytes,
-        args.output.display(),
-        match ending {
-            Ending::MaxRecords => " (--max-records reached)",
-            _ => "",
-        }
+        output.display(),
+        ending_note(ending)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn ending_note(ending: Ending) -> &'static str {
+    match ending {
+        Ending::MaxRecords => " (--max-records reached)",
+        _ => "",
+    }
 }

@@ -17,8 +17,12 @@ use crate::{
     dashboard::{self, app::Msg},
     escape::{escape_controls, escape_json_strings},
     export::{json_lines::CallLine, text},
+    model::when::TimeWindow,
     model::{CallRecord, Totals, interval::IntervalLine, kernel::KernelStats, plan::ProbePlan},
-    recording::reader::{Damage, Frame, OpenError, RecordingReader},
+    recording::{
+        reader::{Damage, Frame, OpenError, RecordingReader},
+        store::reader::StoreReader,
+    },
 };
 
 /// Frames the dashboard's feed reads ahead of the dashboard: a second of
@@ -26,16 +30,29 @@ use crate::{
 const FEED_FRAMES: usize = 1024;
 
 pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+    let window = args.window.window()?;
     if !args.json && !args.summary && !args.text {
         // The file first: a wrong file is the more useful error.
-        let reader = open(&args.file)?;
-        super::dashboard::require_terminal(
-            "replay without --json, --summary or --text (the dashboard)",
-            "wbscope replay FILE --text",
-        )?;
+        let reader = open(&args.file, window)?;
+        let what = "replay without --json, --summary or --text (the dashboard)";
+        if args.file == Path::new("-") {
+            // Standard input is the recording: the keys come from the
+            // controlling terminal, which crossterm opens as /dev/tty.
+            use std::io::IsTerminal as _;
+            if !io::stdout().is_terminal() || File::open("/dev/tty").is_err() {
+                return Err(UsageError(format!(
+                    "{what} of standard input needs a terminal (/dev/tty and standard output); \
+                     without one, use `wbscope replay - --text`"
+                ))
+                .into());
+            }
+        } else {
+            super::dashboard::require_terminal(what, "wbscope replay FILE --text")?;
+        }
         return dashboard(args, reader);
     }
-    let mut reader = open(&args.file)?;
+    let mut reader = open(&args.file, window)?;
+    let live = is_live(&args.file);
     let mut out = BufWriter::new(io::stdout().lock());
     let mut totals = Totals::default();
     let mut summary = None;
@@ -68,6 +85,11 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                 }
                 Frame::Summary(s) => summary = Some(s),
             }
+            // A live stream is printed as it arrives, not when the
+            // buffer fills.
+            if live {
+                out.flush()?;
+            }
         }
         Ok(())
     })();
@@ -79,7 +101,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     // damage is reported and the replay goes on as far as it can.
     let mut unreadable = None;
     for damage in &reader.damage {
-        match damage {
+        match damage.damage {
             Damage::Unreadable { .. } => unreadable = Some(damage),
             _ => eprintln!("wbscope: replay: {damage}"),
         }
@@ -92,6 +114,8 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     }
     // A recording cut before its summary still gets one, marked as such
     // and computed from the calls that survived.
+    // A window has no recorded summary (that is of the whole recording):
+    // its summary is the calls in it.
     let summary = match summary {
         Some(s) if reader.damage.is_empty() => s,
         recorded => {
@@ -99,12 +123,16 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                 "type": "summary",
                 "calls": totals.calls,
                 "pages_written": totals.pages_written,
-                "truncated": recorded.is_none(),
+                "truncated": recorded.is_none() && window.is_all(),
                 "damaged_frames": reader.damage.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
                 "recorded_summary": recorded,
             });
             if reader.damage_not_kept > 0 {
                 s["damaged_frames_not_listed"] = reader.damage_not_kept.into();
+            }
+            if !window.is_all() {
+                s["since_unix_ns"] = window.since_ns.into();
+                s["until_unix_ns"] = window.until_ns.into();
             }
             s
         }
@@ -135,18 +163,33 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens a recording and reads its header. Naming something that is not
-/// a recording (a directory, a device, an empty or foreign file) is a
-/// usage error; failing to read one is not.
-pub(crate) fn open(path: &Path) -> anyhow::Result<RecordingReader<File>> {
+/// Opens a recording, a store (a directory) or standard input (`-`) and
+/// reads its header; only what is in `window` will be read. Naming
+/// something that is not a recording (a device, an empty or foreign
+/// file, a directory with no segments) is a usage error; failing to read
+/// one is not.
+pub(crate) fn open(path: &Path, window: TimeWindow) -> anyhow::Result<StoreReader> {
     let name = path.display();
+    if path == Path::new("-") {
+        // Read as it arrives: the reader blocks on the pipe until the
+        // recorder's next flush.
+        let reader = RecordingReader::open(Box::new(io::stdin()) as Box<dyn io::Read + Send>)
+            .map_err(|e| -> anyhow::Error {
+                match e {
+                    OpenError::Io(_) => anyhow::anyhow!("standard input: {e}"),
+                    e => UsageError(format!("standard input: {e}")).into(),
+                }
+            })?;
+        return Ok(StoreReader::single(reader, window));
+    }
     let file = File::open(path).map_err(|e| UsageError(format!("{name}: {e}")))?;
     let meta = file
         .metadata()
         .with_context(|| format!("{name}: reading its metadata"))?;
     let kind = meta.file_type();
     if kind.is_dir() {
-        return Err(UsageError(format!("{name}: is a directory, not a recording")).into());
+        return StoreReader::store(path, window)
+            .map_err(|e| UsageError(format!("{name}: {e}")).into());
     }
     // The reader streams, so a pipe works too (`replay <(zcat run.rec.gz)`).
     if !kind.is_file() && !kind.is_fifo() {
@@ -158,15 +201,23 @@ pub(crate) fn open(path: &Path) -> anyhow::Result<RecordingReader<File>> {
     if kind.is_file() && meta.len() == 0 {
         return Err(UsageError(format!("{name}: is empty, not a recording")).into());
     }
-    RecordingReader::open(file).map_err(|e| match e {
-        OpenError::Io(_) => anyhow::anyhow!("{name}: {e}"),
-        e => UsageError(format!("{name}: {e}")).into(),
-    })
+    RecordingReader::open(Box::new(file) as Box<dyn io::Read + Send>)
+        .map(|r| StoreReader::single(r, window))
+        .map_err(|e| match e {
+            OpenError::Io(_) => anyhow::anyhow!("{name}: {e}"),
+            e => UsageError(format!("{name}: {e}")).into(),
+        })
+}
+
+/// Whether `path` is a stream that grows as it is read (standard input or
+/// a pipe): played as it arrives rather than at the recorded pace.
+fn is_live(path: &Path) -> bool {
+    path == Path::new("-") || std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
 }
 
 /// The recording in the dashboard (the default with no output flag),
 /// read as it plays.
-fn dashboard(args: &ReplayArgs, reader: RecordingReader<File>) -> anyhow::Result<ExitCode> {
+fn dashboard(args: &ReplayArgs, reader: StoreReader) -> anyhow::Result<ExitCode> {
     let name = args
         .file
         .file_name()
@@ -185,7 +236,11 @@ fn dashboard(args: &ReplayArgs, reader: RecordingReader<File>) -> anyhow::Result
         )
     });
     let name = escape_controls(&name).into_owned();
-    let speed = args.speed;
+    let speed = if is_live(&args.file) {
+        f64::INFINITY
+    } else {
+        args.speed
+    };
     let frames = reader
         .into_channel(FEED_FRAMES)
         .context("starting the recording's reader")?;

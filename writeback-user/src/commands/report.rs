@@ -2,12 +2,7 @@
 //! document drawn as one HTML page (`export::report`). A recording is
 //! streamed twice: once to its first interval line (the report's bin
 //! length), once whole into the report's feed; memory stays bounded.
-use std::{
-    fs::File,
-    io::{BufReader, Read as _},
-    path::Path,
-    process::ExitCode,
-};
+use std::{fs::File, io::Read as _, path::Path, process::ExitCode};
 
 use anyhow::Context as _;
 
@@ -15,15 +10,13 @@ use crate::{
     UsageError,
     cli::ReportArgs,
     export::report::{self, RecordingFacts, RecordingFeed, ReportData},
-    recording::{
-        MAGIC,
-        reader::{Frame, RecordingReader},
-    },
+    model::when::TimeWindow,
+    recording::{MAGIC, reader::Frame, store::reader::StoreReader},
 };
 
 pub(crate) fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     report::check_output("-o", &args.output)?;
-    let data = read_input(&args.input)?;
+    let data = read_input(&args.input, args.window.window()?)?;
     for w in &data.warnings {
         eprintln!(
             "wbscope: warning: {}: {}",
@@ -36,41 +29,49 @@ pub(crate) fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A recording (by its magic) or a JSON document.
-fn read_input(path: &Path) -> anyhow::Result<ReportData> {
-    let open = || {
-        File::open(path)
-            .map(BufReader::new)
-            .map_err(|e| UsageError(format!("{}: {e}", path.display())))
-    };
+/// A recording (by its magic) or a store (a directory), in `window`, or
+/// a JSON document.
+fn read_input(path: &Path, window: TimeWindow) -> anyhow::Result<ReportData> {
     let mut magic = [0u8; 8];
-    let got = open()?.read(&mut magic).unwrap_or(0);
-    if got == magic.len() && &magic == MAGIC {
-        let interval = first_interval(open()?);
-        return read_recording(open()?, interval, &path.display().to_string())
-            .with_context(|| format!("reading {}", path.display()));
+    let is_recording = path.is_dir()
+        || (File::open(path)
+            .and_then(|mut f| f.read(&mut magic))
+            .unwrap_or(0)
+            == magic.len()
+            && &magic == MAGIC);
+    if is_recording {
+        let interval = first_interval(super::replay::open(path, window)?);
+        return read_recording(
+            super::replay::open(path, window)?,
+            interval,
+            &path.display().to_string(),
+        )
+        .with_context(|| format!("reading {}", path.display()));
+    }
+    if !window.is_all() {
+        return Err(UsageError(format!(
+            "{}: --since/--until read a window of a recording or a store, not of a JSON document",
+            path.display()
+        ))
+        .into());
     }
     report::read_json(path)
 }
 
 /// The interval of a recording's first interval line, seconds.
-fn first_interval(src: impl std::io::Read) -> Option<f64> {
-    RecordingReader::open(src)
-        .ok()?
-        .find_map(|frame| match frame {
-            Frame::Interval(v) => v.get("interval_s").and_then(serde_json::Value::as_f64),
-            _ => None,
-        })
+fn first_interval(reader: StoreReader) -> Option<f64> {
+    reader.into_iter().find_map(|frame| match frame {
+        Frame::Interval(v) => v.get("interval_s").and_then(serde_json::Value::as_f64),
+        _ => None,
+    })
 }
 
 /// A recording's frames into the report's feed, one at a time.
 pub(crate) fn read_recording(
-    src: impl std::io::Read,
+    mut reader: StoreReader,
     interval_s: Option<f64>,
     source: &str,
 ) -> anyhow::Result<ReportData> {
-    let mut reader =
-        RecordingReader::open(src).map_err(|e| UsageError(format!("{source}: {e}")))?;
     let h = &reader.header;
     let mut feed = RecordingFeed::new(
         RecordingFacts {
@@ -125,6 +126,7 @@ mod tests {
             probe_plan: f.probe_plan,
             field_offsets: serde_json::json!({}),
             filter: f.filter,
+            segment: None,
         };
         let (calls_and_lines, summary) = (fixture_frames(), 3.0);
         let mut w = RecordingWriter::new(Vec::new(), &header).unwrap();
@@ -146,7 +148,7 @@ mod tests {
             std::fs::write(&path, &bytes).unwrap();
         }
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "{}", path.display());
-        let data = read_input(&path).unwrap();
+        let data = read_input(&path, TimeWindow::default()).unwrap();
         let html = report::html(&data).replace(&path.display().to_string(), "small.rec");
         let golden = std::fs::read_to_string(fixtures.join("recording.html")).unwrap();
         assert!(
@@ -154,7 +156,7 @@ mod tests {
             "reading small.rec differs from recording.html"
         );
         // A file that is neither: a usage error naming it.
-        let e = read_input(&fixtures.join("recording.html")).unwrap_err();
+        let e = read_input(&fixtures.join("recording.html"), TimeWindow::default()).unwrap_err();
         assert!(e.to_string().contains("not a recording"), "{e}");
     }
 }

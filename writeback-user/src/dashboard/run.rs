@@ -541,15 +541,8 @@ fn file_size_for(dir: &Path, jobs: u32) -> u64 {
 }
 
 fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs is plain old data, valid when zeroed.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid NUL-terminated path and a statvfs to fill.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    Some(st.f_bavail as u64 * st.f_frsize as u64)
+    let st = crate::sys::statvfs(dir).ok()?;
+    Some(st.f_bavail * st.f_frsize)
 }
 
 /// The directory as the writer pane shows it: relative to the current

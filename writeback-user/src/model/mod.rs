@@ -13,6 +13,7 @@ pub mod record;
 pub(crate) mod stats;
 pub mod timeline;
 pub mod units;
+pub(crate) mod when;
 pub mod window;
 
 pub(crate) use histogram::Log2Histogram;

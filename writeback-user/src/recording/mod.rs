@@ -22,14 +22,22 @@
 //! verbatim), and the summary as JSON.
 //!
 //! [`CallRecord`]: crate::model::CallRecord
+pub mod block;
 pub mod reader;
+pub mod store;
 pub mod writer;
 
 use serde::{Deserialize, Serialize};
 
 pub(crate) const MAGIC: &[u8; 8] = b"WBSCOPE\0";
-/// Bumped on any incompatible change to the header or frames.
+/// Bumped on any incompatible change to the header or frames. Plain
+/// recordings (`record -o`) are still written as version 1, which every
+/// wbscope reads; a store's segments are version 2, the first with
+/// [`FrameKind::Block`], so that a wbscope from before blocks refuses a
+/// segment with "newer version" instead of reading it as damage.
 pub const FORMAT_VERSION: u32 = 1;
+/// The version of recordings with compressed blocks (store segments).
+pub const FORMAT_VERSION_BLOCKS: u32 = 2;
 pub(crate) const SYNC: u16 = 0xB5F7;
 /// sync + kind + reserved + length + crc.
 pub(crate) const FRAME_HEADER_LEN: usize = 12;
@@ -55,6 +63,9 @@ pub enum FrameKind {
     ///
     /// [`CallRecord`]: crate::model::CallRecord
     CallWho = 4,
+    /// zstd-compressed frames of one interval (format version 2, store
+    /// segments): see [`block`].
+    Block = 5,
 }
 
 /// The part of a call a `CallWho` frame adds.
@@ -117,6 +128,7 @@ impl FrameKind {
             2 => Some(FrameKind::Interval),
             3 => Some(FrameKind::Summary),
             4 => Some(FrameKind::CallWho),
+            5 => Some(FrameKind::Block),
             _ => None,
         }
     }
@@ -140,6 +152,21 @@ pub struct Header {
     pub field_offsets: serde_json::Value,
     /// The filters in force (kernel `dev_t`, tgid, ino, cgroup id; 0 = off).
     pub filter: serde_json::Value,
+    /// In a store's segment: which one, and when it was opened. Absent in
+    /// plain recordings (and ignored by readers before it: serde skips
+    /// unknown fields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<SegmentInfo>,
+}
+
+/// A store segment's place in its store (`recording::store`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    /// Wall clock when the segment was opened, ns since the Unix epoch
+    /// (also in its file name).
+    pub opened_unix_ns: u64,
+    /// CLOCK_MONOTONIC then.
+    pub opened_monotonic_ns: u64,
 }
 
 fn crc_of(kind: u8, payload: &[u8]) -> u32 {

@@ -28,10 +28,12 @@ use std::{
 };
 
 use super::{
-    FORMAT_VERSION, FRAME_HEADER_LEN, FrameKind, Header, MAGIC, MAX_HEADER, MAX_PAYLOAD, SYNC,
+    FORMAT_VERSION, FORMAT_VERSION_BLOCKS, FRAME_HEADER_LEN, FrameKind, Header, MAGIC, MAX_HEADER,
+    MAX_PAYLOAD, SYNC,
+    block::{self, BlockMeta},
     crc_of,
 };
-use crate::model::CallRecord;
+use crate::model::{CallRecord, when::TimeWindow};
 
 /// The most of a recording the reader needs at once: one whole frame of
 /// the largest payload. The buffer holds at most this plus
@@ -54,7 +56,7 @@ pub(crate) enum OpenError {
     BadMagic,
     #[error(
         "recording format version {0} is newer than this wbscope understands \
-         (version {FORMAT_VERSION}); use a newer wbscope"
+         (version {FORMAT_VERSION_BLOCKS}); use a newer wbscope"
     )]
     NewerVersion(u32),
     #[error("recording format version {0} is not supported")]
@@ -142,6 +144,26 @@ pub(crate) struct RecordingReader<R> {
     /// The running CRC while resynchronising.
     prefix: Option<PrefixCrc>,
     work: Work,
+    /// Only frames in this window are returned (and blocks wholly outside
+    /// it are not decompressed).
+    window: TimeWindow,
+    /// Blocks are not decompressed: only their metadata is kept, in
+    /// `metas` (`wbscope store`).
+    metas_only: bool,
+    /// The metadata of the blocks met, when asked for (`collect_metas`).
+    pub(crate) metas: Option<Vec<BlockMeta>>,
+    /// The frames of the block being returned.
+    pending: VecDeque<Frame>,
+    /// Bytes of the header (magic to its checksum).
+    header_len: usize,
+}
+
+/// A decoded frame: one, or a block of them.
+enum Decoded {
+    One(Frame),
+    /// A block's metadata and its frames (none when it was not
+    /// decompressed).
+    Block(BlockMeta, Vec<Frame>),
 }
 
 /// Reads until `buf` is full or the source ends; the bytes read.
@@ -175,6 +197,28 @@ fn plausible(head: &[u8]) -> Option<(FrameKind, usize, u32)> {
     Some((kind, len, u32_at(head, 8)?))
 }
 
+/// The frame or block in `payload`; a block outside `window` (or any
+/// block when `metas_only`) is not decompressed.
+fn decode_any(
+    kind: FrameKind,
+    payload: &[u8],
+    window: &TimeWindow,
+    metas_only: bool,
+) -> Option<Decoded> {
+    if kind != FrameKind::Block {
+        return decode(kind, payload).map(Decoded::One);
+    }
+    let (meta, body) = block::split(payload)?;
+    if metas_only || !window.overlaps(meta.first_unix_ns, meta.last_unix_ns) {
+        return Some(Decoded::Block(meta, Vec::new()));
+    }
+    let frames = block::frames(&meta, body)?
+        .into_iter()
+        .map(|(kind, payload)| decode(kind, &payload))
+        .collect::<Option<Vec<Frame>>>()?;
+    Some(Decoded::Block(meta, frames))
+}
+
 fn decode(kind: FrameKind, payload: &[u8]) -> Option<Frame> {
     match kind {
         FrameKind::Call | FrameKind::CallWho => {
@@ -196,6 +240,8 @@ fn decode(kind: FrameKind, payload: &[u8]) -> Option<Frame> {
         }
         FrameKind::Interval => serde_json::from_slice(payload).ok().map(Frame::Interval),
         FrameKind::Summary => serde_json::from_slice(payload).ok().map(Frame::Summary),
+        // Blocks do not nest (decode_any).
+        FrameKind::Block => None,
     }
 }
 
@@ -205,7 +251,7 @@ fn decode(kind: FrameKind, payload: &[u8]) -> Option<Frame> {
 #[allow(clippy::large_enum_variant)]
 enum At {
     End,
-    Frame(Frame, usize),
+    Frame(Decoded, usize),
     /// A frame that checks out but does not decode, of this length.
     Undecodable(usize),
     /// The recording ends inside a frame.
@@ -222,10 +268,10 @@ impl<R: Read> RecordingReader<R> {
             return Err(OpenError::BadMagic);
         }
         let version = u32_at(&fixed[..got], 8).ok_or(OpenError::ShortHeader(got))?;
-        if version > FORMAT_VERSION {
+        if version > FORMAT_VERSION_BLOCKS {
             return Err(OpenError::NewerVersion(version));
         }
-        if version != FORMAT_VERSION {
+        if version < FORMAT_VERSION {
             return Err(OpenError::UnsupportedVersion(version));
         }
         let len = u32_at(&fixed[..got], 12).ok_or(OpenError::ShortHeader(got))? as usize;
@@ -257,7 +303,86 @@ impl<R: Read> RecordingReader<R> {
             damage_not_kept: 0,
             prefix: None,
             work: Work::default(),
+            window: TimeWindow::default(),
+            metas_only: false,
+            metas: None,
+            pending: VecDeque::new(),
+            header_len: pos,
         })
+    }
+
+    /// Bytes of the recording's header.
+    pub(crate) fn header_len(&self) -> usize {
+        self.header_len
+    }
+
+    /// Returns only the frames in `window`: calls that ended in it,
+    /// interval lines that closed in it, and the summary only when the
+    /// window is all of time (a summary is of the whole recording).
+    pub(crate) fn with_window(mut self, window: TimeWindow) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Keeps the metadata of every block in `metas`; with `decompress`
+    /// false, blocks are not decompressed (and give no frames).
+    pub(crate) fn collect_metas(mut self, decompress: bool) -> Self {
+        self.metas = Some(Vec::new());
+        self.metas_only = !decompress;
+        self
+    }
+
+    /// Whether a frame of a plain (version 1) part, or of the block of
+    /// `meta`, is in the window.
+    fn in_window(&self, frame: &Frame, meta: Option<&BlockMeta>) -> bool {
+        if self.window.is_all() {
+            return true;
+        }
+        let h = &self.header;
+        let wall = match frame {
+            Frame::Call(c) => {
+                let end = c.start_ns.saturating_add(c.duration_ns);
+                match meta {
+                    Some(m) => m.wall_of(end),
+                    None => h
+                        .start_unix_ns
+                        .saturating_add(end.saturating_sub(h.start_monotonic_ns)),
+                }
+            }
+            Frame::Interval(v) => match meta {
+                Some(m) => m.last_unix_ns,
+                None => {
+                    let secs = v
+                        .get("time_s")
+                        .and_then(serde_json::Value::as_f64)
+                        .unwrap_or(0.0);
+                    h.start_unix_ns.saturating_add((secs.max(0.0) * 1e9) as u64)
+                }
+            },
+            Frame::Summary(_) => return false,
+        };
+        self.window.contains(wall)
+    }
+
+    /// Queues what a decoded frame or block gives, in the window.
+    fn accept(&mut self, decoded: Decoded) {
+        match decoded {
+            Decoded::One(frame) => {
+                if self.in_window(&frame, None) {
+                    self.pending.push_back(frame);
+                }
+            }
+            Decoded::Block(meta, frames) => {
+                for frame in frames {
+                    if self.in_window(&frame, Some(&meta)) {
+                        self.pending.push_back(frame);
+                    }
+                }
+                if let Some(metas) = &mut self.metas {
+                    metas.push(meta);
+                }
+            }
+        }
     }
 
     /// Makes bytes `from..to` (`to - from <= WINDOW`) available, as far
@@ -338,23 +463,31 @@ impl<R: Read> RecordingReader<R> {
             return Ok(At::Invalid);
         }
         self.work.decoded += len as u64;
-        Ok(match decode(kind, self.bytes(at + FRAME_HEADER_LEN, end)) {
-            Some(frame) => At::Frame(frame, end - at),
-            None => At::Undecodable(end - at),
-        })
+        let (window, metas_only) = (self.window, self.metas_only);
+        Ok(
+            match decode_any(
+                kind,
+                self.bytes(at + FRAME_HEADER_LEN, end),
+                &window,
+                metas_only,
+            ) {
+                Some(frame) => At::Frame(frame, end - at),
+                None => At::Undecodable(end - at),
+            },
+        )
     }
 
     /// The first frame starting at or after `from` that is whole, checks
     /// out and decodes: its offset, the frame and its length. `None` at
     /// the end of the recording.
-    fn resync(&mut self, from: usize) -> io::Result<Option<(usize, Frame, usize)>> {
+    fn resync(&mut self, from: usize) -> io::Result<Option<(usize, Decoded, usize)>> {
         self.prefix = Some(PrefixCrc::new(from));
         let found = self.resync_from(from);
         self.prefix = None;
         found
     }
 
-    fn resync_from(&mut self, mut at: usize) -> io::Result<Option<(usize, Frame, usize)>> {
+    fn resync_from(&mut self, mut at: usize) -> io::Result<Option<(usize, Decoded, usize)>> {
         let sync = SYNC.to_le_bytes();
         loop {
             self.fill(at, at + 2)?;
@@ -387,7 +520,13 @@ impl<R: Read> RecordingReader<R> {
                 continue;
             }
             self.work.decoded += len as u64;
-            match decode(kind, self.bytes(start + FRAME_HEADER_LEN, end)) {
+            let (window, metas_only) = (self.window, self.metas_only);
+            match decode_any(
+                kind,
+                self.bytes(start + FRAME_HEADER_LEN, end),
+                &window,
+                metas_only,
+            ) {
                 Some(frame) => return Ok(Some((start, frame, end - start))),
                 // Checks out, yet is not ours: skipped whole, so that no
                 // byte is decoded twice.
@@ -415,6 +554,19 @@ impl<R: Read> Iterator for RecordingReader<R> {
     type Item = Frame;
 
     fn next(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(frame) = self.pending.pop_front() {
+                return Some(frame);
+            }
+            let decoded = self.next_decoded()?;
+            self.accept(decoded);
+        }
+    }
+}
+
+impl<R: Read> RecordingReader<R> {
+    /// The next frame or block, whatever the window.
+    fn next_decoded(&mut self) -> Option<Decoded> {
         if self.finished {
             return None;
         }
@@ -490,43 +642,6 @@ impl<R> RecordingReader<R> {
             error: e.to_string(),
         });
         self.finished = true;
-    }
-}
-
-impl<R: Read + Send + 'static> RecordingReader<R> {
-    /// Reads the frames on a thread of its own into a channel of
-    /// `capacity` frames: a consumer playing them at its own pace holds
-    /// at most that many, and the reader its window, whatever the size of
-    /// the recording. Damage is logged as it is met. The thread ends at
-    /// the end of the recording or when the receiver is dropped.
-    pub(crate) fn into_channel(
-        mut self,
-        capacity: usize,
-    ) -> io::Result<tokio::sync::mpsc::Receiver<Frame>> {
-        let (tx, rx) = tokio::sync::mpsc::channel(capacity);
-        std::thread::Builder::new()
-            .name("wbscope-replay".into())
-            .spawn(move || {
-                let mut logged = 0;
-                loop {
-                    let frame = self.next();
-                    for damage in &self.damage[logged..] {
-                        log::warn!("replay: {damage}");
-                    }
-                    logged = self.damage.len();
-                    let Some(frame) = frame else { break };
-                    if tx.blocking_send(frame).is_err() {
-                        return;
-                    }
-                }
-                if self.damage_not_kept > 0 {
-                    log::warn!(
-                        "replay: {} more damaged regions not listed",
-                        self.damage_not_kept
-                    );
-                }
-            })?;
-        Ok(rx)
     }
 }
 
@@ -685,6 +800,7 @@ mod tests {
             probe_plan: serde_json::json!({"kernel": "6.18", "concepts": []}),
             field_offsets: serde_json::json!({}),
             filter: serde_json::json!({}),
+            segment: None,
         }
     }
 
@@ -775,6 +891,42 @@ mod tests {
         f
     }
 
+    /// A plain recording in a window: calls by their end, through the
+    /// header's clocks (start 1 ns wall at 2 ns monotonic), interval
+    /// lines by `time_s`; no summary.
+    #[test]
+    fn a_window_of_a_plain_recording() {
+        let bytes = recording(10);
+        // Call i ends at monotonic i * 1000 + 77, wall i * 1000 + 76.
+        let window = TimeWindow {
+            since_ns: Some(3076),
+            until_ns: Some(7076),
+        };
+        let frames: Vec<Frame> = RecordingReader::open(&bytes[..])
+            .unwrap()
+            .with_window(window)
+            .collect();
+        let calls: Vec<u64> = frames
+            .iter()
+            .map(|f| match f {
+                Frame::Call(c) => c.ino - 1000,
+                other => panic!("{other:?} is not in the window"),
+            })
+            .collect();
+        assert_eq!(calls, vec![3, 4, 5, 6]);
+        // The interval line (no time_s: at the start) is in a window from
+        // the start; the summary only without a window.
+        let from_start = TimeWindow {
+            since_ns: Some(0),
+            until_ns: Some(2),
+        };
+        let frames: Vec<Frame> = RecordingReader::open(&bytes[..])
+            .unwrap()
+            .with_window(from_start)
+            .collect();
+        assert!(matches!(frames[..], [Frame::Interval(_)]), "{frames:?}");
+    }
+
     #[test]
     fn round_trip() {
         let bytes = recording(50);
@@ -847,9 +999,9 @@ mod tests {
     #[test]
     fn newer_version_and_foreign_files_are_clear_errors() {
         let mut bytes = recording(1);
-        bytes[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+        bytes[8..12].copy_from_slice(&(FORMAT_VERSION_BLOCKS + 1).to_le_bytes());
         let err = RecordingReader::open(&bytes[..]).err().unwrap();
-        assert_eq!(err, OpenError::NewerVersion(FORMAT_VERSION + 1));
+        assert_eq!(err, OpenError::NewerVersion(FORMAT_VERSION_BLOCKS + 1));
         assert!(err.to_string().contains("newer"));
         assert_eq!(
             RecordingReader::open(&b"PK\x03\x04 not ours"[..]).err(),
@@ -1050,11 +1202,13 @@ mod tests {
         file.write_all(&bytes).unwrap();
         file.seek(SeekFrom::Start(0)).unwrap();
         let read = Arc::new(AtomicUsize::new(0));
-        let reader = RecordingReader::open(Counting {
+        let reader = RecordingReader::open(Box::new(Counting {
             file,
             read: read.clone(),
-        })
+        }) as Box<dyn Read + Send>)
         .unwrap();
+        let reader =
+            crate::recording::store::reader::StoreReader::single(reader, TimeWindow::default());
         let capacity = 64;
         let mut rx = reader.into_channel(capacity).unwrap();
         let taken = 100;
