@@ -23,7 +23,7 @@
 use std::{
     fs,
     io::{BufRead as _, BufReader},
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -101,22 +101,43 @@ impl Side {
     }
 }
 
-/// What observes a run: one of ours, or bpftrace.
+/// What observes a run: `wbscope trace` writing its lines to a file (as a
+/// user would redirect them: a pipe nobody reads would stall it), the
+/// floor's programs, or bpftrace.
 enum Observer {
-    Ours(Tracer),
+    Trace(Child, PathBuf),
+    Floor(Tracer),
     Bpftrace(Child),
 }
 
 impl Observer {
-    fn start(binary: &Path, side: Side) -> anyhow::Result<Observer> {
-        let events = ["trace", "--json", "--events"];
+    fn start(binary: &Path, side: Side, out: &Path) -> anyhow::Result<Observer> {
         Ok(match side {
-            Side::Trace => Observer::Ours(Tracer::spawn(binary, &events, None, "tracing;")?),
-            Side::PerFolio => {
-                let args = [&events[..], &["--enable", "dirty_folio"]].concat();
-                Observer::Ours(Tracer::spawn(binary, &args, None, "tracing;")?)
+            Side::Trace | Side::PerFolio => {
+                let mut cmd = Command::new(binary);
+                cmd.args(["trace", "--json", "--events"]);
+                if side == Side::PerFolio {
+                    cmd.args(["--enable", "dirty_folio"]);
+                }
+                let file = fs::File::create(out)
+                    .with_context(|| format!("creating {}", out.display()))?;
+                let mut child = cmd
+                    .stdout(file)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("starting wbscope trace")?;
+                let stderr = child.stderr.take().context("wbscope's stderr")?;
+                let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+                if !lines.any(|l| l.contains("tracing;")) {
+                    let _ = child.kill();
+                    bail!("wbscope trace exited before attaching");
+                }
+                // Drained to the end, so that nothing it says later blocks
+                // or breaks on a closed pipe.
+                std::thread::spawn(move || lines.for_each(drop));
+                Observer::Trace(child, out.to_path_buf())
             }
-            Side::Floor => Observer::Ours(Tracer::floor(binary, false)?),
+            Side::Floor => Observer::Floor(Tracer::floor(binary, false)?),
             Side::Bpftrace => {
                 let mut child = Command::new("bpftrace")
                     .args([
@@ -142,19 +163,32 @@ impl Observer {
     }
 
     /// Stops it; for our tracer, its programs' run counts (program, runs).
-    fn stop(self, binary: &Path, side: Side) -> anyhow::Result<Vec<(String, u64)>> {
+    fn stop(self) -> anyhow::Result<Vec<(String, u64)>> {
         match self {
             Observer::Bpftrace(child) => {
                 super::interrupt(child)?;
                 Ok(Vec::new())
             }
-            Observer::Ours(t) if side == Side::Floor => {
+            Observer::Floor(t) => {
                 t.stop_floor()?;
                 Ok(Vec::new())
             }
-            Observer::Ours(t) => {
-                let lines = t.stop(binary)?;
-                let summary = lines.last().context("no summary")?;
+            Observer::Trace(child, out) => {
+                let status = super::interrupt(child)?.status;
+                if !status.success() {
+                    bail!("wbscope trace ended with {status}");
+                }
+                let text = fs::read_to_string(&out)
+                    .with_context(|| format!("reading {}", out.display()))?;
+                let _ = fs::remove_file(&out);
+                let summary: serde_json::Value = text
+                    .lines()
+                    .last()
+                    .map(serde_json::from_str)
+                    .transpose()
+                    .context("wbscope's last line")?
+                    .filter(|l: &serde_json::Value| l["type"] == "summary")
+                    .context("no summary line from wbscope trace")?;
                 Ok(summary["run_time"]
                     .as_array()
                     .into_iter()
@@ -237,6 +271,7 @@ impl Drop for TempDir {
 
 fn measure(binary: &Path, opts: &SmallWriterOptions, dir: &Path) -> anyhow::Result<String> {
     let file = dir.join("small.dat");
+    let trace_out = dir.join("trace.json");
     let writers = [Writer::Dd, Writer::FioRandwrite];
     let mut cells: Vec<Vec<Cell>> = writers
         .iter()
@@ -252,7 +287,9 @@ fn measure(binary: &Path, opts: &SmallWriterOptions, dir: &Path) -> anyhow::Resu
                     let _ = fs::remove_file(&file);
                     // Attached before the caches are dropped and the pause,
                     // so that both runs write the same time after both.
-                    let observer = observed.then(|| Observer::start(binary, side)).transpose()?;
+                    let observer = observed
+                        .then(|| Observer::start(binary, side, &trace_out))
+                        .transpose()?;
                     drop_caches()?;
                     std::thread::sleep(Duration::from_secs(opts.settle_secs));
                     let dirtied0 = nr_dirtied()?;
@@ -260,7 +297,7 @@ fn measure(binary: &Path, opts: &SmallWriterOptions, dir: &Path) -> anyhow::Resu
                     let dirtied = nr_dirtied()? - dirtied0;
                     times[usize::from(observed)] = t;
                     if let Some(o) = observer {
-                        let runs = o.stop(binary, side)?;
+                        let runs = o.stop()?;
                         let cell = &mut cells[w][s];
                         cell.dirtied += dirtied;
                         for (program, n) in runs {
