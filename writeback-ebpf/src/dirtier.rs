@@ -20,7 +20,7 @@ use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_get_prandom_u32, bpf_get_smp_processor_id, bpf_ktime_get_ns,
     },
     macros::{btf_tracepoint, map, tracepoint},
     maps::{Array, LruHashMap, RingBuf},
@@ -48,6 +48,26 @@ use crate::{
 /// on its own clock.
 #[map]
 static DIRTYINGS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// log2 of the per-folio sampling userspace asks for (`record
+/// --cpu-budget`, writeback-user/src/model/budget.rs): 0 counts every
+/// folio; k counts one in 2^k, chosen at random, as 2^k folios.
+#[map]
+static DIRTY_SAMPLE: Array<u32> = Array::with_max_entries(1, 0);
+
+/// The factor a dirtied folio counts for under the sampling in force, or
+/// `None` when this one is not counted.
+#[inline(always)]
+fn sampled() -> Option<u64> {
+    // SAFETY: a live array value, written only by userspace.
+    let shift = DIRTY_SAMPLE.get_ptr(0).map_or(0, |p| unsafe { *p }) & 31;
+    if shift == 0 {
+        return Some(1);
+    }
+    // SAFETY: plain helper call.
+    let r = u64::from(unsafe { bpf_get_prandom_u32() });
+    (r & ((1 << shift) - 1) == 0).then_some(1 << shift)
+}
 
 /// Layout of `writeback:writeback_dirty_inode_enqueue`.
 #[unsafe(no_mangle)]
@@ -275,6 +295,9 @@ pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
     if mapping.is_null() {
         return 0;
     }
+    let Some(scale) = sampled() else {
+        return 0;
+    };
     let Some(slot) = slot() else {
         return 0;
     };
@@ -287,7 +310,7 @@ pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
         dev: scalar(sb, dm::SB_S_DEV) as u32,
         tgid,
     };
-    let pages = folio_pages(folio);
+    let pages = folio_pages(folio) * scale;
     if hit(slot, &key, pages) {
         return 0;
     }
@@ -301,16 +324,19 @@ pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
 /// in the record).
 #[tracepoint]
 pub fn dirty_folio(ctx: TracePointContext) -> u32 {
+    let Some(scale) = sampled() else {
+        return 0;
+    };
     let ino = field(&ctx, &DIRTY_FOLIO_LAYOUT, dirty_folio::INO) as u64;
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let Some(slot) = slot() else {
         return 0;
     };
     let key = DirtierKey { ino, dev: 0, tgid };
-    if hit(slot, &key, 1) {
+    if hit(slot, &key, scale) {
         return 0;
     }
-    refill(slot, key, 1, || 0);
+    refill(slot, key, scale, || 0);
     0
 }
 

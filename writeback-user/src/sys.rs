@@ -126,6 +126,11 @@ pub(crate) fn boottime_ns() -> u64 {
     clock_ns(libc::CLOCK_BOOTTIME)
 }
 
+/// User plus system CPU time of this process so far, ns (all threads).
+pub(crate) fn process_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -13,6 +13,7 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
+    model::budget::{BudgetLine, CpuBudget, sampling_error},
     model::dirtier::{Attribution, AttributionMode},
     model::interval::SummaryLine,
     model::interval::{CallAggregate, IntervalLine},
@@ -43,6 +44,84 @@ pub(crate) struct Limits {
     /// (they are still counted in every figure) until the rate falls
     /// below half of it.
     pub(crate) max_event_rate: u64,
+    /// % of one core the programs and the recorder may use together
+    /// (model/budget.rs); `None`: no budget.
+    pub(crate) cpu_budget: Option<f64>,
+}
+
+/// The CPU budget in the loop: what the programs and this process had used
+/// at the last interval's end, and the ladder.
+struct Budgeted {
+    budget: CpuBudget,
+    bpf_ns: u64,
+    cpu_ns: u64,
+    /// Calls seen since the call sampling last wrote one.
+    skipped: u64,
+}
+
+impl Budgeted {
+    fn new(pct: f64, tracer: &Tracer, snap: &crate::model::kernel::KernelSnapshot) -> Budgeted {
+        let per_folio = AttributionMode::of(&tracer.plan) == Some(AttributionMode::PerFolio);
+        Budgeted {
+            budget: CpuBudget::new(pct, per_folio),
+            bpf_ns: bpf_ns(snap),
+            cpu_ns: crate::sys::process_cpu_ns(),
+            skipped: 0,
+        }
+    }
+
+    /// Closes an interval: its line, and the sampling for the next one set
+    /// in the kernel.
+    fn interval(
+        &mut self,
+        tracer: &Tracer,
+        snap: &crate::model::kernel::KernelSnapshot,
+        wall: Duration,
+    ) -> Option<BudgetLine> {
+        let (bpf, cpu) = (bpf_ns(snap), crate::sys::process_cpu_ns());
+        let line = self.budget.interval(
+            bpf.saturating_sub(self.bpf_ns),
+            cpu.saturating_sub(self.cpu_ns),
+            u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX),
+        );
+        (self.bpf_ns, self.cpu_ns) = (bpf, cpu);
+        if let Err(e) = tracer.set_dirty_folio_sampling(self.budget.dirty_folio_shift()) {
+            log::warn!("setting the per-folio sampling: {e:#}");
+        }
+        line
+    }
+
+    /// Whether the next call is written, under the call sampling.
+    fn write_call(&mut self) -> bool {
+        let every = 1u64 << self.budget.calls_shift();
+        self.skipped += 1;
+        if self.skipped >= every {
+            self.skipped = 0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Each owner's `pages_dirtied_error` when the interval's per-folio counts
+/// were sampled.
+fn state_sampling_error(line: &mut IntervalLine) {
+    let Some(one_in) = line.budget.as_ref().map(|b| b.dirty_folio_1_in) else {
+        return;
+    };
+    if one_in <= 1 {
+        return;
+    }
+    for o in &mut line.owners {
+        o.pages_dirtied_error = Some(sampling_error(o.pages_dirtied, one_in).ceil() as u64);
+    }
+}
+
+/// BPF run time of every attached program so far (the kernel's
+/// statistics; 0 without them).
+fn bpf_ns(snap: &crate::model::kernel::KernelSnapshot) -> u64 {
+    snap.run_times.iter().map(|r| r.run_time_ns).sum()
 }
 
 /// Switches per-call output off while the call rate is over the limit, so
@@ -141,6 +220,7 @@ fn take(
     max: u64,
     out: &mut dyn SessionOutput,
     who: &mut Who<'_>,
+    mut budget: Option<&mut Budgeted>,
 ) -> io::Result<()> {
     who.charge(&mut batch);
     for call in batch {
@@ -149,7 +229,8 @@ fn take(
         }
         totals.add(&call);
         interval.add(&call);
-        if gate.suspended {
+        let sampled_out = budget.as_mut().is_some_and(|b| !b.write_call());
+        if gate.suspended || sampled_out {
             gate.not_written += 1;
         } else {
             out.call(&call)?;
@@ -202,6 +283,9 @@ pub(crate) async fn run(
         on: tracer.plan.attached(Concept::Dirtier),
         attribution: Attribution::new(AttributionMode::of(&tracer.plan).unwrap_or_default()),
     };
+    let mut budget = limits
+        .cpu_budget
+        .map(|pct| Budgeted::new(pct, tracer, &prev));
     eprintln!("wbscope: tracing; Ctrl-C to stop");
 
     let ending = loop {
@@ -222,6 +306,10 @@ pub(crate) async fn run(
                     &cur,
                 );
                 line.owners = who.owners();
+                line.budget = budget
+                    .as_mut()
+                    .and_then(|b| b.interval(tracer, &cur, now.duration_since(last_tick)));
+                state_sampling_error(&mut line);
                 out.interval(&line)?;
                 gate.interval(interval.calls, secs, limits.max_event_rate);
                 interval = CallAggregate::default();
@@ -253,6 +341,7 @@ pub(crate) async fn run(
             max,
             out,
             &mut who,
+            budget.as_mut(),
         )?;
         out.flush()?;
         if totals.calls >= max {
@@ -273,6 +362,7 @@ pub(crate) async fn run(
         max,
         out,
         &mut who,
+        budget.as_mut(),
     )?;
     let now = Instant::now();
     let cur = tracer.snapshot()?;
@@ -284,6 +374,10 @@ pub(crate) async fn run(
         &cur,
     );
     line.owners = who.owners();
+    line.budget = budget
+        .as_mut()
+        .and_then(|b| b.interval(tracer, &cur, now.duration_since(last_tick)));
+    state_sampling_error(&mut line);
     out.interval(&line)?;
     let mut summary = SummaryLine::new(
         started.elapsed().as_secs_f64(),

@@ -298,8 +298,29 @@ pub(crate) struct RecordArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_interval, allow_negative_numbers = true)]
     pub(crate) interval: Option<Duration>,
 
+    /// Keep the BPF programs' run time plus the recorder's CPU under
+    /// PERCENT of one core (default 2 with --store, none otherwise):
+    /// past it, sample the per-folio dirtier counts (--enable
+    /// dirty_folio), then the call records written; each interval line
+    /// says what was sampled and at what rate.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_budget)]
+    pub(crate) cpu_budget: Option<f64>,
+
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
+}
+
+/// The service's CPU budget: 2% of one core (docs/recordings.md).
+pub(crate) const DEFAULT_CPU_BUDGET: f64 = 2.0;
+
+/// A CPU budget: a share of one core above 0 and at most 100.
+pub(crate) fn parse_budget(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a share of one core above 0 and at most 100 (e.g. 2 or 0.5)"
+        )),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -115,6 +115,7 @@ pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result
                 max_records: None,
                 watch_pid: args.filter.pid,
                 max_event_rate: DEFAULT_MAX_EVENT_RATE,
+                cpu_budget: None,
             };
             let mut out = Doctor {
                 engine: Engine::new(),

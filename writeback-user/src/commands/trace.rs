@@ -144,6 +144,7 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         max_records: None,
         watch_pid: args.filter.pid,
         max_event_rate: args.max_event_rate,
+        cpu_budget: None,
     };
     let result = async {
         if !args.json {

@@ -113,6 +113,10 @@ pub(crate) struct OwnerLine {
     /// `balance_dirty_pages` pauses of the process, and their sum (ms).
     pub(crate) throttle_pauses: u64,
     pub(crate) throttle_pause_ms: u64,
+    /// 95% half-width of `pages_dirtied` when the per-folio counts were
+    /// sampled (the interval's `budget`); absent when exact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) pages_dirtied_error: Option<u64>,
 }
 
 /// Pages of one process outstanding on one inode.

@@ -455,6 +455,10 @@ pub(crate) struct IntervalLine {
     /// recordings).
     #[serde(default)]
     pub(crate) continued_calls: ContinuedLine,
+    /// The recorder's CPU budget and what it sampled in the interval
+    /// (`record --cpu-budget`); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) budget: Option<crate::model::budget::BudgetLine>,
 }
 
 /// Tasks paused in the interval, most first, at most [`PAUSED_KEPT`].
@@ -657,6 +661,7 @@ impl IntervalLine {
             },
             continued_calls: ContinuedLine::of(&calls.continued),
             owners: Vec::new(),
+            budget: None,
         }
     }
 }

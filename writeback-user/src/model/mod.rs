@@ -2,6 +2,7 @@
 //! histograms, the per-interval figures and the lines the exporters print.
 //! The tracer fills it; capture, the dashboard, the exporters and
 //! recordings read it.
+pub(crate) mod budget;
 pub(crate) mod diff;
 pub mod dirtier;
 pub(crate) mod findings;

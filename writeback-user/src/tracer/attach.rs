@@ -593,8 +593,14 @@ impl Tracer {
                 .context("DIRTYINGS ring buffer missing")?,
         )
         .context("DIRTYINGS is not a ring buffer")?;
+        let dirty_sample = Array::try_from(
+            ebpf.take_map("DIRTY_SAMPLE")
+                .context("DIRTY_SAMPLE map missing")?,
+        )
+        .context("DIRTY_SAMPLE map")?;
         let tracer = Tracer {
             dirtyings: std::sync::Mutex::new(super::dirtiers::Dirtyings::new(dirtyings)),
+            dirty_sample: std::sync::Mutex::new(dirty_sample),
             ebpf,
             stats,
             global_thresh: std::sync::Mutex::new(global_thresh),

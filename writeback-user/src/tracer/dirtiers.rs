@@ -189,6 +189,17 @@ impl Tracer {
         Ok(snap)
     }
 
+    /// Counts one dirtied folio in 2^`shift` (as 2^`shift` folios) from
+    /// now on; 0 counts every one (`DIRTY_SAMPLE`, the CPU budget's first
+    /// step). Nothing to do unless the per-folio program is attached.
+    pub(crate) fn set_dirty_folio_sampling(&self, shift: u32) -> anyhow::Result<()> {
+        if AttributionMode::of(&self.plan) != Some(AttributionMode::PerFolio) {
+            return Ok(());
+        }
+        let mut map = self.dirty_sample.lock().unwrap_or_else(|e| e.into_inner());
+        map.set(0, shift, 0).context("writing DIRTY_SAMPLE")
+    }
+
     /// `DIRTIERS` and the CPUs' slots, the per-folio mode's counts.
     fn per_folio(&self, snap: &mut DirtierSnapshot) -> anyhow::Result<()> {
         let map: BpfHashMap<_, DirtierKey, DirtierEntry> =

@@ -51,6 +51,8 @@ pub struct Tracer {
     /// The default attribution's inode dirtyings and process counts
     /// (`dirtiers.rs`; read through `&self`, hence the lock).
     dirtyings: std::sync::Mutex<dirtiers::Dirtyings>,
+    /// `DIRTY_SAMPLE`, the per-folio sampling the CPU budget sets.
+    dirty_sample: std::sync::Mutex<Array<MapData, u32>>,
     /// Kept alive: dropping it closes the log map (docs/toolchain.md: aya-log 0.3).
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
 }

@@ -1,0 +1,194 @@
+//! The recorder's CPU budget (issue 26, `record --cpu-budget PERCENT`): the
+//! BPF programs' run time (the kernel's own statistics) and the recorder's
+//! CPU time together, as a share of one core, held under the budget by
+//! shedding optional work, costliest first, and taking it back when the
+//! load falls. Plain arithmetic; the capture loop measures and applies.
+//!
+//! The ladder, one step per interval over the budget:
+//! 1. with `--enable dirty_folio`, the per-folio dirtier program counts
+//!    one dirtied folio in 2, 4, … 64 (chosen at random in the kernel, and
+//!    counted as that many): the program that runs once per write of a
+//!    small writer ([`DIRTY_FOLIO_STEPS`]);
+//! 2. then the recorder writes one call record in 2, 4, … 1024 (every call
+//!    still counts in the interval lines' figures) ([`CALL_STEPS`]).
+//!
+//! One step back after [`CALM_INTERVALS`] intervals in a row under half the
+//! budget: hysteresis, so that a load near the budget does not make the
+//! figures flicker between sampled and exact.
+use serde::{Deserialize, Serialize};
+
+/// Steps of per-folio sampling: at most one folio in 2^6 counted.
+pub(crate) const DIRTY_FOLIO_STEPS: u32 = 6;
+/// Steps of call-record sampling: at most one call in 2^10 written.
+pub(crate) const CALL_STEPS: u32 = 10;
+/// Intervals under half the budget before a step back.
+pub(crate) const CALM_INTERVALS: u32 = 3;
+
+/// What one interval cost and what was sampled during it: the interval
+/// line's `budget` (docs/trace-json.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct BudgetLine {
+    /// The budget, % of one core.
+    pub(crate) budget_pct: f64,
+    /// BPF run time plus the recorder's CPU time, % of one core.
+    pub(crate) cpu_pct: f64,
+    /// The BPF run time alone.
+    pub(crate) bpf_pct: f64,
+    /// One dirtied folio in this many was counted (1: all); the per-folio
+    /// `dirtiers` and `pages_dirtied` are then estimates (see
+    /// [`sampling_error`]).
+    pub(crate) dirty_folio_1_in: u32,
+    /// One call in this many was written as a `call` line (1: all).
+    pub(crate) calls_1_in: u32,
+}
+
+/// The budget's state between intervals.
+#[derive(Clone, Debug)]
+pub(crate) struct CpuBudget {
+    budget_pct: f64,
+    /// Whether the per-folio program is attached (its steps come first).
+    per_folio: bool,
+    level: u32,
+    calm: u32,
+}
+
+impl CpuBudget {
+    pub(crate) fn new(budget_pct: f64, per_folio: bool) -> CpuBudget {
+        CpuBudget {
+            budget_pct,
+            per_folio,
+            level: 0,
+            calm: 0,
+        }
+    }
+
+    fn max_level(&self) -> u32 {
+        CALL_STEPS + if self.per_folio { DIRTY_FOLIO_STEPS } else { 0 }
+    }
+
+    /// log2 of the per-folio sampling in force.
+    pub(crate) fn dirty_folio_shift(&self) -> u32 {
+        if self.per_folio {
+            self.level.min(DIRTY_FOLIO_STEPS)
+        } else {
+            0
+        }
+    }
+
+    /// log2 of the call-record sampling in force.
+    pub(crate) fn calls_shift(&self) -> u32 {
+        let folio_steps = if self.per_folio { DIRTY_FOLIO_STEPS } else { 0 };
+        self.level.saturating_sub(folio_steps)
+    }
+
+    /// Closes an interval of `wall_ns` in which the programs ran `bpf_ns`
+    /// and the recorder used `cpu_ns`: the line for it (with the sampling
+    /// that was in force), then the step for the next one. `None` for an
+    /// interval of no length.
+    pub(crate) fn interval(&mut self, bpf_ns: u64, cpu_ns: u64, wall_ns: u64) -> Option<BudgetLine> {
+        if wall_ns == 0 {
+            return None;
+        }
+        let pct = |ns: u64| ns as f64 * 100.0 / wall_ns as f64;
+        let line = BudgetLine {
+            budget_pct: self.budget_pct,
+            cpu_pct: pct(bpf_ns + cpu_ns),
+            bpf_pct: pct(bpf_ns),
+            dirty_folio_1_in: 1 << self.dirty_folio_shift(),
+            calls_1_in: 1 << self.calls_shift(),
+        };
+        if line.cpu_pct > self.budget_pct {
+            self.level = (self.level + 1).min(self.max_level());
+            self.calm = 0;
+        } else if line.cpu_pct < self.budget_pct / 2.0 {
+            self.calm += 1;
+            if self.calm >= CALM_INTERVALS {
+                self.level = self.level.saturating_sub(1);
+                self.calm = 0;
+            }
+        } else {
+            self.calm = 0;
+        }
+        Some(line)
+    }
+}
+
+/// The 95% half-width, in pages, of an estimate of `pages` made by
+/// counting one folio in `one_in` and multiplying by it: each folio is
+/// counted with probability p = 1/one_in, so the estimate's variance is
+/// n·(1−p)/p for n folios; with one page per folio (what a small writer
+/// dirties; large folios make it larger by their size) that is
+/// pages·(one_in − 1), and 1.96 standard deviations cover 95%.
+pub(crate) fn sampling_error(pages: u64, one_in: u32) -> f64 {
+    1.96 * (pages as f64 * f64::from(one_in.max(1) - 1)).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    #[test]
+    fn over_the_budget_sheds_the_per_folio_program_first_then_calls() {
+        let mut b = CpuBudget::new(2.0, true);
+        // 3% of a core: one step an interval.
+        for step in 1..=DIRTY_FOLIO_STEPS {
+            let line = b.interval(SEC / 50, SEC / 100, SEC).unwrap();
+            assert!((line.cpu_pct - 3.0).abs() < 1e-9);
+            assert!((line.bpf_pct - 2.0).abs() < 1e-9);
+            assert_eq!(line.dirty_folio_1_in, 1 << (step - 1));
+            assert_eq!(line.calls_1_in, 1);
+        }
+        assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (6, 0));
+        b.interval(SEC, 0, SEC);
+        assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (6, 1));
+        for _ in 0..20 {
+            b.interval(SEC, 0, SEC);
+        }
+        assert_eq!(b.calls_shift(), CALL_STEPS, "bounded");
+    }
+
+    #[test]
+    fn without_the_per_folio_program_calls_are_shed_first() {
+        let mut b = CpuBudget::new(1.0, false);
+        b.interval(SEC, 0, SEC);
+        assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (0, 1));
+    }
+
+    /// One step back after three calm intervals in a row; a busy one
+    /// between starts the count again; at or near the budget nothing moves.
+    #[test]
+    fn takes_work_back_when_calm_with_hysteresis() {
+        let mut b = CpuBudget::new(2.0, true);
+        b.interval(SEC, 0, SEC);
+        b.interval(SEC, 0, SEC);
+        assert_eq!(b.dirty_folio_shift(), 2);
+        let calm = SEC / 200; // 0.5%
+        b.interval(calm, 0, SEC);
+        b.interval(calm, 0, SEC);
+        b.interval(SEC / 60, 0, SEC); // 1.7%: between half and the budget
+        b.interval(calm, 0, SEC);
+        b.interval(calm, 0, SEC);
+        assert_eq!(b.dirty_folio_shift(), 2);
+        b.interval(calm, 0, SEC);
+        assert_eq!(b.dirty_folio_shift(), 1);
+        for _ in 0..3 {
+            b.interval(calm, 0, SEC);
+        }
+        assert_eq!(b.dirty_folio_shift(), 0);
+        for _ in 0..9 {
+            b.interval(calm, 0, SEC);
+        }
+        assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (0, 0));
+        assert_eq!(b.interval(0, 0, 0), None);
+    }
+
+    #[test]
+    fn sampling_error_is_zero_unsampled_and_grows_with_the_rate() {
+        assert_eq!(sampling_error(65536, 1), 0.0);
+        // 65536 pages, one in 4: 1.96 * sqrt(65536 * 3) = 868.9.
+        assert!((sampling_error(65536, 4) - 868.9).abs() < 0.1);
+        assert!(sampling_error(65536, 64) > sampling_error(65536, 4));
+    }
+}
