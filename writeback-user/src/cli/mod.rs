@@ -9,11 +9,13 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 
 mod compare;
+mod privileges;
 mod report;
 mod scenario;
 mod write;
 
 pub(crate) use compare::CompareArgs;
+pub(crate) use privileges::DropArgs;
 pub(crate) use report::ReportArgs;
 pub(crate) use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
 pub(crate) use write::WriteArgs;
@@ -80,6 +82,10 @@ Examples:
   wbscope trace --json --events --duration 5 > calls.jsonl
   wbscope trace --interval 5 --device 8:16
   wbscope trace --events --pid 4242
+  wbscope trace --prometheus 0.0.0.0:9464 --listen-any --web-config /etc/wbscope/web.yml
+                                  TLS and basic auth (exporter-toolkit format)
+  wbscope trace --user wbscope    after attaching, run as user wbscope (default nobody)
+  wbscope trace --no-drop         keep root for the whole run (debugging)
 
 Schema of --json lines: docs/trace-json.md. The last line is always a
 summary (calls, pages written, lost records), whether the trace ends by
@@ -106,6 +112,7 @@ measured either way.")]
 Examples:
   wbscope record -o /var/tmp/wb.rec --duration 600
   wbscope record -o wb.rec --device /mnt/data --max-records 1000000
+  wbscope record -o /var/tmp/wb.rec --user wbscope   drop to user wbscope after attach
 
 The file is never overwritten. A recording cut short (crash, full disk,
 kill -9) stays readable up to its last whole frame.")]
@@ -244,6 +251,9 @@ pub(crate) struct RecordArgs {
 
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
+
+    #[command(flatten)]
+    pub(crate) privileges: DropArgs,
 }
 
 #[derive(Debug, Args)]
@@ -312,9 +322,18 @@ pub(crate) struct TraceArgs {
     pub(crate) prometheus: Option<SocketAddr>,
 
     /// Allow --prometheus on an address other than loopback (the metrics
-    /// then reach anyone who can connect to it).
+    /// then reach anyone who can connect to it, unless --web-config).
     #[arg(long)]
     pub(crate) listen_any: bool,
+
+    /// The exporter's TLS and basic auth, in the Prometheus
+    /// exporter-toolkit format (tls_server_config, basic_auth_users with
+    /// bcrypt hashes; docs/production.md), read before privileges drop.
+    #[arg(long, value_name = "FILE", requires = "prometheus")]
+    pub(crate) web_config: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub(crate) privileges: DropArgs,
 }
 
 impl TraceArgs {

@@ -115,6 +115,7 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
     }
     let (tracer, mut collector) = session::attach(filter, hooks)?;
     let mut out = create(&args.output, &tracer, &filter)?;
+    session::drop_privileges(&args.privileges.options())?;
 
     let limits = Limits {
         interval: args.interval.unwrap_or(Duration::from_secs(1)),

@@ -107,7 +107,7 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
     // attached, so a scrape right after the "tracing;" line works; stdout
     // output goes on as without it.
     let exporter = match args.prometheus_listen()? {
-        Some(addr) => Some(Exporter::start(addr).await?),
+        Some(addr) => Some(Exporter::start(addr, args.web_config.as_deref()).await?),
         None => None,
     };
     let (tracer, mut collector) = session::attach(filter, hooks)?;
@@ -123,7 +123,14 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
     }
     if let Some(x) = &exporter {
-        eprintln!("wbscope: metrics on http://{}/metrics", x.local_addr);
+        eprintln!(
+            "wbscope: metrics on {}://{}/metrics",
+            x.scheme(),
+            x.local_addr
+        );
+        if let Some(warning) = x.exposure_warning() {
+            eprintln!("wbscope: warning: {warning}");
+        }
     }
 
     let mut out = TraceOutput {
@@ -133,6 +140,7 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         exporter,
         findings: Engine::new(),
     };
+    session::drop_privileges(&args.privileges.options())?;
     let header = if args.events {
         text::HEADER
     } else {

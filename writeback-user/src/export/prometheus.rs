@@ -23,7 +23,7 @@ use http_body_util::Full;
 use hyper::{
     Method, Request, Response, StatusCode,
     body::{Bytes, Incoming},
-    header::{CONTENT_TYPE, HeaderValue},
+    header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE},
     server::conn::http1,
     service::service_fn,
 };
@@ -39,6 +39,7 @@ use tokio::{
 };
 
 mod cgroups;
+mod web;
 
 use crate::{
     model::findings::{Finding, RULES},
@@ -607,24 +608,90 @@ pub(crate) fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
 pub(crate) struct Exporter {
     pub(crate) metrics: Metrics,
     pub(crate) local_addr: SocketAddr,
+    tls: bool,
+    auth: bool,
     server: tokio::task::JoinHandle<()>,
 }
 
+/// What stands between a connection and the metrics (`--web-config`),
+/// and the count of who it turned away.
+struct FrontDoor {
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    auth: Option<web::BasicAuth>,
+    refused: Family<RefusalLabels, Counter>,
+    handshakes_failed: Counter,
+}
+
+/// Labels of `wbscope_exporter_auth_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: &'static str,
+}
+
 impl Exporter {
-    /// Binds `addr` and serves `/metrics` on the current tokio runtime.
-    pub(crate) async fn start(addr: SocketAddr) -> anyhow::Result<Exporter> {
+    /// Binds `addr` and serves `/metrics` on the current tokio runtime,
+    /// behind the TLS and basic auth of `web_config` when given (read
+    /// now: before the privileges are dropped).
+    pub(crate) async fn start(
+        addr: SocketAddr,
+        web_config: Option<&std::path::Path>,
+    ) -> anyhow::Result<Exporter> {
+        let web = web_config.map(web::WebConfig::load).transpose()?;
         let listener =
             listen(addr).with_context(|| format!("--prometheus {addr}: cannot listen"))?;
         let local_addr = listener
             .local_addr()
             .context("--prometheus: local address")?;
-        let (metrics, registry) = Metrics::new();
-        let server = tokio::spawn(serve(listener, Arc::new(registry)));
+        let (metrics, mut registry) = Metrics::new();
+        let (tls, auth) = web.map(|w| (w.tls, w.auth)).unwrap_or_default();
+        let door = FrontDoor {
+            tls: tls.map(tokio_rustls::TlsAcceptor::from),
+            auth,
+            refused: Family::default(),
+            handshakes_failed: Counter::default(),
+        };
+        registry.register(
+            "exporter_auth_failures",
+            "Requests refused with 401 by basic auth (--web-config), by reason",
+            door.refused.clone(),
+        );
+        registry.register(
+            "exporter_tls_handshake_failures",
+            "Connections closed because their TLS handshake failed (--web-config)",
+            door.handshakes_failed.clone(),
+        );
+        let (tls, auth) = (door.tls.is_some(), door.auth.is_some());
+        let server = tokio::spawn(serve(listener, Arc::new(registry), Arc::new(door)));
         Ok(Exporter {
             metrics,
             local_addr,
+            tls,
+            auth,
             server,
         })
+    }
+
+    /// `https` with TLS, else `http`.
+    pub(crate) fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
+    }
+
+    /// One line to warn with when the metrics reach beyond this host
+    /// without TLS or without authentication.
+    pub(crate) fn exposure_warning(&self) -> Option<String> {
+        if self.local_addr.ip().is_loopback() || (self.tls && self.auth) {
+            return None;
+        }
+        let missing = match (self.tls, self.auth) {
+            (false, false) => "without TLS or authentication",
+            (false, true) => "without TLS (passwords in clear)",
+            _ => "without authentication",
+        };
+        Some(format!(
+            "metrics on {} are served {missing} to anyone who can connect; see --web-config \
+             (docs/production.md)",
+            self.local_addr
+        ))
     }
 }
 
@@ -669,7 +736,7 @@ fn victim(answering: impl IntoIterator<Item = bool>) -> usize {
 /// many tasks and sockets. Each connection is one request (no
 /// keep-alive), headers within [`HEADER_TIMEOUT`], all within
 /// [`CONNECTION_TIMEOUT`].
-async fn serve(listener: TcpListener, registry: Arc<Registry>) {
+async fn serve(listener: TcpListener, registry: Arc<Registry>, door: Arc<FrontDoor>) {
     // Dropping the set (the exporter is dropped) aborts every connection.
     let mut tasks = JoinSet::new();
     let mut held: VecDeque<Held> = VecDeque::with_capacity(MAX_CONNECTIONS);
@@ -699,16 +766,67 @@ async fn serve(listener: TcpListener, registry: Arc<Registry>) {
             }
         }
         let answering = Arc::new(AtomicBool::new(false));
-        let task = tasks.spawn(connection(stream, registry.clone(), answering.clone()));
+        let task = tasks.spawn(connection(
+            stream,
+            registry.clone(),
+            door.clone(),
+            answering.clone(),
+        ));
         held.push_back(Held { task, answering });
     }
 }
 
-/// Serves one request on `stream`, within the time limits.
-async fn connection(stream: TcpStream, registry: Arc<Registry>, answering: Arc<AtomicBool>) {
+/// Serves one request on `stream`, within the time limits: the TLS
+/// handshake, when there is one, within the time the request headers
+/// have, and all of it within [`CONNECTION_TIMEOUT`].
+async fn connection(
+    stream: TcpStream,
+    registry: Arc<Registry>,
+    door: Arc<FrontDoor>,
+    answering: Arc<AtomicBool>,
+) {
+    let Some(acceptor) = door.tls.clone() else {
+        return serve_io(stream, registry, door, answering).await;
+    };
+    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => serve_io(tls, registry, door, answering).await,
+        Ok(Err(e)) => {
+            door.handshakes_failed.inc();
+            log::debug!("--prometheus: TLS handshake: {e}");
+        }
+        Err(_) => {
+            door.handshakes_failed.inc();
+            log::debug!("--prometheus: TLS handshake not done in {HEADER_TIMEOUT:?}, closed");
+        }
+    }
+}
+
+/// One HTTP/1 request on `io` (plain TCP or TLS).
+async fn serve_io<IO>(
+    io: IO,
+    registry: Arc<Registry>,
+    door: Arc<FrontDoor>,
+    answering: Arc<AtomicBool>,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = service_fn(move |req: Request<Incoming>| {
         answering.store(true, Ordering::Relaxed);
-        let response = respond(&req, &registry);
+        let response = match door
+            .auth
+            .as_ref()
+            .map(|a| a.check(req.headers().get(AUTHORIZATION)))
+        {
+            Some(Err(refusal)) => {
+                door.refused
+                    .get_or_create(&RefusalLabels {
+                        reason: refusal.label(),
+                    })
+                    .inc();
+                unauthorized()
+            }
+            None | Some(Ok(())) => respond(&req, &registry),
+        };
         async move { Ok::<_, Infallible>(response) }
     });
     let mut builder = http1::Builder::new();
@@ -719,7 +837,7 @@ async fn connection(stream: TcpStream, registry: Arc<Registry>, answering: Arc<A
         // holding a slot; a scraper reconnects (once per scrape interval).
         .keep_alive(false)
         .max_buf_size(MAX_REQUEST_BYTES);
-    let served = builder.serve_connection(TokioIo::new(stream), service);
+    let served = builder.serve_connection(TokioIo::new(io), service);
     match tokio::time::timeout(CONNECTION_TIMEOUT, served).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::debug!("--prometheus: connection: {e}"),
@@ -727,6 +845,22 @@ async fn connection(stream: TcpStream, registry: Arc<Registry>, answering: Arc<A
             log::debug!("--prometheus: connection: not done in {CONNECTION_TIMEOUT:?}, closed")
         }
     }
+}
+
+/// 401 with the challenge a browser or curl answers, and nothing of the
+/// metrics.
+fn unauthorized() -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from_static(b"Unauthorized\n")));
+    *r.status_mut() = StatusCode::UNAUTHORIZED;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"wbscope\""),
+    );
+    r
 }
 
 fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
