@@ -100,6 +100,8 @@ pub(crate) fn create(
 
 pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
+    let privileges = args.privileges.options();
+    privileges.check()?;
     // Checked before attaching (create_new below still guards the race).
     if args.output.exists() {
         return Err(UsageError(format!(
@@ -115,7 +117,7 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
     }
     let (tracer, mut collector) = session::attach(filter, hooks)?;
     let mut out = create(&args.output, &tracer, &filter)?;
-    session::drop_privileges(&args.privileges.options())?;
+    session::drop_privileges(&privileges)?;
 
     let limits = Limits {
         interval: args.interval.unwrap_or(Duration::from_secs(1)),

@@ -103,6 +103,8 @@ impl SessionOutput for TraceOutput {
 
 pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
+    let privileges = args.privileges.options();
+    privileges.check()?;
     // --prometheus (export/prometheus.rs): listening before the probes are
     // attached, so a scrape right after the "tracing;" line works; stdout
     // output goes on as without it.
@@ -140,7 +142,7 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         exporter,
         findings: Engine::new(),
     };
-    session::drop_privileges(&args.privileges.options())?;
+    session::drop_privileges(&privileges)?;
     let header = if args.events {
         text::HEADER
     } else {

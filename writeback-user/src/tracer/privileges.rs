@@ -65,6 +65,17 @@ pub(crate) struct DropOptions {
     pub(crate) no_drop: bool,
 }
 
+impl DropOptions {
+    /// Refuses a `--user` that does not exist or is root before anything
+    /// is attached (the drop checks again).
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        if self.no_drop {
+            return Ok(());
+        }
+        target(self.user.as_deref()).map(|_| ())
+    }
+}
+
 /// What [`drop_after_attach`] did, for its line on stderr.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Confinement {
