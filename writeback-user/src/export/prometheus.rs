@@ -758,9 +758,10 @@ async fn serve(listener: TcpListener, registry: Arc<Registry>, door: Arc<FrontDo
                 old.task.abort();
             }
         }
-        // An aborted task is dropped, socket and all, once a worker gets
-        // to it; should the accept loop ever run ahead of that, wait.
-        while tasks.len() > 2 * MAX_CONNECTIONS {
+        // An aborted task is dropped, socket and all, once the runtime
+        // polls it: on the one thread of `trace` (lib.rs) not while this
+        // loop keeps finding connections ready, so wait for it here.
+        while tasks.len() >= MAX_CONNECTIONS {
             if tasks.join_next().await.is_none() {
                 break;
             }
