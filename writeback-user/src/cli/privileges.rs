@@ -2,8 +2,6 @@
 //! privileges once attached (tracer/privileges.rs; docs/production.md).
 use clap::Args;
 
-use crate::tracer::privileges::DropOptions;
-
 #[derive(Debug, Args)]
 pub(crate) struct DropArgs {
     /// After attaching, become this user (default `nobody` when started
@@ -17,13 +15,4 @@ pub(crate) struct DropArgs {
     /// said on stderr at start.
     #[arg(long, conflicts_with = "user")]
     pub(crate) no_drop: bool,
-}
-
-impl DropArgs {
-    pub(crate) fn options(&self) -> DropOptions {
-        DropOptions {
-            user: self.user.clone(),
-            no_drop: self.no_drop,
-        }
-    }
 }

@@ -100,7 +100,7 @@ pub(crate) fn create(
 
 pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
-    let privileges = args.privileges.options();
+    let privileges = super::trace::drop_options(&args.privileges);
     privileges.check()?;
     // Checked before attaching (create_new below still guards the race).
     if args.output.exists() {

@@ -11,12 +11,13 @@ use serde::Serialize;
 
 use crate::{
     capture::session::{self, Limits, SessionOutput},
-    cli::TraceArgs,
+    cli::{DropArgs, TraceArgs},
     export::{json_lines::CallLine, prometheus::Exporter, text},
     model::CallRecord,
     model::findings::{Engine, FindingEvent},
     model::interval::{IntervalLine, SummaryLine},
     model::plan::{HookChoice, ProbeState},
+    tracer::privileges::DropOptions,
 };
 
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -101,9 +102,18 @@ impl SessionOutput for TraceOutput {
     }
 }
 
+/// `--user` and `--no-drop` as the tracer's drop takes them (`record`
+/// too).
+pub(super) fn drop_options(args: &DropArgs) -> DropOptions {
+    DropOptions {
+        user: args.user.clone(),
+        no_drop: args.no_drop,
+    }
+}
+
 pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
-    let privileges = args.privileges.options();
+    let privileges = drop_options(&args.privileges);
     privileges.check()?;
     // --prometheus (export/prometheus.rs): listening before the probes are
     // attached, so a scrape right after the "tracing;" line works; stdout

@@ -9,7 +9,6 @@
 //! or a pid; per cgroup (cgroups.rs), at most 16 cgroup ids and `other`. Metric names, types and units: docs/prometheus.md.
 use std::{
     collections::VecDeque,
-    convert::Infallible,
     net::SocketAddr,
     sync::{
         Arc, Mutex,
@@ -23,23 +22,22 @@ use http_body_util::Full;
 use hyper::{
     Method, Request, Response, StatusCode,
     body::{Bytes, Incoming},
-    header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE},
-    server::conn::http1,
-    service::service_fn,
+    header::{CONTENT_TYPE, HeaderValue},
 };
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet},
     metrics::{MetricType, TypedMetric, counter::Counter, family::Family, gauge::Gauge},
     registry::{Registry, Unit},
 };
 use tokio::{
-    net::{TcpListener, TcpSocket, TcpStream},
+    net::{TcpListener, TcpSocket},
     task::{AbortHandle, JoinSet},
 };
 
 mod cgroups;
 mod web;
+
+use web::FrontDoor;
 
 use crate::{
     model::findings::{Finding, RULES},
@@ -613,21 +611,6 @@ pub(crate) struct Exporter {
     server: tokio::task::JoinHandle<()>,
 }
 
-/// What stands between a connection and the metrics (`--web-config`),
-/// and the count of who it turned away.
-struct FrontDoor {
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    auth: Option<web::BasicAuth>,
-    refused: Family<RefusalLabels, Counter>,
-    handshakes_failed: Counter,
-}
-
-/// Labels of `wbscope_exporter_auth_failures_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RefusalLabels {
-    reason: &'static str,
-}
-
 impl Exporter {
     /// Binds `addr` and serves `/metrics` on the current tokio runtime,
     /// behind the TLS and basic auth of `web_config` when given (read
@@ -644,23 +627,8 @@ impl Exporter {
             .context("--prometheus: local address")?;
         let (metrics, mut registry) = Metrics::new();
         let (tls, auth) = web.map(|w| (w.tls, w.auth)).unwrap_or_default();
-        let door = FrontDoor {
-            tls: tls.map(tokio_rustls::TlsAcceptor::from),
-            auth,
-            refused: Family::default(),
-            handshakes_failed: Counter::default(),
-        };
-        registry.register(
-            "exporter_auth_failures",
-            "Requests refused with 401 by basic auth (--web-config), by reason",
-            door.refused.clone(),
-        );
-        registry.register(
-            "exporter_tls_handshake_failures",
-            "Connections closed because their TLS handshake failed (--web-config)",
-            door.handshakes_failed.clone(),
-        );
-        let (tls, auth) = (door.tls.is_some(), door.auth.is_some());
+        let door = FrontDoor::new(tls, auth, &mut registry);
+        let (tls, auth) = (door.has_tls(), door.has_auth());
         let server = tokio::spawn(serve(listener, Arc::new(registry), Arc::new(door)));
         Ok(Exporter {
             metrics,
@@ -767,7 +735,7 @@ async fn serve(listener: TcpListener, registry: Arc<Registry>, door: Arc<FrontDo
             }
         }
         let answering = Arc::new(AtomicBool::new(false));
-        let task = tasks.spawn(connection(
+        let task = tasks.spawn(web::connection(
             stream,
             registry.clone(),
             door.clone(),
@@ -775,93 +743,6 @@ async fn serve(listener: TcpListener, registry: Arc<Registry>, door: Arc<FrontDo
         ));
         held.push_back(Held { task, answering });
     }
-}
-
-/// Serves one request on `stream`, within the time limits: the TLS
-/// handshake, when there is one, within the time the request headers
-/// have, and all of it within [`CONNECTION_TIMEOUT`].
-async fn connection(
-    stream: TcpStream,
-    registry: Arc<Registry>,
-    door: Arc<FrontDoor>,
-    answering: Arc<AtomicBool>,
-) {
-    let Some(acceptor) = door.tls.clone() else {
-        return serve_io(stream, registry, door, answering).await;
-    };
-    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => serve_io(tls, registry, door, answering).await,
-        Ok(Err(e)) => {
-            door.handshakes_failed.inc();
-            log::debug!("--prometheus: TLS handshake: {e}");
-        }
-        Err(_) => {
-            door.handshakes_failed.inc();
-            log::debug!("--prometheus: TLS handshake not done in {HEADER_TIMEOUT:?}, closed");
-        }
-    }
-}
-
-/// One HTTP/1 request on `io` (plain TCP or TLS).
-async fn serve_io<IO>(
-    io: IO,
-    registry: Arc<Registry>,
-    door: Arc<FrontDoor>,
-    answering: Arc<AtomicBool>,
-) where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let service = service_fn(move |req: Request<Incoming>| {
-        answering.store(true, Ordering::Relaxed);
-        let response = match door
-            .auth
-            .as_ref()
-            .map(|a| a.check(req.headers().get(AUTHORIZATION)))
-        {
-            Some(Err(refusal)) => {
-                door.refused
-                    .get_or_create(&RefusalLabels {
-                        reason: refusal.label(),
-                    })
-                    .inc();
-                unauthorized()
-            }
-            None | Some(Ok(())) => respond(&req, &registry),
-        };
-        async move { Ok::<_, Infallible>(response) }
-    });
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
-        // One request per connection: nothing idles between scrapes
-        // holding a slot; a scraper reconnects (once per scrape interval).
-        .keep_alive(false)
-        .max_buf_size(MAX_REQUEST_BYTES);
-    let served = builder.serve_connection(TokioIo::new(io), service);
-    match tokio::time::timeout(CONNECTION_TIMEOUT, served).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => log::debug!("--prometheus: connection: {e}"),
-        Err(_) => {
-            log::debug!("--prometheus: connection: not done in {CONNECTION_TIMEOUT:?}, closed")
-        }
-    }
-}
-
-/// 401 with the challenge a browser or curl answers, and nothing of the
-/// metrics.
-fn unauthorized() -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from_static(b"Unauthorized\n")));
-    *r.status_mut() = StatusCode::UNAUTHORIZED;
-    r.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r.headers_mut().insert(
-        WWW_AUTHENTICATE,
-        HeaderValue::from_static("Basic realm=\"wbscope\""),
-    );
-    r
 }
 
 fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {

@@ -34,6 +34,26 @@ use rustls::{
 };
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http_body_util::Full;
+use hyper::{
+    Request, Response, StatusCode,
+    body::{Bytes, Incoming},
+    header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE},
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
+use tokio::net::TcpStream;
+
+use super::{CONNECTION_TIMEOUT, HEADER_TIMEOUT, MAX_REQUEST_BYTES, respond};
 
 /// The file as written (unknown keys refused, as exporter-toolkit's
 /// strict YAML parsing does).
@@ -282,6 +302,143 @@ fn tls_config(tls: &TlsServerConfig, dir: &Path) -> anyhow::Result<ServerConfig>
     // One request per connection, HTTP/1.1 only (prometheus.rs).
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// What stands between a connection and the metrics (`--web-config`),
+/// and the count of who it turned away.
+pub(super) struct FrontDoor {
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    auth: Option<BasicAuth>,
+    refused: Family<RefusalLabels, Counter>,
+    handshakes_failed: Counter,
+}
+
+/// Labels of `wbscope_exporter_auth_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: &'static str,
+}
+
+impl FrontDoor {
+    pub(super) fn has_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    pub(super) fn has_auth(&self) -> bool {
+        self.auth.is_some()
+    }
+
+    /// The door of a loaded config, its counters registered.
+    pub(super) fn new(
+        tls: Option<Arc<ServerConfig>>,
+        auth: Option<BasicAuth>,
+        registry: &mut Registry,
+    ) -> FrontDoor {
+        let door = FrontDoor {
+            tls: tls.map(tokio_rustls::TlsAcceptor::from),
+            auth,
+            refused: Family::default(),
+            handshakes_failed: Counter::default(),
+        };
+        registry.register(
+            "exporter_auth_failures",
+            "Requests refused with 401 by basic auth (--web-config), by reason",
+            door.refused.clone(),
+        );
+        registry.register(
+            "exporter_tls_handshake_failures",
+            "Connections closed because their TLS handshake failed (--web-config)",
+            door.handshakes_failed.clone(),
+        );
+        door
+    }
+}
+
+/// Serves one request on `stream`, within the time limits: the TLS
+/// handshake, when there is one, within the time the request headers
+/// have, and all of it within [`CONNECTION_TIMEOUT`].
+pub(super) async fn connection(
+    stream: TcpStream,
+    registry: Arc<Registry>,
+    door: Arc<FrontDoor>,
+    answering: Arc<AtomicBool>,
+) {
+    let Some(acceptor) = door.tls.clone() else {
+        return serve_io(stream, registry, door, answering).await;
+    };
+    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => serve_io(tls, registry, door, answering).await,
+        Ok(Err(e)) => {
+            door.handshakes_failed.inc();
+            log::debug!("--prometheus: TLS handshake: {e}");
+        }
+        Err(_) => {
+            door.handshakes_failed.inc();
+            log::debug!("--prometheus: TLS handshake not done in {HEADER_TIMEOUT:?}, closed");
+        }
+    }
+}
+
+/// One HTTP/1 request on `io` (plain TCP or TLS).
+async fn serve_io<IO>(
+    io: IO,
+    registry: Arc<Registry>,
+    door: Arc<FrontDoor>,
+    answering: Arc<AtomicBool>,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req: Request<Incoming>| {
+        answering.store(true, Ordering::Relaxed);
+        let response = match door
+            .auth
+            .as_ref()
+            .map(|a| a.check(req.headers().get(AUTHORIZATION)))
+        {
+            Some(Err(refusal)) => {
+                door.refused
+                    .get_or_create(&RefusalLabels {
+                        reason: refusal.label(),
+                    })
+                    .inc();
+                unauthorized()
+            }
+            None | Some(Ok(())) => respond(&req, &registry),
+        };
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        // One request per connection: nothing idles between scrapes
+        // holding a slot; a scraper reconnects (once per scrape interval).
+        .keep_alive(false)
+        .max_buf_size(MAX_REQUEST_BYTES);
+    let served = builder.serve_connection(TokioIo::new(io), service);
+    match tokio::time::timeout(CONNECTION_TIMEOUT, served).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::debug!("--prometheus: connection: {e}"),
+        Err(_) => {
+            log::debug!("--prometheus: connection: not done in {CONNECTION_TIMEOUT:?}, closed")
+        }
+    }
+}
+
+/// 401 with the challenge a browser or curl answers, and nothing of the
+/// metrics.
+fn unauthorized() -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from_static(b"Unauthorized\n")));
+    *r.status_mut() = StatusCode::UNAUTHORIZED;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"wbscope\""),
+    );
+    r
 }
 
 #[cfg(test)]
