@@ -177,7 +177,7 @@ fn curl(addr: SocketAddr, ca: &Path, args: &[&str]) -> Output {
         .expect("spawn curl (cargo xtask setup installs it)")
 }
 
-fn cert_args<'a>(pair: &'a (PathBuf, PathBuf)) -> [&'a str; 4] {
+fn cert_args(pair: &(PathBuf, PathBuf)) -> [&str; 4] {
     [
         "--cert",
         pair.0.to_str().expect("path"),
