@@ -35,9 +35,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     match &cli.command {
         Some(Command::Write(args)) => commands::write::run(args),
-        Some(Command::Trace(args)) => runtime()?.block_on(commands::trace::run(args, &hooks)),
+        Some(Command::Trace(args)) => {
+            single_thread_runtime()?.block_on(commands::trace::run(args, &hooks))
+        }
         Some(Command::Probes(args)) => commands::probes::run(args, &hooks),
-        Some(Command::Record(args)) => runtime()?.block_on(commands::record::run(args, &hooks)),
+        Some(Command::Record(args)) => {
+            single_thread_runtime()?.block_on(commands::record::run(args, &hooks))
+        }
         Some(Command::Replay(args)) => commands::replay::run(args),
         Some(Command::Store(args)) => commands::store::run(args),
         Some(Command::Compare(args)) => runtime()?.block_on(commands::compare::run(args, &hooks)),
@@ -57,6 +61,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// `trace` and `record`: one thread, so that dropping the privileges
+/// after attaching reaches the whole process (capabilities and the
+/// bounding set are per thread: tracer/privileges.rs).
+fn single_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")

@@ -38,7 +38,8 @@ pub(crate) type Tool = (&'static str, &'static str);
 /// tests cross-check the BTF parser against `bpftool btf dump`;
 /// record_replay counts loaded programs with `bpftool prog show`) and
 /// chromium (report_browser.rs loads the HTML report headless and checks
-/// its screenshot).
+/// its screenshot), curl (the exporter's TLS and basic-auth refusals, as
+/// a client other than Prometheus sees them).
 /// spawned.rs's test checks that every program the sources spawn is in the
 /// list of its scope or on every base machine.
 const TEST_TOOLS: &[Tool] = &[
@@ -56,6 +57,7 @@ const TEST_TOOLS: &[Tool] = &[
     ("chromium", "chromium"),
     // tests/recorder_unit.rs checks the dist's systemd unit.
     ("systemd-analyze", "systemd"),
+    ("curl", "curl"),
 ];
 
 /// `cargo xtask vm-test` (xtask/src/vm.rs; `cargo xtask test` runs it

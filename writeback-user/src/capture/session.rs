@@ -19,6 +19,7 @@ use crate::{
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, ProbeStatus},
     model::{CallRecord, Totals},
+    tracer::privileges::DropOptions,
     tracer::ring::{RingCollector, RingRecord},
     tracer::{Tracer, TracerOptions},
 };
@@ -253,6 +254,16 @@ pub(crate) fn attach(
     let collector = RingCollector::new(&mut tracer)?;
     eprintln!("wbscope: probes: {}", tracer.plan.summary());
     Ok((tracer, collector))
+}
+
+/// Ends the run's privileges once attached (tracer/privileges.rs), or
+/// says it keeps them, on one stderr line. Call it after attaching and
+/// after opening everything the run writes to, before the loop: nothing
+/// can be opened after it.
+pub(crate) fn drop_privileges(options: &DropOptions) -> anyhow::Result<()> {
+    let confinement = crate::tracer::privileges::drop_after_attach(options)?;
+    eprintln!("wbscope: {confinement}");
+    Ok(())
 }
 
 pub(crate) async fn run(

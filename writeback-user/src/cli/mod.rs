@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod compare;
 mod diff;
+mod privileges;
 mod report;
 mod scenario;
 mod when;
@@ -17,6 +18,7 @@ mod write;
 
 pub(crate) use compare::CompareArgs;
 pub(crate) use diff::DiffArgs;
+pub(crate) use privileges::DropArgs;
 pub(crate) use report::ReportArgs;
 pub(crate) use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
 pub(crate) use when::WindowArgs;
@@ -84,6 +86,10 @@ Examples:
   wbscope trace --json --events --duration 5 > calls.jsonl
   wbscope trace --interval 5 --device 8:16
   wbscope trace --events --pid 4242
+  wbscope trace --prometheus 0.0.0.0:9464 --listen-any --web-config /etc/wbscope/web.yml
+                                  TLS and basic auth (exporter-toolkit format)
+  wbscope trace --user wbscope    after attaching, run as user wbscope (default nobody)
+  wbscope trace --no-drop         keep root for the whole run (debugging)
 
 Schema of --json lines: docs/trace-json.md. The last line is always a
 summary (calls, pages written, lost records), whether the trace ends by
@@ -113,6 +119,7 @@ Examples:
   wbscope record --store /var/lib/wbscope      always on, within the defaults
   wbscope record --store /var/lib/wbscope --keep 14d --max-size 4GiB --min-free 5
   ssh HOST sudo wbscope record -o - | wbscope replay -    watch a host live
+  wbscope record -o /var/tmp/wb.rec --user wbscope   drop to user wbscope after attach
 
 The file is never overwritten. A recording cut short (crash, full disk,
 kill -9) stays readable up to its last whole frame. A store is a directory
@@ -308,6 +315,9 @@ pub(crate) struct RecordArgs {
 
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
+
+    #[command(flatten)]
+    pub(crate) privileges: DropArgs,
 }
 
 /// The service's CPU budget: 2% of one core (docs/recordings.md).
@@ -444,9 +454,18 @@ pub(crate) struct TraceArgs {
     pub(crate) prometheus: Option<SocketAddr>,
 
     /// Allow --prometheus on an address other than loopback (the metrics
-    /// then reach anyone who can connect to it).
+    /// then reach anyone who can connect to it, unless --web-config).
     #[arg(long)]
     pub(crate) listen_any: bool,
+
+    /// The exporter's TLS and basic auth, in the Prometheus
+    /// exporter-toolkit format (tls_server_config, basic_auth_users with
+    /// bcrypt hashes; docs/production.md), read before privileges drop.
+    #[arg(long, value_name = "FILE", requires = "prometheus")]
+    pub(crate) web_config: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub(crate) privileges: DropArgs,
 }
 
 impl TraceArgs {

@@ -166,13 +166,17 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
 
 pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
+    let privileges = super::trace::drop_options(&args.privileges);
+    privileges.check()?;
     let limits = Limits {
         interval: args.interval.unwrap_or(Duration::from_secs(1)),
         duration: args.duration,
         max_records: args.max_records,
         watch_pid: args.filter.pid,
         max_event_rate: args.max_event_rate,
-        cpu_budget: args.cpu_budget.or(args.store.is_some().then_some(cli::DEFAULT_CPU_BUDGET)),
+        cpu_budget: args
+            .cpu_budget
+            .or(args.store.is_some().then_some(cli::DEFAULT_CPU_BUDGET)),
     };
     if let Some(dir) = &args.store {
         if dir.exists() && !dir.is_dir() {
@@ -186,6 +190,16 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
         };
         let writer = StoreWriter::open(dir, bounds, header(&tracer, &filter)?, SystemEnv)?;
         let mut out = StoreOutput { writer };
+        // The store creates, deletes and measures segment files for as long
+        // as it runs, which the drop's filter forbids: it keeps its
+        // privileges until it works from its directory's descriptor
+        // (docs/production.md).
+        if !args.privileges.no_drop {
+            eprintln!(
+                "wbscope: --store keeps its privileges (it creates and deletes segment files \
+                 as it runs); -o FILE drops them"
+            );
+        }
         let ending = session::run(&tracer, &mut collector, &limits, &mut out)
             .await
             .with_context(|| format!("recording to {}", dir.display()))?;
@@ -219,6 +233,7 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
     check_output(output)?;
     let (tracer, mut collector) = session::attach(filter, hooks)?;
     let mut out = create(output, &tracer, &filter)?;
+    session::drop_privileges(&privileges)?;
     let ending = match session::run(&tracer, &mut collector, &limits, &mut out).await {
         Ok(ending) => ending,
         Err(e) if output == Path::new("-") && broken_pipe(&e) => {

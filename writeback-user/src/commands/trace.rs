@@ -11,12 +11,13 @@ use serde::Serialize;
 
 use crate::{
     capture::session::{self, Limits, SessionOutput},
-    cli::TraceArgs,
+    cli::{DropArgs, TraceArgs},
     export::{json_lines::CallLine, prometheus::Exporter, text},
     model::CallRecord,
     model::findings::{Engine, FindingEvent},
     model::interval::{IntervalLine, SummaryLine},
     model::plan::{HookChoice, ProbeState},
+    tracer::privileges::DropOptions,
 };
 
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -101,13 +102,24 @@ impl SessionOutput for TraceOutput {
     }
 }
 
+/// `--user` and `--no-drop` as the tracer's drop takes them (`record`
+/// too).
+pub(super) fn drop_options(args: &DropArgs) -> DropOptions {
+    DropOptions {
+        user: args.user.clone(),
+        no_drop: args.no_drop,
+    }
+}
+
 pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
+    let privileges = drop_options(&args.privileges);
+    privileges.check()?;
     // --prometheus (export/prometheus.rs): listening before the probes are
     // attached, so a scrape right after the "tracing;" line works; stdout
     // output goes on as without it.
     let exporter = match args.prometheus_listen()? {
-        Some(addr) => Some(Exporter::start(addr).await?),
+        Some(addr) => Some(Exporter::start(addr, args.web_config.as_deref()).await?),
         None => None,
     };
     let (tracer, mut collector) = session::attach(filter, hooks)?;
@@ -123,7 +135,14 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
     }
     if let Some(x) = &exporter {
-        eprintln!("wbscope: metrics on http://{}/metrics", x.local_addr);
+        eprintln!(
+            "wbscope: metrics on {}://{}/metrics",
+            x.scheme(),
+            x.local_addr
+        );
+        if let Some(warning) = x.exposure_warning() {
+            eprintln!("wbscope: warning: {warning}");
+        }
     }
 
     let mut out = TraceOutput {
@@ -133,6 +152,7 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         exporter,
         findings: Engine::new(),
     };
+    session::drop_privileges(&privileges)?;
     let header = if args.events {
         text::HEADER
     } else {

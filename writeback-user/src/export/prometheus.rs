@@ -9,7 +9,6 @@
 //! or a pid; per cgroup (cgroups.rs), at most 16 cgroup ids and `other`. Metric names, types and units: docs/prometheus.md.
 use std::{
     collections::VecDeque,
-    convert::Infallible,
     net::SocketAddr,
     sync::{
         Arc, Mutex,
@@ -24,21 +23,21 @@ use hyper::{
     Method, Request, Response, StatusCode,
     body::{Bytes, Incoming},
     header::{CONTENT_TYPE, HeaderValue},
-    server::conn::http1,
-    service::service_fn,
 };
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet},
     metrics::{MetricType, TypedMetric, counter::Counter, family::Family, gauge::Gauge},
     registry::{Registry, Unit},
 };
 use tokio::{
-    net::{TcpListener, TcpSocket, TcpStream},
+    net::{TcpListener, TcpSocket},
     task::{AbortHandle, JoinSet},
 };
 
 mod cgroups;
+mod web;
+
+use web::FrontDoor;
 
 use crate::{
     model::findings::{Finding, RULES},
@@ -607,24 +606,60 @@ pub(crate) fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
 pub(crate) struct Exporter {
     pub(crate) metrics: Metrics,
     pub(crate) local_addr: SocketAddr,
+    tls: bool,
+    auth: bool,
     server: tokio::task::JoinHandle<()>,
 }
 
 impl Exporter {
-    /// Binds `addr` and serves `/metrics` on the current tokio runtime.
-    pub(crate) async fn start(addr: SocketAddr) -> anyhow::Result<Exporter> {
+    /// Binds `addr` and serves `/metrics` on the current tokio runtime,
+    /// behind the TLS and basic auth of `web_config` when given (read
+    /// now: before the privileges are dropped).
+    pub(crate) async fn start(
+        addr: SocketAddr,
+        web_config: Option<&std::path::Path>,
+    ) -> anyhow::Result<Exporter> {
+        let web = web_config.map(web::WebConfig::load).transpose()?;
         let listener =
             listen(addr).with_context(|| format!("--prometheus {addr}: cannot listen"))?;
         let local_addr = listener
             .local_addr()
             .context("--prometheus: local address")?;
-        let (metrics, registry) = Metrics::new();
-        let server = tokio::spawn(serve(listener, Arc::new(registry)));
+        let (metrics, mut registry) = Metrics::new();
+        let (tls, auth) = web.map(|w| (w.tls, w.auth)).unwrap_or_default();
+        let door = FrontDoor::new(tls, auth, &mut registry);
+        let (tls, auth) = (door.has_tls(), door.has_auth());
+        let server = tokio::spawn(serve(listener, Arc::new(registry), Arc::new(door)));
         Ok(Exporter {
             metrics,
             local_addr,
+            tls,
+            auth,
             server,
         })
+    }
+
+    /// `https` with TLS, else `http`.
+    pub(crate) fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
+    }
+
+    /// One line to warn with when the metrics reach beyond this host
+    /// without TLS or without authentication.
+    pub(crate) fn exposure_warning(&self) -> Option<String> {
+        if self.local_addr.ip().is_loopback() || (self.tls && self.auth) {
+            return None;
+        }
+        let missing = match (self.tls, self.auth) {
+            (false, false) => "without TLS or authentication",
+            (false, true) => "without TLS (passwords in clear)",
+            _ => "without authentication",
+        };
+        Some(format!(
+            "metrics on {} are served {missing} to anyone who can connect; see --web-config \
+             (docs/production.md)",
+            self.local_addr
+        ))
     }
 }
 
@@ -669,7 +704,7 @@ fn victim(answering: impl IntoIterator<Item = bool>) -> usize {
 /// many tasks and sockets. Each connection is one request (no
 /// keep-alive), headers within [`HEADER_TIMEOUT`], all within
 /// [`CONNECTION_TIMEOUT`].
-async fn serve(listener: TcpListener, registry: Arc<Registry>) {
+async fn serve(listener: TcpListener, registry: Arc<Registry>, door: Arc<FrontDoor>) {
     // Dropping the set (the exporter is dropped) aborts every connection.
     let mut tasks = JoinSet::new();
     let mut held: VecDeque<Held> = VecDeque::with_capacity(MAX_CONNECTIONS);
@@ -691,41 +726,22 @@ async fn serve(listener: TcpListener, registry: Arc<Registry>) {
                 old.task.abort();
             }
         }
-        // An aborted task is dropped, socket and all, once a worker gets
-        // to it; should the accept loop ever run ahead of that, wait.
-        while tasks.len() > 2 * MAX_CONNECTIONS {
+        // An aborted task is dropped, socket and all, once the runtime
+        // polls it: on the one thread of `trace` (lib.rs) not while this
+        // loop keeps finding connections ready, so wait for it here.
+        while tasks.len() >= MAX_CONNECTIONS {
             if tasks.join_next().await.is_none() {
                 break;
             }
         }
         let answering = Arc::new(AtomicBool::new(false));
-        let task = tasks.spawn(connection(stream, registry.clone(), answering.clone()));
+        let task = tasks.spawn(web::connection(
+            stream,
+            registry.clone(),
+            door.clone(),
+            answering.clone(),
+        ));
         held.push_back(Held { task, answering });
-    }
-}
-
-/// Serves one request on `stream`, within the time limits.
-async fn connection(stream: TcpStream, registry: Arc<Registry>, answering: Arc<AtomicBool>) {
-    let service = service_fn(move |req: Request<Incoming>| {
-        answering.store(true, Ordering::Relaxed);
-        let response = respond(&req, &registry);
-        async move { Ok::<_, Infallible>(response) }
-    });
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
-        // One request per connection: nothing idles between scrapes
-        // holding a slot; a scraper reconnects (once per scrape interval).
-        .keep_alive(false)
-        .max_buf_size(MAX_REQUEST_BYTES);
-    let served = builder.serve_connection(TokioIo::new(stream), service);
-    match tokio::time::timeout(CONNECTION_TIMEOUT, served).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => log::debug!("--prometheus: connection: {e}"),
-        Err(_) => {
-            log::debug!("--prometheus: connection: not done in {CONNECTION_TIMEOUT:?}, closed")
-        }
     }
 }
 

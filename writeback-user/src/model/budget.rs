@@ -85,7 +85,12 @@ impl CpuBudget {
     /// and the recorder used `cpu_ns`: the line for it (with the sampling
     /// that was in force), then the step for the next one. `None` for an
     /// interval of no length.
-    pub(crate) fn interval(&mut self, bpf_ns: u64, cpu_ns: u64, wall_ns: u64) -> Option<BudgetLine> {
+    pub(crate) fn interval(
+        &mut self,
+        bpf_ns: u64,
+        cpu_ns: u64,
+        wall_ns: u64,
+    ) -> Option<BudgetLine> {
         if wall_ns == 0 {
             return None;
         }

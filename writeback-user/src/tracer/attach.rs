@@ -608,11 +608,12 @@ impl Tracer {
             field_offsets,
             global_dirty_layout,
             attached_programs,
+            vmstat: super::VmStatFile::open()?,
             _stats_fd: stats_fd,
             logger,
         };
         // Before the first pause, not an interval later.
-        tracer.set_global_thresholds(&super::read_vmstat().context("reading /proc/vmstat")?)?;
+        tracer.set_global_thresholds(&tracer.vmstat.read()?)?;
         Ok(tracer)
     }
 }

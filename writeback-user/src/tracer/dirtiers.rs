@@ -52,6 +52,14 @@ impl Dirtyings {
                 snap.dirtyings.push(d);
             }
         }
+        // After the drop no file may be opened (the seccomp filter kills
+        // on `openat`), and another user's /proc/PID/io is refused at every
+        // read anyway (`ptrace_may_access()`): the per-process counts are
+        // read only by a run that kept its privileges (docs/production.md).
+        if super::privileges::dropped() {
+            self.tasks.clear();
+            return;
+        }
         let page = crate::sys::page_size();
         let since = self.last_reading_ticks;
         self.last_reading_ticks = boot_ticks();

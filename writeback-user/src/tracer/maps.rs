@@ -2,7 +2,11 @@
 //! per-CPU counters summed, block histograms from their shared slots and
 //! overflow hash, the programs' run times, and `/proc/vmstat` beside them.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    fs::File,
+    io::{BufReader, Seek as _},
+};
 
 use anyhow::Context as _;
 use aya::maps::{Array, PerCpuArray, PerCpuHashMap};
@@ -16,7 +20,7 @@ use crate::model::kernel::{KernelSnapshot, KernelStats, ProgramRunTime, VmStat};
 impl Tracer {
     /// Everything the interval figures need, read now.
     pub(crate) fn snapshot(&self) -> anyhow::Result<KernelSnapshot> {
-        let vmstat = read_vmstat()?;
+        let vmstat = self.vmstat.read()?;
         self.set_global_thresholds(&vmstat)?;
         Ok(KernelSnapshot {
             agg: self.aggregates()?,
@@ -170,18 +174,47 @@ impl Tracer {
     }
 }
 
-/// The `/proc/vmstat` figures wbscope compares against.
+/// The `/proc/vmstat` figures wbscope compares against, read now.
 pub(crate) fn read_vmstat() -> anyhow::Result<VmStat> {
-    let v = procfs::vmstat()?;
+    VmStatFile::open()?.read()
+}
+
+/// `/proc/vmstat` held open: a seq_file, whose every read from offset 0
+/// is a fresh rendering of the counters (fs/seq_file.c), so one open
+/// serves a whole run, after the privileges are dropped too (the seccomp
+/// filter allows no open). The file is world-readable either way.
+pub(crate) struct VmStatFile(File);
+
+impl VmStatFile {
+    const PATH: &str = "/proc/vmstat";
+
+    pub(crate) fn open() -> anyhow::Result<VmStatFile> {
+        File::open(Self::PATH)
+            .map(VmStatFile)
+            .with_context(|| format!("opening {}", Self::PATH))
+    }
+
+    /// The figures now.
+    pub(crate) fn read(&self) -> anyhow::Result<VmStat> {
+        let mut file = &self.0;
+        file.rewind()
+            .with_context(|| format!("rewinding {}", Self::PATH))?;
+        let procfs::VmStat(v) = procfs::FromBufRead::from_buf_read(BufReader::new(file))
+            .with_context(|| format!("reading {}", Self::PATH))?;
+        Ok(vmstat_figures(&v))
+    }
+}
+
+fn vmstat_figures(v: &HashMap<String, i64>) -> VmStat {
     let get = |k: &str| v.get(k).copied().unwrap_or(0).max(0) as u64;
-    Ok(VmStat {
+    VmStat {
         nr_dirty: get("nr_dirty"),
         nr_writeback: get("nr_writeback"),
         nr_written: get("nr_written"),
         nr_dirtied: get("nr_dirtied"),
         nr_dirty_threshold: get("nr_dirty_threshold"),
         nr_dirty_background_threshold: get("nr_dirty_background_threshold"),
-    })
+    }
 }
 
 /// Adds the non-zero buckets of the held `BLOCK_SLOTS` slots to `out` (a

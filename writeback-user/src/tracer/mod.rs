@@ -14,6 +14,7 @@ pub mod object;
 pub mod plan;
 pub mod privileges;
 pub mod ring;
+mod seccomp;
 pub mod tracefs;
 mod trials;
 
@@ -27,7 +28,7 @@ use aya::{
 
 use crate::model::plan::ProbePlan;
 pub use attach::TracerOptions;
-pub(crate) use maps::read_vmstat;
+pub(crate) use maps::{VmStatFile, read_vmstat};
 
 /// Loaded and attached programs. Dropping it detaches everything.
 pub struct Tracer {
@@ -46,6 +47,9 @@ pub struct Tracer {
     global_dirty_layout: writeback_common::TracepointLayout,
     /// Attached program names, for run-time statistics.
     attached_programs: Vec<&'static str>,
+    /// `/proc/vmstat`, opened at attach and read again at each snapshot:
+    /// the reads go on after the privileges are dropped, with no open(2).
+    vmstat: VmStatFile,
     /// Keeps BPF run-time statistics on while the tracer lives.
     _stats_fd: Option<OwnedFd>,
     /// The default attribution's inode dirtyings and process counts

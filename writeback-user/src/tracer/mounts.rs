@@ -32,9 +32,32 @@ const RETRY: Duration = Duration::from_millis(10);
 pub(crate) struct FsNames {
     known: HashMap<DevId, String>,
     read_at: Option<Instant>,
+    /// /proc/self/mountinfo, opened once (before the privileges are
+    /// dropped: the seccomp filter allows no open) and read again from
+    /// offset 0, which renders the mount table afresh (a seq_file,
+    /// fs/seq_file.c). `None`: could not be opened; names stay empty.
+    file: Option<std::fs::File>,
 }
 
 impl FsNames {
+    /// Opens mountinfo now, for reads later.
+    pub(crate) fn open() -> FsNames {
+        FsNames {
+            file: std::fs::File::open("/proc/self/mountinfo").ok(),
+            ..FsNames::default()
+        }
+    }
+
+    /// The whole mount table, read now from the held file.
+    fn read(&self) -> Option<String> {
+        use std::io::{Read as _, Seek as _};
+        let mut file = self.file.as_ref()?;
+        file.rewind().ok()?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
     /// The type of the filesystem on `dev`, or "" when nothing mounted
     /// has it (unmounted before the record was read).
     pub(crate) fn name(&mut self, dev: DevId) -> &str {
@@ -44,7 +67,7 @@ impl FsNames {
         if stale || retry {
             self.read_at = Some(Instant::now());
             self.known.clear();
-            if let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") {
+            if let Some(text) = self.read() {
                 self.known.extend(parse_mountinfo(&text));
             }
         }
@@ -211,6 +234,37 @@ mod tests {
     fn the_root_filesystem_is_named() {
         use std::os::unix::fs::MetadataExt;
         let dev = DevId::from_user(std::fs::metadata("/").unwrap().dev());
-        assert!(!FsNames::default().name(dev).is_empty());
+        assert!(!FsNames::open().name(dev).is_empty());
+    }
+
+    /// mountinfo held open since before a mount is read afresh: the new
+    /// filesystem is named (what the tracing loop relies on once it can
+    /// open nothing).
+    #[test]
+    fn a_held_mountinfo_sees_later_mounts() {
+        use std::os::unix::fs::MetadataExt;
+        let mut names = FsNames::open();
+        let root = DevId::from_user(std::fs::metadata("/").unwrap().dev());
+        assert!(!names.name(root).is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let target = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid C strings; a tmpfs of the test's own, unmounted below.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        let dev = DevId::from_user(std::fs::metadata(dir.path()).unwrap().dev());
+        std::thread::sleep(RETRY * 2);
+        let name = names.name(dev).to_string();
+        // SAFETY: unmounts what the test mounted.
+        let rc = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        assert_eq!(rc, 0);
+        assert_eq!(name, "tmpfs");
     }
 }

@@ -1,6 +1,21 @@
-//! Checks that the process may load and attach BPF programs, so that a
-//! missing privilege is reported as one line naming it instead of an EPERM
-//! deep inside a loader.
+//! Privileges, before and after attaching.
+//!
+//! Before: checks that the process may load and attach BPF programs, so
+//! that a missing privilege is reported as one line naming it instead of
+//! an EPERM deep inside a loader.
+//!
+//! After ([`drop_after_attach`]): once the programs are attached and
+//! every descriptor the run still reads is open (maps, ring buffer, BPF
+//! statistics, `/proc/vmstat`, the output, the exporter's socket), none
+//! of root's power is needed any more. The process becomes an
+//! unprivileged user, empties every capability set, sets no_new_privs and
+//! installs a seccomp filter of the system calls the rest of the run
+//! makes ([`super::seccomp`]), killing the process on any other: the way
+//! OpenSSH's privilege separation and systemd's hardening options confine
+//! a long-running daemon. docs/production.md is the user's page.
+use std::{ffi::CString, fs};
+
+use anyhow::{Context as _, bail};
 use caps::{CapSet, Capability};
 
 /// What is missing, in the words printed to the user.
@@ -36,6 +51,312 @@ pub(crate) fn check() -> Result<(), MissingPrivileges> {
     }
 }
 
+/// The user a root process becomes: `nobody` exists on every Debian-like
+/// system (base-passwd's fixed uid 65534) and owns no files.
+pub const DEFAULT_USER: &str = "nobody";
+
+/// How to end a run's privileges (`--user`, `--no-drop`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DropOptions {
+    /// The user to become; `None`: [`DEFAULT_USER`] when started as root,
+    /// else the user the process already is.
+    pub(crate) user: Option<String>,
+    /// Keep every privilege for the whole run (debugging).
+    pub(crate) no_drop: bool,
+}
+
+impl DropOptions {
+    /// Refuses a `--user` that does not exist or is root before anything
+    /// is attached (the drop checks again).
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        if self.no_drop {
+            return Ok(());
+        }
+        target(self.user.as_deref()).map(|_| ())
+    }
+}
+
+/// What [`drop_after_attach`] did, for its line on stderr.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Confinement {
+    /// `--no-drop`.
+    Kept,
+    Dropped {
+        user: String,
+        uid: u32,
+        gid: u32,
+        /// System calls the filter allows.
+        syscalls: usize,
+        /// False when the process had no CAP_SETPCAP to empty its bounding
+        /// set with (started as a user with only CAP_BPF+CAP_PERFMON);
+        /// no_new_privs and the filter (no execve) make the set moot, and
+        /// a systemd unit's CapabilityBoundingSet= empties it.
+        bounding_cleared: bool,
+    },
+}
+
+impl std::fmt::Display for Confinement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Confinement::Kept => write!(
+                f,
+                "--no-drop: keeping every privilege (root or CAP_BPF+CAP_PERFMON) for the whole run"
+            ),
+            Confinement::Dropped {
+                user,
+                uid,
+                gid,
+                syscalls,
+                bounding_cleared,
+            } => {
+                write!(
+                    f,
+                    "privileges dropped: user {user} (uid {uid}, gid {gid}), no capabilities, \
+                     no_new_privs, seccomp filter of {syscalls} system calls"
+                )?;
+                if !bounding_cleared {
+                    write!(
+                        f,
+                        " (bounding set kept: no CAP_SETPCAP to empty it; \
+                         CapabilityBoundingSet= in a systemd unit does)"
+                    )?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A user from the password database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Account {
+    name: String,
+    uid: u32,
+    gid: u32,
+}
+
+/// `name`'s uid and primary gid (getpwnam_r(3): /etc/passwd, or whatever
+/// nsswitch.conf names, read before the drop).
+fn lookup(name: &str) -> anyhow::Result<Account> {
+    let c_name = CString::new(name).with_context(|| format!("--user {name:?}: a NUL byte"))?;
+    // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids).
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 << 10];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; `buf` outlives `pwd`'s
+    // use (only the ids are copied out).
+    let rc = unsafe {
+        libc::getpwnam_r(
+            c_name.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "--user {name}: looking it up: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+    if found.is_null() {
+        bail!("--user {name}: no such user");
+    }
+    Ok(Account {
+        name: name.to_string(),
+        uid: pwd.pw_uid,
+        gid: pwd.pw_gid,
+    })
+}
+
+/// The process's real, effective and saved uids and gids.
+fn current_ids() -> ([u32; 3], [u32; 3]) {
+    let (mut r, mut e, mut s) = (0, 0, 0);
+    let (mut rg, mut eg, mut sg) = (0, 0, 0);
+    // SAFETY: valid pointers to integers.
+    unsafe {
+        libc::getresuid(&mut r, &mut e, &mut s);
+        libc::getresgid(&mut rg, &mut eg, &mut sg);
+    }
+    ([r, e, s], [rg, eg, sg])
+}
+
+/// The account to become: `--user`, else nobody for root, else whoever
+/// the process already is (a unit's `User=` with `AmbientCapabilities=`
+/// has no CAP_SETUID to change it, nor a reason to).
+fn target(user: Option<&str>) -> anyhow::Result<Account> {
+    let ([uid, euid, _], [gid, ..]) = current_ids();
+    let account = match user {
+        Some(name) => lookup(name)?,
+        None if uid == 0 || euid == 0 => lookup(DEFAULT_USER).with_context(|| {
+            format!("the default --user {DEFAULT_USER}; name another unprivileged user")
+        })?,
+        None => Account {
+            name: format!("#{uid}"),
+            uid,
+            gid,
+        },
+    };
+    if account.uid == 0 {
+        bail!(
+            "--user {}: uid 0 keeps root's power over every file; name an unprivileged user \
+             (or --no-drop)",
+            account.name
+        );
+    }
+    Ok(account)
+}
+
+/// Threads of this process (`/proc/self/task`).
+fn thread_count() -> anyhow::Result<usize> {
+    Ok(fs::read_dir("/proc/self/task")
+        .context("listing /proc/self/task")?
+        .count())
+}
+
+/// Set once the drop is done: what would open a file from then on (the
+/// filter forbids `openat`) must not try (tracer/dirtiers.rs).
+static DROPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process dropped its privileges (and may open no file).
+pub(crate) fn dropped() -> bool {
+    DROPPED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Ends the run's privileges, or says it keeps them (`--no-drop`), and
+/// returns what it did. Call it once the programs are attached and every
+/// file the run still reads or writes is open, while the process has one
+/// thread: capabilities and the bounding set are per thread, so a thread
+/// started before would keep them (the call fails instead).
+pub(crate) fn drop_after_attach(options: &DropOptions) -> anyhow::Result<Confinement> {
+    if options.no_drop {
+        return Ok(Confinement::Kept);
+    }
+    let account = target(options.user.as_deref())?;
+    let threads = thread_count()?;
+    if threads != 1 {
+        bail!(
+            "dropping privileges: the process has {threads} threads; capabilities are per \
+             thread, so the drop must come before any other thread starts"
+        );
+    }
+    let filter = super::seccomp::filter().context("compiling the seccomp filter")?;
+    // What is read lazily, once, is read now: aya caches the number of
+    // possible CPUs (/sys/devices/system/cpu/possible, for per-CPU maps)
+    // per thread at first use, and the run's one thread is this one.
+    aya::util::nr_cpus().map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?;
+
+    // The bounding set first: emptying it needs CAP_SETPCAP, gone once the
+    // uid changes. It only limits what an execve could gain.
+    let bounding_cleared = caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP)
+        .unwrap_or(false)
+        && caps::clear(None, CapSet::Bounding).is_ok();
+    change_ids(&account)?;
+    // Changing every uid from 0 to non-zero already cleared the
+    // permitted, effective and ambient sets (capabilities(7), "Effect of
+    // user ID changes on capabilities"); a non-root start keeps them, so
+    // clear all explicitly. Lowering needs no privilege.
+    for set in [
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        caps::clear(None, set).with_context(|| format!("clearing the {set:?} capabilities"))?;
+    }
+    for set in [
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        let left = caps::read(None, set).with_context(|| format!("reading {set:?}"))?;
+        if !left.is_empty() {
+            bail!("dropping privileges: {set:?} capabilities left: {left:?}");
+        }
+    }
+    // no_new_privs (prctl PR_SET_NO_NEW_PRIVS) then the filter, on every
+    // thread (SECCOMP_FILTER_FLAG_TSYNC): seccompiler sets both.
+    seccompiler::apply_filter_all_threads(&filter).context("installing the seccomp filter")?;
+    DROPPED.store(true, std::sync::atomic::Ordering::Relaxed);
+    test_hooks::after_drop();
+    Ok(Confinement::Dropped {
+        user: account.name,
+        uid: account.uid,
+        gid: account.gid,
+        syscalls: super::seccomp::allowed_count(),
+        bounding_cleared,
+    })
+}
+
+/// Supplementary groups emptied, then gid, then uid (the other order would
+/// leave no CAP_SETGID to change the gid with). glibc applies each to
+/// every thread of the process (its setxid broadcast).
+fn change_ids(account: &Account) -> anyhow::Result<()> {
+    let (uids, gids) = current_ids();
+    let same_user = uids.iter().all(|&u| u == account.uid);
+    let same_group = gids.iter().all(|&g| g == account.gid);
+    // SAFETY: a count of 0 with a null list: clears the groups.
+    let cleared = unsafe { libc::setgroups(0, std::ptr::null()) } == 0;
+    if !cleared && !same_user {
+        bail!(
+            "dropping privileges: clearing the supplementary groups: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    if !same_group {
+        // SAFETY: plain syscall wrapper.
+        if unsafe { libc::setresgid(account.gid, account.gid, account.gid) } != 0 {
+            bail!(
+                "dropping privileges: becoming gid {}: {}",
+                account.gid,
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    if !same_user {
+        // SAFETY: plain syscall wrapper.
+        if unsafe { libc::setresuid(account.uid, account.uid, account.uid) } != 0 {
+            bail!(
+                "dropping privileges: becoming user {} (uid {}): {}",
+                account.name,
+                account.uid,
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    let (uids, gids) = current_ids();
+    if uids.iter().any(|&u| u != account.uid) || gids.iter().any(|&g| g != account.gid) {
+        bail!("dropping privileges: ids are {uids:?}/{gids:?} after the change");
+    }
+    Ok(())
+}
+
+/// A test-only hook, compiled only with the `test-hooks` feature (which
+/// the crate's own tests turn on; release builds never have it): with
+/// `WBSCOPE_TEST_FORBIDDEN_SYSCALL` set, the process tries a system call
+/// the filter does not allow right after the drop, so a test can see it
+/// killed by SIGSYS.
+#[cfg(feature = "test-hooks")]
+mod test_hooks {
+    pub(super) fn after_drop() {
+        if std::env::var_os("WBSCOPE_TEST_FORBIDDEN_SYSCALL").is_some() {
+            let sh = c"/bin/sh";
+            let argv = [sh.as_ptr(), std::ptr::null()];
+            let envp = [std::ptr::null()];
+            // SAFETY: valid NUL-terminated arrays; execve(2) is what an
+            // attacker who took over the process would try first.
+            unsafe { libc::execve(sh.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+        }
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+mod test_hooks {
+    pub(super) fn after_drop() {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +371,29 @@ mod tests {
             "insufficient privileges: wbscope needs root, or CAP_BPF and CAP_PERFMON \
              (missing: CAP_BPF, CAP_PERFMON)"
         );
+    }
+
+    /// The default user exists here, as on every Debian-like system, and
+    /// is not root; an unknown name and root are refused by name.
+    #[test]
+    fn users_are_looked_up_and_root_refused() {
+        let nobody = lookup(DEFAULT_USER).expect("nobody");
+        assert_ne!(nobody.uid, 0);
+        assert_eq!(lookup("root").expect("root").uid, 0);
+        let err = target(Some("root")).expect_err("root refused");
+        assert!(err.to_string().contains("uid 0"), "{err:#}");
+        let err = lookup("no-such-user-wbscope").expect_err("unknown");
+        assert_eq!(err.to_string(), "--user no-such-user-wbscope: no such user");
+    }
+
+    #[test]
+    fn no_drop_keeps_and_says_so() {
+        let kept = drop_after_attach(&DropOptions {
+            user: None,
+            no_drop: true,
+        })
+        .expect("kept");
+        assert_eq!(kept, Confinement::Kept);
+        assert!(kept.to_string().starts_with("--no-drop: keeping"));
     }
 }

@@ -101,7 +101,7 @@ impl RingCollector {
             bad_records: 0,
             open_calls,
             last_expiry: Instant::now(),
-            fs_names: FsNames::default(),
+            fs_names: FsNames::open(),
         })
     }
 

@@ -163,6 +163,11 @@ impl Tracing {
         Tracing { child, stderr: rx }
     }
 
+    /// The running process's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stops the trace with `signal` and returns stdout's lines as JSON.
     pub fn stop(self, signal: libc::c_int) -> Vec<serde_json::Value> {
         let pid = self.child.id() as libc::pid_t;

@@ -119,8 +119,8 @@ impl Observer {
                 if side == Side::PerFolio {
                     cmd.args(["--enable", "dirty_folio"]);
                 }
-                let file = fs::File::create(out)
-                    .with_context(|| format!("creating {}", out.display()))?;
+                let file =
+                    fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
                 let mut child = cmd
                     .stdout(file)
                     .stderr(Stdio::piped())
@@ -193,7 +193,9 @@ impl Observer {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter_map(|r| Some((r["program"].as_str()?.to_string(), r["run_count"].as_u64()?)))
+                    .filter_map(|r| {
+                        Some((r["program"].as_str()?.to_string(), r["run_count"].as_u64()?))
+                    })
                     .collect())
             }
         }

@@ -1,0 +1,440 @@
+//! `wbscope trace --prometheus ... --web-config FILE` (issue 30): TLS with
+//! client certificates and basic auth in the exporter-toolkit format,
+//! certificates made by the test (rcgen). A real Prometheus scrapes
+//! through it; curl without credentials, with a wrong password, or with a
+//! client certificate the server does not trust gets nothing of the
+//! metrics. The exporter runs with its privileges dropped meanwhile.
+mod support;
+
+use std::{
+    fs::{self, File},
+    io::{BufRead, BufReader},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+use support::wbscope;
+
+const USER: &str = "prometheus";
+const PASSWORD: &str = "correct horse battery staple";
+
+/// Kills and reaps a child process however the test ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A certificate authority of the test's own.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().expect("key");
+        let cert = params.self_signed(&key).expect("self-signed");
+        Ca { cert, key }
+    }
+
+    /// A leaf for `names`, for a server or a client, written as
+    /// `DIR/NAME.crt` and `DIR/NAME.key`.
+    fn issue(&self, dir: &Path, name: &str, names: &[&str], server: bool) -> (PathBuf, PathBuf) {
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![if server {
+            ExtendedKeyUsagePurpose::ServerAuth
+        } else {
+            ExtendedKeyUsagePurpose::ClientAuth
+        }];
+        let key = KeyPair::generate().expect("key");
+        let cert = params
+            .signed_by(&key, &self.cert, &self.key)
+            .expect("signed");
+        let (crt, pem) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        fs::write(&crt, cert.pem()).expect("write cert");
+        fs::write(&pem, key.serialize_pem()).expect("write key");
+        (crt, pem)
+    }
+
+    fn write(&self, path: &Path) {
+        fs::write(path, self.cert.pem()).expect("write ca");
+    }
+}
+
+/// The test's certificates and web config in a temporary directory.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca: PathBuf,
+    client: (PathBuf, PathBuf),
+    stranger: (PathBuf, PathBuf),
+    web_config: PathBuf,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server_ca = Ca::new("wbscope test server CA");
+        let client_ca = Ca::new("wbscope test client CA");
+        let rogue_ca = Ca::new("someone else's CA");
+        let ca = dir.path().join("ca.crt");
+        server_ca.write(&ca);
+        client_ca.write(&dir.path().join("clients.crt"));
+        server_ca.issue(dir.path(), "server", &["localhost", "127.0.0.1"], true);
+        let client = client_ca.issue(dir.path(), "client", &["scraper"], false);
+        let stranger = rogue_ca.issue(dir.path(), "stranger", &["scraper"], false);
+        let hash = bcrypt::hash(PASSWORD, 6).expect("bcrypt");
+        // Relative paths: resolved from the config file's directory.
+        let web_config = dir.path().join("web.yml");
+        fs::write(
+            &web_config,
+            format!(
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+                 client_ca_file: clients.crt\n  client_auth_type: RequireAndVerifyClientCert\n\
+                 basic_auth_users:\n  {USER}: {hash}\n"
+            ),
+        )
+        .expect("web config");
+        Pki {
+            dir,
+            ca,
+            client,
+            stranger,
+            web_config,
+        }
+    }
+}
+
+/// `wbscope trace --prometheus ADDR ARGS`, returned once tracing, with
+/// the address it serves on and its stderr so far.
+fn start_exporter(listen: &str, args: &[&str]) -> (Killed, SocketAddr, Vec<String>) {
+    let mut child = wbscope()
+        .args(["trace", "--interval", "0.5", "--prometheus", listen])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn wbscope");
+    let stderr = child.stderr.take().expect("stderr");
+    let child = Killed(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line.contains("tracing;") => break,
+            Ok(line) => seen.push(line),
+            Err(e) => panic!("wbscope did not start ({e}): {seen:?}"),
+        }
+    }
+    let addr = seen
+        .iter()
+        .find_map(|l| l.strip_prefix("wbscope: metrics on "))
+        .and_then(|rest| rest.split_once("://"))
+        .map(|(_, a)| a.trim_end_matches("/metrics").parse().expect("address"))
+        .unwrap_or_else(|| panic!("no metrics address: {seen:?}"));
+    (child, addr, seen)
+}
+
+/// curl against `https://127.0.0.1:PORT/metrics` trusting the test's CA,
+/// with `args` added; returns its output with the body on stdout and the
+/// HTTP status on the last line.
+fn curl(addr: SocketAddr, ca: &Path, args: &[&str]) -> Output {
+    Command::new("curl")
+        .args(["--silent", "--show-error", "--max-time", "10"])
+        .arg("--cacert")
+        .arg(ca)
+        .args(args)
+        .args(["--write-out", "\n%{http_code}"])
+        .arg(format!("https://{addr}/metrics"))
+        .output()
+        .expect("spawn curl (cargo xtask setup installs it)")
+}
+
+fn cert_args(pair: &(PathBuf, PathBuf)) -> [&str; 4] {
+    [
+        "--cert",
+        pair.0.to_str().expect("path"),
+        "--key",
+        pair.1.to_str().expect("path"),
+    ]
+}
+
+/// (HTTP status, body) of a curl run that completed an exchange.
+fn answered(out: &Output) -> (String, String) {
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.to_string(), body.to_string())
+}
+
+fn proc_status(pid: u32, field: &str) -> String {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!("{field}:"))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no {field}"))
+}
+
+/// With TLS, client certificates and basic auth: the right client with
+/// the right password gets the metrics; without credentials or with a
+/// wrong password, 401 with nothing of them; with an untrusted or no
+/// client certificate, no TLS session at all. The refusals are counted.
+#[test]
+fn web_config_lets_in_only_who_it_should() {
+    let pki = Pki::new();
+    let config = pki.web_config.to_str().expect("path");
+    let (exporter, addr, stderr) = start_exporter("127.0.0.1:0", &["--web-config", config]);
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.starts_with("wbscope: metrics on https://")),
+        "{stderr:?}"
+    );
+    assert!(!stderr.iter().any(|l| l.contains("warning")), "{stderr:?}");
+    // TLS is served with the privileges dropped.
+    assert_eq!(proc_status(exporter.0.id(), "Seccomp"), "2");
+    assert_eq!(proc_status(exporter.0.id(), "CapEff"), "0000000000000000");
+
+    let client = cert_args(&pki.client);
+    let good = format!("{USER}:{PASSWORD}");
+    let bad = format!("{USER}:not the password");
+    let out = curl(addr, &pki.ca, &[&client[..], &["--user", &good]].concat());
+    let (code, body) = answered(&out);
+    assert_eq!(code, "200", "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(body.contains("wbscope_intervals_total"), "{body}");
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+
+    for (what, extra) in [
+        ("no credentials", vec![]),
+        ("a wrong password", vec!["--user", bad.as_str()]),
+        ("an unknown user", vec!["--user", "mallory:x"]),
+    ] {
+        let out = curl(addr, &pki.ca, &[&client[..], &extra].concat());
+        let (code, body) = answered(&out);
+        assert_eq!(code, "401", "{what}: {body}");
+        assert!(
+            !body.contains("wbscope_") && !body.contains("# EOF"),
+            "{what} leaked: {body}"
+        );
+        assert_eq!(body.trim(), "Unauthorized", "{what}");
+    }
+
+    for (what, extra) in [
+        (
+            "an untrusted client certificate",
+            cert_args(&pki.stranger).to_vec(),
+        ),
+        ("no client certificate", vec![]),
+    ] {
+        let out = curl(addr, &pki.ca, &[&extra[..], &["--user", &good]].concat());
+        let (code, body) = answered(&out);
+        assert!(!out.status.success(), "{what}: curl succeeded");
+        assert_eq!(code, "000", "{what}: an HTTP answer");
+        assert!(body.is_empty(), "{what} leaked: {body}");
+    }
+
+    // Plain HTTP on the TLS port gets nothing either.
+    let out = Command::new("curl")
+        .args(["--silent", "--max-time", "5", "--user", &good])
+        .arg(format!("http://{addr}/metrics"))
+        .output()
+        .expect("curl");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("wbscope_"));
+
+    let out = curl(addr, &pki.ca, &[&client[..], &["--user", &good]].concat());
+    let (_, body) = answered(&out);
+    let value = |line_start: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(line_start))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {line_start} in {body}"))
+    };
+    assert_eq!(
+        value(r#"wbscope_exporter_auth_failures_total{reason="no_credentials"} "#),
+        1.0
+    );
+    assert_eq!(
+        value(r#"wbscope_exporter_auth_failures_total{reason="wrong_credentials"} "#),
+        2.0
+    );
+    // The two refused certificates and the plain-HTTP request.
+    assert!(value("wbscope_exporter_tls_handshake_failures_total ") >= 3.0);
+    drop(exporter);
+}
+
+/// A real Prometheus scrapes over TLS with its client certificate and
+/// basic auth: its `up` for the job is 1.
+#[test]
+fn prometheus_scrapes_over_tls_with_basic_auth() {
+    let prometheus = "/usr/bin/prometheus";
+    assert!(
+        Path::new(prometheus).exists(),
+        "{prometheus} missing: apt-get install prometheus (cargo xtask setup)"
+    );
+    let pki = Pki::new();
+    let config = pki.web_config.to_str().expect("path");
+    let (exporter, addr, _) = start_exporter("127.0.0.1:0", &["--web-config", config]);
+    let dir = pki.dir.path();
+    let prom_config = dir.join("prometheus.yml");
+    fs::write(
+        &prom_config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: wbscope\n    scheme: https\n    tls_config:\n      \
+             ca_file: {ca}\n      cert_file: {cert}\n      key_file: {key}\n    basic_auth:\n      \
+             username: {USER}\n      password: {PASSWORD}\n    static_configs:\n      \
+             - targets: ['{addr}']\n",
+            ca = pki.ca.display(),
+            cert = pki.client.0.display(),
+            key = pki.client.1.display(),
+        ),
+    )
+    .expect("prometheus config");
+    let prom_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let log = File::create(dir.join("prometheus.log")).expect("log");
+    let prom = Killed(
+        Command::new(prometheus)
+            .arg(format!("--config.file={}", prom_config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn prometheus"),
+    );
+    let prom_log = || fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+    let up = wait_for(Duration::from_secs(40), || {
+        TcpStream::connect(prom_addr).is_ok()
+            && query(prom_addr, r#"up{job="wbscope"}"#) == Some(1.0)
+    });
+    assert!(
+        up,
+        "prometheus never scraped wbscope over TLS: {}",
+        prom_log()
+    );
+    // What it scraped is wbscope's metrics, not an error page.
+    assert!(
+        query(prom_addr, r#"wbscope_intervals_total{job="wbscope"}"#).is_some_and(|v| v >= 1.0),
+        "{}",
+        prom_log()
+    );
+    drop(prom);
+    drop(exporter);
+}
+
+/// Beyond loopback without --web-config: one warning line; with TLS and
+/// basic auth, none.
+#[test]
+fn listening_beyond_loopback_without_web_config_warns_once() {
+    let (exporter, _, stderr) = start_exporter("0.0.0.0:0", &["--listen-any"]);
+    drop(exporter);
+    let warnings: Vec<&String> = stderr.iter().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr:?}");
+    assert!(
+        warnings[0].starts_with("wbscope: warning: metrics on 0.0.0.0:")
+            && warnings[0].contains("without TLS or authentication"),
+        "{warnings:?}"
+    );
+    let pki = Pki::new();
+    let config = pki.web_config.to_str().expect("path");
+    let (exporter, _, stderr) =
+        start_exporter("0.0.0.0:0", &["--listen-any", "--web-config", config]);
+    drop(exporter);
+    assert!(!stderr.iter().any(|l| l.contains("warning")), "{stderr:?}");
+}
+
+/// A web config that cannot be used stops the trace before it attaches:
+/// exit 1, one line naming the file.
+#[test]
+fn a_broken_web_config_is_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("web.yml");
+    fs::write(
+        &path,
+        "basic_auth_users:\n  prometheus: plain-text-password\n",
+    )
+    .expect("write");
+    let out = wbscope()
+        .args(["trace", "--prometheus", "127.0.0.1:0", "--web-config"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not a bcrypt hash"), "{stderr}");
+    let out = wbscope()
+        .args(["trace", "--web-config"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--web-config needs --prometheus"
+    );
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    false
+}
+
+/// An instant query against Prometheus's HTTP API: the first sample's
+/// value.
+fn query(prom: SocketAddr, q: &str) -> Option<f64> {
+    let out = Command::new("curl")
+        .args(["--silent", "--max-time", "5", "--get", "--data-urlencode"])
+        .arg(format!("query={q}"))
+        .arg(format!("http://{prom}/api/v1/query"))
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+}
