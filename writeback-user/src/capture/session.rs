@@ -127,10 +127,13 @@ fn bpf_ns(snap: &crate::model::kernel::KernelSnapshot) -> u64 {
 
 /// Switches per-call output off while the call rate is over the limit, so
 /// a busy host costs aggregation, not an unbounded stream.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct RateGate {
     suspended: bool,
     not_written: u64,
+    /// The CPU budget, whose call sampling closes the gate for some
+    /// calls too.
+    budget: Option<Budgeted>,
 }
 
 impl RateGate {
@@ -221,7 +224,6 @@ fn take(
     max: u64,
     out: &mut dyn SessionOutput,
     who: &mut Who<'_>,
-    mut budget: Option<&mut Budgeted>,
 ) -> io::Result<()> {
     who.charge(&mut batch);
     for call in batch {
@@ -230,7 +232,7 @@ fn take(
         }
         totals.add(&call);
         interval.add(&call);
-        let sampled_out = budget.as_mut().is_some_and(|b| !b.write_call());
+        let sampled_out = gate.budget.as_mut().is_some_and(|b| !b.write_call());
         if gate.suspended || sampled_out {
             gate.not_written += 1;
         } else {
@@ -294,7 +296,7 @@ pub(crate) async fn run(
         on: tracer.plan.attached(Concept::Dirtier),
         attribution: Attribution::new(AttributionMode::of(&tracer.plan).unwrap_or_default()),
     };
-    let mut budget = limits
+    gate.budget = limits
         .cpu_budget
         .map(|pct| Budgeted::new(pct, tracer, &prev));
     eprintln!("wbscope: tracing; Ctrl-C to stop");
@@ -317,7 +319,8 @@ pub(crate) async fn run(
                     &cur,
                 );
                 line.owners = who.owners();
-                line.budget = budget
+                line.budget = gate
+                    .budget
                     .as_mut()
                     .and_then(|b| b.interval(tracer, &cur, now.duration_since(last_tick)));
                 state_sampling_error(&mut line);
@@ -352,7 +355,6 @@ pub(crate) async fn run(
             max,
             out,
             &mut who,
-            budget.as_mut(),
         )?;
         out.flush()?;
         if totals.calls >= max {
@@ -373,7 +375,6 @@ pub(crate) async fn run(
         max,
         out,
         &mut who,
-        budget.as_mut(),
     )?;
     let now = Instant::now();
     let cur = tracer.snapshot()?;
@@ -385,7 +386,8 @@ pub(crate) async fn run(
         &cur,
     );
     line.owners = who.owners();
-    line.budget = budget
+    line.budget = gate
+        .budget
         .as_mut()
         .and_then(|b| b.interval(tracer, &cur, now.duration_since(last_tick)));
     state_sampling_error(&mut line);

@@ -191,6 +191,7 @@ mod tests {
             pages_written_by_flusher: others / 2,
             throttle_pauses: 1,
             throttle_pause_ms: 10,
+            pages_dirtied_error: None,
         }
     }
 

@@ -375,7 +375,7 @@ fn report(opts: &SmallWriterOptions, writers: &[Writer], cells: &[Vec<Cell>]) ->
                 c.dirtied
             ));
             let mut runs = c.runs.clone();
-            runs.sort_by(|a, b| b.1.cmp(&a.1));
+            runs.sort_by_key(|r| std::cmp::Reverse(r.1));
             let list: Vec<String> = runs
                 .iter()
                 .filter(|r| r.1 > 0)

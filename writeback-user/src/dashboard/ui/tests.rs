@@ -292,6 +292,7 @@ fn who_app() -> App {
         pages_written_by_flusher: f,
         throttle_pauses: p,
         throttle_pause_ms: p * 12,
+        pages_dirtied_error: None,
     };
     for s in 1..=3u64 {
         let snap = KernelSnapshot::default();

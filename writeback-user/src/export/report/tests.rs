@@ -164,6 +164,7 @@ fn fixture_owners(tick: u64) -> Vec<crate::model::dirtier::OwnerLine> {
             pages_written_by_flusher: 1200 * tick,
             throttle_pauses: tick.saturating_sub(4),
             throttle_pause_ms: tick.saturating_sub(4) * 120,
+            pages_dirtied_error: None,
         },
         OwnerLine {
             pid: 5151,
