@@ -192,8 +192,8 @@ mod tests {
     #[test]
     fn sampling_error_is_zero_unsampled_and_grows_with_the_rate() {
         assert_eq!(sampling_error(65536, 1), 0.0);
-        // 65536 pages, one in 4: 1.96 * sqrt(65536 * 3) = 868.9.
-        assert!((sampling_error(65536, 4) - 868.9).abs() < 0.1);
+        // 65536 pages, one in 4: 1.96 * sqrt(65536 * 3) = 869.07.
+        assert!((sampling_error(65536, 4) - 869.07).abs() < 0.01);
         assert!(sampling_error(65536, 64) > sampling_error(65536, 4));
     }
 }
