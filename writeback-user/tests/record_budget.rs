@@ -57,7 +57,11 @@ fn a_tight_budget_samples_the_per_folio_counts_and_says_so() {
         .args(["replay", &store_arg, "--json"])
         .output()
         .expect("replay");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let intervals: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -70,7 +74,9 @@ fn a_tight_budget_samples_the_per_folio_counts_and_says_so() {
     for (i, line) in intervals.iter().enumerate() {
         let budget = &line["budget"];
         assert_eq!(budget["budget_pct"], 0.2, "{line}");
-        let one_in = budget["dirty_folio_1_in"].as_u64().expect("dirty_folio_1_in");
+        let one_in = budget["dirty_folio_1_in"]
+            .as_u64()
+            .expect("dirty_folio_1_in");
         assert!(budget["cpu_pct"].as_f64().unwrap() >= budget["bpf_pct"].as_f64().unwrap());
         if let Some(next) = intervals.get(i + 1)
             && budget["cpu_pct"].as_f64().unwrap() > 0.2
@@ -86,7 +92,9 @@ fn a_tight_budget_samples_the_per_folio_counts_and_says_so() {
             let pages = o["pages_dirtied"].as_u64().unwrap();
             estimate += pages;
             if one_in > 1 {
-                let err = o["pages_dirtied_error"].as_f64().expect("a sampled count states its error");
+                let err = o["pages_dirtied_error"]
+                    .as_f64()
+                    .expect("a sampled count states its error");
                 variance += (err / 1.96).powi(2);
             } else {
                 assert!(o.get("pages_dirtied_error").is_none(), "{o}");
