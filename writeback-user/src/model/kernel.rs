@@ -13,6 +13,8 @@ pub struct KernelStats {
     pub unmatched_results: u64,
     pub inflight_full: u64,
     pub filtered: u64,
+    /// Dirtied folios left uncounted (`stat::DIRTY_SLOTS_BUSY`).
+    pub dirty_slots_busy: u64,
 }
 
 /// Run time of one attached program (BPF_ENABLE_STATS).

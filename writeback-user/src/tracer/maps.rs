@@ -83,6 +83,7 @@ impl Tracer {
             unmatched_results: sum(stat::UNMATCHED_RESULTS)?,
             inflight_full: sum(stat::INFLIGHT_FULL)?,
             filtered: sum(stat::FILTERED)?,
+            dirty_slots_busy: sum(stat::DIRTY_SLOTS_BUSY)?,
         })
     }
 
