@@ -148,7 +148,10 @@ fn write_and_fsync(path: &Path, mib: u64) {
 /// the pages-per-call histogram of the same calls agrees.
 #[test]
 fn scrape_during_a_write_counts_its_pages() {
-    let exporter = Exporter::start(&["--interval", "0.5", "--json"]);
+    // Per folio: the default (per-inode) attribution reads each process's
+    // dirtied pages from /proc/PID/io, which a run that dropped its
+    // privileges cannot (trace-json.md, "Who dirtied it").
+    let exporter = Exporter::start(&["--interval", "0.5", "--json", "--enable", "dirty_folio"]);
     let before = scrape(exporter.addr);
     let types: HashMap<_, _> = before
         .samples

@@ -306,8 +306,8 @@ pub(crate) struct RecordArgs {
     pub(crate) interval: Option<Duration>,
 
     /// Keep the BPF programs' run time plus the recorder's CPU under
-    /// PERCENT of one core (default 2 with --store, none otherwise):
-    /// past it, sample the per-folio dirtier counts (--enable
+    /// PERCENT of one core (none unless given; the systemd unit gives
+    /// 2): past it, sample the per-folio dirtier counts (--enable
     /// dirty_folio), then the call records written; each interval line
     /// says what was sampled and at what rate.
     #[arg(long, value_name = "PERCENT", value_parser = parse_budget)]
@@ -319,9 +319,6 @@ pub(crate) struct RecordArgs {
     #[command(flatten)]
     pub(crate) privileges: DropArgs,
 }
-
-/// The service's CPU budget: 2% of one core (docs/recordings.md).
-pub(crate) const DEFAULT_CPU_BUDGET: f64 = 2.0;
 
 /// A CPU budget: a share of one core above 0 and at most 100.
 pub(crate) fn parse_budget(s: &str) -> Result<f64, String> {

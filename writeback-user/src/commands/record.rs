@@ -174,9 +174,7 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
         max_records: args.max_records,
         watch_pid: args.filter.pid,
         max_event_rate: args.max_event_rate,
-        cpu_budget: args
-            .cpu_budget
-            .or(args.store.is_some().then_some(cli::DEFAULT_CPU_BUDGET)),
+        cpu_budget: args.cpu_budget,
     };
     if let Some(dir) = &args.store {
         if dir.exists() && !dir.is_dir() {

@@ -188,8 +188,12 @@ pub(crate) fn open(path: &Path, window: TimeWindow) -> anyhow::Result<StoreReade
         .with_context(|| format!("{name}: reading its metadata"))?;
     let kind = meta.file_type();
     if kind.is_dir() {
-        return StoreReader::store(path, window)
-            .map_err(|e| UsageError(format!("{name}: {e}")).into());
+        return StoreReader::store(path, window).map_err(|e| {
+            UsageError(format!(
+                "{name}: is a directory that holds no readable store: {e}"
+            ))
+            .into()
+        });
     }
     // The reader streams, so a pipe works too (`replay <(zcat run.rec.gz)`).
     if !kind.is_file() && !kind.is_fifo() {
