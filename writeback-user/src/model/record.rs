@@ -223,7 +223,6 @@ impl CallRecord {
     /// call, a derived call's duration runs from the first folio to the
     /// pass end, or to the last folio when no pass end closed it.
     pub fn from_generic(g: &GenericCall, how: u32) -> CallRecord {
-        let comm_len = g.comm.iter().position(|&b| b == 0).unwrap_or(g.comm.len());
         let end = if g.end_ns != 0 { g.end_ns } else { g.last_ns };
         let wbc_seen = g.flags & gf::WBC_SEEN != 0;
         let hist_len = g
@@ -237,7 +236,7 @@ impl CallRecord {
             ino: g.ino,
             tgid: g.tgid,
             tid: g.tid,
-            comm: String::from_utf8_lossy(&g.comm[..comm_len]).into_owned(),
+            comm: comm(&g.comm),
             start_ns: g.start_ns,
             duration_ns: end.saturating_sub(g.start_ns),
             nr_to_write: g.nr_to_write,
@@ -292,16 +291,22 @@ pub struct ScanFigures {
     pub last_pos: i64,
 }
 
+/// A task's `comm` as the kernel hands it (`bpf_get_current_comm()`:
+/// NUL-padded, at most 16 bytes), as text.
+pub(crate) fn comm(raw: &[u8]) -> String {
+    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..len]).into_owned()
+}
+
 impl From<&WritepagesCall> for CallRecord {
     fn from(c: &WritepagesCall) -> Self {
-        let comm_len = c.comm.iter().position(|&b| b == 0).unwrap_or(c.comm.len());
         let start_seen = c.flags & call_flags::START_SEEN != 0;
         CallRecord {
             dev: DevId::from_kernel(c.dev),
             ino: c.ino,
             tgid: c.tgid,
             tid: c.tid,
-            comm: String::from_utf8_lossy(&c.comm[..comm_len]).into_owned(),
+            comm: comm(&c.comm),
             start_ns: c.start_ns,
             duration_ns: c.duration_ns,
             nr_to_write: c.nr_to_write,

@@ -14,6 +14,7 @@ use super::{Tracer, attach::member_spec, btf::Btf as KernelBtf};
 use crate::model::dirtier::{
     AttributionMode, DirtierReading, DirtierSnapshot, InodeDirtyingReading, TaskReading,
 };
+use crate::model::record::comm;
 
 /// Processes followed at most for their dirtied-page counts; past it a
 /// new one is not followed (its `pages_dirtied` stay 0; its writeback is
@@ -103,11 +104,6 @@ fn decode(bytes: &[u8]) -> Option<InodeDirtyingReading> {
         cgroup_id: d.cgroup_id,
         owner_cgroup_id: d.owner_cgroup_id,
     })
-}
-
-fn comm(raw: &[u8; 16]) -> String {
-    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-    String::from_utf8_lossy(&raw[..len]).into_owned()
 }
 
 /// `DirtierMembers` from the kernel's BTF: each slot's first member path

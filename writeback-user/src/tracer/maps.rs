@@ -64,10 +64,7 @@ impl Tracer {
             let comm = values
                 .iter()
                 .find(|v| v.comm[0] != 0)
-                .map(|v| {
-                    let end = v.comm.iter().position(|&b| b == 0).unwrap_or(16);
-                    String::from_utf8_lossy(&v.comm[..end]).into_owned()
-                })
+                .map(|v| crate::model::record::comm(&v.comm))
                 .unwrap_or_default();
             out.insert(tgid, (ms, comm));
         }
