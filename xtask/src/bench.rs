@@ -32,6 +32,7 @@ use anyhow::{Context as _, bail};
 use scratchfs::{FsType, ScratchFs};
 
 mod figures;
+pub mod recorder;
 pub mod small_writer;
 use figures::{
     all_programs, floor_comparison, issue_19_figures, ms_per_gib, per_program, per_write_means,
@@ -158,10 +159,15 @@ impl Tracer {
 
     /// Peak resident memory so far (VmHWM, kB), from /proc/PID/status.
     fn peak_rss_kb(&self) -> Option<u64> {
+        self.status_kb("VmHWM:")
+    }
+
+    /// A kB figure of /proc/PID/status (`VmRSS:`, `VmHWM:`).
+    fn status_kb(&self, field: &str) -> Option<u64> {
         let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .find_map(|l| l.strip_prefix(field))?
             .split_whitespace()
             .next()?
             .parse()
