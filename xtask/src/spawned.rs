@@ -73,6 +73,7 @@ const DYNAMIC_SPAWNS: &[(&str, &str, &[&str])] = &[
     ("xtask/src/main.rs", "binary", &[]),
     ("xtask/src/bench.rs", "binary", &[]),
     ("xtask/src/bench/small_writer.rs", "binary", &[]),
+    ("xtask/src/bench/recorder.rs", "binary", &[]),
     // The baseline wbscope binary of WBSCOPE_BENCH_BASELINE.
     ("xtask/src/bench.rs", "b", &[]),
     ("xtask/src/bench_writer.rs", "self.binary", &[]),
