@@ -120,24 +120,7 @@ pub fn bench(binary: &Path, opts: &RecorderOptions) -> anyhow::Result<String> {
         samples.push(s);
     }
     drop(load);
-    let out = super::interrupt(recorder.child)?;
-    if !out.status.success() {
-        bail!(
-            "wbscope record failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let replay = std::process::Command::new(binary)
-        .args(["replay", &store_arg, "--json"])
-        .output()
-        .context("replaying the store")?;
-    if !replay.status.success() {
-        bail!(
-            "wbscope replay failed: {}",
-            String::from_utf8_lossy(&replay.stderr).trim()
-        );
-    }
-    let kept = Kept::of(&String::from_utf8_lossy(&replay.stdout));
+    let kept = Kept::of(&stop_and_replay(binary, recorder, &store_arg)?);
     drop(fs);
     let mut out = report(opts, &samples, &kept);
     if opts.dd_mib > 0 {
@@ -146,6 +129,29 @@ pub fn bench(binary: &Path, opts: &RecorderOptions) -> anyhow::Result<String> {
         out.push_str(&small_writer_report(opts, &[unshed, budgeted]));
     }
     Ok(out)
+}
+
+/// Stops the recorder as Ctrl-C would and returns the JSON lines of its
+/// store's replay.
+fn stop_and_replay(binary: &Path, recorder: Tracer, store: &str) -> anyhow::Result<String> {
+    let out = super::interrupt(recorder.child)?;
+    if !out.status.success() {
+        bail!(
+            "wbscope record failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let replay = std::process::Command::new(binary)
+        .args(["replay", store, "--json"])
+        .output()
+        .context("replaying the store")?;
+    if !replay.status.success() {
+        bail!(
+            "wbscope replay failed: {}",
+            String::from_utf8_lossy(&replay.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&replay.stdout).into_owned())
 }
 
 /// One recorded run of the 4 KiB writer (module docs).
@@ -217,17 +223,7 @@ fn small_writer(
     let wall_s = started.elapsed().as_secs_f64();
     let cpu_s = recorder.cpu_secs()? - cpu0;
     thread::sleep(Duration::from_secs(1));
-    let out = super::interrupt(recorder.child)?;
-    if !out.status.success() {
-        bail!(
-            "wbscope record failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let replay = std::process::Command::new(binary)
-        .args(["replay", &store, "--json"])
-        .output()
-        .context("replaying the store")?;
+    let replay = stop_and_replay(binary, recorder, &store)?;
     let mut run = WriterRun {
         budget,
         intervals: Vec::new(),
@@ -238,7 +234,7 @@ fn small_writer(
         wall_s,
     };
     let mut variance = 0.0;
-    for line in String::from_utf8_lossy(&replay.stdout).lines() {
+    for line in replay.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
