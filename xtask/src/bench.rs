@@ -86,6 +86,10 @@ fn write_and_fsync(path: &Path, size_mib: u64) -> anyhow::Result<Duration> {
 /// A running `wbscope trace` or `wbscope record`.
 struct Tracer {
     child: Child,
+    /// What it says on stderr after the ready line, drained to its end by
+    /// a thread so that nothing it says later blocks or breaks on a closed
+    /// pipe (a recorder's last line once failed it that way).
+    said: Option<std::thread::JoinHandle<String>>,
     /// The recording, for `record`.
     recording: Option<PathBuf>,
     /// When it said it was tracing: the zero of its interval lines'
@@ -135,26 +139,49 @@ impl Tracer {
         recording: Option<PathBuf>,
         ready: &str,
     ) -> anyhow::Result<Tracer> {
+        Self::spawn_to(binary, args, Stdio::piped(), recording, ready)
+    }
+
+    /// [`Tracer::spawn`] with its stdout going to `stdout` (a file, for a
+    /// trace whose lines nobody reads while it runs: a full pipe would
+    /// stall it).
+    fn spawn_to(
+        binary: &Path,
+        args: &[&str],
+        stdout: Stdio,
+        recording: Option<PathBuf>,
+        ready: &str,
+    ) -> anyhow::Result<Tracer> {
         let mut child = Command::new(binary)
             .args(args)
-            .stdout(Stdio::piped())
+            .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting wbscope {}", args[0]))?;
         let stderr = child.stderr.take().context("no stderr")?;
-        let mut lines = BufReader::new(stderr).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(l)) if l.contains(ready) => break,
-                Some(Ok(_)) => {}
-                _ => bail!("wbscope {} exited before attaching", args[0]),
-            }
+        let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+        if !lines.any(|l| l.contains(ready)) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("wbscope {} exited before attaching", args[0]);
         }
+        let said = std::thread::spawn(move || lines.collect::<Vec<_>>().join("\n"));
         Ok(Tracer {
             child,
+            said: Some(said),
             recording,
             attached: Instant::now(),
         })
+    }
+
+    /// Sends SIGINT, as Ctrl-C would, and returns the output once it
+    /// ended, with all it said on stderr after attaching.
+    fn interrupt(self) -> anyhow::Result<std::process::Output> {
+        let mut out = interrupt(self.child).context("waiting for wbscope")?;
+        if let Some(said) = self.said {
+            out.stderr = said.join().unwrap_or_default().into_bytes();
+        }
+        Ok(out)
     }
 
     /// Peak resident memory so far (VmHWM, kB), from /proc/PID/status.
@@ -189,8 +216,9 @@ impl Tracer {
     /// Stops with SIGINT and returns its JSON lines, the summary last (for
     /// a recording, `replay --summary` of it alone).
     fn stop(self, binary: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
-        let out = interrupt(self.child)?;
-        let stdout = match &self.recording {
+        let recording = self.recording.clone();
+        let out = self.interrupt()?;
+        let stdout = match &recording {
             Some(path) => {
                 let replay = Command::new(binary)
                     .arg("replay")
@@ -215,7 +243,7 @@ impl Tracer {
     /// Stops a [`Tracer::floor`] with SIGINT and returns its figures as
     /// run-time entries (`program` is the event).
     fn stop_floor(self) -> anyhow::Result<serde_json::Value> {
-        let out = interrupt(self.child)?;
+        let out = self.interrupt()?;
         if !out.status.success() {
             bail!(
                 "wbscope probes --cost --on-hooks failed: {}",

@@ -134,7 +134,7 @@ pub fn bench(binary: &Path, opts: &RecorderOptions) -> anyhow::Result<String> {
 /// Stops the recorder as Ctrl-C would and returns the JSON lines of its
 /// store's replay.
 fn stop_and_replay(binary: &Path, recorder: Tracer, store: &str) -> anyhow::Result<String> {
-    let out = super::interrupt(recorder.child)?;
+    let out = recorder.interrupt()?;
     if !out.status.success() {
         bail!(
             "wbscope record failed: {}",

@@ -116,7 +116,7 @@ impl Side {
 /// user would redirect them: a pipe nobody reads would stall it), the
 /// floor's programs, or bpftrace.
 enum Observer {
-    Trace(Child, PathBuf),
+    Trace(Tracer, PathBuf),
     Floor(Tracer),
     Bpftrace(Child),
 }
@@ -125,28 +125,14 @@ impl Observer {
     fn start(binary: &Path, side: Side, out: &Path) -> anyhow::Result<Observer> {
         Ok(match side {
             Side::Trace | Side::PerFolio => {
-                let mut cmd = Command::new(binary);
-                cmd.args(["trace", "--json", "--events"]);
+                let mut args = vec!["trace", "--json", "--events"];
                 if side == Side::PerFolio {
-                    cmd.args(["--enable", "dirty_folio"]);
+                    args.extend(["--enable", "dirty_folio"]);
                 }
                 let file =
                     fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
-                let mut child = cmd
-                    .stdout(file)
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .context("starting wbscope trace")?;
-                let stderr = child.stderr.take().context("wbscope's stderr")?;
-                let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
-                if !lines.any(|l| l.contains("tracing;")) {
-                    let _ = child.kill();
-                    bail!("wbscope trace exited before attaching");
-                }
-                // Drained to the end, so that nothing it says later blocks
-                // or breaks on a closed pipe.
-                std::thread::spawn(move || lines.for_each(drop));
-                Observer::Trace(child, out.to_path_buf())
+                let tracer = Tracer::spawn_to(binary, &args, file.into(), None, "tracing;")?;
+                Observer::Trace(tracer, out.to_path_buf())
             }
             Side::Floor => Observer::Floor(Tracer::floor(binary, false)?),
             Side::Bpftrace => {
@@ -184,10 +170,14 @@ impl Observer {
                 t.stop_floor()?;
                 Ok(Vec::new())
             }
-            Observer::Trace(child, out) => {
-                let status = super::interrupt(child)?.status;
-                if !status.success() {
-                    bail!("wbscope trace ended with {status}");
+            Observer::Trace(tracer, out) => {
+                let ended = tracer.interrupt()?;
+                if !ended.status.success() {
+                    bail!(
+                        "wbscope trace ended with {}: {}",
+                        ended.status,
+                        String::from_utf8_lossy(&ended.stderr).trim()
+                    );
                 }
                 let text = fs::read_to_string(&out)
                     .with_context(|| format!("reading {}", out.display()))?;
