@@ -72,7 +72,6 @@ const DYNAMIC_SPAWNS: &[(&str, &str, &[&str])] = &[
     // The wbscope binary xtask built.
     ("xtask/src/main.rs", "binary", &[]),
     ("xtask/src/bench.rs", "binary", &[]),
-    ("xtask/src/bench/small_writer.rs", "binary", &[]),
     ("xtask/src/bench/recorder.rs", "binary", &[]),
     // The baseline wbscope binary of WBSCOPE_BENCH_BASELINE.
     ("xtask/src/bench.rs", "b", &[]),
