@@ -12,9 +12,11 @@
 //! later process finds the leftovers of dead runs — and only of dead runs —
 //! and removes them.
 //!
-//! The crate installs no signal handler: callers that want Ctrl-C to
-//! unwind through `Drop` turn signals into a flag themselves.
+//! The crate installs no signal handler by itself: callers that want
+//! Ctrl-C to unwind through `Drop` hold a [`signal::SignalGuard`] and
+//! check [`signal::interrupted`] between steps.
 mod marker;
+pub mod signal;
 mod stale;
 mod sys;
 

@@ -1,69 +1,13 @@
 //! Small facts and guards about the host process that every layer may
 //! need: one signal guard, the page size, the host and kernel names,
 //! `sync` + dropping the page cache. No module above keeps its own copy.
-use std::{
-    fs, io,
-    path::Path,
-    sync::atomic::{AtomicI32, Ordering},
-};
+use std::{fs, io, path::Path};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
-/// The first signal caught (0: none yet).
-static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(signal: libc::c_int) {
-    // Only an atomic compare-exchange: async-signal-safe
-    // (signal-safety(7)). The first signal is the one reported.
-    let _ = INTERRUPTED.compare_exchange(0, signal, Ordering::Relaxed, Ordering::Relaxed);
-}
-
-/// True once SIGINT, SIGTERM or SIGHUP arrived while a [`SignalGuard`]
-/// was installed.
-pub(crate) fn interrupted() -> bool {
-    caught_signal().is_some()
-}
-
-/// The first of SIGINT, SIGTERM or SIGHUP that arrived while a
-/// [`SignalGuard`] was installed (for an exit code of 128 + its number).
-pub(crate) fn caught_signal() -> Option<libc::c_int> {
-    match INTERRUPTED.load(Ordering::Relaxed) {
-        0 => None,
-        s => Some(s),
-    }
-}
-
-/// Fails with "interrupted" when a signal arrived.
-pub(crate) fn check_interrupted() -> anyhow::Result<()> {
-    if interrupted() {
-        bail!("interrupted by a signal; scratch filesystems removed");
-    }
-    Ok(())
-}
-
-const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-
-/// Catches SIGINT/SIGTERM/SIGHUP for its lifetime (the old handlers come
-/// back on drop).
-pub(crate) struct SignalGuard([libc::sighandler_t; 3]);
-
-impl SignalGuard {
-    pub(crate) fn install() -> SignalGuard {
-        INTERRUPTED.store(0, Ordering::Relaxed);
-        let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        // SAFETY: the handler only stores to an atomic.
-        SignalGuard(SIGNALS.map(|s| unsafe { libc::signal(s, handler) }))
-    }
-}
-
-impl Drop for SignalGuard {
-    fn drop(&mut self) {
-        for (s, old) in SIGNALS.iter().zip(self.0) {
-            // SAFETY: restores the handler that was there before.
-            unsafe { libc::signal(*s, old) };
-        }
-    }
-}
+// The one signal guard of the workspace lives with the scratch
+// filesystems it exists for (scratchfs::signal): xtask's benches use it too.
+pub(crate) use scratchfs::signal::{SignalGuard, caught_signal, check_interrupted, interrupted};
 
 /// Page size the kernel counts pages in (4 KiB on x86_64).
 pub(crate) fn page_size() -> u64 {

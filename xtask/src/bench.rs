@@ -431,6 +431,7 @@ pub fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String> {
     // Counting programs on the same events, another side.
     let mut counting_runs: Vec<serde_json::Value> = Vec::new();
     for pair in 0..opts.pairs {
+        scratchfs::signal::check_interrupted()?;
         // Rotate which side goes first, so drift favours none.
         let mut order = vec![
             Side::Plain,

@@ -329,6 +329,7 @@ pub fn bench(binary: &Path, opts: &WriterBenchOptions) -> anyhow::Result<String>
         );
     }
     for round in 0..opts.rounds {
+        scratchfs::signal::check_interrupted()?;
         // Rotate the start, and reverse every other round (A/B then B/A),
         // so drift favours no case.
         let mut order = chosen.clone();

@@ -189,6 +189,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    // A Ctrl-C during a bench stops it between runs and unwinds through
+    // the scratch filesystems' and directories' `Drop`: nothing is left
+    // mounted. (The children see the same Ctrl-C and end on their own.)
+    let _signals =
+        matches!(cli.task, Task::Bench { .. }).then(scratchfs::signal::SignalGuard::install);
     match cli.task {
         Task::Setup => {
             setup::ensure(setup::Scope::All)?;

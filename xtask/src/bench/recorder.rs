@@ -93,7 +93,10 @@ pub fn bench(binary: &Path, opts: &RecorderOptions) -> anyhow::Result<String> {
     let end = Duration::from_secs(opts.minutes * 60);
     let mut samples = Vec::new();
     while started.elapsed() < end {
-        thread::sleep(Duration::from_secs(opts.every_secs));
+        for _ in 0..opts.every_secs {
+            scratchfs::signal::check_interrupted()?;
+            thread::sleep(Duration::from_secs(1));
+        }
         let s = Sample {
             at_s: started.elapsed().as_secs_f64(),
             rss_kb: recorder
@@ -124,6 +127,7 @@ pub fn bench(binary: &Path, opts: &RecorderOptions) -> anyhow::Result<String> {
     drop(fs);
     let mut out = report(opts, &samples, &kept);
     if opts.dd_mib > 0 {
+        scratchfs::signal::check_interrupted()?;
         let unshed = small_writer(binary, opts, None)?;
         let budgeted = small_writer(binary, opts, Some(opts.cpu_budget))?;
         out.push_str(&small_writer_report(opts, &[unshed, budgeted]));

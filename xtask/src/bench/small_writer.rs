@@ -265,6 +265,7 @@ fn measure(binary: &Path, opts: &SmallWriterOptions, dir: &Path) -> anyhow::Resu
     for pair in 0..opts.pairs {
         for (w, &writer) in writers.iter().enumerate() {
             for (s, &side) in SIDES.iter().enumerate() {
+                scratchfs::signal::check_interrupted()?;
                 if writer == Writer::DdLarge && side != Side::Trace {
                     continue;
                 }
