@@ -14,7 +14,7 @@ pub mod object;
 pub mod plan;
 pub mod privileges;
 pub mod ring;
-mod seccomp;
+pub(crate) mod seccomp;
 pub mod tracefs;
 mod trials;
 

@@ -18,6 +18,8 @@ use std::{ffi::CString, fs};
 use anyhow::{Context as _, bail};
 use caps::{CapSet, Capability};
 
+use super::seccomp::WritableDir;
+
 /// What is missing, in the words printed to the user.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -73,6 +75,15 @@ impl DropOptions {
             return Ok(());
         }
         target(self.user.as_deref()).map(|_| ())
+    }
+
+    /// The uid and gid the run will have after the drop, for what it must
+    /// hand over before (a store's directory); `None` with `--no-drop`.
+    pub(crate) fn user_ids(&self) -> anyhow::Result<Option<(u32, u32)>> {
+        if self.no_drop {
+            return Ok(None);
+        }
+        target(self.user.as_deref()).map(|a| Some((a.uid, a.gid)))
     }
 }
 
@@ -228,8 +239,13 @@ pub(crate) fn dropped() -> bool {
 /// returns what it did. Call it once the programs are attached and every
 /// file the run still reads or writes is open, while the process has one
 /// thread: capabilities and the bounding set are per thread, so a thread
-/// started before would keep them (the call fails instead).
-pub(crate) fn drop_after_attach(options: &DropOptions) -> anyhow::Result<Confinement> {
+/// started before would keep them (the call fails instead). `dir`: a
+/// directory the run goes on creating and deleting files in, through its
+/// descriptor (a store's; [`super::seccomp::WritableDir`]).
+pub(crate) fn drop_after_attach(
+    options: &DropOptions,
+    dir: Option<WritableDir>,
+) -> anyhow::Result<Confinement> {
     if options.no_drop {
         return Ok(Confinement::Kept);
     }
@@ -241,7 +257,7 @@ pub(crate) fn drop_after_attach(options: &DropOptions) -> anyhow::Result<Confine
              thread, so the drop must come before any other thread starts"
         );
     }
-    let filter = super::seccomp::filter().context("compiling the seccomp filter")?;
+    let filter = super::seccomp::filter(dir).context("compiling the seccomp filter")?;
     // What is read lazily, once, is read now: aya caches the number of
     // possible CPUs (/sys/devices/system/cpu/possible, for per-CPU maps)
     // per thread at first use, and the run's one thread is this one.
@@ -285,7 +301,7 @@ pub(crate) fn drop_after_attach(options: &DropOptions) -> anyhow::Result<Confine
         user: account.name,
         uid: account.uid,
         gid: account.gid,
-        syscalls: super::seccomp::allowed_count(),
+        syscalls: super::seccomp::allowed_count(dir),
         bounding_cleared,
     })
 }
@@ -388,11 +404,12 @@ mod tests {
 
     #[test]
     fn no_drop_keeps_and_says_so() {
-        let kept = drop_after_attach(&DropOptions {
+        let options = DropOptions {
             user: None,
             no_drop: true,
-        })
-        .expect("kept");
+        };
+        let kept = drop_after_attach(&options, None).expect("kept");
+        assert_eq!(options.user_ids().expect("ids"), None);
         assert_eq!(kept, Confinement::Kept);
         assert!(kept.to_string().starts_with("--no-drop: keeping"));
     }

@@ -119,7 +119,7 @@ pub(crate) fn list(dir: &Path) -> io::Result<Vec<SegmentFile>> {
 /// when the process ends, however it ends).
 #[derive(Debug)]
 pub(crate) struct StoreLock {
-    _file: File,
+    file: File,
 }
 
 impl StoreLock {
@@ -151,7 +151,12 @@ impl StoreLock {
             .and_then(|()| file.rewind())
             .and_then(|()| writeln!(file, "{}", std::process::id()))
             .with_context(|| format!("writing {}", path.display()))?;
-        Ok(StoreLock { _file: file })
+        Ok(StoreLock { file })
+    }
+
+    /// The lock file, open (for giving it to the drop user).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 }
 
