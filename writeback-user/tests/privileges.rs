@@ -333,6 +333,72 @@ fn a_store_drops_after_attach_and_rotates_and_deletes_as_the_drop_user() {
     );
 }
 
+/// FS_IMMUTABLE_FL (include/uapi/linux/fs.h): not even root may change
+/// the inode, its owner included.
+const FS_IMMUTABLE_FL: libc::c_int = 0x10;
+
+/// Sets or clears the immutable flag of `path` (ext4's `chattr +i`).
+fn set_immutable(path: &Path, on: bool) {
+    let f = File::open(path).expect("open");
+    let mut flags: libc::c_int = 0;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: FS_IOC_GETFLAGS/SETFLAGS read and write an int.
+    unsafe {
+        assert_eq!(
+            libc::ioctl(f.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags),
+            0
+        );
+        flags = if on {
+            flags | FS_IMMUTABLE_FL
+        } else {
+            flags & !FS_IMMUTABLE_FL
+        };
+        assert_eq!(libc::ioctl(f.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags), 0);
+    }
+}
+
+/// A store that cannot be given to the user the run drops to (here a
+/// directory made immutable, whose owner not even root can change) stops
+/// the start with one line naming that user (exit 1), before the drop
+/// and before recording anything.
+#[test]
+fn a_store_that_cannot_be_given_away_stops_with_one_line() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let store = dir.path().join("store");
+    fs::create_dir(&store).expect("mkdir");
+    // The lock of an earlier run, so that the start gets to the handing
+    // over (an immutable directory takes no new file).
+    File::create(store.join(".lock")).expect("lock");
+    struct Mutable<'a>(&'a Path);
+    impl Drop for Mutable<'_> {
+        fn drop(&mut self) {
+            set_immutable(self.0, false);
+        }
+    }
+    set_immutable(&store, true);
+    let _restore = Mutable(&store);
+    let out = wbscope()
+        .arg("record")
+        .arg("--store")
+        .arg(&store)
+        .args(["--duration", "1"])
+        .output()
+        .expect("record");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(
+        errors[0].starts_with("wbscope: error: giving ")
+            && errors[0].contains("to uid 65534 gid 65534")
+            && errors[0].contains("Operation not permitted"),
+        "{err}"
+    );
+    assert!(!err.contains("privileges dropped"), "{err}");
+    assert_eq!(segments(&store), Vec::new());
+    assert_eq!(fs::metadata(&store).expect("stat").uid(), 0);
+}
+
 fn replay_json(rec: &Path) -> Vec<Value> {
     let out = wbscope()
         .arg("replay")
