@@ -85,10 +85,12 @@ pub(crate) struct SegmentFile {
 
 impl SegmentFile {
     pub(crate) fn name(&self) -> String {
-        self.path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        self.file_name().to_string_lossy().into_owned()
+    }
+
+    /// Its name in the store's directory, as the bytes the *at calls take.
+    pub(crate) fn file_name(&self) -> &std::ffi::OsStr {
+        self.path.file_name().unwrap_or_default()
     }
 }
 

@@ -21,7 +21,6 @@
 //! the directory the drop user's beforehand.
 use std::{
     collections::VecDeque,
-    ffi::OsStr,
     fs::{self, File},
     io::{self, Write as _},
     os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd, RawFd},
@@ -281,7 +280,7 @@ impl<E: Env> StoreWriter<E> {
             &|| rustix::fs::fchown(self.lock.file(), owner, group),
         )?;
         for seg in &self.closed {
-            let name = segment_file_name(seg);
+            let name = seg.file_name();
             // Not following a link: the link itself, never what it names.
             let nofollow = AtFlags::SYMLINK_NOFOLLOW;
             give(
@@ -458,7 +457,7 @@ impl<E: Env> StoreWriter<E> {
 
     /// Deletes a segment through the directory's descriptor.
     fn unlink(&self, seg: &SegmentFile) -> io::Result<()> {
-        rustix::fs::unlinkat(&self.dir_fd, segment_file_name(seg), AtFlags::empty())
+        rustix::fs::unlinkat(&self.dir_fd, seg.file_name(), AtFlags::empty())
             .map_err(io::Error::from)
     }
 
@@ -534,11 +533,6 @@ impl<E: Env> StoreWriter<E> {
             Err(e) => Err(e).with_context(|| format!("writing {}", active.seg.path.display())),
         }
     }
-}
-
-/// A segment's name in its directory.
-fn segment_file_name(seg: &SegmentFile) -> &OsStr {
-    seg.path.file_name().unwrap_or(seg.path.as_os_str())
 }
 
 #[cfg(test)]
