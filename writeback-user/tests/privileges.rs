@@ -218,8 +218,10 @@ fn a_store_drops_after_attach_and_rotates_and_deletes_as_the_drop_user() {
     );
     let said = &dropped.before;
     assert!(
-        said.iter()
-            .any(|l| l.starts_with("wbscope: privileges dropped: user nobody")),
+        said.iter().any(|l| {
+            l.starts_with("wbscope: privileges dropped: user nobody")
+                && l.ends_with(", files made and removed in the store only (Landlock)")
+        }),
         "{said:?}"
     );
     assert!(

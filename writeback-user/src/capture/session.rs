@@ -266,7 +266,7 @@ pub(crate) fn attach(
 /// descriptor (a store's).
 pub(crate) fn drop_privileges(
     options: &DropOptions,
-    dir: Option<WritableDir>,
+    dir: Option<WritableDir<'_>>,
 ) -> anyhow::Result<()> {
     let confinement = crate::tracer::privileges::drop_after_attach(options, dir)?;
     eprintln!("wbscope: {confinement}");

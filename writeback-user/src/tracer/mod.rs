@@ -8,6 +8,7 @@ pub mod btf;
 pub mod cost;
 pub(crate) mod counter;
 mod dirtiers;
+mod landlock_dir;
 pub mod maps;
 pub(crate) mod mounts;
 pub mod object;

@@ -18,7 +18,7 @@ use std::{ffi::CString, fs};
 use anyhow::{Context as _, bail};
 use caps::{CapSet, Capability};
 
-use super::seccomp::WritableDir;
+use super::{landlock_dir::Beneath, seccomp::WritableDir};
 
 /// What is missing, in the words printed to the user.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,6 +103,9 @@ pub(crate) enum Confinement {
         /// no_new_privs and the filter (no execve) make the set moot, and
         /// a systemd unit's CapabilityBoundingSet= empties it.
         bounding_cleared: bool,
+        /// With a writable directory: how far Landlock keeps files made
+        /// and removed beneath it.
+        beneath: Option<Beneath>,
     },
 }
 
@@ -119,12 +122,29 @@ impl std::fmt::Display for Confinement {
                 gid,
                 syscalls,
                 bounding_cleared,
+                beneath,
             } => {
                 write!(
                     f,
                     "privileges dropped: user {user} (uid {uid}, gid {gid}), no capabilities, \
                      no_new_privs, seccomp filter of {syscalls} system calls"
                 )?;
+                match beneath {
+                    None => {}
+                    Some(Beneath::Enforced) => {
+                        write!(f, ", files made and removed in the store only (Landlock)")?
+                    }
+                    Some(Beneath::Partly) => write!(
+                        f,
+                        ", files made and removed in the store only (Landlock, without the \
+                         rights this kernel lacks)"
+                    )?,
+                    Some(Beneath::Unavailable) => write!(
+                        f,
+                        " (no Landlock in this kernel: the store's calls are bounded by the \
+                         filter and the user's permissions)"
+                    )?,
+                }
                 if !bounding_cleared {
                     write!(
                         f,
@@ -244,7 +264,7 @@ pub(crate) fn dropped() -> bool {
 /// descriptor (a store's; [`super::seccomp::WritableDir`]).
 pub(crate) fn drop_after_attach(
     options: &DropOptions,
-    dir: Option<WritableDir>,
+    dir: Option<WritableDir<'_>>,
 ) -> anyhow::Result<Confinement> {
     if options.no_drop {
         return Ok(Confinement::Kept);
@@ -292,6 +312,13 @@ pub(crate) fn drop_after_attach(
             bail!("dropping privileges: {set:?} capabilities left: {left:?}");
         }
     }
+    // A writable directory: files made and removed beneath it only
+    // (Landlock sets no_new_privs first; the run has one thread, the one
+    // it restricts).
+    let beneath = dir
+        .map(|d| super::landlock_dir::confine(d.fd))
+        .transpose()
+        .context("confining the store's directory (Landlock)")?;
     // no_new_privs (prctl PR_SET_NO_NEW_PRIVS) then the filter, on every
     // thread (SECCOMP_FILTER_FLAG_TSYNC): seccompiler sets both.
     seccompiler::apply_filter_all_threads(&filter).context("installing the seccomp filter")?;
@@ -303,6 +330,7 @@ pub(crate) fn drop_after_attach(
         gid: account.gid,
         syscalls: super::seccomp::allowed_count(dir),
         bounding_cleared,
+        beneath,
     })
 }
 

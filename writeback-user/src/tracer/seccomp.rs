@@ -18,7 +18,10 @@
 //! space as long as it runs, through the descriptor of its directory
 //! opened before the drop; openat, unlinkat and fstatfs are allowed on
 //! that descriptor alone, openat only to create a new file.
-use std::{collections::BTreeMap, os::fd::RawFd};
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsRawFd as _, BorrowedFd},
+};
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -139,10 +142,11 @@ const BPF_COMMANDS: &[(u64, &str)] = &[
 ];
 
 /// A directory the run goes on writing in after the drop (a store's):
-/// the calls of [`WRITABLE_DIR`] are allowed on this descriptor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct WritableDir {
-    pub(crate) fd: RawFd,
+/// the calls of [`WRITABLE_DIR`] are allowed on this descriptor, and
+/// Landlock confines them beneath it (`super::landlock_dir`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WritableDir<'fd> {
+    pub(crate) fd: BorrowedFd<'fd>,
 }
 
 /// The calls a [`WritableDir`] adds (recording/store/writer.rs):
@@ -156,9 +160,11 @@ pub(crate) struct WritableDir {
 /// seccomp sees the arguments' values, not the memory a pointer points
 /// to (Documentation/userspace-api/seccomp_filter.rst), so the name is
 /// not checked: an absolute name makes openat and unlinkat ignore the
-/// descriptor. What bounds them then is the drop user's own permissions
-/// (it owns the store and nothing else, docs/production.md) and, for
-/// openat, O_CREAT|O_EXCL (nothing existing is ever opened).
+/// descriptor. What bounds them then is Landlock (the store's directory
+/// the only place files are made or removed, `super::landlock_dir`),
+/// and where the kernel has none, the drop user's own permissions (it
+/// owns the store and nothing else, docs/production.md) and, for openat,
+/// O_CREAT|O_EXCL (nothing existing is ever opened).
 const WRITABLE_DIR: &[libc::c_long] = &[
     libc::SYS_openat,
     libc::SYS_unlinkat,
@@ -167,7 +173,7 @@ const WRITABLE_DIR: &[libc::c_long] = &[
 ];
 
 /// System calls the filter allows (`bpf` and `ioctl` counted once).
-pub(crate) fn allowed_count(dir: Option<WritableDir>) -> usize {
+pub(crate) fn allowed_count(dir: Option<WritableDir<'_>>) -> usize {
     GROUPS.iter().map(|(_, calls)| calls.len()).sum::<usize>()
         + NO_EXEC.len()
         + 2
@@ -187,9 +193,9 @@ fn int_is(arg: u8, mask: u32, value: u32) -> Result<SeccompCondition, seccompile
 
 /// The rules of [`WRITABLE_DIR`] for the directory `fd`.
 fn writable_dir_rules(
-    WritableDir { fd }: WritableDir,
+    WritableDir { fd }: WritableDir<'_>,
 ) -> Result<Vec<(i64, Vec<SeccompRule>)>, seccompiler::BackendError> {
-    let fd = u32::try_from(fd).unwrap_or(u32::MAX);
+    let fd = u32::try_from(fd.as_raw_fd()).unwrap_or(u32::MAX);
     let all = u32::MAX;
     let new_file = (libc::O_CREAT | libc::O_EXCL) as u32;
     Ok(vec![
@@ -228,7 +234,7 @@ fn arg_is(arg: u8, mask: u64, value: u64) -> Result<SeccompRule, seccompiler::Ba
 
 /// The compiled filter for this machine's architecture, with the calls
 /// of a directory the run writes in when it has one.
-pub(crate) fn filter(dir: Option<WritableDir>) -> anyhow::Result<BpfProgram> {
+pub(crate) fn filter(dir: Option<WritableDir<'_>>) -> anyhow::Result<BpfProgram> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, calls) in GROUPS {
         for &call in *calls {
@@ -270,6 +276,8 @@ pub(crate) fn filter(dir: Option<WritableDir>) -> anyhow::Result<BpfProgram> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd as _;
+
     use super::*;
 
     /// No call is listed twice (a group would then say why for another's
@@ -308,7 +316,8 @@ mod tests {
         assert!(BPF_COMMANDS.iter().all(|&(cmd, _)| cmd != 0 && cmd != 5));
         assert_eq!(allowed_count(None), seen.len() + NO_EXEC.len() + 2);
         filter(None).expect("compiles");
-        let dir = Some(WritableDir { fd: 5 });
+        let file = std::fs::File::open("/").expect("a descriptor");
+        let dir = Some(WritableDir { fd: file.as_fd() });
         for call in WRITABLE_DIR {
             assert!(!seen.contains(call), "{call} in the list of every run");
         }
@@ -350,13 +359,12 @@ mod tests {
     /// kill the process.
     #[test]
     fn a_writable_dir_allows_new_files_through_its_descriptor_only() {
-        use std::os::fd::AsRawFd as _;
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("old"), b"x").expect("old file");
         let dir_fd = std::fs::File::open(dir.path()).expect("open dir");
         let other = std::fs::File::open("/").expect("open /");
+        let prog = filter(Some(WritableDir { fd: dir_fd.as_fd() })).expect("filter");
         let (fd, other) = (dir_fd.as_raw_fd(), other.as_raw_fd());
-        let prog = filter(Some(WritableDir { fd })).expect("filter");
         let create =
             libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
         // SAFETY (all closures): raw system calls on valid C strings and

@@ -23,7 +23,7 @@ use std::{
     collections::VecDeque,
     fs::{self, File},
     io::{self, Write as _},
-    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd, RawFd},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd},
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -239,9 +239,10 @@ impl<E: Env> StoreWriter<E> {
     }
 
     /// The store directory's descriptor, through which the writer works
-    /// from [`StoreWriter::open`] on (for the seccomp filter's rules).
-    pub(crate) fn dir_fd(&self) -> RawFd {
-        self.dir_fd.as_raw_fd()
+    /// from [`StoreWriter::open`] on (for the drop's seccomp rules and
+    /// Landlock ruleset).
+    pub(crate) fn dir_fd(&self) -> BorrowedFd<'_> {
+        self.dir_fd.as_fd()
     }
 
     /// Makes the store the user's whom the run becomes when it drops its
