@@ -1,7 +1,8 @@
-//! Least privilege (issue 30): `trace` and `record` end their privileges
-//! once attached (user, capabilities, no_new_privs, seccomp) and count the
-//! same as with `--no-drop`; a forbidden call after the drop kills the
-//! process; `replay` needs no privilege at all.
+//! Least privilege (issue 30): `trace` and `record` (to a file and to a
+//! store) end their privileges once attached (user, capabilities,
+//! no_new_privs, seccomp) and count the same as with `--no-drop`; a
+//! forbidden call after the drop kills the process; `replay` needs no
+//! privilege at all.
 mod support;
 
 use std::{
@@ -15,7 +16,7 @@ use std::{
 };
 
 use serde_json::Value;
-use support::{LoopFs, Tracing, dev_of, start_record, wbscope};
+use support::{LoopFs, Tracing, dev_of, start_record, start_record_said, wbscope};
 
 /// The fields of /proc/PID/status (or a thread's) the drop is seen in.
 fn status(path: &Path) -> HashMap<String, String> {
@@ -160,6 +161,246 @@ fn trace_and_record_drop_after_attach_and_count_the_same() {
     assert!(vmstat_read(&kept));
 }
 
+/// The segment files of a store (names), and who owns each.
+fn segments(store: &Path) -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> = fs::read_dir(store)
+        .expect("store")
+        .filter_map(|e| {
+            let e = e.expect("entry");
+            let name = e.file_name().to_string_lossy().into_owned();
+            // Deleted while listed: not there.
+            let meta = e.metadata().ok()?;
+            name.ends_with(".wbseg").then_some((name, meta.uid()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `record --store` drops its privileges too, and goes on keeping its
+/// bounds as the drop user: one load (small files written and fsynced on
+/// a filesystem of the test's own) recorded at once into a store with the
+/// drop and one with `--no-drop`, both with a small `--max-size`. While
+/// the dropped store rotates and deletes its own segments (and one a
+/// root run left there), /proc/PID/status shows the drop; the store is
+/// the drop user's; and both stores' summaries count the load's exact
+/// pages in the same calls.
+#[test]
+fn a_store_drops_after_attach_and_rotates_and_deletes_as_the_drop_user() {
+    let fs = LoopFs::new("ext4", 128);
+    let device = fs.mountpoint.to_string_lossy().to_string();
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let (dropped_store, kept_store) = (dir.path().join("dropped"), dir.path().join("kept"));
+    let path = |p: &Path| p.to_str().expect("path").to_string();
+    // A segment a root run left in the store.
+    let out = wbscope()
+        .args(["record", "--store", &path(&dropped_store), "--no-drop"])
+        .args(["--duration", "0.3", "--device", &device])
+        .output()
+        .expect("root run");
+    assert!(out.status.success(), "{out:?}");
+    let old = segments(&dropped_store);
+    assert!(
+        !old.is_empty() && old.iter().all(|(_, uid)| *uid == 0),
+        "{old:?}"
+    );
+
+    let bounds = ["--max-size", "256KiB", "--interval", "0.2", "--device"];
+    let (dropped, dropped_said) =
+        start_record_said(&[&["--store", &path(&dropped_store)], &bounds[..], &[&device]].concat());
+    let (kept, kept_said) = start_record_said(
+        &[
+            &["--store", &path(&kept_store), "--no-drop"],
+            &bounds[..],
+            &[&device],
+        ]
+        .concat(),
+    );
+    let said = &dropped.before;
+    assert!(
+        said.iter().any(|l| {
+            l.starts_with("wbscope: privileges dropped: user nobody")
+                && l.ends_with(", files made and removed in the store only (Landlock)")
+        }),
+        "{said:?}"
+    );
+    assert!(
+        !said.iter().any(|l| l.contains("keeps its privileges")),
+        "{said:?}"
+    );
+    let (mut dropped, mut kept) = (dropped.child, kept.child);
+    assert_dropped(dropped.id());
+    assert_kept(kept.id());
+
+    // The load, until the dropped store has deleted the root run's
+    // segment and one it made itself after the drop.
+    let page = [5u8; 4096];
+    let mut written = 0u64;
+    let mut made = std::collections::BTreeSet::new();
+    let started = std::time::Instant::now();
+    let deleted_own = loop {
+        for _ in 0..100 {
+            let mut f = File::create(fs.path(&format!("f{}", written % 200))).expect("create");
+            f.write_all(&page).expect("write");
+            f.sync_all().expect("fsync");
+            written += 1;
+        }
+        let now = segments(&dropped_store);
+        let names: Vec<&String> = now.iter().map(|(n, _)| n).collect();
+        made.extend(
+            names
+                .iter()
+                .filter(|n| !old.iter().any(|(o, _)| o == **n))
+                .map(|n| n.to_string()),
+        );
+        let gone_old = old.iter().all(|(o, _)| !names.contains(&o));
+        let gone_own = made.iter().find(|m| !names.contains(m)).cloned();
+        if let (true, Some(own)) = (gone_old, gone_own) {
+            break own;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no segment deleted after {written} files: {now:?}"
+        );
+        assert_dropped(dropped.id());
+    };
+    assert_dropped(dropped.id());
+    // Three intervals for the last calls to be read, then the end.
+    std::thread::sleep(Duration::from_millis(600));
+    for child in [&dropped, &kept] {
+        // SAFETY: plain syscall on our child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    }
+    let (dropped_status, kept_status) = (dropped.wait().expect("wait"), kept.wait().expect("wait"));
+    std::thread::sleep(Duration::from_millis(100));
+    let dropped_said: Vec<String> = dropped_said.try_iter().collect();
+    let kept_said: Vec<String> = kept_said.try_iter().collect();
+    assert!(dropped_status.success(), "{dropped_said:?}");
+    assert!(kept_status.success(), "{kept_said:?}");
+    let deleted = |said: &[String]| -> u64 {
+        let last = said.last().expect("last words");
+        let words: Vec<&str> = last.split_whitespace().collect();
+        let at = words
+            .iter()
+            .position(|w| *w == "segments")
+            .unwrap_or_else(|| panic!("{last}"));
+        words[at - 1]
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}: {last}"))
+    };
+    assert!(
+        deleted(&dropped_said) >= 2,
+        "{dropped_said:?} ({deleted_own} seen deleted)"
+    );
+
+    // The store is the drop user's: the directory, its lock, every
+    // segment; the --no-drop store stays root's.
+    let nobody = 65534;
+    for p in [dropped_store.clone(), dropped_store.join(".lock")] {
+        assert_eq!(
+            fs::metadata(&p).expect("stat").uid(),
+            nobody,
+            "{}",
+            p.display()
+        );
+    }
+    let left = segments(&dropped_store);
+    assert!(!left.is_empty());
+    assert!(left.iter().all(|(_, uid)| *uid == nobody), "{left:?}");
+    assert!(segments(&kept_store).iter().all(|(_, uid)| *uid == 0));
+
+    // The same figures: every call of the load, counted alike.
+    let summary = |store: &Path| -> Value {
+        let lines = replay_json(store);
+        let last = lines.last().expect("summary").clone();
+        assert_eq!(last["type"], "summary", "{last}");
+        last.get("recorded_summary")
+            .filter(|r| !r.is_null())
+            .cloned()
+            .unwrap_or(last)
+    };
+    let (d, k) = (summary(&dropped_store), summary(&kept_store));
+    for key in ["calls", "pages_written", "lost_records"] {
+        assert_eq!(d[key], k[key], "{key}: dropped {d} vs kept {k}");
+    }
+    assert_eq!(d["lost_records"], 0);
+    assert_eq!(d["pages_written"], written, "{written} pages written: {d}");
+    eprintln!(
+        "{written} files fsynced in {:.1} s; dropped store: {} calls, {} segments deleted \
+         ({deleted_own} among them); --no-drop store: {} calls",
+        started.elapsed().as_secs_f64(),
+        d["calls"],
+        deleted(&dropped_said),
+        k["calls"]
+    );
+}
+
+/// FS_IMMUTABLE_FL (include/uapi/linux/fs.h): not even root may change
+/// the inode, its owner included.
+const FS_IMMUTABLE_FL: libc::c_int = 0x10;
+
+/// Sets or clears the immutable flag of `path` (ext4's `chattr +i`).
+fn set_immutable(path: &Path, on: bool) {
+    let f = File::open(path).expect("open");
+    let mut flags: libc::c_int = 0;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: FS_IOC_GETFLAGS/SETFLAGS read and write an int.
+    unsafe {
+        assert_eq!(
+            libc::ioctl(f.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags),
+            0
+        );
+        flags = if on {
+            flags | FS_IMMUTABLE_FL
+        } else {
+            flags & !FS_IMMUTABLE_FL
+        };
+        assert_eq!(libc::ioctl(f.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags), 0);
+    }
+}
+
+/// A store that cannot be given to the user the run drops to (here a
+/// directory made immutable, whose owner not even root can change) stops
+/// the start with one line naming that user (exit 1), before the drop
+/// and before recording anything.
+#[test]
+fn a_store_that_cannot_be_given_away_stops_with_one_line() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let store = dir.path().join("store");
+    fs::create_dir(&store).expect("mkdir");
+    // The lock of an earlier run, so that the start gets to the handing
+    // over (an immutable directory takes no new file).
+    File::create(store.join(".lock")).expect("lock");
+    struct Mutable<'a>(&'a Path);
+    impl Drop for Mutable<'_> {
+        fn drop(&mut self) {
+            set_immutable(self.0, false);
+        }
+    }
+    set_immutable(&store, true);
+    let _restore = Mutable(&store);
+    let out = wbscope()
+        .arg("record")
+        .arg("--store")
+        .arg(&store)
+        .args(["--duration", "1"])
+        .output()
+        .expect("record");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(
+        errors[0].starts_with("wbscope: error: giving ")
+            && errors[0].contains("to uid 65534 gid 65534")
+            && errors[0].contains("Operation not permitted"),
+        "{err}"
+    );
+    assert!(!err.contains("privileges dropped"), "{err}");
+    assert_eq!(segments(&store), Vec::new());
+    assert_eq!(fs::metadata(&store).expect("stat").uid(), 0);
+}
+
 fn replay_json(rec: &Path) -> Vec<Value> {
     let out = wbscope()
         .arg("replay")
@@ -235,17 +476,26 @@ fn the_drop_is_said_and_bad_users_are_refused() {
 
 /// The test-only hook (feature `test-hooks`, on for this crate's tests)
 /// tries execve right after the drop: seccomp kills the process with
-/// SIGSYS, in `trace` and in `record`.
+/// SIGSYS, in `trace`, in `record` and in `record --store` (whose filter
+/// allows its directory's calls, and no more).
 #[test]
 fn a_forbidden_call_after_the_drop_is_killed_by_sigsys() {
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let rec = dir.path().join("killed.rec");
+    let store = dir.path().join("killed-store");
     for args in [
         vec!["trace", "--duration", "5"],
         vec![
             "record",
             "-o",
             rec.to_str().expect("path"),
+            "--duration",
+            "5",
+        ],
+        vec![
+            "record",
+            "--store",
+            store.to_str().expect("path"),
             "--duration",
             "5",
         ],

@@ -29,31 +29,11 @@ struct Recorder {
 
 impl Recorder {
     fn start(args: &[&str]) -> Recorder {
-        let mut child = wbscope()
-            .arg("record")
-            .args(args)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        loop {
-            let line = rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("record did not start");
-            if line.contains("tracing;") {
-                break;
-            }
-            assert!(!line.contains("error"), "{line}");
+        let (started, stderr) = support::start_record_said(args);
+        Recorder {
+            child: started.child,
+            stderr,
         }
-        Recorder { child, stderr: rx }
     }
 
     fn alive(&mut self) -> bool {

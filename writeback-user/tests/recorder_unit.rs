@@ -50,6 +50,35 @@ fn the_recorder_unit_verifies_cleanly() {
     assert!(said.contains("sometimes"), "{said}");
 }
 
+/// The unit starts as root and lets wbscope give the store to the user
+/// it drops to and drop to it (docs/production.md): the capabilities of
+/// both are in its bounding set, and it names no `User=` (which would
+/// start it without CAP_SETUID, and hand the store to that user).
+#[test]
+fn the_units_bounding_set_lets_the_store_drop() {
+    let text = unit_text();
+    let bounding = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("CapabilityBoundingSet=");
+    let caps: Vec<&str> = bounding.split_whitespace().collect();
+    for cap in [
+        "CAP_BPF",
+        "CAP_PERFMON",
+        "CAP_CHOWN",
+        "CAP_SETUID",
+        "CAP_SETGID",
+        "CAP_SETPCAP",
+    ] {
+        assert!(
+            caps.contains(&cap),
+            "the bounding set lacks {cap}: {bounding}"
+        );
+    }
+    assert!(!text.lines().any(|l| l.starts_with("User=")));
+    assert!(!text.contains("--no-drop"));
+}
+
 #[test]
 fn the_units_command_line_parses() {
     // The ExecStart arguments are wbscope's: its parser takes them (and

@@ -21,6 +21,7 @@ use crate::{
     model::{CallRecord, Totals},
     tracer::privileges::DropOptions,
     tracer::ring::{RingCollector, RingRecord},
+    tracer::seccomp::WritableDir,
     tracer::{Tracer, TracerOptions},
 };
 
@@ -261,9 +262,13 @@ pub(crate) fn attach(
 /// Ends the run's privileges once attached (tracer/privileges.rs), or
 /// says it keeps them, on one stderr line. Call it after attaching and
 /// after opening everything the run writes to, before the loop: nothing
-/// can be opened after it.
-pub(crate) fn drop_privileges(options: &DropOptions) -> anyhow::Result<()> {
-    let confinement = crate::tracer::privileges::drop_after_attach(options)?;
+/// can be opened after it, except new files in `dir` through its
+/// descriptor (a store's).
+pub(crate) fn drop_privileges(
+    options: &DropOptions,
+    dir: Option<WritableDir<'_>>,
+) -> anyhow::Result<()> {
+    let confinement = crate::tracer::privileges::drop_after_attach(options, dir)?;
     eprintln!("wbscope: {confinement}");
     Ok(())
 }

@@ -7,7 +7,8 @@ pub(crate) struct DropArgs {
     /// After attaching, become this user (default `nobody` when started
     /// as root; a non-root start stays its own user), with no
     /// capabilities, no_new_privs and a seccomp filter of the system calls
-    /// the run makes (docs/production.md).
+    /// the run makes; `record --store` gives its store to this user first
+    /// (docs/production.md).
     #[arg(long, value_name = "NAME")]
     pub(crate) user: Option<String>,
 

@@ -23,7 +23,7 @@ use crate::{
         store::writer::{Bounds, StoreWriter, SystemEnv},
         writer::RecordingWriter,
     },
-    tracer::Tracer,
+    tracer::{Tracer, seccomp::WritableDir},
 };
 
 pub(crate) struct RecordingOutput {
@@ -187,17 +187,19 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
             min_free_percent: args.min_free.unwrap_or(cli::DEFAULT_MIN_FREE),
         };
         let writer = StoreWriter::open(dir, bounds, header(&tracer, &filter)?, SystemEnv)?;
-        let mut out = StoreOutput { writer };
-        // The store creates, deletes and measures segment files for as long
-        // as it runs, which the drop's filter forbids: it keeps its
-        // privileges until it works from its directory's descriptor
-        // (docs/production.md).
-        if !args.privileges.no_drop {
-            eprintln!(
-                "wbscope: --store keeps its privileges (it creates and deletes segment files \
-                 as it runs); -o FILE drops them"
-            );
+        // The store goes on creating and deleting segments after the drop,
+        // as the user the run becomes, through its directory's descriptor
+        // (docs/production.md, "The store after the drop").
+        if let Some((uid, gid)) = privileges.user_ids()? {
+            writer.give_to(uid, gid)?;
         }
+        session::drop_privileges(
+            &privileges,
+            Some(WritableDir {
+                fd: writer.dir_fd(),
+            }),
+        )?;
+        let mut out = StoreOutput { writer };
         let ending = session::run(&tracer, &mut collector, &limits, &mut out)
             .await
             .with_context(|| format!("recording to {}", dir.display()))?;
@@ -231,7 +233,7 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
     check_output(output)?;
     let (tracer, mut collector) = session::attach(filter, hooks)?;
     let mut out = create(output, &tracer, &filter)?;
-    session::drop_privileges(&privileges)?;
+    session::drop_privileges(&privileges, None)?;
     let ending = match session::run(&tracer, &mut collector, &limits, &mut out).await {
         Ok(ending) => ending,
         Err(e) if output == Path::new("-") && broken_pipe(&e) => {

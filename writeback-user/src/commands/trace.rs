@@ -152,7 +152,7 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         exporter,
         findings: Engine::new(),
     };
-    session::drop_privileges(&privileges)?;
+    session::drop_privileges(&privileges, None)?;
     let header = if args.events {
         text::HEADER
     } else {

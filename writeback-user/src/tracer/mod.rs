@@ -8,13 +8,14 @@ pub mod btf;
 pub mod cost;
 pub(crate) mod counter;
 mod dirtiers;
+mod landlock_dir;
 pub mod maps;
 pub(crate) mod mounts;
 pub mod object;
 pub mod plan;
 pub mod privileges;
 pub mod ring;
-mod seccomp;
+pub(crate) mod seccomp;
 pub mod tracefs;
 mod trials;
 

@@ -18,6 +18,8 @@ use std::{ffi::CString, fs};
 use anyhow::{Context as _, bail};
 use caps::{CapSet, Capability};
 
+use super::{landlock_dir::Beneath, seccomp::WritableDir};
+
 /// What is missing, in the words printed to the user.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -74,6 +76,15 @@ impl DropOptions {
         }
         target(self.user.as_deref()).map(|_| ())
     }
+
+    /// The uid and gid the run will have after the drop, for what it must
+    /// hand over before (a store's directory); `None` with `--no-drop`.
+    pub(crate) fn user_ids(&self) -> anyhow::Result<Option<(u32, u32)>> {
+        if self.no_drop {
+            return Ok(None);
+        }
+        target(self.user.as_deref()).map(|a| Some((a.uid, a.gid)))
+    }
 }
 
 /// What [`drop_after_attach`] did, for its line on stderr.
@@ -92,6 +103,9 @@ pub(crate) enum Confinement {
         /// no_new_privs and the filter (no execve) make the set moot, and
         /// a systemd unit's CapabilityBoundingSet= empties it.
         bounding_cleared: bool,
+        /// With a writable directory: how far Landlock keeps files made
+        /// and removed beneath it.
+        beneath: Option<Beneath>,
     },
 }
 
@@ -108,12 +122,29 @@ impl std::fmt::Display for Confinement {
                 gid,
                 syscalls,
                 bounding_cleared,
+                beneath,
             } => {
                 write!(
                     f,
                     "privileges dropped: user {user} (uid {uid}, gid {gid}), no capabilities, \
                      no_new_privs, seccomp filter of {syscalls} system calls"
                 )?;
+                match beneath {
+                    None => {}
+                    Some(Beneath::Enforced) => {
+                        write!(f, ", files made and removed in the store only (Landlock)")?
+                    }
+                    Some(Beneath::Partly) => write!(
+                        f,
+                        ", files made and removed in the store only (Landlock, without the \
+                         rights this kernel lacks)"
+                    )?,
+                    Some(Beneath::Unavailable) => write!(
+                        f,
+                        " (no Landlock in this kernel: the store's calls are bounded by the \
+                         filter and the user's permissions)"
+                    )?,
+                }
                 if !bounding_cleared {
                     write!(
                         f,
@@ -228,8 +259,13 @@ pub(crate) fn dropped() -> bool {
 /// returns what it did. Call it once the programs are attached and every
 /// file the run still reads or writes is open, while the process has one
 /// thread: capabilities and the bounding set are per thread, so a thread
-/// started before would keep them (the call fails instead).
-pub(crate) fn drop_after_attach(options: &DropOptions) -> anyhow::Result<Confinement> {
+/// started before would keep them (the call fails instead). `dir`: a
+/// directory the run goes on creating and deleting files in, through its
+/// descriptor (a store's; [`super::seccomp::WritableDir`]).
+pub(crate) fn drop_after_attach(
+    options: &DropOptions,
+    dir: Option<WritableDir<'_>>,
+) -> anyhow::Result<Confinement> {
     if options.no_drop {
         return Ok(Confinement::Kept);
     }
@@ -241,7 +277,7 @@ pub(crate) fn drop_after_attach(options: &DropOptions) -> anyhow::Result<Confine
              thread, so the drop must come before any other thread starts"
         );
     }
-    let filter = super::seccomp::filter().context("compiling the seccomp filter")?;
+    let filter = super::seccomp::filter(dir).context("compiling the seccomp filter")?;
     // What is read lazily, once, is read now: aya caches the number of
     // possible CPUs (/sys/devices/system/cpu/possible, for per-CPU maps)
     // per thread at first use, and the run's one thread is this one.
@@ -276,6 +312,13 @@ pub(crate) fn drop_after_attach(options: &DropOptions) -> anyhow::Result<Confine
             bail!("dropping privileges: {set:?} capabilities left: {left:?}");
         }
     }
+    // A writable directory: files made and removed beneath it only
+    // (Landlock sets no_new_privs first; the run has one thread, the one
+    // it restricts).
+    let beneath = dir
+        .map(|d| super::landlock_dir::confine(d.fd))
+        .transpose()
+        .context("confining the store's directory (Landlock)")?;
     // no_new_privs (prctl PR_SET_NO_NEW_PRIVS) then the filter, on every
     // thread (SECCOMP_FILTER_FLAG_TSYNC): seccompiler sets both.
     seccompiler::apply_filter_all_threads(&filter).context("installing the seccomp filter")?;
@@ -285,8 +328,9 @@ pub(crate) fn drop_after_attach(options: &DropOptions) -> anyhow::Result<Confine
         user: account.name,
         uid: account.uid,
         gid: account.gid,
-        syscalls: super::seccomp::allowed_count(),
+        syscalls: super::seccomp::allowed_count(dir),
         bounding_cleared,
+        beneath,
     })
 }
 
@@ -388,11 +432,12 @@ mod tests {
 
     #[test]
     fn no_drop_keeps_and_says_so() {
-        let kept = drop_after_attach(&DropOptions {
+        let options = DropOptions {
             user: None,
             no_drop: true,
-        })
-        .expect("kept");
+        };
+        let kept = drop_after_attach(&options, None).expect("kept");
+        assert_eq!(options.user_ids().expect("ids"), None);
         assert_eq!(kept, Confinement::Kept);
         assert!(kept.to_string().starts_with("--no-drop: keeping"));
     }

@@ -12,7 +12,16 @@
 //! opened before: `/proc/vmstat`, the maps, the output), execve, fork,
 //! socket/bind/listen/connect (the listener is bound before), ptrace,
 //! mount, setuid & co., and every `bpf` command that loads or attaches.
-use std::collections::BTreeMap;
+//!
+//! One exception, for `record --store` only ([`WritableDir`]): the store
+//! creates, cuts back and deletes segment files and measures its free
+//! space as long as it runs, through the descriptor of its directory
+//! opened before the drop; openat, unlinkat and fstatfs are allowed on
+//! that descriptor alone, openat only to create a new file.
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsRawFd as _, BorrowedFd},
+};
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -132,9 +141,84 @@ const BPF_COMMANDS: &[(u64, &str)] = &[
     (33, "BPF_ITER_CREATE"),
 ];
 
+/// A directory the run goes on writing in after the drop (a store's):
+/// the calls of [`WRITABLE_DIR`] are allowed on this descriptor, and
+/// Landlock confines them beneath it (`super::landlock_dir`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WritableDir<'fd> {
+    pub(crate) fd: BorrowedFd<'fd>,
+}
+
+/// The calls a [`WritableDir`] adds (recording/store/writer.rs):
+/// - openat(fd, name, flags) with `fd` the directory's and O_CREAT|O_EXCL
+///   in `flags`: a new segment; never an existing file opened;
+/// - unlinkat(fd, name, 0): the oldest segment deleted (no AT_REMOVEDIR);
+/// - fstatfs(fd): the free space `--min-free` keeps;
+/// - ftruncate (any descriptor: only those opened for writing can be cut,
+///   the segments): a block the full filesystem took half of cut back.
+///
+/// seccomp sees the arguments' values, not the memory a pointer points
+/// to (Documentation/userspace-api/seccomp_filter.rst), so the name is
+/// not checked: an absolute name makes openat and unlinkat ignore the
+/// descriptor. What bounds them then is Landlock (the store's directory
+/// the only place files are made or removed, `super::landlock_dir`),
+/// and where the kernel has none, the drop user's own permissions (it
+/// owns the store and nothing else, docs/production.md) and, for openat,
+/// O_CREAT|O_EXCL (nothing existing is ever opened).
+const WRITABLE_DIR: &[libc::c_long] = &[
+    libc::SYS_openat,
+    libc::SYS_unlinkat,
+    libc::SYS_fstatfs,
+    libc::SYS_ftruncate,
+];
+
 /// System calls the filter allows (`bpf` and `ioctl` counted once).
-pub(crate) fn allowed_count() -> usize {
-    GROUPS.iter().map(|(_, calls)| calls.len()).sum::<usize>() + NO_EXEC.len() + 2
+pub(crate) fn allowed_count(dir: Option<WritableDir<'_>>) -> usize {
+    GROUPS.iter().map(|(_, calls)| calls.len()).sum::<usize>()
+        + NO_EXEC.len()
+        + 2
+        + dir.map_or(0, |_| WRITABLE_DIR.len())
+}
+
+/// One condition: argument `arg` (a 32-bit int: a descriptor or flags)
+/// masked with `mask` equals `value`.
+fn int_is(arg: u8, mask: u32, value: u32) -> Result<SeccompCondition, seccompiler::BackendError> {
+    SeccompCondition::new(
+        arg,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::MaskedEq(u64::from(mask)),
+        u64::from(value),
+    )
+}
+
+/// The rules of [`WRITABLE_DIR`] for the directory `fd`.
+fn writable_dir_rules(
+    WritableDir { fd }: WritableDir<'_>,
+) -> Result<Vec<(i64, Vec<SeccompRule>)>, seccompiler::BackendError> {
+    let fd = u32::try_from(fd.as_raw_fd()).unwrap_or(u32::MAX);
+    let all = u32::MAX;
+    let new_file = (libc::O_CREAT | libc::O_EXCL) as u32;
+    Ok(vec![
+        (
+            libc::SYS_openat,
+            vec![SeccompRule::new(vec![
+                int_is(0, all, fd)?,
+                int_is(2, new_file, new_file)?,
+            ])?],
+        ),
+        (
+            libc::SYS_unlinkat,
+            vec![SeccompRule::new(vec![
+                int_is(0, all, fd)?,
+                int_is(2, all, 0)?,
+            ])?],
+        ),
+        (
+            libc::SYS_fstatfs,
+            vec![SeccompRule::new(vec![int_is(0, all, fd)?])?],
+        ),
+        (libc::SYS_ftruncate, Vec::new()),
+    ])
 }
 
 /// One rule: argument `arg` (a 64-bit word) masked with `mask` equals
@@ -148,8 +232,9 @@ fn arg_is(arg: u8, mask: u64, value: u64) -> Result<SeccompRule, seccompiler::Ba
     )?])
 }
 
-/// The compiled filter for this machine's architecture.
-pub(crate) fn filter() -> anyhow::Result<BpfProgram> {
+/// The compiled filter for this machine's architecture, with the calls
+/// of a directory the run writes in when it has one.
+pub(crate) fn filter(dir: Option<WritableDir<'_>>) -> anyhow::Result<BpfProgram> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, calls) in GROUPS {
         for &call in *calls {
@@ -176,6 +261,9 @@ pub(crate) fn filter() -> anyhow::Result<BpfProgram> {
         libc::SYS_ioctl,
         vec![arg_is(1, u64::from(u32::MAX), PERF_EVENT_IOC_DISABLE)?],
     );
+    if let Some(dir) = dir {
+        rules.extend(writable_dir_rules(dir)?);
+    }
     let arch = TargetArch::try_from(std::env::consts::ARCH)?;
     let filter = SeccompFilter::new(
         rules,
@@ -188,6 +276,8 @@ pub(crate) fn filter() -> anyhow::Result<BpfProgram> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd as _;
+
     use super::*;
 
     /// No call is listed twice (a group would then say why for another's
@@ -224,7 +314,113 @@ mod tests {
             assert!(!seen.contains(&forbidden), "{forbidden} allowed");
         }
         assert!(BPF_COMMANDS.iter().all(|&(cmd, _)| cmd != 0 && cmd != 5));
-        assert_eq!(allowed_count(), seen.len() + NO_EXEC.len() + 2);
-        filter().expect("compiles");
+        assert_eq!(allowed_count(None), seen.len() + NO_EXEC.len() + 2);
+        filter(None).expect("compiles");
+        let file = std::fs::File::open("/").expect("a descriptor");
+        let dir = Some(WritableDir { fd: file.as_fd() });
+        for call in WRITABLE_DIR {
+            assert!(!seen.contains(call), "{call} in the list of every run");
+        }
+        assert_eq!(allowed_count(dir), allowed_count(None) + WRITABLE_DIR.len());
+        filter(dir).expect("compiles");
+    }
+
+    /// What a child process may do under the filter with a writable
+    /// directory: `Ok(true)` if it ran `calls` and they all succeeded,
+    /// `Err(signal)` if it was killed.
+    fn under_filter(prog: &BpfProgram, calls: impl FnOnce() -> bool) -> Result<bool, i32> {
+        // SAFETY: the child runs only raw system calls (no allocation, no
+        // lock another thread of the test harness could hold) and _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: plain system calls; no core file of a killed child.
+            unsafe {
+                libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+                if seccompiler::apply_filter(prog).is_err() {
+                    libc::_exit(3);
+                }
+                libc::_exit(if calls() { 0 } else { 1 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        if libc::WIFSIGNALED(status) {
+            return Err(libc::WTERMSIG(status));
+        }
+        assert_ne!(libc::WEXITSTATUS(status), 3, "filter not installed");
+        Ok(libc::WEXITSTATUS(status) == 0)
+    }
+
+    /// With a writable directory, new files are created, measured, cut
+    /// and deleted through its descriptor; the same calls on another
+    /// descriptor, the working directory, or opening an existing file,
+    /// kill the process.
+    #[test]
+    fn a_writable_dir_allows_new_files_through_its_descriptor_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("old"), b"x").expect("old file");
+        let dir_fd = std::fs::File::open(dir.path()).expect("open dir");
+        let other = std::fs::File::open("/").expect("open /");
+        let prog = filter(Some(WritableDir { fd: dir_fd.as_fd() })).expect("filter");
+        let (fd, other) = (dir_fd.as_raw_fd(), other.as_raw_fd());
+        let create =
+            libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+        // SAFETY (all closures): raw system calls on valid C strings and
+        // out-buffers, in the child.
+        let new_file = || unsafe {
+            let f = libc::openat(fd, c"new".as_ptr(), create, 0o600);
+            let mut st: libc::statfs = std::mem::zeroed();
+            f >= 0
+                && libc::write(f, b"abc".as_ptr().cast(), 3) == 3
+                && libc::ftruncate(f, 1) == 0
+                && libc::fstatfs(fd, &mut st) == 0
+                && libc::unlinkat(fd, c"new".as_ptr(), 0) == 0
+        };
+        assert_eq!(under_filter(&prog, new_file), Ok(true));
+        assert!(!dir.path().join("new").exists());
+        let killed = Err(libc::SIGSYS);
+        assert_eq!(
+            under_filter(&prog, || unsafe {
+                libc::openat(libc::AT_FDCWD, c"new".as_ptr(), create, 0o600) >= 0
+            }),
+            killed,
+            "openat on the working directory"
+        );
+        assert_eq!(
+            under_filter(&prog, || unsafe {
+                libc::openat(fd, c"old".as_ptr(), libc::O_RDONLY) >= 0
+            }),
+            killed,
+            "an existing file opened"
+        );
+        assert_eq!(
+            under_filter(&prog, || unsafe {
+                libc::openat(other, c"tmp/x".as_ptr(), create, 0o600) >= 0
+            }),
+            killed,
+            "openat on another descriptor"
+        );
+        assert_eq!(
+            under_filter(&prog, || unsafe {
+                libc::unlinkat(fd, c"old".as_ptr(), libc::AT_REMOVEDIR) == 0
+            }),
+            killed,
+            "unlinkat removing a directory"
+        );
+        assert_eq!(
+            under_filter(&prog, || unsafe {
+                let mut st: libc::statfs = std::mem::zeroed();
+                libc::fstatfs(other, &mut st) == 0
+            }),
+            killed,
+            "fstatfs of another descriptor"
+        );
+        // Without a writable directory, none of it.
+        let plain = filter(None).expect("filter");
+        assert_eq!(under_filter(&plain, new_file), killed);
+        assert!(dir.path().join("old").exists());
+        assert!(!dir.path().join("new").exists());
     }
 }

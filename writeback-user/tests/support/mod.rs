@@ -82,11 +82,24 @@ pub struct Tracing {
     stderr: mpsc::Receiver<String>,
 }
 
-/// `wbscope` as user nobody with only the given capabilities (setpriv's
-/// `+bpf,+perfmon` syntax), inherited and ambient so they survive exec.
 /// `wbscope record ARGS`, returned once it says it is tracing (its
 /// "tracing;" line on stderr; 60 s at most).
 pub fn start_record(args: &[&str]) -> Child {
+    start_record_said(args).0.child
+}
+
+/// A `wbscope record` started by [`start_record_said`].
+pub struct Started {
+    pub child: Child,
+    /// What it said on stderr up to its "tracing;" line, that included.
+    pub before: Vec<String>,
+}
+
+/// [`start_record`], with what it said before tracing and the lines it
+/// says on stderr from then on (read to the end by a thread of their
+/// own, so that the child never blocks on a full pipe). A line with
+/// "error" before it is tracing fails the test.
+pub fn start_record_said(args: &[&str]) -> (Started, mpsc::Receiver<String>) {
     let mut child = wbscope()
         .arg("record")
         .args(args)
@@ -100,17 +113,23 @@ pub fn start_record(args: &[&str]) -> Child {
             let _ = tx.send(line);
         }
     });
+    let mut before = Vec::new();
     loop {
         let line = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("record did not start");
-        if line.contains("tracing;") {
+        assert!(!line.contains("error"), "{line}");
+        let tracing = line.contains("tracing;");
+        before.push(line);
+        if tracing {
             break;
         }
     }
-    child
+    (Started { child, before }, rx)
 }
 
+/// `wbscope` as user nobody with only the given capabilities (setpriv's
+/// `+bpf,+perfmon` syntax), inherited and ambient so they survive exec.
 pub fn wbscope_with_caps(caps: &str) -> Command {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])

@@ -85,10 +85,12 @@ pub(crate) struct SegmentFile {
 
 impl SegmentFile {
     pub(crate) fn name(&self) -> String {
-        self.path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        self.file_name().to_string_lossy().into_owned()
+    }
+
+    /// Its name in the store's directory, as the bytes the *at calls take.
+    pub(crate) fn file_name(&self) -> &std::ffi::OsStr {
+        self.path.file_name().unwrap_or_default()
     }
 }
 
@@ -119,7 +121,7 @@ pub(crate) fn list(dir: &Path) -> io::Result<Vec<SegmentFile>> {
 /// when the process ends, however it ends).
 #[derive(Debug)]
 pub(crate) struct StoreLock {
-    _file: File,
+    file: File,
 }
 
 impl StoreLock {
@@ -151,7 +153,12 @@ impl StoreLock {
             .and_then(|()| file.rewind())
             .and_then(|()| writeln!(file, "{}", std::process::id()))
             .with_context(|| format!("writing {}", path.display()))?;
-        Ok(StoreLock { _file: file })
+        Ok(StoreLock { file })
+    }
+
+    /// The lock file, open (for giving it to the drop user).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 }
 

@@ -10,16 +10,26 @@
 //! interval being gathered. The clock, the free space and the sync are
 //! behind [`Env`] so that the bounds are tested without the kernel's
 //! help (tests below).
+//!
+//! Everything after [`StoreWriter::open`] goes through the directory's
+//! descriptor, opened there: segments are created with openat(2)
+//! (O_CREAT|O_EXCL), deleted with unlinkat(2), the free space measured
+//! with fstatfs(2), and the lock is the descriptor taken at open. So the
+//! recorder keeps working once its privileges are dropped: the seccomp
+//! filter allows those calls on that descriptor only
+//! (`tracer::seccomp::WritableDir`), and [`StoreWriter::give_to`] makes
+//! the directory the drop user's beforehand.
 use std::{
     collections::VecDeque,
-    fs::{self, File, OpenOptions},
+    fs::{self, File},
     io::{self, Write as _},
-    os::fd::AsRawFd as _,
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd},
     path::{Path, PathBuf},
     time::Duration,
 };
 
 use anyhow::Context as _;
+use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid};
 
 use super::{SegmentFile, StoreLock, list, segment_name};
 use crate::{
@@ -83,8 +93,8 @@ pub(crate) struct Space {
 pub(crate) trait Env {
     /// Wall clock and CLOCK_MONOTONIC now, ns.
     fn now(&self) -> (u64, u64);
-    /// The filesystem under `dir`.
-    fn space(&self, dir: &Path) -> io::Result<Space>;
+    /// The filesystem of the store's directory (its descriptor).
+    fn space(&self, dir: BorrowedFd<'_>) -> io::Result<Space>;
     /// Makes a segment's written bytes durable.
     fn sync(&self, file: &File) -> io::Result<()>;
 }
@@ -101,8 +111,10 @@ impl Env for SystemEnv {
         (unix, crate::sys::monotonic_ns())
     }
 
-    fn space(&self, dir: &Path) -> io::Result<Space> {
-        let st = crate::sys::statvfs(dir)?;
+    fn space(&self, dir: BorrowedFd<'_>) -> io::Result<Space> {
+        // fstatfs(2) on the descriptor (rustix fills statvfs's fields from
+        // it: Linux has no fstatvfs call).
+        let st = rustix::fs::fstatvfs(dir)?;
         Ok(Space {
             avail: st.f_bavail.saturating_mul(st.f_frsize),
             total: st.f_blocks.saturating_mul(st.f_frsize),
@@ -137,12 +149,28 @@ struct Active {
     seg: SegmentFile,
 }
 
+/// How segments are created: new files only (O_CREAT|O_EXCL, never an
+/// existing one opened or truncated), appended to (after a full
+/// filesystem's partial write is cut back, the next block goes at the
+/// new end). The seccomp filter after the drop checks the O_CREAT|O_EXCL
+/// bits of the same call.
+const SEGMENT_FLAGS: OFlags = OFlags::WRONLY
+    .union(OFlags::APPEND)
+    .union(OFlags::CREATE)
+    .union(OFlags::EXCL)
+    .union(OFlags::CLOEXEC);
+
+/// A segment's permissions before the umask: what File::create gives.
+const SEGMENT_MODE: u32 = 0o666;
+
 pub(crate) struct StoreWriter<E: Env> {
     dir: PathBuf,
+    /// The directory, opened once: every later call goes through it.
+    dir_fd: OwnedFd,
     bounds: Bounds,
     segment_bytes: u64,
     env: E,
-    _lock: StoreLock,
+    lock: StoreLock,
     header: Header,
     /// Closed segments, oldest first.
     closed: VecDeque<SegmentFile>,
@@ -160,6 +188,13 @@ impl<E: Env> StoreWriter<E> {
     /// segments already there count toward the bounds.
     pub(crate) fn open(dir: &Path, bounds: Bounds, header: Header, env: E) -> anyhow::Result<Self> {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir_fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io::Error::from)
+        .with_context(|| format!("opening {}", dir.display()))?;
         let lock = StoreLock::acquire(dir)?;
         let closed = list(dir).with_context(|| format!("reading {}", dir.display()))?;
         let segment_bytes = (bounds.max_size / SEGMENTS_PER_STORE).max(MIN_SEGMENT);
@@ -167,10 +202,11 @@ impl<E: Env> StoreWriter<E> {
         let block_opened_ns = env.now().0;
         Ok(StoreWriter {
             dir: dir.to_path_buf(),
+            dir_fd,
             bounds,
             segment_bytes,
             env,
-            _lock: lock,
+            lock,
             header,
             closed: closed.into(),
             active: None,
@@ -200,6 +236,61 @@ impl<E: Env> StoreWriter<E> {
     pub(crate) fn summary<T: serde::Serialize>(&mut self, summary: &T) -> anyhow::Result<()> {
         self.block.json(FrameKind::Summary, summary)?;
         self.close_block()
+    }
+
+    /// The store directory's descriptor, through which the writer works
+    /// from [`StoreWriter::open`] on (for the drop's seccomp rules and
+    /// Landlock ruleset).
+    pub(crate) fn dir_fd(&self) -> BorrowedFd<'_> {
+        self.dir_fd.as_fd()
+    }
+
+    /// Makes the store the user's whom the run becomes when it drops its
+    /// privileges (uid, gid), so that it can still create and delete
+    /// segments there: the directory, its segments and its lock, each
+    /// only if owned by someone else (called as root, before the drop;
+    /// the store is the recorder's own). Other files are left alone.
+    pub(crate) fn give_to(&self, uid: u32, gid: u32) -> anyhow::Result<()> {
+        let (owner, group) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
+        let give = |what: &Path,
+                    st: rustix::io::Result<rustix::fs::Stat>,
+                    chown: &dyn Fn() -> rustix::io::Result<()>|
+         -> anyhow::Result<()> {
+            match st {
+                Ok(st) if st.st_uid == uid && st.st_gid == gid => Ok(()),
+                // Deleted meanwhile (a segment): nothing to give.
+                Err(rustix::io::Errno::NOENT) => Ok(()),
+                st => st
+                    .and_then(|_| chown())
+                    .map_err(io::Error::from)
+                    .with_context(|| {
+                        format!(
+                            "giving {} to uid {uid} gid {gid}, the user the run becomes after \
+                         attaching (--user; or --no-drop)",
+                            what.display()
+                        )
+                    }),
+            }
+        };
+        give(&self.dir, rustix::fs::fstat(&self.dir_fd), &|| {
+            rustix::fs::fchown(&self.dir_fd, owner, group)
+        })?;
+        give(
+            &self.dir.join(super::LOCK_FILE),
+            rustix::fs::fstat(self.lock.file()),
+            &|| rustix::fs::fchown(self.lock.file(), owner, group),
+        )?;
+        for seg in &self.closed {
+            let name = seg.file_name();
+            // Not following a link: the link itself, never what it names.
+            let nofollow = AtFlags::SYMLINK_NOFOLLOW;
+            give(
+                &seg.path,
+                rustix::fs::statat(&self.dir_fd, name, nofollow),
+                &|| rustix::fs::chownat(&self.dir_fd, name, owner, group, nofollow),
+            )?;
+        }
+        Ok(())
     }
 
     /// The segments' bytes as counted against `--max-size`.
@@ -317,8 +408,8 @@ impl<E: Env> StoreWriter<E> {
             };
             let space = self
                 .env
-                .space(&self.dir)
-                .with_context(|| format!("statvfs {}", self.dir.display()))?;
+                .space(self.dir_fd.as_fd())
+                .with_context(|| format!("statfs {}", self.dir.display()))?;
             let reserve = (space.total as f64 * self.bounds.min_free_percent / 100.0).ceil() as u64;
             if space.avail >= allocated(need + header) + ALLOC_UNIT + reserve {
                 return Ok(true);
@@ -355,7 +446,7 @@ impl<E: Env> StoreWriter<E> {
         let Some(seg) = self.closed.pop_front() else {
             return Ok(());
         };
-        match fs::remove_file(&seg.path) {
+        match self.unlink(&seg) {
             Ok(()) => {}
             // Deleted by someone else: gone all the same.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -363,6 +454,12 @@ impl<E: Env> StoreWriter<E> {
         }
         self.stats.segments_deleted += 1;
         Ok(())
+    }
+
+    /// Deletes a segment through the directory's descriptor.
+    fn unlink(&self, seg: &SegmentFile) -> io::Result<()> {
+        rustix::fs::unlinkat(&self.dir_fd, seg.file_name(), AtFlags::empty())
+            .map_err(io::Error::from)
     }
 
     /// Writes a block to the active segment (opening one first if need
@@ -373,14 +470,19 @@ impl<E: Env> StoreWriter<E> {
             let head = self.segment_header(now, mono)?;
             let mut at = now;
             let (file, path) = loop {
-                let path = self.dir.join(segment_name(at));
-                // Appending: after a full filesystem's partial write is cut
-                // back, the next block goes at the new end.
-                match OpenOptions::new().append(true).create_new(true).open(&path) {
-                    Ok(f) => break (f, path),
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => at += 1,
+                let name = segment_name(at);
+                let path = self.dir.join(&name);
+                match rustix::fs::openat(
+                    &self.dir_fd,
+                    name.as_str(),
+                    SEGMENT_FLAGS,
+                    Mode::from_raw_mode(SEGMENT_MODE),
+                ) {
+                    Ok(fd) => break (File::from(fd), path),
+                    Err(rustix::io::Errno::EXIST) => at += 1,
                     Err(e) => {
-                        return Err(e).with_context(|| format!("creating {}", path.display()));
+                        return Err(io::Error::from(e))
+                            .with_context(|| format!("creating {}", path.display()));
                     }
                 }
             };
@@ -393,7 +495,7 @@ impl<E: Env> StoreWriter<E> {
                 },
             };
             if !self.write(&mut active, &head)? {
-                let _ = fs::remove_file(&active.seg.path);
+                let _ = self.unlink(&active.seg);
                 return Ok(false);
             }
             self.stats.segments_opened += 1;

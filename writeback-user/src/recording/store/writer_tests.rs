@@ -41,7 +41,7 @@ impl Env for Fake {
         (t, t - T0 + 1000)
     }
 
-    fn space(&self, _dir: &Path) -> io::Result<Space> {
+    fn space(&self, _dir: BorrowedFd<'_>) -> io::Result<Space> {
         let cap = self.capacity.get();
         Ok(Space {
             avail: cap.saturating_sub(self.used() + self.others.get()),
@@ -318,4 +318,39 @@ fn a_restarted_recorder_appends_and_the_downtime_is_a_gap() {
     );
     assert_eq!(info.calls, 100);
     assert!(info.ratio.unwrap() > 1.0);
+}
+
+/// `give_to` hands the directory, its lock and its segments to the user
+/// the run becomes, and nothing else: not another file in it, not what a
+/// link named like a segment points to (the tests run as root).
+#[test]
+fn give_to_hands_over_the_store_and_nothing_else() {
+    use std::os::unix::fs::MetadataExt as _;
+    let (t, f) = fake(u64::MAX / 4);
+    let mut w = StoreWriter::open(&f.dir, bounds(64 << 20), header(), f.clone()).unwrap();
+    run(&mut w, &f, 2, 10, |_| {});
+    drop(w);
+    let outside = t.path().join("outside");
+    fs::write(&outside, b"not the store's").unwrap();
+    let other = f.dir.join("notes.txt");
+    fs::write(&other, b"left alone").unwrap();
+    let link = f.dir.join(segment_name(T0 - 3600 * SEC));
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let w = StoreWriter::open(&f.dir, bounds(64 << 20), header(), f.clone()).unwrap();
+    let (uid, gid) = (65534, 65534);
+    w.give_to(uid, gid).unwrap();
+    let owner = |p: &Path| {
+        let m = fs::symlink_metadata(p).unwrap();
+        (m.uid(), m.gid())
+    };
+    assert_eq!(owner(&f.dir), (uid, gid));
+    assert_eq!(owner(&f.dir.join(super::super::LOCK_FILE)), (uid, gid));
+    let segs = list(&f.dir).unwrap();
+    assert_eq!(segs.len(), 1, "{segs:?}");
+    assert_eq!(owner(&segs[0].path), (uid, gid));
+    for untouched in [&outside, &other, &link] {
+        assert_eq!(owner(untouched), (0, 0), "{}", untouched.display());
+    }
+    // Again: nothing left to change.
+    w.give_to(uid, gid).unwrap();
 }
