@@ -181,7 +181,7 @@ impl Who<'_> {
         if !self.on {
             return;
         }
-        if let Some(snap) = snapshot(self.tracer) {
+        if let Some(snap) = snapshot(self.tracer, true) {
             self.attribution.update(&snap);
         }
     }
@@ -194,7 +194,8 @@ impl Who<'_> {
             return;
         }
         let tracer = self.tracer;
-        self.attribution.charge_batch(batch, || snapshot(tracer));
+        self.attribution
+            .charge_batch(batch, || snapshot(tracer, false));
     }
 
     /// The interval's `owners`, after a fresh read.
@@ -207,10 +208,11 @@ impl Who<'_> {
     }
 }
 
-/// The dirtier maps, or `None` after saying why.
-fn snapshot(tracer: &Tracer) -> Option<crate::model::dirtier::DirtierSnapshot> {
+/// The dirtier maps (with the dirtiers' /proc counts: `tasks`), or
+/// `None` after saying why.
+fn snapshot(tracer: &Tracer, tasks: bool) -> Option<crate::model::dirtier::DirtierSnapshot> {
     tracer
-        .dirtiers()
+        .dirtiers(tasks)
         .map_err(|e| log::warn!("reading the dirtier maps: {e:#}"))
         .ok()
 }

@@ -184,7 +184,7 @@ async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
         // Read after the snapshot, like the trace loop's interval: the
         // pages dirtied up to now count in the interval that ends now.
         let dirtiers = match &tracer {
-            Some(t) if t.plan.attached(Concept::Dirtier) => match t.dirtiers() {
+            Some(t) if t.plan.attached(Concept::Dirtier) => match t.dirtiers(true) {
                 Ok(snap) => Some(Box::new(snap)),
                 Err(e) => {
                     log::warn!("reading the dirtier maps: {e:#}");

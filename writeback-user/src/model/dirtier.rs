@@ -93,6 +93,12 @@ pub(crate) struct DirtierSnapshot {
     /// The kernel's count of pages dirtied by each process seen making an
     /// inode dirty (the default mode).
     pub(crate) tasks: Vec<TaskReading>,
+    /// Whether `tasks` was read: a re-read for a batch of calls drains
+    /// the dirtyings only (the counts only feed the interval's `owners`,
+    /// and reading /proc for every process at each re-read cost a file
+    /// open per process up to twice per drain); an empty `tasks` then
+    /// means "not read", not "all exited".
+    pub(crate) tasks_read: bool,
 }
 
 /// `{"pid", "comm", "cgroup_id", ...}` of an interval's `owners`.
@@ -264,7 +270,8 @@ impl Attribution {
                 },
             );
         }
-        for (tgid, pages) in self.by_inode.update(&snap.dirtyings, &snap.tasks) {
+        let tasks = snap.tasks_read.then_some(snap.tasks.as_slice());
+        for (tgid, pages) in self.by_inode.update(&snap.dirtyings, tasks) {
             self.owner_line(tgid).pages_dirtied += pages;
         }
         for (&tgid, &(pauses, ms)) in &snap.throttled {

@@ -41,10 +41,10 @@ impl Dirtyings {
         }
     }
 
-    /// Drains the ring into `snap.dirtyings`, then reads the page counts
-    /// of every process it has seen into `snap.tasks`; a process whose
-    /// count cannot be read any more (it exited) is dropped.
-    fn read(&mut self, snap: &mut DirtierSnapshot) {
+    /// Drains the ring into `snap.dirtyings`, then, with `tasks`, reads
+    /// the page counts of every process it has seen into `snap.tasks`; a
+    /// process whose count cannot be read any more (it exited) is dropped.
+    fn read(&mut self, snap: &mut DirtierSnapshot, tasks: bool) {
         while let Some(item) = self.ring.next() {
             if let Some(d) = decode(&item) {
                 if self.tasks.len() < MAX_TASKS || self.tasks.contains(&d.tgid) {
@@ -61,6 +61,10 @@ impl Dirtyings {
             self.tasks.clear();
             return;
         }
+        if !tasks {
+            return;
+        }
+        snap.tasks_read = true;
         let page = crate::sys::page_size();
         let since = self.last_reading_ticks;
         self.last_reading_ticks = boot_ticks();
@@ -164,14 +168,17 @@ pub(super) fn has_folio(table: &DirtierMembers) -> Result<(), String> {
 }
 
 impl Tracer {
-    /// Every entry of `DIRTIERS` and `THROTTLED`, read now.
-    pub(crate) fn dirtiers(&self) -> anyhow::Result<DirtierSnapshot> {
+    /// Every entry of `DIRTIERS` and `THROTTLED`, read now; in the
+    /// per-inode mode the dirtyings since the last reading, and with
+    /// `tasks` each dirtier's page count from /proc (an interval's
+    /// reading: a re-read for a batch of calls needs only the dirtyings).
+    pub(crate) fn dirtiers(&self, tasks: bool) -> anyhow::Result<DirtierSnapshot> {
         let mut snap = DirtierSnapshot::default();
         if AttributionMode::of(&self.plan) == Some(AttributionMode::PerInode) {
             self.dirtyings
                 .lock()
                 .map_err(|_| anyhow::anyhow!("the dirtyings reader was poisoned"))?
-                .read(&mut snap);
+                .read(&mut snap, tasks);
         } else {
             self.per_folio(&mut snap)?;
         }

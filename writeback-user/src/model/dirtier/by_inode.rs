@@ -83,12 +83,13 @@ pub(super) struct ByInode {
 }
 
 impl ByInode {
-    /// Takes a reading's dirtyings and task counts; returns the pages
-    /// each process dirtied since the last reading.
+    /// Takes a reading's dirtyings and task counts (`None`: not read this
+    /// time, the bases stay); returns the pages each process dirtied since
+    /// the last reading of the counts.
     pub(super) fn update(
         &mut self,
         dirtyings: &[InodeDirtyingReading],
-        tasks: &[TaskReading],
+        tasks: Option<&[TaskReading]>,
     ) -> Vec<(u32, u64)> {
         self.generation += 1;
         for d in dirtyings {
@@ -128,6 +129,9 @@ impl ByInode {
             let (_, &mut oldest_kept, _) = ages.select_nth_unstable(cut);
             self.inodes.retain(|_, h| h.touched >= oldest_kept);
         }
+        let Some(tasks) = tasks else {
+            return Vec::new();
+        };
         let mut grown = Vec::new();
         let mut seen: HashMap<u32, u64> = HashMap::with_capacity(tasks.len());
         for t in tasks {
@@ -190,7 +194,7 @@ mod tests {
     #[test]
     fn a_call_goes_to_the_last_dirtying_before_it_started() {
         let mut b = ByInode::default();
-        b.update(&[dirtying(1, 100, 10), dirtying(1, 300, 20)], &[]);
+        b.update(&[dirtying(1, 100, 10), dirtying(1, 300, 20)], Some(&[]));
         assert_eq!(b.dirtier(7, 1, 250), Some((10, 0)));
         assert_eq!(b.dirtier(7, 1, 300), Some((20, 0)));
         assert_eq!(b.dirtier(7, 1, 0), Some((20, 0)));
@@ -204,10 +208,10 @@ mod tests {
     #[test]
     fn out_of_order_records_and_a_bounded_history() {
         let mut b = ByInode::default();
-        b.update(&[dirtying(1, 300, 20), dirtying(1, 100, 10)], &[]);
+        b.update(&[dirtying(1, 300, 20), dirtying(1, 100, 10)], Some(&[]));
         assert_eq!(b.dirtier(7, 1, 200), Some((10, 0)));
         for t in 0..20u32 {
-            b.update(&[dirtying(1, 1000 + u64::from(t), t)], &[]);
+            b.update(&[dirtying(1, 1000 + u64::from(t), t)], Some(&[]));
         }
         assert_eq!(b.inodes[&(7, 1)].dirtyings.len(), HISTORY);
         assert_eq!(b.dirtier(7, 1, 2000), Some((19, 0)));
@@ -219,9 +223,9 @@ mod tests {
     #[test]
     fn a_run_of_one_process_takes_one_place() {
         let mut b = ByInode::default();
-        b.update(&[dirtying(1, 50, 7)], &[]);
+        b.update(&[dirtying(1, 50, 7)], Some(&[]));
         let many: Vec<_> = (0..100).map(|i| dirtying(1, 100 + i, 10)).collect();
-        b.update(&many, &[]);
+        b.update(&many, Some(&[]));
         assert_eq!(b.inodes[&(7, 1)].dirtyings, vec![(50, 7), (100, 10)]);
         assert_eq!(b.dirtier(7, 1, 101), Some((10, 0)));
         assert_eq!(b.dirtier(7, 1, 99), Some((7, 0)));
@@ -236,12 +240,12 @@ mod tests {
         let mut b = ByInode::default();
         let mut worker = dirtying(1, 200, 99);
         worker.comm = "kworker/u8:5".into();
-        b.update(&[dirtying(1, 100, 10), worker.clone()], &[]);
+        b.update(&[dirtying(1, 100, 10), worker.clone()], Some(&[]));
         assert_eq!(b.dirtier(7, 1, 300), Some((10, 0)));
         worker.ino = 2;
-        b.update(&[worker], &[]);
+        b.update(&[worker], Some(&[]));
         assert_eq!(b.dirtier(7, 2, 300), Some((99, 0)));
-        b.update(&[dirtying(2, 400, 11)], &[]);
+        b.update(&[dirtying(2, 400, 11)], Some(&[]));
         assert_eq!(b.dirtier(7, 2, 500), Some((11, 0)));
         assert!(!is_workqueue_worker("kworker") && is_workqueue_worker("kworker/R-ext4"));
     }
@@ -254,20 +258,24 @@ mod tests {
         let mut b = ByInode::default();
         let t = |tgid, pages, new| TaskReading { tgid, pages, new };
         assert_eq!(
-            b.update(&[], &[t(1, 500, false), t(2, 64, true)]),
+            b.update(&[], Some(&[t(1, 500, false), t(2, 64, true)])),
             vec![(2, 64)]
         );
         assert_eq!(
-            b.update(&[], &[t(1, 800, false), t(2, 64, false)]),
+            b.update(&[], Some(&[t(1, 800, false), t(2, 64, false)])),
             vec![(1, 300)]
         );
         // A count that went back (a pid reused by an older process)
         // counts nothing and is the new base.
-        assert_eq!(b.update(&[], &[t(1, 10, false)]), vec![]);
-        assert_eq!(b.update(&[], &[t(1, 30, false)]), vec![(1, 20)]);
+        assert_eq!(b.update(&[], Some(&[t(1, 10, false)])), vec![]);
+        assert_eq!(b.update(&[], Some(&[t(1, 30, false)])), vec![(1, 20)]);
         // Reused by a process that started since: all of its count.
-        assert_eq!(b.update(&[], &[t(1, 5, true)]), vec![(1, 5)]);
-        assert_eq!(b.update(&[], &[]), vec![]);
+        assert_eq!(b.update(&[], Some(&[t(1, 5, true)])), vec![(1, 5)]);
+        // Not read (a batch's re-read): the bases stay.
+        assert_eq!(b.update(&[], None), vec![]);
+        assert_eq!(b.tasks.get(&1), Some(&5));
+        assert_eq!(b.update(&[], Some(&[t(1, 9, false)])), vec![(1, 4)]);
+        assert_eq!(b.update(&[], Some(&[])), vec![]);
         assert!(b.tasks.is_empty());
     }
 }
