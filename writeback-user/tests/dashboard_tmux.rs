@@ -342,8 +342,10 @@ fn a_store_in_the_dashboard_jumps_to_the_next_finding() {
         f.sync_all().unwrap();
         i += 1;
     }
-    drop(lines);
-    assert!(record.wait().unwrap().success());
+    // Read to its end (the recorder stops after --duration): a closed
+    // pipe would fail its last lines.
+    let said: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(record.wait().unwrap().success(), "{said:?}");
 
     let log = tempfile::NamedTempFile::new().unwrap();
     let session = Session(format!("wbscope-store-{}", std::process::id()));

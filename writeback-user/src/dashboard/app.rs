@@ -1006,9 +1006,11 @@ mod tests {
     /// `at` seconds in (an interval and a call a second).
     fn store_app(at: u64) -> App {
         use crate::model::interval::IntervalLine;
-        let mut app = App::default();
-        app.replay = Some("store".into());
-        app.store = Some(StoreView::new(T0, T0 + 600 * SEC));
+        let mut app = App {
+            replay: Some("store".into()),
+            store: Some(StoreView::new(T0, T0 + 600 * SEC)),
+            ..App::default()
+        };
         for s in 1..=at {
             app.handle(Msg::Call(Box::new(call(1, s, 8))));
             let snap = KernelSnapshot::default();
