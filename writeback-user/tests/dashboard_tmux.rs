@@ -187,6 +187,31 @@ fn writer_from_keys_loads_the_kernel_and_cleans_up() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// The lines a recorder writes on its standard error.
+type StderrLines = std::io::Lines<std::io::BufReader<std::process::ChildStderr>>;
+
+/// `wbscope record ARGS DEVICE OUTPUT` started, once it says it is
+/// tracing; the rest of what it says (keep it read: a closed pipe would
+/// fail the recorder's last lines).
+fn record_until_tracing(
+    args: &[&str],
+    device: &std::path::Path,
+    output: &[&std::ffi::OsStr],
+) -> (std::process::Child, StderrLines) {
+    let mut record = Command::new(env!("CARGO_BIN_EXE_wbscope"))
+        .arg("record")
+        .args(args)
+        .arg(device)
+        .args(output)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = record.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("tracing;"))));
+    (record, lines)
+}
+
 /// `wbscope replay FILE` opens a recording in the dashboard: the recorded
 /// fsync shows in the histogram, and the writer keys are refused.
 #[test]
@@ -196,17 +221,11 @@ fn replay_opens_a_recording_in_the_dashboard() {
     let rec = dir.path().join("run.rec");
     // Only this test's filesystem: other writers on the host must not
     // crowd the histogram the test reads.
-    let mut record = Command::new(env!("CARGO_BIN_EXE_wbscope"))
-        .args(["record", "--duration", "4", "--interval", "0.5", "--device"])
-        .arg(&fs.mountpoint)
-        .arg("-o")
-        .arg(&rec)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = record.stderr.take().unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("tracing;"))));
+    let (mut record, _lines) = record_until_tracing(
+        &["--duration", "4", "--interval", "0.5", "--device"],
+        &fs.mountpoint,
+        &["-o".as_ref(), rec.as_os_str()],
+    );
     let mut f = File::create_new(fs.path("data")).unwrap();
     f.write_all(&vec![1u8; 16 << 20]).unwrap();
     f.sync_all().unwrap();
@@ -319,17 +338,11 @@ fn a_store_in_the_dashboard_jumps_to_the_next_finding() {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let store = dir.path().join("store");
     // Only this test's filesystem, so that no other finding comes first.
-    let mut record = Command::new(env!("CARGO_BIN_EXE_wbscope"))
-        .args(["record", "--duration", "10", "--device"])
-        .arg(&fs.mountpoint)
-        .arg("--store")
-        .arg(&store)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = record.stderr.take().unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("tracing;"))));
+    let (mut record, lines) = record_until_tracing(
+        &["--duration", "10", "--device"],
+        &fs.mountpoint,
+        &["--store".as_ref(), store.as_os_str()],
+    );
     // Three quiet seconds, then three of small files fsynced one after
     // the other (hundreds of sync calls a second: fsync-storm,
     // docs/findings.md).

@@ -208,39 +208,26 @@ fn footer(app: &App, width: u16) -> Paragraph<'static> {
             theme::warn(),
         )));
     }
-    let keys: &[(&str, &str)] = if app.store.is_some() {
-        // Replaying a store the writer keys are refused: the jumps take
-        // their place.
-        if width >= 120 {
-            &[
-                ("\u{2190}/\u{2192}", "minute"),
-                ("n/N", "next/prev finding"),
-                ("Tab", "pane"),
-                ("o", "sort"),
-                ("d", "device"),
-                ("p", "pause"),
-                ("r", "reset"),
-                ("P", "plan"),
-                ("f", "finding"),
-                ("?", "help"),
-                ("q", "quit"),
-            ]
-        } else {
-            &[
-                ("\u{2190}/\u{2192}", "minute"),
-                ("n/N", "finding"),
-                ("Tab", "pane"),
-                ("?", "help"),
-                ("q", "quit"),
-            ]
-        }
-    } else if width >= 120 {
-        &[
+    let wide = width >= 120;
+    // Replaying a store the writer keys are refused: the jumps take their
+    // place. The view keys follow either.
+    let first: &[(&str, &str)] = match (app.store.is_some(), wide) {
+        (true, true) => &[
+            ("\u{2190}/\u{2192}", "minute"),
+            ("n/N", "next/prev finding"),
+        ],
+        (true, false) => &[("\u{2190}/\u{2192}", "minute"), ("n/N", "finding")],
+        (false, true) => &[
             ("w", "writer on/off"),
             ("s", "strategy"),
             ("+/-", "chunk"),
             ("[/]", "window"),
             ("</>", "jobs"),
+        ],
+        (false, false) => &[("w", "writer"), ("s", "strategy"), ("+/-", "chunk")],
+    };
+    let view: &[(&str, &str)] = if wide {
+        &[
             ("Tab", "pane"),
             ("o", "sort"),
             ("d", "device"),
@@ -252,17 +239,10 @@ fn footer(app: &App, width: u16) -> Paragraph<'static> {
             ("q", "quit"),
         ]
     } else {
-        &[
-            ("w", "writer"),
-            ("s", "strategy"),
-            ("+/-", "chunk"),
-            ("Tab", "pane"),
-            ("?", "help"),
-            ("q", "quit"),
-        ]
+        &[("Tab", "pane"), ("?", "help"), ("q", "quit")]
     };
     let mut spans = Vec::new();
-    for (k, what) in keys {
+    for (k, what) in first.iter().chain(view) {
         spans.push(Span::styled(format!(" {k}"), theme::value()));
         spans.push(Span::styled(format!(" {what} "), theme::dim()));
     }
