@@ -337,8 +337,13 @@ impl dashboard::run::StoreSource for StoreFeed {
         })
     }
 
-    fn find_finding(&self, from_ns: u64, forward: bool) -> Result<Option<(u64, String)>, String> {
-        seek::find_finding(&self.dir, from_ns, forward, self.window)
+    fn find_finding(
+        &self,
+        from_ns: u64,
+        forward: bool,
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<(u64, String)>, String> {
+        seek::find_finding(&self.dir, from_ns, forward, self.window, wanted)
             .map(|found| found.map(|f| (f.unix_ns, f.name.to_string())))
             .map_err(|e| format!("{}: {e}", escape_controls(&self.dir.display().to_string())))
     }

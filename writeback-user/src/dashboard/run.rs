@@ -10,7 +10,10 @@ use std::{
     path::{Path, PathBuf},
     pin::Pin,
     process::ExitCode,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -142,8 +145,14 @@ pub(crate) trait StoreSource: Send + Sync + 'static {
 
     /// Where the next (`forward`) or previous finding starts from
     /// `from_ns`: its wall clock and name, or none. Reads the store, so
-    /// it blocks; the runner calls it on a thread of its own.
-    fn find_finding(&self, from_ns: u64, forward: bool) -> Result<Option<(u64, String)>, String>;
+    /// it blocks; the runner calls it on a thread of its own, and stops
+    /// it early (any answer) once `wanted` says no.
+    fn find_finding(
+        &self,
+        from_ns: u64,
+        forward: bool,
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<(u64, String)>, String>;
 }
 
 /// `wbscope replay DIR`: a store in the dashboard, spanning `span`
@@ -177,6 +186,7 @@ async fn replay_in(
         feed: Some(feed),
         store,
         tx: tx.clone(),
+        search: Arc::new(AtomicU64::new(0)),
     });
     // Never started: the app refuses writer keys while replaying.
     let mut writer = WriterRunner::new(None, tx.clone());
@@ -196,6 +206,9 @@ struct Replaying {
     store: Option<Arc<dyn StoreSource>>,
     /// For the answers of searches.
     tx: UnboundedSender<Msg>,
+    /// The id of the search still wanted (0: none): a jump or a later
+    /// search stops the one before, so searches do not pile up.
+    search: Arc<AtomicU64>,
 }
 
 impl Replaying {
@@ -203,6 +216,7 @@ impl Replaying {
     /// taken yet are dropped with its channel) and a new one starts.
     fn play_from(&mut self, unix_ns: u64) {
         let Some(store) = &self.store else { return };
+        self.search.store(0, Ordering::Relaxed);
         if let Some(feed) = self.feed.take() {
             feed.abort();
         }
@@ -218,11 +232,16 @@ impl Replaying {
         let Some(store) = &self.store else { return };
         let store = Arc::clone(store);
         let tx = self.tx.clone();
+        self.search.store(id, Ordering::Relaxed);
+        let search = Arc::clone(&self.search);
         let spawned = std::thread::Builder::new()
             .name("wbscope-search".into())
             .spawn(move || {
-                let found = store.find_finding(from_ns, forward);
-                let _ = tx.send(Msg::FindingFound { id, found });
+                let wanted = || search.load(Ordering::Relaxed) == id;
+                let found = store.find_finding(from_ns, forward, &wanted);
+                if wanted() {
+                    let _ = tx.send(Msg::FindingFound { id, found });
+                }
             });
         if let Err(e) = spawned {
             let _ = self.tx.send(Msg::FindingFound {
@@ -235,6 +254,7 @@ impl Replaying {
 
 impl Drop for Replaying {
     fn drop(&mut self) {
+        self.search.store(0, Ordering::Relaxed);
         if let Some(feed) = self.feed.take() {
             feed.abort();
         }

@@ -73,6 +73,8 @@ const BACK_STEP_NS: u64 = 600 * 1_000_000_000;
 
 /// Where the next finding starts after `from_ns` (`forward`), or the last
 /// one before it, within `within` (the replay's `--since`/`--until`).
+/// `wanted` is asked at every interval line: when it says no (a later
+/// jump overtook the search), the search stops and finds nothing.
 ///
 /// Findings are not stored (the recorder writes interval lines, not the
 /// doctor's verdicts), so they are judged again here, the way the
@@ -93,6 +95,7 @@ pub(crate) fn find_finding(
     from_ns: u64,
     forward: bool,
     within: TimeWindow,
+    wanted: &dyn Fn() -> bool,
 ) -> Result<Option<FindingStart>, OpenError> {
     let floor = match within.since_ns {
         Some(s) => s,
@@ -104,7 +107,7 @@ pub(crate) fn find_finding(
     let warm = |t: u64| t.saturating_sub(WARM_UP_NS).max(floor);
     if forward {
         let mut found = None;
-        starts(dir, warm(from_ns), within.until_ns, |at| {
+        starts(dir, warm(from_ns), within.until_ns, wanted, |at| {
             if at.unix_ns > from_ns {
                 found = Some(at);
             }
@@ -116,13 +119,13 @@ pub(crate) fn find_finding(
     loop {
         let lo = from_ns.saturating_sub(step).max(floor);
         let mut found = None;
-        starts(dir, warm(lo), Some(from_ns), |at| {
+        starts(dir, warm(lo), Some(from_ns), wanted, |at| {
             if at.unix_ns >= lo && at.unix_ns < from_ns {
                 found = Some(at);
             }
             true
         })?;
-        if found.is_some() || lo <= floor {
+        if found.is_some() || lo <= floor || !wanted() {
             return Ok(found);
         }
         step = step.saturating_mul(2);
@@ -130,11 +133,13 @@ pub(crate) fn find_finding(
 }
 
 /// Judges the interval lines of the store from `since` to `until` and
-/// calls `each` with every finding that opens, until it returns false.
+/// calls `each` with every finding that opens, until it returns false or
+/// the search is no longer `wanted`.
 fn starts(
     dir: &Path,
     since: u64,
     until: Option<u64>,
+    wanted: &dyn Fn() -> bool,
     mut each: impl FnMut(FindingStart) -> bool,
 ) -> Result<(), OpenError> {
     let window = TimeWindow {
@@ -147,6 +152,9 @@ fn starts(
         let (Frame::Interval(value), Some(unix_ns)) = (frame, reader.last_wall_ns()) else {
             continue;
         };
+        if !wanted() {
+            return Ok(());
+        }
         // A line this version cannot read is skipped, as the replay's
         // feed skips it.
         let Ok(line) = serde_json::from_value::<IntervalLine>(value) else {
@@ -303,7 +311,7 @@ mod tests {
         let bytes: u64 = list(&f.dir).unwrap().iter().map(|s| s.bytes).sum();
         let t = std::time::Instant::now();
         assert_eq!(
-            find_finding(&f.dir, T0, true, TimeWindow::default()).unwrap(),
+            find_finding(&f.dir, T0, true, TimeWindow::default(), &|| true).unwrap(),
             None
         );
         let search = t.elapsed();
@@ -322,8 +330,8 @@ mod tests {
     fn the_next_and_previous_finding_starts() {
         let (_t, f) = store(1200, &[300..320, 900..915]);
         let all = TimeWindow::default();
-        let next = |from| find_finding(&f.dir, from, true, all).unwrap();
-        let prev = |from| find_finding(&f.dir, from, false, all).unwrap();
+        let next = |from| find_finding(&f.dir, from, true, all, &|| true).unwrap();
+        let prev = |from| find_finding(&f.dir, from, false, all, &|| true).unwrap();
         let first = next(T0 + 10 * SEC).expect("the first episode");
         assert_eq!(first.name, crate::model::findings::RULES[0].name);
         assert!(
@@ -347,8 +355,26 @@ mod tests {
             until_ns: Some(T0 + 600 * SEC),
         };
         assert_eq!(
-            find_finding(&f.dir, first.unix_ns, true, early).unwrap(),
+            find_finding(&f.dir, first.unix_ns, true, early, &|| true).unwrap(),
             None
+        );
+    }
+
+    #[test]
+    fn a_search_no_longer_wanted_stops_finding_nothing() {
+        let (_t, f) = store(1200, &[300..320, 900..915]);
+        let asked = std::cell::Cell::new(0);
+        let wanted = || {
+            asked.set(asked.get() + 1);
+            asked.get() <= 10
+        };
+        let all = TimeWindow::default();
+        assert_eq!(find_finding(&f.dir, T0, true, all, &wanted).unwrap(), None);
+        assert_eq!(asked.get(), 11, "it stopped when told");
+        assert!(
+            find_finding(&f.dir, T0, true, all, &|| true)
+                .unwrap()
+                .is_some()
         );
     }
 }
