@@ -414,3 +414,75 @@ async fn feed_recording(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        dashboard::run::StoreSource as _,
+        recording::store::{
+            seek::tests::store,
+            writer::tests::{SEC, T0},
+        },
+    };
+
+    /// What `play` sends, until it ends.
+    fn played(feed: &StoreFeed, from_ns: Option<u64>) -> Vec<Msg> {
+        let (tx, mut rx) = mpsc::channel(1 << 16);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(feed.play(from_ns, tx));
+        let mut out = Vec::new();
+        while let Ok(msg) = rx.try_recv() {
+            out.push(msg);
+        }
+        out
+    }
+
+    fn interval_times(msgs: &[Msg]) -> Vec<u64> {
+        msgs.iter()
+            .filter_map(|m| match m {
+                Msg::Interval { unix_ns, .. } => *unix_ns,
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A jump's play: the findings' warm-up before the moment, then on to
+    /// the end of the replay's window; a store gone since is said in one
+    /// line, not a crash.
+    #[test]
+    fn a_jump_plays_from_the_warm_up_before_it_to_the_window_end() {
+        let (_t, f) = store(600, &[]);
+        let feed = StoreFeed {
+            dir: f.dir.clone(),
+            window: TimeWindow {
+                since_ns: None,
+                until_ns: Some(T0 + 500 * SEC),
+            },
+            // Not paced: the test does not wait for the recorded seconds.
+            speed: f64::INFINITY,
+        };
+        let at = T0 + 300 * SEC;
+        let msgs = played(&feed, Some(at));
+        let warm = WARM_UP_NS / SEC;
+        let want: Vec<u64> = (300 - warm..500).map(|s| T0 + s * SEC).collect();
+        assert_eq!(interval_times(&msgs), want);
+        let calls = msgs.iter().filter(|m| matches!(m, Msg::Call(_))).count();
+        assert_eq!(calls as u64, 200 + warm);
+        // From the start of the window when no moment is asked.
+        assert_eq!(interval_times(&played(&feed, None)).len(), 499);
+
+        std::fs::remove_dir_all(&f.dir).unwrap();
+        let msgs = played(&feed, Some(at));
+        assert!(
+            matches!(&msgs[..], [Msg::Status(s)]
+                if s.starts_with(&f.dir.display().to_string()) && s.contains("No such file")),
+            "{msgs:?}"
+        );
+        let err = feed.find_finding(at, true, &|| true).unwrap_err();
+        assert!(err.contains(&f.dir.display().to_string()), "{err}");
+    }
+}

@@ -175,7 +175,7 @@ fn starts(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::{fs, ops::Range};
 
     use super::*;
@@ -206,7 +206,7 @@ mod tests {
     /// A store of `secs` one-second intervals with a call each, throttled
     /// in the `episodes` (seconds after T0), in segments of at most 64 KiB
     /// (a 1 MiB store).
-    fn store(secs: u64, episodes: &[Range<u64>]) -> (tempfile::TempDir, Fake) {
+    pub(crate) fn store(secs: u64, episodes: &[Range<u64>]) -> (tempfile::TempDir, Fake) {
         let (t, f) = fake(u64::MAX / 4);
         let mut w = StoreWriter::open(&f.dir, bounds(1 << 20), header(), f.clone()).unwrap();
         for s in 1..=secs {
