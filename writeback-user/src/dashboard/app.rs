@@ -1007,6 +1007,7 @@ mod tests {
     fn store_app(at: u64) -> App {
         use crate::model::interval::IntervalLine;
         let mut app = App {
+            model: Model::with_plan(crate::model::plan::ProbePlan::default(), "testhost".into()),
             replay: Some("store".into()),
             store: Some(StoreView::new(T0, T0 + 600 * SEC)),
             ..App::default()
@@ -1022,6 +1023,11 @@ mod tests {
             });
         }
         app
+    }
+
+    /// Whether the footer's status says `what`.
+    fn says(app: &App, what: &str) -> bool {
+        app.status.as_deref().is_some_and(|s| s.contains(what))
     }
 
     #[test]
@@ -1050,15 +1056,9 @@ mod tests {
         assert_eq!(app.handle(code(KeyCode::Left)), vec![Effect::PlayFrom(T0)]);
         // At the start: nothing to play, and the footer says why.
         assert!(app.handle(code(KeyCode::Left)).is_empty());
-        assert!(
-            app.status
-                .as_deref()
-                .is_some_and(|s| s.contains("start of the store")),
-            "{:?}",
-            app.status
-        );
-        // The plan and the host stay across jumps.
-        assert_eq!(app.model.host, App::default().model.host);
+        assert!(says(&app, "start of the store"), "{:?}", app.status);
+        // The host stays across jumps.
+        assert_eq!(app.model.host, "testhost");
     }
 
     #[test]
@@ -1071,13 +1071,7 @@ mod tests {
             key('N'),
         ] {
             assert!(app.handle(m).is_empty());
-            assert!(
-                app.status
-                    .as_deref()
-                    .is_some_and(|s| s.contains("replay of a store")),
-                "{:?}",
-                app.status
-            );
+            assert!(says(&app, "replay of a store"), "{:?}", app.status);
         }
     }
 
