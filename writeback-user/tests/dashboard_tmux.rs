@@ -187,6 +187,31 @@ fn writer_from_keys_loads_the_kernel_and_cleans_up() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// The lines a recorder writes on its standard error.
+type StderrLines = std::io::Lines<std::io::BufReader<std::process::ChildStderr>>;
+
+/// `wbscope record ARGS DEVICE OUTPUT` started, once it says it is
+/// tracing; the rest of what it says (keep it read: a closed pipe would
+/// fail the recorder's last lines).
+fn record_until_tracing(
+    args: &[&str],
+    device: &std::path::Path,
+    output: &[&std::ffi::OsStr],
+) -> (std::process::Child, StderrLines) {
+    let mut record = Command::new(env!("CARGO_BIN_EXE_wbscope"))
+        .arg("record")
+        .args(args)
+        .arg(device)
+        .args(output)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = record.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("tracing;"))));
+    (record, lines)
+}
+
 /// `wbscope replay FILE` opens a recording in the dashboard: the recorded
 /// fsync shows in the histogram, and the writer keys are refused.
 #[test]
@@ -196,17 +221,11 @@ fn replay_opens_a_recording_in_the_dashboard() {
     let rec = dir.path().join("run.rec");
     // Only this test's filesystem: other writers on the host must not
     // crowd the histogram the test reads.
-    let mut record = Command::new(env!("CARGO_BIN_EXE_wbscope"))
-        .args(["record", "--duration", "4", "--interval", "0.5", "--device"])
-        .arg(&fs.mountpoint)
-        .arg("-o")
-        .arg(&rec)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = record.stderr.take().unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("tracing;"))));
+    let (mut record, _lines) = record_until_tracing(
+        &["--duration", "4", "--interval", "0.5", "--device"],
+        &fs.mountpoint,
+        &["-o".as_ref(), rec.as_os_str()],
+    );
     let mut f = File::create_new(fs.path("data")).unwrap();
     f.write_all(&vec![1u8; 16 << 20]).unwrap();
     f.sync_all().unwrap();
@@ -292,4 +311,96 @@ fn a_live_pipe_into_the_dashboard_shows_a_call_within_a_second() {
     wait_gone(&session, &log);
     let said = std::fs::read_to_string(&rec_err).unwrap();
     assert!(said.contains("went away"), "{said}");
+}
+
+/// The line of the screen holding `what`.
+fn line_with<'a>(screen: &'a str, what: &str) -> &'a str {
+    screen.lines().find(|l| l.contains(what)).unwrap_or("")
+}
+
+/// The `HH:MM:SS` after `label` on the line holding `line_label`, as
+/// seconds of the day.
+fn clock_after(screen: &str, line_label: &str, label: &str) -> Option<u32> {
+    let line = line_with(screen, line_label);
+    let rest = &line[line.find(label)? + label.len()..];
+    let mut parts = rest.get(..8)?.split(':').map(|p| p.parse::<u32>().ok());
+    let (h, m, s) = (parts.next()??, parts.next()??, parts.next()??);
+    Some(h * 3600 + m * 60 + s)
+}
+
+/// A store in the dashboard (issue 26): `n` jumps to where the fsync storm
+/// recorded in it starts and the third header line says the view is
+/// there; `n` again finds nothing after it; `→` is refused at the end of
+/// the store and `←` goes back towards its start.
+#[test]
+fn a_store_in_the_dashboard_jumps_to_the_next_finding() {
+    let fs = LoopFs::new("ext4", 128);
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let store = dir.path().join("store");
+    // Only this test's filesystem, so that no other finding comes first.
+    let (mut record, lines) = record_until_tracing(
+        &["--duration", "10", "--device"],
+        &fs.mountpoint,
+        &["--store".as_ref(), store.as_os_str()],
+    );
+    // Three quiet seconds, then three of small files fsynced one after
+    // the other (hundreds of sync calls a second: fsync-storm,
+    // docs/findings.md).
+    std::thread::sleep(Duration::from_secs(3));
+    let storm = Instant::now();
+    let mut i = 0;
+    while storm.elapsed() < Duration::from_secs(3) {
+        let mut f = File::create(fs.path(&format!("f{}", i % 50))).unwrap();
+        f.write_all(&[7u8; 4096]).unwrap();
+        f.sync_all().unwrap();
+        i += 1;
+    }
+    // Read to its end (the recorder stops after --duration): a closed
+    // pipe would fail its last lines.
+    let said: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(record.wait().unwrap().success(), "{said:?}");
+
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let session = Session(format!("wbscope-store-{}", std::process::id()));
+    // A quarter of the recorded pace: the storm is still ahead when `n`
+    // is pressed.
+    let args = format!("replay {} --speed 0.25", store.display());
+    start_with(&session, log.path(), dir.path(), 120, 40, &args);
+    session.wait_for("the store's header line", |s| {
+        line_with(s, " store ").contains("  at ")
+    });
+    keys(&session, "n");
+    let screen = session.wait_for("the jump to the storm", |s| {
+        s.contains("fsync-storm starts at")
+    });
+    let storm_at = clock_after(&screen, "fsync-storm starts at", "starts at ");
+    let view_at = clock_after(&screen, " store ", "  at ");
+    assert!(storm_at.is_some(), "{screen}");
+    // The view is at the finding's start (or an interval on already).
+    assert!(
+        view_at
+            .zip(storm_at)
+            .is_some_and(|(v, s)| v == s || v == s + 1),
+        "{screen}"
+    );
+    session.wait_for("the finding on the strip", |s| {
+        line_with(s, " findings ").contains("fsync-storm")
+    });
+    keys(&session, "n");
+    session.wait_for("nothing after the storm", |s| {
+        s.contains("no finding starts after")
+    });
+    keys(&session, "Right");
+    session.wait_for("the end of the store", |s| s.contains("the store ends at"));
+    keys(&session, "Left");
+    session.wait_for("the view back before the storm", |s| {
+        clock_after(s, " store ", "  at ")
+            .zip(storm_at)
+            .is_some_and(|(v, s)| v < s)
+    });
+    keys(&session, "q");
+    wait_gone(&session, log.path());
+    // Replaying wrote nothing into the store or beside it.
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
 }

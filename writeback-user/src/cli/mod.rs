@@ -137,6 +137,8 @@ Examples:
   wbscope replay wb.rec --summary
   wbscope replay /var/lib/wbscope --since 03:10 --until 03:20 --text
   wbscope replay /var/lib/wbscope --since '2h ago' --json
+  wbscope replay /var/lib/wbscope       the dashboard over a store: \u{2190}/\u{2192} a minute
+                                        back/on, n/N to the next/previous finding
   ssh HOST sudo wbscope record -o - | wbscope replay -    follows it live")]
     Replay(ReplayArgs),
     /// What a store (`record --store`) holds: span, size, compression,

@@ -3,8 +3,10 @@ use std::{
     fs::File,
     io::{self, BufWriter, Write as _},
     os::unix::fs::FileTypeExt as _,
-    path::Path,
+    path::{Path, PathBuf},
+    pin::Pin,
     process::ExitCode,
+    sync::Arc,
     time::Duration,
 };
 
@@ -18,10 +20,13 @@ use crate::{
     escape::{escape_controls, escape_json_strings},
     export::{json_lines::CallLine, text},
     model::when::TimeWindow,
-    model::{CallRecord, Totals, interval::IntervalLine, kernel::KernelStats, plan::ProbePlan},
+    model::{
+        CallRecord, Totals, findings::WARM_UP_NS, interval::IntervalLine, kernel::KernelStats,
+        plan::ProbePlan,
+    },
     recording::{
         reader::{Damage, Frame, OpenError, RecordingReader},
-        store::reader::StoreReader,
+        store::{reader::StoreReader, seek},
     },
 };
 
@@ -49,7 +54,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         } else {
             super::dashboard::require_terminal(what, "wbscope replay FILE --text")?;
         }
-        return dashboard(args, reader);
+        return dashboard(args, window, reader);
     }
     let mut reader = open(&args.file, window)?;
     let live = is_live(&args.file);
@@ -221,7 +226,11 @@ fn is_live(path: &Path) -> bool {
 
 /// The recording in the dashboard (the default with no output flag),
 /// read as it plays.
-fn dashboard(args: &ReplayArgs, reader: StoreReader) -> anyhow::Result<ExitCode> {
+fn dashboard(
+    args: &ReplayArgs,
+    window: TimeWindow,
+    reader: StoreReader,
+) -> anyhow::Result<ExitCode> {
     let name = args
         .file
         .file_name()
@@ -245,17 +254,99 @@ fn dashboard(args: &ReplayArgs, reader: StoreReader) -> anyhow::Result<ExitCode>
     } else {
         args.speed
     };
-    let frames = reader
-        .into_channel(FEED_FRAMES)
-        .context("starting the recording's reader")?;
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("starting the async runtime")?
-        .block_on(dashboard::run::replay(plan, header.host, name, move |tx| {
-            feed_recording(frames, tx, speed)
-        }))
+        .context("starting the async runtime")?;
+    if args.file.is_dir() {
+        // A store: the dashboard can move in it (its jumps come back here
+        // through `StoreFeed`).
+        drop(reader);
+        let (first, last) =
+            seek::span(&args.file).map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+        let span = (
+            first.max(window.since_ns.unwrap_or(0)),
+            last.min(window.until_ns.unwrap_or(u64::MAX)),
+        );
+        let source = Arc::new(StoreFeed {
+            dir: args.file.clone(),
+            window,
+            speed,
+        });
+        return runtime.block_on(dashboard::run::replay_store(
+            plan,
+            header.host,
+            name,
+            span,
+            source,
+        ));
+    }
+    let frames = reader
+        .into_channel(FEED_FRAMES)
+        .context("starting the recording's reader")?;
+    runtime.block_on(dashboard::run::replay(plan, header.host, name, move |tx| {
+        feed_recording(frames, tx, speed, None)
+    }))
+}
+
+/// The glue between the dashboard's jumps and a store's reader: a jump
+/// is a new read of the store from the moment (found by the segments'
+/// names, `StoreReader::store`), a search for a finding is
+/// `recording::store::seek::find_finding`.
+struct StoreFeed {
+    dir: PathBuf,
+    /// The replay's `--since`/`--until`: jumps stay inside it.
+    window: TimeWindow,
+    speed: f64,
+}
+
+impl dashboard::run::StoreSource for StoreFeed {
+    fn play(
+        &self,
+        from_ns: Option<u64>,
+        tx: mpsc::Sender<Msg>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        // From the findings' warm-up before the moment, so that the
+        // findings holding at it show when the view gets there.
+        let window = match from_ns {
+            None => self.window,
+            Some(t) => TimeWindow {
+                since_ns: Some(
+                    t.saturating_sub(WARM_UP_NS)
+                        .max(self.window.since_ns.unwrap_or(0)),
+                ),
+                until_ns: self.window.until_ns,
+            },
+        };
+        let dir = escape_controls(&self.dir.display().to_string()).into_owned();
+        let frames = StoreReader::store(&self.dir, window)
+            .map_err(|e| format!("{dir}: {e}"))
+            .and_then(|r| {
+                r.into_channel(FEED_FRAMES)
+                    .map_err(|e| format!("starting the store's reader: {e}"))
+            });
+        let speed = self.speed;
+        Box::pin(async move {
+            match frames {
+                Ok(frames) => feed_recording(frames, tx, speed, from_ns).await,
+                Err(e) => {
+                    let _ = tx.send(Msg::Status(e)).await;
+                }
+            }
+        })
+    }
+
+    fn find_finding(
+        &self,
+        from_ns: u64,
+        forward: bool,
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<(u64, String)>, String> {
+        seek::find_finding(&self.dir, from_ns, forward, self.window, wanted)
+            .map(|found| found.map(|f| (f.unix_ns, f.name.to_string())))
+            .map_err(|e| format!("{}: {e}", escape_controls(&self.dir.display().to_string())))
+    }
 }
 
 fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) -> io::Result<()> {
@@ -271,12 +362,18 @@ fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) ->
 }
 
 /// Plays the frames as the reader delivers them (it reads ahead a bounded
-/// number), pausing after each interval line for its length / `speed`;
-/// waits while the dashboard has [`dashboard::run::REPLAY_AHEAD`]
-/// messages not yet taken.
-async fn feed_recording(mut frames: mpsc::Receiver<Frame>, tx: mpsc::Sender<Msg>, speed: f64) {
+/// number), pausing after each interval line for its length / `speed`,
+/// except before `pace_from` (a jump's warm-up, played at once); waits
+/// while the dashboard has [`dashboard::run::REPLAY_AHEAD`] messages not
+/// yet taken.
+async fn feed_recording(
+    mut frames: mpsc::Receiver<(Option<u64>, Frame)>,
+    tx: mpsc::Sender<Msg>,
+    speed: f64,
+    pace_from: Option<u64>,
+) {
     let mut lost = 0;
-    while let Some(frame) = frames.recv().await {
+    while let Some((unix_ns, frame)) = frames.recv().await {
         let msg = match frame {
             Frame::Call(mut call) => {
                 call.comm = escape_controls(&call.comm).into_owned();
@@ -292,6 +389,7 @@ async fn feed_recording(mut frames: mpsc::Receiver<Frame>, tx: mpsc::Sender<Msg>
                     }
                 };
                 lost += line.lost_records;
+                let warm_up = pace_from.zip(unix_ns).is_some_and(|(p, t)| t < p);
                 let pause = Duration::from_secs_f64((line.interval_s / speed).clamp(0.0, 60.0));
                 let msg = Msg::Interval {
                     line: Box::new(line),
@@ -299,11 +397,14 @@ async fn feed_recording(mut frames: mpsc::Receiver<Frame>, tx: mpsc::Sender<Msg>
                         lost_records: lost,
                         ..KernelStats::default()
                     },
+                    unix_ns,
                 };
                 if tx.send(msg).await.is_err() {
                     return;
                 }
-                tokio::time::sleep(pause).await;
+                if !warm_up {
+                    tokio::time::sleep(pause).await;
+                }
                 continue;
             }
             Frame::Summary(_) => continue,
@@ -311,5 +412,77 @@ async fn feed_recording(mut frames: mpsc::Receiver<Frame>, tx: mpsc::Sender<Msg>
         if tx.send(msg).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        dashboard::run::StoreSource as _,
+        recording::store::{
+            seek::tests::store,
+            writer::tests::{SEC, T0},
+        },
+    };
+
+    /// What `play` sends, until it ends.
+    fn played(feed: &StoreFeed, from_ns: Option<u64>) -> Vec<Msg> {
+        let (tx, mut rx) = mpsc::channel(1 << 16);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(feed.play(from_ns, tx));
+        let mut out = Vec::new();
+        while let Ok(msg) = rx.try_recv() {
+            out.push(msg);
+        }
+        out
+    }
+
+    fn interval_times(msgs: &[Msg]) -> Vec<u64> {
+        msgs.iter()
+            .filter_map(|m| match m {
+                Msg::Interval { unix_ns, .. } => *unix_ns,
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A jump's play: the findings' warm-up before the moment, then on to
+    /// the end of the replay's window; a store gone since is said in one
+    /// line, not a crash.
+    #[test]
+    fn a_jump_plays_from_the_warm_up_before_it_to_the_window_end() {
+        let (_t, f) = store(600, &[]);
+        let feed = StoreFeed {
+            dir: f.dir.clone(),
+            window: TimeWindow {
+                since_ns: None,
+                until_ns: Some(T0 + 500 * SEC),
+            },
+            // Not paced: the test does not wait for the recorded seconds.
+            speed: f64::INFINITY,
+        };
+        let at = T0 + 300 * SEC;
+        let msgs = played(&feed, Some(at));
+        let warm = WARM_UP_NS / SEC;
+        let want: Vec<u64> = (300 - warm..500).map(|s| T0 + s * SEC).collect();
+        assert_eq!(interval_times(&msgs), want);
+        let calls = msgs.iter().filter(|m| matches!(m, Msg::Call(_))).count();
+        assert_eq!(calls as u64, 200 + warm);
+        // From the start of the window when no moment is asked.
+        assert_eq!(interval_times(&played(&feed, None)).len(), 499);
+
+        std::fs::remove_dir_all(&f.dir).unwrap();
+        let msgs = played(&feed, Some(at));
+        assert!(
+            matches!(&msgs[..], [Msg::Status(s)]
+                if s.starts_with(&f.dir.display().to_string()) && s.contains("No such file")),
+            "{msgs:?}"
+        );
+        let err = feed.find_finding(at, true, &|| true).unwrap_err();
+        assert!(err.contains(&f.dir.display().to_string()), "{err}");
     }
 }

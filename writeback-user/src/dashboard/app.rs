@@ -11,6 +11,7 @@ use writer_core::{RunStatus, Strategy};
 
 use crate::model::kernel::KernelSnapshot;
 use crate::{
+    dashboard::jump::{Decision, Jump, StoreView, clock},
     dashboard::state::{Model, WriterUpdate},
     dashboard::who::LiveWho,
     model::dirtier::AttributionMode,
@@ -209,11 +210,24 @@ pub(crate) enum Msg {
     },
     Writer(WriterUpdate),
     /// A finished interval read back from a recording (replay), with the
-    /// kernel counters as of its end.
+    /// kernel counters as of its end and, from a store, the wall clock of
+    /// its close (ns since the epoch).
     Interval {
         line: Box<IntervalLine>,
         kernel: KernelStats,
+        unix_ns: Option<u64>,
     },
+    /// A jump in the replay of a store (keys ←/→ and n/N).
+    Jump(Jump),
+    /// The answer to [`Effect::FindFinding`] `id`: the finding's start
+    /// (wall clock, name), none, or why the store could not be searched.
+    FindingFound {
+        id: u64,
+        found: Result<Option<(u64, String)>, String>,
+    },
+    /// A line for the footer from a source (a replay that could not
+    /// move, ...).
+    Status(String),
     /// SIGTERM or the end of the terminal's input.
     Terminate,
 }
@@ -221,10 +235,24 @@ pub(crate) enum Msg {
 /// What the dashboard task must do for the app.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {
-    StartWriter { run: u64, settings: WriterSettings },
+    StartWriter {
+        run: u64,
+        settings: WriterSettings,
+    },
     StopWriter,
     SetChunk(u64),
     SetWindow(u32),
+    /// Replay the store from this wall-clock time (ns since the epoch),
+    /// preceded by the findings' warm-up (`model::findings::WARM_UP_NS`)
+    /// played at once; the messages of the replay before are dropped.
+    PlayFrom(u64),
+    /// Look in the store for where the next (`forward`) or previous
+    /// finding starts from `from_ns`; answered by [`Msg::FindingFound`].
+    FindFinding {
+        id: u64,
+        from_ns: u64,
+        forward: bool,
+    },
     Quit,
 }
 
@@ -255,6 +283,9 @@ pub(crate) struct App {
     /// Set when showing a recording: there is no live host to write on,
     /// so the writer keys say so instead of starting runs.
     pub(crate) replay: Option<String>,
+    /// Set when the recording is a store: its span and where the view is
+    /// (the jumps).
+    pub(crate) store: Option<StoreView>,
 }
 
 impl App {
@@ -309,9 +340,26 @@ impl App {
                 Vec::new()
             }
             Msg::Writer(update) => self.on_writer(update),
-            Msg::Interval { line, kernel } => {
+            Msg::Interval {
+                line,
+                kernel,
+                unix_ns,
+            } => {
+                if let (Some(store), Some(t)) = (&mut self.store, unix_ns) {
+                    store.seen(t);
+                }
                 self.model.on_interval(*line, kernel, None);
                 self.needs_redraw |= !self.paused();
+                Vec::new()
+            }
+            Msg::Jump(jump) => {
+                self.needs_redraw = true;
+                self.jump(jump)
+            }
+            Msg::FindingFound { id, found } => self.found(id, found),
+            Msg::Status(status) => {
+                self.status = Some(status);
+                self.needs_redraw = true;
                 Vec::new()
             }
             Msg::Terminate => vec![Effect::Quit],
@@ -394,6 +442,88 @@ impl App {
         }
     }
 
+    fn jump(&mut self, jump: Jump) -> Vec<Effect> {
+        let Some(store) = &mut self.store else {
+            self.status = Some(
+                "jumps (\u{2190}/\u{2192} a minute, n/N a finding) are for the replay of a store"
+                    .into(),
+            );
+            return Vec::new();
+        };
+        match store.decide(jump) {
+            Decision::PlayFrom(t) => self.play_from(t),
+            Decision::Find(search) => {
+                self.status = Some(format!(
+                    "looking for the {} finding's start {} {}\u{2026}",
+                    if search.forward { "next" } else { "previous" },
+                    if search.forward { "after" } else { "before" },
+                    clock(search.from_ns)
+                ));
+                vec![Effect::FindFinding {
+                    id: search.id,
+                    from_ns: search.from_ns,
+                    forward: search.forward,
+                }]
+            }
+            Decision::Refuse(why) => {
+                self.status = Some(why);
+                Vec::new()
+            }
+        }
+    }
+
+    /// The view starts again at `t`: what was shown belongs to another
+    /// stretch of the store, so the model starts empty (the plan, the
+    /// host and what the user looks at stay) and the display unpauses.
+    fn play_from(&mut self, t: u64) -> Vec<Effect> {
+        let plan = self.model.plan.clone();
+        let host = std::mem::take(&mut self.model.host);
+        self.model = Model::with_plan(plan, host);
+        self.frozen = None;
+        self.intervals = IntervalBuilder::default();
+        self.live_who = LiveWho::new(AttributionMode::of(&self.model.plan).unwrap_or_default());
+        if let Some(store) = &mut self.store {
+            store.moved(t);
+        }
+        self.needs_redraw = true;
+        vec![Effect::PlayFrom(t)]
+    }
+
+    /// A search's answer; one that a later jump overtook is dropped.
+    fn found(&mut self, id: u64, found: Result<Option<(u64, String)>, String>) -> Vec<Effect> {
+        let Some(search) = self
+            .store
+            .as_ref()
+            .and_then(|s| s.searching)
+            .filter(|s| s.id == id)
+        else {
+            return Vec::new();
+        };
+        self.needs_redraw = true;
+        if let Some(store) = &mut self.store {
+            store.searching = None;
+        }
+        match found {
+            Ok(Some((t, name))) => {
+                let effects = self.play_from(t);
+                self.status = Some(format!("{name} starts at {}", clock(t)));
+                effects
+            }
+            Ok(None) => {
+                self.status = Some(format!(
+                    "no finding starts {} {} in the store",
+                    if search.forward { "after" } else { "before" },
+                    clock(search.from_ns)
+                ));
+                Vec::new()
+            }
+            Err(e) => {
+                self.status = Some(format!("looking for a finding: {e}"));
+                Vec::new()
+            }
+        }
+    }
+
     fn writer_running(&self) -> bool {
         matches!(self.run_state, RunState::Running { .. })
     }
@@ -466,6 +596,10 @@ impl App {
             }
             KeyCode::Char('o') => self.view.sort = self.view.sort.next(),
             KeyCode::Char('g') => self.view.who_by_cgroup = !self.view.who_by_cgroup,
+            KeyCode::Left => return self.handle(Msg::Jump(Jump::MinuteBack)),
+            KeyCode::Right => return self.handle(Msg::Jump(Jump::MinuteForward)),
+            KeyCode::Char('n') => return self.handle(Msg::Jump(Jump::NextFinding)),
+            KeyCode::Char('N') => return self.handle(Msg::Jump(Jump::PreviousFinding)),
             KeyCode::Char(
                 'w' | 's' | 'S' | '+' | '=' | '-' | '_' | ']' | '[' | '>' | '.' | '<' | ',',
             ) if self.replay.is_some() => {
@@ -612,6 +746,14 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("r", "reset counters, histograms and the top table"),
     ("P", "probe plan (j/k or arrows scroll)"),
     ("f", "the current finding: its evidence and what to try"),
+    (
+        "\u{2190} / \u{2192}",
+        "replay of a store: a minute back / forward",
+    ),
+    (
+        "n / N",
+        "replay of a store: next / previous finding's start",
+    ),
     ("?", "this help"),
     ("q Esc Ctrl-C", "quit (stops the writer, removes its files)"),
 ];
@@ -843,6 +985,7 @@ mod tests {
             app.handle(Msg::Interval {
                 line: Box::new(l),
                 kernel: KernelStats::default(),
+                unix_ns: None,
             });
         }
         assert!(!app.model.active_findings().is_empty());
@@ -853,6 +996,156 @@ mod tests {
         // f again closes it, and does not quit.
         assert!(app.handle(key('f')).is_empty());
         assert_eq!(app.view.overlay, Overlay::None);
+    }
+
+    /// 2026-12-02T00:00:00Z, and a second, in ns.
+    const T0: u64 = 1_796_169_600 * 1_000_000_000;
+    const SEC: u64 = 1_000_000_000;
+
+    /// The replay of a store spanning ten minutes from T0, shown up to
+    /// `at` seconds in (an interval and a call a second).
+    fn store_app(at: u64) -> App {
+        use crate::model::interval::IntervalLine;
+        let mut app = App {
+            model: Model::with_plan(crate::model::plan::ProbePlan::default(), "testhost".into()),
+            replay: Some("store".into()),
+            store: Some(StoreView::new(T0, T0 + 600 * SEC)),
+            ..App::default()
+        };
+        for s in 1..=at {
+            app.handle(Msg::Call(Box::new(call(1, s, 8))));
+            let snap = KernelSnapshot::default();
+            let l = IntervalLine::new(s as f64, 1.0, &CallAggregate::default(), &snap, &snap);
+            app.handle(Msg::Interval {
+                line: Box::new(l),
+                kernel: KernelStats::default(),
+                unix_ns: Some(T0 + s * SEC),
+            });
+        }
+        app
+    }
+
+    /// Whether the footer's status says `what`.
+    fn says(app: &App, what: &str) -> bool {
+        app.status.as_deref().is_some_and(|s| s.contains(what))
+    }
+
+    #[test]
+    fn a_minute_jump_restarts_the_view_there() {
+        let mut app = store_app(100);
+        assert_eq!(app.store.as_ref().unwrap().at(), T0 + 100 * SEC);
+        assert_eq!(app.model.totals.calls, 100);
+        app.handle(key('p'));
+        assert_eq!(
+            app.handle(code(KeyCode::Right)),
+            vec![Effect::PlayFrom(T0 + 160 * SEC)]
+        );
+        // What was shown was another stretch: the model starts again,
+        // unpaused, and the view is at the new moment at once.
+        assert_eq!(app.model.totals.calls, 0);
+        assert!(!app.paused());
+        assert_eq!(app.store.as_ref().unwrap().at(), T0 + 160 * SEC);
+        assert_eq!(
+            app.handle(Msg::Jump(Jump::MinuteBack)),
+            vec![Effect::PlayFrom(T0 + 100 * SEC)]
+        );
+        assert_eq!(
+            app.handle(code(KeyCode::Left)),
+            vec![Effect::PlayFrom(T0 + 40 * SEC)]
+        );
+        assert_eq!(app.handle(code(KeyCode::Left)), vec![Effect::PlayFrom(T0)]);
+        // At the start: nothing to play, and the footer says why.
+        assert!(app.handle(code(KeyCode::Left)).is_empty());
+        assert!(says(&app, "start of the store"), "{:?}", app.status);
+        // The host stays across jumps.
+        assert_eq!(app.model.host, "testhost");
+    }
+
+    #[test]
+    fn jumps_outside_a_store_are_refused_with_a_reason() {
+        let mut app = App::default();
+        for m in [
+            code(KeyCode::Left),
+            code(KeyCode::Right),
+            key('n'),
+            key('N'),
+        ] {
+            assert!(app.handle(m).is_empty());
+            assert!(says(&app, "replay of a store"), "{:?}", app.status);
+        }
+    }
+
+    #[test]
+    fn a_finding_search_jumps_to_its_answer_and_drops_overtaken_ones() {
+        let mut app = store_app(100);
+        let at = T0 + 100 * SEC;
+        assert_eq!(
+            app.handle(key('n')),
+            vec![Effect::FindFinding {
+                id: 1,
+                from_ns: at,
+                forward: true
+            }]
+        );
+        assert!(
+            app.status
+                .as_deref()
+                .is_some_and(|s| s.contains("next finding"))
+        );
+        // N overtakes n: the answer to n is dropped.
+        assert_eq!(
+            app.handle(key('N')),
+            vec![Effect::FindFinding {
+                id: 2,
+                from_ns: at,
+                forward: false
+            }]
+        );
+        let stale = Msg::FindingFound {
+            id: 1,
+            found: Ok(Some((at + 50 * SEC, "fsync-storm".into()))),
+        };
+        assert!(app.handle(stale).is_empty());
+        assert_eq!(app.store.as_ref().unwrap().at(), at);
+        let found = Msg::FindingFound {
+            id: 2,
+            found: Ok(Some((at - 50 * SEC, "dirty-throttled".into()))),
+        };
+        assert_eq!(app.handle(found), vec![Effect::PlayFrom(at - 50 * SEC)]);
+        assert_eq!(app.model.totals.calls, 0);
+        assert_eq!(
+            app.status.as_deref(),
+            Some("dirty-throttled starts at 00:00:50")
+        );
+        // An answer twice is dropped the second time.
+        let again = Msg::FindingFound {
+            id: 2,
+            found: Ok(Some((at, "dirty-throttled".into()))),
+        };
+        assert!(app.handle(again).is_empty());
+        // None found, or the store unreadable: said, and the view stays.
+        app.handle(key('n'));
+        assert!(
+            app.handle(Msg::FindingFound {
+                id: 3,
+                found: Ok(None)
+            })
+            .is_empty()
+        );
+        assert_eq!(
+            app.status.as_deref(),
+            Some("no finding starts after 00:00:50 in the store")
+        );
+        app.handle(key('N'));
+        app.handle(Msg::FindingFound {
+            id: 4,
+            found: Err("store: permission denied".into()),
+        });
+        assert_eq!(
+            app.status.as_deref(),
+            Some("looking for a finding: store: permission denied")
+        );
+        assert_eq!(app.store.as_ref().unwrap().at(), at - 50 * SEC);
     }
 
     #[test]

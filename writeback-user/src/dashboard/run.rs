@@ -8,8 +8,12 @@
 //! times a second, only when something changed, from `&App`.
 use std::{
     path::{Path, PathBuf},
+    pin::Pin,
     process::ExitCode,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -28,6 +32,7 @@ use writer_core::{
 use crate::model::kernel::KernelSnapshot;
 use crate::{
     dashboard::app::{App, Effect, Msg, WriterSettings},
+    dashboard::jump::StoreView,
     dashboard::state::{Model, WriterSecond, WriterUpdate},
     dashboard::ui,
     model::Log2Histogram,
@@ -91,7 +96,7 @@ pub(crate) async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> 
 
     // ratatui::init restores the terminal on panic too.
     let mut terminal = ratatui::init();
-    let result = event_loop(&mut terminal, &mut app, &mut writer, rx, None).await;
+    let result = event_loop(&mut terminal, &mut app, &mut writer, rx, &mut None).await;
     ratatui::restore();
     // Stop the writer and remove its files (and our temporary directory)
     // before we exit, whatever ended the loop.
@@ -117,18 +122,143 @@ pub(crate) async fn replay<F>(
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    let (tx, rx) = mpsc::unbounded_channel::<Msg>();
     let (replay_tx, replay_rx) = mpsc::channel::<Msg>(REPLAY_AHEAD);
+    let feed = tokio::spawn(feed(replay_tx));
+    let app = App::new(Model::with_plan(plan, host));
+    replay_in(app, name, replay_rx, feed, None).await
+}
+
+/// A store the dashboard replays and moves in. The glue in
+/// `commands/replay.rs` implements it over the store's reader: the
+/// dashboard does not read stores itself (dashboard and recording are
+/// siblings, ARCHITECTURE.md).
+pub(crate) trait StoreSource: Send + Sync + 'static {
+    /// Sends the store's calls and intervals from `from_ns` on (wall
+    /// clock, ns since the epoch), paced as the replay's speed says and
+    /// preceded by the findings' warm-up sent at once; or, with `None`,
+    /// from the start of the replay's window. Ends when `tx` closes.
+    fn play(
+        &self,
+        from_ns: Option<u64>,
+        tx: mpsc::Sender<Msg>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+    /// Where the next (`forward`) or previous finding starts from
+    /// `from_ns`: its wall clock and name, or none. Reads the store, so
+    /// it blocks; the runner calls it on a thread of its own, and stops
+    /// it early (any answer) once `wanted` says no.
+    fn find_finding(
+        &self,
+        from_ns: u64,
+        forward: bool,
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<(u64, String)>, String>;
+}
+
+/// `wbscope replay DIR`: a store in the dashboard, spanning `span`
+/// (wall clock, ns since the epoch, within `--since`/`--until`); the
+/// app's jumps become new plays of `source` and searches in it.
+pub(crate) async fn replay_store(
+    plan: ProbePlan,
+    host: String,
+    name: String,
+    span: (u64, u64),
+    source: Arc<dyn StoreSource>,
+) -> anyhow::Result<ExitCode> {
+    let (replay_tx, replay_rx) = mpsc::channel::<Msg>(REPLAY_AHEAD);
+    let feed = tokio::spawn(source.play(None, replay_tx));
     let mut app = App::new(Model::with_plan(plan, host));
+    app.store = Some(StoreView::new(span.0, span.1));
+    replay_in(app, name, replay_rx, feed, Some(source)).await
+}
+
+async fn replay_in(
+    mut app: App,
+    name: String,
+    rx_replay: mpsc::Receiver<Msg>,
+    feed: tokio::task::JoinHandle<()>,
+    store: Option<Arc<dyn StoreSource>>,
+) -> anyhow::Result<ExitCode> {
+    let (tx, rx) = mpsc::unbounded_channel::<Msg>();
     app.replay = Some(name);
-    tokio::spawn(feed(replay_tx));
+    let mut replaying = Some(Replaying {
+        rx: Some(rx_replay),
+        feed: Some(feed),
+        store,
+        tx: tx.clone(),
+        search: Arc::new(AtomicU64::new(0)),
+    });
     // Never started: the app refuses writer keys while replaying.
     let mut writer = WriterRunner::new(None, tx.clone());
     let mut terminal = ratatui::init();
-    let result = event_loop(&mut terminal, &mut app, &mut writer, rx, Some(replay_rx)).await;
+    let result = event_loop(&mut terminal, &mut app, &mut writer, rx, &mut replaying).await;
     ratatui::restore();
     writer.shutdown().await;
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// A replay going on: the messages of its current play, the task that
+/// sends them, and the store it can move in.
+struct Replaying {
+    /// `None` once the play has ended.
+    rx: Option<mpsc::Receiver<Msg>>,
+    feed: Option<tokio::task::JoinHandle<()>>,
+    store: Option<Arc<dyn StoreSource>>,
+    /// For the answers of searches.
+    tx: UnboundedSender<Msg>,
+    /// The id of the search still wanted (0: none): a jump or a later
+    /// search stops the one before, so searches do not pile up.
+    search: Arc<AtomicU64>,
+}
+
+impl Replaying {
+    /// [`Effect::PlayFrom`]: the current play stops (its messages not
+    /// taken yet are dropped with its channel) and a new one starts.
+    fn play_from(&mut self, unix_ns: u64) {
+        let Some(store) = &self.store else { return };
+        self.search.store(0, Ordering::Relaxed);
+        if let Some(feed) = self.feed.take() {
+            feed.abort();
+        }
+        let (tx, rx) = mpsc::channel::<Msg>(REPLAY_AHEAD);
+        self.feed = Some(tokio::spawn(store.play(Some(unix_ns), tx)));
+        self.rx = Some(rx);
+    }
+
+    /// [`Effect::FindFinding`]: searched on a thread of its own (it reads
+    /// the store) that answers with [`Msg::FindingFound`]. Not a tokio
+    /// blocking task, so that quitting does not wait for a long search.
+    fn find(&self, id: u64, from_ns: u64, forward: bool) {
+        let Some(store) = &self.store else { return };
+        let store = Arc::clone(store);
+        let tx = self.tx.clone();
+        self.search.store(id, Ordering::Relaxed);
+        let search = Arc::clone(&self.search);
+        let spawned = std::thread::Builder::new()
+            .name("wbscope-search".into())
+            .spawn(move || {
+                let wanted = || search.load(Ordering::Relaxed) == id;
+                let found = store.find_finding(from_ns, forward, &wanted);
+                if wanted() {
+                    let _ = tx.send(Msg::FindingFound { id, found });
+                }
+            });
+        if let Err(e) = spawned {
+            let _ = self.tx.send(Msg::FindingFound {
+                id,
+                found: Err(format!("starting the search: {e}")),
+            });
+        }
+    }
+}
+
+impl Drop for Replaying {
+    fn drop(&mut self) {
+        self.search.store(0, Ordering::Relaxed);
+        if let Some(feed) = self.feed.take() {
+            feed.abort();
+        }
+    }
 }
 
 /// Moves records from the ring buffer to the dashboard task. Stops when
@@ -238,7 +368,7 @@ async fn event_loop(
     app: &mut App,
     writer: &mut WriterRunner,
     mut rx: mpsc::UnboundedReceiver<Msg>,
-    mut replay: Option<mpsc::Receiver<Msg>>,
+    replay: &mut Option<Replaying>,
 ) -> anyhow::Result<()> {
     let mut keys = EventStream::new();
     let mut frame = tokio::time::interval(FRAME);
@@ -255,7 +385,7 @@ async fn event_loop(
                 continue;
             }
             Some(msg) = rx.recv() => msg,
-            Some(msg) = next_replayed(&mut replay) => msg,
+            Some(msg) = next_replayed(replay) => msg,
             key = keys.next() => match key {
                 Some(Ok(TermEvent::Key(k))) => Msg::Key(k),
                 Some(Ok(TermEvent::Resize(..))) => Msg::Resize,
@@ -272,22 +402,37 @@ async fn event_loop(
                 Effect::StopWriter => writer.stop(),
                 Effect::SetChunk(bytes) => writer.set(|t| t.set_chunk(bytes)),
                 Effect::SetWindow(chunks) => writer.set(|t| t.set_window(chunks)),
+                Effect::PlayFrom(unix_ns) => {
+                    if let Some(r) = replay.as_mut() {
+                        r.play_from(unix_ns);
+                    }
+                }
+                Effect::FindFinding {
+                    id,
+                    from_ns,
+                    forward,
+                } => {
+                    if let Some(r) = replay.as_ref() {
+                        r.find(id, from_ns, forward);
+                    }
+                }
             }
         }
     }
 }
 
-/// The next message of a replay, or never (no replay, or it has ended).
-async fn next_replayed(replay: &mut Option<mpsc::Receiver<Msg>>) -> Option<Msg> {
-    match replay {
-        Some(rx) => match rx.recv().await {
+/// The next message of a replay, or never (no replay, or its play has
+/// ended: a jump may start another).
+async fn next_replayed(replay: &mut Option<Replaying>) -> Option<Msg> {
+    match replay.as_mut().map(|r| &mut r.rx) {
+        Some(rx @ Some(_)) => match rx.as_mut()?.recv().await {
             Some(msg) => Some(msg),
             None => {
-                *replay = None;
+                *rx = None;
                 std::future::pending().await
             }
         },
-        None => std::future::pending().await,
+        _ => std::future::pending().await,
     }
 }
 

@@ -152,8 +152,13 @@ pub(crate) struct RecordingReader<R> {
     metas_only: bool,
     /// The metadata of the blocks met, when asked for (`collect_metas`).
     pub(crate) metas: Option<Vec<BlockMeta>>,
-    /// The frames of the block being returned.
-    pending: VecDeque<Frame>,
+    /// Call frames in blocks are not decoded (`intervals_only`).
+    skip_calls: bool,
+    /// The frames of the block being returned, with their wall clock.
+    pending: VecDeque<(Option<u64>, Frame)>,
+    /// Wall clock (ns since the epoch) of the frame `next` returned last:
+    /// a call's end, an interval's close; `None` for a summary.
+    pub(crate) last_wall_ns: Option<u64>,
     /// Bytes of the header (magic to its checksum).
     header_len: usize,
 }
@@ -197,23 +202,29 @@ fn plausible(head: &[u8]) -> Option<(FrameKind, usize, u32)> {
     Some((kind, len, u32_at(head, 8)?))
 }
 
-/// The frame or block in `payload`; a block outside `window` (or any
-/// block when `metas_only`) is not decompressed.
-fn decode_any(
-    kind: FrameKind,
-    payload: &[u8],
-    window: &TimeWindow,
+/// What of a frame is decoded.
+struct Decode {
+    /// Blocks wholly outside it are not decompressed.
+    window: TimeWindow,
+    /// No block is decompressed.
     metas_only: bool,
-) -> Option<Decoded> {
+    /// Call frames in blocks are not decoded.
+    skip_calls: bool,
+}
+
+/// The frame or block in `payload`, decoded as `how` says.
+fn decode_any(kind: FrameKind, payload: &[u8], how: &Decode) -> Option<Decoded> {
     if kind != FrameKind::Block {
         return decode(kind, payload).map(Decoded::One);
     }
     let (meta, body) = block::split(payload)?;
-    if metas_only || !window.overlaps(meta.first_unix_ns, meta.last_unix_ns) {
+    if how.metas_only || !how.window.overlaps(meta.first_unix_ns, meta.last_unix_ns) {
         return Some(Decoded::Block(meta, Vec::new()));
     }
+    let is_call = |k: &FrameKind| matches!(k, FrameKind::Call | FrameKind::CallWho);
     let frames = block::frames(&meta, body)?
         .into_iter()
+        .filter(|(kind, _)| !(how.skip_calls && is_call(kind)))
         .map(|(kind, payload)| decode(kind, &payload))
         .collect::<Option<Vec<Frame>>>()?;
     Some(Decoded::Block(meta, frames))
@@ -306,7 +317,9 @@ impl<R: Read> RecordingReader<R> {
             window: TimeWindow::default(),
             metas_only: false,
             metas: None,
+            skip_calls: false,
             pending: VecDeque::new(),
+            last_wall_ns: None,
             header_len: pos,
         })
     }
@@ -332,14 +345,19 @@ impl<R: Read> RecordingReader<R> {
         self
     }
 
-    /// Whether a frame of a plain (version 1) part, or of the block of
-    /// `meta`, is in the window.
-    fn in_window(&self, frame: &Frame, meta: Option<&BlockMeta>) -> bool {
-        if self.window.is_all() {
-            return true;
-        }
+    /// Blocks give their interval lines only: call frames are not
+    /// decoded (the finding search of `recording::store::seek`, which
+    /// reads interval lines only).
+    pub(crate) fn intervals_only(mut self) -> Self {
+        self.skip_calls = true;
+        self
+    }
+
+    /// The wall clock of a frame of a plain (version 1) part, or of the
+    /// block of `meta`: a call's end, an interval's close.
+    fn wall_of(&self, frame: &Frame, meta: Option<&BlockMeta>) -> Option<u64> {
         let h = &self.header;
-        let wall = match frame {
+        Some(match frame {
             Frame::Call(c) => {
                 let end = c.start_ns.saturating_add(c.duration_ns);
                 match meta {
@@ -359,23 +377,30 @@ impl<R: Read> RecordingReader<R> {
                     h.start_unix_ns.saturating_add((secs.max(0.0) * 1e9) as u64)
                 }
             },
-            Frame::Summary(_) => return false,
-        };
-        self.window.contains(wall)
+            Frame::Summary(_) => return None,
+        })
+    }
+
+    /// Whether a frame at `wall` is in the window (a summary only when
+    /// the window is all of time).
+    fn in_window(&self, wall: Option<u64>) -> bool {
+        self.window.is_all() || wall.is_some_and(|w| self.window.contains(w))
     }
 
     /// Queues what a decoded frame or block gives, in the window.
     fn accept(&mut self, decoded: Decoded) {
         match decoded {
             Decoded::One(frame) => {
-                if self.in_window(&frame, None) {
-                    self.pending.push_back(frame);
+                let wall = self.wall_of(&frame, None);
+                if self.in_window(wall) {
+                    self.pending.push_back((wall, frame));
                 }
             }
             Decoded::Block(meta, frames) => {
                 for frame in frames {
-                    if self.in_window(&frame, Some(&meta)) {
-                        self.pending.push_back(frame);
+                    let wall = self.wall_of(&frame, Some(&meta));
+                    if self.in_window(wall) {
+                        self.pending.push_back((wall, frame));
                     }
                 }
                 if let Some(metas) = &mut self.metas {
@@ -463,14 +488,13 @@ impl<R: Read> RecordingReader<R> {
             return Ok(At::Invalid);
         }
         self.work.decoded += len as u64;
-        let (window, metas_only) = (self.window, self.metas_only);
+        let how = Decode {
+            window: self.window,
+            metas_only: self.metas_only,
+            skip_calls: self.skip_calls,
+        };
         Ok(
-            match decode_any(
-                kind,
-                self.bytes(at + FRAME_HEADER_LEN, end),
-                &window,
-                metas_only,
-            ) {
+            match decode_any(kind, self.bytes(at + FRAME_HEADER_LEN, end), &how) {
                 Some(frame) => At::Frame(frame, end - at),
                 None => At::Undecodable(end - at),
             },
@@ -520,13 +544,12 @@ impl<R: Read> RecordingReader<R> {
                 continue;
             }
             self.work.decoded += len as u64;
-            let (window, metas_only) = (self.window, self.metas_only);
-            match decode_any(
-                kind,
-                self.bytes(start + FRAME_HEADER_LEN, end),
-                &window,
-                metas_only,
-            ) {
+            let how = Decode {
+                window: self.window,
+                metas_only: self.metas_only,
+                skip_calls: self.skip_calls,
+            };
+            match decode_any(kind, self.bytes(start + FRAME_HEADER_LEN, end), &how) {
                 Some(frame) => return Ok(Some((start, frame, end - start))),
                 // Checks out, yet is not ours: skipped whole, so that no
                 // byte is decoded twice.
@@ -555,7 +578,8 @@ impl<R: Read> Iterator for RecordingReader<R> {
 
     fn next(&mut self) -> Option<Frame> {
         loop {
-            if let Some(frame) = self.pending.pop_front() {
+            if let Some((wall, frame)) = self.pending.pop_front() {
+                self.last_wall_ns = wall;
                 return Some(frame);
             }
             let decoded = self.next_decoded()?;
@@ -1214,7 +1238,7 @@ mod tests {
         let taken = 100;
         for i in 0..taken {
             assert_eq!(
-                rx.blocking_recv(),
+                rx.blocking_recv().map(|(_, frame)| frame),
                 Some(Frame::Call(Box::new(written(i as u64))))
             );
         }

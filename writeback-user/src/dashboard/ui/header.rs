@@ -1,5 +1,6 @@
-//! The two header lines: where we are, what is attached, what the tracer
-//! itself costs.
+//! The header lines: where we are, what is attached, what the tracer
+//! itself costs; replaying a store, a third: its span and where in it the
+//! view is.
 use ratatui::{
     style::{Modifier, Style},
     text::{Line, Span},
@@ -7,7 +8,12 @@ use ratatui::{
 };
 
 use super::theme;
-use crate::{dashboard::app::App, dashboard::state::Model, model::units};
+use crate::{
+    dashboard::app::App,
+    dashboard::jump::{self, StoreView},
+    dashboard::state::Model,
+    model::units,
+};
 
 /// (attached, fallen back, missing): fallen back means attached, but not
 /// with the first candidate hook.
@@ -109,5 +115,50 @@ pub(crate) fn header(app: &App, width: u16) -> Paragraph<'static> {
             theme::dim(),
         ));
     }
-    Paragraph::new(vec![Line::from(first), Line::from(second)])
+    let mut lines = vec![Line::from(first), Line::from(second)];
+    if let Some(store) = &app.store {
+        lines.push(store_line(
+            app.replay.as_deref().unwrap_or(""),
+            store,
+            width,
+        ));
+    }
+    Paragraph::new(lines)
+}
+
+/// Header lines: three replaying a store, else two.
+pub(crate) fn height(app: &App) -> u16 {
+    if app.store.is_some() { 3 } else { 2 }
+}
+
+/// Width of the bar that shows where in the store the view is.
+const BAR: usize = 24;
+
+/// ` store NAME  2026-12-02 00:00:00 to 01:00:00 UTC  [====|-----]  at
+/// 00:20:00`: the store's span (within `--since`/`--until`), the view's
+/// place in it as a bar (when there is room) and as a time.
+fn store_line(name: &str, store: &StoreView, width: u16) -> Line<'static> {
+    let at = store.at();
+    let mut spans = vec![
+        Span::styled(" store ", theme::title()),
+        Span::raw(format!(" {name}  ")),
+        Span::styled(jump::span(store.first_ns, store.last_ns), theme::dim()),
+    ];
+    if width >= 100 {
+        let length = store.last_ns.saturating_sub(store.first_ns).max(1);
+        let done = at.saturating_sub(store.first_ns).min(length);
+        // u128: ns times the bar's width overflow u64 past a few years.
+        let mark = (u128::from(done) * (BAR as u128 - 1) / u128::from(length)) as usize;
+        spans.push(Span::raw(format!(
+            "  [{}|{}]",
+            "=".repeat(mark),
+            "-".repeat(BAR - 1 - mark)
+        )));
+    }
+    spans.push(Span::raw("  at "));
+    spans.push(Span::styled(jump::clock(at), theme::value()));
+    if store.searching.is_some() {
+        spans.push(Span::styled("  searching\u{2026}", theme::dim()));
+    }
+    Line::from(spans)
 }

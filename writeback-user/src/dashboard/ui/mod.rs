@@ -4,7 +4,8 @@
 //! widget over its own slice of the state (`KernelPane { model, focused }`
 //! and so on), so a new pane is a new file and one line here.
 //!
-//! Layout, top to bottom: two header lines; the findings strip; the
+//! Layout, top to bottom: two header lines (three replaying a store:
+//! its span and where the view is); the findings strip; the
 //! kernel and writer panes side by side; then the histograms, the time chart and the top table
 //! when there is room (160 columns and 40 rows), or the one Tab focuses
 //! (80x24); the who pane takes the top table's place while focused; one
@@ -112,7 +113,7 @@ pub(crate) fn render(app: &App, frame: &mut Frame) {
         return;
     }
     let [head, strip, body, foot] = Layout::vertical([
-        Constraint::Length(2),
+        Constraint::Length(header::height(app)),
         Constraint::Length(1),
         Constraint::Min(0),
         Constraint::Length(1),
@@ -207,13 +208,26 @@ fn footer(app: &App, width: u16) -> Paragraph<'static> {
             theme::warn(),
         )));
     }
-    let keys: &[(&str, &str)] = if width >= 120 {
-        &[
+    let wide = width >= 120;
+    // Replaying a store the writer keys are refused: the jumps take their
+    // place. The view keys follow either.
+    let first: &[(&str, &str)] = match (app.store.is_some(), wide) {
+        (true, true) => &[
+            ("\u{2190}/\u{2192}", "minute"),
+            ("n/N", "next/prev finding"),
+        ],
+        (true, false) => &[("\u{2190}/\u{2192}", "minute"), ("n/N", "finding")],
+        (false, true) => &[
             ("w", "writer on/off"),
             ("s", "strategy"),
             ("+/-", "chunk"),
             ("[/]", "window"),
             ("</>", "jobs"),
+        ],
+        (false, false) => &[("w", "writer"), ("s", "strategy"), ("+/-", "chunk")],
+    };
+    let view: &[(&str, &str)] = if wide {
+        &[
             ("Tab", "pane"),
             ("o", "sort"),
             ("d", "device"),
@@ -225,17 +239,10 @@ fn footer(app: &App, width: u16) -> Paragraph<'static> {
             ("q", "quit"),
         ]
     } else {
-        &[
-            ("w", "writer"),
-            ("s", "strategy"),
-            ("+/-", "chunk"),
-            ("Tab", "pane"),
-            ("?", "help"),
-            ("q", "quit"),
-        ]
+        &[("Tab", "pane"), ("?", "help"), ("q", "quit")]
     };
     let mut spans = Vec::new();
-    for (k, what) in keys {
+    for (k, what) in first.iter().chain(view) {
         spans.push(Span::styled(format!(" {k}"), theme::value()));
         spans.push(Span::styled(format!(" {what} "), theme::dim()));
     }

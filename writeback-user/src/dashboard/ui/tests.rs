@@ -245,6 +245,7 @@ fn intervals_app(n: u64, throttle_ms: u64) -> App {
         app.handle(Msg::Interval {
             line: Box::new(l),
             kernel: Default::default(),
+            unix_ns: None,
         });
     }
     app
@@ -305,6 +306,7 @@ fn who_app() -> App {
         app.handle(Msg::Interval {
             line: Box::new(l),
             kernel: Default::default(),
+            unix_ns: None,
         });
     }
     for _ in 0..3 {
@@ -392,4 +394,54 @@ fn who_live_attribution_from_samples() {
     assert_eq!((dd.by_self(), dd.by_others_sync()), (0, 0));
     assert_eq!((dd.throttle_pauses, dd.throttle_ms), (1, 10));
     assert_eq!((dd.comm.as_str(), dd.cgroup_id), ("dd", 7001));
+}
+
+/// The replay of a store an hour long after a jump a minute on from
+/// 100 s in: the warm-up and five seconds after the moment played, the
+/// last ten throttled. The third header line says where the view is
+/// (00:02:45, a bar near the start of the hour), the strip shows the
+/// finding holding there, the footer the jump keys.
+#[test]
+fn store_replay_after_a_jump() {
+    use crate::dashboard::{app::Effect, jump::StoreView};
+    use crate::model::interval::{CallAggregate, IntervalLine};
+    const SEC: u64 = 1_000_000_000;
+    const T0: u64 = 1_796_169_600 * SEC;
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    app.replay = Some("wb-store".into());
+    app.store = Some(StoreView::new(T0, T0 + 3600 * SEC));
+    let interval = |app: &mut App, s: u64, throttled: bool| {
+        let snap = KernelSnapshot::default();
+        let mut l = IntervalLine::new(s as f64, 1.0, &CallAggregate::default(), &snap, &snap);
+        l.dirty.vmstat.nr_dirty_background_threshold = 1000;
+        l.dirty.vmstat.nr_dirty_threshold = 2000;
+        if throttled {
+            l.throttle.pauses = 10;
+            l.throttle.pause_ms_total = 300;
+            l.dirty.vmstat.nr_dirty = 1700;
+        }
+        app.handle(call(8 << 20 | 1, 12, 256, cause::SYNC));
+        app.handle(Msg::Interval {
+            line: Box::new(l),
+            kernel: Default::default(),
+            unix_ns: Some(T0 + s * SEC),
+        });
+    };
+    for s in 1..=100 {
+        interval(&mut app, s, false);
+    }
+    let jumped = app.handle(Msg::Key(KeyEvent::from(KeyCode::Right)));
+    assert_eq!(jumped, vec![Effect::PlayFrom(T0 + 160 * SEC)]);
+    for s in 129..=165 {
+        interval(&mut app, s, s > 155);
+    }
+    assert_eq!(app.model.totals.calls, 37, "only the new stretch");
+    let screen = draw(&app, 120, 40);
+    let text = format!("{}", screen.backend());
+    assert!(text.contains("at 00:02:45"), "{text}");
+    assert!(
+        text.contains("2026-12-02 00:00:00 to 01:00:00 UTC"),
+        "{text}"
+    );
+    insta::assert_snapshot!(screen.backend());
 }

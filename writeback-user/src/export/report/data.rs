@@ -14,6 +14,7 @@ use crate::{
         interval::{Bucket, InodePassCounts, IntervalLine, histogram_buckets},
         plan::ProbePlan,
         timeline::{TICK_S, Timeline, WriterChunks},
+        units::utc,
         window::RunContext,
     },
 };
@@ -127,28 +128,6 @@ struct PassView {
     pages_asked_per_pass: Vec<Bucket>,
     #[serde(default)]
     pages_per_unbounded_pass: Vec<Bucket>,
-}
-
-/// `YYYY-MM-DD HH:MM:SS UTC` of a Unix time (days to civil date:
-/// H. Hinnant, "chrono-Compatible Low-Level Date Algorithms").
-pub(crate) fn utc(unix_s: u64) -> String {
-    let days = (unix_s / 86400) as i64;
-    let secs = unix_s % 86400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
 }
 
 /// Reads a `compare`/`scenario` JSON document (recordings are read by
@@ -439,13 +418,6 @@ impl RecordingFeed {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(1_767_225_599), "2025-12-31 23:59:59 UTC");
-    }
 
     #[test]
     fn documents_without_timelines_still_read() {

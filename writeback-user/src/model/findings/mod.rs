@@ -116,6 +116,13 @@ pub(crate) const RULES: &[Rule] = &[
 /// (page-cache-cliff's, [`dirty::CLIFF_LOOKBACK`]) plus the current one.
 const HISTORY: usize = dirty::CLIFF_LOOKBACK + 1;
 
+/// How long before a moment the rules must be fed for the findings that
+/// hold at it to show: [`HISTORY`] intervals of the recorder's default
+/// second. A replay that jumps to a moment starts this much before it
+/// (played at once, not paced), and the search for a finding's start
+/// judges from this much before where it looks.
+pub(crate) const WARM_UP_NS: u64 = HISTORY as u64 * 1_000_000_000;
+
 /// A finding over the intervals it held: first and last interval it was
 /// seen in, the worst severity, and the evidence of the (latest) worst
 /// interval.

@@ -12,6 +12,7 @@
 //! holds its pid.
 pub mod info;
 pub mod reader;
+pub mod seek;
 pub mod writer;
 
 use std::{

@@ -50,6 +50,7 @@ pub(crate) struct StoreReader {
     rest: VecDeque<SegmentFile>,
     window: TimeWindow,
     collect_metas: Option<bool>,
+    intervals_only: bool,
     pub(crate) damage: Vec<Located>,
     pub(crate) damage_not_kept: u64,
     /// With [`StoreReader::collect_metas`]: the blocks' metadata of the
@@ -57,23 +58,32 @@ pub(crate) struct StoreReader {
     pub(crate) metas: Vec<(String, BlockMeta)>,
     /// Header length of each segment opened.
     pub(crate) header_bytes: u64,
+    last_wall_ns: Option<u64>,
 }
 
 impl StoreReader {
-    /// One recording (a file, a pipe, stdin).
-    pub(crate) fn single(reader: RecordingReader<Source>, window: TimeWindow) -> StoreReader {
-        let header = reader.header.clone();
+    /// A reader of nothing yet, for `window`.
+    fn empty(header: Header, window: TimeWindow) -> StoreReader {
         StoreReader {
             header,
-            current: Some((None, reader.with_window(window))),
+            current: None,
             rest: VecDeque::new(),
             window,
             collect_metas: None,
+            intervals_only: false,
             damage: Vec::new(),
             damage_not_kept: 0,
             metas: Vec::new(),
             header_bytes: 0,
+            last_wall_ns: None,
         }
+    }
+
+    /// One recording (a file, a pipe, stdin).
+    pub(crate) fn single(reader: RecordingReader<Source>, window: TimeWindow) -> StoreReader {
+        let mut single = StoreReader::empty(reader.header.clone(), window);
+        single.current = Some((None, reader.with_window(window)));
+        single
     }
 
     /// The segments of the store in `dir` that can hold `window`; an
@@ -103,17 +113,7 @@ impl StoreReader {
         } else {
             chosen
         };
-        let mut reader = StoreReader {
-            header: placeholder_header(),
-            current: None,
-            rest: VecDeque::new(),
-            window,
-            collect_metas: None,
-            damage: Vec::new(),
-            damage_not_kept: 0,
-            metas: Vec::new(),
-            header_bytes: 0,
-        };
+        let mut reader = StoreReader::empty(placeholder_header(), window);
         // The first segment that opens gives the header.
         while let Some(seg) = rest.pop_front() {
             if let Some(r) = reader.open_segment(&seg) {
@@ -141,6 +141,22 @@ impl StoreReader {
         self
     }
 
+    /// Interval lines only: the segments' call frames are not decoded
+    /// (`seek::find_finding`).
+    pub(crate) fn intervals_only(mut self) -> StoreReader {
+        self.intervals_only = true;
+        if let Some((name, r)) = self.current.take() {
+            self.current = Some((name, r.intervals_only()));
+        }
+        self
+    }
+
+    /// Wall clock (ns since the epoch) of the frame returned last: a
+    /// call's end, an interval's close; `None` for a summary.
+    pub(crate) fn last_wall_ns(&self) -> Option<u64> {
+        self.last_wall_ns
+    }
+
     fn open_segment(&mut self, seg: &SegmentFile) -> Option<RecordingReader<Source>> {
         let name = seg.name();
         let file = match File::open(&seg.path) {
@@ -160,6 +176,11 @@ impl StoreReader {
             Ok(r) => {
                 let r = r.with_window(self.window);
                 self.header_bytes += r.header_len() as u64;
+                let r = if self.intervals_only {
+                    r.intervals_only()
+                } else {
+                    r
+                };
                 Some(match self.collect_metas {
                     Some(d) => r.collect_metas(d),
                     None => r,
@@ -204,14 +225,16 @@ impl StoreReader {
     }
 
     /// Reads the frames on a thread of its own into a channel of
-    /// `capacity` frames: a consumer playing them at its own pace holds
-    /// at most that many, and the reader one block, whatever the size of
-    /// the recording. Damage is logged as it is met. The thread ends at
-    /// the end of the recording or when the receiver is dropped.
+    /// `capacity` frames, each with its wall clock
+    /// ([`StoreReader::last_wall_ns`]): a consumer playing them at its own
+    /// pace holds at most that many, and the reader one block, whatever
+    /// the size of the recording. Damage is logged as it is met. The
+    /// thread ends at the end of the recording or when the receiver is
+    /// dropped.
     pub(crate) fn into_channel(
         mut self,
         capacity: usize,
-    ) -> io::Result<tokio::sync::mpsc::Receiver<Frame>> {
+    ) -> io::Result<tokio::sync::mpsc::Receiver<(Option<u64>, Frame)>> {
         let (tx, rx) = tokio::sync::mpsc::channel(capacity);
         std::thread::Builder::new()
             .name("wbscope-replay".into())
@@ -224,7 +247,7 @@ impl StoreReader {
                     }
                     logged = self.damage.len();
                     let Some(frame) = frame else { break };
-                    if tx.blocking_send(frame).is_err() {
+                    if tx.blocking_send((self.last_wall_ns, frame)).is_err() {
                         return;
                     }
                 }
@@ -246,6 +269,7 @@ impl Iterator for StoreReader {
         loop {
             let (name, mut r) = self.current.take()?;
             if let Some(frame) = r.next() {
+                self.last_wall_ns = r.last_wall_ns;
                 self.current = Some((name, r));
                 return Some(frame);
             }

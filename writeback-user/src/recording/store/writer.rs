@@ -538,4 +538,4 @@ impl<E: Env> StoreWriter<E> {
 
 #[cfg(test)]
 #[path = "writer_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -11,19 +11,19 @@ use crate::{
     },
 };
 
-const SEC: u64 = 1_000_000_000;
+pub(crate) const SEC: u64 = 1_000_000_000;
 /// 2026-12-02T00:00:00Z.
-const T0: u64 = 1_796_169_600 * SEC;
+pub(crate) const T0: u64 = 1_796_169_600 * SEC;
 
 /// A clock the test moves, and a filesystem of `capacity` bytes holding
 /// the store's files and nothing else.
 #[derive(Clone)]
-struct Fake {
-    now: Rc<Cell<u64>>,
+pub(crate) struct Fake {
+    pub(crate) now: Rc<Cell<u64>>,
     capacity: Rc<Cell<u64>>,
     /// Bytes others hold on the filesystem.
     others: Rc<Cell<u64>>,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
 }
 
 impl Fake {
@@ -54,7 +54,7 @@ impl Env for Fake {
     }
 }
 
-fn header() -> Header {
+pub(crate) fn header() -> Header {
     Header {
         format_version: 1,
         wbscope_version: "test".into(),
@@ -71,7 +71,7 @@ fn header() -> Header {
 
 /// A call ending at fake time `t`, with fields that compress about as
 /// well as real calls' (a pseudo-random inode and size).
-fn call_at(t: u64, i: u64) -> CallRecord {
+pub(crate) fn call_at(t: u64, i: u64) -> CallRecord {
     let r = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
     CallRecord {
         dev: DevId::from_kernel((8 << 20) | 1),
@@ -86,7 +86,7 @@ fn call_at(t: u64, i: u64) -> CallRecord {
     }
 }
 
-fn fake(capacity: u64) -> (tempfile::TempDir, Fake) {
+pub(crate) fn fake(capacity: u64) -> (tempfile::TempDir, Fake) {
     let dir = tempfile::tempdir().unwrap();
     let f = Fake {
         now: Rc::new(Cell::new(T0)),
@@ -120,7 +120,7 @@ fn run(
     }
 }
 
-fn bounds(max_size: u64) -> Bounds {
+pub(crate) fn bounds(max_size: u64) -> Bounds {
     Bounds {
         keep: None,
         max_size,
@@ -283,7 +283,7 @@ fn a_block_cut_by_a_crash_is_read_to_the_last_whole_block() {
 }
 
 /// Where each block of a segment ends (from the frames' lengths).
-fn block_ends(bytes: &[u8]) -> Vec<usize> {
+pub(crate) fn block_ends(bytes: &[u8]) -> Vec<usize> {
     let mut at = 16 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize + 4;
     let mut ends = vec![at];
     while at < bytes.len() {
