@@ -5,6 +5,7 @@
 //! `struct bio` with plain loads (chosen where tp_btf works), and classic
 //! tracepoints reading the trace records (everywhere else).
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
@@ -70,12 +71,15 @@ fn hist_add(dev: u32, kind: u16, bucket: u32) {
         kind,
         bucket: bucket as u16,
     };
-    match BLOCK_HIST.get_ptr_mut(&key) {
-        // SAFETY: per-CPU value.
-        Some(v) => unsafe { *v += 1 },
-        None => {
-            let _ = BLOCK_HIST.insert(&key, &1, 0);
-        }
+    // Atomic add and a BPF_NOEXIST insert: a request completing in an
+    // interrupt (or, on PREEMPT_RT, in the interrupt thread that preempted
+    // this program) may count on this CPU meanwhile (flusher.rs, `dev_add`).
+    if let Some(v) = BLOCK_HIST.get_ptr_mut(&key) {
+        atomic_add(v, 1);
+    } else if BLOCK_HIST.insert(&key, &1, BPF_NOEXIST as u64).is_err()
+        && let Some(v) = BLOCK_HIST.get_ptr_mut(&key)
+    {
+        atomic_add(v, 1);
     }
 }
 

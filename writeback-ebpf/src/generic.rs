@@ -38,6 +38,7 @@ use writeback_common::{
 
 use crate::{
     CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, bump,
+    claim::{self, Claim},
     read::{Access, Typed, current_tid, member, member_ptr, now_ns},
     sched::{RunClock, offcpu_since, run_clock},
     writepages::{KERNEL_MEMBERS, filtered_out, in_call, inode_key, raw_arg},
@@ -195,10 +196,14 @@ fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise:
         bump(stat::FILTERED);
         return;
     }
+    // The per-folio programs of xfs and btrfs share the slot.
+    let Some(_claim) = Claim::take(claim::slot::GENERIC) else {
+        return;
+    };
     let Some(scratch) = GENERIC_SCRATCH.get_ptr_mut(0) else {
         return;
     };
-    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
+    // SAFETY: this CPU's slot, held by this run (the claim).
     let c = unsafe { &mut *scratch };
     let w = wbc.unwrap_or(WbcSeen {
         tid: 0,
@@ -391,9 +396,24 @@ pub fn generic_wbc_writepage(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let seen = read_wbc::<Typed>(raw_arg(&ctx, 0) as *const u8, tid);
+    // One writer at a time (a run that finds the slot held leaves it: the
+    // folio's call then has no `wbc`, and says so by its flags).
+    let Some(_claim) = Claim::take(claim::slot::WBC_SEEN) else {
+        return 0;
+    };
     if let Some(slot) = WBC_SEEN.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot.
-        unsafe { *slot = seen };
+        // The thread id last, after the fields, with no thread's id while
+        // they change: a reader that finds its id before and after its
+        // copy has the fields its own thread wrote, even when another
+        // thread's run began on the CPU in between (PREEMPT_RT).
+        // SAFETY: this CPU's slot, written by this run alone (the claim);
+        // volatile so that the stores keep their order.
+        unsafe {
+            core::ptr::write_volatile(&raw mut (*slot).tid, 0);
+            let tid_of_seen = seen.tid;
+            *slot = WbcSeen { tid: 0, ..seen };
+            core::ptr::write_volatile(&raw mut (*slot).tid, tid_of_seen);
+        }
     }
     0
 }
@@ -409,11 +429,15 @@ pub fn generic_iomap_folio(ctx: BtfTracePointContext) -> i32 {
     let tid = current_tid();
     let mut wbc = None;
     if let Some(slot) = WBC_SEEN.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot.
+        // SAFETY: this CPU's slot; the id read before and after the copy
+        // (`generic_wbc_writepage` writes it last).
         unsafe {
-            if (*slot).tid == tid {
-                wbc = Some(*slot);
-                (*slot).tid = 0;
+            if core::ptr::read_volatile(&raw const (*slot).tid) == tid {
+                let copy = *slot;
+                if core::ptr::read_volatile(&raw const (*slot).tid) == tid {
+                    wbc = Some(copy);
+                    core::ptr::write_volatile(&raw mut (*slot).tid, 0);
+                }
             }
         }
     }

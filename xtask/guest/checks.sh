@@ -1,12 +1,14 @@
 #!/bin/sh
-# Runs inside the vm-test guest, chrooted into the host's root (shared
-# read-only over 9p), with /tmp a guest tmpfs and /tmp/out the host's
-# output directory. It only collects: every pass/fail decision is made by
-# the host (xtask/src/vm/checks.rs) from the files written here.
+# Runs inside the vm-test guest, chrooted into the shared root image
+# (read-only: wbscope, mkfs, busybox; xtask/src/vm/rootimg.rs), with /tmp
+# a guest tmpfs and /tmp/out the results, which step() saves as a tar
+# archive on /dev/vdc for the host. It only collects: every pass/fail
+# decision is made by the host (xtask/src/vm/checks.rs, cgroups.rs, rt.rs)
+# from the files written here.
 #
 # Variables from /vm.env (written by the host): WBSCOPE (absolute path of
-# the host's binary), TRACE_TIMEOUT and PROBES_TIMEOUT (seconds for one
-# wbscope trace or probes run).
+# wbscope in the image), TRACE_TIMEOUT and PROBES_TIMEOUT (seconds for
+# one wbscope trace or probes run).
 set -u
 # init's PATH is busybox's /bin; here the host's tools are wanted.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -14,7 +16,16 @@ export PATH
 OUT=/tmp/out
 MNT=/tmp/mnt
 
-step() { echo "WBVM step $*"; }
+# The results so far, to the host's disk: a guest that stops part-way
+# still leaves what its finished steps wrote.
+save() {
+    tar -cf /dev/vdc -C "$OUT" . 2>/dev/null
+    sync
+}
+step() {
+    save
+    echo "WBVM step $*"
+}
 
 # Whether wbscope's stderr ($1) has its "tracing;" line (builtins only).
 tracing_started() {
@@ -179,6 +190,68 @@ else
     echo "WBVM step cgroups-unavailable"
 fi
 
+T=/sys/kernel/tracing
+
+# PREEMPT_RT (issue 28): on an RT kernel a tracing program runs with
+# migration disabled, not preemption, so another task's programs can run
+# on the same CPU while one is halfway. Writers and flushers all on CPU 0
+# (the guest's only vCPU; taskset says so again) for long enough that
+# ticks and the block interrupt thread land inside programs: four O_DSYNC
+# writers (64 writepages calls each) and two buffered writers whose pages
+# the flushers write back every 0.2 s, traced by wbscope while ftrace's
+# own ext4_writepages_result event counts every call and its pages
+# independently (its ring buffer, not BPF). The host compares every call
+# and page (rt.rs).
+rt_interleave() {
+    name=rt-interleave
+    step "$name"
+    read -r centisecs < /proc/sys/vm/dirty_writeback_centisecs
+    read -r expire < /proc/sys/vm/dirty_expire_centisecs
+    echo 20 > /proc/sys/vm/dirty_writeback_centisecs
+    echo 20 > /proc/sys/vm/dirty_expire_centisecs
+    echo 8192 > "$T/buffer_size_kb"
+    echo > "$T/trace"
+    echo 1 > "$T/events/ext4/ext4_writepages_result/enable" 2> "$OUT/$name.ftrace-err"
+    start_trace "$name"
+    wait_tracing "$pid" "$OUT/$name.err"
+    t0=$(date +%s%N)
+    pids=
+    for i in 1 2 3 4; do
+        taskset -c 0 dd if=/dev/zero of="$MNT/rt-dsync-$i" bs=256k count=64 oflag=dsync \
+            2> "$OUT/$name.dd-$i" &
+        pids="$pids $!"
+    done
+    for i in 1 2; do
+        taskset -c 0 dd if=/dev/zero of="$MNT/rt-buffered-$i" bs=1M count=24 \
+            2> "$OUT/$name.dd-b$i" &
+        pids="$pids $!"
+    done
+    # shellcheck disable=SC2086
+    wait $pids
+    # Whatever the flushers have not written yet, written now (inside
+    # the trace).
+    sync
+    echo "$(( ($(date +%s%N) - t0) / 1000000 ))" > "$OUT/$name.ms"
+    : > "$OUT/$name.files"
+    for f in "$MNT"/rt-*; do
+        echo "$(basename "$f") $(stat -c '%d %i %s' "$f")" >> "$OUT/$name.files"
+    done
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    echo $? > "$OUT/$name.rc"
+    echo 0 > "$T/events/ext4/ext4_writepages_result/enable"
+    cat "$T/trace" > "$OUT/$name.ftrace"
+    cat "$T/per_cpu/cpu0/stats" > "$OUT/$name.ftrace-stats" 2>&1
+    echo > "$T/trace"
+    echo "$centisecs" > /proc/sys/vm/dirty_writeback_centisecs
+    echo "$expire" > /proc/sys/vm/dirty_expire_centisecs
+    rm -f "$MNT"/rt-*
+}
+
+if [ "$(cat /sys/kernel/realtime 2>/dev/null)" = 1 ]; then
+    rt_interleave
+fi
+
 umount "$MNT"
 
 # The do_writepages hooks on xfs: 64 MiB written with O_DSYNC in 8 MiB
@@ -186,7 +259,6 @@ umount "$MNT"
 # wbscope while a tracefs kprobe event on do_writepages counts the calls
 # independently: map = the address_space, nr = wbc->nr_to_write at entry
 # (the first member of struct writeback_control on both kernels).
-T=/sys/kernel/tracing
 xfs_run() {
     name=$1
     disable=$2

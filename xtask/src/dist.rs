@@ -22,8 +22,9 @@ const BASE_LIBRARIES: &[&str] = &[
     "ld-linux-aarch64.so",
 ];
 
-pub fn dist(release_binary: &Path, root: &Path) -> anyhow::Result<()> {
-    let dir = root.join("target/dist");
+/// Writes into `target`/dist (`target`: cargo's target directory).
+pub fn dist(release_binary: &Path, target: &Path) -> anyhow::Result<()> {
+    let dir = target.join("dist");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let version = run(Command::new(release_binary).arg("--version"))?;
     let first = version.lines().next().unwrap_or("wbscope");

@@ -177,7 +177,13 @@ pub(super) fn describe(e: &ProgramError, target: &str) -> String {
             // The verifier's reasons, for --log: the one-line reason below
             // says only that it refused.
             log::info!("{target}: BPF_PROG_LOAD failed; verifier log:\n{verifier_log}");
-            format!("BPF_PROG_LOAD returned {}", errno_text(io_error))
+            match missing_helper(&verifier_log.to_string()) {
+                Some(helper) => format!(
+                    "BPF_PROG_LOAD returned {}: the kernel lacks {helper}",
+                    errno_text(io_error)
+                ),
+                None => format!("BPF_PROG_LOAD returned {}", errno_text(io_error)),
+            }
         }
         // Only a function ext4's own BTF has is "in the module"; others
         // (writeback_iter on 6.1) are simply absent.
@@ -191,6 +197,26 @@ pub(super) fn describe(e: &ProgramError, target: &str) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// BPF helpers the programs call that older kernels lack, by number
+/// (`enum bpf_func_id`, include/uapi/linux/bpf.h) and the release that
+/// added each.
+const LATER_HELPERS: &[(u32, &str)] = &[(158, "bpf_get_current_task_btf (Linux 5.11)")];
+
+/// The helper a verifier log refuses as unknown ("invalid func
+/// unknown#158" on 5.10), named when it is one of [`LATER_HELPERS`].
+fn missing_helper(log: &str) -> Option<String> {
+    let rest = &log[log.find("invalid func unknown#")? + "invalid func unknown#".len()..];
+    let id: u32 = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    Some(LATER_HELPERS.iter().find(|(n, _)| *n == id).map_or_else(
+        || format!("BPF helper #{id}"),
+        |(_, name)| (*name).to_string(),
+    ))
 }
 
 /// Whether `function` is in the ext4 module's split BTF (errors: no).
@@ -230,4 +256,24 @@ fn errno_text(e: &std::io::Error) -> String {
         _ => return e.to_string(),
     };
     name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_helper_the_kernel_lacks_is_named() {
+        let log = "678: (bf) r1 = r0\n679: (85) call unknown#158\ninvalid func unknown#158\n\
+                   verification time 545047 usec\n";
+        assert_eq!(
+            missing_helper(log).as_deref(),
+            Some("bpf_get_current_task_btf (Linux 5.11)")
+        );
+        assert_eq!(
+            missing_helper("invalid func unknown#999\n").as_deref(),
+            Some("BPF helper #999")
+        );
+        assert_eq!(missing_helper("R1 invalid mem access 'inv'"), None);
+    }
 }

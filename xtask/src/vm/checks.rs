@@ -49,12 +49,19 @@ const XFS_CALLS: usize = 8;
 pub struct Check {
     pub name: String,
     pub pass: bool,
+    /// The kernel cannot give what the check needs, for the reason the
+    /// probe plan states (`detail`): neither a pass nor a failure.
+    pub not_given: bool,
     pub detail: String,
 }
 
 impl fmt::Display for Check {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = if self.pass { "PASS" } else { "FAIL" };
+        let verdict = match (self.not_given, self.pass) {
+            (true, _) => "N/A",
+            (false, true) => "PASS",
+            (false, false) => "FAIL",
+        };
         write!(f, "{}: {verdict} ({})", self.name, self.detail)
     }
 }
@@ -64,9 +71,49 @@ impl Check {
         Check {
             name: name.to_string(),
             pass,
+            not_given: false,
             detail,
         }
     }
+
+    /// A check this kernel cannot give, with the plan's reason.
+    pub fn not_given(name: &str, reason: String) -> Check {
+        Check {
+            name: name.to_string(),
+            pass: true,
+            not_given: true,
+            detail: reason,
+        }
+    }
+}
+
+/// Why the plan could not use a `kind` hook for `concept` on this kernel,
+/// when `wbscope probes` rejected every such candidate: the reasons, as
+/// the plan states them.
+fn refused(probes: &Value, concept_name: &str, kind: &str) -> Option<String> {
+    let c = concept(probes, concept_name)?;
+    if c["kind"].as_str() == Some(kind) {
+        return None;
+    }
+    let prefix = format!("{kind} ");
+    let reasons: Vec<String> = c["rejected"]
+        .as_array()?
+        .iter()
+        .filter(|r| r["hook"].as_str().is_some_and(|h| h.starts_with(&prefix)))
+        .map(|r| {
+            format!(
+                "{}: {}",
+                r["hook"].as_str().unwrap_or("?"),
+                r["reason"].as_str().unwrap_or("no reason given")
+            )
+        })
+        .collect();
+    (!reasons.is_empty()).then(|| {
+        format!(
+            "{concept_name} has no {kind} hook on this kernel: {}",
+            reasons.join("; ")
+        )
+    })
 }
 
 fn check(name: &str, pass: bool, detail: String) -> Check {
@@ -99,7 +146,7 @@ pub fn judge(out: &Path) -> Vec<Check> {
         checks.push(pages(run, &trace, startup_s));
         checks.push(invariants(run, &trace));
         if *run == "default" {
-            checks.push(function_hook_fields(&trace));
+            checks.push(function_hook_fields(&trace, scan_gap(&probes)));
         }
         checks.push(kind_of_run(run, disabled, kinds, &trace));
     }
@@ -113,8 +160,18 @@ pub fn judge(out: &Path) -> Vec<Check> {
                 &read(&format!("{run}.stat")),
             );
             let kprobe = KprobeCount::parse(&read(&format!("{run}.kprobe")));
+            if let Some(why) = probes
+                .as_ref()
+                .ok()
+                .and_then(|p| refused(p, "generic_call", kind))
+            {
+                checks.push(Check::not_given(&format!("{run}-calls"), why));
+                continue;
+            }
             let c = xfs_calls(run, kind, &trace, &kprobe, hook_calls);
-            if *run == "xfs-fentry" && c.pass {
+            // The first function-hook run that passed gives the count
+            // the derived run is held to.
+            if hook_calls.is_none() && *kind != "tp_btf" && c.pass {
                 hook_calls = Some(trace.file_calls().len());
             }
             checks.push(c);
@@ -341,11 +398,22 @@ fn scan_function_hook(probes: &Result<Value, String>, functions: &[String]) -> C
             ),
         );
     }
+    let hooked = c["kind"]
+        .as_str()
+        .is_some_and(|k| FUNCTION_KINDS.contains(&k));
+    if !hooked
+        && FUNCTION_KINDS
+            .iter()
+            .all(|k| refused(probes, "scan", k).is_some())
+    {
+        return Check::not_given(
+            NAME,
+            format!("kernel has {}; {}", functions.join(", "), describe(c)),
+        );
+    }
     check(
         NAME,
-        c["kind"]
-            .as_str()
-            .is_some_and(|k| FUNCTION_KINDS.contains(&k)),
+        hooked,
         format!("kernel has {}; {}", functions.join(", "), describe(c)),
     )
 }
@@ -508,9 +576,18 @@ fn invariants(run: &str, trace: &TraceRun) -> Check {
     }
 }
 
+/// Why the plan has no scan hook at all, when it has none.
+fn scan_gap(probes: &Result<Value, String>) -> Option<String> {
+    let c = concept(probes.as_ref().ok()?, "scan")?;
+    c["kind"]
+        .is_null()
+        .then(|| format!("no scan hook: {}", describe(c)))
+}
+
 /// The figures the function hooks add: scan and on-CPU time on the calls
-/// for the written file.
-fn function_hook_fields(trace: &TraceRun) -> Check {
+/// for the written file (on-CPU time only where the plan has no scan
+/// hook, `scan_gap`, which the detail then quotes).
+fn function_hook_fields(trace: &TraceRun, scan_gap: Option<String>) -> Check {
     const NAME: &str = "trace-default-function-hook-fields";
     if let Some(why) = &trace.broken {
         return check(NAME, false, why.clone());
@@ -518,12 +595,14 @@ fn function_hook_fields(trace: &TraceRun) -> Check {
     let calls = trace.file_calls();
     let with_scan = calls.iter().filter(|c| !c["scan"].is_null()).count();
     let with_cpu = calls.iter().filter(|c| !c["on_cpu_ns"].is_null()).count();
+    let scan_ok = scan_gap.is_some() || with_scan == calls.len();
     check(
         NAME,
-        !calls.is_empty() && with_scan == calls.len() && with_cpu == calls.len(),
+        !calls.is_empty() && scan_ok && with_cpu == calls.len(),
         format!(
-            "of {} call(s) for the file: {with_scan} with scan, {with_cpu} with on_cpu_ns",
-            calls.len()
+            "of {} call(s) for the file: {with_scan} with scan, {with_cpu} with on_cpu_ns{}",
+            calls.len(),
+            scan_gap.map_or(String::new(), |g| format!(" ({g})"))
         ),
     )
 }
@@ -601,7 +680,24 @@ mod tests {
         assert!(c.pass, "{c}");
         assert!(c.detail.contains("2 call(s)"), "{c}");
         assert!(invariants("no-fentry", &trace).pass);
-        assert!(function_hook_fields(&trace).pass);
+        assert!(function_hook_fields(&trace, None).pass);
+        let no_scan = trace.lines.clone();
+        let mut unscanned = TraceRun {
+            lines: no_scan,
+            ..TraceRun::default()
+        };
+        unscanned.file = trace.file.clone();
+        for l in &mut unscanned.lines {
+            if l["type"] == "call" {
+                l["scan"] = Value::Null;
+            }
+        }
+        assert!(!function_hook_fields(&unscanned, None).pass);
+        let gap = function_hook_fields(&unscanned, Some("no scan hook: x".into()));
+        assert!(
+            gap.pass && gap.detail.ends_with("(no scan hook: x)"),
+            "{gap}"
+        );
         assert!(kind_of_run("no-fentry", "fentry", &["kprobe"], &trace).pass);
         let wrong = kind_of_run("x", "", &["fentry"], &trace);
         assert!(!wrong.pass);
@@ -722,6 +818,25 @@ mod tests {
             none.pass && none.detail.starts_with("kernel traces none"),
             "{none}"
         );
+
+        // A kind every candidate of which the plan refused is N/A, with
+        // the plan's reasons; one the plan chose, or never tried, is not.
+        assert_eq!(
+            refused(probes.as_ref().unwrap(), "writepages_call", "fentry").as_deref(),
+            Some(
+                "writepages_call has no fentry hook on this kernel: fentry ext4_writepages: no program"
+            )
+        );
+        assert_eq!(
+            refused(probes.as_ref().unwrap(), "writepages_call", "tp_btf"),
+            None
+        );
+        assert_eq!(
+            refused(probes.as_ref().unwrap(), "writepages_call", "kprobe"),
+            None
+        );
+        let na = Check::not_given("x", "why".into());
+        assert_eq!(na.to_string(), "x: N/A (why)");
 
         let failed = parse_probes("", "1\n", "wbscope: no BTF\n");
         assert_eq!(
