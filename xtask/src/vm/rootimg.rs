@@ -24,14 +24,15 @@ pub const GUEST_WBSCOPE: &str = "/usr/local/bin/wbscope";
 /// Host programs copied in, at the same path: dash, which runs checks.sh
 /// (busybox-static's ash does its arithmetic in 32 bits: "divide by
 /// zero" on a nanosecond clock), coreutils' `timeout` (its 124 on a
-/// timeout is what checks.rs reads) and `date` (`%N`), and the mkfs
-/// programs of the filesystems the guest makes. Everything else the
-/// scripts run is a busybox applet.
+/// timeout is what checks.rs reads), `date` (`%N`) and `dd` (busybox's
+/// has no `oflag=dsync`), and the mkfs programs of the filesystems the
+/// guest makes. Everything else the scripts run is a busybox applet.
 pub const DASH: &str = "/usr/bin/dash";
 const HOST_PROGRAMS: &[&str] = &[
     DASH,
     "/usr/bin/timeout",
     "/usr/bin/date",
+    "/usr/bin/dd",
     "/usr/sbin/mkfs.ext4",
     "/usr/sbin/mkfs.xfs",
 ];
