@@ -217,12 +217,12 @@ rt_interleave() {
     t0=$(date +%s%N)
     pids=
     for i in 1 2 3 4; do
-        taskset -c 0 dd if=/dev/zero of="$MNT/rt-dsync-$i" bs=256k count=64 oflag=dsync \
+        taskset -c 0 /usr/bin/dd if=/dev/zero of="$MNT/rt-dsync-$i" bs=256k count=64 oflag=dsync \
             2> "$OUT/$name.dd-$i" &
         pids="$pids $!"
     done
     for i in 1 2; do
-        taskset -c 0 dd if=/dev/zero of="$MNT/rt-buffered-$i" bs=1M count=24 \
+        taskset -c 0 /usr/bin/dd if=/dev/zero of="$MNT/rt-buffered-$i" bs=1M count=24 \
             2> "$OUT/$name.dd-b$i" &
         pids="$pids $!"
     done
