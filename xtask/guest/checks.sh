@@ -26,6 +26,13 @@ step() {
     save
     echo "WBVM step $*"
 }
+# Whether group $1 (traces, cgroups, rt, xfs) is to run: all unless
+# STEPS (WBSCOPE_VM_STEPS on the host) names some.
+want() {
+    [ -z "$STEPS" ] && return 0
+    case " $STEPS " in *" $1 "*) return 0 ;; esac
+    return 1
+}
 
 # Whether wbscope's stderr ($1) has its "tracing;" line (builtins only).
 tracing_started() {
@@ -105,9 +112,11 @@ trace_run() {
     rm -f "$file"
 }
 
-trace_run default ""
-trace_run no-fentry fentry
-trace_run tracepoints-only fentry,kprobe,tp_btf
+if want traces; then
+    trace_run default ""
+    trace_run no-fentry fentry
+    trace_run tracepoints-only fentry,kprobe,tp_btf
+fi
 
 # cgroup v2 with the memory and io controllers (cgroup writeback): the
 # guest's own hierarchy, which the host's cgroup v1 memory cannot give.
@@ -183,7 +192,9 @@ cgroup_doctor() {
     rm -f "$MNT/cg-small"
 }
 
-if [ -n "$cgroups_ok" ]; then
+if ! want cgroups; then
+    :
+elif [ -n "$cgroups_ok" ]; then
     cgroup_owners
     cgroup_doctor
 else
@@ -248,7 +259,7 @@ rt_interleave() {
     rm -f "$MNT"/rt-*
 }
 
-if [ "$(cat /sys/kernel/realtime 2>/dev/null)" = 1 ]; then
+if want rt && [ "$(cat /sys/kernel/realtime 2>/dev/null)" = 1 ]; then
     rt_interleave
 fi
 
@@ -290,7 +301,9 @@ xfs_run() {
 }
 
 step mkfs-xfs
-if mkfs.xfs -q -f /dev/vda > "$OUT/mkfs-xfs.log" 2>&1 &&
+if ! want xfs; then
+    :
+elif mkfs.xfs -q -f /dev/vda > "$OUT/mkfs-xfs.log" 2>&1 &&
     mount -t xfs /dev/vda "$MNT" > "$OUT/mount-xfs.log" 2>&1; then
     xfs_run xfs-fentry ""
     xfs_run xfs-kprobe fentry

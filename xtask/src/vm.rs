@@ -85,6 +85,28 @@ pub fn qemu_available() -> bool {
 /// one (e.g. a binary from CI, or while the tree does not build).
 pub const BINARY_VAR: &str = "WBSCOPE_VM_BINARY";
 
+/// Environment variable naming the step groups to run and judge (of
+/// [`STEP_GROUPS`], space-separated), e.g. `rt` to run only the PREEMPT_RT
+/// interleaving check; all when unset. For working on one check: the
+/// guests take minutes each under TCG.
+pub const STEPS_VAR: &str = "WBSCOPE_VM_STEPS";
+
+/// checks.sh's groups (its `want`).
+const STEP_GROUPS: &[&str] = &["traces", "cgroups", "rt", "xfs"];
+
+/// The groups [`STEPS_VAR`] names, or an error naming the valid ones.
+fn steps_from_env() -> anyhow::Result<Vec<String>> {
+    let text = std::env::var(STEPS_VAR).unwrap_or_default();
+    let steps: Vec<String> = text.split_whitespace().map(String::from).collect();
+    if let Some(bad) = steps.iter().find(|s| !STEP_GROUPS.contains(&s.as_str())) {
+        bail!(
+            "{STEPS_VAR}: unknown step group {bad:?}: choose from {}",
+            STEP_GROUPS.join(", ")
+        );
+    }
+    Ok(steps)
+}
+
 /// `cargo xtask vm-test [--kernel K]`.
 pub fn vm_test(kernel: Option<&str>) -> anyhow::Result<()> {
     let kernels = select(kernel)?;
@@ -142,7 +164,8 @@ pub fn run(kernels: &[&kernel::KernelSpec], wbscope: &Path) -> anyhow::Result<()
         .with_context(|| format!("wbscope binary {}", wbscope.display()))?;
     let root = vm_dir()?;
     let started = Instant::now();
-    let shared = prepare_shared(&root, &wbscope)?;
+    let steps = steps_from_env()?;
+    let shared = prepare_shared(&root, &wbscope, &steps.join(" "))?;
     println!(
         "vm: shared root image and initramfs built in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -222,9 +245,11 @@ struct Outcome {
 struct Shared {
     root_image: PathBuf,
     base_initramfs: Vec<u8>,
+    /// [`STEPS_VAR`]'s groups; empty for all.
+    steps: Vec<String>,
 }
 
-fn prepare_shared(root: &Path, wbscope: &Path) -> anyhow::Result<Shared> {
+fn prepare_shared(root: &Path, wbscope: &Path, steps: &str) -> anyhow::Result<Shared> {
     let run_dir = root.join("run");
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     let root_image = run_dir.join("root.img");
@@ -233,10 +258,12 @@ fn prepare_shared(root: &Path, wbscope: &Path) -> anyhow::Result<Shared> {
         wbscope: rootimg::GUEST_WBSCOPE,
         trace_timeout_secs: GUEST_TRACE_SECS,
         probes_timeout_secs: GUEST_PROBES_SECS,
+        steps,
     })?;
     Ok(Shared {
         root_image,
         base_initramfs,
+        steps: steps.split_whitespace().map(String::from).collect(),
     })
 }
 
@@ -283,9 +310,17 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::R
     let _ = std::fs::remove_file(&out_image);
     let run = run?;
     unpacked?;
-    let mut checks = checks::judge(&out);
-    checks.extend(cgroups::judge(&out));
-    checks.extend(rt::judge(&out, spec.meta == "linux-image-rt-amd64"));
+    let wanted = |group: &str| shared.steps.is_empty() || shared.steps.iter().any(|s| s == group);
+    let mut checks = Vec::new();
+    if wanted("traces") || wanted("xfs") {
+        checks.extend(checks::judge(&out));
+    }
+    if wanted("cgroups") {
+        checks.extend(cgroups::judge(&out));
+    }
+    if wanted("rt") {
+        checks.extend(rt::judge(&out, spec.meta == "linux-image-rt-amd64"));
+    }
     Ok(Outcome {
         release: tree.release,
         prepare,

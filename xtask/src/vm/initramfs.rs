@@ -18,6 +18,8 @@ pub struct GuestConfig<'a> {
     /// Limits for one `wbscope trace` and one `wbscope probes` run.
     pub trace_timeout_secs: u64,
     pub probes_timeout_secs: u64,
+    /// The step groups to run (checks.sh `want`), empty for all.
+    pub steps: &'a str,
 }
 
 /// The archive every kernel's guest starts from.
@@ -26,6 +28,9 @@ pub fn base(config: &GuestConfig) -> anyhow::Result<Vec<u8>> {
         .with_context(|| format!("reading {BUSYBOX} (install busybox-static)"))?;
     if has_interpreter(&busybox) {
         bail!("{BUSYBOX} is dynamically linked: install busybox-static");
+    }
+    if config.steps.contains(['\'', '\n']) {
+        bail!("{:?} cannot be quoted for the guest", config.steps);
     }
     if config.wbscope.contains(['\'', '\n']) {
         bail!(
@@ -48,9 +53,9 @@ pub fn base(config: &GuestConfig) -> anyhow::Result<Vec<u8>> {
         "vm.env",
         0o644,
         format!(
-            "WBSCOPE='{}'\nTRACE_TIMEOUT={}\nPROBES_TIMEOUT={}\n\
-             export WBSCOPE TRACE_TIMEOUT PROBES_TIMEOUT\n",
-            config.wbscope, config.trace_timeout_secs, config.probes_timeout_secs
+            "WBSCOPE='{}'\nTRACE_TIMEOUT={}\nPROBES_TIMEOUT={}\nSTEPS='{}'\n\
+             export WBSCOPE TRACE_TIMEOUT PROBES_TIMEOUT STEPS\n",
+            config.wbscope, config.trace_timeout_secs, config.probes_timeout_secs, config.steps
         )
         .as_bytes(),
     );

@@ -106,7 +106,7 @@ pub fn build(wbscope: &Path, dest: &Path) -> anyhow::Result<()> {
     let bytes = du(&staging)?;
     // Room for ext4's metadata (inode tables, journal-less) on top of
     // the files: half again, and 16 MiB.
-    let size_mib = (bytes * 3 / 2 >> 20) + 16;
+    let size_mib = ((bytes * 3 / 2) >> 20) + 16;
     let _ = std::fs::remove_file(dest);
     let out = Command::new("mkfs.ext4")
         .args(["-q", "-F", "-O", "^has_journal", "-L", "wbroot", "-d"])
