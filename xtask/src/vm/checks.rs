@@ -164,6 +164,7 @@ pub fn judge(out: &Path) -> Vec<Check> {
                 .as_ref()
                 .ok()
                 .and_then(|p| refused(p, "generic_call", kind))
+                .or_else(|| unavailable(&trace, "generic_call"))
             {
                 checks.push(Check::not_given(&format!("{run}-calls"), why));
                 continue;
@@ -224,6 +225,25 @@ impl KprobeCount {
         let map = &self.hits.iter().find(|(comm, _, _)| comm == "dd")?.1;
         Some(self.hits.iter().filter(|(_, m, _)| m == map).count())
     }
+}
+
+/// Why a run had no hook at all for `concept`, as its summary states it
+/// (the derived generic calls need `iomap_writeback_folio`, which 5.10
+/// lacks).
+fn unavailable(trace: &TraceRun, concept: &str) -> Option<String> {
+    let p = trace
+        .summary()?
+        .get("probes")?
+        .as_array()?
+        .iter()
+        .find(|p| p["concept"] == concept)?;
+    (p["state"].as_str() != Some("attached")).then(|| {
+        format!(
+            "{concept} {} in this run: {}",
+            p["state"].as_str().unwrap_or("not attached"),
+            p["reason"].as_str().unwrap_or("no reason given")
+        )
+    })
 }
 
 /// The kind of hook a run's concept used, from its summary.
@@ -786,6 +806,18 @@ mod tests {
         let empty = KprobeCount::default();
         assert!(xfs_calls("xfs-derived", "tp_btf", &derived, &empty, Some(8)).pass);
         assert!(!xfs_calls("xfs-derived", "tp_btf", &derived, &empty, Some(9)).pass);
+        // A run whose summary has no generic_call hook names why.
+        let none = TraceRun::parse(
+            r#"{"type":"summary","lost_records":0,"probes":[{"concept":"generic_call","hook":null,"state":"unavailable","reason":"x is not in the kernel's BTF"}]}"#,
+            "0",
+            "",
+            &format!("{dev} 12"),
+        );
+        assert_eq!(
+            unavailable(&none, "generic_call").as_deref(),
+            Some("generic_call unavailable in this run: x is not in the kernel's BTF")
+        );
+        assert_eq!(unavailable(&derived, "generic_call"), None);
         // Pages counted twice fail.
         let mut twice: Vec<String> = (0..16).map(|_| line(2048, "hook")).collect();
         twice.push(summary("fentry do_writepages"));
