@@ -56,10 +56,7 @@ pub struct DirtierSlot {
     pub dropped: u32,
     pub _pad: u32,
     pub entry: DirtierEntry,
-    /// Non-zero while a program run holds the slot (the guard in
-    /// writeback-ebpf/src/dirtier.rs, `slot()`).
-    pub busy: u64,
-    pub _spare: [u64; 6],
+    pub _spare: [u64; 7],
 }
 
 /// Key of `FILTER_DIRTIED`: an inode the `--pid`/`--cgroup` filter's

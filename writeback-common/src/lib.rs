@@ -524,20 +524,14 @@ pub mod stat {
     pub const UNMATCHED_RESULTS: u32 = 1;
     /// Starts that could not be stored in the in-flight map, or whose
     /// thread could not be stored in `CURRENT` (that call's bios, folios
-    /// and off-CPU time then go uncounted), or that found their CPU's
-    /// scratch slot held by a program preempted on it
-    /// (writeback-ebpf/src/claim.rs).
+    /// and off-CPU time then go uncounted).
     pub const INFLIGHT_FULL: u32 = 2;
     /// Calls dropped by the in-kernel filters.
     pub const FILTERED: u32 = 3;
     /// Inode dirtyings dropped because `DIRTYINGS` was full (their
     /// writeback is then charged to `(unknown)`).
     pub const LOST_DIRTYINGS: u32 = 4;
-    /// Folios whose pages the dirty-time program could not count because
-    /// both of its CPU's slots were held by runs preempted on that CPU
-    /// (writeback-ebpf/src/dirtier.rs, `slot()`).
-    pub const DIRTY_SLOTS_BUSY: u32 = 5;
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 5;
 }
 
 /// Indexes of the per-CPU interval aggregates in the `AGG` map: counters the

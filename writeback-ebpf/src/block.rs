@@ -71,9 +71,13 @@ fn hist_add(dev: u32, kind: u16, bucket: u32) {
         kind,
         bucket: bucket as u16,
     };
-    // Atomic add and a BPF_NOEXIST insert: a request completing in an
-    // interrupt (or, on PREEMPT_RT, in the interrupt thread that preempted
-    // this program) may count on this CPU meanwhile (flusher.rs, `dev_add`).
+    // Atomic add and a BPF_NOEXIST insert, as for the slots above: the
+    // completion program runs in interrupt context, where it can start on
+    // this CPU while a completion counted in task context (polled I/O) is
+    // halfway here; kernels whose `__bpf_trace_run()` has no `prog->active`
+    // check let a tp_btf program overlap itself that way (main.rs,
+    // "Per-CPU state and preemption"). A path for devices beyond the
+    // slots only.
     if let Some(v) = BLOCK_HIST.get_ptr_mut(&key) {
         atomic_add(v, 1);
     } else if BLOCK_HIST.insert(&key, &1, BPF_NOEXIST as u64).is_err()

@@ -138,48 +138,24 @@ fn owner_cgroup(inode: *const u8) -> u64 {
     scalar(kn, dm::KN_ID) as u64
 }
 
-/// One of this CPU's two slots (userspace gives the map two per possible
-/// CPU, at `cpu * 2` and `cpu * 2 + 1`), held by this run until [`hit`]
-/// returns true or [`refill`] returns: the first free one, claimed with
-/// the busy counter of claim.rs (an atomic add, then a read of 1). A
-/// program preempted on its CPU (PREEMPT_RT; migration is disabled, not
-/// preemption) can leave a slot half-written while another program on
-/// the CPU runs; a second slot lets that one count too. With both held
-/// the folio goes uncounted, and counted as such
-/// (`stat::DIRTY_SLOTS_BUSY`).
+/// This CPU's slot, when the map has one (userspace gives it one per
+/// possible CPU).
 #[inline(always)]
 fn slot() -> Option<&'static mut DirtierSlot> {
     // SAFETY: plain helper call; tracing programs run with migration
     // disabled, so the CPU stays this one until the program returns.
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    for index in [cpu * 2, cpu * 2 + 1] {
-        let slot = DIRTY_SLOT.get_ptr_mut(index)?;
-        // SAFETY: a live map value; `busy` is an aligned u64.
-        let busy = unsafe { &raw mut (*slot).busy };
-        atomic_add(busy, 1);
-        // SAFETY: as above, read after the add.
-        if unsafe { core::ptr::read_volatile(busy) } == 1 {
-            // SAFETY: this CPU's slot, held by this run alone until it
-            // releases it; userspace only reads it.
-            return Some(unsafe { &mut *slot });
-        }
-        atomic_add(busy, u64::MAX);
-    }
-    bump(stat::DIRTY_SLOTS_BUSY);
-    None
-}
-
-/// Lets go of a slot [`slot`] claimed.
-#[inline(always)]
-fn release(slot: &mut DirtierSlot) {
-    // Adding 2^64 - 1 subtracts 1.
-    atomic_add(&raw mut slot.busy, u64::MAX);
+    let slot = DIRTY_SLOT.get_ptr_mut(cpu)?;
+    // SAFETY: this CPU's slot, written by programs on this CPU only. The
+    // program does not nest on one CPU (the kernel skips a program that
+    // would recurse), so nothing else writes it meanwhile; userspace only
+    // reads it.
+    Some(unsafe { &mut *slot })
 }
 
 /// Adds `pages` to the slot when the folio is the slot's (inode, process):
 /// the hit that a run of dirtying by one process of one file takes folio
 /// after folio, reading nothing of the slot but its first line.
-/// Releases the slot on a hit; on a miss the caller goes on to [`refill`].
 #[inline(always)]
 fn hit(slot: &mut DirtierSlot, key: &DirtierKey, pages: u64) -> bool {
     if slot.key != *key {
@@ -188,7 +164,6 @@ fn hit(slot: &mut DirtierSlot, key: &DirtierKey, pages: u64) -> bool {
     if slot.dropped == 0 {
         slot.entry.pages += pages;
     }
-    release(slot);
     true
 }
 
@@ -207,7 +182,6 @@ fn refill(slot: &mut DirtierSlot, key: DirtierKey, pages: u64, owner: impl FnOnc
     slot.key = key;
     if !dirty_filter(key.dev, key.ino, key.tgid) {
         slot.dropped = 1;
-        release(slot);
         return;
     }
     slot.dropped = 0;
@@ -217,7 +191,6 @@ fn refill(slot: &mut DirtierSlot, key: DirtierKey, pages: u64, owner: impl FnOnc
     slot.entry.pid = bpf_get_current_pid_tgid() as u32;
     slot.entry.comm = bpf_get_current_comm().unwrap_or_default();
     slot.entry.pages = pages;
-    release(slot);
 }
 
 /// Adds a slot's pages to `DIRTIERS`, creating the entry (with the

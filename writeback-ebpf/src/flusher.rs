@@ -2,7 +2,6 @@
 //! levels added up in maps for userspace's interval lines.
 use aya_ebpf::{
     EbpfContext,
-    bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_jiffies64,
     },
@@ -17,7 +16,7 @@ use writeback_common::{
 };
 
 use crate::{
-    AGG, DIRTY, GLOBAL_THRESH, INODE_PASS, THROTTLED, WORK, add, atomic_add,
+    AGG, DIRTY, GLOBAL_THRESH, INODE_PASS, THROTTLED, WORK, add,
     read::{Typed, current_tid, field, member},
     writepages::{KERNEL_MEMBERS, filtered_out, inode_key, raw_arg},
 };
@@ -123,17 +122,15 @@ pub fn single_inode(ctx: TracePointContext) -> u32 {
 #[inline(always)]
 fn dev_add(dev: u32, index: u32, value: u64) {
     let key = DevCounterKey { dev, index };
-    // An update of a per-CPU hash from a program sets this CPU's slot
-    // only (htab_percpu_map_update_elem in kernel/bpf/hashtab.c), so a
-    // racing first insert on another CPU loses nothing; one on this CPU
-    // (a program that ran while this one was preempted) makes the insert
-    // fail (BPF_NOEXIST), and the value is then added to the entry it made.
-    if let Some(v) = INODE_PASS.get_ptr_mut(&key) {
-        atomic_add(v, value);
-    } else if INODE_PASS.insert(&key, &value, BPF_NOEXIST as u64).is_err()
-        && let Some(v) = INODE_PASS.get_ptr_mut(&key)
-    {
-        atomic_add(v, value);
+    match INODE_PASS.get_ptr_mut(&key) {
+        // SAFETY: this CPU's value; see `add`.
+        Some(v) => unsafe { *v += value },
+        // An update of a per-CPU hash from a program sets this CPU's slot
+        // only (htab_percpu_map_update_elem in kernel/bpf/hashtab.c), so a
+        // racing first insert on another CPU loses nothing.
+        None => {
+            let _ = INODE_PASS.insert(&key, &value, 0);
+        }
     }
 }
 
@@ -293,26 +290,19 @@ fn paused(ctx: &TracePointContext, pause: u64) {
         add(&AGG, slot, pause);
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // Atomic adds and a BPF_NOEXIST insert, as in `dev_add`.
-    let by = match THROTTLED.get_ptr_mut(&tgid) {
-        Some(v) => Some(v),
+    match THROTTLED.get_ptr_mut(&tgid) {
+        // SAFETY: this CPU's value of a per-CPU map.
+        Some(v) => unsafe {
+            (*v).pauses += 1;
+            (*v).pause_ms += pause;
+        },
         None => {
             let by = PausedBy {
                 pauses: 1,
                 pause_ms: pause,
                 comm: bpf_get_current_comm().unwrap_or_default(),
             };
-            match THROTTLED.insert(&tgid, &by, BPF_NOEXIST as u64) {
-                Ok(()) => None,
-                Err(_) => THROTTLED.get_ptr_mut(&tgid),
-            }
-        }
-    };
-    if let Some(v) = by {
-        // SAFETY: a live map value; the fields are 8-byte aligned u64s.
-        unsafe {
-            atomic_add(&raw mut (*v).pauses, 1);
-            atomic_add(&raw mut (*v).pause_ms, pause);
+            let _ = THROTTLED.insert(&tgid, &by, 0);
         }
     }
 }

@@ -37,8 +37,7 @@ use writeback_common::{
 };
 
 use crate::{
-    CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, bump,
-    claim::{self, Claim},
+    CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, barrier, bump,
     read::{Access, Typed, current_tid, member, member_ptr, now_ns},
     sched::{RunClock, offcpu_since, run_clock},
     writepages::{KERNEL_MEMBERS, filtered_out, in_call, inode_key, raw_arg},
@@ -59,9 +58,24 @@ static GENERIC: HashMap<u32, GenericCall> = HashMap::with_max_entries(16384, 0);
 #[map]
 static WBC_SEEN: PerCpuArray<WbcSeen> = PerCpuArray::with_max_entries(1, 0);
 
-/// A call being opened, built off the 512-byte stack.
+/// A call being opened, built off the 512-byte stack: a slot per program
+/// that opens calls ([`scratch`]), so that no two programs share one. Both
+/// are attached together (writeback-user/src/tracer/plan.rs,
+/// `TP_BTF_GENERIC`), and where tracepoint probes can be preempted
+/// (PREEMPT_RT, main.rs "Per-CPU state and preemption") btrfs' program
+/// could otherwise run on the CPU while iomap's is halfway through the
+/// slot; the kernel keeps each program from overlapping itself.
 #[map]
-static GENERIC_SCRATCH: PerCpuArray<GenericCall> = PerCpuArray::with_max_entries(1, 0);
+static GENERIC_SCRATCH: PerCpuArray<GenericCall> = PerCpuArray::with_max_entries(scratch::COUNT, 0);
+
+/// Indexes of [`GENERIC_SCRATCH`]: the program that owns each.
+mod scratch {
+    /// `generic_iomap_folio`.
+    pub(super) const IOMAP: u32 = 0;
+    /// `generic_btrfs_folio`.
+    pub(super) const BTRFS: u32 = 1;
+    pub(super) const COUNT: u32 = 2;
+}
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -157,9 +171,10 @@ pub(crate) fn emit(c: *const GenericCall, how: u32) {
 }
 
 /// One folio of `pages` pages at byte `pos` of `inode`, about to be
-/// written by the current thread.
+/// written by the current thread; `slot` is the calling program's
+/// [`GENERIC_SCRATCH`] slot.
 #[inline(always)]
-fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise: bool) {
+fn folio(slot: u32, inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise: bool) {
     let tid = current_tid();
     // Inside an ext4 writepages call the folio is that call's (it counts
     // it in folios_written): never a second call.
@@ -196,14 +211,12 @@ fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise:
         bump(stat::FILTERED);
         return;
     }
-    // The per-folio programs of xfs and btrfs share the slot.
-    let Some(_claim) = Claim::take(claim::slot::GENERIC) else {
+    let Some(scratch) = GENERIC_SCRATCH.get_ptr_mut(slot) else {
         return;
     };
-    let Some(scratch) = GENERIC_SCRATCH.get_ptr_mut(0) else {
-        return;
-    };
-    // SAFETY: this CPU's slot, held by this run (the claim).
+    // SAFETY: this CPU's slot of the calling program, which the kernel
+    // does not run twice at once on one CPU (main.rs, "Per-CPU state and
+    // preemption").
     let c = unsafe { &mut *scratch };
     let w = wbc.unwrap_or(WbcSeen {
         tid: 0,
@@ -396,22 +409,20 @@ pub fn generic_wbc_writepage(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let seen = read_wbc::<Typed>(raw_arg(&ctx, 0) as *const u8, tid);
-    // One writer at a time (a run that finds the slot held leaves it: the
-    // folio's call then has no `wbc`, and says so by its flags).
-    let Some(_claim) = Claim::take(claim::slot::WBC_SEEN) else {
-        return 0;
-    };
     if let Some(slot) = WBC_SEEN.get_ptr_mut(0) {
         // The thread id last, after the fields, with no thread's id while
         // they change: a reader that finds its id before and after its
         // copy has the fields its own thread wrote, even when another
         // thread's run began on the CPU in between (PREEMPT_RT).
-        // SAFETY: this CPU's slot, written by this run alone (the claim);
-        // volatile so that the stores keep their order.
+        // SAFETY: this CPU's slot, written by this program only, which the
+        // kernel does not run twice at once on one CPU; volatile so that
+        // the stores keep their order.
         unsafe {
             core::ptr::write_volatile(&raw mut (*slot).tid, 0);
+            barrier();
             let tid_of_seen = seen.tid;
             *slot = WbcSeen { tid: 0, ..seen };
+            barrier();
             core::ptr::write_volatile(&raw mut (*slot).tid, tid_of_seen);
         }
     }
@@ -433,7 +444,9 @@ pub fn generic_iomap_folio(ctx: BtfTracePointContext) -> i32 {
         // (`generic_wbc_writepage` writes it last).
         unsafe {
             if core::ptr::read_volatile(&raw const (*slot).tid) == tid {
+                barrier();
                 let copy = *slot;
+                barrier();
                 if core::ptr::read_volatile(&raw const (*slot).tid) == tid {
                     wbc = Some(copy);
                     core::ptr::write_volatile(&raw mut (*slot).tid, 0);
@@ -441,7 +454,14 @@ pub fn generic_iomap_folio(ctx: BtfTracePointContext) -> i32 {
             }
         }
     }
-    folio(inode, wbc, len >> (page_shift() & 63), pos, false);
+    folio(
+        scratch::IOMAP,
+        inode,
+        wbc,
+        len >> (page_shift() & 63),
+        pos,
+        false,
+    );
     0
 }
 
@@ -471,7 +491,14 @@ pub fn generic_btrfs_folio(ctx: BtfTracePointContext) -> i32 {
     let wbc = read_wbc::<Typed>(raw_arg(&ctx, 2) as *const u8, current_tid());
     let index = <Typed as crate::read::Access>::scalar(folio_ptr, &FOLIO_MEMBERS.index);
     let pos = index << (page_shift() & 63);
-    folio(inode, Some(wbc), folio_pages(folio_ptr), pos, true);
+    folio(
+        scratch::BTRFS,
+        inode,
+        Some(wbc),
+        folio_pages(folio_ptr),
+        pos,
+        true,
+    );
     0
 }
 

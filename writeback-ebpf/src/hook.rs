@@ -32,7 +32,6 @@ use writeback_common::{GenericCall, boundary, generic_flags as gf, members as m,
 
 use crate::{
     bump,
-    claim::{self, Claim},
     generic::{close_clock, emit, open, read_wbc},
     read::{Access, Probed, Typed, current_tid, member, member_ptr, now_ns},
     writepages::{
@@ -75,13 +74,10 @@ fn begin<A: Access>(mapping: *const u8, wbc_ptr: *const u8) -> u32 {
         bump(stat::FILTERED);
         return 0;
     }
-    let Some(_claim) = Claim::take(claim::slot::HOOK) else {
-        return 0;
-    };
     let Some(scratch) = HOOK_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
-    // SAFETY: this CPU's slot, held by this run (the claim).
+    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
     let h = unsafe { &mut *scratch };
     let w = read_wbc::<A>(wbc_ptr, tid);
     h.mapping = mapping as u64;

@@ -22,7 +22,6 @@ use writeback_common::{
 
 use crate::{
     CONFIG, CURRENT, EVENTS, FILTER, IN_CALL, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, bump,
-    claim::{self, Claim},
     read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns},
     sched::{RunClock, offcpu_since, run_clock},
 };
@@ -66,14 +65,11 @@ struct Start {
 #[map]
 static START: PerCpuArray<Start> = PerCpuArray::with_max_entries(1, 0);
 
-/// This CPU's [`START`] slot, and with it [`SCRATCH`], held until the
-/// claim is dropped (claim.rs: a start program preempted on its CPU keeps
-/// any other start program on the CPU out of both).
+/// This CPU's [`START`] slot.
 #[inline(always)]
-fn start_slot() -> Option<(Claim, &'static mut Start)> {
-    let claim = Claim::take(claim::slot::WRITEPAGES)?;
-    // SAFETY: this CPU's slot, held by this run (the claim).
-    START.get_ptr_mut(0).map(|p| (claim, unsafe { &mut *p }))
+fn start_slot() -> Option<&'static mut Start> {
+    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
+    START.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
 /// End-side values.
@@ -162,8 +158,7 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     let Some(call) = SCRATCH.get_ptr_mut(0) else {
         return Err(0);
     };
-    // SAFETY: this CPU's slot, held by the caller's claim with START's
-    // (`start_slot`).
+    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
     let call = unsafe { &mut *call };
     let run = if cpu_method == cpu_time::TASK_RUNTIME {
         Some(run_clock::<A>())
@@ -355,7 +350,7 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
 #[tracepoint]
 pub fn writepages_start(ctx: TracePointContext) -> u32 {
     let l = &WRITEPAGES_LAYOUT;
-    let Some((_claim, s)) = start_slot() else {
+    let Some(s) = start_slot() else {
         return 0;
     };
     s.key = InflightKey {
@@ -431,9 +426,9 @@ fn start_from_wbc<A: Access>(
     key: InflightKey,
     wbc: *const u8,
     writeback_index: u64,
-) -> Option<(Claim, &'static Start)> {
+) -> Option<&'static Start> {
     let k = &KERNEL_MEMBERS;
-    let (claim, s) = start_slot()?;
+    let s = start_slot()?;
     s.key = key;
     s.writeback_index = writeback_index;
     s.nr_to_write = member::<A>(wbc, k, m::WBC_NR_TO_WRITE);
@@ -444,7 +439,7 @@ fn start_from_wbc<A: Access>(
     s.for_kupdate = member::<A>(wbc, k, m::WBC_FOR_KUPDATE) != 0;
     s.range_cyclic = member::<A>(wbc, k, m::WBC_RANGE_CYCLIC) != 0;
     s.for_background = Some(member::<A>(wbc, k, m::WBC_FOR_BACKGROUND) != 0);
-    Some((claim, s))
+    Some(s)
 }
 
 /// `inode->i_mapping->writeback_index`.
@@ -461,7 +456,7 @@ fn writeback_index<A: Access>(inode: *const u8) -> u64 {
 pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
     let inode = raw_arg(&ctx, 0) as *const u8;
     let wbc = raw_arg(&ctx, 1) as *const u8;
-    let Some((_claim, start)) = start_from_wbc::<Typed>(
+    let Some(start) = start_from_wbc::<Typed>(
         inode_key::<Typed>(inode),
         wbc,
         writeback_index::<Typed>(inode),
@@ -503,7 +498,7 @@ fn function_begin<A: Access>(mapping: *const u8, wbc: *const u8) -> u32 {
     let k = &KERNEL_MEMBERS;
     let inode = member_ptr::<A>(mapping, k, m::MAPPING_HOST);
     let index = member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
-    let Some((_claim, start)) = start_from_wbc::<A>(inode_key::<A>(inode), wbc, index) else {
+    let Some(start) = start_from_wbc::<A>(inode_key::<A>(inode), wbc, index) else {
         return 0;
     };
     match begin::<A>(start) {

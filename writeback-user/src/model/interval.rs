@@ -675,9 +675,6 @@ pub(crate) struct SummaryLine<'a> {
     pub(crate) pages_written: u64,
     pub(crate) lost_records: u64,
     pub(crate) unmatched_results: u64,
-    /// Dirtied folios the who-dirtied-it counts missed
-    /// (`KernelStats::dirty_slots_busy`).
-    pub(crate) dirty_slots_busy: u64,
     /// Records the ring buffer delivered that could not be decoded.
     pub(crate) bad_records: u64,
     /// Calls the in-kernel filters dropped.
@@ -713,7 +710,6 @@ impl<'a> SummaryLine<'a> {
             pages_written: totals.pages_written,
             lost_records: kernel.lost_records,
             unmatched_results: kernel.unmatched_results,
-            dirty_slots_busy: kernel.dirty_slots_busy,
             bad_records,
             filtered: kernel.filtered,
             calls_not_written: 0,

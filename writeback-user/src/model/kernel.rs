@@ -16,8 +16,6 @@ pub struct KernelStats {
     /// Inode dirtyings the kernel could not queue (`DIRTYINGS` full):
     /// their writeback went to `(unknown)`.
     pub lost_dirtyings: u64,
-    /// Dirtied folios left uncounted (`stat::DIRTY_SLOTS_BUSY`).
-    pub dirty_slots_busy: u64,
 }
 
 /// Run time of one attached program (BPF_ENABLE_STATS).

@@ -85,7 +85,6 @@ impl Tracer {
             inflight_full: sum(stat::INFLIGHT_FULL)?,
             filtered: sum(stat::FILTERED)?,
             lost_dirtyings: sum(stat::LOST_DIRTYINGS)?,
-            dirty_slots_busy: sum(stat::DIRTY_SLOTS_BUSY)?,
         })
     }
 
