@@ -86,7 +86,12 @@ mount -t ext4 /dev/vda "$MNT" > "$OUT/mount.log" 2>&1 || {
     exit 1
 }
 
+T=/sys/kernel/tracing
+
 # One traced 64 MiB write + fsync per run: NAME and the --disable list.
+# Beside wbscope, a tracefs kretprobe on ext4_writepages with the
+# kernel's default maxactive counts what such a probe misses (its
+# kprobe_profile line, saved with wbscope's own before wbscope stops).
 trace_run() {
     name=$1
     disable=$2
@@ -100,10 +105,15 @@ trace_run() {
     t0=$(date +%s%N)
     wait_tracing "$pid" "$OUT/$name.err"
     echo "$(( ($(date +%s%N) - t0) / 1000000 ))" > "$OUT/$name.startup-ms"
+    echo 'r:wbcheck/ewp ext4_writepages' >> "$T/kprobe_events" 2> "$OUT/$name.kretprobe-err"
+    echo 1 > "$T/events/wbcheck/ewp/enable" 2>> "$OUT/$name.kretprobe-err"
     file="$MNT/data-$name"
     dd if=/dev/zero of="$file" bs=1M count=64 conv=fsync 2> "$OUT/$name.dd"
     # st_dev as a number (decoded into major:minor by the host) and ino.
     stat -c '%d %i' "$file" > "$OUT/$name.stat"
+    cat "$T/kprobe_profile" > "$OUT/$name.kprobe-profile" 2>> "$OUT/$name.kretprobe-err"
+    echo 0 > "$T/events/wbcheck/ewp/enable" 2>> "$OUT/$name.kretprobe-err"
+    echo '-:wbcheck/ewp' >> "$T/kprobe_events" 2>> "$OUT/$name.kretprobe-err"
     # timeout forwards SIGTERM to wbscope, which ends with its summary line.
     kill -TERM "$pid" 2>/dev/null
     wait "$pid"
@@ -200,8 +210,6 @@ elif [ -n "$cgroups_ok" ]; then
 else
     echo "WBVM step cgroups-unavailable"
 fi
-
-T=/sys/kernel/tracing
 
 # PREEMPT_RT (issue 28): on an RT kernel a tracing program runs with
 # migration disabled, not preemption, so another task's programs can run

@@ -209,19 +209,14 @@ fn in_call_entries() -> Option<u32> {
     Some(pid_max.div_ceil(8).max(1))
 }
 
-/// Entries of a map with a slot per CPU indexed by CPU number: the
-/// highest possible CPU's number plus one; `None` keeps the object's one
-/// entry (then only CPU 0 has a slot, and other CPUs' folios go
+/// Entries of the DIRTY_SLOT map, a slot per CPU indexed by CPU number:
+/// the highest possible CPU's number plus one; `None` keeps the object's
+/// one entry (then only CPU 0 has a slot, and other CPUs' folios go
 /// uncounted: the loader says so).
 pub(super) fn cpu_slot_entries() -> Option<u32> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").ok()?;
     highest_cpu(&text).map(|top| top + 1)
 }
-
-/// DIRTY_SLOT's slots per CPU, at `cpu * 2` and `cpu * 2 + 1`: the second
-/// for a run that finds the first held by a run preempted on the same
-/// CPU (writeback-ebpf/src/dirtier.rs, `slot()`).
-const DIRTY_SLOTS_PER_CPU: u32 = 2;
 
 /// The highest CPU number of a kernel CPU list ("0-3,8-11\n": 11), which
 /// lists its ranges in ascending order (`bitmap_print_to_pagebuf()`).
@@ -436,7 +431,7 @@ impl Tracer {
         loader.override_global("FILTER", &options.filter, true);
         match cpu_slot_entries() {
             Some(entries) => {
-                loader.map_max_entries("DIRTY_SLOT", entries * DIRTY_SLOTS_PER_CPU);
+                loader.map_max_entries("DIRTY_SLOT", entries);
             }
             None => warn!("cannot read the possible CPUs: who-dirtied-it counts CPU 0 only"),
         }
@@ -457,7 +452,7 @@ impl Tracer {
         // Phase 2: per concept, candidates in order of preference until one
         // attaches. Function hooks without a program of ours are tried with
         // an empty program so the plan says what this kernel allows.
-        let mut trials = Trials::new();
+        let mut trials = Trials::new(&tracefs_root);
         let mut attached_programs = Vec::new();
         let mut concept_plans: Vec<ConceptPlan> = Vec::new();
         let mut cpu_method = cpu_time::OFF;
@@ -548,6 +543,7 @@ impl Tracer {
             }
             concept_plans.push(plan);
         }
+        let retprobes = trials.into_retprobes();
         let plan = ProbePlan {
             kernel: crate::sys::kernel_release(),
             concepts: concept_plans,
@@ -615,6 +611,7 @@ impl Tracer {
             attached_programs,
             vmstat: super::VmStatFile::open()?,
             _stats_fd: stats_fd,
+            _retprobes: retprobes,
             logger,
         };
         // Before the first pause, not an interval later.

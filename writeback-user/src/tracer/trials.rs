@@ -10,24 +10,65 @@ use std::{
 
 use aya::{
     Btf, Ebpf,
-    programs::{BtfTracePoint, FEntry, KProbe, Program, ProgramError},
+    programs::{BtfTracePoint, FEntry, KProbe, ProbeKind, Program, ProgramError},
 };
 
-use super::{btf::Btf as KernelBtf, plan::BtfAttach};
+use super::{btf::Btf as KernelBtf, plan::BtfAttach, retprobe::RetProbe};
 use crate::model::plan::HookKind;
 
 /// Where the kernel lists its perf event sources; no `kprobe` there means
 /// a kernel built without CONFIG_KPROBES.
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
-/// Trial loads of the empty fentry/kprobe/tp_btf programs.
+/// Trial loads of the empty fentry/kprobe/tp_btf programs, and the
+/// kretprobes made through tracefs (`retprobe.rs`) for the attached
+/// programs.
 pub(super) struct Trials {
     btf: Option<Result<Btf, String>>,
+    tracefs: PathBuf,
+    retprobes: Vec<(&'static str, RetProbe)>,
 }
 
 impl Trials {
-    pub(super) fn new() -> Trials {
-        Trials { btf: None }
+    pub(super) fn new(tracefs: &Path) -> Trials {
+        Trials {
+            btf: None,
+            tracefs: tracefs.to_path_buf(),
+            retprobes: Vec::new(),
+        }
+    }
+
+    /// The kretprobes attached through tracefs, to keep while tracing.
+    pub(super) fn into_retprobes(self) -> Vec<RetProbe> {
+        self.retprobes.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Attaches the loaded kretprobe `p` of `program` to `target` with
+    /// room for every call in flight (retprobe.rs); where tracefs does not
+    /// take it, through the kprobe PMU with the kernel's default.
+    fn attach_return(
+        &mut self,
+        program: &'static str,
+        p: &mut KProbe,
+        target: &str,
+    ) -> Result<(), ProgramError> {
+        let made = p
+            .fd()
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .and_then(|fd| RetProbe::attach(&self.tracefs, target, fd));
+        match made {
+            Ok(r) => {
+                self.retprobes.push((program, r));
+                Ok(())
+            }
+            Err(e) => {
+                log::warn!(
+                    "kretprobe on {target}: {e:#}; attached through the kprobe PMU with the \
+                     kernel's default number of calls in flight (returns beyond it are missed)"
+                );
+                p.attach(target, 0).map(drop)
+            }
+        }
     }
 
     fn btf(&mut self) -> Result<&Btf, String> {
@@ -84,10 +125,13 @@ impl Trials {
                     .load(a.target, &btf)
                     .map_err(d)
                     .and_then(|()| p.attach().map(drop).map_err(d)),
-                Program::KProbe(p) => p
-                    .load()
-                    .map_err(d)
-                    .and_then(|()| p.attach(a.target, 0).map(drop).map_err(d)),
+                Program::KProbe(p) => p.load().map_err(d).and_then(|()| {
+                    if matches!(p.kind(), ProbeKind::Return) {
+                        self.attach_return(a.program, p, a.target).map_err(d)
+                    } else {
+                        p.attach(a.target, 0).map(drop).map_err(d)
+                    }
+                }),
                 _ => Err(format!("{} is not a {kind} program", a.program)),
             };
             match step {
@@ -100,6 +144,7 @@ impl Trials {
         }
         if result.is_err() {
             // Unloading detaches: nothing of a half-attached pair stays.
+            self.retprobes.retain(|(name, _)| !done.contains(name));
             for name in done {
                 let _ = match ebpf.program_mut(name) {
                     Some(Program::BtfTracePoint(p)) => p.unload(),

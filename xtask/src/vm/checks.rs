@@ -143,7 +143,12 @@ pub fn judge(out: &Path) -> Vec<Check> {
             .trim()
             .parse::<f64>()
             .map_or(f64::NAN, |ms| ms / 1000.0);
-        checks.push(pages(run, &trace, startup_s));
+        let mut c = pages(run, &trace, startup_s);
+        if let Some(note) = kretprobe_note(&read(&format!("{run}.kprobe-profile"))) {
+            c.detail.push_str("; ");
+            c.detail.push_str(&note);
+        }
+        checks.push(c);
         checks.push(invariants(run, &trace));
         if *run == "default" {
             checks.push(function_hook_fields(&trace, scan_gap(&probes)));
@@ -328,6 +333,34 @@ fn xfs_calls(
             calls.len()
         ),
     )
+}
+
+/// The kretprobes' hits and misses from the `kprobe_profile` the guest
+/// saved during a traced run (checks.sh `trace_run`): the default-maxactive
+/// probe of the check (`wbcheck/ewp`) and wbscope's own
+/// (writeback-user/src/tracer/retprobe.rs). Evidence for the figure,
+/// not a verdict: the default's misses are the kernel's.
+fn kretprobe_note(profile: &str) -> Option<String> {
+    let probes: Vec<String> = profile
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w[..] {
+                [name, hits, misses]
+                    if name.starts_with("wbcheck/") || name.starts_with("wbscope_") =>
+                {
+                    let who = if name.starts_with("wbcheck/") {
+                        "default maxactive"
+                    } else {
+                        "wbscope's"
+                    };
+                    Some(format!("{name} ({who}) {hits} hits {misses} misses"))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    (!probes.is_empty()).then(|| format!("kretprobes: {}", probes.join(", ")))
 }
 
 /// `wbscope probes --json`, or why there is none.
@@ -722,6 +755,20 @@ mod tests {
         let wrong = kind_of_run("x", "", &["fentry"], &trace);
         assert!(!wrong.pass);
         assert!(wrong.detail.contains("used kprobe"), "{wrong}");
+    }
+
+    #[test]
+    fn kretprobe_misses_are_quoted() {
+        let profile = "  wbcheck/ewp                     9  1\n  wbscope_80/ext4_writepages_0   10  0\n  \
+                       other/x  1 1\n";
+        assert_eq!(
+            kretprobe_note(profile).as_deref(),
+            Some(
+                "kretprobes: wbcheck/ewp (default maxactive) 9 hits 1 misses, \
+                 wbscope_80/ext4_writepages_0 (wbscope's) 10 hits 0 misses"
+            )
+        );
+        assert_eq!(kretprobe_note(""), None);
     }
 
     #[test]
