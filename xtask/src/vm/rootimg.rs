@@ -40,6 +40,17 @@ const HOST_PROGRAMS: &[&str] = &[
 /// Host files the programs read (mke2fs's defaults).
 const HOST_FILES: &[&str] = &["/etc/mke2fs.conf"];
 
+/// The guest's accounts: wbscope drops its privileges to `nobody` once
+/// its programs are attached (its `--user` default), and looks the user
+/// up in /etc/passwd (glibc's built-in `files` service).
+const ACCOUNTS: &[(&str, &str)] = &[
+    (
+        "/etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    ),
+    ("/etc/group", "root:x:0:\nnogroup:x:65534:\n"),
+];
+
 /// Builds the image at `dest` from a staging directory beside it.
 pub fn build(wbscope: &Path, dest: &Path) -> anyhow::Result<()> {
     let staging = dest.with_extension("staging");
@@ -102,6 +113,10 @@ pub fn build(wbscope: &Path, dest: &Path) -> anyhow::Result<()> {
     }
     for file in HOST_FILES {
         copy_in(Path::new(file), &under(&staging, Path::new(file)))?;
+    }
+    for (file, text) in ACCOUNTS {
+        let at = under(&staging, Path::new(file));
+        std::fs::write(&at, text).with_context(|| format!("writing {}", at.display()))?;
     }
     let bytes = du(&staging)?;
     // Room for ext4's metadata (inode tables, journal-less) on top of
