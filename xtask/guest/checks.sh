@@ -157,11 +157,18 @@ cgroup_owners() {
     step "trace-$name"
     start_trace "$name"
     wait_tracing "$pid" "$OUT/$name.err"
+    # Two fsyncs inside ext4_writepages at once: a default-maxactive
+    # kretprobe beside wbscope's (trace_run says more).
+    echo 'r:wbcheck/ewp ext4_writepages' >> "$T/kprobe_events" 2> "$OUT/$name.kretprobe-err"
+    echo 1 > "$T/events/wbcheck/ewp/enable" 2>> "$OUT/$name.kretprobe-err"
     in_cgroup a dd if=/dev/zero of="$MNT/cg-a" bs=1M count=16 conv=fsync 2> "$OUT/cg-a.dd" &
     wa=$!
     in_cgroup b dd if=/dev/zero of="$MNT/cg-b" bs=1M count=16 conv=fsync 2> "$OUT/cg-b.dd" &
     wb=$!
     wait "$wa" "$wb"
+    cat "$T/kprobe_profile" > "$OUT/$name.kprobe-profile" 2>> "$OUT/$name.kretprobe-err"
+    echo 0 > "$T/events/wbcheck/ewp/enable" 2>> "$OUT/$name.kretprobe-err"
+    echo '-:wbcheck/ewp' >> "$T/kprobe_events" 2>> "$OUT/$name.kretprobe-err"
     for cg in a b; do
         stat -c '%d %i' "$MNT/cg-$cg" > "$OUT/cg-$cg.stat"
         stat -c '%i' "$CG/$cg" > "$OUT/cg-$cg.id"

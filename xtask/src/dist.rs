@@ -57,7 +57,9 @@ pub fn dist(release_binary: &Path, target: &Path) -> anyhow::Result<()> {
     }
     // The recorder's systemd unit beside the binary (README, "Always on").
     let unit = "wbscope-recorder.service";
-    let source = crate::workspace_root().join("writeback-user/dist").join(unit);
+    let source = crate::workspace_root()
+        .join("writeback-user/dist")
+        .join(unit);
     fs::copy(&source, dir.join(unit))
         .with_context(|| format!("copying {unit} to {}", dir.display()))?;
     let sum = run(Command::new("sha256sum").arg(&name).current_dir(&dir))?;

@@ -340,24 +340,25 @@ fn xfs_calls(
 /// probe of the check (`wbcheck/ewp`) and wbscope's own
 /// (writeback-user/src/tracer/retprobe.rs). Evidence for the figure,
 /// not a verdict: the default's misses are the kernel's.
-fn kretprobe_note(profile: &str) -> Option<String> {
+/// Before 5.13 or so `kprobe_profile` names an event without its group
+/// (`ewp`, `ext4_writepages_0`).
+pub(super) fn kretprobe_note(profile: &str) -> Option<String> {
     let probes: Vec<String> = profile
         .lines()
         .filter_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            match w[..] {
-                [name, hits, misses]
-                    if name.starts_with("wbcheck/") || name.starts_with("wbscope_") =>
-                {
-                    let who = if name.starts_with("wbcheck/") {
-                        "default maxactive"
-                    } else {
-                        "wbscope's"
-                    };
-                    Some(format!("{name} ({who}) {hits} hits {misses} misses"))
-                }
-                _ => None,
-            }
+            let [name, hits, misses] = w[..] else {
+                return None;
+            };
+            let event = name.rsplit('/').next().unwrap_or(name);
+            let who = if event == "ewp" {
+                "default maxactive"
+            } else if event.starts_with("ext4_writepages_") || event.starts_with("do_writepages_") {
+                "wbscope's"
+            } else {
+                return None;
+            };
+            Some(format!("{name} ({who}) {hits} hits {misses} misses"))
         })
         .collect();
     (!probes.is_empty()).then(|| format!("kretprobes: {}", probes.join(", ")))
@@ -769,6 +770,13 @@ mod tests {
             )
         );
         assert_eq!(kretprobe_note(""), None);
+        assert_eq!(
+            kretprobe_note("  ewp   3   2\n  ext4_writepages_0   3   0\n").as_deref(),
+            Some(
+                "kretprobes: ewp (default maxactive) 3 hits 2 misses, ext4_writepages_0 \
+                 (wbscope's) 3 hits 0 misses"
+            )
+        );
     }
 
     #[test]
