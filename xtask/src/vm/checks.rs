@@ -301,9 +301,16 @@ fn xfs_calls(
         && xfs == calls.len()
         && lost == 0;
     let compared = if kind == "tp_btf" {
-        pass &= hook_calls == Some(calls.len());
+        // Each derived call begins at a folio of one do_writepages call,
+        // so there are at most as many as the run's own kprobe event
+        // counted; fewer where calls wrote nothing (no folio to see).
+        // The function-hook run's count is quoted, not required: on
+        // 6.12-rt the flusher wrote the file in 34 calls in one run and
+        // 41 in the next.
+        pass &= kprobe_calls.is_some_and(|k| calls.len() <= k);
         format!(
-            "function-hook run had {}",
+            "kprobe event counted {} on the file; function-hook run had {}",
+            kprobe_calls.map_or("nothing".into(), |n| n.to_string()),
             hook_calls.map_or("no usable count".into(), |n| format!("{n} call(s)"))
         )
     } else {
@@ -859,8 +866,12 @@ mod tests {
         derived.push(summary("tp_btf wbc_writepage + iomap_writepage"));
         let derived = TraceRun::parse(&derived.join("\n"), "0", "", &format!("{dev} 12"));
         let empty = KprobeCount::default();
-        assert!(xfs_calls("xfs-derived", "tp_btf", &derived, &empty, Some(8)).pass);
-        assert!(!xfs_calls("xfs-derived", "tp_btf", &derived, &empty, Some(9)).pass);
+        assert!(xfs_calls("xfs-derived", "tp_btf", &derived, &kprobe, Some(8)).pass);
+        assert!(xfs_calls("xfs-derived", "tp_btf", &derived, &kprobe, Some(9)).pass);
+        // More derived calls than do_writepages calls, or no count: fail.
+        let fewer = KprobeCount::parse(&kprobe_text.replacen("map=0xffff1", "map=0xffff3", 1));
+        assert!(!xfs_calls("xfs-derived", "tp_btf", &derived, &fewer, Some(8)).pass);
+        assert!(!xfs_calls("xfs-derived", "tp_btf", &derived, &empty, Some(8)).pass);
         // A run whose summary has no generic_call hook names why.
         let none = TraceRun::parse(
             r#"{"type":"summary","lost_records":0,"probes":[{"concept":"generic_call","hook":null,"state":"unavailable","reason":"x is not in the kernel's BTF"}]}"#,
