@@ -5,6 +5,7 @@
 //! `struct bio` with plain loads (chosen where tp_btf works), and classic
 //! tracepoints reading the trace records (everywhere else).
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
@@ -70,12 +71,19 @@ fn hist_add(dev: u32, kind: u16, bucket: u32) {
         kind,
         bucket: bucket as u16,
     };
-    match BLOCK_HIST.get_ptr_mut(&key) {
-        // SAFETY: per-CPU value.
-        Some(v) => unsafe { *v += 1 },
-        None => {
-            let _ = BLOCK_HIST.insert(&key, &1, 0);
-        }
+    // Atomic add and a BPF_NOEXIST insert, as for the slots above: the
+    // completion program runs in interrupt context, where it can start on
+    // this CPU while a completion counted in task context (polled I/O) is
+    // halfway here; kernels whose `__bpf_trace_run()` has no `prog->active`
+    // check let a tp_btf program overlap itself that way (main.rs,
+    // "Per-CPU state and preemption"). A path for devices beyond the
+    // slots only.
+    if let Some(v) = BLOCK_HIST.get_ptr_mut(&key) {
+        atomic_add(v, 1);
+    } else if BLOCK_HIST.insert(&key, &1, BPF_NOEXIST as u64).is_err()
+        && let Some(v) = BLOCK_HIST.get_ptr_mut(&key)
+    {
+        atomic_add(v, 1);
     }
 }
 

@@ -37,7 +37,7 @@ use writeback_common::{
 };
 
 use crate::{
-    CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, bump,
+    CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, barrier, bump,
     read::{Access, Typed, current_tid, member, member_ptr, now_ns},
     sched::{RunClock, offcpu_since, run_clock},
     writepages::{KERNEL_MEMBERS, filtered_out, in_call, inode_key, raw_arg},
@@ -58,9 +58,24 @@ static GENERIC: HashMap<u32, GenericCall> = HashMap::with_max_entries(16384, 0);
 #[map]
 static WBC_SEEN: PerCpuArray<WbcSeen> = PerCpuArray::with_max_entries(1, 0);
 
-/// A call being opened, built off the 512-byte stack.
+/// A call being opened, built off the 512-byte stack: a slot per program
+/// that opens calls ([`scratch`]), so that no two programs share one. Both
+/// are attached together (writeback-user/src/tracer/plan.rs,
+/// `TP_BTF_GENERIC`), and where tracepoint probes can be preempted
+/// (PREEMPT_RT, main.rs "Per-CPU state and preemption") btrfs' program
+/// could otherwise run on the CPU while iomap's is halfway through the
+/// slot; the kernel keeps each program from overlapping itself.
 #[map]
-static GENERIC_SCRATCH: PerCpuArray<GenericCall> = PerCpuArray::with_max_entries(1, 0);
+static GENERIC_SCRATCH: PerCpuArray<GenericCall> = PerCpuArray::with_max_entries(scratch::COUNT, 0);
+
+/// Indexes of [`GENERIC_SCRATCH`]: the program that owns each.
+mod scratch {
+    /// `generic_iomap_folio`.
+    pub(super) const IOMAP: u32 = 0;
+    /// `generic_btrfs_folio`.
+    pub(super) const BTRFS: u32 = 1;
+    pub(super) const COUNT: u32 = 2;
+}
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -156,9 +171,10 @@ pub(crate) fn emit(c: *const GenericCall, how: u32) {
 }
 
 /// One folio of `pages` pages at byte `pos` of `inode`, about to be
-/// written by the current thread.
+/// written by the current thread; `slot` is the calling program's
+/// [`GENERIC_SCRATCH`] slot.
 #[inline(always)]
-fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise: bool) {
+fn folio(slot: u32, inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise: bool) {
     let tid = current_tid();
     // Inside an ext4 writepages call the folio is that call's (it counts
     // it in folios_written): never a second call.
@@ -195,10 +211,12 @@ fn folio(inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise:
         bump(stat::FILTERED);
         return;
     }
-    let Some(scratch) = GENERIC_SCRATCH.get_ptr_mut(0) else {
+    let Some(scratch) = GENERIC_SCRATCH.get_ptr_mut(slot) else {
         return;
     };
-    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
+    // SAFETY: this CPU's slot of the calling program, which the kernel
+    // does not run twice at once on one CPU (main.rs, "Per-CPU state and
+    // preemption").
     let c = unsafe { &mut *scratch };
     let w = wbc.unwrap_or(WbcSeen {
         tid: 0,
@@ -392,8 +410,21 @@ pub fn generic_wbc_writepage(ctx: BtfTracePointContext) -> i32 {
     }
     let seen = read_wbc::<Typed>(raw_arg(&ctx, 0) as *const u8, tid);
     if let Some(slot) = WBC_SEEN.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot.
-        unsafe { *slot = seen };
+        // The thread id last, after the fields, with no thread's id while
+        // they change: a reader that finds its id before and after its
+        // copy has the fields its own thread wrote, even when another
+        // thread's run began on the CPU in between (PREEMPT_RT).
+        // SAFETY: this CPU's slot, written by this program only, which the
+        // kernel does not run twice at once on one CPU; volatile so that
+        // the stores keep their order.
+        unsafe {
+            core::ptr::write_volatile(&raw mut (*slot).tid, 0);
+            barrier();
+            let tid_of_seen = seen.tid;
+            *slot = WbcSeen { tid: 0, ..seen };
+            barrier();
+            core::ptr::write_volatile(&raw mut (*slot).tid, tid_of_seen);
+        }
     }
     0
 }
@@ -409,15 +440,28 @@ pub fn generic_iomap_folio(ctx: BtfTracePointContext) -> i32 {
     let tid = current_tid();
     let mut wbc = None;
     if let Some(slot) = WBC_SEEN.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot.
+        // SAFETY: this CPU's slot; the id read before and after the copy
+        // (`generic_wbc_writepage` writes it last).
         unsafe {
-            if (*slot).tid == tid {
-                wbc = Some(*slot);
-                (*slot).tid = 0;
+            if core::ptr::read_volatile(&raw const (*slot).tid) == tid {
+                barrier();
+                let copy = *slot;
+                barrier();
+                if core::ptr::read_volatile(&raw const (*slot).tid) == tid {
+                    wbc = Some(copy);
+                    core::ptr::write_volatile(&raw mut (*slot).tid, 0);
+                }
             }
         }
     }
-    folio(inode, wbc, len >> (page_shift() & 63), pos, false);
+    folio(
+        scratch::IOMAP,
+        inode,
+        wbc,
+        len >> (page_shift() & 63),
+        pos,
+        false,
+    );
     0
 }
 
@@ -447,7 +491,14 @@ pub fn generic_btrfs_folio(ctx: BtfTracePointContext) -> i32 {
     let wbc = read_wbc::<Typed>(raw_arg(&ctx, 2) as *const u8, current_tid());
     let index = <Typed as crate::read::Access>::scalar(folio_ptr, &FOLIO_MEMBERS.index);
     let pos = index << (page_shift() & 63);
-    folio(inode, Some(wbc), folio_pages(folio_ptr), pos, true);
+    folio(
+        scratch::BTRFS,
+        inode,
+        Some(wbc),
+        folio_pages(folio_ptr),
+        pos,
+        true,
+    );
     0
 }
 

@@ -155,18 +155,69 @@ static FILTER: Filter = Filter {
     cgroup_id: 0,
 };
 
+/// Adds to this CPU's counter at `index` of `AGG`-like maps, with a plain
+/// load, add and store: every index is added to by one attached program
+/// (the hook its concept chose), and the kernel never runs a program
+/// twice at once on one CPU (the per-CPU state below).
+///
+/// # Per-CPU state and preemption (issue 28)
+///
+/// The programs build records in per-CPU slots (writepages.rs `START`
+/// and `SCRATCH`, hook.rs `HOOK_SCRATCH`, generic.rs `GENERIC_SCRATCH`
+/// and `WBC_SEEN`, dirtier.rs `DIRTY_SLOT`) and add to per-CPU counters.
+/// A program can lose its CPU halfway: fentry/fexit programs run with
+/// migration disabled, not preemption (`__bpf_prog_enter_recur()`,
+/// kernel/bpf/trampoline.c), and on PREEMPT_RT kernels whose tracepoints
+/// run their probes under SRCU rather than with preemption disabled
+/// (`tracepoint_guard()`, include/linux/tracepoint.h) so do tp_btf
+/// programs; any program can be interrupted, and the block completion
+/// programs run in interrupt context. What keeps a slot whole is that the
+/// kernel never starts a program on a CPU where the same program's run is
+/// unfinished: fentry/fexit and tp_btf check `prog->active`
+/// (`__bpf_prog_enter_recur()`; `__bpf_trace_run()` in
+/// kernel/trace/bpf_trace.c, on kernels whose tracepoint probes can be
+/// preempted), kprobes and classic tracepoints check the CPU's
+/// `bpf_prog_active` for all of them at once (`trace_call_bpf()`), and
+/// kprobe handlers run with preemption disabled. The run it skips is
+/// counted in the program's `recursion_misses`, never run halfway.
+///
+/// So a slot or counter that one attached program writes cannot be torn,
+/// and each of the slots above has one writer: the plan attaches one
+/// start hook per concept, and where two programs would share a slot
+/// (generic.rs: iomap's and btrfs' per-folio programs) each has its own
+/// (`generic::scratch`). The one slot two programs touch, `WBC_SEEN`,
+/// is written by one program and read by another, with a thread id
+/// written last and read before and after (generic.rs). The interleaving
+/// test on a PREEMPT_RT guest (xtask/src/vm/rt.rs) checks every call and
+/// page against ftrace's own count.
 #[inline(always)]
 fn add(map: &PerCpuArray<u64>, index: u32, value: u64) {
     if let Some(counter) = map.get_ptr_mut(index) {
-        // SAFETY: per-CPU slot; a tracing program is not preempted by
-        // another program on the same CPU while it runs.
+        // SAFETY: this CPU's counter, added to by one program (above).
         unsafe { *counter += value };
     }
 }
 
+/// Adds one to a `STATS` counter. Unlike [`add`]'s, these are bumped by
+/// many programs (every hook that can find a map full or a record
+/// filtered), which on a kernel that preempts or interrupts one of them
+/// could interleave on one CPU: an atomic add, on paths that run rarely.
 #[inline(always)]
 fn bump(index: u32) {
-    add(&STATS, index, 1);
+    if let Some(counter) = STATS.get_ptr_mut(index) {
+        atomic_add(counter, 1);
+    }
+}
+
+/// Keeps the compiler from moving memory accesses across this point (an
+/// empty `asm!` that may touch memory): the plain copies of `WBC_SEEN`
+/// (generic.rs) stay between the volatile accesses of its thread id,
+/// which order only among themselves. No instruction is emitted; the CPU
+/// itself runs one program's accesses in order for that program.
+#[inline(always)]
+pub(crate) fn barrier() {
+    // SAFETY: an empty assembly block.
+    unsafe { core::arch::asm!("", options(nostack)) };
 }
 
 /// Adds `n` to the counter at `p` atomically, for map values several CPUs

@@ -1,12 +1,14 @@
 #!/bin/sh
-# Runs inside the vm-test guest, chrooted into the host's root (shared
-# read-only over 9p), with /tmp a guest tmpfs and /tmp/out the host's
-# output directory. It only collects: every pass/fail decision is made by
-# the host (xtask/src/vm/checks.rs) from the files written here.
+# Runs inside the vm-test guest, chrooted into the shared root image
+# (read-only: wbscope, mkfs, busybox; xtask/src/vm/rootimg.rs), with /tmp
+# a guest tmpfs and /tmp/out the results, which step() saves as a tar
+# archive on /dev/vdc for the host. It only collects: every pass/fail
+# decision is made by the host (xtask/src/vm/checks.rs, cgroups.rs, rt.rs)
+# from the files written here.
 #
 # Variables from /vm.env (written by the host): WBSCOPE (absolute path of
-# the host's binary), TRACE_TIMEOUT and PROBES_TIMEOUT (seconds for one
-# wbscope trace or probes run).
+# wbscope in the image), TRACE_TIMEOUT and PROBES_TIMEOUT (seconds for
+# one wbscope trace or probes run).
 set -u
 # init's PATH is busybox's /bin; here the host's tools are wanted.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -14,7 +16,23 @@ export PATH
 OUT=/tmp/out
 MNT=/tmp/mnt
 
-step() { echo "WBVM step $*"; }
+# The results so far, to the host's disk: a guest that stops part-way
+# still leaves what its finished steps wrote.
+save() {
+    tar -cf /dev/vdc -C "$OUT" . 2>/dev/null
+    sync
+}
+step() {
+    save
+    echo "WBVM step $*"
+}
+# Whether group $1 (traces, cgroups, rt, xfs) is to run: all unless
+# STEPS (WBSCOPE_VM_STEPS on the host) names some.
+want() {
+    [ -z "$STEPS" ] && return 0
+    case " $STEPS " in *" $1 "*) return 0 ;; esac
+    return 1
+}
 
 # Whether wbscope's stderr ($1) has its "tracing;" line (builtins only).
 tracing_started() {
@@ -68,7 +86,12 @@ mount -t ext4 /dev/vda "$MNT" > "$OUT/mount.log" 2>&1 || {
     exit 1
 }
 
+T=/sys/kernel/tracing
+
 # One traced 64 MiB write + fsync per run: NAME and the --disable list.
+# Beside wbscope, a tracefs kretprobe on ext4_writepages with the
+# kernel's default maxactive counts what such a probe misses (its
+# kprobe_profile line, saved with wbscope's own before wbscope stops).
 trace_run() {
     name=$1
     disable=$2
@@ -82,10 +105,15 @@ trace_run() {
     t0=$(date +%s%N)
     wait_tracing "$pid" "$OUT/$name.err"
     echo "$(( ($(date +%s%N) - t0) / 1000000 ))" > "$OUT/$name.startup-ms"
+    echo 'r:wbcheck/ewp ext4_writepages' >> "$T/kprobe_events" 2> "$OUT/$name.kretprobe-err"
+    echo 1 > "$T/events/wbcheck/ewp/enable" 2>> "$OUT/$name.kretprobe-err"
     file="$MNT/data-$name"
     dd if=/dev/zero of="$file" bs=1M count=64 conv=fsync 2> "$OUT/$name.dd"
     # st_dev as a number (decoded into major:minor by the host) and ino.
     stat -c '%d %i' "$file" > "$OUT/$name.stat"
+    cat "$T/kprobe_profile" > "$OUT/$name.kprobe-profile" 2>> "$OUT/$name.kretprobe-err"
+    echo 0 > "$T/events/wbcheck/ewp/enable" 2>> "$OUT/$name.kretprobe-err"
+    echo '-:wbcheck/ewp' >> "$T/kprobe_events" 2>> "$OUT/$name.kretprobe-err"
     # timeout forwards SIGTERM to wbscope, which ends with its summary line.
     kill -TERM "$pid" 2>/dev/null
     wait "$pid"
@@ -94,9 +122,11 @@ trace_run() {
     rm -f "$file"
 }
 
-trace_run default ""
-trace_run no-fentry fentry
-trace_run tracepoints-only fentry,kprobe,tp_btf
+if want traces; then
+    trace_run default ""
+    trace_run no-fentry fentry
+    trace_run tracepoints-only fentry,kprobe,tp_btf
+fi
 
 # cgroup v2 with the memory and io controllers (cgroup writeback): the
 # guest's own hierarchy, which the host's cgroup v1 memory cannot give.
@@ -127,11 +157,18 @@ cgroup_owners() {
     step "trace-$name"
     start_trace "$name"
     wait_tracing "$pid" "$OUT/$name.err"
+    # Two fsyncs inside ext4_writepages at once: a default-maxactive
+    # kretprobe beside wbscope's (trace_run says more).
+    echo 'r:wbcheck/ewp ext4_writepages' >> "$T/kprobe_events" 2> "$OUT/$name.kretprobe-err"
+    echo 1 > "$T/events/wbcheck/ewp/enable" 2>> "$OUT/$name.kretprobe-err"
     in_cgroup a dd if=/dev/zero of="$MNT/cg-a" bs=1M count=16 conv=fsync 2> "$OUT/cg-a.dd" &
     wa=$!
     in_cgroup b dd if=/dev/zero of="$MNT/cg-b" bs=1M count=16 conv=fsync 2> "$OUT/cg-b.dd" &
     wb=$!
     wait "$wa" "$wb"
+    cat "$T/kprobe_profile" > "$OUT/$name.kprobe-profile" 2>> "$OUT/$name.kretprobe-err"
+    echo 0 > "$T/events/wbcheck/ewp/enable" 2>> "$OUT/$name.kretprobe-err"
+    echo '-:wbcheck/ewp' >> "$T/kprobe_events" 2>> "$OUT/$name.kretprobe-err"
     for cg in a b; do
         stat -c '%d %i' "$MNT/cg-$cg" > "$OUT/cg-$cg.stat"
         stat -c '%i' "$CG/$cg" > "$OUT/cg-$cg.id"
@@ -172,11 +209,73 @@ cgroup_doctor() {
     rm -f "$MNT/cg-small"
 }
 
-if [ -n "$cgroups_ok" ]; then
+if ! want cgroups; then
+    :
+elif [ -n "$cgroups_ok" ]; then
     cgroup_owners
     cgroup_doctor
 else
     echo "WBVM step cgroups-unavailable"
+fi
+
+# PREEMPT_RT (issue 28): on an RT kernel a tracing program runs with
+# migration disabled, not preemption, so another task's programs can run
+# on the same CPU while one is halfway. Writers and flushers all on CPU 0
+# (the guest's only vCPU; taskset says so again) for long enough that
+# ticks and the block interrupt thread land inside programs: four O_DSYNC
+# writers (64 writepages calls each) and two buffered writers whose pages
+# the flushers write back every 0.2 s, traced by wbscope while ftrace's
+# own ext4_writepages_result event counts every call and its pages
+# independently (its ring buffer, not BPF). The host compares every call
+# and page (rt.rs).
+rt_interleave() {
+    name=rt-interleave
+    step "$name"
+    read -r centisecs < /proc/sys/vm/dirty_writeback_centisecs
+    read -r expire < /proc/sys/vm/dirty_expire_centisecs
+    echo 20 > /proc/sys/vm/dirty_writeback_centisecs
+    echo 20 > /proc/sys/vm/dirty_expire_centisecs
+    echo 8192 > "$T/buffer_size_kb"
+    echo > "$T/trace"
+    echo 1 > "$T/events/ext4/ext4_writepages_result/enable" 2> "$OUT/$name.ftrace-err"
+    start_trace "$name"
+    wait_tracing "$pid" "$OUT/$name.err"
+    t0=$(date +%s%N)
+    pids=
+    for i in 1 2 3 4; do
+        taskset -c 0 /usr/bin/dd if=/dev/zero of="$MNT/rt-dsync-$i" bs=256k count=64 oflag=dsync \
+            2> "$OUT/$name.dd-$i" &
+        pids="$pids $!"
+    done
+    for i in 1 2; do
+        taskset -c 0 /usr/bin/dd if=/dev/zero of="$MNT/rt-buffered-$i" bs=1M count=24 \
+            2> "$OUT/$name.dd-b$i" &
+        pids="$pids $!"
+    done
+    # shellcheck disable=SC2086
+    wait $pids
+    # Whatever the flushers have not written yet, written now (inside
+    # the trace).
+    sync
+    echo "$(( ($(date +%s%N) - t0) / 1000000 ))" > "$OUT/$name.ms"
+    : > "$OUT/$name.files"
+    for f in "$MNT"/rt-*; do
+        echo "$(basename "$f") $(stat -c '%d %i %s' "$f")" >> "$OUT/$name.files"
+    done
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    echo $? > "$OUT/$name.rc"
+    echo 0 > "$T/events/ext4/ext4_writepages_result/enable"
+    cat "$T/trace" > "$OUT/$name.ftrace"
+    cat "$T/per_cpu/cpu0/stats" > "$OUT/$name.ftrace-stats" 2>&1
+    echo > "$T/trace"
+    echo "$centisecs" > /proc/sys/vm/dirty_writeback_centisecs
+    echo "$expire" > /proc/sys/vm/dirty_expire_centisecs
+    rm -f "$MNT"/rt-*
+}
+
+if want rt && [ "$(cat /sys/kernel/realtime 2>/dev/null)" = 1 ]; then
+    rt_interleave
 fi
 
 umount "$MNT"
@@ -186,7 +285,6 @@ umount "$MNT"
 # wbscope while a tracefs kprobe event on do_writepages counts the calls
 # independently: map = the address_space, nr = wbc->nr_to_write at entry
 # (the first member of struct writeback_control on both kernels).
-T=/sys/kernel/tracing
 xfs_run() {
     name=$1
     disable=$2
@@ -218,7 +316,9 @@ xfs_run() {
 }
 
 step mkfs-xfs
-if mkfs.xfs -q -f /dev/vda > "$OUT/mkfs-xfs.log" 2>&1 &&
+if ! want xfs; then
+    :
+elif mkfs.xfs -q -f /dev/vda > "$OUT/mkfs-xfs.log" 2>&1 &&
     mount -t xfs /dev/vda "$MNT" > "$OUT/mount-xfs.log" 2>&1; then
     xfs_run xfs-fentry ""
     xfs_run xfs-kprobe fentry

@@ -22,8 +22,9 @@ const BASE_LIBRARIES: &[&str] = &[
     "ld-linux-aarch64.so",
 ];
 
-pub fn dist(release_binary: &Path, root: &Path) -> anyhow::Result<()> {
-    let dir = root.join("target/dist");
+/// Writes into `target`/dist (`target`: cargo's target directory).
+pub fn dist(release_binary: &Path, target: &Path) -> anyhow::Result<()> {
+    let dir = target.join("dist");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let version = run(Command::new(release_binary).arg("--version"))?;
     let first = version.lines().next().unwrap_or("wbscope");
@@ -56,7 +57,10 @@ pub fn dist(release_binary: &Path, root: &Path) -> anyhow::Result<()> {
     }
     // The recorder's systemd unit beside the binary (README, "Always on").
     let unit = "wbscope-recorder.service";
-    fs::copy(root.join("writeback-user/dist").join(unit), dir.join(unit))
+    let source = crate::workspace_root()
+        .join("writeback-user/dist")
+        .join(unit);
+    fs::copy(&source, dir.join(unit))
         .with_context(|| format!("copying {unit} to {}", dir.display()))?;
     let sum = run(Command::new("sha256sum").arg(&name).current_dir(&dir))?;
     fs::write(dir.join(format!("{name}.sha256")), format!("{sum}\n"))?;

@@ -85,18 +85,23 @@ enum Task {
         #[arg(long, default_value_t = 5)]
         floor_secs: u64,
     },
-    /// Boot Debian's 6.1 and 6.12 kernels in qemu (TCG) and check the
-    /// fentry, kprobe and tracepoint paths inside.
+    /// Boot Debian's kernels in qemu (TCG), one at a time, and check the
+    /// fentry, kprobe and tracepoint paths inside: 5.10, 6.1, 6.12, 6.12's
+    /// PREEMPT_RT and cloud builds and the newest the archive offers, each
+    /// the newest build of its series (docs/toolchain.md).
     ///
-    /// Example: cargo xtask vm-test --kernel 6.12
+    /// Example: cargo xtask vm-test --kernel 6.12-rt
     VmTest {
-        /// 6.1, 6.12 or all.
+        /// 5.10, 6.1, 6.12, 6.12-rt, 6.12-cloud, newest; `suite` for the
+        /// kernels `cargo xtask test` runs; `all` (the default) for every
+        /// one.
         #[arg(long)]
         kernel: Option<String>,
     },
     /// fmt check, clippy -D warnings, unit and kernel integration tests
-    /// then the qemu kernel matrix when qemu is installed and no test
-    /// name is given (WBSCOPE_VM_TESTS=0 skips it).
+    /// then the qemu kernel matrix's `suite` kernels (5.10, 6.1, 6.12,
+    /// 6.12-rt) when qemu is installed and no test name is given
+    /// (WBSCOPE_VM_TESTS=0 skips it; `vm-test --kernel all` runs the rest).
     Test {
         /// Extra arguments for `cargo test` (after `--`), e.g. a test name.
         #[arg(last = true)]
@@ -220,7 +225,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Task::Test { args } => test(&args),
-        Task::Dist => dist::dist(&build(true)?, &workspace_root()),
+        Task::Dist => dist::dist(&build(true)?, &target_dir()?),
         Task::VmTest { kernel } => vm::vm_test(kernel.as_deref()),
         Task::Bench {
             what:
@@ -333,7 +338,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// Writes a benchmark report to target/bench/NAME and prints it.
 fn write_report(name: &str, report: &str) -> anyhow::Result<()> {
-    let dir = workspace_root().join("target/bench");
+    let dir = target_dir()?.join("bench");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(name);
     std::fs::write(&path, report)?;
@@ -347,6 +352,44 @@ fn workspace_root() -> PathBuf {
         .parent()
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Cargo's target directory for this workspace, as cargo itself reports it
+/// (`cargo metadata`'s `target_directory`): `CARGO_TARGET_DIR`,
+/// `build.target-dir` in a config file, or `target/` in the workspace.
+/// Every path xtask builds under the target directory comes from here.
+fn target_dir() -> anyhow::Result<PathBuf> {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(dir) = DIR.get() {
+        return Ok(dir.clone());
+    }
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(workspace_root())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!("cargo metadata failed ({})", out.status);
+    }
+    let dir = target_directory_of(&out.stdout)?;
+    Ok(DIR.get_or_init(|| dir).clone())
+}
+
+/// `target_directory` of `cargo metadata`'s JSON.
+fn target_directory_of(json: &[u8]) -> anyhow::Result<PathBuf> {
+    let meta: serde_json::Value =
+        serde_json::from_slice(json).context("cargo metadata printed no JSON")?;
+    meta["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .context("cargo metadata has no target_directory")
 }
 
 /// `cargo` with the detected eBPF toolchain exported to build.rs and
@@ -384,10 +427,7 @@ fn build(release: bool) -> anyhow::Result<PathBuf> {
     }
     step("building wbscope", &mut cmd)?;
     let profile = if release { "release" } else { "debug" };
-    Ok(workspace_root()
-        .join("target")
-        .join(profile)
-        .join("wbscope"))
+    Ok(target_dir()?.join(profile).join("wbscope"))
 }
 
 fn test(extra: &[String]) -> anyhow::Result<()> {
@@ -534,5 +574,29 @@ mod tests {
             Some((3, 1))
         );
         assert_eq!(parse_test_result("running 4 tests"), None);
+    }
+
+    /// The directory cargo reports is the one `CARGO_TARGET_DIR` names
+    /// (issue 28: the VM step looked for the binary under the checkout).
+    #[test]
+    fn target_dir_is_cargos() {
+        let elsewhere = std::env::temp_dir().join(format!("xtask-target-{}", std::process::id()));
+        let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--no-deps",
+                "--offline",
+            ])
+            .current_dir(workspace_root())
+            .env("CARGO_TARGET_DIR", &elsewhere)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(target_directory_of(&out.stdout).unwrap(), elsewhere);
+        assert!(!elsewhere.exists(), "cargo metadata creates nothing");
+        assert!(target_directory_of(b"{}").is_err());
+        assert!(target_directory_of(b"not json").is_err());
     }
 }

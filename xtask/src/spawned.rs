@@ -49,6 +49,9 @@ const BASE_TOOLS: &[(&str, &str)] = &[
     // to install anything.
     ("dpkg", "dpkg"),
     ("apt-get", "apt"),
+    ("apt-cache", "apt"),
+    // tar is Essential: yes.
+    ("tar", "tar"),
     // libc-bin is Essential: yes.
     ("ldd", "libc-bin"),
     // gcc depends on binutils.
@@ -83,8 +86,14 @@ const DYNAMIC_SPAWNS: &[(&str, &str, &[&str])] = &[
         r#"std::env::var("CARGO").unwrap_or_else(|_|"cargo".into())"#,
         &["cargo"],
     ),
-    // The test's stand-in for apt-get: a shell script it wrote.
-    ("xtask/src/vm/kernel.rs", "apt.to_str().unwrap()", &["sh"]),
+    // apt with the private configuration (the tests put a shell script
+    // they wrote in its place).
+    ("xtask/src/vm/apt.rs", "self.apt_get", &["apt-get"]),
+    (
+        "xtask/src/vm/apt.rs",
+        "self.apt_cache",
+        &["apt-cache", "sh"],
+    ),
     // The decompressor of a module's suffix.
     ("xtask/src/vm/initramfs.rs", "tool", &["xz", "zstd"]),
     // The mkfs of the filesystem type asked for.

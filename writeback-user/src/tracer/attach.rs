@@ -452,7 +452,7 @@ impl Tracer {
         // Phase 2: per concept, candidates in order of preference until one
         // attaches. Function hooks without a program of ours are tried with
         // an empty program so the plan says what this kernel allows.
-        let mut trials = Trials::new();
+        let mut trials = Trials::new(&tracefs_root);
         let mut attached_programs = Vec::new();
         let mut concept_plans: Vec<ConceptPlan> = Vec::new();
         let mut cpu_method = cpu_time::OFF;
@@ -543,6 +543,7 @@ impl Tracer {
             }
             concept_plans.push(plan);
         }
+        let retprobes = trials.into_retprobes();
         let plan = ProbePlan {
             kernel: crate::sys::kernel_release(),
             concepts: concept_plans,
@@ -610,6 +611,7 @@ impl Tracer {
             attached_programs,
             vmstat: super::VmStatFile::open()?,
             _stats_fd: stats_fd,
+            _retprobes: retprobes,
             logger,
         };
         // Before the first pause, not an interval later.

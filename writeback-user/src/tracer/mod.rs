@@ -14,6 +14,7 @@ pub(crate) mod mounts;
 pub mod object;
 pub mod plan;
 pub mod privileges;
+mod retprobe;
 pub mod ring;
 pub(crate) mod seccomp;
 pub mod tracefs;
@@ -53,6 +54,8 @@ pub struct Tracer {
     vmstat: VmStatFile,
     /// Keeps BPF run-time statistics on while the tracer lives.
     _stats_fd: Option<OwnedFd>,
+    /// kretprobe events of our own (`retprobe.rs`), removed when dropped.
+    _retprobes: Vec<retprobe::RetProbe>,
     /// The default attribution's inode dirtyings and process counts
     /// (`dirtiers.rs`; read through `&self`, hence the lock).
     dirtyings: std::sync::Mutex<dirtiers::Dirtyings>,

@@ -92,6 +92,9 @@ impl DropOptions {
 pub(crate) enum Confinement {
     /// `--no-drop`.
     Kept,
+    /// Kept because the kernel would refuse the map reads without them
+    /// (`maps_need_capabilities`).
+    KeptFor(String),
     Dropped {
         user: String,
         uid: u32,
@@ -116,6 +119,7 @@ impl std::fmt::Display for Confinement {
                 f,
                 "--no-drop: keeping every privilege (root or CAP_BPF+CAP_PERFMON) for the whole run"
             ),
+            Confinement::KeptFor(why) => write!(f, "privileges kept: {why}"),
             Confinement::Dropped {
                 user,
                 uid,
@@ -255,6 +259,41 @@ pub(crate) fn dropped() -> bool {
     DROPPED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Why this kernel would refuse the run's map reads once the capabilities
+/// are gone, if it would. Before 6.5 the bpf() system call refused every
+/// command, map lookups included, to a caller without CAP_BPF or
+/// CAP_SYS_ADMIN while `kernel.unprivileged_bpf_disabled` is set
+/// (`SYSCALL_DEFINE3(bpf)`, kernel/bpf/syscall.c; 6.5 moved the check into
+/// map creation and program load), and distributions set it (Debian 11
+/// and 12: 2). Seen in the 5.10 guest of `cargo xtask vm-test`: every
+/// trace stopped at its first map write ("writing GLOBAL_THRESH: EPERM").
+fn maps_need_capabilities() -> Option<String> {
+    let disabled: u32 = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let release = crate::sys::kernel_release();
+    needs_capabilities(&release, disabled).then(|| {
+        format!(
+            "kernel {release} refuses BPF map reads without CAP_BPF while \
+             kernel.unprivileged_bpf_disabled is {disabled} (6.5 and later do not)"
+        )
+    })
+}
+
+/// Whether a kernel of `release` ("5.10.0-46-amd64") gates map commands
+/// on a capability with `unprivileged_bpf_disabled` at `disabled`.
+fn needs_capabilities(release: &str, disabled: u32) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    let (Some(major), Some(minor)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    disabled != 0 && (major, minor) < (6, 5)
+}
+
 /// Ends the run's privileges, or says it keeps them (`--no-drop`), and
 /// returns what it did. Call it once the programs are attached and every
 /// file the run still reads or writes is open, while the process has one
@@ -268,6 +307,9 @@ pub(crate) fn drop_after_attach(
 ) -> anyhow::Result<Confinement> {
     if options.no_drop {
         return Ok(Confinement::Kept);
+    }
+    if let Some(why) = maps_need_capabilities() {
+        return Ok(Confinement::KeptFor(why));
     }
     let account = target(options.user.as_deref())?;
     let threads = thread_count()?;
@@ -428,6 +470,18 @@ mod tests {
         assert!(err.to_string().contains("uid 0"), "{err:#}");
         let err = lookup("no-such-user-wbscope").expect_err("unknown");
         assert_eq!(err.to_string(), "--user no-such-user-wbscope: no such user");
+    }
+
+    #[test]
+    fn kernels_before_6_5_keep_capabilities_for_their_maps() {
+        assert!(needs_capabilities("5.10.0-46-amd64", 2));
+        assert!(needs_capabilities("6.1.0-57-amd64", 1));
+        assert!(!needs_capabilities("6.1.0-57-amd64", 0));
+        assert!(!needs_capabilities("6.12.118+deb13-amd64", 2));
+        assert!(!needs_capabilities("7.3.4+deb13-amd64", 2));
+        assert!(!needs_capabilities("garbage", 2));
+        let kept = Confinement::KeptFor("why".into());
+        assert_eq!(kept.to_string(), "privileges kept: why");
     }
 
     #[test]

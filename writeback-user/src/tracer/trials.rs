@@ -10,24 +10,65 @@ use std::{
 
 use aya::{
     Btf, Ebpf,
-    programs::{BtfTracePoint, FEntry, KProbe, Program, ProgramError},
+    programs::{BtfTracePoint, FEntry, KProbe, ProbeKind, Program, ProgramError},
 };
 
-use super::{btf::Btf as KernelBtf, plan::BtfAttach};
+use super::{btf::Btf as KernelBtf, plan::BtfAttach, retprobe::RetProbe};
 use crate::model::plan::HookKind;
 
 /// Where the kernel lists its perf event sources; no `kprobe` there means
 /// a kernel built without CONFIG_KPROBES.
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
-/// Trial loads of the empty fentry/kprobe/tp_btf programs.
+/// Trial loads of the empty fentry/kprobe/tp_btf programs, and the
+/// kretprobes made through tracefs (`retprobe.rs`) for the attached
+/// programs.
 pub(super) struct Trials {
     btf: Option<Result<Btf, String>>,
+    tracefs: PathBuf,
+    retprobes: Vec<(&'static str, RetProbe)>,
 }
 
 impl Trials {
-    pub(super) fn new() -> Trials {
-        Trials { btf: None }
+    pub(super) fn new(tracefs: &Path) -> Trials {
+        Trials {
+            btf: None,
+            tracefs: tracefs.to_path_buf(),
+            retprobes: Vec::new(),
+        }
+    }
+
+    /// The kretprobes attached through tracefs, to keep while tracing.
+    pub(super) fn into_retprobes(self) -> Vec<RetProbe> {
+        self.retprobes.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Attaches the loaded kretprobe `p` of `program` to `target` with
+    /// room for every call in flight (retprobe.rs); where tracefs does not
+    /// take it, through the kprobe PMU with the kernel's default.
+    fn attach_return(
+        &mut self,
+        program: &'static str,
+        p: &mut KProbe,
+        target: &str,
+    ) -> Result<(), ProgramError> {
+        let made = p
+            .fd()
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .and_then(|fd| RetProbe::attach(&self.tracefs, target, fd));
+        match made {
+            Ok(r) => {
+                self.retprobes.push((program, r));
+                Ok(())
+            }
+            Err(e) => {
+                log::warn!(
+                    "kretprobe on {target}: {e:#}; attached through the kprobe PMU with the \
+                     kernel's default number of calls in flight (returns beyond it are missed)"
+                );
+                p.attach(target, 0).map(drop)
+            }
+        }
     }
 
     fn btf(&mut self) -> Result<&Btf, String> {
@@ -84,10 +125,13 @@ impl Trials {
                     .load(a.target, &btf)
                     .map_err(d)
                     .and_then(|()| p.attach().map(drop).map_err(d)),
-                Program::KProbe(p) => p
-                    .load()
-                    .map_err(d)
-                    .and_then(|()| p.attach(a.target, 0).map(drop).map_err(d)),
+                Program::KProbe(p) => p.load().map_err(d).and_then(|()| {
+                    if matches!(p.kind(), ProbeKind::Return) {
+                        self.attach_return(a.program, p, a.target).map_err(d)
+                    } else {
+                        p.attach(a.target, 0).map(drop).map_err(d)
+                    }
+                }),
                 _ => Err(format!("{} is not a {kind} program", a.program)),
             };
             match step {
@@ -100,6 +144,7 @@ impl Trials {
         }
         if result.is_err() {
             // Unloading detaches: nothing of a half-attached pair stays.
+            self.retprobes.retain(|(name, _)| !done.contains(name));
             for name in done {
                 let _ = match ebpf.program_mut(name) {
                     Some(Program::BtfTracePoint(p)) => p.unload(),
@@ -177,7 +222,13 @@ pub(super) fn describe(e: &ProgramError, target: &str) -> String {
             // The verifier's reasons, for --log: the one-line reason below
             // says only that it refused.
             log::info!("{target}: BPF_PROG_LOAD failed; verifier log:\n{verifier_log}");
-            format!("BPF_PROG_LOAD returned {}", errno_text(io_error))
+            match missing_helper(&verifier_log.to_string()) {
+                Some(helper) => format!(
+                    "BPF_PROG_LOAD returned {}: the kernel lacks {helper}",
+                    errno_text(io_error)
+                ),
+                None => format!("BPF_PROG_LOAD returned {}", errno_text(io_error)),
+            }
         }
         // Only a function ext4's own BTF has is "in the module"; others
         // (writeback_iter on 6.1) are simply absent.
@@ -191,6 +242,26 @@ pub(super) fn describe(e: &ProgramError, target: &str) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// BPF helpers the programs call that older kernels lack, by number
+/// (`enum bpf_func_id`, include/uapi/linux/bpf.h) and the release that
+/// added each.
+const LATER_HELPERS: &[(u32, &str)] = &[(158, "bpf_get_current_task_btf (Linux 5.11)")];
+
+/// The helper a verifier log refuses as unknown ("invalid func
+/// unknown#158" on 5.10), named when it is one of [`LATER_HELPERS`].
+fn missing_helper(log: &str) -> Option<String> {
+    let rest = &log[log.find("invalid func unknown#")? + "invalid func unknown#".len()..];
+    let id: u32 = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    Some(LATER_HELPERS.iter().find(|(n, _)| *n == id).map_or_else(
+        || format!("BPF helper #{id}"),
+        |(_, name)| (*name).to_string(),
+    ))
 }
 
 /// Whether `function` is in the ext4 module's split BTF (errors: no).
@@ -230,4 +301,24 @@ fn errno_text(e: &std::io::Error) -> String {
         _ => return e.to_string(),
     };
     name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_helper_the_kernel_lacks_is_named() {
+        let log = "678: (bf) r1 = r0\n679: (85) call unknown#158\ninvalid func unknown#158\n\
+                   verification time 545047 usec\n";
+        assert_eq!(
+            missing_helper(log).as_deref(),
+            Some("bpf_get_current_task_btf (Linux 5.11)")
+        );
+        assert_eq!(
+            missing_helper("invalid func unknown#999\n").as_deref(),
+            Some("BPF helper #999")
+        );
+        assert_eq!(missing_helper("R1 invalid mem access 'inv'"), None);
+    }
 }

@@ -1,44 +1,45 @@
-//! The guest's initramfs: busybox-static, the guest scripts, the modules in
-//! load order and a small environment file, as an uncompressed `newc` cpio
-//! archive (the kernel unpacks it without any decompressor).
+//! The guest's initramfs: busybox-static, the guest scripts and a small
+//! environment file (the part every kernel shares, [`base`]), then the
+//! kernel's modules in load order ([`with_modules`]), as uncompressed
+//! `newc` cpio archives one after the other (the kernel unpacks each in
+//! turn, without any decompressor).
 use std::{io::Write as _, path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 
-use super::kernel::KernelTree;
+use super::{kernel::KernelTree, rootimg::BUSYBOX};
 
 const INIT: &str = include_str!("../../guest/init.sh");
 const CHECKS: &str = include_str!("../../guest/checks.sh");
 
-/// busybox-static's binary (the dynamic `busybox` package installs the same
-/// path, hence the check in [`build`]).
-const BUSYBOX: &str = "/bin/busybox";
-
 pub struct GuestConfig<'a> {
-    /// Absolute path of the host's wbscope; the guest sees the same path
-    /// inside its chroot of the shared host root.
-    pub wbscope: &'a Path,
+    /// Path of wbscope inside the guest's root image.
+    pub wbscope: &'a str,
     /// Limits for one `wbscope trace` and one `wbscope probes` run.
     pub trace_timeout_secs: u64,
     pub probes_timeout_secs: u64,
+    /// The step groups to run (checks.sh `want`), empty for all.
+    pub steps: &'a str,
 }
 
-pub fn build(tree: &KernelTree, config: &GuestConfig, dest: &Path) -> anyhow::Result<()> {
+/// The archive every kernel's guest starts from.
+pub fn base(config: &GuestConfig) -> anyhow::Result<Vec<u8>> {
     let busybox = std::fs::read(BUSYBOX)
         .with_context(|| format!("reading {BUSYBOX} (install busybox-static)"))?;
     if has_interpreter(&busybox) {
         bail!("{BUSYBOX} is dynamically linked: install busybox-static");
     }
-    let wbscope = config
-        .wbscope
-        .to_str()
-        .context("the wbscope path is not UTF-8")?;
-    if wbscope.contains(['\'', '\n']) {
-        bail!("the wbscope path {wbscope:?} cannot be quoted for the guest");
+    if config.steps.contains(['\'', '\n']) {
+        bail!("{:?} cannot be quoted for the guest", config.steps);
     }
-
+    if config.wbscope.contains(['\'', '\n']) {
+        bail!(
+            "the wbscope path {:?} cannot be quoted for the guest",
+            config.wbscope
+        );
+    }
     let mut cpio = Cpio::default();
-    for dir in ["bin", "dev", "proc", "sys", "hostroot", "modules"] {
+    for dir in ["bin", "dev", "proc", "sys", "newroot", "modules"] {
         cpio.dir(dir);
     }
     // The kernel opens /dev/console for /init's stdio before devtmpfs is
@@ -52,13 +53,19 @@ pub fn build(tree: &KernelTree, config: &GuestConfig, dest: &Path) -> anyhow::Re
         "vm.env",
         0o644,
         format!(
-            "WBSCOPE='{wbscope}'\nTRACE_TIMEOUT={}\nPROBES_TIMEOUT={}\n\
-             export WBSCOPE TRACE_TIMEOUT PROBES_TIMEOUT\n",
-            config.trace_timeout_secs, config.probes_timeout_secs
+            "WBSCOPE='{}'\nTRACE_TIMEOUT={}\nPROBES_TIMEOUT={}\nSTEPS='{}'\n\
+             export WBSCOPE TRACE_TIMEOUT PROBES_TIMEOUT STEPS\n",
+            config.wbscope, config.trace_timeout_secs, config.probes_timeout_secs, config.steps
         )
         .as_bytes(),
     );
+    Ok(cpio.finish())
+}
 
+/// `base` followed by an archive of `tree`'s modules and their load
+/// order, written to `dest`.
+pub fn with_modules(base: &[u8], tree: &KernelTree, dest: &Path) -> anyhow::Result<()> {
+    let mut cpio = Cpio::default();
     let mut list = String::new();
     for module in &tree.modules {
         let (name, bytes) = module_bytes(module)?;
@@ -67,10 +74,10 @@ pub fn build(tree: &KernelTree, config: &GuestConfig, dest: &Path) -> anyhow::Re
         list.push('\n');
     }
     cpio.file("modules.list", 0o644, list.as_bytes());
-
     let mut f =
         std::fs::File::create(dest).with_context(|| format!("creating {}", dest.display()))?;
-    f.write_all(&cpio.finish())
+    f.write_all(base)
+        .and_then(|()| f.write_all(&cpio.finish()))
         .with_context(|| format!("writing {}", dest.display()))?;
     Ok(())
 }

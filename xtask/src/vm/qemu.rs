@@ -22,7 +22,10 @@ pub struct GuestSpec<'a> {
     pub initrd: &'a Path,
     /// Raw image attached as the guest's /dev/vda.
     pub disk: &'a Path,
-    /// Host directory the guest writes its results to (9p tag `out`).
+    /// The shared root image (rootimg.rs), read-only, /dev/vdb.
+    pub root: &'a Path,
+    /// Raw image the guest writes its results to as a tar archive
+    /// (/dev/vdc).
     pub out: &'a Path,
     /// Serial log, kept after the run.
     pub log: &'a Path,
@@ -80,34 +83,30 @@ fn event(line: &str) -> Option<Event> {
 fn command(spec: &GuestSpec) -> Command {
     let mut cmd = Command::new(QEMU);
     // TCG only: /dev/kvm here is a nested software virtualiser under which
-    // stock kernels fail (docs/toolchain.md). No network; the host root is
-    // shared read-only, the output directory read-write. One vCPU:
+    // stock kernels fail (docs/toolchain.md). No network. One vCPU:
     // attaching and detaching BPF programs patches live kernel text
     // (text_poke_bp: an int3 on the site, then an IPI to every CPU), and
     // with two TCG vCPUs on a loaded 2-core host a 6.1 guest once
     // livelocked there — CPU 0 looping in exc_int3 on the sched_switch
     // call site, CPU 1 waiting for its IPI (soft lockup, step timed out).
+    // One vCPU also puts every program of the RT guest's interleaving
+    // step on one CPU.
     cmd.args(["-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "1"])
         .args(["-nographic", "-no-reboot", "-nic", "none"])
         .arg("-kernel")
         .arg(spec.kernel)
         .arg("-initrd")
         .arg(spec.initrd)
-        .args(["-append", "console=ttyS0 panic=-1 loglevel=5"])
-        .args([
-            "-virtfs",
-            "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
-        ])
-        .arg("-virtfs")
-        .arg(format!(
-            "local,path={},mount_tag=out,security_model=none",
-            spec.out.display()
-        ))
-        .arg("-drive")
-        .arg(format!(
-            "file={},format=raw,if=virtio,cache=unsafe",
-            spec.disk.display()
+        .args(["-append", "console=ttyS0 panic=-1 loglevel=5"]);
+    // Order is the guest's vda, vdb, vdc (virtio-blk enumerates them in
+    // PCI slot order, which is command-line order).
+    for (file, readonly) in [(spec.disk, false), (spec.root, true), (spec.out, false)] {
+        cmd.arg("-drive").arg(format!(
+            "file={},format=raw,if=virtio,cache=unsafe{}",
+            file.display(),
+            if readonly { ",readonly=on" } else { "" }
         ));
+    }
     cmd
 }
 
