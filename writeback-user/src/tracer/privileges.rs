@@ -260,13 +260,17 @@ pub(crate) fn dropped() -> bool {
 }
 
 /// Why this kernel would refuse the run's map reads once the capabilities
-/// are gone, if it would. Before 6.5 the bpf() system call refused every
+/// are gone, if it would. Before 5.19 the bpf() system call refused every
 /// command, map lookups included, to a caller without CAP_BPF or
 /// CAP_SYS_ADMIN while `kernel.unprivileged_bpf_disabled` is set
-/// (`SYSCALL_DEFINE3(bpf)`, kernel/bpf/syscall.c; 6.5 moved the check into
-/// map creation and program load), and distributions set it (Debian 11
+/// (`__sys_bpf()`, kernel/bpf/syscall.c); 5.19's "bpf: refine
+/// kernel.unprivileged_bpf_disabled behaviour" limited it to
+/// BPF_MAP_CREATE and BPF_PROG_LOAD, and 6.5 moved it into
+/// `map_create()` and `bpf_prog_load()`. Distributions set it (Debian 11
 /// and 12: 2). Seen in the 5.10 guest of `cargo xtask vm-test`: every
-/// trace stopped at its first map write ("writing GLOBAL_THRESH: EPERM").
+/// trace stopped at its first map write ("writing GLOBAL_THRESH: EPERM");
+/// the 6.1 guest (Debian 12) dropped and passed every check (CI at
+/// b91778e, stop 32).
 fn maps_need_capabilities() -> Option<String> {
     let disabled: u32 = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
         .ok()?
@@ -277,7 +281,7 @@ fn maps_need_capabilities() -> Option<String> {
     needs_capabilities(&release, disabled).then(|| {
         format!(
             "kernel {release} refuses BPF map reads without CAP_BPF while \
-             kernel.unprivileged_bpf_disabled is {disabled} (6.5 and later do not)"
+             kernel.unprivileged_bpf_disabled is {disabled} (5.19 and later do not)"
         )
     })
 }
@@ -291,7 +295,7 @@ fn needs_capabilities(release: &str, disabled: u32) -> bool {
     let (Some(major), Some(minor)) = (parts.next(), parts.next()) else {
         return false;
     };
-    disabled != 0 && (major, minor) < (6, 5)
+    disabled != 0 && (major, minor) < (5, 19)
 }
 
 /// Ends the run's privileges, or says it keeps them (`--no-drop`), and
@@ -475,8 +479,10 @@ mod tests {
     #[test]
     fn kernels_before_6_5_keep_capabilities_for_their_maps() {
         assert!(needs_capabilities("5.10.0-46-amd64", 2));
-        assert!(needs_capabilities("6.1.0-57-amd64", 1));
-        assert!(!needs_capabilities("6.1.0-57-amd64", 0));
+        assert!(needs_capabilities("5.18.19-amd64", 1));
+        assert!(!needs_capabilities("5.10.0-46-amd64", 0));
+        assert!(!needs_capabilities("5.19.0-1-amd64", 2));
+        assert!(!needs_capabilities("6.1.0-57-amd64", 2));
         assert!(!needs_capabilities("6.12.118+deb13-amd64", 2));
         assert!(!needs_capabilities("7.3.4+deb13-amd64", 2));
         assert!(!needs_capabilities("garbage", 2));
