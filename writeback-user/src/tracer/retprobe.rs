@@ -106,6 +106,7 @@ impl RetProbe {
             .append(true)
             .open(&events_path)
             .with_context(|| format!("opening {}", events_path.display()))?;
+        remove_stale(&events_path, &mut events);
         let profile_path = tracefs.join("kprobe_profile");
         let profile = File::open(&profile_path)
             .with_context(|| format!("opening {}", profile_path.display()))?;
@@ -180,6 +181,43 @@ impl RetProbe {
     }
 }
 
+/// Removes the events a killed run of ours left in `kprobe_events` (a
+/// SIGKILL runs no `Drop`): those of a `wbscope_PID` group whose process
+/// is gone. A failure is said and changes nothing else.
+fn remove_stale(events_path: &Path, events: &mut File) {
+    let Ok(text) = std::fs::read_to_string(events_path) else {
+        return;
+    };
+    for name in stale_events(&text, |pid| {
+        // SAFETY: signal 0 only checks that the process exists.
+        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }) {
+        match events.write_all(format!("-:{name}\n").as_bytes()) {
+            Ok(()) => log::info!("removed the kretprobe event {name} a killed run left"),
+            Err(e) => log::warn!("could not remove the stale kretprobe event {name}: {e}"),
+        }
+    }
+}
+
+/// `group/event` of each `kprobe_events` line (`r1024:wbscope_PID/EVENT
+/// FUNCTION`, as [`definition`] writes them) whose group names a process
+/// that `alive` says is gone.
+fn stale_events(text: &str, alive: impl Fn(u32) -> bool) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let name = l.split_whitespace().next()?.split_once(':')?.1;
+            let pid: u32 = name
+                .split_once('/')?
+                .0
+                .strip_prefix("wbscope_")?
+                .parse()
+                .ok()?;
+            (!alive(pid)).then(|| name.to_string())
+        })
+        .collect()
+}
+
 /// The misses column of `name`'s `kprobe_profile` line (`  group/event
 /// hits misses`, `probes_profile_seq_show()` in kernel/trace/trace_kprobe.c;
 /// older kernels print the event name without its group).
@@ -228,6 +266,19 @@ impl Drop for RetProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_of_gone_runs_are_stale_and_no_others() {
+        let text = "r1024:wbscope_41/ext4_writepages_0 ext4_writepages\n\
+                    r1024:wbscope_42/ext4_writepages_0 ext4_writepages\n\
+                    p:kprobes/other do_sys_open\n\
+                    r:wbscope_x/y f\n";
+        assert_eq!(
+            stale_events(text, |pid| pid == 42),
+            vec!["wbscope_41/ext4_writepages_0".to_string()]
+        );
+        assert!(stale_events("", |_| false).is_empty());
+    }
 
     #[test]
     fn the_event_asks_for_maxactive_instances() {
