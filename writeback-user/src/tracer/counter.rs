@@ -7,7 +7,8 @@
 //! window and closed after it.
 use std::fs::File;
 use std::io::{self, Read as _};
-use std::os::fd::{FromRawFd as _, RawFd};
+use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
+use std::path::Path;
 
 use anyhow::Context as _;
 
@@ -47,43 +48,18 @@ impl TracepointCounter {
     /// (no CAP_PERFMON, perf_event_paranoid).
     pub(crate) fn open(system: &str, event: &str) -> anyhow::Result<TracepointCounter> {
         let root = super::tracefs::ensure_mounted()?;
-        let id_path = root.join("events").join(system).join(event).join("id");
-        let id: u64 = std::fs::read_to_string(&id_path)
-            .with_context(|| format!("reading {}", id_path.display()))?
-            .trim()
-            .parse()
-            .with_context(|| format!("parsing {}", id_path.display()))?;
-        let attr = PerfEventAttr {
-            kind: PERF_TYPE_TRACEPOINT,
-            size: PERF_ATTR_SIZE_VER0,
-            config: id,
-            ..PerfEventAttr::default()
-        };
+        let id = event_id(&root, &format!("{system}/{event}"))?;
         // SAFETY: sysconf has no preconditions.
         let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as i32;
         let mut per_cpu = Vec::new();
         let mut last_err = None;
         for cpu in 0..cpus {
-            // SAFETY: attr is valid for the call; pid -1 with a cpu counts
-            // every task on that cpu.
-            let fd = unsafe {
-                libc::syscall(
-                    libc::SYS_perf_event_open,
-                    &attr as *const PerfEventAttr,
-                    -1 as libc::pid_t,
-                    cpu,
-                    -1 as RawFd,
-                    PERF_FLAG_FD_CLOEXEC,
-                )
-            };
-            if fd < 0 {
+            match open_tracepoint(id, cpu, false) {
                 // An offline CPU (ENODEV) is skipped; any other error is
                 // reported if no CPU could be counted.
-                last_err = Some(io::Error::last_os_error());
-                continue;
+                Err(e) => last_err = Some(e),
+                Ok(fd) => per_cpu.push(File::from(fd)),
             }
-            // SAFETY: a new descriptor we own.
-            per_cpu.push(unsafe { File::from_raw_fd(fd as RawFd) });
         }
         if per_cpu.is_empty() {
             let e = last_err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::ENODEV));
@@ -102,6 +78,50 @@ impl TracepointCounter {
         }
         Ok(total)
     }
+}
+
+/// The id tracefs at `tracefs` gives the trace event `name`
+/// (`system/event`, the directory under `events/`).
+pub(super) fn event_id(tracefs: &Path, name: &str) -> anyhow::Result<u64> {
+    let id_path = tracefs.join("events").join(name).join("id");
+    std::fs::read_to_string(&id_path)
+        .with_context(|| format!("reading {}", id_path.display()))?
+        .trim()
+        .parse()
+        .with_context(|| format!("parsing {}", id_path.display()))
+}
+
+/// perf_event_open(2) of the tracepoint event `id`, every task (pid -1)
+/// on `cpu`: a counter, or with `for_bpf` an event a BPF program is set
+/// on (`PERF_EVENT_IOC_SET_BPF`; one sample per hit, which is how the
+/// program runs; a program on a trace event runs on every CPU whatever
+/// the event's).
+pub(super) fn open_tracepoint(id: u64, cpu: i32, for_bpf: bool) -> io::Result<OwnedFd> {
+    let attr = PerfEventAttr {
+        kind: PERF_TYPE_TRACEPOINT,
+        size: PERF_ATTR_SIZE_VER0,
+        config: id,
+        sample_period: u64::from(for_bpf),
+        wakeup_events: u32::from(for_bpf),
+        ..PerfEventAttr::default()
+    };
+    // SAFETY: attr is a valid VER0 attribute that outlives the call; no
+    // group; the flags are the documented close-on-exec.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &raw const attr,
+            -1 as libc::pid_t,
+            cpu,
+            -1 as RawFd,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 #[cfg(test)]

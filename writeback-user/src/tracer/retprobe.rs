@@ -25,7 +25,7 @@
 use std::{
     fs::{File, OpenOptions},
     io::{Read as _, Seek as _, SeekFrom, Write as _},
-    os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsFd, AsRawFd as _, OwnedFd},
     path::Path,
     sync::atomic::{AtomicU32, Ordering},
 };
@@ -61,31 +61,10 @@ fn definition(name: &str, function: &str) -> String {
     format!("r{MAXACTIVE}:{name} {function}\n")
 }
 
-/// `PERF_TYPE_TRACEPOINT` (include/uapi/linux/perf_event.h).
-const PERF_TYPE_TRACEPOINT: u32 = 2;
 /// `_IO('$', 0)`.
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 /// `_IOW('$', 8, __u32)`.
 const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
-/// `PERF_FLAG_FD_CLOEXEC`.
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
-
-/// The first 64 bytes of `struct perf_event_attr` (PERF_ATTR_SIZE_VER0,
-/// which every kernel takes), all a tracepoint event for BPF needs.
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    type_: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-}
 
 impl RetProbe {
     /// Makes a kretprobe event on `function` in tracefs at `tracefs` and
@@ -121,39 +100,9 @@ impl RetProbe {
             events,
             profile,
         };
-        let id_path = tracefs.join("events").join(&probe.name).join("id");
-        let id: u64 = std::fs::read_to_string(&id_path)
-            .with_context(|| format!("reading {}", id_path.display()))?
-            .trim()
-            .parse()
-            .with_context(|| format!("parsing {}", id_path.display()))?;
-        let attr = PerfEventAttr {
-            type_: PERF_TYPE_TRACEPOINT,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config: id,
-            sample_period: 1,
-            wakeup_events: 1,
-            ..PerfEventAttr::default()
-        };
-        // SAFETY: perf_event_open(attr, pid -1, cpu 0, no group, flags):
-        // `attr` is a valid VER0 attribute that outlives the call. A BPF
-        // program on a trace event runs on every CPU whatever the event's.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &raw const attr,
-                -1 as libc::pid_t,
-                0 as libc::c_int,
-                -1 as libc::c_int,
-                PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error())
-                .context("perf_event_open of the kretprobe event");
-        }
-        // SAFETY: a descriptor the kernel just returned, owned from here.
-        let perf = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let id = super::counter::event_id(tracefs, &probe.name)?;
+        let perf = super::counter::open_tracepoint(id, 0, true)
+            .context("perf_event_open of the kretprobe event")?;
         let prog_fd = program.as_fd().as_raw_fd();
         // SAFETY: ioctls on our perf descriptor with the documented
         // argument types (a program descriptor; none).
@@ -286,7 +235,6 @@ mod tests {
             definition("wbscope_7/ext4_writepages_0", "ext4_writepages"),
             "r1024:wbscope_7/ext4_writepages_0 ext4_writepages\n"
         );
-        assert_eq!(std::mem::size_of::<PerfEventAttr>(), 64);
     }
 
     #[test]
