@@ -363,15 +363,7 @@ fn target_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = DIR.get() {
         return Ok(dir.clone());
     }
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(workspace_root())
+    let out = cargo_metadata()
         .stderr(std::process::Stdio::inherit())
         .output()
         .context("running cargo metadata")?;
@@ -380,6 +372,21 @@ fn target_dir() -> anyhow::Result<PathBuf> {
     }
     let dir = target_directory_of(&out.stdout)?;
     Ok(DIR.get_or_init(|| dir).clone())
+}
+
+/// `cargo metadata` of this workspace, without its dependencies or the
+/// network.
+fn cargo_metadata() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args([
+        "metadata",
+        "--format-version",
+        "1",
+        "--no-deps",
+        "--offline",
+    ])
+    .current_dir(workspace_root());
+    cmd
 }
 
 /// `target_directory` of `cargo metadata`'s JSON.
@@ -581,15 +588,7 @@ mod tests {
     #[test]
     fn target_dir_is_cargos() {
         let elsewhere = std::env::temp_dir().join(format!("xtask-target-{}", std::process::id()));
-        let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args([
-                "metadata",
-                "--format-version",
-                "1",
-                "--no-deps",
-                "--offline",
-            ])
-            .current_dir(workspace_root())
+        let out = cargo_metadata()
             .env("CARGO_TARGET_DIR", &elsewhere)
             .output()
             .unwrap();
