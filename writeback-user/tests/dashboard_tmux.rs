@@ -341,7 +341,14 @@ fn a_store_in_the_dashboard_jumps_to_the_next_finding() {
     let (mut record, lines) = record_until_tracing(
         &["--duration", "10", "--device"],
         &fs.mountpoint,
-        &["--store".as_ref(), store.as_os_str()],
+        // The store is on the host's root: --min-free 1, not 10%, so that
+        // a nearly full host does not make it stop writing.
+        &[
+            "--store".as_ref(),
+            store.as_os_str(),
+            "--min-free".as_ref(),
+            "1".as_ref(),
+        ],
     );
     // Three quiet seconds, then three of small files fsynced one after
     // the other (hundreds of sync calls a second: fsync-storm,
