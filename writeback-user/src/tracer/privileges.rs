@@ -477,7 +477,7 @@ mod tests {
     }
 
     #[test]
-    fn kernels_before_6_5_keep_capabilities_for_their_maps() {
+    fn kernels_before_5_19_keep_capabilities_for_their_maps() {
         assert!(needs_capabilities("5.10.0-46-amd64", 2));
         assert!(needs_capabilities("5.18.19-amd64", 1));
         assert!(!needs_capabilities("5.10.0-46-amd64", 0));
