@@ -50,6 +50,20 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// A store at `store` on the host's root, of the calls on `device`.
+    fn store(store: &Path, device: &str) -> Recorder {
+        Recorder::start(&[
+            "--store",
+            arg(store),
+            "--min-free",
+            HOST_FREE,
+            "--device",
+            device,
+        ])
+    }
+}
+
 /// `--min-free` of the stores these tests keep on the host's root
 /// (/var/tmp): 1%, not the default 10, so that a host whose root is over
 /// 90% full (CI, stop 33) does not make them stop writing. The test of
@@ -315,14 +329,7 @@ fn kill_9_loses_at_most_the_last_interval() {
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let store = tmp.path().join("store");
     let device = fs.mountpoint.to_string_lossy().to_string();
-    let mut rec = Recorder::start(&[
-        "--store",
-        arg(&store),
-        "--min-free",
-        HOST_FREE,
-        "--device",
-        &device,
-    ]);
+    let mut rec = Recorder::store(&store, &device);
     let path = fs.path("marked");
     let ino = {
         let mut f = File::create_new(&path).unwrap();
@@ -365,14 +372,7 @@ fn kill_9_loses_at_most_the_last_interval() {
     assert!(out.status.success(), "{out:?}");
     assert!(fs::read_to_string(&html).unwrap().contains("<svg"));
     // A second recorder on the store after the crash takes the lock.
-    let rec = Recorder::start(&[
-        "--store",
-        arg(&store),
-        "--min-free",
-        HOST_FREE,
-        "--device",
-        &device,
-    ]);
+    let rec = Recorder::store(&store, &device);
     let second = wbscope()
         .args(["record", "--store", arg(&store), "--device", &device])
         .args(["--min-free", HOST_FREE])
