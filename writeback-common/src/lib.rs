@@ -783,6 +783,8 @@ mod dirtier;
 pub use dirtier::*;
 mod block;
 pub use block::*;
+mod runclock;
+pub use runclock::*;
 
 #[cfg(test)]
 mod tests {

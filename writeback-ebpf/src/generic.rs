@@ -33,13 +33,13 @@ use aya_ebpf::{
 };
 use writeback_common::{
     FOLIO_HIST_BUCKETS, FlusherWork, FolioMembers, GENERIC_CALL_KIND, GenericCall, InflightKey,
-    boundary, cause, cpu_time, generic_flags as gf, log2_bucket, members as m, stat,
+    RunClock, boundary, cause, cpu_time, generic_flags as gf, log2_bucket, members as m, stat,
 };
 
 use crate::{
     CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, barrier, bump,
     read::{Access, Typed, current_tid, member, member_ptr, now_ns},
-    sched::{RunClock, offcpu_since, run_clock},
+    sched::{offcpu_since, run_clock},
     writepages::{KERNEL_MEMBERS, filtered_out, in_call, inode_key, raw_arg},
 };
 

@@ -12,7 +12,9 @@ use aya_ebpf::{
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
-use writeback_common::{TaskMembers, TracepointLayout, fields::sched_switch as ss, members as m};
+use writeback_common::{
+    RunClock, TaskMembers, TracepointLayout, fields::sched_switch as ss, members as m, off_cpu_ns,
+};
 
 use crate::{
     CURRENT, INFLIGHT, OFFCPU_SINCE,
@@ -23,17 +25,6 @@ use crate::{
 /// `task_struct.se` members, from the kernel's BTF.
 #[unsafe(no_mangle)]
 static TASK_MEMBERS: TaskMembers = TaskMembers::EMPTY;
-
-/// The current thread's run time as the scheduler last accounted it.
-pub(crate) struct RunClock {
-    /// `se.sum_exec_runtime`.
-    pub(crate) sum: u64,
-    /// `se.exec_start`.
-    pub(crate) exec_start: u64,
-    /// [`uncounted`] of the CPU's run queue.
-    pub(crate) uncounted: u64,
-    pub(crate) cpu: u32,
-}
 
 #[inline(always)]
 pub(crate) fn run_clock<A: Access>() -> RunClock {
@@ -68,46 +59,11 @@ fn uncounted<A: Access>(task: *const u8) -> u64 {
 }
 
 /// Time the thread spent off the CPU since `start` stored the run clock,
-/// out of `wall` ns of the call, read at the call's end.
-///
-/// On the CPU the call started on, it is the advance of `exec_start`
-/// minus that of `sum_exec_runtime` (see [`TaskMembers`]): exact to the
-/// scheduler's clock, however long ago it last updated them, and
-/// whatever CPUs the thread ran on in between (each CPU's part cancels).
-/// That clock leaves out the time stolen from the CPU, which the wall
-/// time holds: its growth over the call ([`uncounted`]) is off-CPU time
-/// too, as the thread did not run. The run queue accounts steal at its
-/// clock updates, so time stolen just before the call can be accounted
-/// inside it; with steal taken out, the on-CPU time is therefore never
-/// less than the run time accounted over the call (nor than the figure
-/// without the steal).
-///
-/// Ending on another CPU, the two `exec_start`s are of two run queues'
-/// `clock_task`, which differ by each CPU's steal (and IRQ) time since
-/// boot (`update_rq_clock_task()` in kernel/sched/core.c): on-CPU time is
-/// then the advance of `sum_exec_runtime` alone, short by the run since
-/// the last update at the end and long by that at the start, so within
-/// the tick, which calls `update_curr()` on a running thread
-/// (`task_tick_fair()`).
+/// out of `wall` ns of the call, read at the call's end: the arithmetic
+/// and its reasons are [`off_cpu_ns`]'s, host-tested in writeback-common.
 #[inline(always)]
 pub(crate) fn offcpu_since<A: Access>(start: &RunClock, wall: u64) -> u64 {
-    let now = run_clock::<A>();
-    let ran = now.sum.wrapping_sub(start.sum);
-    let on_cpu = if now.cpu == start.cpu {
-        let off = (now.exec_start.wrapping_sub(start.exec_start) as i64)
-            .wrapping_sub(ran as i64)
-            .max(0) as u64;
-        let with_steal = wall.saturating_sub(off);
-        let stolen = now.uncounted.wrapping_sub(start.uncounted);
-        if stolen == 0 || stolen > wall {
-            with_steal
-        } else {
-            with_steal.saturating_sub(stolen).max(ran.min(with_steal))
-        }
-    } else {
-        ran
-    };
-    wall.saturating_sub(on_cpu)
+    off_cpu_ns(start, &run_clock::<A>(), wall)
 }
 
 #[unsafe(no_mangle)]

@@ -14,7 +14,7 @@ use aya_ebpf::{
     },
 };
 use writeback_common::{
-    CurrentCall, Filter, InflightCall, InflightKey, KernelMembers, TracepointLayout,
+    CurrentCall, Filter, InflightCall, InflightKey, KernelMembers, RunClock, TracepointLayout,
     WritepagesCall, call_flags, cause, cpu_time,
     fields::{writepages as wp, writepages_result as wpr},
     members as m, record_kind, stat,
@@ -23,7 +23,7 @@ use writeback_common::{
 use crate::{
     CONFIG, CURRENT, EVENTS, FILTER, IN_CALL, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, bump,
     read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns},
-    sched::{RunClock, offcpu_since, run_clock},
+    sched::{offcpu_since, run_clock},
 };
 
 /// Layout of `ext4:ext4_writepages` (or `ext4_da_writepages`).
