@@ -295,9 +295,24 @@ fn xfs_calls(
         .calls()
         .filter(|c| c["boundary"] == "hook" && c["fs"] != "ext4")
         .count();
+    // Calls that ended with no start seen (`unmatched_results`): on
+    // PREEMPT_RT the kernel skips a program's run while another run of it
+    // is preempted on the same CPU (writeback-ebpf hook.rs, `unstarted`),
+    // and 6.12-rt lost one fentry of 42 so. Such a call's pages are not
+    // in any record; the function-hook runs below require that every call
+    // the kprobe counted is a record or one of these.
+    let unmatched = trace
+        .summary()
+        .and_then(|s| s["unmatched_results"].as_u64())
+        .unwrap_or(0) as usize;
+    let pages_ok = if unmatched == 0 || kind == "tp_btf" {
+        pages == EXPECTED_PAGES
+    } else {
+        pages < EXPECTED_PAGES
+    };
     let mut pass = used == kind
-        && pages == EXPECTED_PAGES
-        && calls.len() >= XFS_CALLS
+        && pages_ok
+        && calls.len() + unmatched >= XFS_CALLS
         && xfs == calls.len()
         && lost == 0;
     let compared = if kind == "tp_btf" {
@@ -323,10 +338,13 @@ fn xfs_calls(
                 c["on_cpu_ns"].as_u64().is_some_and(|t| t > 0 && t <= wall)
             })
             .count();
-        pass &= hooked == calls.len() && kprobe_calls == Some(calls.len()) && timed == calls.len();
+        pass &= hooked == calls.len()
+            && kprobe_calls == Some(calls.len() + unmatched)
+            && timed == calls.len();
         format!(
             "{timed} with an on-CPU time within the wall time; kprobe event counted {} on the \
-             file ({} in all; wbscope {total_hook} hook calls in all)",
+             file ({} in all; wbscope {total_hook} hook calls in all, {unmatched} ended with no \
+             start seen)",
             kprobe_calls.map_or("nothing".into(), |n| n.to_string()),
             kprobe.hits.len()
         )
@@ -857,6 +875,28 @@ mod tests {
             let untimed = TraceRun::parse(&untimed.join("\n"), "0", "", &format!("{dev} 12"));
             assert!(!xfs_calls("xfs-fentry", "fentry", &untimed, &kprobe, None).pass);
         }
+        // A call whose start the kernel skipped (PREEMPT_RT): counted as
+        // unmatched, its pages in no record. Accounted for, it passes;
+        // unaccounted (the kprobe saw one more), or with every page
+        // still there, it fails.
+        let missed = |n: i64, unmatched: u32| {
+            let mut l: Vec<String> = (0..n).map(|_| line(2048, "hook")).collect();
+            l.push(summary("fentry do_writepages").replace(
+                r#""lost_records":0"#,
+                &format!(r#""lost_records":0,"unmatched_results":{unmatched}"#),
+            ));
+            TraceRun::parse(&l.join("\n"), "0", "", &format!("{dev} 12"))
+        };
+        assert!(xfs_calls("xfs-fentry", "fentry", &missed(7, 1), &kprobe, None).pass);
+        assert!(!xfs_calls("xfs-fentry", "fentry", &missed(7, 0), &kprobe, None).pass);
+        assert!(!xfs_calls("xfs-fentry", "fentry", &missed(6, 1), &kprobe, None).pass);
+        let mut all_pages: Vec<String> = (0..7).map(|_| line(16384 / 7 + 1, "hook")).collect();
+        all_pages.push(summary("fentry do_writepages").replace(
+            r#""lost_records":0"#,
+            r#""lost_records":0,"unmatched_results":1"#,
+        ));
+        let all_pages = TraceRun::parse(&all_pages.join("\n"), "0", "", &format!("{dev} 12"));
+        assert!(!xfs_calls("xfs-fentry", "fentry", &all_pages, &kprobe, None).pass);
         // One call fewer than the kprobe saw, or the wrong hook kind: fail.
         let short = KprobeCount::parse(&kprobe_text.replacen("map=0xffff1", "map=0xffff3", 1));
         assert!(!xfs_calls("xfs-fentry", "fentry", &trace, &short, None).pass);
