@@ -194,13 +194,20 @@ fn device_histograms(lines: &[Value], dev: &str) -> (u64, u64, u64) {
 /// the kernel's own count (/sys/block/NAME/stat), with one latency
 /// sample each: through the BTF programs (latency from the kernel's
 /// `io_start_time_ns` where block statistics are on) and the classic
-/// tracepoints (latency from the tracer's own issue stamp). The bios
-/// each call queued add up to the file.
+/// tracepoints (latency from the tracer's own issue stamp), both behind
+/// `--enable device_io`. The bios each call queued add up to the file.
+/// By default no block program runs: the same requests come from
+/// /proc/diskstats, with their bytes and mean latency, and the calls
+/// count no bios.
 #[test]
-fn device_histograms_match_diskstats_on_both_paths() {
+fn device_figures_match_diskstats_on_every_path() {
     for (args, kind) in [
-        (&[][..], "tp_btf"),
-        (&["--disable", "tp_btf"][..], "tracepoint"),
+        (&["--enable", "device_io"][..], "tp_btf"),
+        (
+            &["--enable", "device_io", "--disable", "tp_btf"][..],
+            "tracepoint",
+        ),
+        (&[][..], "/proc/diskstats"),
     ] {
         // noinit_itable: no lazy inode-table zeroing racing the counts.
         let fs = LoopFs::with_mount_options("ext4", 256, &["-o", "noinit_itable"]);
@@ -221,7 +228,7 @@ fn device_histograms_match_diskstats_on_both_paths() {
             .find(|p| p["concept"] == "device_io")
             .expect("device_io in the plan");
         let hook = device_io["hook"].as_str().unwrap();
-        assert!(hook.starts_with(&format!("{kind} ")), "{device_io}");
+        assert!(hook.starts_with(kind), "{device_io}");
 
         let dev = dev_of(&fs.mountpoint);
         let (requests, latencies, sizes) = device_histograms(&lines, &dev);
@@ -234,6 +241,32 @@ fn device_histograms_match_diskstats_on_both_paths() {
             requests.abs_diff(completed) <= 2,
             "{kind}: {requests} requests traced, {completed} completed by diskstats"
         );
+        let bio_bytes: u64 = calls(&lines)
+            .filter(|c| c["dev"] == dev.as_str() && c["ino"] == ino)
+            .map(|c| c["bio_bytes"].as_u64().unwrap())
+            .sum();
+        if kind == "/proc/diskstats" {
+            assert_eq!((latencies, sizes, bio_bytes), (0, 0, 0), "no histograms");
+            let means: Vec<&Value> = lines
+                .iter()
+                .filter(|l| l["type"] == "interval")
+                .flat_map(|l| l["devices"].as_array().unwrap())
+                .filter(|d| d["dev"] == dev.as_str())
+                .map(|d| &d["diskstats"])
+                .collect();
+            assert!(!means.is_empty(), "{dev}: no device lines");
+            let bytes: u64 = means.iter().map(|m| m["bytes"].as_u64().unwrap()).sum();
+            // The file and the journal-less metadata of a fresh ext4.
+            assert!(
+                ((64 << 20)..=(64 << 20) + (4 << 20)).contains(&bytes),
+                "{bytes} bytes moved for a 64 MiB file"
+            );
+            for m in &means {
+                assert!(m["latency_ns_mean"].as_f64().unwrap() >= 0.0, "{m}");
+                assert!(m["in_flight_mean"].as_f64().unwrap() >= 0.0, "{m}");
+            }
+            continue;
+        }
         assert_eq!(sizes, requests, "{kind}");
         if kind == "tp_btf" {
             // One sample per completion: the kernel's own stamp.
@@ -251,10 +284,6 @@ fn device_histograms_match_diskstats_on_both_paths() {
                 "{kind}: {latencies} latency samples for {requests} requests"
             );
         }
-        let bio_bytes: u64 = calls(&lines)
-            .filter(|c| c["dev"] == dev.as_str() && c["ino"] == ino)
-            .map(|c| c["bio_bytes"].as_u64().unwrap())
-            .sum();
         // Plus, now and then, a few 1 KiB blocks of metadata read from
         // inside the call (3072 bytes in one run).
         assert!(
@@ -766,8 +795,8 @@ fn probes_cost_on_hooks_counting_counts_every_run() {
 /// trace of the same tracepoints, in a tracefs instance filtered to the
 /// file: passes (`ext4_da_write_folios_end`), bytes scanned (each pass's
 /// `next_pos` at its end minus its `start_pos` at its start, per thread),
-/// where the scans began and ended, extents (`ext4_da_write_pages_extent`)
-/// and their blocks.
+/// where the scans began and ended, extents (`ext4_da_write_pages_extent`,
+/// `--enable extents`) and their blocks.
 #[test]
 fn scan_passes_and_extents_equal_ext4s_own_trace() {
     let fs = LoopFs::new("ext4", 256);
@@ -783,7 +812,7 @@ fn scan_passes_and_extents_equal_ext4s_own_trace() {
         ("ext4/ext4_da_write_folios_end", &filter),
         ("ext4/ext4_da_write_pages_extent", &filter),
     ]);
-    let trace = Tracing::start(&["--json", "--events"]);
+    let trace = Tracing::start(&["--json", "--events", "--enable", "extents"]);
     write_mib(&mut f, 64, true);
     let dev = dev_of(&path);
     let lines = trace.stop(libc::SIGINT);

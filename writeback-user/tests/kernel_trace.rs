@@ -152,8 +152,16 @@ fn unprivileged_run_names_the_missing_capabilities() {
 #[test]
 fn tp_btf_and_classic_tracepoint_paths_agree() {
     let fs = LoopFs::new("ext4", 256);
-    let btf = Tracing::start(&["--json", "--events"]);
-    let classic = Tracing::start(&["--json", "--events", "--disable", "tp_btf"]);
+    // --enable extents: the extents are compared too.
+    let btf = Tracing::start(&["--json", "--events", "--enable", "extents"]);
+    let classic = Tracing::start(&[
+        "--json",
+        "--events",
+        "--enable",
+        "extents",
+        "--disable",
+        "tp_btf",
+    ]);
     let path = fs.path("data");
     let ino = write_and_fsync(&path, 16);
     let dev = dev_of(&path);
@@ -203,6 +211,7 @@ fn tp_btf_and_classic_tracepoint_paths_agree() {
     ] {
         assert_eq!(a[key], b[key], "{key}: tp_btf {a} vs tracepoint {b}");
     }
+    assert!(a["extents"].as_u64() > Some(0), "{a}");
 }
 
 /// Not root, only CAP_BPF + CAP_PERFMON: the one thing still missing

@@ -63,7 +63,12 @@ pub struct Cli {
     /// Also attach these hooks, which wbscope leaves off by default
     /// (comma-separated): global_dirty_state (the `tracepoint` dirty levels
     /// of interval lines, with `dirty_limit`; 0.1-0.4 ms of BPF time per
-    /// GiB written).
+    /// GiB written); dirty_folio (who dirtied each folio, exact with
+    /// several writers per file; runs once per dirtied folio); device_io
+    /// (request size and latency histograms and each call's bios, instead
+    /// of /proc/diskstats means; runs per request and per bio); extents
+    /// (each call's extents; runs per extent). `compare` and `scenario`
+    /// turn device_io and extents on themselves.
     #[arg(long, value_name = "HOOKS", value_delimiter = ',', global = true)]
     pub(crate) enable: Vec<crate::model::plan::OptIn>,
 

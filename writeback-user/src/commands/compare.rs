@@ -126,7 +126,7 @@ pub(crate) async fn run(args: &CompareArgs, hooks: &HookChoice) -> anyhow::Resul
     let devs = devs_of(&args.dir)?;
     let _signals = crate::sys::SignalGuard::install();
     super::scenario::remove_stale_scratch();
-    let mut traced = Traced::attach(hooks)?;
+    let mut traced = Traced::attach(&hooks.with_anatomy())?;
     let mut runs = Vec::new();
     let total = setup.configs.len() as u32 * args.repeat;
     let mut n = 0;

@@ -227,7 +227,7 @@ pub(crate) async fn run(args: &ScenarioArgs, hooks: &HookChoice) -> anyhow::Resu
     let started = Instant::now();
     let sz = sizes(args.scale);
     let fss = filesystems(args, scenario);
-    let mut traced = Traced::attach(hooks)?;
+    let mut traced = Traced::attach(&hooks.with_anatomy())?;
     let name = name_of(scenario);
     let mut sync = None;
     let (runs, columns) = match scenario {

@@ -300,6 +300,8 @@ pub(crate) struct Metrics {
     throttle_pause: Log2Metric,
     request_bytes: HistFamily<DevLabels>,
     request_latency: HistFamily<DevLabels>,
+    device_requests: Family<DevLabels, Counter>,
+    device_bytes: Family<DevLabels, Counter>,
     lost_records: Counter,
     bpf_runs: Family<ProgramLabels, Counter>,
     bpf_run_time: Family<ProgramLabels, SecondsCounter>,
@@ -345,6 +347,8 @@ impl Metrics {
             throttle_pause: Log2Metric::new(THROTTLE_PAUSE),
             request_bytes: Family::new_with_constructor(request_bytes),
             request_latency: Family::new_with_constructor(request_latency),
+            device_requests: Family::default(),
+            device_bytes: Family::default(),
             lost_records: Counter::default(),
             bpf_runs: Family::default(),
             bpf_run_time: Family::default(),
@@ -457,6 +461,19 @@ impl Metrics {
             Unit::Seconds,
             m.throttle_pause.clone(),
         );
+        r.register(
+            "device_requests",
+            "Block requests, by device (completed, from /proc/diskstats, by default; issued, \
+             from the block tracepoints, with --enable device_io)",
+            m.device_requests.clone(),
+        );
+        r.register_with_unit(
+            "device",
+            "Bytes the device's requests moved (/proc/diskstats; absent with --enable device_io, \
+             whose request-size histogram has them)",
+            Unit::Bytes,
+            m.device_bytes.clone(),
+        );
         r.register_with_unit(
             "device_request",
             "Block requests issued, by size (log2 buckets; sum counts each at its bucket's lower edge)",
@@ -561,12 +578,23 @@ impl Metrics {
             let labels = DevLabels {
                 dev: d.dev.to_string(),
             };
-            self.request_bytes
+            self.device_requests
                 .get_or_create(&labels)
-                .add_buckets(&d.request_bytes, None);
-            self.request_latency
-                .get_or_create(&labels)
-                .add_buckets(&d.latency_ns, None);
+                .inc_by(d.requests);
+            if let Some(m) = &d.diskstats {
+                self.device_bytes.get_or_create(&labels).inc_by(m.bytes);
+            }
+            // No series for a histogram the source does not give.
+            if !d.request_bytes.is_empty() {
+                self.request_bytes
+                    .get_or_create(&labels)
+                    .add_buckets(&d.request_bytes, None);
+            }
+            if !d.latency_ns.is_empty() {
+                self.request_latency
+                    .get_or_create(&labels)
+                    .add_buckets(&d.latency_ns, None);
+            }
         }
         self.lost_records.inc_by(line.lost_records);
         for r in &line.run_time {

@@ -10,7 +10,7 @@ use writeback_common::{DevCounterKey, agg, block_hist, dirty, inode_pass as ip};
 use crate::{
     model::{
         CallRecord, DevId, Log2Histogram, Totals, cause_name,
-        kernel::{KernelSnapshot, KernelStats, ProgramRunTime, VmStat},
+        kernel::{DiskCounters, KernelSnapshot, KernelStats, ProgramRunTime, VmStat},
         plan::ProbeStatus,
         wb_reason_name,
     },
@@ -211,12 +211,70 @@ pub(crate) struct ScanLine {
     pub(crate) pages_scanned_per_page_written: Option<f64>,
 }
 
+/// One device's requests in an interval: histograms from the block
+/// tracepoints (`--enable device_io`), or counts and means from
+/// /proc/diskstats (the default), whose requests are those completed.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct DeviceLine {
     pub(crate) dev: DevId,
     pub(crate) requests: u64,
+    /// Empty when the device's figures come from /proc/diskstats.
     pub(crate) request_bytes: Vec<Bucket>,
+    /// Empty when the device's figures come from /proc/diskstats.
     pub(crate) latency_ns: Vec<Bucket>,
+    /// The /proc/diskstats means; absent with the block tracepoints and
+    /// in recordings made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) diskstats: Option<DiskMeans>,
+}
+
+/// A device's interval from the growth of its /proc/diskstats counters
+/// (Documentation/admin-guide/iostats.rst).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct DiskMeans {
+    pub(crate) bytes: u64,
+    pub(crate) request_bytes_mean: f64,
+    /// Issue to completion, from the counters' ms: 1 ms granularity
+    /// summed over the interval's requests.
+    pub(crate) latency_ns_mean: f64,
+    /// Requests in flight on average: the weighted in-flight time's
+    /// growth over the interval (Little's law).
+    pub(crate) in_flight_mean: f64,
+}
+
+impl DeviceLine {
+    /// From a whole disk's counters at the interval's start and end;
+    /// `None` when it completed nothing or was not there at the start.
+    pub(crate) fn from_diskstats(
+        prev: Option<&DiskCounters>,
+        cur: &DiskCounters,
+        interval_s: f64,
+    ) -> Option<DeviceLine> {
+        // A disk first seen now (hot-plugged, or the first snapshot):
+        // its counters since boot are no interval's.
+            let before = prev?;
+        let requests = cur.requests.wrapping_sub(before.requests);
+        // A counter that went back: the device was removed and another
+        // took its number; nothing to say for this interval.
+        if requests == 0 || requests > cur.requests {
+            return None;
+        }
+        let bytes = cur.sectors.wrapping_sub(before.sectors).saturating_mul(512);
+        let ticks_ms = cur.ticks_ms.wrapping_sub(before.ticks_ms);
+        let weighted_ms = cur.weighted_ms.wrapping_sub(before.weighted_ms);
+        Some(DeviceLine {
+            dev: cur.dev,
+            requests,
+            request_bytes: Vec::new(),
+            latency_ns: Vec::new(),
+            diskstats: Some(DiskMeans {
+                bytes,
+                request_bytes_mean: bytes as f64 / requests as f64,
+                latency_ns_mean: ticks_ms as f64 * 1e6 / requests as f64,
+                in_flight_mean: weighted_ms as f64 / 1e3 / interval_s.max(f64::MIN_POSITIVE),
+            }),
+        })
+    }
 }
 
 /// Inode passes (`writeback_single_inode`, `__writeback_single_inode()`
@@ -535,8 +593,13 @@ impl IntervalLine {
                     requests: sizes.iter().map(|s| s.1).sum(),
                     request_bytes: buckets_of(sizes),
                     latency_ns: buckets_of(lat),
+                    diskstats: None,
                 }
             })
+            .chain(cur.disks.iter().filter_map(|d| {
+                let before = prev.disks.iter().find(|p| p.dev == d.dev);
+                DeviceLine::from_diskstats(before, d, interval_s)
+            }))
             .collect();
 
         let pass_devs: std::collections::BTreeSet<u32> =

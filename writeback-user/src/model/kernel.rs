@@ -39,6 +39,24 @@ pub(crate) struct VmStat {
     pub(crate) nr_dirty_background_threshold: u64,
 }
 
+/// One whole disk's cumulative counters from /proc/diskstats
+/// (Documentation/admin-guide/iostats.rst): reads, writes, discards and
+/// flushes together, as the block tracepoints see every request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DiskCounters {
+    pub(crate) dev: crate::model::DevId,
+    /// Requests completed.
+    pub(crate) requests: u64,
+    /// 512-byte sectors they moved.
+    pub(crate) sectors: u64,
+    /// ms they took, issue to completion, summed.
+    pub(crate) ticks_ms: u64,
+    /// ms requests spent in flight, weighted by how many were
+    /// (`time_in_queue`): its growth over an interval is the mean number
+    /// in flight times the interval (Little's law).
+    pub(crate) weighted_ms: u64,
+}
+
 /// Everything read from the kernel at one instant.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KernelSnapshot {
@@ -51,6 +69,9 @@ pub(crate) struct KernelSnapshot {
     pub(crate) stats: KernelStats,
     pub(crate) run_times: Vec<ProgramRunTime>,
     pub(crate) vmstat: VmStat,
+    /// Whole disks' counters, when the devices come from /proc/diskstats
+    /// (the default; empty with `--enable device_io`).
+    pub(crate) disks: Vec<DiskCounters>,
     /// Pause ms in `balance_dirty_pages` per tgid since the tracer
     /// attached, and the process's comm.
     pub(crate) throttled: HashMap<u32, (u64, String)>,

@@ -44,6 +44,24 @@ pub enum OptIn {
     /// buffered writes ran 15% slower with it).
     #[value(name = "dirty_folio")]
     DirtyFolio,
+    /// The block tracepoints (`block_rq_issue`, `block_rq_complete`,
+    /// `block_bio_queue`), for request size and latency histograms and
+    /// each call's bios: they run per request and per bio, which random
+    /// 4 KiB writes make one of per page (issue 31). Per-device counts and
+    /// means come from /proc/diskstats instead.
+    #[value(name = "device_io")]
+    DeviceIo,
+    /// `ext4_da_write_pages_extent`, for each call's extents and blocks:
+    /// once per extent mapped, one per page under random 4 KiB writes.
+    #[value(name = "extents")]
+    Extents,
+}
+
+impl OptIn {
+    /// The per-call I/O anatomy (`device_io`, `extents`): off by default
+    /// for their cost on scattered writes, on where wbscope runs its own
+    /// workload and the figures are the point (`compare`, `scenario`).
+    pub(crate) const ANATOMY: [OptIn; 2] = [OptIn::DeviceIo, OptIn::Extents];
 }
 
 impl fmt::Display for OptIn {
@@ -51,6 +69,8 @@ impl fmt::Display for OptIn {
         f.write_str(match self {
             OptIn::GlobalDirtyState => "global_dirty_state",
             OptIn::DirtyFolio => "dirty_folio",
+            OptIn::DeviceIo => "device_io",
+            OptIn::Extents => "extents",
         })
     }
 }
@@ -63,6 +83,20 @@ pub struct HookChoice {
     pub disabled: Vec<HookKind>,
     /// Optional hooks to attach.
     pub enabled: Vec<OptIn>,
+}
+
+impl HookChoice {
+    /// The same choice with the per-call I/O anatomy on
+    /// ([`OptIn::ANATOMY`]).
+    pub(crate) fn with_anatomy(&self) -> HookChoice {
+        let mut out = self.clone();
+        for o in OptIn::ANATOMY {
+            if !out.enabled.contains(&o) {
+                out.enabled.push(o);
+            }
+        }
+        out
+    }
 }
 
 /// What the tracer measures, independent of how a kernel exposes it.

@@ -22,7 +22,8 @@ use super::{
     btf::Btf as KernelBtf,
     object::EBPF_OBJECT,
     plan::{
-        BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, DIRTY_INODE, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
+        BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, DIRTY_INODE, DISKSTATS, EXT4_EXTENT_EVENT,
+        EXT4_SCAN_FUNCTION,
         TASK_RUNTIME_STEAL_FIELD, TracepointAttach, candidates, is_generic,
     },
     privileges, tracefs,
@@ -599,6 +600,14 @@ impl Tracer {
                 .context("DIRTY_SAMPLE map missing")?,
         )
         .context("DIRTY_SAMPLE map")?;
+        let disks = plan
+            .concepts
+            .iter()
+            .any(|c| {
+                c.concept == Concept::DeviceIo && c.hook.as_deref() == Some(&DISKSTATS.label())
+            })
+            .then(super::diskstats::DiskStatsFile::open)
+            .transpose()?;
         let tracer = Tracer {
             dirtyings: std::sync::Mutex::new(super::dirtiers::Dirtyings::new(dirtyings)),
             dirty_sample: std::sync::Mutex::new(dirty_sample),
@@ -610,6 +619,7 @@ impl Tracer {
             global_dirty_layout,
             attached_programs,
             vmstat: super::VmStatFile::open()?,
+            disks,
             _stats_fd: stats_fd,
             _retprobes: retprobes,
             logger,

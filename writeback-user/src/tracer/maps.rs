@@ -30,6 +30,10 @@ impl Tracer {
             stats: self.stats()?,
             run_times: self.run_times(),
             vmstat,
+            disks: match &self.disks {
+                Some(f) => f.read()?,
+                None => Vec::new(),
+            },
             throttled: self.throttled()?,
         })
     }

@@ -8,6 +8,7 @@ pub mod btf;
 pub mod cost;
 pub(crate) mod counter;
 mod dirtiers;
+mod diskstats;
 mod landlock_dir;
 pub mod maps;
 pub(crate) mod mounts;
@@ -52,6 +53,9 @@ pub struct Tracer {
     /// `/proc/vmstat`, opened at attach and read again at each snapshot:
     /// the reads go on after the privileges are dropped, with no open(2).
     vmstat: VmStatFile,
+    /// `/proc/diskstats`, likewise, when the devices come from it
+    /// ([`plan::DISKSTATS`]).
+    disks: Option<diskstats::DiskStatsFile>,
     /// Keeps BPF run-time statistics on while the tracer lives.
     _stats_fd: Option<OwnedFd>,
     /// kretprobe events of our own (`retprobe.rs`), removed when dropped.

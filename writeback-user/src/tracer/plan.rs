@@ -95,6 +95,21 @@ impl Candidate {
                  0.1-0.4 ms of BPF time) for levels /proc/vmstat has",
             ));
         }
+        if *self == TP_BTF_BLOCK || *self == Candidate::Tracepoints(BLOCK_TP) {
+            return Some((
+                OptIn::DeviceIo,
+                "it runs per device request and per bio, which random 4 KiB writes make one of \
+                 per page (about 2.6 runs per written page under fio randwrite, issue 31); the \
+                 per-device counts and means come from /proc/diskstats instead",
+            ));
+        }
+        if *self == TP_BTF_EXTENT || *self == Candidate::Tracepoints(EXTENT_TP) {
+            return Some((
+                OptIn::Extents,
+                "it runs once per extent mapped, one per page under random 4 KiB writes; each \
+                 call's extents and blocks are then 0",
+            ));
+        }
         let per_folio = *self == TP_BTF_DIRTY_FOLIO
             || *self == Candidate::Tracepoints(DIRTY_FOLIO_TP)
             || *self == Candidate::Tracepoints(DIRTY_PAGE_TP);
@@ -534,6 +549,21 @@ pub const VMSTAT_DIRTY: Candidate = Candidate::Procfs {
     ],
 };
 
+/// Per-device request counts and means from /proc/diskstats, read at
+/// every interval (`tracer::diskstats`): the default for the devices, as
+/// the block tracepoints run per request and per bio and wait for
+/// `--enable device_io`.
+pub const DISKSTATS: Candidate = Candidate::Procfs {
+    what: "/proc/diskstats",
+    fields: &[
+        "dev",
+        "requests",
+        "bytes",
+        "latency_mean",
+        "in_flight_mean",
+    ],
+};
+
 /// The tracepoint the BTF extent program is attached to.
 pub const EXT4_EXTENT_EVENT: &str = "ext4_da_write_pages_extent";
 
@@ -740,7 +770,9 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             func(TpBtf, "balance_dirty_pages"),
             Candidate::Tracepoints(BALANCE_DIRTY_TP),
         ],
-        Concept::DeviceIo => vec![TP_BTF_BLOCK, Candidate::Tracepoints(BLOCK_TP)],
+        // The block tracepoints when asked (`--enable device_io`), else
+        // /proc/diskstats; the extents only when asked.
+        Concept::DeviceIo => vec![TP_BTF_BLOCK, Candidate::Tracepoints(BLOCK_TP), DISKSTATS],
         Concept::Extents => vec![TP_BTF_EXTENT, Candidate::Tracepoints(EXTENT_TP)],
         // Nothing on the scheduler: see TASK_RUNTIME, TP_BTF_SCHED_SWITCH.
         Concept::CpuTime => vec![TASK_RUNTIME],
@@ -811,10 +843,11 @@ mod tests {
             .collect()
     }
 
-    /// `global_dirty_state` and the per-folio dirtier hooks wait for
-    /// `--enable`, and what they measure has a default after them: no
-    /// program at all for the dirty levels, a once-per-inode one for
-    /// who dirtied it.
+    /// `global_dirty_state`, the per-folio dirtier hooks and the per-call
+    /// I/O anatomy wait for `--enable`, and what they measure has a
+    /// default after them where anything else sees it: no program at all
+    /// for the dirty levels and the devices, a once-per-inode one for who
+    /// dirtied it.
     #[test]
     fn the_opt_in_hooks_have_a_cheaper_default() {
         for c in Concept::ALL {
@@ -832,6 +865,9 @@ mod tests {
                             Some("per inode made dirty (clean to dirty)"),
                             "{c:?}"
                         ),
+                        OptIn::DeviceIo => assert_eq!(default, Some(&DISKSTATS), "{c:?}"),
+                        // Nothing else sees a call's extents.
+                        OptIn::Extents => assert_eq!(default, None, "{c:?}"),
                     }
                 }
             }
@@ -843,6 +879,7 @@ mod tests {
             Some(OptIn::DirtyFolio)
         );
         assert!(TP_BTF_DIRTY_INODE.opt_in().is_none());
+        assert!(TP_BTF_SCAN.opt_in().is_none(), "the scan cost stays on");
     }
 
     /// Every hook of the plan says how often it runs; those on the

@@ -301,7 +301,17 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
 
     // Device latency and sizes.
     let io = attached(d, Concept::DeviceIo);
-    let io_empty = if io {
+    // The default source: counts and means, no histograms to draw.
+    let diskstats = d.plan.as_ref().is_some_and(|p| {
+        p.concepts
+            .iter()
+            .any(|c| c.concept == Concept::DeviceIo && c.hook.as_deref() == Some("/proc/diskstats"))
+    });
+    let io_empty = if diskstats {
+        "empty: the devices came from /proc/diskstats (counts and means, no histograms); \
+         `--enable device_io` records these"
+            .to_string()
+    } else if io {
         "empty: no block requests completed on these devices".to_string()
     } else {
         no_hook(Concept::DeviceIo)

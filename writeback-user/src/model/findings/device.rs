@@ -40,10 +40,23 @@ fn bucket_index(lo: u64) -> u32 {
     if lo == 0 { 0 } else { lo.trailing_zeros() + 1 }
 }
 
+/// The median latency's bucket; by default, with /proc/diskstats and
+/// no histogram, the mean's bucket stands for it (a mean over a median
+/// moves with the slow tail, which saturation lengthens too).
 fn p50(d: &DeviceLine) -> Option<[u64; 2]> {
-    (d.requests >= MIN_REQUESTS)
-        .then(|| quantile_bucket(&d.latency_ns, 0.5))
-        .flatten()
+    if d.requests < MIN_REQUESTS {
+        return None;
+    }
+    match &d.diskstats {
+        Some(m) if d.latency_ns.is_empty() => Some(
+            writeback_common::log2_bucket_bounds(writeback_common::log2_bucket(
+                m.latency_ns_mean as u64,
+                64,
+            ))
+            .into(),
+        ),
+        _ => quantile_bucket(&d.latency_ns, 0.5),
+    }
 }
 
 impl Baselines {
@@ -63,8 +76,11 @@ impl Baselines {
 }
 
 /// Mean requests in flight over the interval, from the latency buckets'
-/// midpoints.
+/// midpoints (or /proc/diskstats' weighted time).
 fn in_flight(d: &DeviceLine, interval_s: f64) -> f64 {
+    if let Some(m) = &d.diskstats {
+        return m.in_flight_mean;
+    }
     let busy_ns: f64 = d
         .latency_ns
         .iter()
@@ -105,6 +121,18 @@ pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
         .max_by_key(|&(_, k, base, _, _)| k - base)?;
     let mut evidence = Evidence::new();
     evidence.insert("device", json!(dev.to_string()));
+    let from_diskstats = line
+        .devices
+        .iter()
+        .any(|d| d.dev == dev && d.diskstats.is_some() && d.latency_ns.is_empty());
+    evidence.insert(
+        "latency_from",
+        json!(if from_diskstats {
+            "/proc/diskstats mean"
+        } else {
+            "block tracepoints median"
+        }),
+    );
     evidence.insert("latency_p50_us", bounds_us(k));
     evidence.insert("baseline_p50_us", bounds_us(base));
     evidence.insert("times_baseline_at_least", json!(1u64 << (k - base - 1)));

@@ -402,7 +402,49 @@ fn device(requests: u64, lat_lo: u64) -> DeviceLine {
         requests,
         request_bytes: vec![b(4096, 8191, requests)],
         latency_ns: vec![b(lat_lo, 2 * lat_lo - 1, requests)],
+        diskstats: None,
     }
+}
+
+/// The same device by default: /proc/diskstats means, no histograms.
+fn disk(requests: u64, latency_ns_mean: f64, in_flight_mean: f64) -> DeviceLine {
+    DeviceLine {
+        request_bytes: Vec::new(),
+        latency_ns: Vec::new(),
+        diskstats: Some(crate::model::interval::DiskMeans {
+            bytes: requests * 4096,
+            request_bytes_mean: 4096.0,
+            latency_ns_mean,
+            in_flight_mean,
+        }),
+        ..device(requests, 1)
+    }
+}
+
+#[test]
+fn device_saturated_from_diskstats_means() {
+    // Baseline mean 100 us (bucket 64-131 us); then 1.6 ms (16x) with 20
+    // requests in flight, held three intervals.
+    let busy = |lat_ns: f64, in_flight: f64| {
+        let mut ls = vec![line(1.0)];
+        ls[0].devices = vec![disk(100, 100_000.0, 0.01)];
+        for i in 0..3 {
+            let mut l = line(i as f64 + 2.0);
+            l.devices = vec![disk(2000, lat_ns, in_flight)];
+            ls.push(l);
+        }
+        ls
+    };
+    let r = judge(&busy(1_600_000.0, 20.0));
+    let f = &r.findings[0];
+    assert_eq!(f.name, device::SATURATED);
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence["latency_from"], "/proc/diskstats mean");
+    assert_eq!(f.evidence["in_flight_mean"], 20.0);
+    // As slow, but the queue mostly empty: not saturation.
+    assert_eq!(names(&busy(1_600_000.0, 0.5)), Vec::<&str>::new());
+    // Four times the baseline: under the 8x of a warning.
+    assert_eq!(names(&busy(400_000.0, 20.0)), Vec::<&str>::new());
 }
 
 #[test]
@@ -426,6 +468,7 @@ fn device_saturated_against_its_own_baseline() {
     assert_eq!((f.first_seen_s, f.last_seen_s), (4.0, 4.0));
     assert_eq!(f.severity, Severity::Critical);
     assert_eq!(f.evidence["times_baseline_at_least"], 32);
+    assert_eq!(f.evidence["latency_from"], "block tracepoints median");
     assert_eq!(
         judge(&busy(&[3, 3, 3])).findings[0].severity,
         Severity::Warning
