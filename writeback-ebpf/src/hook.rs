@@ -146,6 +146,13 @@ fn end_typed(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
 /// goes missing unsaid.
 #[inline(always)]
 fn unstarted(mapping: *const u8) {
+    // An ext4 call inside it has its own record (writepages.rs): nothing
+    // lost (the 6.12-rt guest skipped 33 of 368 such entries).
+    let tid = current_tid();
+    if call_byte(tid) == EXT4_CALL_ENDED {
+        set_call_byte(tid, 0);
+        return;
+    }
     let inode = member_ptr::<Typed>(mapping, &KERNEL_MEMBERS, m::MAPPING_HOST);
     let key = inode_key::<Typed>(inode);
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;

@@ -225,7 +225,10 @@ fn scrape_during_a_write_counts_its_pages() {
     // bytes, no request histograms (`--enable device_io`).
     assert!(sum(&after, "wbscope_device_requests_total", &on_dev) >= 1.0);
     assert!(sum(&after, "wbscope_device_bytes_total", &on_dev) >= (PAGES * PAGE) as f64);
-    assert_eq!(sum(&after, "wbscope_device_request_bytes_count", &on_dev), 0.0);
+    assert_eq!(
+        sum(&after, "wbscope_device_request_bytes_count", &on_dev),
+        0.0
+    );
     assert!(sum(&after, "wbscope_dirty_threshold_pages", &[]) > 0.0);
     assert!(sum(&after, "wbscope_bpf_runs_total", &[]) > 0.0);
     assert_eq!(sum(&after, "wbscope_lost_records_total", &[]), 0.0);

@@ -252,7 +252,7 @@ impl DeviceLine {
     ) -> Option<DeviceLine> {
         // A disk first seen now (hot-plugged, or the first snapshot):
         // its counters since boot are no interval's.
-            let before = prev?;
+        let before = prev?;
         let requests = cur.requests.wrapping_sub(before.requests);
         // A counter that went back: the device was removed and another
         // took its number; nothing to say for this interval.

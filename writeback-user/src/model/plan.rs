@@ -154,6 +154,22 @@ impl Concept {
     }
 }
 
+/// The devices' default source, as the plan names it (no program: read
+/// by userspace at each interval).
+pub(crate) const DISKSTATS_SOURCE: &str = "/proc/diskstats";
+
+impl ProbePlan {
+    /// Whether the devices' figures come from [`DISKSTATS_SOURCE`] (counts
+    /// and means) rather than the block tracepoints (histograms).
+    pub(crate) fn devices_from_diskstats(&self) -> bool {
+        self.concept(Concept::DeviceIo)
+            .is_some_and(|c| c.hook.as_deref() == Some(DISKSTATS_SOURCE))
+    }
+}
+
+/// How the reason of a candidate left off until `--enable` begins.
+pub(crate) const OFF_BY_DEFAULT: &str = "off by default";
+
 /// A refused candidate and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejection {
@@ -240,10 +256,27 @@ impl ProbePlan {
         }
     }
 
-    /// One line for headers: `7/10 concepts attached (3 missing)`.
+    /// One line for headers: `11/12 concepts attached`, and which of the
+    /// others are only off by default (`--enable`), not missing.
     pub fn summary(&self) -> String {
         let attached = self.concepts.iter().filter(|c| c.is_attached()).count();
-        format!("{attached}/{} concepts attached", self.concepts.len())
+        let off: Vec<&str> = self
+            .concepts
+            .iter()
+            .filter(|c| {
+                !c.is_attached()
+                    && !c.rejected.is_empty()
+                    && c.rejected
+                        .iter()
+                        .all(|r| r.reason.starts_with(OFF_BY_DEFAULT))
+            })
+            .map(|c| c.concept.name())
+            .collect();
+        let mut out = format!("{attached}/{} concepts attached", self.concepts.len());
+        if !off.is_empty() {
+            out.push_str(&format!(" ({} off by default: --enable)", off.join(", ")));
+        }
+        out
     }
 
     /// The table `wbscope probes` prints.
@@ -382,5 +415,42 @@ impl ProbePlan {
                 },
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_names_what_is_only_off_by_default() {
+        let rejected = |reason: &str| Rejection {
+            hook: "tp_btf x".into(),
+            reason: reason.into(),
+        };
+        let mut attached = ConceptPlan::new(Concept::Scan);
+        attached.hook = Some("tp_btf y".into());
+        let mut off = ConceptPlan::new(Concept::Extents);
+        off.rejected = vec![
+            rejected("off by default: it runs per extent; --enable extents attaches it"),
+            rejected("off by default: the same"),
+        ];
+        let mut missing = ConceptPlan::new(Concept::Throttling);
+        missing.rejected = vec![rejected("not in the kernel's BTF")];
+        let plan = ProbePlan {
+            kernel: "6.18".into(),
+            concepts: vec![attached, off.clone(), missing.clone()],
+        };
+        assert_eq!(
+            plan.summary(),
+            "1/3 concepts attached (extents off by default: --enable)"
+        );
+        // Off by default for one candidate, missing for the other: missing.
+        off.rejected.push(rejected("no such tracepoint"));
+        let plan = ProbePlan {
+            kernel: "6.18".into(),
+            concepts: vec![off, missing],
+        };
+        assert_eq!(plan.summary(), "0/2 concepts attached");
     }
 }

@@ -22,14 +22,13 @@ use super::{
     btf::Btf as KernelBtf,
     object::EBPF_OBJECT,
     plan::{
-        BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, DIRTY_INODE, DISKSTATS, EXT4_EXTENT_EVENT,
-        EXT4_SCAN_FUNCTION,
+        BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, DIRTY_INODE, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
         TASK_RUNTIME_STEAL_FIELD, TracepointAttach, candidates, is_generic,
     },
     privileges, tracefs,
     trials::{Trials, describe},
 };
-use crate::model::plan::{Concept, ConceptPlan, HookChoice, ProbePlan};
+use crate::model::plan::{Concept, ConceptPlan, HookChoice, OFF_BY_DEFAULT, ProbePlan};
 
 /// What the caller wants from the tracer.
 #[derive(Clone, Debug, Default)]
@@ -268,7 +267,7 @@ impl Tracer {
                 {
                     refused.insert(
                         (concept, candidate.label()),
-                        format!("off by default: {why}; --enable {opt_in} attaches it"),
+                        format!("{OFF_BY_DEFAULT}: {why}; --enable {opt_in} attaches it"),
                     );
                     continue;
                 }
@@ -601,11 +600,7 @@ impl Tracer {
         )
         .context("DIRTY_SAMPLE map")?;
         let disks = plan
-            .concepts
-            .iter()
-            .any(|c| {
-                c.concept == Concept::DeviceIo && c.hook.as_deref() == Some(&DISKSTATS.label())
-            })
+            .devices_from_diskstats()
             .then(super::diskstats::DiskStatsFile::open)
             .transpose()?;
         let tracer = Tracer {

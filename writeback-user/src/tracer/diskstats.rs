@@ -39,9 +39,8 @@ impl DiskStatsFile {
         let mut file = &self.file;
         file.rewind()
             .with_context(|| format!("rewinding {}", Self::PATH))?;
-        let procfs::DiskStats(disks) =
-            procfs::FromBufRead::from_buf_read(BufReader::new(file))
-                .with_context(|| format!("reading {}", Self::PATH))?;
+        let procfs::DiskStats(disks) = procfs::FromBufRead::from_buf_read(BufReader::new(file))
+            .with_context(|| format!("reading {}", Self::PATH))?;
         Ok(disks
             .into_iter()
             .filter(|d| !self.partitions.contains(&d.name))

@@ -9,7 +9,7 @@
 //! candidates of the same concept, and the plan takes whichever exists.
 use writeback_common::fields;
 
-use crate::model::plan::{Concept, HookKind, OptIn};
+use crate::model::plan::{Concept, DISKSTATS_SOURCE, HookKind, OptIn};
 
 /// One eBPF program attached to one classic tracepoint, with the global
 /// that receives the tracepoint's layout and the fields it reads.
@@ -99,7 +99,7 @@ impl Candidate {
             return Some((
                 OptIn::DeviceIo,
                 "it runs per device request and per bio, which random 4 KiB writes make one of \
-                 per page (about 2.6 runs per written page under fio randwrite, issue 31); the \
+                 per page (4 runs per dirtied page under fio randwrite with an fsync every 64, issue 31); the \
                  per-device counts and means come from /proc/diskstats instead",
             ));
         }
@@ -554,14 +554,8 @@ pub const VMSTAT_DIRTY: Candidate = Candidate::Procfs {
 /// the block tracepoints run per request and per bio and wait for
 /// `--enable device_io`.
 pub const DISKSTATS: Candidate = Candidate::Procfs {
-    what: "/proc/diskstats",
-    fields: &[
-        "dev",
-        "requests",
-        "bytes",
-        "latency_mean",
-        "in_flight_mean",
-    ],
+    what: DISKSTATS_SOURCE,
+    fields: &["dev", "requests", "bytes", "latency_mean", "in_flight_mean"],
 };
 
 /// The tracepoint the BTF extent program is attached to.

@@ -302,11 +302,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
     // Device latency and sizes.
     let io = attached(d, Concept::DeviceIo);
     // The default source: counts and means, no histograms to draw.
-    let diskstats = d.plan.as_ref().is_some_and(|p| {
-        p.concepts
-            .iter()
-            .any(|c| c.concept == Concept::DeviceIo && c.hook.as_deref() == Some("/proc/diskstats"))
-    });
+    let diskstats = d.plan.as_ref().is_some_and(|p| p.devices_from_diskstats());
     let io_empty = if diskstats {
         "empty: the devices came from /proc/diskstats (counts and means, no histograms); \
          `--enable device_io` records these"
