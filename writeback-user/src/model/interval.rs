@@ -918,6 +918,47 @@ mod tests {
     }
 
     #[test]
+    fn a_disks_interval_from_its_diskstats_counters() {
+        let dev = DevId { major: 8, minor: 0 };
+        let at = |requests, sectors, ticks_ms, weighted_ms| DiskCounters {
+            dev,
+            requests,
+            sectors,
+            ticks_ms,
+            weighted_ms,
+        };
+        // 100 requests of 8 sectors in 2 s, 250 ms of latency summed, 3 s
+        // of weighted in-flight time.
+        let line = DeviceLine::from_diskstats(
+            Some(&at(1000, 8000, 500, 700)),
+            &at(1100, 8800, 750, 3700),
+            2.0,
+        )
+        .expect("requests in the interval");
+        assert_eq!((line.dev, line.requests), (dev, 100));
+        assert!(line.request_bytes.is_empty() && line.latency_ns.is_empty());
+        let m = line.diskstats.expect("means");
+        assert_eq!(m.bytes, 800 * 512);
+        assert_eq!(m.request_bytes_mean, 4096.0);
+        assert_eq!(m.latency_ns_mean, 2.5e6);
+        assert_eq!(m.in_flight_mean, 1.5);
+        // Nothing completed, not seen at the start, or counters gone back
+        // (another device under the number): no line.
+        let same = at(1000, 8000, 500, 700);
+        assert!(DeviceLine::from_diskstats(Some(&same), &same, 1.0).is_none());
+        assert!(DeviceLine::from_diskstats(None, &same, 1.0).is_none());
+        assert!(DeviceLine::from_diskstats(Some(&at(2000, 1, 1, 1)), &same, 1.0).is_none());
+        // As JSON: the means under `diskstats`, absent for tracepoint lines.
+        let json = serde_json::to_value(&line).expect("json");
+        assert_eq!(json["diskstats"]["in_flight_mean"], 1.5);
+        let back: DeviceLine = serde_json::from_value(serde_json::json!(
+            {"dev": "8:0", "requests": 3, "request_bytes": [], "latency_ns": []}
+        ))
+        .expect("a line from before the field");
+        assert!(back.diskstats.is_none());
+    }
+
+    #[test]
     fn quantile_bucket_is_the_bucket_reaching_the_rank() {
         assert_eq!(quantile_bucket(&[], 0.5), None);
         assert_eq!(quantile_bucket(&[b(0, 0, 0)], 0.5), None);
