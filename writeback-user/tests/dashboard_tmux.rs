@@ -111,7 +111,9 @@ fn dashboard_shows_a_16_mib_fsync_and_quits_on_q() {
     let log = tempfile::NamedTempFile::new().unwrap();
     let session = Session(format!("wbscope-test-{}", std::process::id()));
     start(&session, log.path(), std::path::Path::new("/"), 100, 30);
-    session.wait_for("the attached probes", |s| s.contains("probes 12/12"));
+    session.wait_for("the attached probes", |s| {
+        s.contains(" 0 missing") && !s.contains("probes 0/")
+    });
 
     let fs = LoopFs::new("ext4", 128);
     let mut f = File::create_new(fs.path("data")).unwrap();
@@ -148,7 +150,9 @@ fn writer_from_keys_loads_the_kernel_and_cleans_up() {
     // Started in the loop filesystem: the writer's default directory is a
     // new temporary directory there.
     start(&session, log.path(), &fs.mountpoint, 120, 40);
-    session.wait_for("the attached probes", |s| s.contains("probes 12/12"));
+    session.wait_for("the attached probes", |s| {
+        s.contains(" 0 missing") && !s.contains("probes 0/")
+    });
 
     // fsync-end (one `s` from buffered), then start: each file ends with
     // an fsync, so writepages calls on this device are certain.
@@ -302,9 +306,15 @@ fn a_live_pipe_into_the_dashboard_shows_a_call_within_a_second() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The screen's histogram is the last completed interval's (calls
+    // "show up with the next interval", dashboard/app.rs): the call is
+    // drawn at the first interval line after its record arrives, at
+    // most one interval (1 s) later, plus the recorder's drain (100 ms)
+    // and this loop's polling. A bound of exactly 1 s failed whenever the
+    // fsync ended just after a line (1.0009 s, twice in a row here).
     let lag = synced.elapsed();
     assert!(
-        lag < Duration::from_secs(1),
+        lag < Duration::from_millis(1300),
         "shown {lag:?} after the fsync"
     );
     keys(&session, "q");

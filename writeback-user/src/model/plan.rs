@@ -216,6 +216,28 @@ impl ConceptPlan {
     pub fn is_attached(&self) -> bool {
         self.hook.is_some()
     }
+
+    /// Not attached only because its hooks wait for `--enable`.
+    pub(crate) fn is_off_by_default(&self) -> bool {
+        !self.is_attached()
+            && !self.rejected.is_empty()
+            && self
+                .rejected
+                .iter()
+                .all(|r| r.reason.starts_with(OFF_BY_DEFAULT))
+    }
+
+    /// Attached, but not with the first candidate this kernel could
+    /// have given: a candidate was refused for a reason other than
+    /// waiting for `--enable` (the devices from /proc/diskstats, the
+    /// default, have not fallen back).
+    pub(crate) fn fell_back(&self) -> bool {
+        self.is_attached()
+            && self
+                .rejected
+                .iter()
+                .any(|r| !r.reason.starts_with(OFF_BY_DEFAULT))
+    }
 }
 
 /// Hook name of a rejection that applies to every candidate.
@@ -263,13 +285,7 @@ impl ProbePlan {
         let off: Vec<&str> = self
             .concepts
             .iter()
-            .filter(|c| {
-                !c.is_attached()
-                    && !c.rejected.is_empty()
-                    && c.rejected
-                        .iter()
-                        .all(|r| r.reason.starts_with(OFF_BY_DEFAULT))
-            })
+            .filter(|c| c.is_off_by_default())
             .map(|c| c.concept.name())
             .collect();
         let mut out = format!("{attached}/{} concepts attached", self.concepts.len());

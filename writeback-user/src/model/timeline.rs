@@ -53,6 +53,41 @@ pub(crate) struct TimeBin {
     /// recording): issue-to-completion latency and size histograms.
     pub(crate) request_latency_ns: Vec<Bucket>,
     pub(crate) request_bytes: Vec<Bucket>,
+    /// The same requests from /proc/diskstats, the default source (no
+    /// histograms): how many completed, their bytes and their latency
+    /// summed (ns), for the means.
+    #[serde(skip_serializing_if = "DiskSums::is_empty")]
+    pub(crate) disk: DiskSums,
+}
+
+/// Requests counted by /proc/diskstats in a bin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct DiskSums {
+    pub(crate) requests: u64,
+    pub(crate) bytes: u64,
+    pub(crate) latency_ns: f64,
+}
+
+impl DiskSums {
+    fn is_empty(&self) -> bool {
+        self.requests == 0
+    }
+
+    fn add(&mut self, o: &DiskSums) {
+        self.requests += o.requests;
+        self.bytes += o.bytes;
+        self.latency_ns += o.latency_ns;
+    }
+
+    /// Mean latency (ns) and size (bytes) of the requests; `None` without
+    /// any.
+    pub(crate) fn means(&self) -> Option<(f64, f64)> {
+        (self.requests > 0).then(|| {
+            let n = self.requests as f64;
+            (self.latency_ns / n, self.bytes as f64 / n)
+        })
+    }
 }
 
 fn add_level(mine: &mut Option<u64>, theirs: Option<u64>, keep: fn(u64, u64) -> u64) {
@@ -96,6 +131,7 @@ impl TimeBin {
         self.throttle_pause_ms += o.throttle_pause_ms;
         self.request_latency_ns = merge_buckets(&self.request_latency_ns, &o.request_latency_ns);
         self.request_bytes = merge_buckets(&self.request_bytes, &o.request_bytes);
+        self.disk.add(&o.disk);
     }
 
     /// Records a level sample (pages) from /proc/vmstat.
@@ -117,6 +153,13 @@ impl TimeBin {
         for d in line.devices.iter().filter(|d| keep(d.dev)) {
             self.request_latency_ns = merge_buckets(&self.request_latency_ns, &d.latency_ns);
             self.request_bytes = merge_buckets(&self.request_bytes, &d.request_bytes);
+            if let Some(m) = &d.diskstats {
+                self.disk.add(&DiskSums {
+                    requests: d.requests,
+                    bytes: m.bytes,
+                    latency_ns: m.latency_ns_mean * d.requests as f64,
+                });
+            }
         }
     }
 
@@ -240,6 +283,48 @@ mod tests {
         let total: u64 = t.bins.iter().map(TimeBin::pages_written).sum();
         assert_eq!(total, ticks, "merging loses nothing");
         assert_eq!(t.bins[0].calls, 16);
+    }
+
+    fn empty_line() -> IntervalLine {
+        let none = crate::model::kernel::KernelSnapshot::default();
+        IntervalLine::new(1.0, 1.0, &Default::default(), &none, &none)
+    }
+
+    /// A line with one disk's /proc/diskstats figures.
+    fn disk_line(requests: u64, latency_ns_mean: f64, bytes: u64) -> IntervalLine {
+        let mut line = empty_line();
+        line.devices = vec![crate::model::interval::DeviceLine {
+            dev: DevId { major: 8, minor: 0 },
+            requests,
+            request_bytes: Vec::new(),
+            latency_ns: Vec::new(),
+            diskstats: Some(crate::model::interval::DiskMeans {
+                bytes,
+                request_bytes_mean: bytes as f64 / requests as f64,
+                latency_ns_mean,
+                in_flight_mean: 0.1,
+            }),
+        }];
+        line
+    }
+
+    #[test]
+    fn diskstats_requests_merge_into_means() {
+        let mut a = TimeBin::default();
+        assert_eq!(a.disk.means(), None);
+        // Two intervals of one disk: 10 requests at 2 ms, 30 at 1 ms.
+        for (requests, latency_ns_mean, bytes) in [(10, 2e6, 40_960), (30, 1e6, 1 << 20)] {
+            let mut b = TimeBin::default();
+            b.add_interval(&disk_line(requests, latency_ns_mean, bytes), |_| true);
+            a.merge(&b);
+        }
+        let (ns, bytes) = a.disk.means().expect("means");
+        assert_eq!(ns, (10.0 * 2e6 + 30.0 * 1e6) / 40.0);
+        assert_eq!(bytes, (40_960 + (1 << 20)) as f64 / 40.0);
+        // A device `keep` refuses is left out.
+        let mut c = TimeBin::default();
+        c.add_interval(&disk_line(10, 2e6, 40_960), |_| false);
+        assert_eq!(c.disk, DiskSums::default());
     }
 
     #[test]

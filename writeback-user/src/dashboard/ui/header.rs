@@ -15,30 +15,37 @@ use crate::{
     model::units,
 };
 
-/// (attached, fallen back, missing): fallen back means attached, but not
-/// with the first candidate hook.
-pub(crate) fn plan_counts(m: &Model) -> (usize, usize, usize) {
+/// (attached, fallen back, missing, off): fallen back means attached,
+/// but not with the first candidate hook this kernel could give; off,
+/// left off until `--enable` (not missing).
+pub(crate) fn plan_counts(m: &Model) -> (usize, usize, usize, usize) {
     if m.plan.concepts.is_empty() {
         let attached = m
             .probes
             .iter()
             .filter(|p| p.state == crate::model::plan::ProbeState::Attached)
             .count();
-        return (attached, 0, m.probes.len() - attached);
+        return (attached, 0, m.probes.len() - attached, 0);
     }
-    let attached = m.plan.concepts.iter().filter(|c| c.is_attached()).count();
-    let fallen = m
-        .plan
-        .concepts
-        .iter()
-        .filter(|c| c.is_attached() && !c.rejected.is_empty())
-        .count();
-    (attached, fallen, m.plan.concepts.len() - attached)
+    let count = |f: fn(&crate::model::plan::ConceptPlan) -> bool| {
+        m.plan.concepts.iter().filter(|c| f(c)).count()
+    };
+    let (attached, fallen, off) = (
+        count(|c| c.is_attached()),
+        count(|c| c.fell_back()),
+        count(|c| c.is_off_by_default()),
+    );
+    (
+        attached,
+        fallen,
+        m.plan.concepts.len() - attached - off,
+        off,
+    )
 }
 
 pub(crate) fn header(app: &App, width: u16) -> Paragraph<'static> {
     let m = app.shown();
-    let (attached, fallen, missing) = plan_counts(m);
+    let (attached, fallen, missing, off) = plan_counts(m);
     let kernel = if m.plan.kernel.is_empty() {
         "?"
     } else {
@@ -71,6 +78,14 @@ pub(crate) fn header(app: &App, width: u16) -> Paragraph<'static> {
             },
         ),
         Span::raw(if narrow { " " } else { ", " }),
+        Span::styled(
+            if off > 0 {
+                format!("{off} off, ")
+            } else {
+                String::new()
+            },
+            theme::dim(),
+        ),
         Span::styled(
             format!("{missing} missing"),
             if missing > 0 {

@@ -445,3 +445,55 @@ fn store_replay_after_a_jump() {
     );
     insta::assert_snapshot!(screen.backend());
 }
+
+/// A concept left off until `--enable` is counted as off, not missing,
+/// and a default that waited behind an opt-in has not fallen back.
+#[test]
+fn off_by_default_is_neither_missing_nor_a_fallback() {
+    let reject = |reason: &str| Rejection {
+        hook: "tp_btf x".into(),
+        reason: reason.into(),
+    };
+    let with = |c, hook: Option<&str>, rejected: Vec<Rejection>| ConceptPlan {
+        hook: hook.map(String::from),
+        kind: hook.map(|_| HookKind::TpBtf),
+        rejected,
+        ..ConceptPlan::new(c)
+    };
+    let plan = ProbePlan {
+        kernel: "6.18".into(),
+        concepts: vec![
+            with(
+                Concept::DeviceIo,
+                Some("/proc/diskstats"),
+                vec![reject(
+                    "off by default: per request; --enable device_io attaches it",
+                )],
+            ),
+            with(
+                Concept::Scan,
+                Some("tp_btf y"),
+                vec![reject("not in the kernel's BTF")],
+            ),
+            with(
+                Concept::Extents,
+                None,
+                vec![reject(
+                    "off by default: per extent; --enable extents attaches it",
+                )],
+            ),
+            with(
+                Concept::Throttling,
+                None,
+                vec![reject("no such tracepoint")],
+            ),
+        ],
+    };
+    let app = App::new(Model::with_plan(plan, "testhost".into()));
+    assert_eq!(header::plan_counts(app.shown()), (2, 1, 1, 1));
+    let screen = format!("{:?}", draw(&app, 120, 30).backend());
+    assert!(
+        screen.contains("probes 2/3 attached, 1 fallen back, 1 off, 1 missing"),
+        "{screen}"
+    );
+}

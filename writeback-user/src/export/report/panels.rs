@@ -299,15 +299,12 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         job_band: false,
     });
 
-    // Device latency and sizes.
+    // Device latency and sizes: quantiles of the block tracepoints'
+    // histograms (`--enable device_io`), or the /proc/diskstats means
+    // (the default).
     let io = attached(d, Concept::DeviceIo);
-    // The default source: counts and means, no histograms to draw.
     let diskstats = d.plan.as_ref().is_some_and(|p| p.devices_from_diskstats());
-    let io_empty = if diskstats {
-        "empty: the devices came from /proc/diskstats (counts and means, no histograms); \
-         `--enable device_io` records these"
-            .to_string()
-    } else if io {
+    let io_empty = if io {
         "empty: no block requests completed on these devices".to_string()
     } else {
         no_hook(Concept::DeviceIo)
@@ -315,28 +312,54 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
     let q = |f: fn(&TimeBin) -> &Vec<Bucket>, q: f64, scale: f64| -> Value<'_> {
         Box::new(move |_, b, _| quantile_mid(f(b), q).map(|v| v / scale))
     };
+    let quantiles = |f: fn(&TimeBin) -> &Vec<Bucket>, scale: f64| {
+        vec![
+            Series {
+                name: "p50".into(),
+                style: STYLES[0],
+                value: q(f, 0.5, scale),
+            },
+            Series {
+                name: "p99".into(),
+                style: STYLES[1],
+                value: q(f, 0.99, scale),
+            },
+        ]
+    };
+    let mean_of = |pick: fn((f64, f64)) -> f64, scale: f64| -> Value<'_> {
+        Box::new(move |_, b, _| b.disk.means().map(|m| pick(m) / scale))
+    };
+    let mean = |pick: fn((f64, f64)) -> f64, scale: f64| {
+        vec![Series {
+            name: "mean".into(),
+            style: STYLES[0],
+            value: mean_of(pick, scale),
+        }]
+    };
+    let notes = |diskstats: bool| {
+        vec![if diskstats {
+            "log scale; means from /proc/diskstats (its latency counters count whole ms); \
+             `--enable device_io` records the quantiles"
+                .into()
+        } else {
+            "log scale; midpoints of the log2 buckets holding the quantile".into()
+        }]
+    };
     out.push(Spec {
         id: "latency",
         title: "Device request latency, issue to completion",
         unit: "ms",
         log: true,
-        series: vec![
-            Series {
-                name: "p50".into(),
-                style: STYLES[0],
-                value: q(|b| &b.request_latency_ns, 0.5, 1e6),
-            },
-            Series {
-                name: "p99".into(),
-                style: STYLES[1],
-                value: q(|b| &b.request_latency_ns, 0.99, 1e6),
-            },
-        ],
+        series: if diskstats {
+            mean(|(ns, _)| ns, 1e6)
+        } else {
+            quantiles(|b| &b.request_latency_ns, 1e6)
+        },
         empty: io_empty.clone(),
         segment_empty: Box::new(move |s| {
             no_timeline(s).unwrap_or_else(|| format!("{}: no requests completed", s.name))
         }),
-        notes: vec!["log scale; midpoints of the log2 buckets holding the quantile".into()],
+        notes: notes(diskstats),
         job_band: false,
     });
     out.push(Spec {
@@ -344,23 +367,16 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         title: "Device request sizes",
         unit: "KiB",
         log: true,
-        series: vec![
-            Series {
-                name: "p50".into(),
-                style: STYLES[0],
-                value: q(|b| &b.request_bytes, 0.5, 1024.0),
-            },
-            Series {
-                name: "p99".into(),
-                style: STYLES[1],
-                value: q(|b| &b.request_bytes, 0.99, 1024.0),
-            },
-        ],
+        series: if diskstats {
+            mean(|(_, bytes)| bytes, 1024.0)
+        } else {
+            quantiles(|b| &b.request_bytes, 1024.0)
+        },
         empty: io_empty,
         segment_empty: Box::new(move |s| {
             no_timeline(s).unwrap_or_else(|| format!("{}: no requests issued", s.name))
         }),
-        notes: vec!["log scale; midpoints of the log2 buckets holding the quantile".into()],
+        notes: notes(diskstats),
         job_band: false,
     });
     out
