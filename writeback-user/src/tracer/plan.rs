@@ -99,8 +99,8 @@ impl Candidate {
             return Some((
                 OptIn::DeviceIo,
                 "it runs per device request and per bio, which random 4 KiB writes make one of \
-                 per page (4 runs per dirtied page under fio randwrite with an fsync every 64, issue 31); the \
-                 per-device counts and means come from /proc/diskstats instead",
+                 per page (4 runs per dirtied page under fio randwrite with an fsync every 64, \
+                 issue 31); the per-device counts and means come from /proc/diskstats instead",
             ));
         }
         if *self == TP_BTF_EXTENT || *self == Candidate::Tracepoints(EXTENT_TP) {
