@@ -8,8 +8,8 @@ use serde_json::json;
 
 use super::{Ctx, Evidence, Severity, Verdict, round3};
 use crate::model::{
-    DevId,
-    interval::{DeviceLine, IntervalLine, quantile_bucket},
+    DevId, Log2Histogram,
+    interval::{DeviceLine, DiskMeans, IntervalLine, quantile_bucket},
 };
 
 pub(crate) const SATURATED: &str = "device-saturated";
@@ -40,6 +40,12 @@ fn bucket_index(lo: u64) -> u32 {
     if lo == 0 { 0 } else { lo.trailing_zeros() + 1 }
 }
 
+/// The device's /proc/diskstats means, when they are its only figures
+/// (the default source; the block tracepoints give histograms instead).
+fn disk_means(d: &DeviceLine) -> Option<&DiskMeans> {
+    d.diskstats.as_ref().filter(|_| d.latency_ns.is_empty())
+}
+
 /// The median latency's bucket; by default, with /proc/diskstats and
 /// no histogram, the mean's bucket stands for it (a mean over a median
 /// moves with the slow tail, which saturation lengthens too).
@@ -47,15 +53,11 @@ fn p50(d: &DeviceLine) -> Option<[u64; 2]> {
     if d.requests < MIN_REQUESTS {
         return None;
     }
-    match &d.diskstats {
-        Some(m) if d.latency_ns.is_empty() => Some(
-            writeback_common::log2_bucket_bounds(writeback_common::log2_bucket(
-                m.latency_ns_mean as u64,
-                64,
-            ))
-            .into(),
+    match disk_means(d) {
+        Some(m) => Some(
+            Log2Histogram::bucket_bounds(Log2Histogram::bucket_of(m.latency_ns_mean as u64)).into(),
         ),
-        _ => quantile_bucket(&d.latency_ns, 0.5),
+        None => quantile_bucket(&d.latency_ns, 0.5),
     }
 }
 
@@ -78,7 +80,7 @@ impl Baselines {
 /// Mean requests in flight over the interval, from the latency buckets'
 /// midpoints (or /proc/diskstats' weighted time).
 fn in_flight(d: &DeviceLine, interval_s: f64) -> f64 {
-    if let Some(m) = &d.diskstats {
+    if let Some(m) = disk_means(d) {
         return m.in_flight_mean;
     }
     let busy_ns: f64 = d
@@ -124,7 +126,7 @@ pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
     let from_diskstats = line
         .devices
         .iter()
-        .any(|d| d.dev == dev && d.diskstats.is_some() && d.latency_ns.is_empty());
+        .any(|d| d.dev == dev && disk_means(d).is_some());
     evidence.insert(
         "latency_from",
         json!(if from_diskstats {
