@@ -52,6 +52,20 @@ wait_tracing() {
     done
 }
 
+# Saves /proc/PID/status of the wbscope that `timeout` (pid $1) runs as
+# $2: its ids, capabilities, no_new_privs and seccomp mode once it has
+# dropped its privileges (before its "tracing;" line). Builtins only.
+save_status() {
+    for d in /proc/[0-9]*; do
+        read -r _ comm _ ppid _ < "$d/stat" 2>/dev/null || continue
+        if [ "$ppid" = "$1" ] && [ "$comm" = "(wbscope)" ]; then
+            while IFS= read -r line; do echo "$line"; done < "$d/status" > "$2"
+            return 0
+        fi
+    done
+    echo "no wbscope child of $1" > "$2"
+}
+
 # Starts `wbscope [ARGS] trace --json --events` in the background for run
 # $1, its output in $OUT/$1.*; sets pid.
 start_trace() {
@@ -105,6 +119,7 @@ trace_run() {
     t0=$(date +%s%N)
     wait_tracing "$pid" "$OUT/$name.err"
     echo "$(( ($(date +%s%N) - t0) / 1000000 ))" > "$OUT/$name.startup-ms"
+    save_status "$pid" "$OUT/$name.status"
     echo 'r:wbcheck/ewp ext4_writepages' >> "$T/kprobe_events" 2> "$OUT/$name.kretprobe-err"
     echo 1 > "$T/events/wbcheck/ewp/enable" 2>> "$OUT/$name.kretprobe-err"
     file="$MNT/data-$name"

@@ -16,6 +16,7 @@ mod cgroups;
 mod checks;
 mod initramfs;
 mod kernel;
+mod privileges;
 mod qemu;
 mod rootimg;
 mod rt;
@@ -313,7 +314,10 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::R
     let wanted = |group: &str| shared.steps.is_empty() || shared.steps.iter().any(|s| s == group);
     let mut checks = Vec::new();
     if wanted("traces") || wanted("xfs") {
-        checks.extend(checks::judge(&out));
+        checks.extend(checks::judge(&out, wanted("xfs")));
+    }
+    if wanted("traces") {
+        checks.extend(privileges::judge(&out));
     }
     if wanted("cgroups") {
         checks.extend(cgroups::judge(&out));

@@ -93,7 +93,7 @@ pub(crate) enum Confinement {
     /// `--no-drop`.
     Kept,
     /// Kept because the kernel would refuse the map reads without them
-    /// (`maps_need_capabilities`).
+    /// and has no CAP_BPF to keep alone (before 5.8; `map_access`).
     KeptFor(String),
     Dropped {
         user: String,
@@ -106,6 +106,9 @@ pub(crate) enum Confinement {
         /// no_new_privs and the filter (no execve) make the set moot, and
         /// a systemd unit's CapabilityBoundingSet= empties it.
         bounding_cleared: bool,
+        /// Why CAP_BPF stays in the permitted and effective sets, when the
+        /// kernel refuses map reads without it (`map_access`).
+        kept_bpf: Option<String>,
         /// With a writable directory: how far Landlock keeps files made
         /// and removed beneath it.
         beneath: Option<Beneath>,
@@ -126,11 +129,16 @@ impl std::fmt::Display for Confinement {
                 gid,
                 syscalls,
                 bounding_cleared,
+                kept_bpf,
                 beneath,
             } => {
+                let capabilities = match kept_bpf {
+                    None => "no capabilities".to_string(),
+                    Some(why) => format!("no capabilities but CAP_BPF ({why})"),
+                };
                 write!(
                     f,
-                    "privileges dropped: user {user} (uid {uid}, gid {gid}), no capabilities, \
+                    "privileges dropped: user {user} (uid {uid}, gid {gid}), {capabilities}, \
                      no_new_privs, seccomp filter of {syscalls} system calls"
                 )?;
                 match beneath {
@@ -259,43 +267,62 @@ pub(crate) fn dropped() -> bool {
     DROPPED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Why this kernel would refuse the run's map reads once the capabilities
-/// are gone, if it would. Before 5.19 the bpf() system call refused every
-/// command, map lookups included, to a caller without CAP_BPF or
-/// CAP_SYS_ADMIN while `kernel.unprivileged_bpf_disabled` is set
-/// (`__sys_bpf()`, kernel/bpf/syscall.c); 5.19's "bpf: refine
-/// kernel.unprivileged_bpf_disabled behaviour" limited it to
-/// BPF_MAP_CREATE and BPF_PROG_LOAD, and 6.5 moved it into
-/// `map_create()` and `bpf_prog_load()`. Distributions set it (Debian 11
-/// and 12: 2). Seen in the 5.10 guest of `cargo xtask vm-test`: every
-/// trace stopped at its first map write ("writing GLOBAL_THRESH: EPERM");
-/// the 6.1 guest (Debian 12) dropped and passed every check (CI at
-/// b91778e, stop 32).
-fn maps_need_capabilities() -> Option<String> {
-    let disabled: u32 = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let release = crate::sys::kernel_release();
-    needs_capabilities(&release, disabled).then(|| {
-        format!(
-            "kernel {release} refuses BPF map reads without CAP_BPF while \
-             kernel.unprivileged_bpf_disabled is {disabled} (5.19 and later do not)"
-        )
-    })
+/// What this kernel asks of a process that reads the run's maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum MapAccess {
+    /// Any holder of the map's descriptor.
+    Open,
+    /// CAP_BPF (or CAP_SYS_ADMIN), with the reason.
+    NeedsCapBpf(String),
+    /// CAP_SYS_ADMIN: no CAP_BPF in this kernel.
+    NeedsSysAdmin(String),
 }
 
-/// Whether a kernel of `release` ("5.10.0-46-amd64") gates map commands
-/// on a capability with `unprivileged_bpf_disabled` at `disabled`.
-fn needs_capabilities(release: &str, disabled: u32) -> bool {
+/// Whether this kernel would refuse the run's map reads once the
+/// capabilities are gone. Before 5.19 the bpf() system call refused every
+/// command, map lookups included, to a caller without CAP_BPF or
+/// CAP_SYS_ADMIN while `kernel.unprivileged_bpf_disabled` is set
+/// (`__sys_bpf()`, kernel/bpf/syscall.c: `if
+/// (sysctl_unprivileged_bpf_disabled && !bpf_capable()) return -EPERM`);
+/// 5.19's "bpf: refine kernel.unprivileged_bpf_disabled behaviour" limited
+/// it to BPF_MAP_CREATE and BPF_PROG_LOAD, and 6.5 moved it into
+/// `map_create()` and `bpf_prog_load()`. `bpf_capable()` is CAP_BPF or
+/// CAP_SYS_ADMIN since 5.8 ("bpf, capability: Introduce CAP_BPF"), so from
+/// 5.8 to 5.18 keeping CAP_BPF alone is enough; before 5.8 the gate was
+/// CAP_SYS_ADMIN. Distributions set it (Debian 11 and 12: 2). Seen in the
+/// 5.10 guest of `cargo xtask vm-test`: with every capability gone, each
+/// trace stopped at its first map write ("writing GLOBAL_THRESH: EPERM").
+fn map_access() -> MapAccess {
+    let Some(disabled) = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+    else {
+        return MapAccess::Open;
+    };
+    access_on(&crate::sys::kernel_release(), disabled)
+}
+
+/// [`map_access`] for a kernel of `release` ("5.10.0-46-amd64") with
+/// `unprivileged_bpf_disabled` at `disabled`.
+fn access_on(release: &str, disabled: u32) -> MapAccess {
     let mut parts = release
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|p| p.parse::<u32>().ok());
     let (Some(major), Some(minor)) = (parts.next(), parts.next()) else {
-        return false;
+        return MapAccess::Open;
     };
-    disabled != 0 && (major, minor) < (5, 19)
+    if disabled == 0 || (major, minor) >= (5, 19) {
+        return MapAccess::Open;
+    }
+    let why = format!(
+        "kernel {release} refuses BPF map reads without it while \
+         kernel.unprivileged_bpf_disabled is {disabled}; 5.19 and later do not"
+    );
+    if (major, minor) >= (5, 8) {
+        MapAccess::NeedsCapBpf(why)
+    } else {
+        MapAccess::NeedsSysAdmin(why.replace("without it", "without CAP_SYS_ADMIN"))
+    }
 }
 
 /// Ends the run's privileges, or says it keeps them (`--no-drop`), and
@@ -312,9 +339,11 @@ pub(crate) fn drop_after_attach(
     if options.no_drop {
         return Ok(Confinement::Kept);
     }
-    if let Some(why) = maps_need_capabilities() {
-        return Ok(Confinement::KeptFor(why));
-    }
+    let kept_bpf = match map_access() {
+        MapAccess::Open => None,
+        MapAccess::NeedsCapBpf(why) => Some(why),
+        MapAccess::NeedsSysAdmin(why) => return Ok(Confinement::KeptFor(why)),
+    };
     let account = target(options.user.as_deref())?;
     let threads = thread_count()?;
     if threads != 1 {
@@ -334,28 +363,31 @@ pub(crate) fn drop_after_attach(
     let bounding_cleared = caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP)
         .unwrap_or(false)
         && caps::clear(None, CapSet::Bounding).is_ok();
+    // Keeping CAP_BPF through the uid change: with PR_SET_KEEPCAPS the
+    // permitted set survives it (the effective set is emptied all the
+    // same), and is cut down to CAP_BPF below.
+    if kept_bpf.is_some() {
+        set_keepcaps(true)?;
+    }
     change_ids(&account)?;
+    if kept_bpf.is_some() {
+        set_keepcaps(false)?;
+    }
     // Changing every uid from 0 to non-zero already cleared the
     // permitted, effective and ambient sets (capabilities(7), "Effect of
     // user ID changes on capabilities"); a non-root start keeps them, so
-    // clear all explicitly. Lowering needs no privilege.
-    for set in [
-        CapSet::Ambient,
-        CapSet::Inheritable,
-        CapSet::Effective,
-        CapSet::Permitted,
+    // set all explicitly. Lowering needs no privilege.
+    let kept: caps::CapsHashSet = kept_bpf.iter().map(|_| Capability::CAP_BPF).collect();
+    for (set, to) in [
+        (CapSet::Ambient, caps::CapsHashSet::new()),
+        (CapSet::Inheritable, caps::CapsHashSet::new()),
+        (CapSet::Permitted, kept.clone()),
+        (CapSet::Effective, kept.clone()),
     ] {
-        caps::clear(None, set).with_context(|| format!("clearing the {set:?} capabilities"))?;
-    }
-    for set in [
-        CapSet::Ambient,
-        CapSet::Inheritable,
-        CapSet::Effective,
-        CapSet::Permitted,
-    ] {
+        caps::set(None, set, &to).with_context(|| format!("setting the {set:?} capabilities"))?;
         let left = caps::read(None, set).with_context(|| format!("reading {set:?}"))?;
-        if !left.is_empty() {
-            bail!("dropping privileges: {set:?} capabilities left: {left:?}");
+        if left != to {
+            bail!("dropping privileges: {set:?} capabilities are {left:?}, not {to:?}");
         }
     }
     // A writable directory: files made and removed beneath it only
@@ -376,8 +408,24 @@ pub(crate) fn drop_after_attach(
         gid: account.gid,
         syscalls: super::seccomp::allowed_count(dir),
         bounding_cleared,
+        kept_bpf,
         beneath,
     })
+}
+
+/// prctl(PR_SET_KEEPCAPS): whether the permitted capabilities survive the
+/// uid change from 0 (cleared again on the next execve, which the filter
+/// forbids anyway).
+fn set_keepcaps(on: bool) -> anyhow::Result<()> {
+    // SAFETY: plain prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, libc::c_ulong::from(on), 0, 0, 0) } != 0 {
+        bail!(
+            "dropping privileges: PR_SET_KEEPCAPS {}: {}",
+            u8::from(on),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 /// Supplementary groups emptied, then gid, then uid (the other order would
@@ -477,17 +525,38 @@ mod tests {
     }
 
     #[test]
-    fn kernels_before_5_19_keep_capabilities_for_their_maps() {
-        assert!(needs_capabilities("5.10.0-46-amd64", 2));
-        assert!(needs_capabilities("5.18.19-amd64", 1));
-        assert!(!needs_capabilities("5.10.0-46-amd64", 0));
-        assert!(!needs_capabilities("5.19.0-1-amd64", 2));
-        assert!(!needs_capabilities("6.1.0-57-amd64", 2));
-        assert!(!needs_capabilities("6.12.118+deb13-amd64", 2));
-        assert!(!needs_capabilities("7.3.4+deb13-amd64", 2));
-        assert!(!needs_capabilities("garbage", 2));
+    fn kernels_before_5_19_keep_cap_bpf_for_their_maps() {
+        let bpf = |r, d| matches!(access_on(r, d), MapAccess::NeedsCapBpf(_));
+        assert!(bpf("5.10.0-46-amd64", 2));
+        assert!(bpf("5.18.19-amd64", 1));
+        assert!(bpf("5.8.0-1-amd64", 2));
+        assert_eq!(access_on("5.10.0-46-amd64", 0), MapAccess::Open);
+        assert_eq!(access_on("5.19.0-1-amd64", 2), MapAccess::Open);
+        assert_eq!(access_on("6.1.0-57-amd64", 2), MapAccess::Open);
+        assert_eq!(access_on("6.12.118+deb13-amd64", 2), MapAccess::Open);
+        assert_eq!(access_on("7.3.4+deb13-amd64", 2), MapAccess::Open);
+        assert_eq!(access_on("garbage", 2), MapAccess::Open);
+        // No CAP_BPF before 5.8: the gate was CAP_SYS_ADMIN.
+        let MapAccess::NeedsSysAdmin(why) = access_on("5.4.0-1-amd64", 1) else {
+            panic!("5.4 needs CAP_SYS_ADMIN");
+        };
+        assert!(why.contains("without CAP_SYS_ADMIN"), "{why}");
         let kept = Confinement::KeptFor("why".into());
         assert_eq!(kept.to_string(), "privileges kept: why");
+        let dropped = Confinement::Dropped {
+            user: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+            syscalls: 40,
+            bounding_cleared: true,
+            kept_bpf: Some("kernel 5.10 refuses".into()),
+            beneath: None,
+        };
+        assert_eq!(
+            dropped.to_string(),
+            "privileges dropped: user nobody (uid 65534, gid 65534), no capabilities but \
+             CAP_BPF (kernel 5.10 refuses), no_new_privs, seccomp filter of 40 system calls"
+        );
     }
 
     #[test]

@@ -121,7 +121,8 @@ fn check(name: &str, pass: bool, detail: String) -> Check {
 }
 
 /// All checks, from the files in `out`.
-pub fn judge(out: &Path) -> Vec<Check> {
+/// `xfs`: whether the guest was asked for its xfs runs (WBSCOPE_VM_STEPS).
+pub fn judge(out: &Path, xfs: bool) -> Vec<Check> {
     let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
     let mut checks = Vec::new();
     let probes = parse_probes(
@@ -182,7 +183,7 @@ pub fn judge(out: &Path) -> Vec<Check> {
             }
             checks.push(c);
         }
-    } else {
+    } else if xfs {
         checks.push(check(
             "xfs-function-hook",
             false,
