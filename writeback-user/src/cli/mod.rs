@@ -225,9 +225,9 @@ pub(crate) struct ProbesArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub(crate) cost: Option<Duration>,
 
-    /// With --cost: attach an empty program to each event the tracer's
-    /// programs run on most during a buffered write (dirtied folios, block
-    /// requests and bios, dirty-state updates) instead of to
+    /// With --cost: attach an empty program to each event the default
+    /// trace's programs run on (ext4's scan passes and writepages calls,
+    /// inodes made dirty and written, flusher work) instead of to
     /// sched_switch. Run a workload meanwhile: the figures are what any
     /// program costs on those events under it, caches as cold as the
     /// tracer finds them.

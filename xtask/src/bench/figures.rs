@@ -8,12 +8,14 @@ use std::collections::BTreeMap;
 use super::median;
 
 /// The tracer's program on each event [`super::Side::Floor`] measures.
-pub(super) const FLOOR_EVENTS: [(&str, &str); 5] = [
-    ("writeback_dirty_folio", "tp_btf_dirty_folio"),
-    ("block_rq_issue", "tp_btf_rq_issue"),
-    ("block_rq_complete", "tp_btf_rq_complete"),
-    ("block_bio_queue", "tp_btf_bio_queue"),
-    ("writeback:global_dirty_state", "global_dirty"),
+pub(super) const FLOOR_EVENTS: [(&str, &str); 7] = [
+    ("ext4_da_write_folios_start", "tp_btf_folios_start"),
+    ("ext4_da_write_folios_end", "tp_btf_folios_end"),
+    ("ext4_writepages", "tp_btf_writepages_start"),
+    ("ext4_writepages_result", "tp_btf_writepages_end"),
+    ("writeback_dirty_inode_enqueue", "tp_btf_dirty_inode"),
+    ("writeback_single_inode", "tp_btf_single_inode"),
+    ("writeback:writeback_start", "wb_start"),
 ];
 
 /// Whether `program` came after issue 19 was filed (its goals name "the
@@ -65,7 +67,7 @@ pub(super) fn issue_19_figures(
          | BPF time per GiB, programs added since (their own share) | {:.2} ms | reported beside |\n\
          | mean ns per invocation, all programs | **{}** | ≤ 150 |\n\
          | mean ns per invocation, programs on main when issue 19 was filed | {} | |\n\
-         | the mean of all programs with each of the five below costing what an empty \
+         | the mean of all programs with each of the programs below costing what an empty \
          program costs on its event | {} | what no code reaches |\n\
          | the same with each costing what a program that adds to one counter costs there \
          | {} | the least a counting program costs |\n\n",
@@ -73,8 +75,8 @@ pub(super) fn issue_19_figures(
         ms_per_gib(new_ns, runs, gib_written),
         avg_ns(old_ns + new_ns, old_n + new_n),
         avg_ns(old_ns, old_n),
-        mean_with_five_at(runs, floor),
-        mean_with_five_at(runs, counting),
+        mean_with_floor_at(runs, floor),
+        mean_with_floor_at(runs, counting),
     )
 }
 
@@ -95,7 +97,7 @@ fn mean_of(table: &BTreeMap<String, (u64, u64)>, program: &str) -> Option<f64> {
 /// [`FLOOR_EVENTS`] programs cost what the program in `base` on its event
 /// costs (`base`: the empty or counting side of the same writes); "-"
 /// without runs or without that side.
-fn mean_with_five_at(runs: &[serde_json::Value], base: &[serde_json::Value]) -> String {
+fn mean_with_floor_at(runs: &[serde_json::Value], base: &[serde_json::Value]) -> String {
     let traced = per_program(runs);
     let base = per_program(base);
     let (n, ns) = all_programs(&traced);
@@ -235,7 +237,7 @@ pub(super) fn floor_comparison(
     };
     let (t, f, c) = (per(ns_all as f64), per(floor_ns_all), per(count_ns_all));
     out.push_str(&format!(
-        "| **these five, weighted by the tracer's invocations** | **{f:.0}** | **{c:.0}** | | \
+        "| **these events, weighted by the tracer's invocations** | **{f:.0}** | **{c:.0}** | | \
          **{n_all}, {t:.0}** | **{:.2}** | **{:.2}** |\n\n",
         t / f,
         t / c
@@ -281,15 +283,15 @@ mod tests {
 
     /// Issue 19's split: the dirty-time and generic-call programs came
     /// after it and report beside; the rest make its per-GiB figure. Two
-    /// writes of 0.5 GiB: older 3 ms in 1 GiB, newer 1 ms; mean of all
-    /// (4,000,000 ns / 20,000 runs) 200 ns, of the older 3,000,000 /
-    /// 12,000 = 250 ns.
+    /// writes of 0.5 GiB: older 3.5 ms in 1 GiB, newer 0.5 ms; mean of
+    /// all (4,000,000 ns / 20,000 runs) 200 ns, of the older 3,500,000 /
+    /// 16,000 = 219 ns.
     #[test]
     fn issue_19_figures_split_older_and_newer_programs() {
         let runs = [
             run_times(&[
                 ("tp_btf_rq_issue", 10_000, 2_000_000),
-                ("tp_btf_dirty_folio", 4_000, 500_000),
+                ("tp_btf_folios_start", 4_000, 500_000),
             ]),
             run_times(&[
                 ("tp_btf_rq_complete", 2_000, 1_000_000),
@@ -297,17 +299,17 @@ mod tests {
                 ("dirty_folio", 1_000, 100_000),
             ]),
         ];
-        // The empty program on the dirty-folio event: 50 ns; its 4,000
+        // The empty program on the scan-pass start event: 50 ns; its 4,000
         // runs at 50 instead of 125 ns: 300,000 ns less, mean 185 ns. The
         // counting one: 100 ns, 100,000 ns less, mean 195 ns.
-        let floor = [run_times(&[("writeback_dirty_folio", 10, 500)])];
-        let counting = [run_times(&[("writeback_dirty_folio", 10, 1_000)])];
+        let floor = [run_times(&[("ext4_da_write_folios_start", 10, 500)])];
+        let counting = [run_times(&[("ext4_da_write_folios_start", 10, 1_000)])];
         let text = issue_19_figures(&runs, &floor, &counting, 0.5);
         for row in [
-            "| BPF time per GiB, programs on main when issue 19 was filed | **3.00 ms** | ≤ 1 ms |",
-            "| BPF time per GiB, programs added since (their own share) | 1.00 ms |",
+            "| BPF time per GiB, programs on main when issue 19 was filed | **3.50 ms** | ≤ 1 ms |",
+            "| BPF time per GiB, programs added since (their own share) | 0.50 ms |",
             "| mean ns per invocation, all programs | **200** | ≤ 150 |",
-            "| mean ns per invocation, programs on main when issue 19 was filed | 250 | |",
+            "| mean ns per invocation, programs on main when issue 19 was filed | 219 | |",
             "program costs on its event | 185 | what no code reaches |",
             "costs there | 195 | the least a counting program costs |",
         ] {
@@ -316,42 +318,43 @@ mod tests {
         assert!(added_since_issue_19("generic_iomap_folio"));
         assert!(!added_since_issue_19("tp_btf_folios_end"));
         assert!(!added_since_issue_19("balance_dirty"));
-        assert_eq!(mean_with_five_at(&runs, &[]), "-");
+        assert_eq!(mean_with_floor_at(&runs, &[]), "-");
     }
 
     /// Each tracer program against the empty one on its event, and the
-    /// floor of the five weighted by the tracer's own invocations: here
-    /// 100 dirty-folio runs at 300 ns over an empty 150, 300 block issues
+    /// floor of the events weighted by the tracer's own invocations: here
+    /// 100 scan-pass starts at 300 ns over an empty 150, 300 call starts
     /// at 100 over an empty 50: floor (100 * 150 + 300 * 50) / 400 = 75,
     /// tracer (30000 + 30000) / 400 = 150, ratio 2. Counting programs at
     /// 200 and 75 ns: (100 * 200 + 300 * 75) / 400 = 106, ratio 1.41.
     #[test]
     fn tracer_programs_against_empty_ones_on_the_same_events() {
         let traced = [run_times(&[
-            ("tp_btf_dirty_folio", 100, 30_000),
-            ("tp_btf_rq_issue", 300, 30_000),
+            ("tp_btf_folios_start", 100, 30_000),
+            ("tp_btf_writepages_start", 300, 30_000),
             ("tp_btf_extent", 7, 7_000),
         ])];
         let floor = [
             run_times(&[
-                ("writeback_dirty_folio", 10, 1_500),
-                ("block_rq_issue", 60, 3_000),
+                ("ext4_da_write_folios_start", 10, 1_500),
+                ("ext4_writepages", 60, 3_000),
             ]),
             run_times(&[
-                ("writeback_dirty_folio", 10, 1_500),
-                ("block_rq_issue", 0, 0),
+                ("ext4_da_write_folios_start", 10, 1_500),
+                ("ext4_writepages", 0, 0),
             ]),
         ];
         let counting = [run_times(&[
-            ("writeback_dirty_folio", 10, 2_000),
-            ("block_rq_issue", 30, 2_250),
+            ("ext4_da_write_folios_start", 10, 2_000),
+            ("ext4_writepages", 30, 2_250),
         ])];
         let text = floor_comparison(&traced, &floor, &counting, 1000.0);
         for row in [
-            "| writeback_dirty_folio | 20, 150 | 10, 200 | tp_btf_dirty_folio | 100, 300 | 2.00 \
-             | 1.50 |",
-            "| block_rq_issue | 60, 50 | 30, 75 | tp_btf_rq_issue | 300, 100 | 2.00 | 1.33 |",
-            "| block_bio_queue | 0, - | 0, - | tp_btf_bio_queue | 0, - | - | - |",
+            "| ext4_da_write_folios_start | 20, 150 | 10, 200 | tp_btf_folios_start | 100, 300 \
+             | 2.00 | 1.50 |",
+            "| ext4_writepages | 60, 50 | 30, 75 | tp_btf_writepages_start | 300, 100 | 2.00 \
+             | 1.33 |",
+            "| ext4_da_write_folios_end | 0, - | 0, - | tp_btf_folios_end | 0, - | - | - |",
             "| **75** | **106** | | **400, 150** | **2.00** | **1.41** |",
         ] {
             assert!(text.contains(row), "{row} not in {text}");
