@@ -425,6 +425,22 @@ pub mod call_flags {
     /// meaningful): the thread's run time read at its start and end, or
     /// a `sched_switch` program attached throughout.
     pub const CPU_TRACKED: u32 = 1 << 5;
+    /// The call was drawn into the kernel's call sample (`sampling::CALLS`
+    /// above 0, the CPU budget's): the calls not drawn are only counted
+    /// (`agg::CALLS_SAMPLED_OUT`), so userspace samples this one no more.
+    pub const SAMPLED: u32 = 1 << 6;
+}
+
+/// Slots of the `SAMPLING` array map: log2 of the one-in-N sampling the
+/// CPU budget asks for (writeback-user/src/model/budget.rs), written by
+/// userspace at each interval; 0 keeps everything.
+pub mod sampling {
+    /// Folios dirtied, in the per-folio attribution (dirtier.rs).
+    pub const DIRTY_FOLIO: u32 = 0;
+    /// Writepages calls of the ext4 hooks (writepages.rs): a call not
+    /// drawn costs its start a random draw and its end two per-CPU adds.
+    pub const CALLS: u32 = 1;
+    pub const COUNT: u32 = 2;
 }
 
 /// Why a writepages call happened, as far as the kernel tells.
@@ -572,7 +588,12 @@ pub mod agg {
     pub const THROTTLE_GLOBAL_MS: u32 = WBC_WRITEPAGE + 1;
     pub const THROTTLE_BDI_MS: u32 = WBC_WRITEPAGE + 2;
     pub const THROTTLE_MEMCG_MS: u32 = WBC_WRITEPAGE + 3;
-    pub const COUNT: u32 = WBC_WRITEPAGE + 4;
+    /// Writepages calls the kernel's call sample left out
+    /// (`sampling::CALLS`), and the pages they wrote: with the sampled
+    /// calls' records, the interval's totals stay exact.
+    pub const CALLS_SAMPLED_OUT: u32 = WBC_WRITEPAGE + 4;
+    pub const PAGES_SAMPLED_OUT: u32 = WBC_WRITEPAGE + 5;
+    pub const COUNT: u32 = WBC_WRITEPAGE + 6;
 }
 
 /// The global domain's dirty thresholds (pages) as /proc/vmstat last

@@ -30,7 +30,7 @@ use writeback_common::{
     DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, Filter, INODE_DIRTYING_KIND,
     InodeDirtying, InodeKey, MemberSpec, TracepointLayout, dirtier_members as dm,
     fields::{dirty_folio, dirty_inode},
-    stat,
+    sampling, stat,
 };
 
 use crate::{
@@ -49,18 +49,12 @@ use crate::{
 #[map]
 static DIRTYINGS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
-/// log2 of the per-folio sampling userspace asks for (`record
-/// --cpu-budget`, writeback-user/src/model/budget.rs): 0 counts every
-/// folio; k counts one in 2^k, chosen at random, as 2^k folios.
-#[map]
-static DIRTY_SAMPLE: Array<u32> = Array::with_max_entries(1, 0);
-
 /// The factor a dirtied folio counts for under the sampling in force, or
 /// `None` when this one is not counted.
 #[inline(always)]
 fn sampled() -> Option<u64> {
     // SAFETY: a live array value, written only by userspace.
-    let shift = DIRTY_SAMPLE.get_ptr(0).map_or(0, |p| unsafe { *p }) & 31;
+    let shift = crate::sampling_shift(sampling::DIRTY_FOLIO);
     if shift == 0 {
         return Some(1);
     }

@@ -40,7 +40,7 @@ use crate::{
     CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, barrier, bump,
     read::{Access, Typed, current_tid, member, member_ptr, now_ns},
     sched::{offcpu_since, run_clock},
-    writepages::{KERNEL_MEMBERS, filtered_out, in_call, inode_key, raw_arg},
+    writepages::{KERNEL_MEMBERS, filtered_out, in_ext4_call, inode_key, raw_arg},
 };
 
 /// `struct folio` members and the page shift, from BTF at load time.
@@ -177,8 +177,9 @@ pub(crate) fn emit(c: *const GenericCall, how: u32) {
 fn folio(slot: u32, inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64, may_rise: bool) {
     let tid = current_tid();
     // Inside an ext4 writepages call the folio is that call's (it counts
-    // it in folios_written): never a second call.
-    if in_call(tid) {
+    // it in folios_written, or is left out of the sample): never a second
+    // call.
+    if in_ext4_call(tid) {
         return;
     }
     let key = inode_key::<Typed>(inode);
@@ -405,7 +406,7 @@ fn page_shift() -> u32 {
 #[btf_tracepoint(function = "wbc_writepage")]
 pub fn generic_wbc_writepage(ctx: BtfTracePointContext) -> i32 {
     let tid = current_tid();
-    if in_call(tid) {
+    if in_ext4_call(tid) {
         return 0;
     }
     let seen = read_wbc::<Typed>(raw_arg(&ctx, 0) as *const u8, tid);

@@ -35,8 +35,8 @@ use crate::{
     generic::{close_clock, emit, open, read_wbc},
     read::{Access, Probed, Typed, current_tid, member, member_ptr, now_ns},
     writepages::{
-        EXT4_CALL_ENDED, IN_EXT4_CALL, KERNEL_MEMBERS, call_byte, filtered_out, inode_key, raw_arg,
-        set_call_byte,
+        EXT4_CALL_ENDED, IN_EXT4_CALL, KERNEL_MEMBERS, SAMPLED_OUT_CALL, call_byte, filtered_out,
+        inode_key, raw_arg, set_call_byte,
     },
 };
 
@@ -60,8 +60,10 @@ static HOOK_SCRATCH: PerCpuArray<HookCall> = PerCpuArray::with_max_entries(1, 0)
 #[inline(always)]
 fn begin<A: Access>(mapping: *const u8, wbc_ptr: *const u8) -> u32 {
     let tid = current_tid();
-    // An ext4 call that ended on this thread before this one is not ours.
-    if call_byte(tid) == EXT4_CALL_ENDED {
+    // An ext4 call that ended on this thread before this one is not ours,
+    // nor one left out of the sample whose end was never seen.
+    let byte = call_byte(tid);
+    if byte == EXT4_CALL_ENDED || byte == SAMPLED_OUT_CALL {
         set_call_byte(tid, 0);
     }
     let k = &KERNEL_MEMBERS;
@@ -175,7 +177,7 @@ fn end_with<A: Access>(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
     if byte == EXT4_CALL_ENDED {
         // ext4's record has this call.
         set_call_byte(tid, 0);
-    } else if byte & IN_EXT4_CALL == 0 {
+    } else if byte & (IN_EXT4_CALL | SAMPLED_OUT_CALL) == 0 {
         let k = &KERNEL_MEMBERS;
         let left = member::<A>(wbc, k, m::WBC_NR_TO_WRITE);
         let c = &mut h.call;

@@ -33,7 +33,7 @@ use aya_ebpf::{
 };
 use writeback_common::{
     BlockHistKey, BlockSlots, CurrentCall, DevCounterKey, Filter, FlusherWork, InflightCall,
-    InflightKey, PausedBy, RequestKey, agg, dirty, global_thresh, stat,
+    InflightKey, PausedBy, RequestKey, agg, dirty, global_thresh, sampling, stat,
 };
 
 /// Per-call records to userspace. 4 MiB holds ~17000 records of 240 bytes:
@@ -125,6 +125,18 @@ static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 /// Interval aggregates indexed by `writeback_common::agg`.
 #[map]
 static AGG: PerCpuArray<u64> = PerCpuArray::with_max_entries(agg::COUNT, 0);
+
+/// log2 of each one-in-N sampling the CPU budget asks for, indexed by
+/// `writeback_common::sampling`; written only by userspace.
+#[map]
+static SAMPLING: Array<u32> = Array::with_max_entries(sampling::COUNT, 0);
+
+/// The sampling shift in force for `slot` (0: keep everything).
+#[inline(always)]
+fn sampling_shift(slot: u32) -> u32 {
+    // SAFETY: a live array value, written only by userspace.
+    SAMPLING.get_ptr(slot).map_or(0, |p| unsafe { *p }) & 31
+}
 
 /// Latest `global_dirty_state`, indexed by `writeback_common::dirty`
 /// (only with `--enable global_dirty_state`).

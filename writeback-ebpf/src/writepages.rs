@@ -5,7 +5,10 @@
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_prandom_u32,
+    },
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
     maps::{HashMap, PerCpuArray},
     programs::{
@@ -15,13 +18,14 @@ use aya_ebpf::{
 };
 use writeback_common::{
     CurrentCall, Filter, InflightCall, InflightKey, KernelMembers, RunClock, TracepointLayout,
-    WritepagesCall, call_flags, cause, cpu_time,
+    WritepagesCall, agg, call_flags, cause, cpu_time,
     fields::{writepages as wp, writepages_result as wpr},
-    members as m, record_kind, stat,
+    members as m, record_kind, sampling, stat,
 };
 
 use crate::{
-    CONFIG, CURRENT, EVENTS, FILTER, IN_CALL, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, bump,
+    AGG, CONFIG, CURRENT, EVENTS, FILTER, IN_CALL, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK,
+    add, bump,
     read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns},
     sched::{offcpu_since, run_clock},
 };
@@ -59,6 +63,10 @@ struct Start {
     range_cyclic: bool,
     /// `Some` when the hook can read `wbc->for_background` itself.
     for_background: Option<bool>,
+    /// A function hook: its end sees `wbc->nr_to_write` left, not the
+    /// pages written, so a call left out of the sample keeps its
+    /// `nr_to_write` in [`SAMPLED_NR`] for its end.
+    function_hook: bool,
 }
 
 /// This CPU's [`Start`] being filled.
@@ -112,6 +120,22 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
         return Ok(0);
     }
     let mut flags = call_flags::START_SEEN;
+    // The CPU budget's call sample (`sampling::CALLS`): a call not drawn
+    // is marked in its thread's IN_CALL byte and only counted at its end
+    // (`sampled_out_end`), so it costs a draw here instead of the
+    // in-flight entries, clock reads and record below.
+    let shift = crate::sampling_shift(sampling::CALLS);
+    if shift != 0 {
+        // SAFETY: plain helper call.
+        if unsafe { bpf_get_prandom_u32() } & ((1 << shift) - 1) != 0 {
+            if s.function_hook {
+                let _ = SAMPLED_NR.insert(&s.key.tid, &s.nr_to_write, 0);
+            }
+            set_call_byte(s.key.tid, SAMPLED_OUT_CALL);
+            return Ok(0);
+        }
+        flags |= call_flags::SAMPLED;
+    }
     if s.for_kupdate {
         flags |= call_flags::FOR_KUPDATE;
     }
@@ -251,8 +275,31 @@ fn zero<T: Default>(field: &mut T) {
     unsafe { core::ptr::write_volatile(field, T::default()) }
 }
 
+/// The end of a call the sample left out: its pages and itself counted
+/// in `agg`, the thread's byte set as any ended ext4 call's (hook.rs).
+#[inline(always)]
+fn sampled_out_end(e: &End) -> u32 {
+    let tid = e.key.tid;
+    set_call_byte(tid, EXT4_CALL_ENDED);
+    let pages = match e.nr_to_write_left {
+        Some(left) => {
+            // SAFETY: the value is copied out at once.
+            let asked = unsafe { SAMPLED_NR.get(&tid) }.copied();
+            let _ = SAMPLED_NR.remove(&tid);
+            asked.map_or(0, |n| n - left)
+        }
+        None => e.pages_written,
+    };
+    add(&AGG, agg::CALLS_SAMPLED_OUT, 1);
+    add(&AGG, agg::PAGES_SAMPLED_OUT, pages.max(0) as u64);
+    0
+}
+
 #[inline(always)]
 fn finish<A: Access>(e: End) -> Result<u32, u32> {
+    if call_byte(e.key.tid) == SAMPLED_OUT_CALL {
+        return Ok(sampled_out_end(&e));
+    }
     let now = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
     let key = e.key;
@@ -368,6 +415,7 @@ pub fn writepages_start(ctx: TracePointContext) -> u32 {
     s.range_cyclic = field(&ctx, l, wp::RANGE_CYCLIC) != 0;
     // Not in the tracepoint: taken from the flusher work.
     s.for_background = None;
+    s.function_hook = false;
     match begin::<Probed>(s) {
         Ok(r) | Err(r) => r,
     }
@@ -426,10 +474,12 @@ fn start_from_wbc<A: Access>(
     key: InflightKey,
     wbc: *const u8,
     writeback_index: u64,
+    function_hook: bool,
 ) -> Option<&'static Start> {
     let k = &KERNEL_MEMBERS;
     let s = start_slot()?;
     s.key = key;
+    s.function_hook = function_hook;
     s.writeback_index = writeback_index;
     s.nr_to_write = member::<A>(wbc, k, m::WBC_NR_TO_WRITE);
     s.pages_skipped = member::<A>(wbc, k, m::WBC_PAGES_SKIPPED);
@@ -460,6 +510,7 @@ pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
         inode_key::<Typed>(inode),
         wbc,
         writeback_index::<Typed>(inode),
+        false,
     ) else {
         return 0;
     };
@@ -498,7 +549,7 @@ fn function_begin<A: Access>(mapping: *const u8, wbc: *const u8) -> u32 {
     let k = &KERNEL_MEMBERS;
     let inode = member_ptr::<A>(mapping, k, m::MAPPING_HOST);
     let index = member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64;
-    let Some(start) = start_from_wbc::<A>(inode_key::<A>(inode), wbc, index) else {
+    let Some(start) = start_from_wbc::<A>(inode_key::<A>(inode), wbc, index, true) else {
         return 0;
     };
     match begin::<A>(start) {
@@ -544,6 +595,11 @@ pub fn fexit_writepages(ctx: FExitContext) -> u32 {
 /// Scratch space for building an in-flight entry off the stack.
 #[map]
 static SCRATCH: PerCpuArray<InflightCall> = PerCpuArray::with_max_entries(1, 0);
+
+/// `nr_to_write` at the start of a function-hooked call the sample left
+/// out, for its end ([`sampled_out_end`]).
+#[map]
+static SAMPLED_NR: HashMap<u32, i64> = HashMap::with_max_entries(16384, 0);
 
 /// Arguments a kprobe saw, for its kretprobe (which sees none).
 #[map]
@@ -596,6 +652,10 @@ pub fn current_entry() -> Option<*mut CurrentCall> {
 /// thread's next `do_writepages()` hook clears it), 0 otherwise.
 pub(crate) const IN_EXT4_CALL: u8 = 1;
 pub(crate) const EXT4_CALL_ENDED: u8 = 2;
+/// Inside an ext4 call the CPU budget's sample left out: no CURRENT or
+/// INFLIGHT entry, and not "in a call" for the hooks inside one
+/// ([`in_call`] tests [`IN_EXT4_CALL`] only).
+pub(crate) const SAMPLED_OUT_CALL: u8 = 4;
 
 #[inline(always)]
 pub(crate) fn call_byte(tid: u32) -> u8 {
@@ -604,10 +664,18 @@ pub(crate) fn call_byte(tid: u32) -> u8 {
         .map_or(0, |word| (*word >> ((tid & 7) * 8)) as u8)
 }
 
-/// Whether thread `tid` is inside a writepages call (IN_CALL).
+/// Whether thread `tid` is inside a writepages call drawn into the sample
+/// (IN_CALL), with its CURRENT and INFLIGHT entries.
 #[inline(always)]
 pub fn in_call(tid: u32) -> bool {
     call_byte(tid) & IN_EXT4_CALL != 0
+}
+
+/// Whether thread `tid` is inside an ext4 writepages call, drawn into the
+/// sample or not: its folios are that call's, never a generic call's.
+#[inline(always)]
+pub fn in_ext4_call(tid: u32) -> bool {
+    call_byte(tid) & (IN_EXT4_CALL | SAMPLED_OUT_CALL) != 0
 }
 
 /// Sets `tid`'s byte of IN_CALL; called only by `tid` itself.

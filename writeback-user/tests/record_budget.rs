@@ -112,3 +112,94 @@ fn a_tight_budget_samples_the_per_folio_counts_and_says_so() {
     );
     eprintln!("dd: {estimate} pages estimated ± {half_width:.0} (95%), {PAGES} dirtied");
 }
+
+/// Small files written and fsynced one after another on a journaled ext4.
+const FILES: u64 = 400;
+
+/// The call sample in the kernel (the budget's second step): under a
+/// budget no recorder keeps, the ext4 calls of 400 fsynced 4 KiB files
+/// are drawn into the sample one in up to 1024; the others leave no
+/// record but are counted with their pages, so the interval lines' pages
+/// add up to exactly the 400 pages written (each file's one page written
+/// once, by its fsync or by the flusher before it), the store holds only
+/// the drawn calls, and the lines say how many were left out. The store
+/// is on a filesystem of its own, so that its own writeback is not
+/// counted.
+#[test]
+fn the_kernel_samples_the_calls_and_the_totals_stay_exact() {
+    let fs = LoopFs::new("ext4", 256);
+    let store_fs = LoopFs::new("ext4", 64);
+    let store = store_fs.path("store");
+    let store_arg = store.display().to_string();
+    let mount = fs.mountpoint.display().to_string();
+    let mut rec = start_record(&[
+        "--store",
+        &store_arg,
+        "--cpu-budget",
+        "0.001",
+        "--interval",
+        "0.25",
+        "--device",
+        &mount,
+    ]);
+    // Over the budget at every interval (the recorder's own CPU alone is
+    // more): one step a quarter second, the top (1 in 1024) after 2.5 s.
+    std::thread::sleep(Duration::from_secs(4));
+    for i in 0..FILES {
+        let mut f = std::fs::File::create_new(fs.path(&format!("f{i}"))).expect("create");
+        std::io::Write::write_all(&mut f, &[7u8; 4096]).expect("write");
+        f.sync_all().expect("fsync");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: plain syscall on our own child.
+    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
+    assert!(rec.wait().expect("record").success());
+
+    let out = wbscope()
+        .args(["replay", &store_arg, "--json"])
+        .output()
+        .expect("replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect();
+    let of = |kind: &'static str| lines.iter().filter(move |l| l["type"] == kind);
+    let sum = |key: &str| -> u64 {
+        of("interval")
+            .map(|l| l.get(key).and_then(Value::as_u64).unwrap_or(0))
+            .sum()
+    };
+    let (calls, pages, left_out) = (sum("calls"), sum("pages_written"), sum("calls_sampled_out"));
+    let records = of("call").count() as u64;
+    assert_eq!(pages, FILES, "every page written counted: {calls} calls");
+    assert!(calls >= FILES, "{calls} calls for {FILES} fsyncs");
+    assert!(
+        left_out >= calls / 2,
+        "at 1 in 1024, most calls are left out: {left_out} of {calls}"
+    );
+    // Every call drawn has its record (no rate gate at these rates).
+    assert_eq!(records, calls - left_out, "{records} records");
+    let one_in = of("interval")
+        .filter_map(|l| l["budget"]["calls_1_in"].as_u64())
+        .max();
+    assert_eq!(one_in, Some(1024), "the ladder's top was reached");
+    // The sampled-out pages are part of the lines' pages, and no line
+    // without sampling says it left calls out.
+    for l in of("interval") {
+        let out = l
+            .get("calls_sampled_out")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        assert!(out <= l["calls"].as_u64().unwrap(), "{l}");
+        if l["budget"]["calls_1_in"].as_u64() == Some(1) {
+            assert_eq!(out, 0, "{l}");
+        }
+    }
+    eprintln!("{calls} calls, {left_out} left out of the sample, {records} records, {pages} pages");
+}

@@ -90,11 +90,19 @@ impl Budgeted {
         if let Err(e) = tracer.set_dirty_folio_sampling(self.budget.dirty_folio_shift()) {
             log::warn!("setting the per-folio sampling: {e:#}");
         }
+        if let Err(e) = tracer.set_call_sampling(self.budget.calls_shift()) {
+            log::warn!("setting the call sampling: {e:#}");
+        }
         line
     }
 
-    /// Whether the next call is written, under the call sampling.
-    fn write_call(&mut self) -> bool {
+    /// Whether `call` is written, under the call sampling: a call the
+    /// kernel drew into its sample is (the others left no record); the
+    /// rest (generic calls, which the kernel does not sample) one in N.
+    fn write_call(&mut self, call: &CallRecord) -> bool {
+        if call.sampled {
+            return true;
+        }
         let every = 1u64 << self.budget.calls_shift();
         self.skipped += 1;
         if self.skipped >= every {
@@ -235,7 +243,7 @@ fn take(
         }
         totals.add(&call);
         interval.add(&call);
-        let sampled_out = gate.budget.as_mut().is_some_and(|b| !b.write_call());
+        let sampled_out = gate.budget.as_mut().is_some_and(|b| !b.write_call(&call));
         if gate.suspended || sampled_out {
             gate.not_written += 1;
         } else {
@@ -408,6 +416,7 @@ pub(crate) async fn run(
         &cur.run_times,
     );
     summary.calls_not_written = gate.not_written;
+    summary.add_sampled_out(&cur.agg);
     summary.attribution = who.on.then(|| AttributionMode::of(&tracer.plan)).flatten();
     out.summary(&summary)?;
     out.flush()?;

@@ -9,8 +9,15 @@
 //!    one dirtied folio in 2, 4, … 64 (chosen at random in the kernel, and
 //!    counted as that many): the program that runs once per write of a
 //!    small writer ([`DIRTY_FOLIO_STEPS`]);
-//! 2. then the recorder writes one call record in 2, 4, … 1024 (every call
-//!    still counts in the interval lines' figures) ([`CALL_STEPS`]).
+//! 2. then one ext4 writepages call in 2, 4, … 1024 is drawn into the
+//!    sample in the kernel ([`CALL_STEPS`]): a call not drawn costs its
+//!    start program a random draw and its end program two per-CPU adds
+//!    (itself and its pages: the interval lines' `calls` and
+//!    `pages_written` stay exact, `calls_sampled_out` says how many had no
+//!    record), instead of the in-flight entries, clock reads and record of
+//!    a traced call (writeback-ebpf/src/writepages.rs); the calls of the
+//!    generic hooks, which the kernel does not sample, are written one in
+//!    as many.
 //!
 //! One step back after [`CALM_INTERVALS`] intervals in a row under half the
 //! budget: hysteresis, so that a load near the budget does not make the
@@ -19,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 /// Steps of per-folio sampling: at most one folio in 2^6 counted.
 pub(crate) const DIRTY_FOLIO_STEPS: u32 = 6;
-/// Steps of call-record sampling: at most one call in 2^10 written.
+/// Steps of call sampling: at most one call in 2^10 traced.
 pub(crate) const CALL_STEPS: u32 = 10;
 /// Intervals under half the budget before a step back.
 pub(crate) const CALM_INTERVALS: u32 = 3;
@@ -38,7 +45,8 @@ pub(crate) struct BudgetLine {
     /// `dirtiers` and `pages_dirtied` are then estimates (see
     /// [`sampling_error`]).
     pub(crate) dirty_folio_1_in: u32,
-    /// One call in this many was written as a `call` line (1: all).
+    /// One call in this many was traced (drawn into the kernel's sample,
+    /// or for generic calls written) as a `call` line (1: all).
     pub(crate) calls_1_in: u32,
 }
 

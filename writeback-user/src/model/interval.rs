@@ -471,8 +471,18 @@ pub(crate) struct IntervalLine {
     /// Seconds since the trace started, at the end of the interval.
     pub(crate) time_s: f64,
     pub(crate) interval_s: f64,
+    /// Every call, those the kernel's call sample left out included.
     pub(crate) calls: u64,
     pub(crate) pages_written: u64,
+    /// Of `calls` and `pages_written`: the ext4 calls the CPU budget's call
+    /// sample left out (counted in the kernel, no record; `budget.
+    /// calls_1_in` says the rate), and their pages. The figures below that
+    /// come from records (causes, distributions, scan, owners' pages
+    /// written) are then those of the sample. Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) calls_sampled_out: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) pages_sampled_out: u64,
     pub(crate) calls_by_cause: BTreeMap<Name, u64>,
     pub(crate) pages_per_call: Vec<Bucket>,
     /// Pages written / pages asked over calls with a finite budget.
@@ -517,6 +527,10 @@ pub(crate) struct IntervalLine {
     /// (`record --cpu-budget`); absent without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) budget: Option<crate::model::budget::BudgetLine>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Tasks paused in the interval, most first, at most [`PAUSED_KEPT`].
@@ -657,8 +671,10 @@ impl IntervalLine {
             r#type: Cow::Borrowed("interval"),
             time_s,
             interval_s,
-            calls: calls.calls,
-            pages_written: calls.pages_written,
+            calls: calls.calls + d(agg::CALLS_SAMPLED_OUT),
+            pages_written: calls.pages_written + d(agg::PAGES_SAMPLED_OUT),
+            calls_sampled_out: d(agg::CALLS_SAMPLED_OUT),
+            pages_sampled_out: d(agg::PAGES_SAMPLED_OUT),
             calls_by_cause: calls
                 .by_cause
                 .iter()
@@ -745,6 +761,12 @@ pub(crate) struct SummaryLine<'a> {
     /// Calls counted in the figures but not written out one by one because
     /// the call rate was over `--max-event-rate`.
     pub(crate) calls_not_written: u64,
+    /// Of `calls` and `pages_written`: the ext4 calls the CPU budget's
+    /// call sample left out in the kernel (no record), and their pages.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) calls_sampled_out: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) pages_sampled_out: u64,
     pub(crate) probes: &'a [ProbeStatus],
     /// How `dirtiers` and `owners` were made: `per_inode` (the default)
     /// or `per_folio` (`--enable dirty_folio`); absent without the hook.
@@ -758,6 +780,17 @@ pub(crate) struct SummaryLine<'a> {
 }
 
 impl<'a> SummaryLine<'a> {
+    /// Adds the calls the kernel's call sample left out over the whole
+    /// trace (`agg` of the last snapshot: counted since attach) to the
+    /// totals, and says how many they were.
+    pub(crate) fn add_sampled_out(&mut self, agg: &[u64]) {
+        let at = |i: u32| agg.get(i as usize).copied().unwrap_or(0);
+        self.calls_sampled_out = at(agg::CALLS_SAMPLED_OUT);
+        self.pages_sampled_out = at(agg::PAGES_SAMPLED_OUT);
+        self.calls += self.calls_sampled_out;
+        self.pages_written += self.pages_sampled_out;
+    }
+
     pub(crate) fn new(
         duration_s: f64,
         totals: &Totals,
@@ -771,6 +804,8 @@ impl<'a> SummaryLine<'a> {
             duration_s,
             calls: totals.calls,
             pages_written: totals.pages_written,
+            calls_sampled_out: 0,
+            pages_sampled_out: 0,
             lost_records: kernel.lost_records,
             unmatched_results: kernel.unmatched_results,
             bad_records,
@@ -911,6 +946,36 @@ mod tests {
         let json = serde_json::to_value(&line).unwrap();
         assert_eq!(json["type"], "interval");
         assert_eq!(json["inode_passes_by_device"], serde_json::json!([]));
+        // No call sample: no sampled-out fields in the line.
+        assert!(json.get("calls_sampled_out").is_none(), "{json}");
+
+        // The calls the kernel's sample left out count in the totals, and
+        // say so; what comes from records stays the sample's.
+        let mut sampled = cur.clone();
+        sampled.agg[agg::CALLS_SAMPLED_OUT as usize] = 21;
+        sampled.agg[agg::PAGES_SAMPLED_OUT as usize] = 980;
+        let line = IntervalLine::new(2.0, 1.0, &calls, &prev, &sampled);
+        assert_eq!((line.calls, line.pages_written), (3 + 21, 140 + 980));
+        assert_eq!((line.calls_sampled_out, line.pages_sampled_out), (21, 980));
+        assert_eq!(line.calls_by_cause.values().sum::<u64>(), 3);
+        let json = serde_json::to_string(&line).unwrap();
+        let back: IntervalLine = serde_json::from_str(&json).unwrap();
+        assert_eq!((back.calls_sampled_out, back.pages_sampled_out), (21, 980));
+        let mut summary = SummaryLine::new(
+            9.0,
+            &Totals {
+                calls: 3,
+                pages_written: 140,
+                nr_to_write: 0,
+            },
+            &KernelStats::default(),
+            0,
+            &[],
+            &[],
+        );
+        summary.add_sampled_out(&sampled.agg);
+        assert_eq!((summary.calls, summary.pages_written), (24, 1120));
+        assert_eq!(summary.calls_sampled_out, 21);
     }
 
     fn b(lo: u64, hi: u64, count: u64) -> Bucket {

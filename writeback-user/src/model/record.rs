@@ -201,6 +201,11 @@ pub struct CallRecord {
     /// where the hooks see each folio's size; empty otherwise.
     #[serde(skip)]
     pub folio_hist: Vec<u32>,
+    /// The kernel drew this call into its call sample (the CPU budget's,
+    /// `call_flags::SAMPLED`): it stands for 2^k calls, the others only
+    /// counted. Not kept in recordings: the interval lines say the rate.
+    #[serde(skip)]
+    pub sampled: bool,
 }
 
 /// `writeback_common::boundary` in words.
@@ -273,6 +278,7 @@ impl CallRecord {
             folio_hist: g.folio_hist[..hist_len].to_vec(),
             dirtiers: Vec::new(),
             owner_cgroup_id: None,
+            sampled: false,
         }
     }
 }
@@ -347,6 +353,7 @@ impl From<&WritepagesCall> for CallRecord {
             folio_hist: Vec::new(),
             dirtiers: Vec::new(),
             owner_cgroup_id: None,
+            sampled: c.flags & call_flags::SAMPLED != 0,
         }
     }
 }

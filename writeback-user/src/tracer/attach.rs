@@ -601,18 +601,15 @@ impl Tracer {
                 .context("DIRTYINGS ring buffer missing")?,
         )
         .context("DIRTYINGS is not a ring buffer")?;
-        let dirty_sample = Array::try_from(
-            ebpf.take_map("DIRTY_SAMPLE")
-                .context("DIRTY_SAMPLE map missing")?,
-        )
-        .context("DIRTY_SAMPLE map")?;
+        let sampling = Array::try_from(ebpf.take_map("SAMPLING").context("SAMPLING map missing")?)
+            .context("SAMPLING map")?;
         let disks = plan
             .devices_from_diskstats()
             .then(super::diskstats::DiskStatsFile::open)
             .transpose()?;
         let tracer = Tracer {
             dirtyings: std::sync::Mutex::new(super::dirtiers::Dirtyings::new(dirtyings)),
-            dirty_sample: std::sync::Mutex::new(dirty_sample),
+            sampling: std::sync::Mutex::new(sampling),
             ebpf,
             stats,
             global_thresh: std::sync::Mutex::new(global_thresh),

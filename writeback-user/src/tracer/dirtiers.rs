@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf};
 use writeback_common::{
     DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, INODE_DIRTYING_KIND, InodeDirtying,
-    dirtier_members,
+    dirtier_members, sampling,
 };
 
 use super::{Tracer, attach::member_spec, btf::Btf as KernelBtf};
@@ -201,14 +201,26 @@ impl Tracer {
     }
 
     /// Counts one dirtied folio in 2^`shift` (as 2^`shift` folios) from
-    /// now on; 0 counts every one (`DIRTY_SAMPLE`, the CPU budget's first
+    /// now on; 0 counts every one (`SAMPLING`, the CPU budget's first
     /// step). Nothing to do unless the per-folio program is attached.
     pub(crate) fn set_dirty_folio_sampling(&self, shift: u32) -> anyhow::Result<()> {
         if AttributionMode::of(&self.plan) != Some(AttributionMode::PerFolio) {
             return Ok(());
         }
-        let mut map = self.dirty_sample.lock().unwrap_or_else(|e| e.into_inner());
-        map.set(0, shift, 0).context("writing DIRTY_SAMPLE")
+        self.set_sampling(sampling::DIRTY_FOLIO, shift)
+    }
+
+    /// Draws one ext4 writepages call in 2^`shift` into the sample from
+    /// now on (the others are counted in the kernel, with their pages,
+    /// and leave no record); 0 keeps every call.
+    pub(crate) fn set_call_sampling(&self, shift: u32) -> anyhow::Result<()> {
+        self.set_sampling(sampling::CALLS, shift)
+    }
+
+    fn set_sampling(&self, slot: u32, shift: u32) -> anyhow::Result<()> {
+        let mut map = self.sampling.lock().unwrap_or_else(|e| e.into_inner());
+        map.set(slot, shift, 0)
+            .with_context(|| format!("writing SAMPLING[{slot}]"))
     }
 
     /// `DIRTIERS` and the CPUs' slots, the per-folio mode's counts.

@@ -63,8 +63,9 @@ pub struct Tracer {
     /// The default attribution's inode dirtyings and process counts
     /// (`dirtiers.rs`; read through `&self`, hence the lock).
     dirtyings: std::sync::Mutex<dirtiers::Dirtyings>,
-    /// `DIRTY_SAMPLE`, the per-folio sampling the CPU budget sets.
-    dirty_sample: std::sync::Mutex<Array<MapData, u32>>,
+    /// `SAMPLING`, the per-folio and per-call sampling the CPU budget
+    /// sets (`writeback_common::sampling`).
+    sampling: std::sync::Mutex<Array<MapData, u32>>,
     /// Kept alive: dropping it closes the log map (docs/toolchain.md: aya-log 0.3).
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
 }
