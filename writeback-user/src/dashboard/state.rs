@@ -261,6 +261,12 @@ impl Model {
         kernel: KernelStats,
         tracer_cpu: Option<f64>,
     ) {
+        // Calls a recorder's call sample left out (a store recorded under
+        // `--cpu-budget`): in the totals and rates, in no per-call table.
+        self.interval_calls += line.calls_sampled_out;
+        self.interval_pages += line.pages_sampled_out;
+        self.totals.calls += line.calls_sampled_out;
+        self.totals.pages_written += line.pages_sampled_out;
         self.end_interval(line.interval_s, kernel);
         self.lost_records += line.lost_records;
         self.tracer_cpu = tracer_cpu;
@@ -409,5 +415,31 @@ mod tests {
         assert_eq!(m.pages_per_sec, 50.5);
         assert_eq!(m.hist_interval.count(), 0);
         assert_eq!(m.hist_total.count(), 2);
+
+        // A recorder's interval with calls its sample left out: they
+        // count in the totals and the rates, in no per-call table.
+        let rec = CallRecord {
+            sampled: true,
+            ..CallRecord::from(&raw_call(4))
+        };
+        m.on_call(&rec);
+        let mut calls = crate::model::interval::CallAggregate::default();
+        calls.add(&rec);
+        let prev = crate::model::kernel::KernelSnapshot {
+            agg: vec![0; writeback_common::agg::COUNT as usize],
+            ..Default::default()
+        };
+        let mut cur = prev.clone();
+        cur.agg[writeback_common::agg::CALLS_SAMPLED_OUT as usize] = 63;
+        cur.agg[writeback_common::agg::PAGES_SAMPLED_OUT as usize] = 252;
+        let line = IntervalLine::new(3.0, 1.0, &calls, &prev, &cur);
+        assert_eq!((line.calls, line.pages_written), (64, 256));
+        m.on_interval(line, KernelStats::default(), None);
+        assert_eq!(
+            (m.totals.calls, m.totals.pages_written),
+            (2 + 64, 101 + 256)
+        );
+        assert_eq!((m.calls_per_sec, m.pages_per_sec), (64.0, 256.0));
+        assert_eq!(m.hist_total.count(), 3);
     }
 }
