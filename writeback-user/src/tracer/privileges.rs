@@ -378,11 +378,13 @@ pub(crate) fn drop_after_attach(
     // user ID changes on capabilities"); a non-root start keeps them, so
     // set all explicitly. Lowering needs no privilege.
     let kept: caps::CapsHashSet = kept_bpf.iter().map(|_| Capability::CAP_BPF).collect();
+    // Effective before permitted: capset(2) refuses an effective set that
+    // is not within the permitted one at every step.
     for (set, to) in [
         (CapSet::Ambient, caps::CapsHashSet::new()),
         (CapSet::Inheritable, caps::CapsHashSet::new()),
-        (CapSet::Permitted, kept.clone()),
         (CapSet::Effective, kept.clone()),
+        (CapSet::Permitted, kept.clone()),
     ] {
         caps::set(None, set, &to).with_context(|| format!("setting the {set:?} capabilities"))?;
         let left = caps::read(None, set).with_context(|| format!("reading {set:?}"))?;
