@@ -16,7 +16,7 @@ use std::{
 };
 
 use serde_json::Value;
-use support::{LoopFs, Tracing, dev_of, start_record, start_record_said, wbscope};
+use support::{LoopFs, Tracing, dev_of, replay_json, start_record, start_record_said, wbscope};
 
 /// A store of these tests lives on the host's root (/var/tmp): `--min-free
 /// 1` instead of the default 10%, so that a host whose root is over 90%
@@ -414,25 +414,6 @@ fn a_store_that_cannot_be_given_away_stops_with_one_line() {
     assert!(!err.contains("privileges dropped"), "{err}");
     assert_eq!(segments(&store), Vec::new());
     assert_eq!(fs::metadata(&store).expect("stat").uid(), 0);
-}
-
-fn replay_json(rec: &Path) -> Vec<Value> {
-    let out = wbscope()
-        .arg("replay")
-        .arg(rec)
-        .arg("--json")
-        .output()
-        .expect("replay");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect()
 }
 
 /// The drop says what it did on one stderr line, and --no-drop says it

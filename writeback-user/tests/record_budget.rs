@@ -8,7 +8,7 @@ mod support;
 use std::{process::Command, time::Duration};
 
 use serde_json::Value;
-use support::{LoopFs, start_record, wbscope};
+use support::{LoopFs, replay_json, start_record};
 
 /// 256 MiB in 4 KiB pages.
 const PAGES: u64 = 65536;
@@ -53,19 +53,8 @@ fn a_tight_budget_samples_the_per_folio_counts_and_says_so() {
     assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
     assert!(rec.wait().expect("record").success());
 
-    let out = wbscope()
-        .args(["replay", &store_arg, "--json"])
-        .output()
-        .expect("replay");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let intervals: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    let intervals: Vec<Value> = replay_json(&store)
+        .into_iter()
         .filter(|l| l["type"] == "interval")
         .collect();
     assert!(intervals.len() >= 6, "{intervals:#?}");
@@ -155,20 +144,7 @@ fn the_kernel_samples_the_calls_and_the_totals_stay_exact() {
     assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
     assert!(rec.wait().expect("record").success());
 
-    let out = wbscope()
-        .args(["replay", &store_arg, "--json"])
-        .output()
-        .expect("replay");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .collect();
+    let lines = replay_json(&store);
     let of = |kind: &'static str| lines.iter().filter(move |l| l["type"] == kind);
     let sum = |key: &str| -> u64 {
         of("interval")

@@ -75,6 +75,27 @@ pub fn wbscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wbscope"))
 }
 
+/// The lines of `wbscope replay PATH --json` (a recording or a store),
+/// parsed; the replay must succeed.
+pub fn replay_json(path: &Path) -> Vec<serde_json::Value> {
+    let out = wbscope()
+        .arg("replay")
+        .arg(path)
+        .arg("--json")
+        .output()
+        .expect("replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
+}
+
 /// A running `wbscope trace`, started and waited for until its probes are
 /// live.
 pub struct Tracing {
