@@ -15,9 +15,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::{
     model::budget::{BudgetLine, CpuBudget, sampling_error},
     model::dirtier::{Attribution, AttributionMode},
-    model::interval::SummaryLine,
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, ProbeStatus},
+    model::summary::SummaryLine,
     model::{CallRecord, Totals},
     tracer::privileges::DropOptions,
     tracer::ring::{RingCollector, RingRecord},

@@ -17,8 +17,9 @@ use crate::{
     model::{
         CallRecord,
         findings::{Engine, Report},
-        interval::{IntervalLine, SummaryLine},
+        interval::IntervalLine,
         plan::HookChoice,
+        summary::SummaryLine,
     },
     recording::reader::{Damage, Frame},
 };

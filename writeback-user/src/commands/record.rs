@@ -16,8 +16,8 @@ use crate::{
     cli::{self, RecordArgs},
     model::CallRecord,
     model::interval::IntervalLine,
-    model::interval::SummaryLine,
     model::plan::HookChoice,
+    model::summary::SummaryLine,
     recording::{
         FORMAT_VERSION, FrameKind, Header,
         store::writer::{Bounds, StoreWriter, SystemEnv},

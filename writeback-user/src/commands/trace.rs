@@ -15,8 +15,8 @@ use crate::{
     export::{json_lines::CallLine, prometheus::Exporter, text},
     model::CallRecord,
     model::findings::{Engine, FindingEvent},
-    model::interval::{IntervalLine, SummaryLine},
     model::plan::{HookChoice, ProbeState},
+    model::{interval::IntervalLine, summary::SummaryLine},
     tracer::privileges::DropOptions,
 };
 

@@ -125,9 +125,9 @@ mod tests {
     use crate::model::plan::ProbeState;
     use crate::model::{
         Totals,
-        interval::SummaryLine,
         kernel::{KernelStats, ProgramRunTime},
         plan::ProbeStatus,
+        summary::SummaryLine,
     };
 
     #[test]

@@ -3,8 +3,8 @@
 use crate::{
     escape::escape_controls,
     model::interval::IntervalLine,
-    model::interval::SummaryLine,
     model::plan::ProbeState,
+    model::summary::SummaryLine,
     model::{CallRecord, cause_name, sync_mode_name},
 };
 

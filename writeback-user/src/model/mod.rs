@@ -12,6 +12,7 @@ pub mod kernel;
 pub mod plan;
 pub mod record;
 pub(crate) mod stats;
+pub(crate) mod summary;
 pub mod timeline;
 pub mod units;
 pub(crate) mod when;
