@@ -87,12 +87,13 @@ enum Task {
     },
     /// Boot Debian's kernels in qemu (TCG), one at a time, and check the
     /// fentry, kprobe and tracepoint paths inside: 5.10, 6.1, 6.12, 6.12's
-    /// PREEMPT_RT and cloud builds and the newest the archive offers, each
+    /// PREEMPT_RT and cloud builds and the newest the archive offers (and
+    /// its PREEMPT_RT build), each
     /// the newest build of its series (docs/toolchain.md).
     ///
     /// Example: cargo xtask vm-test --kernel 6.12-rt
     VmTest {
-        /// 5.10, 6.1, 6.12, 6.12-rt, 6.12-cloud, newest; `suite` for the
+        /// 5.10, 6.1, 6.12, 6.12-rt, 6.12-cloud, newest, newest-rt; `suite` for the
         /// kernels `cargo xtask test` runs; `all` (the default) for every
         /// one.
         #[arg(long)]

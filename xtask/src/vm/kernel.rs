@@ -66,6 +66,17 @@ pub const KERNELS: &[KernelSpec] = &[
         series: None,
         in_test_suite: false,
     },
+    // The newest PREEMPT_RT build: from 6.14 on, RT kernels run tracepoint
+    // probes under SRCU with migration, not preemption, disabled
+    // (`tracepoint_guard()`, include/linux/tracepoint.h), so tp_btf and
+    // tracepoint programs can be preempted there as fentry ones are on
+    // 6.12-rt (docs/toolchain.md, "PREEMPT_RT").
+    KernelSpec {
+        label: "newest-rt",
+        meta: "linux-image-rt-amd64",
+        series: None,
+        in_test_suite: false,
+    },
 ];
 
 /// Modules the guest loads, in this order with their dependencies first:
@@ -343,8 +354,14 @@ mod tests {
         labels.dedup();
         assert_eq!(labels.len(), KERNELS.len());
         assert!(KERNELS.iter().any(|k| k.in_test_suite));
-        // One kernel is the archive's newest, whatever its series.
-        assert_eq!(KERNELS.iter().filter(|k| k.series.is_none()).count(), 1);
+        // The archive's newest, whatever its series: one plain build, one
+        // PREEMPT_RT.
+        let newest: Vec<&str> = KERNELS
+            .iter()
+            .filter(|k| k.series.is_none())
+            .map(|k| k.meta)
+            .collect();
+        assert_eq!(newest, ["linux-image-amd64", "linux-image-rt-amd64"]);
     }
 
     /// A record written by one run is read back by the next.
