@@ -289,7 +289,23 @@ rt_interleave() {
     rm -f "$MNT"/rt-*
 }
 
-if want rt && [ "$(cat /sys/kernel/realtime 2>/dev/null)" = 1 ]; then
+# PREEMPT_RT: /sys/kernel/realtime at 1 where the kernel has the file
+# (Debian's 6.12-rt), else PREEMPT_RT in the version string (7.3-rt has no
+# such file), as wbscope's own plan tells (tracer/attach.rs, preempt_rt).
+is_rt() {
+    rt=
+    read -r rt < /sys/kernel/realtime 2>/dev/null
+    [ "$rt" = 1 ] && return 0
+    read -r version < /proc/sys/kernel/version
+    case $version in *PREEMPT_RT*) return 0 ;; esac
+    return 1
+}
+{
+    echo "realtime: $(cat /sys/kernel/realtime 2>&1)"
+    echo "version: $(cat /proc/sys/kernel/version)"
+} > "$OUT/rt-kernel"
+
+if want rt && is_rt; then
     rt_interleave
 fi
 

@@ -24,8 +24,8 @@ pub fn judge(out: &Path, rt: bool) -> Vec<Check> {
             NAME,
             false,
             format!(
-                "the guest ran no interleaving step (/sys/kernel/realtime: {:?})",
-                read("uname").trim()
+                "the guest ran no interleaving step (it did not see a PREEMPT_RT kernel: {:?})",
+                read("rt-kernel").trim()
             ),
         )];
     }
