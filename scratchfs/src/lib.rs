@@ -478,12 +478,35 @@ fn attach(image: &Path, direct_io: bool, sector_size: Option<u32>) -> anyhow::Re
     Ok(device)
 }
 
+/// `losetup -d`, then a wait of up to two seconds for the device to let
+/// go of its image: on a device still open (a filesystem whose unmount the
+/// kernel is finishing) `LOOP_CLR_FD` only sets autoclear and returns, and
+/// the device stays bound until its last close (drivers/block/loop.c,
+/// `loop_clr_fd()`; a CI run of stop 35 listed it right after "detached").
+/// A second `-d` after the first second covers a device that was not busy
+/// yet when the first one ran.
 fn detach(device: &Path) {
-    let _ = Command::new("losetup")
-        .arg("-d")
-        .arg(device)
-        .stderr(Stdio::null())
-        .status();
+    let clear = || {
+        let _ = Command::new("losetup")
+            .arg("-d")
+            .arg(device)
+            .stderr(Stdio::null())
+            .status();
+    };
+    clear();
+    let Some(name) = device.file_name() else {
+        return;
+    };
+    let backing = Path::new("/sys/block").join(name).join("loop/backing_file");
+    for i in 0..100 {
+        if !backing.exists() {
+            return;
+        }
+        if i == 50 {
+            clear();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// `umount`, retried for two seconds (a writer thread or a sync may hold
