@@ -20,7 +20,7 @@ use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_prandom_u32, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns,
     },
     macros::{btf_tracepoint, map, tracepoint},
     maps::{Array, LruHashMap, RingBuf},
@@ -53,14 +53,8 @@ static DIRTYINGS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 /// `None` when this one is not counted.
 #[inline(always)]
 fn sampled() -> Option<u64> {
-    // SAFETY: a live array value, written only by userspace.
     let shift = crate::sampling_shift(sampling::DIRTY_FOLIO);
-    if shift == 0 {
-        return Some(1);
-    }
-    // SAFETY: plain helper call.
-    let r = u64::from(unsafe { bpf_get_prandom_u32() });
-    (r & ((1 << shift) - 1) == 0).then_some(1 << shift)
+    crate::drawn(shift).then_some(1 << shift)
 }
 
 /// Layout of `writeback:writeback_dirty_inode_enqueue`.

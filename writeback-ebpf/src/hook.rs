@@ -35,7 +35,7 @@ use crate::{
     generic::{close_clock, emit, open, read_wbc},
     read::{Access, Probed, Typed, current_tid, member, member_ptr, now_ns},
     writepages::{
-        EXT4_CALL_ENDED, IN_EXT4_CALL, KERNEL_MEMBERS, SAMPLED_OUT_CALL, call_byte, filtered_out,
+        EXT4_CALL_ENDED, KERNEL_MEMBERS, SAMPLED_OUT_CALL, call_byte, filtered_out, in_ext4_call,
         inode_key, raw_arg, set_call_byte,
     },
 };
@@ -177,7 +177,7 @@ fn end_with<A: Access>(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
     if byte == EXT4_CALL_ENDED {
         // ext4's record has this call.
         set_call_byte(tid, 0);
-    } else if byte & (IN_EXT4_CALL | SAMPLED_OUT_CALL) == 0 {
+    } else if !in_ext4_call(tid) {
         let k = &KERNEL_MEMBERS;
         let left = member::<A>(wbc, k, m::WBC_NR_TO_WRITE);
         let c = &mut h.call;

@@ -138,6 +138,15 @@ fn sampling_shift(slot: u32) -> u32 {
     SAMPLING.get_ptr(slot).map_or(0, |p| unsafe { *p }) & 31
 }
 
+/// Whether this event is drawn into a one-in-2^`shift` sample, at random
+/// (always, at 0): the one rule of both samplings.
+#[inline(always)]
+fn drawn(shift: u32) -> bool {
+    // SAFETY: plain helper call.
+    shift == 0
+        || u64::from(unsafe { aya_ebpf::helpers::bpf_get_prandom_u32() }) & ((1 << shift) - 1) == 0
+}
+
 /// Latest `global_dirty_state`, indexed by `writeback_common::dirty`
 /// (only with `--enable global_dirty_state`).
 #[map]

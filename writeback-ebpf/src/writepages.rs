@@ -5,10 +5,7 @@
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_prandom_u32,
-    },
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
     maps::{HashMap, PerCpuArray},
     programs::{
@@ -125,15 +122,14 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     // (`sampled_out_end`), so it costs a draw here instead of the
     // in-flight entries, clock reads and record below.
     let shift = crate::sampling_shift(sampling::CALLS);
-    if shift != 0 {
-        // SAFETY: plain helper call.
-        if unsafe { bpf_get_prandom_u32() } & ((1 << shift) - 1) != 0 {
-            if s.function_hook {
-                let _ = SAMPLED_NR.insert(&s.key.tid, &s.nr_to_write, 0);
-            }
-            set_call_byte(s.key.tid, SAMPLED_OUT_CALL);
-            return Ok(0);
+    if !crate::drawn(shift) {
+        if s.function_hook {
+            let _ = SAMPLED_NR.insert(&s.key.tid, &s.nr_to_write, 0);
         }
+        set_call_byte(s.key.tid, SAMPLED_OUT_CALL);
+        return Ok(0);
+    }
+    if shift != 0 {
         flags |= call_flags::SAMPLED;
     }
     if s.for_kupdate {

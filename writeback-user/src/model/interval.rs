@@ -555,7 +555,7 @@ fn paused_tasks(prev: &KernelSnapshot, cur: &KernelSnapshot) -> Vec<PausedTask> 
     v
 }
 
-fn ratio(num: u64, den: u64) -> Option<f64> {
+pub(crate) fn ratio(num: u64, den: u64) -> Option<f64> {
     (den > 0).then(|| num as f64 / den as f64)
 }
 
@@ -569,6 +569,8 @@ impl IntervalLine {
     ) -> IntervalLine {
         // Counters wrap modulo 2^64 like the kernel's adds.
         let d = |i: u32| cur.agg(i).wrapping_sub(prev.agg(i));
+        let (calls_sampled_out, pages_sampled_out) =
+            (d(agg::CALLS_SAMPLED_OUT), d(agg::PAGES_SAMPLED_OUT));
         let page = page_size();
 
         let flusher = (0..agg::WB_REASONS)
@@ -670,10 +672,10 @@ impl IntervalLine {
             r#type: Cow::Borrowed("interval"),
             time_s,
             interval_s,
-            calls: calls.calls + d(agg::CALLS_SAMPLED_OUT),
-            pages_written: calls.pages_written + d(agg::PAGES_SAMPLED_OUT),
-            calls_sampled_out: d(agg::CALLS_SAMPLED_OUT),
-            pages_sampled_out: d(agg::PAGES_SAMPLED_OUT),
+            calls: calls.calls + calls_sampled_out,
+            pages_written: calls.pages_written + pages_sampled_out,
+            calls_sampled_out,
+            pages_sampled_out,
             calls_by_cause: calls
                 .by_cause
                 .iter()

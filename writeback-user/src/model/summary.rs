@@ -5,7 +5,7 @@ use writeback_common::agg;
 
 use crate::model::{
     Totals,
-    interval::{RunTimeLine, is_zero},
+    interval::{RunTimeLine, is_zero, ratio},
     kernel::{KernelStats, ProgramRunTime},
     plan::ProbeStatus,
 };
@@ -85,7 +85,7 @@ impl<'a> SummaryLine<'a> {
                     program: r.program.clone(),
                     run_count: r.run_count,
                     run_time_ns: r.run_time_ns,
-                    avg_ns: (r.run_count > 0).then(|| r.run_time_ns as f64 / r.run_count as f64),
+                    avg_ns: ratio(r.run_time_ns, r.run_count),
                 })
                 .collect(),
         }
