@@ -543,7 +543,16 @@ fn filters_keep_what_they_should() {
     let ino_mine = write_file(&a.path("mine"), 2, true);
     dd_child(&b.path("theirs"), "1M", 2);
     let lines = trace.stop(libc::SIGINT);
-    assert!(calls(&lines).all(|c| c["pid"] == my_pid), "{lines:?}");
+    // The filter also keeps the writeback of inodes this process dirtied,
+    // whoever makes it (a flusher or jbd2 may write "mine" before or
+    // beside the fsync: CI of stop 35 saw one): the other process's file
+    // never appears, and every call is this process's or of "mine".
+    assert!(
+        calls(&lines)
+            .all(|c| c["pid"] == my_pid || (c["dev"] == dev_a.as_str() && c["ino"] == ino_mine)),
+        "{lines:?}"
+    );
+    assert!(calls(&lines).any(|c| c["pid"] == my_pid), "{lines:?}");
     assert_eq!(pages_of(&lines, &dev_a, ino_mine), 512);
     let _ = ino_b;
 
@@ -556,7 +565,14 @@ fn filters_keep_what_they_should() {
     let lines = trace.stop(libc::SIGINT);
     let ino_in = fs::metadata(a.path("in-cgroup")).unwrap().ino();
     let cg_id = fs::metadata(&cg.0).unwrap().ino();
-    assert!(calls(&lines).all(|c| c["cgroup_id"] == cg_id), "{lines:?}");
+    // As with --pid: the cgroup's calls, or another writer's of the file
+    // the cgroup dirtied; never the file dirtied outside it.
+    assert!(
+        calls(&lines)
+            .all(|c| c["cgroup_id"] == cg_id || (c["dev"] == dev_a.as_str() && c["ino"] == ino_in)),
+        "{lines:?}"
+    );
+    assert!(calls(&lines).any(|c| c["cgroup_id"] == cg_id), "{lines:?}");
     assert_eq!(pages_of(&lines, &dev_a, ino_in), 768);
 }
 
