@@ -35,6 +35,11 @@ pub(crate) fn report(r: &Report) -> String {
     );
     if r.findings.is_empty() {
         let _ = writeln!(s, "no writeback problem seen");
+    } else if !r.alarming() {
+        let _ = writeln!(
+            s,
+            "no warning: what acted without setting the pace (info, exit status 0)"
+        );
     }
     for f in &r.findings {
         let _ = writeln!(
@@ -53,4 +58,41 @@ pub(crate) fn report(r: &Report) -> String {
         let _ = writeln!(s, "  try: {}", f.advice);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::findings::{Evidence, Severity};
+
+    fn finding(severity: Severity) -> Finding {
+        Finding {
+            name: "dirty-throttled",
+            severity,
+            first_seen_s: 1.0,
+            last_seen_s: 3.0,
+            intervals: 3,
+            episodes: 1,
+            evidence: Evidence::from([("limit", serde_json::json!("bdi"))]),
+            advice: "raise max_bytes".into(),
+        }
+    }
+
+    #[test]
+    fn info_alone_says_no_warning_and_a_warning_does_not() {
+        let r = |f: Vec<Finding>| Report {
+            duration_s: 3.0,
+            intervals: 3,
+            findings: f,
+        };
+        let info = report(&r(vec![finding(Severity::Info)]));
+        assert!(info.contains("no warning: what acted"), "{info}");
+        assert!(info.contains("INFO dirty-throttled"), "{info}");
+        let warn = report(&r(vec![
+            finding(Severity::Info),
+            finding(Severity::Warning),
+        ]));
+        assert!(!warn.contains("no warning"), "{warn}");
+        assert!(report(&r(vec![])).contains("no writeback problem seen"));
+    }
 }

@@ -436,25 +436,26 @@ fn findings_are_listed_and_banded_where_they_held() {
         (f[0].name.as_str(), f[0].severity.as_str()),
         ("dirty-throttled", "warning")
     );
-    // Held in the last two 0.5 s lines: from 2.0 s to 3.0 s.
-    assert_eq!((f[0].start_s, f[0].last_seen_s), (2.0, 3.0));
+    // Held in the last three 0.5 s lines, from 1.5 s to 3.0 s: info in
+    // the first (0.05 s/s or more of pause), warning in the last two.
+    assert_eq!((f[0].start_s, f[0].last_seen_s), (1.5, 3.0));
     let strip = &time_drawn(&r)[0];
     assert_eq!((strip.id, strip.points), ("findings", 1));
     let h = html(&r);
     assert!(
         h.contains(
-            "<td>F1</td><td>dirty-throttled</td><td class=\"sev-warning\">warning</td><td>2 to 3 s"
+            "<td>F1</td><td>dirty-throttled</td><td class=\"sev-warning\">warning</td><td>1.5 to 3 s"
         ),
         "{h}"
     );
-    // The band spans 2.0..3.0 s of the 3 s axis.
+    // The band spans 1.5..3.0 s of the 3 s axis.
     let layout = super::panels::x_layout(
         &r.segments,
         super::panels::LEFT,
         super::panels::WIDTH - super::panels::RIGHT,
     );
     let (x0, x1) = layout.spans[0];
-    let a = x0 + (x1 - x0) * 2.0 / 3.0;
+    let a = x0 + (x1 - x0) * 1.5 / 3.0;
     assert!(
         h.contains(&format!("<rect x=\"{}\" y=\"65\"", super::svg::n(a))),
         "band at {a}"

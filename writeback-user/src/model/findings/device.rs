@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{Ctx, Evidence, Severity, Verdict, round3};
+use super::{Ctx, Evidence, Verdict, band, round3};
 use crate::model::{
     DevId, Log2Histogram,
     interval::{DeviceLine, DiskMeans, IntervalLine, quantile_bucket},
@@ -20,6 +20,10 @@ pub(crate) const MIN_REQUESTS: u64 = 32;
 /// log2 buckets over the baseline: 3 = at least 8x, 6 = at least 64x.
 pub(crate) const WARNING_STEPS: u32 = 3;
 pub(crate) const CRITICAL_STEPS: u32 = 6;
+/// `info` from 2 steps, at least 4x: queueing has set in and the latency
+/// the device's users feel has grown, short of the 8x at which the device
+/// is the bottleneck.
+pub(crate) const INFO_STEPS: u32 = 2;
 /// Requests in flight on average (Little's law: completed requests x mean
 /// latency / interval) from which the device counts as always busy.
 pub(crate) const MIN_IN_FLIGHT: f64 = 1.0;
@@ -97,12 +101,12 @@ fn bounds_us(k: u32) -> serde_json::Value {
 }
 
 /// (p50 bucket, in flight, requests) of `dev` in `line` when it is over
-/// its baseline there by at least [`WARNING_STEPS`] at full queue.
+/// its baseline there by at least [`INFO_STEPS`] at full queue.
 fn over(line: &IntervalLine, dev: DevId, base: u32) -> Option<(u32, f64, u64)> {
     let d = line.devices.iter().find(|d| d.dev == dev)?;
     let k = bucket_index(p50(d)?[0]);
     let f = in_flight(d, line.interval_s);
-    (k >= base + WARNING_STEPS && f >= MIN_IN_FLIGHT).then_some((k, f, d.requests))
+    (k >= base + INFO_STEPS && f >= MIN_IN_FLIGHT).then_some((k, f, d.requests))
 }
 
 pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
@@ -110,17 +114,33 @@ pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
     if ctx.history.len() < HOLD {
         return None;
     }
-    let (dev, k, base, inflight, requests) = line
+    // Per device: over its baseline in each of the last HOLD intervals,
+    // and the least of those steps (a warning holds 8x throughout; the
+    // latest interval alone makes it critical).
+    let (dev, k, base, inflight, requests, held) = line
         .devices
         .iter()
         .filter_map(|d| {
             let base = ctx.baselines.get(d.dev)?;
             let (k, f, n) = over(line, d.dev, base)?;
-            ctx.last(HOLD)
-                .all(|l| over(l, d.dev, base).is_some())
-                .then_some((d.dev, k, base, f, n))
+            let held = ctx
+                .last(HOLD)
+                .map(|l| over(l, d.dev, base).map(|(k, _, _)| k - base))
+                .min()??;
+            Some((d.dev, k, base, f, n, held))
         })
-        .max_by_key(|&(_, k, base, _, _)| k - base)?;
+        .max_by_key(|&(_, k, base, _, _, _)| k - base)?;
+    let steps = if held >= WARNING_STEPS {
+        k - base
+    } else {
+        held
+    };
+    let severity = band(
+        steps as f64,
+        INFO_STEPS as f64,
+        WARNING_STEPS as f64,
+        CRITICAL_STEPS as f64,
+    )?;
     let mut evidence = Evidence::new();
     evidence.insert("device", json!(dev.to_string()));
     let from_diskstats = line
@@ -144,11 +164,7 @@ pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
         round3(requests as f64 / line.interval_s.max(f64::MIN_POSITIVE)),
     );
     Some(Verdict {
-        severity: if k >= base + CRITICAL_STEPS {
-            Severity::Critical
-        } else {
-            Severity::Warning
-        },
+        severity,
         evidence,
         advice: "the device is the bottleneck: its requests wait in the queue, their median \
             latency far above what the same device shows when it is not busy, while it always \

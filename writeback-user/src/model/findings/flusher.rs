@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{Ctx, Evidence, Severity, Verdict, round3};
+use super::{Ctx, Evidence, Verdict, band, round3};
 use crate::{
     model::{DevId, interval::InodePassCounts, interval::quantile_bucket},
     sys::page_size,
@@ -27,6 +27,9 @@ pub(crate) fn min_writeback_pages() -> u64 {
 /// runs out of dirty pages first was not held by its budget).
 pub(crate) const WINDOW: usize = 3;
 pub(crate) const MIN_PASSES: u64 = 16;
+/// `info` from four held passes in the window, more than one a second:
+/// the floor held passes again and again, not once at the end of a burst.
+pub(crate) const MIN_PASSES_INFO: u64 = 4;
 pub(crate) const BUDGET_USED: f64 = 0.75;
 
 pub(crate) fn small_flusher_budget(ctx: &Ctx<'_>) -> Option<Verdict> {
@@ -50,12 +53,18 @@ pub(crate) fn small_flusher_budget(ctx: &Ctx<'_>) -> Option<Verdict> {
         .filter(|(dev, _)| now.contains(dev))
         .filter_map(|(dev, c)| {
             let p50 = quantile_bucket(&c.pages_asked_per_pass, 0.5)?;
-            let held = c.budget_passes >= MIN_PASSES
+            let held = c.budget_passes >= MIN_PASSES_INFO
                 && p50[1] < 2 * floor
                 && c.budget_pages_written as f64 >= BUDGET_USED * c.budget_pages_asked as f64;
             held.then_some((dev, c, p50))
         })
         .max_by_key(|(_, c, _)| c.budget_passes)?;
+    let severity = band(
+        c.budget_passes as f64,
+        MIN_PASSES_INFO as f64,
+        MIN_PASSES as f64,
+        f64::INFINITY,
+    )?;
     let mut evidence = Evidence::new();
     evidence.insert("device", json!(dev.to_string()));
     evidence.insert("budget_passes", json!(c.budget_passes));
@@ -67,7 +76,7 @@ pub(crate) fn small_flusher_budget(ctx: &Ctx<'_>) -> Option<Verdict> {
     );
     evidence.insert("pages_per_pass_p50", json!(c.pages_per_pass_quantile(0.5)));
     Some(Verdict {
-        severity: Severity::Warning,
+        severity,
         evidence,
         advice: "the flusher gives each inode a budget of half a second of the device's \
             estimated write bandwidth (writeback_chunk_size(), fs/fs-writeback.c), and the \

@@ -63,8 +63,16 @@ fn throttled(ms: u64) -> impl Fn(usize, &mut IntervalLine) {
 
 #[test]
 fn dirty_throttled_at_the_share_edges() {
-    // 249 ms of pause per second: under a quarter.
-    assert_eq!(names(&lines(5, throttled(249))), Vec::<&str>::new());
+    // 49 ms of pause per second: under a twentieth, nothing.
+    assert_eq!(names(&lines(5, throttled(49))), Vec::<&str>::new());
+    // 50 to 249 ms: info, with the same evidence.
+    for ms in [50, 249] {
+        let f = only(&lines(5, throttled(ms)), dirty::THROTTLED).unwrap();
+        assert_eq!(f.severity, Severity::Info, "{ms}");
+        assert_eq!(f.evidence["limit"], "global");
+    }
+    let r = judge(&lines(5, throttled(249)));
+    assert!(!r.alarming(), "info alone exits 0");
     // 250 ms: a quarter exactly, warning.
     let f = only(&lines(5, throttled(250)), dirty::THROTTLED).unwrap();
     assert_eq!(f.severity, Severity::Warning);
@@ -163,8 +171,12 @@ fn fsync_storm_at_its_edges() {
     let f = only(&lines(3, sync_calls(10, small)), calls::FSYNC_STORM).unwrap();
     assert_eq!(f.severity, Severity::Warning);
     assert_eq!(f.evidence["sync_calls_per_s"], 10.0);
-    // 9 a second: not.
-    assert_eq!(names(&lines(3, sync_calls(9, small))), Vec::<&str>::new());
+    // 9 a second: info; down to 2 a second (6 in the window); 1: nothing.
+    for n in [9, 2] {
+        let f = only(&lines(3, sync_calls(n, small)), calls::FSYNC_STORM).unwrap();
+        assert_eq!(f.severity, Severity::Info, "{n}");
+    }
+    assert_eq!(names(&lines(3, sync_calls(1, small))), Vec::<&str>::new());
     // The median call in the bucket above the small size: not small.
     assert_eq!(
         names(&lines(3, sync_calls(10, 2 * small))),
@@ -180,11 +192,19 @@ fn fsync_storm_at_its_edges() {
             .push(b(64 * small, 128 * small - 1, 4));
     }
     assert!(only(&ls, calls::FSYNC_STORM).is_some());
-    // Fewer than STORM_MIN_CALLS in the window, even at a high rate.
-    let mut short = line(0.3);
-    short.interval_s = 0.3;
-    sync_calls(9, 1)(0, &mut short);
-    assert_eq!(names(&[short]), Vec::<&str>::new());
+    // Fewer than STORM_MIN_CALLS in the window, even at a high rate:
+    // info; fewer than STORM_INFO_MIN_CALLS: nothing.
+    let short = |n| {
+        let mut l = line(0.3);
+        l.interval_s = 0.3;
+        sync_calls(n, 1)(0, &mut l);
+        l
+    };
+    assert_eq!(
+        only(&[short(9)], calls::FSYNC_STORM).unwrap().severity,
+        Severity::Info
+    );
+    assert_eq!(names(&[short(5)]), Vec::<&str>::new());
 }
 
 fn scanned(ratio_x10: u64) -> impl Fn(usize, &mut IntervalLine) {
@@ -198,7 +218,11 @@ fn scanned(ratio_x10: u64) -> impl Fn(usize, &mut IntervalLine) {
 
 #[test]
 fn scan_exceeds_written_at_its_edges() {
-    assert_eq!(names(&lines(3, scanned(39))), Vec::<&str>::new());
+    assert_eq!(names(&lines(3, scanned(19))), Vec::<&str>::new());
+    for x10 in [20, 39] {
+        let f = only(&lines(3, scanned(x10)), calls::SCAN).unwrap();
+        assert_eq!(f.severity, Severity::Info, "{x10}");
+    }
     let f = only(&lines(3, scanned(40)), calls::SCAN).unwrap();
     assert_eq!(f.severity, Severity::Warning);
     assert_eq!(f.evidence["pages_scanned_per_page_written"], 4.0);
@@ -235,9 +259,14 @@ fn chunk_capped_at_its_edges() {
     let f = only(&lines(3, continued(3, 3, 1024, 4096)), calls::CHUNK_CAPPED).unwrap();
     assert_eq!(f.evidence["chunk_pages"], 1024);
     assert_eq!(f.evidence["pages_asked_mean"], 4096.0);
-    // Asked only 4x - 1 page: not far enough below.
+    assert_eq!(f.severity, Severity::Warning);
+    // Asked 4x - 1 page down to 2x: info; under 2x: nothing.
+    for asked in [4095, 2048] {
+        let f = only(&lines(3, continued(3, 3, 1024, asked)), calls::CHUNK_CAPPED).unwrap();
+        assert_eq!(f.severity, Severity::Info, "{asked}");
+    }
     assert_eq!(
-        names(&lines(3, continued(3, 3, 1024, 4095))),
+        names(&lines(3, continued(3, 3, 1024, 2047))),
         Vec::<&str>::new()
     );
     // 7 calls in all: too few.
@@ -295,8 +324,13 @@ fn small_flusher_budget_at_its_edges() {
         f.evidence["pages_asked_per_pass_p50"],
         serde_json::json!([floor, 2 * floor - 1])
     );
-    // 15 passes: too few; 75% used is enough, 74% not.
-    assert_eq!(names(&lines(3, passes(floor, 5, 80))), Vec::<&str>::new());
+    assert_eq!(f.severity, Severity::Warning);
+    // 15 passes down to 4: info; 3: nothing. 75% used is enough, 74% not.
+    for n in [5, 2] {
+        let f = only(&lines(3, passes(floor, n, 80)), flusher::SMALL_BUDGET).unwrap();
+        assert_eq!(f.severity, Severity::Info, "{n}");
+    }
+    assert_eq!(names(&lines(3, passes(floor, 1, 80))), Vec::<&str>::new());
     assert!(only(&lines(3, passes(floor, 6, 75)), flusher::SMALL_BUDGET).is_some());
     assert_eq!(names(&lines(3, passes(floor, 6, 74))), Vec::<&str>::new());
     // Budgets one bucket over the floor: not held there.
@@ -381,8 +415,14 @@ fn writeback_lagging_at_its_edges() {
     // 10 steps of 10 pages = 100 = 5% of the 2000-page threshold.
     let f = only(&lagging(10, None), dirty::LAGGING).unwrap();
     assert_eq!(f.evidence["seconds"], 10.0);
-    // 9 pages a step: 4.5%.
-    assert!(only(&lagging(9, None), dirty::LAGGING).is_none());
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence["growth_share_of_threshold"], 0.05);
+    // 9 pages a step (4.5%) down to 2 (1%): info; 1 (0.5%): nothing.
+    for step in [9, 2] {
+        let f = only(&lagging(step, None), dirty::LAGGING).unwrap();
+        assert_eq!(f.severity, Severity::Info, "{step}");
+    }
+    assert!(only(&lagging(1, None), dirty::LAGGING).is_none());
     // One interval without flusher work: not continuous.
     assert!(only(&lagging(20, Some(5)), dirty::LAGGING).is_none());
     // Under the background threshold: the periodic policy, not a lag.
@@ -443,8 +483,12 @@ fn device_saturated_from_diskstats_means() {
     assert_eq!(f.evidence["in_flight_mean"], 20.0);
     // As slow, but the queue mostly empty: not saturation.
     assert_eq!(names(&busy(1_600_000.0, 0.5)), Vec::<&str>::new());
-    // Four times the baseline: under the 8x of a warning.
-    assert_eq!(names(&busy(400_000.0, 20.0)), Vec::<&str>::new());
+    // Four times the baseline: under the 8x of a warning, info; twice:
+    // nothing.
+    let r = judge(&busy(400_000.0, 20.0));
+    assert_eq!(r.findings[0].severity, Severity::Info);
+    assert!(!r.alarming());
+    assert_eq!(names(&busy(200_000.0, 20.0)), Vec::<&str>::new());
 }
 
 #[test]
@@ -475,7 +519,14 @@ fn device_saturated_against_its_own_baseline() {
     );
     // Two intervals only: a burst.
     assert_eq!(names(&busy(&[3, 3])), Vec::<&str>::new());
-    assert_eq!(names(&busy(&[3, 2, 3])), Vec::<&str>::new());
+    // One interval at 4x among the three (4000 requests keep 1.6 in
+    // flight): info, a warning holds 8x in all three; 2x in one of them
+    // (8000 requests): nothing.
+    let mut ls = busy(&[3, 3, 3]);
+    ls[2].devices = vec![device(4000, base << 2)];
+    assert_eq!(judge(&ls).findings[0].severity, Severity::Info);
+    ls[2].devices = vec![device(8000, base << 1)];
+    assert_eq!(names(&ls), Vec::<&str>::new());
     // 8x with the device idle half the time: not at full queue.
     let mut ls = busy(&[3, 3, 3]);
     ls[2].devices = vec![device(1000, base << 3)];
