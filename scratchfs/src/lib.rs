@@ -368,6 +368,15 @@ impl ScratchFs {
             self.save_marker()?;
         }
         let path = bdi.join(knob);
+        // max_bytes, min_bytes and strict_limit came in Linux 6.2
+        // (Documentation/ABI/testing/sysfs-class-bdi); writing a sysfs
+        // file that is not there says only "Permission denied".
+        if !path.exists() {
+            anyhow::bail!(
+                "{} does not exist: this kernel has no per-device {knob} (added in Linux 6.2)",
+                path.display()
+            );
+        }
         fs::write(&path, value).with_context(|| format!("writing {value} to {}", path.display()))
     }
 

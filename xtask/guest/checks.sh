@@ -34,6 +34,13 @@ want() {
     return 1
 }
 
+# Whether group $1 was named in STEPS: the scenario group runs only then
+# (`cargo xtask vm-scenario`), never with all the others.
+named() {
+    case " $STEPS " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+
 # Whether wbscope's stderr ($1) has its "tracing;" line (builtins only).
 tracing_started() {
     while IFS= read -r line; do
@@ -313,6 +320,24 @@ is_rt() {
 
 if want rt && is_rt; then
     rt_interleave
+fi
+
+# The scenario group: each of $SCENARIOS, $REPEAT runs per variant, on
+# scratch filesystems whose images are in /var/tmp (the test disk's
+# ext4, bound there: the root image is read-only); its JSON document and
+# exit status for the host's table (xtask/src/vm/scenario.rs).
+if named scenario; then
+    if mount --bind "$MNT" /var/tmp > "$OUT/scenario-mount.log" 2>&1; then
+        for s in $SCENARIOS; do
+            step "scenario-$s"
+            "$WBSCOPE" --log "$OUT/scenario-$s.log" scenario "$s" --scale tiny \
+                --repeat "$REPEAT" --json > "$OUT/scenario-$s.json" 2> "$OUT/scenario-$s.err"
+            echo $? > "$OUT/scenario-$s.rc"
+        done
+        umount /var/tmp
+    else
+        echo "WBVM fail cannot bind the test disk on /var/tmp: $(tail -n 1 "$OUT/scenario-mount.log")"
+    fi
 fi
 
 umount "$MNT"

@@ -99,6 +99,34 @@ enum Task {
         #[arg(long)]
         kernel: Option<String>,
     },
+    /// Run classic scenarios in qemu guests of several kernels (same
+    /// virtual disk, memory and CPU) and print Fengguang Wu's table: a
+    /// row per case and figure, a column per kernel with the change
+    /// against the first and `wbscope diff`'s significance marks, TOTAL
+    /// rows. Minutes per kernel under TCG. Table and documents in
+    /// target/vm/scenario/ (docs/diff.md, "Across kernels").
+    ///
+    /// Example: cargo xtask vm-scenario --kernels 6.12,newest --scenarios single-stream,package-unpack --repeat 3
+    VmScenario {
+        /// Kernel labels of the VM matrix (as vm-test's --kernel), the
+        /// first the base; 6.2 or newer (the tiny scale caps each
+        /// filesystem's dirty pages with the bdi's max_bytes and
+        /// strict_limit, which came in 6.2: 5.10 and 6.1 cannot run it).
+        #[arg(long, value_delimiter = ',', default_value = "6.12,newest")]
+        kernels: Vec<String>,
+        /// `wbscope scenario` names, run at tiny scale (all but
+        /// sync-after-write, which has no --repeat).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "single-stream,package-unpack"
+        )]
+        scenarios: Vec<String>,
+        /// Runs per variant and kernel (at least 2; 3 or more for the
+        /// significance rules to mean much).
+        #[arg(long, default_value_t = 3)]
+        repeat: u32,
+    },
     /// fmt check, clippy -D warnings, unit and kernel integration tests
     /// then the qemu kernel matrix's `suite` kernels (5.10, 6.1, 6.12,
     /// 6.12-rt) when qemu is installed and no test name is given
@@ -228,6 +256,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Test { args } => test(&args),
         Task::Dist => dist::dist(&build(true)?, &target_dir()?),
         Task::VmTest { kernel } => vm::vm_test(kernel.as_deref()),
+        Task::VmScenario {
+            kernels,
+            scenarios,
+            repeat,
+        } => vm::vm_scenario(&vm::ScenarioOptions {
+            kernels,
+            scenarios,
+            repeat,
+        }),
         Task::Bench {
             what:
                 Some(BenchTarget::Writer {

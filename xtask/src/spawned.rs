@@ -80,6 +80,8 @@ const DYNAMIC_SPAWNS: &[(&str, &str, &[&str])] = &[
     ("xtask/src/bench.rs", "b", &[]),
     ("xtask/src/bench_writer.rs", "self.binary", &[]),
     ("xtask/src/dist.rs", "release_binary", &[]),
+    // `wbscope diff` of the guests' scenario documents.
+    ("xtask/src/vm/scenario.rs", "wbscope", &[]),
     // The cargo that runs xtask.
     (
         "xtask/src/main.rs",

@@ -20,6 +20,7 @@ mod privileges;
 mod qemu;
 mod rootimg;
 mod rt;
+mod scenario;
 
 use std::{
     path::{Path, PathBuf},
@@ -30,6 +31,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 pub use kernel::KERNELS;
+pub use scenario::{ScenarioOptions, vm_scenario};
 
 /// What `cargo xtask test` does about the VM checks: they run whenever
 /// qemu is installed (`cargo xtask setup` installs it), unless this is
@@ -166,7 +168,7 @@ pub fn run(kernels: &[&kernel::KernelSpec], wbscope: &Path) -> anyhow::Result<()
     let root = vm_dir()?;
     let started = Instant::now();
     let steps = steps_from_env()?;
-    let shared = prepare_shared(&root, &wbscope, &steps.join(" "))?;
+    let shared = prepare_shared(&root, &wbscope, &steps.join(" "), &GuestScenarios::NONE)?;
     println!(
         "vm: shared root image and initramfs built in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -250,7 +252,25 @@ struct Shared {
     steps: Vec<String>,
 }
 
-fn prepare_shared(root: &Path, wbscope: &Path, steps: &str) -> anyhow::Result<Shared> {
+/// What the `scenario` group runs (`cargo xtask vm-scenario`).
+struct GuestScenarios<'a> {
+    names: &'a str,
+    repeat: u32,
+}
+
+impl GuestScenarios<'_> {
+    const NONE: GuestScenarios<'static> = GuestScenarios {
+        names: "",
+        repeat: 1,
+    };
+}
+
+fn prepare_shared(
+    root: &Path,
+    wbscope: &Path,
+    steps: &str,
+    scenarios: &GuestScenarios,
+) -> anyhow::Result<Shared> {
     let run_dir = root.join("run");
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     let root_image = run_dir.join("root.img");
@@ -260,6 +280,8 @@ fn prepare_shared(root: &Path, wbscope: &Path, steps: &str) -> anyhow::Result<Sh
         trace_timeout_secs: GUEST_TRACE_SECS,
         probes_timeout_secs: GUEST_PROBES_SECS,
         steps,
+        scenarios: scenarios.names,
+        repeat: scenarios.repeat,
     })?;
     Ok(Shared {
         root_image,
@@ -272,7 +294,61 @@ fn prepare_shared(root: &Path, wbscope: &Path, steps: &str) -> anyhow::Result<Sh
 /// text files; the traces' JSON lines are the largest, a few MiB).
 const OUT_IMAGE_BYTES: u64 = 128 << 20;
 
+/// The test disk's size and the host's limit on one guest step.
+struct GuestPlan {
+    disk_bytes: u64,
+    step_limit: Duration,
+}
+
+/// The checks' guests: 512 MiB sparse, room for one file at a time (the
+/// cgroup doctor step's 320 MiB the largest) plus the journal, and above
+/// mkfs.xfs's 300 MB minimum for the xfs runs.
+const CHECKS_PLAN: GuestPlan = GuestPlan {
+    disk_bytes: 512 << 20,
+    step_limit: Duration::from_secs(HOST_STEP_SECS),
+};
+
 fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::Result<Outcome> {
+    let booted = boot(spec, root, shared, &CHECKS_PLAN)?;
+    let out = &booted.out;
+    let wanted = |group: &str| shared.steps.is_empty() || shared.steps.iter().any(|s| s == group);
+    let mut checks = Vec::new();
+    if wanted("traces") || wanted("xfs") {
+        checks.extend(checks::judge(out, wanted("xfs")));
+    }
+    if wanted("traces") {
+        checks.extend(privileges::judge(out));
+    }
+    if wanted("cgroups") {
+        checks.extend(cgroups::judge(out));
+    }
+    if wanted("rt") {
+        checks.extend(rt::judge(out, spec.meta == "linux-image-rt-amd64"));
+    }
+    Ok(Outcome {
+        release: booted.release,
+        prepare: booted.prepare,
+        run: booted.run,
+        checks,
+    })
+}
+
+/// A guest that ran: what it wrote is unpacked in `out`.
+struct Booted {
+    release: String,
+    prepare: Duration,
+    run: qemu::GuestRun,
+    out: PathBuf,
+}
+
+/// Boots `spec`'s guest with the shared image and initramfs and unpacks
+/// what it saved.
+fn boot(
+    spec: &kernel::KernelSpec,
+    root: &Path,
+    shared: &Shared,
+    plan: &GuestPlan,
+) -> anyhow::Result<Booted> {
     let t0 = Instant::now();
     let tree = kernel::ensure(spec, root)?;
     let work = root.join("run").join(spec.label);
@@ -285,10 +361,7 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::R
     let initrd = work.join("initramfs.cpio");
     initramfs::with_modules(&shared.base_initramfs, &tree, &initrd)?;
     let disk = work.join("disk.img");
-    // 512 MiB sparse: room for one file at a time (the cgroup doctor
-    // step's 320 MiB the largest) plus the journal, and above mkfs.xfs's
-    // 300 MB minimum for the xfs runs.
-    sparse_file(&disk, 512 << 20)?;
+    sparse_file(&disk, plan.disk_bytes)?;
     let out_image = work.join("out.img");
     sparse_file(&out_image, OUT_IMAGE_BYTES)?;
     let prepare = t0.elapsed();
@@ -302,7 +375,7 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::R
         out: &out_image,
         log: &log,
         boot_limit: Duration::from_secs(120),
-        step_limit: Duration::from_secs(HOST_STEP_SECS),
+        step_limit: plan.step_limit,
     });
     // What the guest saved is judged even when it failed part-way.
     let unpacked = unpack_results(&out_image, &out);
@@ -311,25 +384,11 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::R
     let _ = std::fs::remove_file(&out_image);
     let run = run?;
     unpacked?;
-    let wanted = |group: &str| shared.steps.is_empty() || shared.steps.iter().any(|s| s == group);
-    let mut checks = Vec::new();
-    if wanted("traces") || wanted("xfs") {
-        checks.extend(checks::judge(&out, wanted("xfs")));
-    }
-    if wanted("traces") {
-        checks.extend(privileges::judge(&out));
-    }
-    if wanted("cgroups") {
-        checks.extend(cgroups::judge(&out));
-    }
-    if wanted("rt") {
-        checks.extend(rt::judge(&out, spec.meta == "linux-image-rt-amd64"));
-    }
-    Ok(Outcome {
+    Ok(Booted {
         release: tree.release,
         prepare,
         run,
-        checks,
+        out,
     })
 }
 

@@ -20,6 +20,10 @@ pub struct GuestConfig<'a> {
     pub probes_timeout_secs: u64,
     /// The step groups to run (checks.sh `want`), empty for all.
     pub steps: &'a str,
+    /// `scenario` group only (`cargo xtask vm-scenario`): the scenarios
+    /// to run, space-separated, and each one's `--repeat`.
+    pub scenarios: &'a str,
+    pub repeat: u32,
 }
 
 /// The archive every kernel's guest starts from.
@@ -29,8 +33,10 @@ pub fn base(config: &GuestConfig) -> anyhow::Result<Vec<u8>> {
     if has_interpreter(&busybox) {
         bail!("{BUSYBOX} is dynamically linked: install busybox-static");
     }
-    if config.steps.contains(['\'', '\n']) {
-        bail!("{:?} cannot be quoted for the guest", config.steps);
+    for text in [config.steps, config.scenarios] {
+        if text.contains(['\'', '\n']) {
+            bail!("{text:?} cannot be quoted for the guest");
+        }
     }
     if config.wbscope.contains(['\'', '\n']) {
         bail!(
@@ -54,8 +60,14 @@ pub fn base(config: &GuestConfig) -> anyhow::Result<Vec<u8>> {
         0o644,
         format!(
             "WBSCOPE='{}'\nTRACE_TIMEOUT={}\nPROBES_TIMEOUT={}\nSTEPS='{}'\n\
-             export WBSCOPE TRACE_TIMEOUT PROBES_TIMEOUT STEPS\n",
-            config.wbscope, config.trace_timeout_secs, config.probes_timeout_secs, config.steps
+             SCENARIOS='{}'\nREPEAT={}\n\
+             export WBSCOPE TRACE_TIMEOUT PROBES_TIMEOUT STEPS SCENARIOS REPEAT\n",
+            config.wbscope,
+            config.trace_timeout_secs,
+            config.probes_timeout_secs,
+            config.steps,
+            config.scenarios,
+            config.repeat
         )
         .as_bytes(),
     );

@@ -82,11 +82,12 @@ pub const KERNELS: &[KernelSpec] = &[
 /// Modules the guest loads, in this order with their dependencies first:
 /// virtio's PCI transport (a module on 5.10 and 6.1, built in later),
 /// virtio-blk for the disks, ext4 (a module on most builds, with jbd2,
-/// mbcache, crc16, crc32c) for the root image and the test disk, and xfs
+/// mbcache, crc16, crc32c) for the root image and the test disk, xfs
 /// for the `do_writepages` hooks on a filesystem whose calls ext4's
-/// records do not have. A module the build has built in is skipped
-/// (`modprobe --show-depends` says `builtin`).
-const MODULES: &[&str] = &["virtio_pci", "virtio_blk", "ext4", "xfs"];
+/// records do not have, and loop for the scenarios' own filesystems
+/// (`cargo xtask vm-scenario`). A module the build has built in is
+/// skipped (`modprobe --show-depends` says `builtin`).
+const MODULES: &[&str] = &["virtio_pci", "virtio_blk", "ext4", "xfs", "loop"];
 
 /// An unpacked kernel.
 pub struct KernelTree {

@@ -25,8 +25,11 @@ pub const GUEST_WBSCOPE: &str = "/usr/local/bin/wbscope";
 /// (busybox-static's ash does its arithmetic in 32 bits: "divide by
 /// zero" on a nanosecond clock), coreutils' `timeout` (its 124 on a
 /// timeout is what checks.rs reads), `date` (`%N`) and `dd` (busybox's
-/// has no `oflag=dsync`), and the mkfs programs of the filesystems the
-/// guest makes. Everything else the scripts run is a busybox applet.
+/// has no `oflag=dsync`), the mkfs programs of the filesystems the
+/// guest makes, and util-linux's losetup, mount and umount, which
+/// `wbscope scenario` runs (scratchfs: `losetup -f --show`, options
+/// busybox's applets lack). Everything else the scripts run is a busybox
+/// applet.
 pub const DASH: &str = "/usr/bin/dash";
 const HOST_PROGRAMS: &[&str] = &[
     DASH,
@@ -35,6 +38,9 @@ const HOST_PROGRAMS: &[&str] = &[
     "/usr/bin/dd",
     "/usr/sbin/mkfs.ext4",
     "/usr/sbin/mkfs.xfs",
+    "/usr/sbin/losetup",
+    "/usr/bin/mount",
+    "/usr/bin/umount",
 ];
 
 /// Host files the programs read (mke2fs's defaults).
@@ -68,6 +74,7 @@ pub fn build(wbscope: &Path, dest: &Path) -> anyhow::Result<()> {
         "sys",
         "dev",
         "tmp",
+        "var/tmp",
         "etc",
     ] {
         std::fs::create_dir_all(staging.join(dir))?;
