@@ -66,7 +66,7 @@ const TOTALS: &[&str] = &["write_mb_s", "durable_mb_s", "elapsed_s"];
 /// `cargo xtask vm-scenario`.
 pub fn vm_scenario(opts: &ScenarioOptions) -> anyhow::Result<()> {
     if opts.kernels.len() < 2 {
-        bail!("name at least two kernels (the first is the base), e.g. --kernels 6.1,6.12");
+        bail!("name at least two kernels (the first is the base), e.g. --kernels 6.12,newest");
     }
     if opts.scenarios.iter().any(|s| s == "sync-after-write") {
         bail!("sync-after-write has no --repeat (one sync per document): choose other scenarios");
@@ -77,7 +77,10 @@ pub fn vm_scenario(opts: &ScenarioOptions) -> anyhow::Result<()> {
     let specs = opts
         .kernels
         .iter()
-        .map(|k| super::select(Some(k)).map(|v| v[0]))
+        .map(|k| match super::select(Some(k))?.as_slice() {
+            [one] => Ok(*one),
+            _ => bail!("{k:?} names several kernels: list single kernels, the first the base"),
+        })
         .collect::<anyhow::Result<Vec<&KernelSpec>>>()?;
     crate::setup::ensure_tools(crate::setup::Scope::Vm)?;
     if !super::qemu_available() {
@@ -89,6 +92,11 @@ pub fn vm_scenario(opts: &ScenarioOptions) -> anyhow::Result<()> {
     let wbscope = super::wbscope_binary()?
         .canonicalize()
         .context("the wbscope binary")?;
+    // A name the guests' wbscope would refuse, said before a guest boots.
+    let known = scenario_names(&wbscope)?;
+    if let Some(bad) = opts.scenarios.iter().find(|s| !known.contains(s)) {
+        bail!("unknown scenario {bad:?}: choose from {}", known.join(", "));
+    }
     let root = super::vm_dir()?;
     let names = opts.scenarios.join(" ");
     let shared = super::prepare_shared(
@@ -149,6 +157,32 @@ pub fn vm_scenario(opts: &ScenarioOptions) -> anyhow::Result<()> {
         md.display()
     );
     Ok(())
+}
+
+/// The scenario names `wbscope scenario --help` lists.
+fn scenario_names(wbscope: &Path) -> anyhow::Result<Vec<String>> {
+    let out = Command::new(wbscope)
+        .args(["scenario", "--help"])
+        .output()
+        .context("running wbscope scenario --help")?;
+    let names = possible_values(&String::from_utf8_lossy(&out.stdout));
+    if names.is_empty() {
+        bail!("wbscope scenario --help lists no scenario");
+    }
+    Ok(names)
+}
+
+/// The first "Possible values:" list of clap's long help: the lines
+/// `- NAME: what it is` up to the first blank line.
+fn possible_values(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| l.trim() != "Possible values:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .filter_map(|l| l.split(':').next())
+        .map(|n| n.trim().to_string())
+        .collect()
 }
 
 /// Copies scenario `name`'s document out of a guest's results, or says
@@ -416,6 +450,15 @@ mod tests {
             t.contains("| TOTAL | write_mb_s | 10.0 | +100.0% | +0.0% |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn scenario_names_are_the_first_list_of_possible_values() {
+        let help = "Arguments:\n  [NAME]\n          Which\n\n          Possible values:\n          \
+            - single-stream:     One large file\n          - package-unpack:    Many: small\n\n\
+            Options:\n          Possible values:\n          - tiny:  Under a minute\n";
+        assert_eq!(possible_values(help), ["single-stream", "package-unpack"]);
+        assert!(possible_values("no list").is_empty());
     }
 
     #[test]
