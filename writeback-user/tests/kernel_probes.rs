@@ -155,15 +155,25 @@ fn two_filesystems_at_once_are_separated_per_device() {
 /// Requests completed on a block device so far, from
 /// /sys/block/NAME/stat (Documentation/block/stat.rst): read, write,
 /// discard and flush I/Os.
-fn diskstats_ios(device: &str) -> u64 {
+/// The fields of `/sys/block/NAME/stat` (Documentation/block/stat.rst).
+fn block_stat(device: &str) -> Vec<u64> {
     let name = Path::new(device).file_name().expect("device name");
-    let stat =
-        fs::read_to_string(Path::new("/sys/block").join(name).join("stat")).expect("diskstats");
-    let f: Vec<u64> = stat
+    fs::read_to_string(Path::new("/sys/block").join(name).join("stat"))
+        .expect("diskstats")
         .split_whitespace()
         .map(|v| v.parse().expect("number"))
-        .collect();
+        .collect()
+}
+
+/// Requests completed: reads, writes, discards and flushes.
+fn diskstats_ios(device: &str) -> u64 {
+    let f = block_stat(device);
     f[0] + f[4] + f[11] + f.get(15).copied().unwrap_or(0)
+}
+
+/// Cache flushes completed (Linux 5.5+).
+fn diskstats_flushes(device: &str) -> u64 {
+    block_stat(device)[15]
 }
 
 /// (requests, latency samples, request-size samples) of `dev` summed over
@@ -215,10 +225,12 @@ fn device_figures_match_diskstats_on_every_path() {
         trace_args.extend_from_slice(args);
         let trace = Tracing::start(&trace_args);
         let before = diskstats_ios(&fs.device);
+        let flushes_before = diskstats_flushes(&fs.device);
         let ino = write_file(&fs.path("data"), 64, true);
         // SAFETY: plain syscall.
         unsafe { libc::sync() };
         let completed = diskstats_ios(&fs.device) - before;
+        let flushed = diskstats_flushes(&fs.device) - flushes_before;
         let lines = trace.stop(libc::SIGINT);
         let summary = lines.last().unwrap();
         let device_io = summary["probes"]
@@ -264,6 +276,16 @@ fn device_figures_match_diskstats_on_every_path() {
             for m in &means {
                 assert!(m["latency_ns_mean"].as_f64().unwrap() >= 0.0, "{m}");
                 assert!(m["in_flight_mean"].as_f64().unwrap() >= 0.0, "{m}");
+            }
+            // The fsync's cache flushes (the loop driver declares a
+            // write cache and serves a flush with an fsync of its image,
+            // drivers/block/loop.c), as the device's own counter has
+            // them, with a mean time where there were some.
+            let flushes: u64 = means.iter().map(|m| m["flushes"].as_u64().unwrap()).sum();
+            assert!(flushed > 0, "the fsync flushed nothing on {dev}");
+            assert_eq!(flushes, flushed, "{means:?}");
+            for m in means.iter().filter(|m| m["flushes"].as_u64() > Some(0)) {
+                assert!(m["flush_latency_ns_mean"].as_f64().unwrap() >= 0.0, "{m}");
             }
             continue;
         }

@@ -225,6 +225,8 @@ fn scrape_during_a_write_counts_its_pages() {
     // bytes, no request histograms (`--enable device_io`).
     assert!(sum(&after, "wbscope_device_requests_total", &on_dev) >= 1.0);
     assert!(sum(&after, "wbscope_device_bytes_total", &on_dev) >= (PAGES * PAGE) as f64);
+    // The fsync flushed the loop device's write cache at least once.
+    assert!(sum(&after, "wbscope_device_flushes_total", &on_dev) >= 1.0);
     assert_eq!(
         sum(&after, "wbscope_device_request_bytes_count", &on_dev),
         0.0

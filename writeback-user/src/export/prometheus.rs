@@ -127,6 +127,7 @@ pub(crate) struct Metrics {
     request_latency: HistFamily<DevLabels>,
     device_requests: Family<DevLabels, Counter>,
     device_bytes: Family<DevLabels, Counter>,
+    device_flushes: Family<DevLabels, Counter>,
     lost_records: Counter,
     bpf_runs: Family<ProgramLabels, Counter>,
     bpf_run_time: Family<ProgramLabels, SecondsCounter>,
@@ -174,6 +175,7 @@ impl Metrics {
             request_latency: Family::new_with_constructor(request_latency),
             device_requests: Family::default(),
             device_bytes: Family::default(),
+            device_flushes: Family::default(),
             lost_records: Counter::default(),
             bpf_runs: Family::default(),
             bpf_run_time: Family::default(),
@@ -299,6 +301,12 @@ impl Metrics {
             Unit::Bytes,
             m.device_bytes.clone(),
         );
+        r.register(
+            "device_flushes",
+            "Cache flushes the device completed, part of its requests: what fsync and \
+             journal commits ask of a volatile write cache (/proc/diskstats, Linux 5.5+)",
+            m.device_flushes.clone(),
+        );
         r.register_with_unit(
             "device_request",
             "Block requests issued, by size (log2 buckets; sum counts each at its bucket's lower edge)",
@@ -408,6 +416,7 @@ impl Metrics {
                 .inc_by(d.requests);
             if let Some(m) = &d.diskstats {
                 self.device_bytes.get_or_create(&labels).inc_by(m.bytes);
+                self.device_flushes.get_or_create(&labels).inc_by(m.flushes);
             }
             // No series for a histogram the source does not give.
             if !d.request_bytes.is_empty() {

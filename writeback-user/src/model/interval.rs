@@ -229,7 +229,7 @@ pub(crate) struct DeviceLine {
 
 /// A device's interval from the growth of its /proc/diskstats counters
 /// (Documentation/admin-guide/iostats.rst).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct DiskMeans {
     pub(crate) bytes: u64,
     pub(crate) request_bytes_mean: f64,
@@ -239,6 +239,16 @@ pub(crate) struct DiskMeans {
     /// Requests in flight on average: the weighted in-flight time's
     /// growth over the interval (Little's law).
     pub(crate) in_flight_mean: f64,
+    /// Cache flushes completed (part of `requests`): what fsync and
+    /// journal commits ask of a device with a volatile write cache, each
+    /// a round trip the sync waits for (issue 27). 0 before Linux 5.5,
+    /// whose diskstats have no flush fields, and in older recordings.
+    #[serde(default)]
+    pub(crate) flushes: u64,
+    /// Their mean time, issue to completion (1 ms granularity summed, as
+    /// `latency_ns_mean`); absent with no flush.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) flush_latency_ns_mean: Option<f64>,
 }
 
 impl DeviceLine {
@@ -261,6 +271,9 @@ impl DeviceLine {
         let bytes = cur.sectors.wrapping_sub(before.sectors).saturating_mul(512);
         let ticks_ms = cur.ticks_ms.wrapping_sub(before.ticks_ms);
         let weighted_ms = cur.weighted_ms.wrapping_sub(before.weighted_ms);
+        // Part of `requests`, so no more than it.
+        let flushes = cur.flushes.wrapping_sub(before.flushes).min(requests);
+        let flush_ms = cur.flush_ms.wrapping_sub(before.flush_ms);
         Some(DeviceLine {
             dev: cur.dev,
             requests,
@@ -271,6 +284,9 @@ impl DeviceLine {
                 request_bytes_mean: bytes as f64 / requests as f64,
                 latency_ns_mean: ticks_ms as f64 * 1e6 / requests as f64,
                 in_flight_mean: weighted_ms as f64 / 1e3 / interval_s.max(f64::MIN_POSITIVE),
+                flushes,
+                flush_latency_ns_mean: (flushes > 0)
+                    .then(|| flush_ms as f64 * 1e6 / flushes as f64),
             }),
         })
     }
@@ -910,6 +926,8 @@ mod tests {
             sectors,
             ticks_ms,
             weighted_ms,
+            flushes: requests / 10,
+            flush_ms: ticks_ms / 5,
         };
         // 100 requests of 8 sectors in 2 s, 250 ms of latency summed, 3 s
         // of weighted in-flight time.
@@ -926,6 +944,8 @@ mod tests {
         assert_eq!(m.request_bytes_mean, 4096.0);
         assert_eq!(m.latency_ns_mean, 2.5e6);
         assert_eq!(m.in_flight_mean, 1.5);
+        // 10 of the 100 were flushes, 50 ms of the 250 theirs.
+        assert_eq!((m.flushes, m.flush_latency_ns_mean), (10, Some(5e6)));
         // Nothing completed, not seen at the start, or counters gone back
         // (another device under the number): no line.
         let same = at(1000, 8000, 500, 700);

@@ -55,6 +55,11 @@ pub(crate) struct DiskCounters {
     /// (`time_in_queue`): its growth over an interval is the mean number
     /// in flight times the interval (Little's law).
     pub(crate) weighted_ms: u64,
+    /// Cache flush requests completed and the ms they took (fields 16
+    /// and 17, Linux 5.5+; 0 before): counted in `requests` and
+    /// `ticks_ms` too.
+    pub(crate) flushes: u64,
+    pub(crate) flush_ms: u64,
 }
 
 /// Everything read from the kernel at one instant.

@@ -303,6 +303,7 @@ mod tests {
                 request_bytes_mean: bytes as f64 / requests as f64,
                 latency_ns_mean,
                 in_flight_mean: 0.1,
+                ..Default::default()
             }),
         }];
         line

@@ -62,6 +62,8 @@ fn counters(d: &procfs::DiskStat) -> DiskCounters {
             + d.time_discarding.unwrap_or(0)
             + d.time_flushing.unwrap_or(0),
         weighted_ms: d.weighted_time_in_progress,
+        flushes: d.flushes.unwrap_or(0),
+        flush_ms: d.time_flushing.unwrap_or(0),
     }
 }
 
@@ -95,6 +97,7 @@ mod tests {
         assert_eq!(c.sectors, 800 + 1600 + 24);
         assert_eq!(c.ticks_ms, 40 + 90 + 6 + 1);
         assert_eq!(c.weighted_ms, 150);
+        assert_eq!((c.flushes, c.flush_ms), (2, 1));
     }
 
     #[test]

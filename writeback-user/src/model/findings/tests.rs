@@ -456,6 +456,7 @@ fn disk(requests: u64, latency_ns_mean: f64, in_flight_mean: f64) -> DeviceLine 
             request_bytes_mean: 4096.0,
             latency_ns_mean,
             in_flight_mean,
+            ..Default::default()
         }),
         ..device(requests, 1)
     }
