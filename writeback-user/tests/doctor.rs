@@ -42,6 +42,16 @@ fn report(out: Output) -> (serde_json::Value, i32) {
     (r, code)
 }
 
+/// The report's finding `name`, or a failure naming the report.
+fn finding<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    r["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("no {name}: {r}"))
+}
+
 fn alarms(r: &serde_json::Value) -> Vec<String> {
     r["findings"]
         .as_array()
@@ -169,12 +179,7 @@ fn strict_device_cap_is_named_with_its_writer() {
     ]);
     let (r, code, pid) = doctor_with("12", None, Some(w));
     assert_eq!(code, 3, "{r}");
-    let f = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "dirty-throttled")
-        .unwrap_or_else(|| panic!("no dirty-throttled: {r}"));
+    let f = finding(&r, "dirty-throttled");
     assert_eq!(f["evidence"]["limit"], "bdi", "{f}");
     // The kernel split: pauses under the global free-run ceiling.
     let by = &f["evidence"]["pause_ms_by_limit"];
@@ -198,12 +203,7 @@ fn a_light_device_cap_is_named_as_what_acted() {
     dd.args(["if=/dev/zero", "bs=1M", "count=1024", "status=none"])
         .arg(format!("of={}", fs.mountpoint().join("big").display()));
     let (r, code, pid) = doctor_with("10", None, Some(dd));
-    let f = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "dirty-throttled")
-        .unwrap_or_else(|| panic!("no dirty-throttled: {r}"));
+    let f = finding(&r, "dirty-throttled");
     assert_eq!(f["evidence"]["limit"], "bdi", "{f}");
     assert!(
         f["evidence"]["pause_s_per_s"].as_f64().unwrap() >= 0.05,

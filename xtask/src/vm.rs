@@ -150,7 +150,8 @@ pub fn from_test_suite() -> anyhow::Result<()> {
         Some(_) => wbscope_binary()?,
         None => crate::build(false)?,
     };
-    run(&select(Some("suite"))?, &wbscope)
+    run(&select(Some("suite"))?, &wbscope)?;
+    scenario::smoke(&wbscope)
 }
 
 /// Runs the checks on each kernel, prints one line per check per kernel,

@@ -63,8 +63,45 @@ const FIGURES: &[&str] = &[
 /// throughput and time over the dd cases).
 const TOTALS: &[&str] = &["write_mb_s", "durable_mb_s", "elapsed_s"];
 
-/// `cargo xtask vm-scenario`.
+/// `cargo xtask vm-scenario`: with a release wbscope (or
+/// `WBSCOPE_VM_BINARY`), as the guests of `vm-test` run.
 pub fn vm_scenario(opts: &ScenarioOptions) -> anyhow::Result<()> {
+    validate(opts)?;
+    crate::setup::ensure_tools(crate::setup::Scope::Vm)?;
+    run(opts, &super::wbscope_binary()?).map(|_| ())
+}
+
+/// What `cargo xtask test` runs after the VM checks, with the debug
+/// wbscope it tested: the command end to end on two kernels of the suite
+/// (6.12 and its PREEMPT_RT build, already downloaded for the checks),
+/// two scenarios, two runs each; the table must have both scenarios and
+/// a figure row per kernel. About three minutes here.
+pub(super) fn smoke(wbscope: &Path) -> anyhow::Result<()> {
+    let opts = ScenarioOptions {
+        kernels: vec!["6.12".into(), "6.12-rt".into()],
+        scenarios: vec!["single-stream".into(), "package-unpack".into()],
+        repeat: 2,
+    };
+    validate(&opts)?;
+    let text = run(&opts, wbscope)?;
+    for name in &opts.scenarios {
+        if !text.contains(&format!("### {name} (2 runs per case on the base)")) {
+            bail!("vm-scenario: the table has no {name} section:\n{text}");
+        }
+    }
+    let rows = text
+        .lines()
+        .filter(|l| l.contains("| write_mb_s |"))
+        .count();
+    if rows < 2 {
+        bail!("vm-scenario: {rows} write_mb_s rows in the table:\n{text}");
+    }
+    println!("vm-scenario: 6.12 against 6.12-rt, {rows} write_mb_s rows: ok");
+    Ok(())
+}
+
+/// The options' own errors, before anything is built or booted.
+fn validate(opts: &ScenarioOptions) -> anyhow::Result<()> {
     if opts.kernels.len() < 2 {
         bail!("name at least two kernels (the first is the base), e.g. --kernels 6.12,newest");
     }
@@ -74,24 +111,31 @@ pub fn vm_scenario(opts: &ScenarioOptions) -> anyhow::Result<()> {
     if opts.repeat < 2 {
         bail!("--repeat must be at least 2: one run a side has no spread to judge a change by");
     }
-    let specs = opts
-        .kernels
+    specs(opts).map(|_| ())
+}
+
+fn specs(opts: &ScenarioOptions) -> anyhow::Result<Vec<&'static KernelSpec>> {
+    opts.kernels
         .iter()
         .map(|k| match super::select(Some(k))?.as_slice() {
             [one] => Ok(*one),
             _ => bail!("{k:?} names several kernels: list single kernels, the first the base"),
         })
-        .collect::<anyhow::Result<Vec<&KernelSpec>>>()?;
-    crate::setup::ensure_tools(crate::setup::Scope::Vm)?;
+        .collect()
+}
+
+/// Boots the kernels, runs the scenarios, prints and returns the table.
+fn run(opts: &ScenarioOptions, wbscope: &Path) -> anyhow::Result<String> {
+    let specs = specs(opts)?;
     if !super::qemu_available() {
         bail!(
             "{} not found: cargo xtask setup installs it",
             super::qemu::QEMU
         );
     }
-    let wbscope = super::wbscope_binary()?
+    let wbscope = wbscope
         .canonicalize()
-        .context("the wbscope binary")?;
+        .with_context(|| format!("the wbscope binary {}", wbscope.display()))?;
     // A name the guests' wbscope would refuse, said before a guest boots.
     let known = scenario_names(&wbscope)?;
     if let Some(bad) = opts.scenarios.iter().find(|s| !known.contains(s)) {
@@ -156,7 +200,7 @@ pub fn vm_scenario(opts: &ScenarioOptions) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64(),
         md.display()
     );
-    Ok(())
+    Ok(text)
 }
 
 /// The scenario names `wbscope scenario --help` lists.
@@ -380,6 +424,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn has(t: &str, line: &str) {
+        assert!(t.contains(line), "{line:?} not in:\n{t}");
+    }
+
     fn side(mean: f64, rel: Option<f64>) -> Value {
         json!({"n": 3, "mean": mean, "rel_stddev": rel})
     }
@@ -409,29 +457,15 @@ mod tests {
             ("ext4 direct", 100.0, 100.0, "same"),
         ]);
         let t = table("single-stream", &releases, &[d1, d2]);
-        assert!(
-            t.contains("### single-stream (3 runs per case on the base)"),
-            "{t}"
+        has(&t, "### single-stream (3 runs per case on the base)");
+        has(&t, "| case | figure | 6.1.0-40 (base) | 6.12.57 | 7.3.4 |");
+        has(
+            &t,
+            "| ext4 buffered | write_mb_s | 400 ±2% | -25.0% * worse | +25.0% * better |",
         );
-        assert!(
-            t.contains("| case | figure | 6.1.0-40 (base) | 6.12.57 | 7.3.4 |"),
-            "{t}"
-        );
-        assert!(
-            t.contains(
-                "| ext4 buffered | write_mb_s | 400 ±2% | -25.0% * worse | +25.0% * better |"
-            ),
-            "{t}"
-        );
-        assert!(
-            t.contains("| ext4 direct | write_mb_s | 100 ±2% | +1.0% | +0.0% |"),
-            "{t}"
-        );
+        has(&t, "| ext4 direct | write_mb_s | 100 ±2% | +1.0% | +0.0% |");
         // 500 -> 401 and 600: -19.8% and +20.0%.
-        assert!(
-            t.contains("| TOTAL | write_mb_s | 500 | -19.8% | +20.0% |"),
-            "{t}"
-        );
+        has(&t, "| TOTAL | write_mb_s | 500 | -19.8% | +20.0% |");
         // Figures no kernel has are not rows.
         assert!(!t.contains("fsync_p99"), "{t}");
     }
@@ -442,14 +476,8 @@ mod tests {
         let d1 = diff_of(&[("x", 10.0, 20.0, "better"), ("y", 5.0, 5.0, "same")]);
         let d2 = diff_of(&[("x", 10.0, 10.0, "same")]);
         let t = table("s", &releases, &[d1, d2]);
-        assert!(
-            t.contains("| y | write_mb_s | 5.00 ±2% | +0.0% | — |"),
-            "{t}"
-        );
-        assert!(
-            t.contains("| TOTAL | write_mb_s | 10.0 | +100.0% | +0.0% |"),
-            "{t}"
-        );
+        has(&t, "| y | write_mb_s | 5.00 ±2% | +0.0% | — |");
+        has(&t, "| TOTAL | write_mb_s | 10.0 | +100.0% | +0.0% |");
     }
 
     #[test]
