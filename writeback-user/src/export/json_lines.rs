@@ -211,11 +211,20 @@ mod tests {
             lost_records: 1,
             ..Default::default()
         };
-        let runs = [ProgramRunTime {
-            program: "writepages_end".into(),
-            run_count: 4,
-            run_time_ns: 1000,
-        }];
+        let runs = [
+            ProgramRunTime {
+                program: "writepages_end".into(),
+                run_count: 4,
+                run_time_ns: 1000,
+                recursion_misses: 0,
+            },
+            ProgramRunTime {
+                program: "tp_btf_folios_start".into(),
+                run_count: 9,
+                run_time_ns: 900,
+                recursion_misses: 2,
+            },
+        ];
         let line = SummaryLine::new(1.5, &totals, &kernel, 0, &probes, &runs);
         let v: serde_json::Value = serde_json::to_value(line).unwrap();
         assert_eq!(v["type"], "summary");
@@ -226,6 +235,9 @@ mod tests {
         assert_eq!(v["probes"][0]["reason"], "not present");
         assert_eq!(v["probes"][0]["concept"], "writepages_call");
         assert_eq!(v["run_time"][0]["avg_ns"], 250.0);
+        // Skipped runs only where there were some.
+        assert!(v["run_time"][0].get("recursion_misses").is_none(), "{v}");
+        assert_eq!(v["run_time"][1]["recursion_misses"], 2);
     }
 
     /// Every field a summary line prints is in docs/trace-json.md's

@@ -477,6 +477,11 @@ pub(crate) struct RunTimeLine {
     pub(crate) run_count: u64,
     pub(crate) run_time_ns: u64,
     pub(crate) avg_ns: Option<f64>,
+    /// Runs the kernel skipped because the program was already running
+    /// on that CPU (`recursion_misses`, Linux 5.12+): events it never
+    /// saw. Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) recursion_misses: u64,
 }
 
 /// `{"type":"interval", ...}`.
@@ -675,11 +680,14 @@ impl IntervalLine {
                 let before = prev.run_times.iter().find(|p| p.program == r.program);
                 let count = r.run_count - before.map_or(0, |b| b.run_count.min(r.run_count));
                 let time = r.run_time_ns - before.map_or(0, |b| b.run_time_ns.min(r.run_time_ns));
+                let misses = r.recursion_misses
+                    - before.map_or(0, |b| b.recursion_misses.min(r.recursion_misses));
                 RunTimeLine {
                     program: r.program.clone(),
                     run_count: count,
                     run_time_ns: time,
                     avg_ns: ratio(time, count),
+                    recursion_misses: misses,
                 }
             })
             .collect();

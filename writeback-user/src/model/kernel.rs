@@ -24,6 +24,9 @@ pub struct ProgramRunTime {
     pub program: String,
     pub run_count: u64,
     pub run_time_ns: u64,
+    /// Runs the kernel skipped: the program was already running on that
+    /// CPU (tracer/maps.rs `recursion_misses`); 0 where not known.
+    pub recursion_misses: u64,
 }
 
 /// `/proc/vmstat` figures we compare against (pages).

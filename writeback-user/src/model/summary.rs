@@ -86,6 +86,7 @@ impl<'a> SummaryLine<'a> {
                     run_count: r.run_count,
                     run_time_ns: r.run_time_ns,
                     avg_ns: ratio(r.run_time_ns, r.run_count),
+                    recursion_misses: r.recursion_misses,
                 })
                 .collect(),
         }

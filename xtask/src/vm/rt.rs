@@ -137,7 +137,18 @@ fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms
     let (recorded, charged) = parse_calls(&lines);
     let lost = summary["lost_records"].as_u64().unwrap_or(0);
     let unmatched = summary["unmatched_results"].as_u64().unwrap_or(0);
-    let mut pass = lost == 0 && unmatched == 0;
+    // Runs the kernel skipped because the program was already running on
+    // that CPU (`recursion_misses`, present when not 0): on RT, a
+    // preempted program's hook firing again on its CPU; events lost.
+    let skipped: u64 = summary["run_time"]
+        .as_array()
+        .map(|runs| {
+            runs.iter()
+                .filter_map(|r| r["recursion_misses"].as_u64())
+                .sum()
+        })
+        .unwrap_or(0);
+    let mut pass = lost == 0 && unmatched == 0 && skipped == 0;
     let mut wrong = Vec::new();
     let mut calls_total = 0;
     for (name, key, pages) in &files {
@@ -162,12 +173,14 @@ fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms
     let detail = if wrong.is_empty() {
         format!(
             "{} files, {calls_total} calls in {secs:.1}s on one CPU: every call and page \
-             as ftrace counted them, every page charged; {lost} lost, {unmatched} unmatched",
+             as ftrace counted them, every page charged; {lost} lost, {unmatched} unmatched, \
+             {skipped} runs skipped",
             files.len()
         )
     } else {
         format!(
-            "{} of {} files differ ({}); {lost} lost, {unmatched} unmatched",
+            "{} of {} files differ ({}); {lost} lost, {unmatched} unmatched, {skipped} runs \
+             skipped",
             wrong.len(),
             files.len(),
             wrong.join("; ")
@@ -240,6 +253,18 @@ mod tests {
         // Lost records fail even when the sums agree.
         let lossy = good.replace(r#""lost_records":0"#, r#""lost_records":1"#);
         assert!(!every_call(&lossy, "0", "", &files, &kernel, "").pass);
+
+        // Runs the kernel skipped (recursion_misses) fail too, and are said.
+        let skipped = good.replace(
+            r#""unmatched_results":0}"#,
+            r#""unmatched_results":0,"run_time":[{"program":"p","recursion_misses":3}]}"#,
+        );
+        let check = every_call(&skipped, "0", "", &files, &kernel, "");
+        assert!(
+            !check.pass && check.detail.contains("3 runs skipped"),
+            "{}",
+            check.detail
+        );
 
         let crashed = every_call("", "1", "wbscope: boom\n", &files, &kernel, "");
         assert_eq!(crashed.detail, "wbscope trace exited 1: wbscope: boom");
