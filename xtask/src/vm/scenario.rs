@@ -34,11 +34,15 @@ pub struct ScenarioOptions {
 
 /// The scenario guests: a 4 GiB sparse test disk (tiny scale makes one
 /// 1 GiB sparse image per filesystem in /var/tmp, and writes up to 256 MiB
-/// a run), and a step may take as long as one whole scenario under TCG.
-const PLAN: GuestPlan = GuestPlan {
-    disk_bytes: 4 << 30,
-    step_limit: Duration::from_secs(3600),
-};
+/// a run); a step is one whole scenario, up to five minutes a round of
+/// its variants (one round of single-stream or package-unpack takes
+/// 10-20 s under TCG here), so that a guest that hangs is stopped.
+fn plan(repeat: u32) -> GuestPlan {
+    GuestPlan {
+        disk_bytes: 4 << 30,
+        step_limit: Duration::from_secs(300 * u64::from(repeat)),
+    }
+}
 
 /// The figures shown per case, the writer's first, then the writeback
 /// internals behind them (docs/diff.md names each).
@@ -161,7 +165,7 @@ fn run(opts: &ScenarioOptions, wbscope: &Path) -> anyhow::Result<String> {
             "xtask: vm-scenario: {} ({} x {} runs per variant)…",
             spec.label, names, opts.repeat
         );
-        let booted = super::boot(spec, &root, &shared, &PLAN)
+        let booted = super::boot(spec, &root, &shared, &plan(opts.repeat))
             .with_context(|| format!("kernel {}", spec.label))?;
         let dir = results.join(spec.label);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
