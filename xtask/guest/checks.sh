@@ -328,11 +328,28 @@ fi
 # exit status for the host's table (xtask/src/vm/scenario.rs).
 if named scenario; then
     if mount --bind "$MNT" /var/tmp > "$OUT/scenario-mount.log" 2>&1; then
+        # The bdis' own view beside it (BdiWriteBandwidth, the dirty
+        # thresholds per device), twice a second, for the differences the
+        # table finds (docs/diff.md): debugfs, where the kernel has it.
+        mount -t debugfs debugfs /sys/kernel/debug 2> /dev/null
         for s in $SCENARIOS; do
             step "scenario-$s"
+            (
+                while :; do
+                    for f in /sys/kernel/debug/bdi/*/stats; do
+                        [ -r "$f" ] || continue
+                        echo "== $(date +%s.%N) $f"
+                        cat "$f"
+                    done
+                    sleep 0.5
+                done
+            ) > "$OUT/scenario-$s.bdi" 2>&1 &
+            sampler=$!
             "$WBSCOPE" --log "$OUT/scenario-$s.log" scenario "$s" --scale tiny \
                 --repeat "$REPEAT" --json > "$OUT/scenario-$s.json" 2> "$OUT/scenario-$s.err"
             echo $? > "$OUT/scenario-$s.rc"
+            kill "$sampler" 2> /dev/null
+            wait "$sampler" 2> /dev/null
         done
         umount /var/tmp
     else

@@ -251,7 +251,13 @@ fn collect(out: &Path, name: &str, dest: &Path) -> anyhow::Result<()> {
         );
     }
     let doc = read("json").with_context(|| format!("scenario {name}: no document"))?;
-    std::fs::write(dest, doc).with_context(|| format!("writing {}", dest.display()))
+    std::fs::write(dest, doc).with_context(|| format!("writing {}", dest.display()))?;
+    // The bdis' stats sampled beside it, where the guest had debugfs.
+    if let Ok(stats) = read("bdi") {
+        let at = dest.with_extension("bdi");
+        std::fs::write(&at, stats).with_context(|| format!("writing {}", at.display()))?;
+    }
+    Ok(())
 }
 
 /// `wbscope diff BASE OTHER --json`: exit 0 (a gate would give 3; none
