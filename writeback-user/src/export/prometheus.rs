@@ -131,6 +131,7 @@ pub(crate) struct Metrics {
     lost_records: Counter,
     bpf_runs: Family<ProgramLabels, Counter>,
     bpf_run_time: Family<ProgramLabels, SecondsCounter>,
+    bpf_recursion_misses: Family<ProgramLabels, Counter>,
     intervals: Counter,
     page_size: u64,
     finding_active: Family<FindingLabels, Gauge>,
@@ -179,6 +180,7 @@ impl Metrics {
             lost_records: Counter::default(),
             bpf_runs: Family::default(),
             bpf_run_time: Family::default(),
+            bpf_recursion_misses: Family::default(),
             intervals: Counter::default(),
             page_size: page_size(),
             finding_active: Family::default(),
@@ -336,6 +338,12 @@ impl Metrics {
             m.bpf_run_time.clone(),
         );
         r.register(
+            "bpf_recursion_misses",
+            "Runs of the tracer's BPF programs the kernel skipped because the program was \
+             already running on that CPU (recursion_misses, Linux 5.12+): events never seen",
+            m.bpf_recursion_misses.clone(),
+        );
+        r.register(
             "intervals",
             "Intervals the trace has closed (the metrics below the call level move once per interval)",
             m.intervals.clone(),
@@ -439,6 +447,12 @@ impl Metrics {
             self.bpf_run_time
                 .get_or_create(&labels)
                 .inc_by_ns(r.run_time_ns);
+            // A series only for programs that lost runs.
+            if r.recursion_misses > 0 {
+                self.bpf_recursion_misses
+                    .get_or_create(&labels)
+                    .inc_by(r.recursion_misses);
+            }
         }
         self.cgroups.update(line.time_s, &line.owners);
         self.intervals.inc();
@@ -813,10 +827,29 @@ mod tests {
             7,
         );
         cur.stats.lost_records = 3;
+        let run = |program: &str, recursion_misses| crate::model::kernel::ProgramRunTime {
+            program: program.into(),
+            run_count: 10,
+            run_time_ns: 1000,
+            recursion_misses,
+        };
+        cur.run_times = vec![run("fentry_writepages", 4), run("tp_btf_extent", 0)];
         let line = IntervalLine::new(1.0, 1.0, &CallAggregate::default(), &prev, &cur);
         m.update_from(&line);
         m.update_from(&line);
         let text = encode(&r).unwrap();
+        // Skipped runs per program, a series only where there were some.
+        assert_eq!(
+            sample(
+                &text,
+                r#"wbscope_bpf_recursion_misses_total{program="fentry_writepages"}"#
+            ),
+            Some("8")
+        );
+        assert!(
+            !text.contains(r#"wbscope_bpf_recursion_misses_total{program="tp_btf_extent"}"#),
+            "{text}"
+        );
         assert_eq!(sample(&text, "wbscope_dirty_pages"), Some("1234"));
         assert_eq!(sample(&text, "wbscope_dirty_threshold_pages"), Some("9999"));
         assert_eq!(sample(&text, "wbscope_lost_records_total"), Some("6"));
