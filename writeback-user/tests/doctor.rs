@@ -213,3 +213,39 @@ fn a_light_device_cap_is_named_as_what_acted() {
     let expected = if alarms(&r).is_empty() { 0 } else { 3 };
     assert_eq!(code, expected, "{r}");
 }
+
+/// A writer syncing every 4 KiB on a loop ext4 (`dd oflag=dsync`: each
+/// write waits for a journal commit and its cache flush, which the loop
+/// device serves with an fsync of its image) keeps the device flushing:
+/// doctor names `flush-bound` on that device, with the flushes' rate and
+/// mean time from /proc/diskstats.
+#[test]
+fn a_sync_per_write_is_named_flush_bound() {
+    let fs = support::LoopFs::new("ext4", 256);
+    let dir = fs.mountpoint.to_str().unwrap().to_string();
+    let mut dd = Command::new("dd");
+    dd.args([
+        "if=/dev/zero",
+        "bs=4k",
+        "count=2000",
+        "oflag=dsync",
+        "status=none",
+    ])
+    .arg(format!("of={dir}/synced"));
+    let (r, _, _) = doctor_with("8", Some(&dir), Some(dd));
+    let f = finding(&r, "flush-bound");
+    // The loop device itself (its disk line in /proc/diskstats).
+    let name = std::path::Path::new(&fs.device).file_name().unwrap();
+    let devno =
+        std::fs::read_to_string(std::path::Path::new("/sys/block").join(name).join("dev")).unwrap();
+    let (major, minor) = devno.trim().split_once(':').unwrap();
+    assert_eq!(f["evidence"]["device"], format!("{major}:{minor}"), "{f}");
+    assert!(
+        f["evidence"]["flush_s_per_s"].as_f64().unwrap() >= 0.1,
+        "{f}"
+    );
+    assert!(
+        f["evidence"]["flushes_per_s"].as_f64().unwrap() > 0.0,
+        "{f}"
+    );
+}

@@ -1,7 +1,8 @@
 //! `device-saturated`: request latency far above the device's own
 //! baseline while requests are always in flight. The baseline is learnt
 //! over the run: the lowest median latency bucket the device showed in an
-//! interval with enough requests to have a median.
+//! interval with enough requests to have a median. `flush-bound`: the
+//! device spends a large share of its time on cache flushes (issue 27).
 use std::collections::BTreeMap;
 
 use serde_json::json;
@@ -13,6 +14,19 @@ use crate::model::{
 };
 
 pub(crate) const SATURATED: &str = "device-saturated";
+pub(crate) const FLUSH_BOUND: &str = "flush-bound";
+
+/// flush-bound: intervals added up, flushes needed in them, and the share
+/// of the time a flush was outstanding (the flushes' summed time per
+/// second; the block layer keeps one flush in flight per queue and
+/// merges those that wait, block/blk-flush.c, so their times do not
+/// overlap much). From a tenth (`info`) the syncs that asked for them
+/// wait on the cache noticeably; from half (`warning`) a sync more often
+/// than not finds a flush in progress and queues behind it.
+pub(crate) const FLUSH_WINDOW: usize = 3;
+pub(crate) const FLUSH_MIN: u64 = 3;
+pub(crate) const FLUSH_INFO: f64 = 0.1;
+pub(crate) const FLUSH_WARNING: f64 = 0.5;
 
 /// Requests an interval needs for its median to count (baseline or
 /// judgement).
@@ -172,6 +186,59 @@ pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
             (a lower vm.dirty_background_bytes starts writeback before bursts pile up), take \
             competing I/O elsewhere, or protect latency-sensitive work with cgroup v2 io.latency \
             / io.max; `iostat -x` shows the same queue from the block layer"
+            .into(),
+    })
+}
+
+/// `flush-bound`: over the last [`FLUSH_WINDOW`] intervals, the device
+/// with the largest share of time spent on cache flushes (from
+/// /proc/diskstats, the default source), when it passes [`FLUSH_INFO`].
+pub(crate) fn flush_bound(ctx: &Ctx<'_>) -> Option<Verdict> {
+    let mut by_dev: BTreeMap<DevId, (u64, f64)> = BTreeMap::new();
+    let lines = ctx.last(FLUSH_WINDOW);
+    let secs: f64 = lines.clone().map(|l| l.interval_s).sum();
+    for l in lines {
+        for d in &l.devices {
+            let Some(m) = d.diskstats.as_ref() else {
+                continue;
+            };
+            let e = by_dev.entry(d.dev).or_default();
+            e.0 += m.flushes;
+            e.1 += m.flushes as f64 * m.flush_latency_ns_mean.unwrap_or(0.0);
+        }
+    }
+    // Only devices flushing in the interval that just ended.
+    let now: Vec<DevId> = ctx
+        .line()
+        .devices
+        .iter()
+        .filter(|d| d.diskstats.is_some_and(|m| m.flushes > 0))
+        .map(|d| d.dev)
+        .collect();
+    let (dev, (flushes, ns)) = by_dev
+        .into_iter()
+        .filter(|(dev, (n, _))| now.contains(dev) && *n >= FLUSH_MIN)
+        .max_by(|a, b| a.1.1.total_cmp(&b.1.1))?;
+    let share = ns / (secs.max(f64::MIN_POSITIVE) * 1e9);
+    let severity = band(share, FLUSH_INFO, FLUSH_WARNING, f64::INFINITY)?;
+    let mut evidence = Evidence::new();
+    evidence.insert("device", json!(dev.to_string()));
+    evidence.insert("flush_s_per_s", round3(share));
+    evidence.insert("flushes_per_s", round3(flushes as f64 / secs));
+    evidence.insert("flush_latency_ms_mean", round3(ns / flushes as f64 / 1e6));
+    evidence.insert("window_s", round3(secs));
+    evidence.insert("latency_from", json!("/proc/diskstats mean"));
+    Some(Verdict {
+        severity,
+        evidence,
+        advice: "the device's volatile write cache is flushed so often that waiting for the \
+            flushes takes much of its time: each fsync/fdatasync (and each journal commit) \
+            asks for one, and the sync waits for it. Ask less often: group commits (one sync \
+            for a batch, syncfs(2), sync_file_range then one fsync), fdatasync where the \
+            inode's times need not be durable. A device with power-loss protection reports \
+            its cache write-through (/sys/block/DEV/queue/write_cache, \
+            Documentation/ABI/stable/sysfs-block) and is sent no flush; never turn flushes \
+            off on a device whose cache loses data on power failure"
             .into(),
     })
 }

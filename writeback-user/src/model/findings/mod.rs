@@ -126,6 +126,10 @@ pub(crate) const RULES: &[Rule] = &[
         name: device::SATURATED,
         check: device::device_saturated,
     },
+    Rule {
+        name: device::FLUSH_BOUND,
+        check: device::flush_bound,
+    },
 ];
 
 /// Lines kept for the rules that look back: the longest look-back

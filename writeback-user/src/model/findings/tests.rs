@@ -492,6 +492,42 @@ fn device_saturated_from_diskstats_means() {
     assert_eq!(names(&busy(200_000.0, 20.0)), Vec::<&str>::new());
 }
 
+/// Every interval: `flushes` cache flushes of `ms_mean` ms on the disk.
+fn flushing(flushes: u64, ms_mean: f64) -> impl Fn(usize, &mut IntervalLine) {
+    move |_, l| {
+        let mut d = disk(100, 1e6, 0.1);
+        if let Some(m) = d.diskstats.as_mut() {
+            m.flushes = flushes;
+            m.flush_latency_ns_mean = (flushes > 0).then_some(ms_mean * 1e6);
+        }
+        l.devices = vec![d];
+    }
+}
+
+#[test]
+fn flush_bound_at_its_edges() {
+    // 10 flushes a second of 10 ms: a tenth of the time, info.
+    let f = only(&lines(3, flushing(10, 10.0)), device::FLUSH_BOUND).unwrap();
+    assert_eq!(f.severity, Severity::Info);
+    assert_eq!(f.evidence["device"], "254:0");
+    assert_eq!(f.evidence["flush_s_per_s"], 0.1);
+    assert_eq!(f.evidence["flushes_per_s"], 10.0);
+    assert_eq!(f.evidence["flush_latency_ms_mean"], 10.0);
+    // Just under a tenth: nothing.
+    assert!(only(&lines(3, flushing(10, 9.9)), device::FLUSH_BOUND).is_none());
+    // Half the time: warning, and exit 3.
+    let r = judge(&lines(3, flushing(50, 10.0)));
+    assert_eq!(r.findings[0].severity, Severity::Warning);
+    assert!(r.alarming());
+    // Fewer than three flushes in the window, however slow: nothing.
+    assert!(only(&lines(2, flushing(1, 900.0)), device::FLUSH_BOUND).is_none());
+    // No flush in the interval that just ended: it closed there.
+    let mut ls = lines(3, flushing(50, 10.0));
+    flushing(0, 0.0)(0, &mut ls[2]);
+    let f = only(&ls, device::FLUSH_BOUND).unwrap();
+    assert_eq!((f.first_seen_s, f.last_seen_s), (1.0, 2.0));
+}
+
 #[test]
 fn device_saturated_against_its_own_baseline() {
     // Baseline 64-127 us; then 8x (512-1023 us) with 2000 requests: in
