@@ -184,10 +184,10 @@ impl Tracer {
 
 /// A loaded program's `recursion_misses` (`struct bpf_prog_info`, Linux
 /// 5.12+): runs the kernel skipped because the program was already
-/// running on that CPU (`bpf_prog_inc_misses_counter()` in
-/// kernel/bpf/trampoline.c for fentry/tp_btf, and the kprobe and
-/// tracepoint paths' `bpf_prog_active` checks in kernel/trace/
-/// bpf_trace.c). On PREEMPT_RT a program preempted by another task that
+/// running on that CPU (`bpf_prog_inc_misses_counter()`: the recursion
+/// guards of the fentry/fexit trampolines, kernel/bpf/trampoline.c, and
+/// of raw tracepoints, kernel/trace/bpf_trace.c; newer kernels count the
+/// kprobe path's too). On PREEMPT_RT a program preempted by another task that
 /// fires the same hook on that CPU loses the second run this way (issue
 /// 28), so it is counted, not inferred. None when the kernel refuses the
 /// query or predates the field (the kernel fills only what it knows and
@@ -205,7 +205,9 @@ fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
     attr.info.info_len = len;
     attr.info.info = std::ptr::from_mut(&mut info) as u64;
     // SAFETY: BPF_OBJ_GET_INFO_BY_FD writes at most `info_len` bytes to
-    // `info`, which lives until the call returns; attr is read only.
+    // `info`, which lives until the call returns, and the length it
+    // filled back into `attr` (kernel/bpf/syscall.c,
+    // `bpf_prog_get_info_by_fd()`); both outlive the call.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_bpf,
