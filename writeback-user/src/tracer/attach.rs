@@ -25,6 +25,7 @@ use super::{
         BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, DIRTY_INODE, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
         TASK_RUNTIME_STEAL_FIELD, TracepointAttach, candidates, is_generic,
     },
+    preempt::{FENTRY_ON_RT, KPROBE_ON_RT, defer_kprobes, preempt_rt},
     privileges, tracefs,
     trials::{Trials, describe},
 };
@@ -456,10 +457,13 @@ impl Tracer {
         let mut attached_programs = Vec::new();
         let mut concept_plans: Vec<ConceptPlan> = Vec::new();
         let mut cpu_method = cpu_time::OFF;
-        let fentry_skips = preempt_rt().then_some(FENTRY_ON_RT);
+        let rt = preempt_rt();
+        let fentry_skips = rt.then_some(FENTRY_ON_RT);
         for &concept in &Concept::ALL {
             let mut plan = ConceptPlan::new(concept);
-            for candidate in candidates_of(concept) {
+            let mut candidates = candidates_of(concept);
+            let kprobes_deferred = rt && defer_kprobes(concept, &mut candidates);
+            for (i, candidate) in candidates.iter().enumerate() {
                 let label = candidate.label();
                 if let Some(kind) = candidate.kind()
                     && options.hooks.disabled.contains(&kind)
@@ -527,6 +531,14 @@ impl Tracer {
                 };
                 match outcome {
                     Ok(fields) => {
+                        if kprobes_deferred && candidate.kind() == Some(HookKind::TpBtf) {
+                            for later in candidates[i + 1..]
+                                .iter()
+                                .filter(|c| c.kind() == Some(HookKind::Kprobe))
+                            {
+                                plan.reject(later.label(), KPROBE_ON_RT.to_string());
+                            }
+                        }
                         plan.hook = Some(label);
                         plan.kind = match candidate {
                             Candidate::WithCall { .. } => concept_plans
@@ -627,37 +639,6 @@ impl Tracer {
         tracer.set_global_thresholds(&tracer.vmstat.read()?)?;
         Ok(tracer)
     }
-}
-
-/// Why fentry/fexit are passed over on a PREEMPT_RT kernel. A
-/// trampoline runs its program with migration, not preemption, disabled
-/// (`__bpf_prog_enter_recur()`, kernel/bpf/trampoline.c), and skips a run
-/// while another run of the same program is preempted on that CPU
-/// (`prog->active`, counted in its `recursion_misses`): a skipped fentry
-/// loses the call, a skipped fexit its end. kprobes run with preemption
-/// off (the int3 handler) and tracepoints likewise, so they miss nothing.
-const FENTRY_ON_RT: &str = "PREEMPT_RT kernel: fentry/fexit programs run preemptibly and the \
-     kernel skips a run while another run of the same program is preempted on that CPU (a \
-     6.12-rt guest skipped 33 of 368 do_writepages entries and lost 1 xfs call of 42); kprobes \
-     and tracepoints run with preemption off";
-
-/// Whether the running kernel is PREEMPT_RT: `/sys/kernel/realtime`
-/// (kernel/ksysfs.c, CONFIG_PREEMPT_RT) or its version string
-/// (`uname -v`, which names the preemption model).
-fn preempt_rt() -> bool {
-    is_preempt_rt(
-        std::fs::read_to_string("/sys/kernel/realtime")
-            .ok()
-            .as_deref(),
-        std::fs::read_to_string("/proc/sys/kernel/version")
-            .ok()
-            .as_deref(),
-    )
-}
-
-fn is_preempt_rt(realtime: Option<&str>, version: Option<&str>) -> bool {
-    realtime.is_some_and(|s| s.trim() == "1")
-        || version.is_some_and(|v| v.split_whitespace().any(|w| w == "PREEMPT_RT"))
 }
 
 /// What the programs were loaded with, as JSON for recording headers.
@@ -771,22 +752,6 @@ fn attach_all(ebpf: &mut Ebpf, attaches: &[TracepointAttach]) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The dirtier's per-CPU slots reach the highest possible CPU, gaps in
-    /// the list included; a list that is not one gives none.
-    #[test]
-    fn preempt_rt_from_the_realtime_file_or_the_version() {
-        // Debian's 6.12 RT build and this host's.
-        let rt = "#1 SMP PREEMPT_RT Debian 6.12.118-1 (2026-11-20)";
-        assert!(is_preempt_rt(None, Some(rt)));
-        assert!(is_preempt_rt(Some("1\n"), None));
-        assert!(!is_preempt_rt(None, Some("#1 SMP PREEMPT_DYNAMIC @0")));
-        assert!(!is_preempt_rt(
-            Some("0\n"),
-            Some("#1 SMP PREEMPT_RT_FULL_NOT")
-        ));
-        assert!(!is_preempt_rt(None, None));
-    }
 
     #[test]
     fn highest_cpu_of_kernel_cpu_lists() {

@@ -14,6 +14,7 @@ pub mod maps;
 pub(crate) mod mounts;
 pub mod object;
 pub mod plan;
+mod preempt;
 pub mod privileges;
 mod retprobe;
 pub mod ring;

@@ -154,7 +154,7 @@ pub fn judge(out: &Path, xfs: bool) -> Vec<Check> {
         if *run == "default" {
             checks.push(function_hook_fields(&trace, scan_gap(&probes)));
         }
-        checks.push(kind_of_run(run, disabled, kinds, &trace));
+        checks.push(kind_of_run(run, disabled, kinds, &trace, &probes));
     }
     if out.join("xfs-fentry.rc").exists() {
         let mut hook_calls = None;
@@ -438,13 +438,19 @@ fn writepages_function_hook(probes: &Result<Value, String>) -> Check {
     };
     match concept(probes, "writepages_call") {
         None => check(NAME, false, "no writepages_call in the plan".into()),
-        Some(c) => check(
-            NAME,
-            c["kind"]
+        Some(c) => {
+            let hooked = c["kind"]
                 .as_str()
-                .is_some_and(|k| FUNCTION_KINDS.contains(&k)),
-            describe(c),
-        ),
+                .is_some_and(|k| FUNCTION_KINDS.contains(&k));
+            if !hooked
+                && FUNCTION_KINDS
+                    .iter()
+                    .all(|k| refused(probes, "writepages_call", k).is_some())
+            {
+                return Check::not_given(NAME, describe(c));
+            }
+            check(NAME, hooked, describe(c))
+        }
     }
 }
 
@@ -687,7 +693,13 @@ fn function_hook_fields(trace: &TraceRun, scan_gap: Option<String>) -> Check {
     )
 }
 
-fn kind_of_run(run: &str, disabled: &str, kinds: &[&str], trace: &TraceRun) -> Check {
+fn kind_of_run(
+    run: &str,
+    disabled: &str,
+    kinds: &[&str],
+    trace: &TraceRun,
+    probes: &Result<Value, String>,
+) -> Check {
     let name = format!("trace-{run}-uses-{}", kinds.join("-or-"));
     if let Some(why) = &trace.broken {
         return check(&name, false, why.clone());
@@ -698,11 +710,25 @@ fn kind_of_run(run: &str, disabled: &str, kinds: &[&str], trace: &TraceRun) -> C
     } else {
         format!("--disable {disabled}")
     };
-    check(
-        &name,
-        kinds.contains(&kind.as_str()),
-        format!("{disabled}: writepages_call used {kind}"),
-    )
+    let detail = format!("{disabled}: writepages_call used {kind}");
+    if kinds.contains(&kind.as_str()) {
+        return check(&name, true, detail);
+    }
+    // Every kind the run may use refused by the plan, for its reasons
+    // (PREEMPT_RT: fentry passed over, kprobes after tp_btf).
+    let reasons: Option<Vec<String>> = kinds
+        .iter()
+        .map(|k| {
+            probes
+                .as_ref()
+                .ok()
+                .and_then(|p| refused(p, "writepages_call", k))
+        })
+        .collect();
+    match reasons {
+        Some(r) => Check::not_given(&name, format!("{detail}; {}", r.join("; "))),
+        None => check(&name, false, detail),
+    }
 }
 
 /// "exited N: last stderr line", or that the guest's `timeout` stopped it.
@@ -778,10 +804,25 @@ mod tests {
             gap.pass && gap.detail.ends_with("(no scan hook: x)"),
             "{gap}"
         );
-        assert!(kind_of_run("no-fentry", "fentry", &["kprobe"], &trace).pass);
-        let wrong = kind_of_run("x", "", &["fentry"], &trace);
+        let no_plan = Err("no plan".to_string());
+        assert!(kind_of_run("no-fentry", "fentry", &["kprobe"], &trace, &no_plan).pass);
+        let wrong = kind_of_run("x", "", &["fentry"], &trace, &no_plan);
         assert!(!wrong.pass);
         assert!(wrong.detail.contains("used kprobe"), "{wrong}");
+        // Another kind is right when the plan refused each asked one.
+        let rt_plan: Result<Value, String> = Ok(serde_json::json!({"concepts": [
+            {"concept": "writepages_call", "kind": "kprobe", "hook": "kprobe ext4_writepages",
+             "rejected": [{"hook": "fentry ext4_writepages", "reason": "PREEMPT_RT kernel: x"}]}
+        ]}));
+        let refused_fentry = kind_of_run("x", "", &["fentry"], &trace, &rt_plan);
+        assert!(
+            refused_fentry.pass && refused_fentry.not_given,
+            "{refused_fentry}"
+        );
+        assert!(
+            refused_fentry.detail.contains("PREEMPT_RT"),
+            "{refused_fentry}"
+        );
     }
 
     #[test]
