@@ -87,16 +87,13 @@ pub(crate) fn fsync_storm(ctx: &Ctx<'_>) -> Option<Verdict> {
     if p50[0] * page_size() > STORM_SMALL_KIB * 1024 {
         return None;
     }
-    let severity = if calls >= STORM_MIN_CALLS {
-        band(
-            rate,
-            STORM_INFO_CALLS_PER_S,
-            STORM_CALLS_PER_S,
-            f64::INFINITY,
-        )?
+    // A warning needs STORM_MIN_CALLS in the window as well as the rate.
+    let warning = if calls >= STORM_MIN_CALLS {
+        STORM_CALLS_PER_S
     } else {
-        band(rate, STORM_INFO_CALLS_PER_S, f64::INFINITY, f64::INFINITY)?
+        f64::INFINITY
     };
+    let severity = band(rate, STORM_INFO_CALLS_PER_S, warning, f64::INFINITY)?;
     let (requests, sizes) = device_requests(lines);
     let mut evidence = Evidence::new();
     evidence.insert("sync_calls_per_s", round3(rate));

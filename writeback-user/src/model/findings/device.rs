@@ -16,6 +16,9 @@ use crate::model::{
 pub(crate) const SATURATED: &str = "device-saturated";
 pub(crate) const FLUSH_BOUND: &str = "flush-bound";
 
+/// Evidence `latency_from` for figures from /proc/diskstats' means.
+const DISKSTATS_MEAN: &str = "/proc/diskstats mean";
+
 /// flush-bound: intervals added up, flushes needed in them, and the share
 /// of the time a flush was outstanding (the flushes' summed time per
 /// second; the block layer keeps one flush in flight per queue and
@@ -164,7 +167,7 @@ pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
     evidence.insert(
         "latency_from",
         json!(if from_diskstats {
-            "/proc/diskstats mean"
+            DISKSTATS_MEAN
         } else {
             "block tracepoints median"
         }),
@@ -227,7 +230,7 @@ pub(crate) fn flush_bound(ctx: &Ctx<'_>) -> Option<Verdict> {
     evidence.insert("flushes_per_s", round3(flushes as f64 / secs));
     evidence.insert("flush_latency_ms_mean", round3(ns / flushes as f64 / 1e6));
     evidence.insert("window_s", round3(secs));
-    evidence.insert("latency_from", json!("/proc/diskstats mean"));
+    evidence.insert("latency_from", json!(DISKSTATS_MEAN));
     Some(Verdict {
         severity,
         evidence,
