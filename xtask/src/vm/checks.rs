@@ -438,20 +438,31 @@ fn writepages_function_hook(probes: &Result<Value, String>) -> Check {
     };
     match concept(probes, "writepages_call") {
         None => check(NAME, false, "no writepages_call in the plan".into()),
-        Some(c) => {
-            let hooked = c["kind"]
-                .as_str()
-                .is_some_and(|k| FUNCTION_KINDS.contains(&k));
-            if !hooked
-                && FUNCTION_KINDS
-                    .iter()
-                    .all(|k| refused(probes, "writepages_call", k).is_some())
-            {
-                return Check::not_given(NAME, describe(c));
-            }
-            check(NAME, hooked, describe(c))
-        }
+        Some(c) => function_hook(NAME, probes, "writepages_call", c, describe(c)),
     }
+}
+
+/// Whether the plan's `concept_name` (`c`) uses a function hook: not
+/// given when the plan refused every function kind, for its reasons
+/// (PREEMPT_RT, no BTF), failed otherwise.
+fn function_hook(
+    name: &str,
+    probes: &Value,
+    concept_name: &str,
+    c: &Value,
+    detail: String,
+) -> Check {
+    let hooked = c["kind"]
+        .as_str()
+        .is_some_and(|k| FUNCTION_KINDS.contains(&k));
+    if !hooked
+        && FUNCTION_KINDS
+            .iter()
+            .all(|k| refused(probes, concept_name, k).is_some())
+    {
+        return Check::not_given(name, detail);
+    }
+    check(name, hooked, detail)
 }
 
 /// Scan functions the guest's available_filter_functions listed (lines
@@ -484,22 +495,11 @@ fn scan_function_hook(probes: &Result<Value, String>, functions: &[String]) -> C
             ),
         );
     }
-    let hooked = c["kind"]
-        .as_str()
-        .is_some_and(|k| FUNCTION_KINDS.contains(&k));
-    if !hooked
-        && FUNCTION_KINDS
-            .iter()
-            .all(|k| refused(probes, "scan", k).is_some())
-    {
-        return Check::not_given(
-            NAME,
-            format!("kernel has {}; {}", functions.join(", "), describe(c)),
-        );
-    }
-    check(
+    function_hook(
         NAME,
-        hooked,
+        probes,
+        "scan",
+        c,
         format!("kernel has {}; {}", functions.join(", "), describe(c)),
     )
 }
