@@ -306,14 +306,23 @@ fn xfs_calls(
         .summary()
         .and_then(|s| s["unmatched_results"].as_u64())
         .unwrap_or(0) as usize;
-    let pages_ok = if unmatched == 0 || kind == "tp_btf" {
+    // A call whose entry or exit run the kernel skipped is in no record
+    // and counted only there (`skipped_runs`; a 6.12-rt guest lost one
+    // do_writepages() call of 20 to a skipped kprobe run).
+    let skipped = skipped_runs(trace.summary(), &|p| {
+        p.starts_with("generic_") && p.ends_with("_writepages")
+    }) as usize;
+    let pages_ok = if kind == "tp_btf" || unmatched + skipped == 0 {
         pages == EXPECTED_PAGES
+    } else if unmatched == 0 {
+        // The skipped call may have written nothing.
+        pages <= EXPECTED_PAGES
     } else {
         pages < EXPECTED_PAGES
     };
     let mut pass = used == kind
         && pages_ok
-        && calls.len() + unmatched >= XFS_CALLS
+        && calls.len() + unmatched + skipped >= XFS_CALLS
         && xfs == calls.len()
         && lost == 0;
     let compared = if kind == "tp_btf" {
@@ -339,13 +348,14 @@ fn xfs_calls(
                 c["on_cpu_ns"].as_u64().is_some_and(|t| t > 0 && t <= wall)
             })
             .count();
+        let seen = calls.len() + unmatched;
         pass &= hooked == calls.len()
-            && kprobe_calls == Some(calls.len() + unmatched)
+            && kprobe_calls.is_some_and(|k| seen <= k && k <= seen + skipped)
             && timed == calls.len();
         format!(
             "{timed} with an on-CPU time within the wall time; kprobe event counted {} on the \
              file ({} in all; wbscope {total_hook} hook calls in all, {unmatched} ended with no \
-             start seen)",
+             start seen, {skipped} runs of its programs skipped by the kernel)",
             kprobe_calls.map_or("nothing".into(), |n| n.to_string()),
             kprobe.hits.len()
         )
@@ -731,6 +741,25 @@ fn kind_of_run(
     }
 }
 
+/// Runs of the programs `of` names that the kernel skipped because a run
+/// was already under way on that CPU: `recursion_misses` of the summary's
+/// `run_time` lines, present when not 0. On PREEMPT_RT a kprobe run is
+/// skipped while any task on its CPU holds the kprobe path's guard, which
+/// wbscope's own bpf() map reads raise and an RT writer can preempt
+/// (writeback-user tracer/preempt.rs, KPROBE_ON_RT); a call whose entry
+/// or exit run is skipped so is lost, and counted here.
+pub(super) fn skipped_runs(summary: Option<&Value>, of: &dyn Fn(&str) -> bool) -> u64 {
+    summary
+        .and_then(|s| s["run_time"].as_array())
+        .map(|runs| {
+            runs.iter()
+                .filter(|r| r["program"].as_str().is_some_and(of))
+                .filter_map(|r| r["recursion_misses"].as_u64())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 /// "exited N: last stderr line", or that the guest's `timeout` stopped it.
 pub(super) fn exit_reason(what: &str, rc: &str, stderr: &str) -> String {
     match rc.trim() {
@@ -939,6 +968,40 @@ mod tests {
         ));
         let all_pages = TraceRun::parse(&all_pages.join("\n"), "0", "", &format!("{dev} 12"));
         assert!(!xfs_calls("xfs-fentry", "fentry", &all_pages, &kprobe, None).pass);
+        // A call lost to a skipped kprobe run (PREEMPT_RT): in no record,
+        // counted in the entry program's recursion_misses. Accounted for,
+        // it passes; a skip of another program accounts for nothing.
+        let skipped = |program: &str| {
+            let mut l: Vec<String> = (0..7).map(|_| line(2048, "hook")).collect();
+            l.push(summary("kprobe do_writepages").replace(
+                r#""lost_records":0"#,
+                &format!(
+                    r#""lost_records":0,"run_time":[{{"program":"{program}","recursion_misses":1}}]"#
+                ),
+            ));
+            TraceRun::parse(&l.join("\n"), "0", "", &format!("{dev} 12"))
+        };
+        let c = xfs_calls(
+            "xfs-kprobe",
+            "kprobe",
+            &skipped("generic_kprobe_writepages"),
+            &kprobe,
+            None,
+        );
+        assert!(
+            c.pass && c.detail.contains("1 runs of its programs skipped"),
+            "{c}"
+        );
+        assert!(
+            !xfs_calls(
+                "xfs-kprobe",
+                "kprobe",
+                &skipped("kprobe_scan"),
+                &kprobe,
+                None
+            )
+            .pass
+        );
         // One call fewer than the kprobe saw, or the wrong hook kind: fail.
         let short = KprobeCount::parse(&kprobe_text.replacen("map=0xffff1", "map=0xffff3", 1));
         assert!(!xfs_calls("xfs-fentry", "fentry", &trace, &short, None).pass);

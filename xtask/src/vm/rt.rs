@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, path::Path};
 
 use serde_json::Value;
 
-use super::checks::{Check, exit_reason};
+use super::checks::{Check, exit_reason, skipped_runs};
 
 const NAME: &str = "rt-interleave-every-call";
 const PAGE_BYTES: i64 = 4096;
@@ -138,26 +138,11 @@ fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms
     let (recorded, charged) = parse_calls(&lines);
     let lost = summary["lost_records"].as_u64().unwrap_or(0);
     let unmatched = summary["unmatched_results"].as_u64().unwrap_or(0);
-    // Runs the kernel skipped because the program was already running on
-    // that CPU (`recursion_misses`, present when not 0). On RT a kprobe
-    // run is skipped while any task on its CPU holds the kprobe path's
-    // guard, which wbscope's own bpf() map reads raise and an RT writer
-    // can preempt (tracer/preempt.rs, KPROBE_ON_RT): a call lost so is
-    // counted, on the writepages call's entry program. A call may be
-    // missing only when such a skipped entry counts it.
-    let run_time = summary["run_time"].as_array();
-    let skipped_of = |pred: &dyn Fn(&str) -> bool| -> u64 {
-        run_time
-            .map(|runs| {
-                runs.iter()
-                    .filter(|r| r["program"].as_str().is_some_and(pred))
-                    .filter_map(|r| r["recursion_misses"].as_u64())
-                    .sum()
-            })
-            .unwrap_or(0)
-    };
-    let skipped = skipped_of(&|_| true);
-    let skipped_entries = skipped_of(&|p| {
+    // A call lost to a skipped run is counted on the writepages call's
+    // entry program (checks.rs `skipped_runs`): a call may be missing only
+    // when such a skipped entry counts it.
+    let skipped = skipped_runs(Some(summary), &|_| true);
+    let skipped_entries = skipped_runs(Some(summary), &|p| {
         matches!(
             p,
             "kprobe_writepages"
