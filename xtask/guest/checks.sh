@@ -387,6 +387,8 @@ xfs_run() {
     sleep 2
     echo 0 > "$T/events/wbcheck/dwp/enable"
     cat "$T/trace" > "$OUT/$name.kprobe"
+    # wbscope's kretprobe hits and misses (maxactive), as trace_run saves.
+    cat "$T/kprobe_profile" > "$OUT/$name.kprobe-profile" 2>> "$OUT/$name.kprobe-err"
     echo '-:wbcheck/dwp' >> "$T/kprobe_events"
     kill -TERM "$pid" 2>/dev/null
     wait "$pid"

@@ -392,6 +392,30 @@ fn storm(binary: &Path) -> anyhow::Result<Storm> {
     })
 }
 
+/// The distribution-free 95% interval of the median of `sorted` (sorted
+/// ascending): the order statistics x(j) and x(n+1−j), j the largest rank
+/// with P(Bin(n, ½) ≤ j−1) ≤ 0.025, so that the interval holds the true
+/// median with at least 95% confidence whatever the distribution (Conover,
+/// Practical Nonparametric Statistics, 3rd ed., §3.2, the sign-test
+/// interval). `None` under 6 values, where even (x(1), x(n)) holds less.
+pub(crate) fn median_interval(sorted: &[f64]) -> Option<(f64, f64)> {
+    let n = sorted.len();
+    // P(X ≤ i) summed in log space: ½ⁿ underflows past n = 1074.
+    let ln_half_n = -(n as f64) * std::f64::consts::LN_2;
+    let mut ln_pmf = ln_half_n;
+    let mut cdf = 0.0;
+    let mut j = 0;
+    for i in 0..n / 2 {
+        cdf += ln_pmf.exp();
+        if cdf > 0.025 {
+            break;
+        }
+        j = i + 1;
+        ln_pmf += ((n - i) as f64).ln() - ((i + 1) as f64).ln();
+    }
+    (j >= 1).then(|| (sorted[j - 1], sorted[n - j]))
+}
+
 pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -688,6 +712,26 @@ fn floor_costs(binary: &Path, secs: u64) -> anyhow::Result<serde_json::Value> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn median_interval_takes_the_sign_test_ranks() {
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        // n = 10: P(X ≤ 1) = 11/1024 ≤ 0.025 < P(X ≤ 2) = 56/1024.
+        assert_eq!(super::median_interval(&v), Some((2.0, 9.0)));
+        let six: Vec<f64> = (1..=6).map(f64::from).collect();
+        assert_eq!(super::median_interval(&six), Some((1.0, 6.0)));
+        assert_eq!(super::median_interval(&six[..5]), None);
+        // n = 40: P(X ≤ 13) = 0.0192 ≤ 0.025 < P(X ≤ 14) = 0.0403.
+        let forty: Vec<f64> = (1..=40).map(f64::from).collect();
+        assert_eq!(super::median_interval(&forty), Some((14.0, 27.0)));
+        // Past where ½ⁿ underflows, still the ranks about n/2 ∓ 1.96·√n/2.
+        let big: Vec<f64> = (1..=2000).map(f64::from).collect();
+        let (lo, hi) = super::median_interval(&big).unwrap();
+        assert!(
+            (955.0..=960.0).contains(&lo) && hi == 2001.0 - lo,
+            "{lo} {hi}"
+        );
+    }
+
     use super::*;
 
     fn interval(time_s: f64, count: u64, ns: u64) -> serde_json::Value {

@@ -149,6 +149,7 @@ enum BenchTarget {
     /// Report in target/bench/small-writer.md.
     ///
     /// Example: cargo xtask bench small-writer --pairs 10 --size-mib 1024
+    ///          cargo xtask bench small-writer --pairs 40 --writers dd --observers trace,nothing
     SmallWriter {
         /// MiB each writer writes, 4 KiB at a time.
         #[arg(long, default_value_t = 1024)]
@@ -159,6 +160,23 @@ enum BenchTarget {
         /// Seconds between attaching (and dropping the caches) and writing.
         #[arg(long, default_value_t = 4)]
         settle_secs: u64,
+        /// The writers to run, comma-separated.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "dd,fio,dd-1m"
+        )]
+        writers: Vec<bench::small_writer::Writer>,
+        /// The observers, each paired with an untraced run, comma-separated;
+        /// `nothing` pairs two untraced runs, the measure's own spread.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "trace,per-folio,bpftrace,floor,nothing"
+        )]
+        observers: Vec<bench::small_writer::Side>,
     },
     /// The flight recorder as a service runs it (issue 26): `record --store
     /// --max-size --cpu-budget` under a small-files fsync load for minutes;
@@ -302,6 +320,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     size_mib,
                     pairs,
                     settle_secs,
+                    writers,
+                    observers,
                 }),
             ..
         } => {
@@ -316,6 +336,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     size_mib,
                     pairs,
                     settle_secs,
+                    writers,
+                    sides: observers,
                 },
             )?;
             write_report("small-writer.md", &report)

@@ -32,7 +32,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{Tracer, drop_caches, median};
+use super::{Tracer, drop_caches, median, median_interval};
 
 pub struct SmallWriterOptions {
     /// MiB each writer writes.
@@ -41,15 +41,23 @@ pub struct SmallWriterOptions {
     pub pairs: usize,
     /// Seconds between attaching (and dropping the caches) and writing.
     pub settle_secs: u64,
+    /// The writers to run, in this order.
+    pub writers: Vec<Writer>,
+    /// The observers to pair with an untraced run, in this order.
+    pub sides: Vec<Side>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Writer {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Writer {
+    /// dd bs=4k conv=fsync
     Dd,
+    /// fio randwrite 4k, an fsync every 64 writes
+    #[value(name = "fio")]
     FioRandwrite,
     /// `dd bs=1M`: the issue's control ("1 MiB writes unchanged"), whose
     /// large folios already made the per-folio program cheap; paired with
-    /// the default trace only.
+    /// the default trace and nothing only.
+    #[value(name = "dd-1m")]
     DdLarge,
 }
 
@@ -91,15 +99,20 @@ impl Writer {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Side {
+    /// wbscope trace --json --events (the default hooks)
     Trace,
+    /// the same with --enable dirty_folio
     PerFolio,
+    /// bpftrace counting writeback_dirty_folio (the peer)
     Bpftrace,
+    /// empty programs on the tracer's busiest events
     Floor,
+    /// no observer on either run of the pair: how far the measure moves
+    /// by itself (an A/A comparison)
+    Nothing,
 }
-
-const SIDES: [Side; 4] = [Side::Trace, Side::PerFolio, Side::Bpftrace, Side::Floor];
 
 impl Side {
     fn label(self) -> &'static str {
@@ -108,6 +121,7 @@ impl Side {
             Side::PerFolio => "wbscope trace --enable dirty_folio",
             Side::Bpftrace => "bpftrace counting writeback_dirty_folio",
             Side::Floor => "empty programs (probes --cost --on-hooks)",
+            Side::Nothing => "nothing (untraced against untraced)",
         }
     }
 }
@@ -119,6 +133,7 @@ enum Observer {
     Trace(Tracer, PathBuf),
     Floor(Tracer),
     Bpftrace(Child),
+    Nothing,
 }
 
 impl Observer {
@@ -135,6 +150,7 @@ impl Observer {
                 Observer::Trace(tracer, out.to_path_buf())
             }
             Side::Floor => Observer::Floor(Tracer::floor(binary, false)?),
+            Side::Nothing => Observer::Nothing,
             Side::Bpftrace => {
                 let mut child = Command::new("bpftrace")
                     .args([
@@ -162,6 +178,7 @@ impl Observer {
     /// Stops it; for our tracer, its programs' run counts (program, runs).
     fn stop(self) -> anyhow::Result<Vec<(String, u64)>> {
         match self {
+            Observer::Nothing => Ok(Vec::new()),
             Observer::Bpftrace(child) => {
                 super::interrupt(child)?;
                 Ok(Vec::new())
@@ -257,16 +274,16 @@ pub fn bench(binary: &Path, opts: &SmallWriterOptions) -> anyhow::Result<String>
 fn measure(binary: &Path, opts: &SmallWriterOptions, dir: &Path) -> anyhow::Result<String> {
     let file = dir.join("small.dat");
     let trace_out = dir.join("trace.json");
-    let writers = [Writer::Dd, Writer::FioRandwrite, Writer::DdLarge];
+    let writers = &opts.writers;
     let mut cells: Vec<Vec<Cell>> = writers
         .iter()
-        .map(|_| SIDES.iter().map(|_| Cell::default()).collect())
+        .map(|_| opts.sides.iter().map(|_| Cell::default()).collect())
         .collect();
     for pair in 0..opts.pairs {
         for (w, &writer) in writers.iter().enumerate() {
-            for (s, &side) in SIDES.iter().enumerate() {
+            for (s, &side) in opts.sides.iter().enumerate() {
                 scratchfs::signal::check_interrupted()?;
-                if writer == Writer::DdLarge && side != Side::Trace {
+                if writer == Writer::DdLarge && !matches!(side, Side::Trace | Side::Nothing) {
                     continue;
                 }
                 // Swapped every pair, so that drift favours neither.
@@ -314,15 +331,17 @@ fn measure(binary: &Path, opts: &SmallWriterOptions, dir: &Path) -> anyhow::Resu
         }
     }
     let _ = fs::remove_file(&file);
-    Ok(report(opts, &writers, &cells))
+    Ok(report(opts, writers, &cells))
 }
 
-/// `median (min–max)` of ratios.
+/// `median [95% interval] (min–max)` of ratios.
 fn spread(v: &[f64]) -> String {
     let mut s = v.to_vec();
     let m = median(&mut s);
+    let interval =
+        median_interval(&s).map_or(String::new(), |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]"));
     format!(
-        "**{m:.3}** ({:.3}–{:.3})",
+        "**{m:.3}**{interval} ({:.3}–{:.3})",
         s.first().copied().unwrap_or(f64::NAN),
         s.last().copied().unwrap_or(f64::NAN)
     )
@@ -333,7 +352,7 @@ fn report(opts: &SmallWriterOptions, writers: &[Writer], cells: &[Vec<Cell>]) ->
         "Small writer: {} pairs per side and writer (untraced and observed, the order \
          swapped every pair), caches dropped and {} s of pause before each run with the \
          observer already attached; median of the per-pair ratios observed / untraced, \
-         (min–max)\n\n",
+         [its distribution-free 95% interval, from 6 pairs], (min–max)\n\n",
         opts.pairs, opts.settle_secs
     );
     for (w, writer) in writers.iter().enumerate() {
@@ -341,7 +360,7 @@ fn report(opts: &SmallWriterOptions, writers: &[Writer], cells: &[Vec<Cell>]) ->
             "### {}\n\n| observer | wall ratio | writer's sys ratio |\n|---|---|---|\n",
             writer.label(opts.size_mib)
         ));
-        for (s, side) in SIDES.iter().enumerate() {
+        for (s, side) in opts.sides.iter().enumerate() {
             let c = &cells[w][s];
             if c.wall.is_empty() {
                 continue;
@@ -354,7 +373,7 @@ fn report(opts: &SmallWriterOptions, writers: &[Writer], cells: &[Vec<Cell>]) ->
             ));
         }
         out.push('\n');
-        for (s, side) in SIDES.iter().enumerate() {
+        for (s, side) in opts.sides.iter().enumerate() {
             let c = &cells[w][s];
             if c.runs.is_empty() || c.dirtied == 0 {
                 continue;

@@ -175,11 +175,15 @@ pub fn judge(out: &Path, xfs: bool) -> Vec<Check> {
                 checks.push(Check::not_given(&format!("{run}-calls"), why));
                 continue;
             }
-            let c = xfs_calls(run, kind, &trace, &kprobe, hook_calls);
+            let mut c = xfs_calls(run, kind, &trace, &kprobe, hook_calls);
             // The first function-hook run that passed gives the count
             // the derived run is held to.
             if hook_calls.is_none() && *kind != "tp_btf" && c.pass {
                 hook_calls = Some(trace.file_calls().len());
+            }
+            if let Some(note) = kretprobe_note(&read(&format!("{run}.kprobe-profile"))) {
+                c.detail.push_str("; ");
+                c.detail.push_str(&note);
             }
             checks.push(c);
         }
