@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, path::Path};
 
 use serde_json::Value;
 
-use super::checks::{Check, exit_reason, skipped_runs};
+use super::checks::{Check, EXT4_CALL_ENTRIES, exit_reason, skipped_runs};
 
 const NAME: &str = "rt-interleave-every-call";
 const PAGE_BYTES: i64 = 4096;
@@ -142,15 +142,7 @@ fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms
     // entry program (checks.rs `skipped_runs`): a call may be missing only
     // when such a skipped entry counts it.
     let skipped = skipped_runs(Some(summary), &|_| true);
-    let skipped_entries = skipped_runs(Some(summary), &|p| {
-        matches!(
-            p,
-            "kprobe_writepages"
-                | "fentry_writepages"
-                | "tp_btf_writepages_start"
-                | "writepages_start"
-        )
-    });
+    let skipped_entries = skipped_runs(Some(summary), &|p| EXT4_CALL_ENTRIES.contains(&p));
     let mut pass = lost == 0 && unmatched == 0;
     let mut wrong = Vec::new();
     let mut calls_total = 0;
