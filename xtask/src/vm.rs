@@ -16,6 +16,7 @@ mod cgroups;
 mod checks;
 mod initramfs;
 mod kernel;
+mod kernel_counts;
 mod privileges;
 mod qemu;
 mod rootimg;

@@ -45,7 +45,7 @@ pub fn judge(out: &Path) -> Vec<Check> {
     );
     // Two fsyncs in ext4_writepages at once: what a kretprobe with the
     // kernel's default maxactive missed beside wbscope's (checks.rs).
-    if let Some(note) = super::checks::kretprobe_note(&read("cg-owners.kprobe-profile")) {
+    if let Some(note) = super::kernel_counts::kretprobe_note(&read("cg-owners.kprobe-profile")) {
         owners.detail.push_str("; ");
         owners.detail.push_str(&note);
     }

@@ -5,6 +5,8 @@ use std::{fmt, path::Path};
 
 use serde_json::Value;
 
+use super::kernel_counts::{EXT4_CALL_ENTRIES, kretprobe_note, skipped_runs};
+
 /// 64 MiB in 4 KiB pages: what the traced write + fsync must add up to.
 const EXPECTED_PAGES: i64 = (64 << 20) / 4096;
 
@@ -375,35 +377,6 @@ fn xfs_calls(
     )
 }
 
-/// The kretprobes' hits and misses from the `kprobe_profile` the guest
-/// saved during a traced run (checks.sh `trace_run`): the default-maxactive
-/// probe of the check (`wbcheck/ewp`) and wbscope's own
-/// (writeback-user/src/tracer/retprobe.rs). Evidence for the figure,
-/// not a verdict: the default's misses are the kernel's.
-/// Before 5.13 or so `kprobe_profile` names an event without its group
-/// (`ewp`, `ext4_writepages_0`).
-pub(super) fn kretprobe_note(profile: &str) -> Option<String> {
-    let probes: Vec<String> = profile
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            let [name, hits, misses] = w[..] else {
-                return None;
-            };
-            let event = name.rsplit('/').next().unwrap_or(name);
-            let who = if event == "ewp" {
-                "default maxactive"
-            } else if event.starts_with("ext4_writepages_") || event.starts_with("do_writepages_") {
-                "wbscope's"
-            } else {
-                return None;
-            };
-            Some(format!("{name} ({who}) {hits} hits {misses} misses"))
-        })
-        .collect();
-    (!probes.is_empty()).then(|| format!("kretprobes: {}", probes.join(", ")))
-}
-
 /// `wbscope probes --json`, or why there is none.
 fn parse_probes(json: &str, rc: &str, stderr: &str) -> Result<Value, String> {
     if rc.trim() != "0" {
@@ -750,35 +723,6 @@ fn kind_of_run(
     }
 }
 
-/// The programs that start an ext4 writepages call, one per hook kind
-/// (writeback-ebpf writepages.rs): a call whose entry run the kernel
-/// skipped is in no record.
-pub(super) const EXT4_CALL_ENTRIES: [&str; 4] = [
-    "kprobe_writepages",
-    "fentry_writepages",
-    "tp_btf_writepages_start",
-    "writepages_start",
-];
-
-/// Runs of the programs `of` names that the kernel skipped because a run
-/// was already under way on that CPU: `recursion_misses` of the summary's
-/// `run_time` lines, present when not 0. On PREEMPT_RT a kprobe run is
-/// skipped while any task on its CPU holds the kprobe path's guard, which
-/// wbscope's own bpf() map reads raise and an RT writer can preempt
-/// (writeback-user tracer/preempt.rs, KPROBE_ON_RT); a call whose entry
-/// or exit run is skipped so is lost, and counted here.
-pub(super) fn skipped_runs(summary: Option<&Value>, of: &dyn Fn(&str) -> bool) -> u64 {
-    summary
-        .and_then(|s| s["run_time"].as_array())
-        .map(|runs| {
-            runs.iter()
-                .filter(|r| r["program"].as_str().is_some_and(of))
-                .filter_map(|r| r["recursion_misses"].as_u64())
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
 /// "exited N: last stderr line", or that the guest's `timeout` stopped it.
 pub(super) fn exit_reason(what: &str, rc: &str, stderr: &str) -> String {
     match rc.trim() {
@@ -846,7 +790,10 @@ mod tests {
             TraceRun::parse(&jsonl, "0\n", "", &format!("{dev} 12\n"))
         };
         let counted = pages("no-fentry", &short("kprobe_writepages"), 1.5);
-        assert!(counted.pass && counted.detail.contains("1 entry runs skipped"), "{counted}");
+        assert!(
+            counted.pass && counted.detail.contains("1 entry runs skipped"),
+            "{counted}"
+        );
         assert!(!pages("no-fentry", &short("kretprobe_writepages"), 1.5).pass);
         assert!(invariants("no-fentry", &trace).pass);
         assert!(function_hook_fields(&trace, None).pass);
@@ -885,27 +832,6 @@ mod tests {
         assert!(
             refused_fentry.detail.contains("PREEMPT_RT"),
             "{refused_fentry}"
-        );
-    }
-
-    #[test]
-    fn kretprobe_misses_are_quoted() {
-        let profile = "  wbcheck/ewp                     9  1\n  wbscope_80/ext4_writepages_0   10  0\n  \
-                       other/x  1 1\n";
-        assert_eq!(
-            kretprobe_note(profile).as_deref(),
-            Some(
-                "kretprobes: wbcheck/ewp (default maxactive) 9 hits 1 misses, \
-                 wbscope_80/ext4_writepages_0 (wbscope's) 10 hits 0 misses"
-            )
-        );
-        assert_eq!(kretprobe_note(""), None);
-        assert_eq!(
-            kretprobe_note("  ewp   3   2\n  ext4_writepages_0   3   0\n").as_deref(),
-            Some(
-                "kretprobes: ewp (default maxactive) 3 hits 2 misses, ext4_writepages_0 \
-                 (wbscope's) 3 hits 0 misses"
-            )
         );
     }
 

@@ -7,7 +7,10 @@ use std::{collections::BTreeMap, path::Path};
 
 use serde_json::Value;
 
-use super::checks::{Check, EXT4_CALL_ENTRIES, exit_reason, skipped_runs};
+use super::{
+    checks::{Check, exit_reason},
+    kernel_counts::{EXT4_CALL_ENTRIES, skipped_runs},
+};
 
 const NAME: &str = "rt-interleave-every-call";
 const PAGE_BYTES: i64 = 4096;
@@ -139,7 +142,7 @@ fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms
     let lost = summary["lost_records"].as_u64().unwrap_or(0);
     let unmatched = summary["unmatched_results"].as_u64().unwrap_or(0);
     // A call lost to a skipped run is counted on the writepages call's
-    // entry program (checks.rs `skipped_runs`): a call may be missing only
+    // entry program (kernel_counts.rs `skipped_runs`): a call may be missing only
     // when such a skipped entry counts it.
     let skipped = skipped_runs(Some(summary), &|_| true);
     let skipped_entries = skipped_runs(Some(summary), &|p| EXT4_CALL_ENTRIES.contains(&p));
