@@ -185,9 +185,11 @@ struct Identity {
 /// on each inode, and the interval's per-process figures.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Attribution {
-    /// Last cumulative count per (dev, ino, tgid) entry, and in how many
-    /// readings in a row it was missing.
-    seen: HashMap<(u32, u64, u32), (u64, u8)>,
+    /// Last cumulative count per (dev, ino, tgid) entry, and the reading
+    /// (`generation`) it was last in; foldhash's seeded hasher, not
+    /// SipHash: a host's tens of thousands of entries go through it at
+    /// every reading.
+    seen: HashMap<(u32, u64, u32), (u64, u64), foldhash::fast::RandomState>,
     inodes: HashMap<(u32, u64), InodeState>,
     identities: HashMap<u32, Identity>,
     interval: BTreeMap<u32, OwnerLine>,
@@ -220,16 +222,18 @@ impl Attribution {
     /// comes back.
     pub(crate) fn update(&mut self, snap: &DirtierSnapshot) {
         self.generation += 1;
-        let mut seen: HashMap<(u32, u64, u32), (u64, u8)> = self
-            .seen
-            .iter()
-            .filter(|(_, (_, missing))| *missing == 0)
-            .map(|(&k, &(pages, _))| (k, (pages, 1)))
-            .collect();
+        let generation = self.generation;
+        // Updated in place: a host's map holds tens of thousands of
+        // entries, most unchanged from one reading to the next.
         for e in &snap.entries {
             let key = (e.dev, e.ino, e.tgid);
-            let before = self.seen.get(&key).map_or(0, |s| s.0);
-            seen.insert(key, (e.pages.max(before), 0));
+            let seen = self.seen.entry(key).or_insert((0, generation));
+            let before = seen.0;
+            *seen = (e.pages.max(before), generation);
+            let delta = e.pages.saturating_sub(before);
+            if delta == 0 && self.identities.contains_key(&e.tgid) {
+                continue;
+            }
             self.identities.insert(
                 e.tgid,
                 Identity {
@@ -237,7 +241,6 @@ impl Attribution {
                     cgroup_id: e.cgroup_id,
                 },
             );
-            let delta = e.pages.saturating_sub(before);
             if delta == 0 {
                 continue;
             }
@@ -260,7 +263,8 @@ impl Attribution {
                 }
             }
         }
-        self.seen = seen;
+        // Missing from this reading and the one before: evicted.
+        self.seen.retain(|_, &mut (_, last)| last + 1 >= generation);
         for d in &snap.dirtyings {
             self.identities.insert(
                 d.tgid,

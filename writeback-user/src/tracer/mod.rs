@@ -4,6 +4,7 @@
 //! formats, kernel BTF, privileges, the embedded object and the BPF cost
 //! calibration. What it hands upwards is plain data from [`crate::model`].
 pub mod attach;
+mod batch;
 pub mod btf;
 pub mod cost;
 pub(crate) mod counter;

@@ -128,7 +128,7 @@ const PERF_EVENT_IOC_DISABLE: u64 = 0x2401;
 
 /// `bpf(2)` commands allowed (first argument; `enum bpf_cmd` of
 /// include/uapi/linux/bpf.h), all on descriptors opened before the drop:
-/// reading the maps, writing GLOBAL_THRESH, removing closed generic calls,
+/// reading the maps (one entry or a batch: tracer/batch.rs), writing GLOBAL_THRESH, removing closed generic calls,
 /// the programs' run-time statistics, and BPF_ITER_CREATE so that an
 /// iterator attached before the drop can be read every interval. Nothing
 /// that creates a map, loads a program or attaches one.
@@ -138,6 +138,7 @@ const BPF_COMMANDS: &[(u64, &str)] = &[
     (3, "BPF_MAP_DELETE_ELEM"),
     (4, "BPF_MAP_GET_NEXT_KEY"),
     (15, "BPF_OBJ_GET_INFO_BY_FD"),
+    (24, "BPF_MAP_LOOKUP_BATCH"),
     (33, "BPF_ITER_CREATE"),
 ];
 
@@ -422,5 +423,46 @@ mod tests {
         assert_eq!(under_filter(&plain, new_file), killed);
         assert!(dir.path().join("old").exists());
         assert!(!dir.path().join("new").exists());
+    }
+
+    /// A map opened before the drop is read a batch at a time (batch.rs)
+    /// under the filter; making a map kills the process.
+    #[test]
+    fn maps_are_read_in_batches_but_not_made() {
+        use crate::tracer::batch::test_maps::{bpf, filled};
+        let prog = filter(None).expect("filter");
+        let killed = Err(libc::SIGSYS);
+        let map = filled(aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_HASH, 3);
+        let mut keys = [0u64; 8];
+        let mut values = [[0u64; 3]; 8];
+        let mut next = [0u8; 8];
+        // SAFETY: all-zero is a valid bpf_attr.
+        let mut batch: aya_obj::generated::bpf_attr = unsafe { std::mem::zeroed() };
+        batch.batch.map_fd = map.as_raw_fd() as u32;
+        batch.batch.keys = keys.as_mut_ptr() as u64;
+        batch.batch.values = values.as_mut_ptr() as u64;
+        batch.batch.out_batch = next.as_mut_ptr() as u64;
+        batch.batch.count = 8;
+        assert_eq!(
+            under_filter(&prog, || {
+                // The whole map in one batch: ENOENT, its end, with 3 read.
+                bpf(
+                    aya_obj::generated::bpf_cmd::BPF_MAP_LOOKUP_BATCH,
+                    &mut batch,
+                ) == -1
+                    // SAFETY: the member the kernel wrote back.
+                    && unsafe { batch.batch.count } == 3
+            }),
+            Ok(true),
+            "a batch lookup"
+        );
+        let mut create = batch;
+        assert_eq!(
+            under_filter(&prog, || {
+                bpf(aya_obj::generated::bpf_cmd::BPF_MAP_CREATE, &mut create) >= 0
+            }),
+            killed,
+            "making a map"
+        );
     }
 }
