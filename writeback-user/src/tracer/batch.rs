@@ -50,14 +50,7 @@ pub(crate) fn hash_entries<K: aya::Pod, V: aya::Pod>(
         // buffers of that capacity, the position into `next` (at most 8
         // bytes), and the number it wrote back into `attr`; all outlive
         // the call.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                bpf_cmd::BPF_MAP_LOOKUP_BATCH as libc::c_int,
-                std::ptr::from_mut(&mut attr),
-                std::mem::size_of::<bpf_attr>() as u32,
-            )
-        };
+        let ret = unsafe { sys_bpf(bpf_cmd::BPF_MAP_LOOKUP_BATCH, &mut attr) };
         let err = (ret != 0).then(io::Error::last_os_error);
         match err.as_ref().and_then(io::Error::raw_os_error) {
             None | Some(libc::ENOENT) => {}
@@ -89,6 +82,24 @@ pub(crate) fn hash_entries<K: aya::Pod, V: aya::Pod>(
     }
 }
 
+/// `bpf(2)` with `cmd` and `attr`: the raw calls the tracer makes beside
+/// aya's (here, and `recursion_misses` in maps.rs).
+///
+/// # Safety
+/// `attr` must be set up for `cmd`, every pointer in it valid for what
+/// the kernel reads and writes there until the call returns.
+pub(crate) unsafe fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> i64 {
+    // SAFETY: the caller's promise.
+    unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd as libc::c_int,
+            std::ptr::from_mut(attr),
+            std::mem::size_of::<bpf_attr>() as u32,
+        )
+    }
+}
+
 /// The errors of a kernel or filter that lacks the command: EINVAL (an
 /// unknown command), ENOTSUPP (524, the map type has no batch operations),
 /// EPERM and ENOSYS (refused by a seccomp filter).
@@ -106,36 +117,32 @@ pub(crate) mod test_maps {
 
     use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_map_type};
 
-    pub(crate) fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> i64 {
-        // SAFETY: `attr` is a valid bpf_attr for `cmd`, set by the caller.
-        unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                cmd as libc::c_int,
-                std::ptr::from_mut(attr),
-                std::mem::size_of::<bpf_attr>() as u32,
-            )
-        }
+    use super::sys_bpf;
+
+    /// A new map of `kind` (a test needs root to make one).
+    pub(crate) fn create(kind: bpf_map_type, key_size: u32, value_size: u32) -> OwnedFd {
+        // SAFETY: all-zero is a valid bpf_attr.
+        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+        // The union member this command reads.
+        attr.__bindgen_anon_1.map_type = kind as u32;
+        attr.__bindgen_anon_1.key_size = key_size;
+        attr.__bindgen_anon_1.value_size = value_size;
+        attr.__bindgen_anon_1.max_entries = 65536;
+        // SAFETY: attr set up for the command, no pointers in it.
+        let fd = unsafe { sys_bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr) };
+        assert!(
+            fd >= 0,
+            "creating a BPF map of {kind:?} (the test needs root): {}",
+            io::Error::last_os_error()
+        );
+        // SAFETY: a descriptor the kernel just gave us.
+        unsafe { OwnedFd::from_raw_fd(fd as i32) }
     }
 
     /// A map of `kind` with u64 keys and [u64; 3] values, filled with
     /// `n` entries (key k → [k, 2k, 3k]).
     pub(crate) fn filled(kind: bpf_map_type, n: u64) -> OwnedFd {
-        // SAFETY: all-zero is a valid bpf_attr.
-        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
-        // The union member this command reads.
-        attr.__bindgen_anon_1.map_type = kind as u32;
-        attr.__bindgen_anon_1.key_size = 8;
-        attr.__bindgen_anon_1.value_size = 24;
-        attr.__bindgen_anon_1.max_entries = 65536;
-        let fd = bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr);
-        assert!(
-            fd >= 0,
-            "creating a BPF map (the test needs root): {}",
-            io::Error::last_os_error()
-        );
-        // SAFETY: a descriptor the kernel just gave us.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let fd = create(kind, 8, 24);
         for k in 0..n {
             let value = [k, 2 * k, 3 * k];
             // SAFETY: as above.
@@ -144,7 +151,11 @@ pub(crate) mod test_maps {
             attr.__bindgen_anon_2.map_fd = fd.as_raw_fd() as u32;
             attr.__bindgen_anon_2.key = std::ptr::from_ref(&k) as u64;
             attr.__bindgen_anon_2.__bindgen_anon_1.value = value.as_ptr() as u64;
-            assert_eq!(bpf(bpf_cmd::BPF_MAP_UPDATE_ELEM, &mut attr), 0);
+            // SAFETY: key and value live until the call returns.
+            assert_eq!(
+                unsafe { sys_bpf(bpf_cmd::BPF_MAP_UPDATE_ELEM, &mut attr) },
+                0
+            );
         }
         fd
     }
@@ -152,9 +163,9 @@ pub(crate) mod test_maps {
 
 #[cfg(test)]
 mod tests {
-    use std::os::fd::{AsFd as _, FromRawFd as _, OwnedFd};
+    use std::os::fd::AsFd as _;
 
-    use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_map_type};
+    use aya_obj::generated::bpf_map_type;
 
     use super::{test_maps::*, *};
 
@@ -180,21 +191,9 @@ mod tests {
 
     #[test]
     fn a_map_without_batch_lookups_is_left_to_the_caller() {
-        // An array has generic batch lookups, a ring buffer none: EINVAL,
-        // which is "iterate instead", not an error.
-        // SAFETY: all-zero is a valid bpf_attr.
-        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
-        // The union member this command reads.
-        attr.__bindgen_anon_1.map_type = bpf_map_type::BPF_MAP_TYPE_RINGBUF as u32;
-        attr.__bindgen_anon_1.max_entries = 4096;
-        let fd = bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr);
-        assert!(
-            fd >= 0,
-            "creating a ring buffer: {}",
-            io::Error::last_os_error()
-        );
-        // SAFETY: a descriptor the kernel just gave us.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        // A ring buffer has no batch operations: ENOTSUPP, which is
+        // "iterate instead", not an error.
+        let fd = create(bpf_map_type::BPF_MAP_TYPE_RINGBUF, 0, 0);
         let r = hash_entries::<u64, u64>(fd.as_fd());
         assert!(r.is_none(), "{r:?}");
     }

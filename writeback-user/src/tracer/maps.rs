@@ -208,14 +208,7 @@ fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
     // `info`, which lives until the call returns, and the length it
     // filled back into `attr` (kernel/bpf/syscall.c,
     // `bpf_prog_get_info_by_fd()`); both outlive the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            bpf_cmd::BPF_OBJ_GET_INFO_BY_FD as libc::c_int,
-            std::ptr::from_mut(&mut attr),
-            std::mem::size_of::<bpf_attr>() as u32,
-        )
-    };
+    let ret = unsafe { super::batch::sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr) };
     // SAFETY: the union's `info` member is the one set above and read back.
     let written = unsafe { attr.info.info_len } as usize;
     let end = std::mem::offset_of!(bpf_prog_info, recursion_misses) + std::mem::size_of::<u64>();

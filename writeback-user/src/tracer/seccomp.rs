@@ -429,7 +429,7 @@ mod tests {
     /// under the filter; making a map kills the process.
     #[test]
     fn maps_are_read_in_batches_but_not_made() {
-        use crate::tracer::batch::test_maps::{bpf, filled};
+        use crate::tracer::batch::{sys_bpf, test_maps::filled};
         let prog = filter(None).expect("filter");
         let killed = Err(libc::SIGSYS);
         let map = filled(aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_HASH, 3);
@@ -446,12 +446,15 @@ mod tests {
         assert_eq!(
             under_filter(&prog, || {
                 // The whole map in one batch: ENOENT, its end, with 3 read.
-                bpf(
-                    aya_obj::generated::bpf_cmd::BPF_MAP_LOOKUP_BATCH,
-                    &mut batch,
-                ) == -1
-                    // SAFETY: the member the kernel wrote back.
-                    && unsafe { batch.batch.count } == 3
+                // SAFETY: the buffers outlive the call, each of 8 entries;
+                // then the member the kernel wrote back.
+                unsafe {
+                    sys_bpf(
+                        aya_obj::generated::bpf_cmd::BPF_MAP_LOOKUP_BATCH,
+                        &mut batch,
+                    ) == -1
+                        && batch.batch.count == 3
+                }
             }),
             Ok(true),
             "a batch lookup"
@@ -459,7 +462,9 @@ mod tests {
         let mut create = batch;
         assert_eq!(
             under_filter(&prog, || {
-                bpf(aya_obj::generated::bpf_cmd::BPF_MAP_CREATE, &mut create) >= 0
+                // SAFETY: a creation attr (killed before the kernel reads
+                // its pointers).
+                unsafe { sys_bpf(aya_obj::generated::bpf_cmd::BPF_MAP_CREATE, &mut create) >= 0 }
             }),
             killed,
             "making a map"
