@@ -4,7 +4,6 @@
 use std::{collections::BTreeSet, os::fd::AsFd as _};
 
 use anyhow::Context as _;
-
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuHashMap, RingBuf};
 use writeback_common::{
     DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, INODE_DIRTYING_KIND, InodeDirtying,
