@@ -5,7 +5,9 @@ use std::{fmt, path::Path};
 
 use serde_json::Value;
 
-use super::kernel_counts::{EXT4_CALL_ENTRIES, kretprobe_note, skipped_runs};
+use super::kernel_counts::{
+    EXT4_CALL_ENTRIES, GENERIC_CALL_PROGRAMS, kretprobe_note, skipped_runs,
+};
 
 /// 64 MiB in 4 KiB pages: what the traced write + fsync must add up to.
 const EXPECTED_PAGES: i64 = (64 << 20) / 4096;
@@ -315,9 +317,7 @@ fn xfs_calls(
     // A call whose entry or exit run the kernel skipped is in no record
     // and counted only there (`skipped_runs`; a 6.12-rt guest lost one
     // do_writepages() call of 20 to a skipped kprobe run).
-    let skipped = skipped_runs(trace.summary(), &|p| {
-        p.starts_with("generic_") && p.ends_with("_writepages")
-    }) as usize;
+    let skipped = skipped_runs(trace.summary(), &|p| GENERIC_CALL_PROGRAMS.contains(&p)) as usize;
     let pages_ok = if kind == "tp_btf" || unmatched + skipped == 0 {
         pages == EXPECTED_PAGES
     } else if unmatched == 0 {

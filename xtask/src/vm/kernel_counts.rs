@@ -42,6 +42,16 @@ pub(super) const EXT4_CALL_ENTRIES: [&str; 4] = [
     "writepages_start",
 ];
 
+/// The programs that start or end a generic (`do_writepages()`) call, by
+/// hook kind (writeback-ebpf hook.rs): a call whose entry or exit run the
+/// kernel skipped is in no record.
+pub(super) const GENERIC_CALL_PROGRAMS: [&str; 4] = [
+    "generic_fentry_writepages",
+    "generic_fexit_writepages",
+    "generic_kprobe_writepages",
+    "generic_kretprobe_writepages",
+];
+
 /// Runs of the programs `of` names that the kernel skipped because a run
 /// was already under way on that CPU: `recursion_misses` of the summary's
 /// `run_time` lines, present when not 0. On PREEMPT_RT a kprobe run is
