@@ -34,9 +34,10 @@ pub(crate) fn hash_entries<K: aya::Pod, V: aya::Pod>(
     let mut position = [0u8; 8];
     let mut next = [0u8; 8];
     let mut first = true;
+    // One pair of buffers for every batch, grown only on ENOSPC.
+    let mut keys: Vec<K> = Vec::with_capacity(count as usize);
+    let mut values: Vec<V> = Vec::with_capacity(count as usize);
     loop {
-        let mut keys: Vec<K> = Vec::with_capacity(count as usize);
-        let mut values: Vec<V> = Vec::with_capacity(count as usize);
         // SAFETY: a plain C union; all-zero is valid.
         let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
         // The union's `batch` member, the one this command reads.
@@ -57,6 +58,8 @@ pub(crate) fn hash_entries<K: aya::Pod, V: aya::Pod>(
             // One bucket holds more entries than the buffer: a larger one.
             Some(libc::ENOSPC) => {
                 count = count.saturating_mul(2);
+                keys.reserve(count as usize);
+                values.reserve(count as usize);
                 continue;
             }
             Some(e) if first && unknown_command(e) => return None,
@@ -66,13 +69,14 @@ pub(crate) fn hash_entries<K: aya::Pod, V: aya::Pod>(
         // (ENOENT) only: other errors leave `count` as it was passed.
         // SAFETY: the member set above, updated by the kernel.
         let got = unsafe { attr.batch.count }.min(count) as usize;
-        // SAFETY: the kernel filled the first `got` of each (`count` as
-        // it returned it), both Pod.
+        // SAFETY: both empty before the call (drained below), with room
+        // for `count`; the kernel filled the first `got` of each (`count`
+        // as it returned it), both Pod.
         unsafe {
             keys.set_len(got);
             values.set_len(got);
         }
-        out.extend(keys.into_iter().zip(values));
+        out.extend(keys.drain(..).zip(values.drain(..)));
         // ENOENT: the last buckets were in this batch.
         if ret != 0 {
             return Some(Ok(out));
