@@ -17,7 +17,8 @@ pub struct DirtierKey {
 }
 
 /// Value of the `DIRTIERS` map. `pages` only grows (atomic adds), from
-/// the entry's creation on; the rest is taken when the entry is created.
+/// the entry's creation on; `queued` is the last reading the entry was
+/// announced for; the rest is taken when the entry is created.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirtierEntry {
@@ -32,8 +33,34 @@ pub struct DirtierEntry {
     pub owner_cgroup_id: u64,
     /// Thread id of the first dirtying thread.
     pub pid: u32,
-    pub _pad: u32,
+    /// The reading generation (`sampling::READING`) in which the entry
+    /// was last sent to `DIRTYINGS` as a [`DirtierChanged`]: once a
+    /// reading is enough.
+    pub queued: u32,
     pub comm: [u8; 16],
+    /// CLOCK_MONOTONIC ns when the entry was made (0 while its pages are
+    /// still in a CPU's slot): an entry LRU-evicted and made again under
+    /// the same key is told from the old one by it, its count starting
+    /// from zero again.
+    pub born_ns: u64,
+}
+
+/// Kind word of a [`DirtierChanged`] record in `DIRTYINGS`.
+pub const DIRTIER_CHANGED_KIND: u32 = 0x4348_4e47; // "CHNG"
+
+/// The per-folio program added pages to this `DIRTIERS` entry since the
+/// reading before: the reading looks up just these entries (and every
+/// entry once in a while) instead of the whole map, whose pairs grow with
+/// the files the host has dirtied. Sent once per entry per reading (its
+/// `queued`), to the same ring as [`InodeDirtying`] (one mode at a time
+/// uses it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirtierChanged {
+    /// [`DIRTIER_CHANGED_KIND`].
+    pub kind: u32,
+    pub _pad: u32,
+    pub key: DirtierKey,
 }
 
 /// The dirty-time program's per-CPU cache (`DIRTY_SLOT`, an array with a
@@ -56,7 +83,7 @@ pub struct DirtierSlot {
     pub dropped: u32,
     pub _pad: u32,
     pub entry: DirtierEntry,
-    pub _spare: [u64; 7],
+    pub _spare: [u64; 6],
 }
 
 /// Key of `FILTER_DIRTIED`: an inode the `--pid`/`--cgroup` filter's

@@ -440,7 +440,11 @@ pub mod sampling {
     /// Writepages calls of the ext4 hooks (writepages.rs): a call not
     /// drawn costs its start a random draw and its end two per-CPU adds.
     pub const CALLS: u32 = 1;
-    pub const COUNT: u32 = 2;
+    /// Not a shift: the generation of the per-folio reading in progress
+    /// (writeback-ebpf dirtier.rs `DirtierChanged`), bumped by userspace
+    /// at each reading.
+    pub const READING: u32 = 2;
+    pub const COUNT: u32 = 3;
 }
 
 /// Why a writepages call happened, as far as the kernel tells.
@@ -547,7 +551,10 @@ pub mod stat {
     /// Inode dirtyings dropped because `DIRTYINGS` was full (their
     /// writeback is then charged to `(unknown)`).
     pub const LOST_DIRTYINGS: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// Per-folio `DirtierChanged` records dropped because `DIRTYINGS` was
+    /// full: nothing is lost, the next reading reads the whole map.
+    pub const LOST_CHANGED: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// Indexes of the per-CPU interval aggregates in the `AGG` map: counters the

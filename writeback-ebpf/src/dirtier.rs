@@ -13,9 +13,11 @@
 //! `writeback_dirty_folio` fires once per folio going from clean to dirty
 //! (`folio_account_dirtied()` in mm/page-writeback.c), in the dirtier's
 //! context: hundreds of thousands of times a second under a fast buffered
-//! writer. Nothing crosses the ring buffer here: a folio dirtied by the
-//! process and file this CPU dirtied last costs an array lookup and an
-//! add; any other, one hash lookup and one atomic add.
+//! writer. A folio dirtied by the process and file this CPU dirtied last
+//! costs an array lookup and an add; any other, one hash lookup and one
+//! atomic add, and the first time in a reading that the pair grows, a
+//! record of its key to the ring (so that a reading looks up the pairs
+//! that changed, not all the host has dirtied).
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_NO_WAKEUP},
     helpers::{
@@ -27,14 +29,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use writeback_common::{
-    DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, Filter, INODE_DIRTYING_KIND,
-    InodeDirtying, InodeKey, MemberSpec, TracepointLayout, dirtier_members as dm,
+    DIRTIER_CHANGED_KIND, DirtierChanged, DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot,
+    Filter, INODE_DIRTYING_KIND, InodeDirtying, InodeKey, MemberSpec, TracepointLayout, dirtier_members as dm,
     fields::{dirty_folio, dirty_inode},
     sampling, stat,
 };
 
 use crate::{
-    FILTER, atomic_add, bump,
+    FILTER, SAMPLING, atomic_add, bump,
     read::{Access, Typed, field, load_spec},
     writepages::raw_arg,
 };
@@ -45,7 +47,10 @@ use crate::{
 /// of 72 bytes: a second of a small-files writer making that many files
 /// dirty; a full buffer is counted (`stat::LOST_DIRTYINGS`) and those
 /// inodes' writeback goes to `(unknown)`. Never a wakeup: userspace reads
-/// on its own clock.
+/// on its own clock. In the per-folio mode the same ring carries the
+/// `DirtierChanged` records instead (32 bytes with the ring's header:
+/// 32,768 changed pairs a reading), a full ring making the next reading
+/// read the whole map.
 #[map]
 static DIRTYINGS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
@@ -161,7 +166,8 @@ fn hit(slot: &mut DirtierSlot, key: &DirtierKey, pages: u64) -> bool {
 #[inline(always)]
 fn refill(slot: &mut DirtierSlot, key: DirtierKey, pages: u64, owner: impl FnOnce() -> u64) {
     if slot.entry.pages != 0 {
-        flush(&slot.key, &slot.entry);
+        let key = slot.key;
+        flush(&key, &mut slot.entry);
     }
     // Pages to 0 before the key changes: a concurrent reader may see the
     // old key without pages (counted at the next read), never the old
@@ -182,21 +188,64 @@ fn refill(slot: &mut DirtierSlot, key: DirtierKey, pages: u64, owner: impl FnOnc
 }
 
 /// Adds a slot's pages to `DIRTIERS`, creating the entry (with the
-/// slot's thread, comm, cgroup and owner) on first sight.
+/// slot's thread, comm, cgroup and owner, and its birth time) on first
+/// sight, and tells the next reading the entry changed ([`announce`]).
 #[inline(always)]
-fn flush(key: &DirtierKey, pending: &DirtierEntry) {
-    if let Some(e) = DIRTIERS.get_ptr_mut(key) {
-        // SAFETY: a live map value; `pages` is its first field.
-        atomic_add(unsafe { &raw mut (*e).pages }, pending.pages);
-        return;
-    }
-    if DIRTIERS.insert(key, pending, BPF_NOEXIST as u64).is_err() {
-        // Another CPU created it meanwhile: add to theirs.
-        if let Some(e) = DIRTIERS.get_ptr_mut(key) {
-            // SAFETY: as above.
-            atomic_add(unsafe { &raw mut (*e).pages }, pending.pages);
+fn flush(key: &DirtierKey, pending: &mut DirtierEntry) {
+    let reading = reading();
+    let entry = match DIRTIERS.get_ptr_mut(key) {
+        Some(e) => e,
+        None => {
+            // SAFETY: plain helper call.
+            pending.born_ns = unsafe { bpf_ktime_get_ns() };
+            pending.queued = reading;
+            if DIRTIERS.insert(key, &*pending, BPF_NOEXIST as u64).is_ok() {
+                pending.born_ns = 0;
+                announce(key);
+                return;
+            }
+            pending.born_ns = 0;
+            // Another CPU created it meanwhile: add to theirs.
+            match DIRTIERS.get_ptr_mut(key) {
+                Some(e) => e,
+                None => return,
+            }
+        }
+    };
+    // SAFETY: a live map value; `pages` is its first field.
+    atomic_add(unsafe { &raw mut (*entry).pages }, pending.pages);
+    // SAFETY: as above. Two CPUs racing here may both announce the entry:
+    // the reading takes each key once.
+    unsafe {
+        if (*entry).queued != reading {
+            (*entry).queued = reading;
+            announce(key);
         }
     }
+}
+
+/// The reading generation userspace is in (`sampling::READING`).
+#[inline(always)]
+fn reading() -> u32 {
+    // SAFETY: a live array value, written only by userspace.
+    SAMPLING.get_ptr(sampling::READING).map_or(0, |p| unsafe { *p })
+}
+
+/// Sends a `DirtierChanged` for `key`; a full ring is counted
+/// (`stat::LOST_CHANGED`), and the next reading then reads the whole map
+/// instead.
+#[inline(always)]
+fn announce(key: &DirtierKey) {
+    let Some(mut record) = DIRTYINGS.reserve::<DirtierChanged>(0) else {
+        bump(stat::LOST_CHANGED);
+        return;
+    };
+    record.write(DirtierChanged {
+        kind: DIRTIER_CHANGED_KIND,
+        _pad: 0,
+        key: *key,
+    });
+    record.submit(BPF_RB_NO_WAKEUP as u64);
 }
 
 /// The in-kernel filters at dirty time: device and inode drop the event;

@@ -112,6 +112,53 @@ impl Dirtier {
         }
     }
 
+    /// A child that writes one page to each of `paths` (a new file each,
+    /// each its own (inode, process) pair), sleeps `idle`, then a second
+    /// page to each of the first `regrow`: pairs that grow again after
+    /// readings that found them unchanged.
+    fn fork_files(paths: &[std::path::PathBuf], idle: Duration, regrow: usize) -> Dirtier {
+        let page = vec![7u8; PAGE as usize];
+        let cpaths: Vec<CString> = paths
+            .iter()
+            .map(|p| CString::new(p.as_os_str().as_bytes()).unwrap())
+            .collect();
+        let nap = libc::timespec {
+            tv_sec: idle.as_secs() as libc::time_t,
+            tv_nsec: idle.subsec_nanos() as libc::c_long,
+        };
+        let mut fds = [0; 2];
+        // SAFETY: as in `fork`.
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork");
+            if pid == 0 {
+                let mut b = 0u8;
+                libc::close(fds[1]);
+                if libc::read(fds[0], (&raw mut b).cast(), 1) != 1 {
+                    libc::_exit(2);
+                }
+                let write_page = |path: &CString, offset: i64| {
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
+                    if fd < 0 || libc::pwrite(fd, page.as_ptr().cast(), page.len(), offset) <= 0 {
+                        libc::_exit(3);
+                    }
+                    libc::close(fd);
+                };
+                for path in &cpaths {
+                    write_page(path, 0);
+                }
+                libc::nanosleep(&nap, std::ptr::null_mut());
+                for path in cpaths.iter().take(regrow) {
+                    write_page(path, PAGE as i64);
+                }
+                libc::_exit(0);
+            }
+            libc::close(fds[0]);
+            Dirtier { pid, go: fds[1] }
+        }
+    }
+
     /// Lets the child write.
     fn start(&self) {
         // SAFETY: plain syscalls on our own pipe.
@@ -534,6 +581,49 @@ fn charged_to_the_dirtier_while(mode: Mode, sync_meanwhile: bool) {
     assert!(events > 0, "a 2 MiB cap must throttle a 64 MiB writer");
     assert_eq!(owner_total(&lines, pid, "throttle_pauses"), events);
     assert_eq!(owner_total(&lines, pid, "throttle_pause_ms"), pause_ms);
+}
+
+/// Per folio, a reading looks up only the pairs announced as changed
+/// (the whole map once a minute): one process writes a page to each of
+/// 3,000 new files, idles through several readings that find those pairs
+/// unchanged, then writes a second page to 100 of them. At a reading
+/// every 0.2 s every reading but the first looks up the changed pairs
+/// only; every page must still be counted once, and the sync's calls
+/// charge each file's pages to the process.
+#[test]
+fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
+    let _serial = serial();
+    let fs = LoopFs::new("ext4", 256);
+    let dir = fs.path("many");
+    fs::create_dir(&dir).unwrap();
+    let paths: Vec<_> = (0..3000).map(|i| dir.join(format!("f{i}"))).collect();
+    let mount = fs.mountpoint.display().to_string();
+    let trace = Tracing::start(&Mode::PerFolio.args(&[
+        "--json", "--events", "--device", &mount, "--interval", "0.2",
+    ]));
+    let child = Dirtier::fork_files(&paths, Duration::from_millis(1200), 100);
+    child.start();
+    child.wait();
+    // A reading after the last page, then the sync's calls.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(Command::new("sync").status().expect("sync").success());
+    std::thread::sleep(Duration::from_secs(1));
+    let dev = dev_of(&paths[0]);
+    let inos: Vec<u64> = paths.iter().map(|p| fs::metadata(p).unwrap().ino()).collect();
+    let lines = trace.stop(libc::SIGINT);
+    let pid = child.pid as u64;
+    assert_eq!(owner_total(&lines, pid, "pages_dirtied"), 3100);
+    let readings = lines.iter().filter(|l| l["type"] == "interval").count();
+    assert!(readings > 60 / 5, "{readings} intervals: the first whole, then the changes");
+    for (i, &ino) in inos.iter().enumerate() {
+        let calls = calls_on(&lines, &dev, ino);
+        let by_pid: HashMap<u64, u64> = charged(&calls)
+            .into_iter()
+            .map(|((pid, _), pages)| (pid, pages))
+            .collect();
+        let pages = if i < 100 { 2 } else { 1 };
+        assert_eq!(by_pid, HashMap::from([(pid, pages)]), "file {i}: {calls:#?}");
+    }
 }
 
 /// `--pid P` keeps the calls that write the pages P dirtied, though the

@@ -211,6 +211,7 @@ mod tests {
                 comm: "dd".into(),
                 cgroup_id: 1,
                 owner_cgroup_id: 0,
+                born_ns: 1,
             }],
             ..Default::default()
         };

@@ -77,12 +77,20 @@ pub(crate) struct DirtierReading {
     pub(crate) cgroup_id: u64,
     /// The inode's writeback cgroup (0 = none).
     pub(crate) owner_cgroup_id: u64,
+    /// When the kernel made the entry (CLOCK_MONOTONIC ns; 0 for pages
+    /// still in a CPU's slot): a new time under a known key is a new
+    /// entry, made after the old one was evicted, counting from zero.
+    pub(crate) born_ns: u64,
 }
 
 /// Everything the dirty-time and throttling maps hold, read at once.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DirtierSnapshot {
     pub(crate) entries: Vec<DirtierReading>,
+    /// Whether `entries` holds every entry of the map (a whole reading),
+    /// not only those that changed since the reading before: only a
+    /// whole reading tells that an entry is gone.
+    pub(crate) whole: bool,
     /// Cumulative `(pauses, pause_ms)` per tgid.
     pub(crate) throttled: HashMap<u32, (u64, u64)>,
     /// CLOCK_MONOTONIC ns when the reading ended (the clock of a call's
@@ -174,6 +182,17 @@ struct InodeState {
     touched: u64,
 }
 
+/// One `DIRTIERS` entry as last read.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    /// Its cumulative count.
+    pages: u64,
+    /// Its `born_ns` (0: not yet known).
+    born_ns: u64,
+    /// The reading (`generation`) it was last in.
+    last: u64,
+}
+
 /// Who a tgid is, as last seen dirtying.
 #[derive(Clone, Debug, Default)]
 struct Identity {
@@ -185,11 +204,12 @@ struct Identity {
 /// on each inode, and the interval's per-process figures.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Attribution {
-    /// Last cumulative count per (dev, ino, tgid) entry, and the reading
-    /// (`generation`) it was last in; foldhash's seeded hasher, not
-    /// SipHash: a host's tens of thousands of entries go through it at
-    /// every reading.
-    seen: HashMap<(u32, u64, u32), (u64, u64), foldhash::fast::RandomState>,
+    /// Last cumulative count per (dev, ino, tgid) entry; foldhash's
+    /// seeded hasher, not SipHash: a host's tens of thousands of entries
+    /// go through it at every whole reading.
+    seen: HashMap<(u32, u64, u32), Seen, foldhash::fast::RandomState>,
+    /// The generation of the last whole reading.
+    last_whole: u64,
     inodes: HashMap<(u32, u64), InodeState>,
     identities: HashMap<u32, Identity>,
     interval: BTreeMap<u32, OwnerLine>,
@@ -216,10 +236,11 @@ impl Attribution {
     /// last one becomes outstanding (and dirtied in this interval). A
     /// count never goes back: a reading that races the move of a CPU's
     /// cached pages into the hash may miss them once, and they count at
-    /// the next. An entry missing from two readings in a row was evicted
-    /// (the kernel never deletes one otherwise; a race hides one for a
-    /// single reading at most): it is forgotten, and counts from 0 if it
-    /// comes back.
+    /// the next. An entry under a known key with another birth time was
+    /// made anew after an eviction: it counts from 0. An entry missing
+    /// from two whole readings in a row (and seen in no reading between)
+    /// is forgotten: the kernel never deletes one but by eviction, and a
+    /// race hides one from a single reading at most.
     pub(crate) fn update(&mut self, snap: &DirtierSnapshot) {
         self.generation += 1;
         let generation = self.generation;
@@ -227,9 +248,21 @@ impl Attribution {
         // entries, most unchanged from one reading to the next.
         for e in &snap.entries {
             let key = (e.dev, e.ino, e.tgid);
-            let seen = self.seen.entry(key).or_insert((0, generation));
-            let before = seen.0;
-            *seen = (e.pages.max(before), generation);
+            let seen = self.seen.entry(key).or_insert(Seen {
+                pages: 0,
+                born_ns: e.born_ns,
+                last: generation,
+            });
+            if e.born_ns != 0 && e.born_ns != seen.born_ns {
+                // Known only from a CPU's slot so far (0), or made again.
+                if seen.born_ns != 0 {
+                    seen.pages = 0;
+                }
+                seen.born_ns = e.born_ns;
+            }
+            let before = seen.pages;
+            seen.pages = e.pages.max(before);
+            seen.last = generation;
             let delta = e.pages.saturating_sub(before);
             if delta == 0 && self.identities.contains_key(&e.tgid) {
                 continue;
@@ -263,8 +296,12 @@ impl Attribution {
                 }
             }
         }
-        // Missing from this reading and the one before: evicted.
-        self.seen.retain(|_, &mut (_, last)| last + 1 >= generation);
+        if snap.whole {
+            // Missing from this whole reading and the one before: evicted.
+            let previous = self.last_whole;
+            self.seen.retain(|_, s| s.last >= previous);
+            self.last_whole = generation;
+        }
         for d in &snap.dirtyings {
             self.identities.insert(
                 d.tgid,
@@ -567,12 +604,15 @@ mod tests {
             comm: format!("p{tgid}"),
             cgroup_id: 100 + u64::from(tgid),
             owner_cgroup_id: 0,
+            born_ns: 1,
         }
     }
 
+    /// A whole reading of these entries.
     fn snap(entries: Vec<DirtierReading>) -> DirtierSnapshot {
         DirtierSnapshot {
             entries,
+            whole: true,
             ..DirtierSnapshot::default()
         }
     }
@@ -726,6 +766,56 @@ mod tests {
         // A lower count than seen (a racing read) is no new dirtying.
         a.update(&snap(vec![reading(1, 1, 3)]));
         assert!(a.take_owners().is_empty());
+    }
+
+    /// A reading of the changed entries only tells nothing of the others:
+    /// an entry absent from it is kept (its growth counts once when it is
+    /// read again), and only two whole readings without it forget it.
+    #[test]
+    fn only_whole_readings_forget_an_entry() {
+        let mut a = Attribution::default();
+        a.update(&snap(vec![reading(1, 1, 10), reading(2, 1, 5)]));
+        let changed = |entries| DirtierSnapshot {
+            whole: false,
+            ..snap(entries)
+        };
+        for _ in 0..5 {
+            a.update(&changed(vec![reading(2, 1, 5)]));
+        }
+        a.update(&changed(vec![reading(1, 1, 12)]));
+        assert_eq!(a.take_owners()[0].pages_dirtied, 17, "10 + 5, then 2");
+        // Absent from one whole reading: a race, kept.
+        a.update(&snap(vec![]));
+        a.update(&snap(vec![reading(1, 1, 13)]));
+        assert_eq!(a.take_owners()[0].pages_dirtied, 1);
+        // Absent from two: evicted, forgotten; back, from 0.
+        a.update(&snap(vec![]));
+        a.update(&snap(vec![]));
+        a.update(&changed(vec![reading(1, 1, 14)]));
+        assert_eq!(a.take_owners()[0].pages_dirtied, 14);
+    }
+
+    /// An entry evicted and made again between two readings has another
+    /// birth time: its count starts from 0, even when it is no larger
+    /// than the old one's; pages first read from a CPU's slot (no birth
+    /// time yet) are not counted again when their entry is made.
+    #[test]
+    fn a_new_birth_time_counts_from_zero() {
+        let mut a = Attribution::default();
+        a.update(&snap(vec![reading(1, 1, 100)]));
+        let born = |pages, born_ns| DirtierReading {
+            born_ns,
+            ..reading(1, 1, pages)
+        };
+        a.update(&snap(vec![born(30, 2)]));
+        assert_eq!(a.take_owners()[0].pages_dirtied, 130);
+        a.update(&snap(vec![born(7, 0), reading(2, 1, 4)]));
+        // Slot pages under an entry of pages unread (7 < 30): no growth.
+        assert_eq!(a.take_owners()[0].pages_dirtied, 4);
+        let mut b = Attribution::default();
+        b.update(&snap(vec![born(7, 0)]));
+        b.update(&snap(vec![born(9, 5)]));
+        assert_eq!(b.take_owners()[0].pages_dirtied, 9, "7 from the slot, then 2");
     }
 
     /// A whole-file WB_SYNC_ALL leaves the inode clean: what it did not

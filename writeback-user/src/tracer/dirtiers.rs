@@ -6,8 +6,8 @@ use std::{collections::BTreeSet, os::fd::AsFd as _};
 use anyhow::Context as _;
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuHashMap, RingBuf};
 use writeback_common::{
-    DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, INODE_DIRTYING_KIND, InodeDirtying,
-    dirtier_members, sampling,
+    DIRTIER_CHANGED_KIND, DirtierChanged, DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot,
+    INODE_DIRTYING_KIND, InodeDirtying, dirtier_members, sampling, stat,
 };
 
 use super::{Tracer, attach::member_spec, btf::Btf as KernelBtf};
@@ -21,15 +21,34 @@ use crate::model::record::comm;
 /// still charged to it).
 const MAX_TASKS: usize = 1 << 14;
 
-/// The default mode's reader (writeback-ebpf dirtier.rs, `DIRTYINGS`):
-/// the inode dirtyings, and the processes they name, whose page counts
-/// are read from /proc/TGID/io at each reading.
+/// Readings of the per-folio counts between two readings of the whole
+/// `DIRTIERS` map: the others look up only the pairs announced as
+/// changed. A whole reading forgets evicted pairs and catches a change a
+/// race left unannounced (see [`Tracer::per_folio`]), so a minute at the
+/// default interval bounds both; it costs about 30 ms of a core with
+/// 60,000 pairs (BENCHMARKS.md, "The per-folio map's reading cost").
+const WHOLE_EVERY: u32 = 60;
+
+/// The reader of `DIRTYINGS` (writeback-ebpf dirtier.rs): in the default
+/// mode the inode dirtyings, and the processes they name, whose page
+/// counts are read from /proc/TGID/io at each reading; in the per-folio
+/// mode the `DIRTIERS` pairs that changed, and when the whole map is due.
 pub(crate) struct Dirtyings {
     ring: RingBuf<MapData>,
     tasks: BTreeSet<u32>,
     /// CLOCK_BOOTTIME of the previous reading, in clock ticks: a process
     /// that started after it counts from zero.
     last_reading_ticks: u64,
+    /// The per-folio reading's generation (`sampling::READING`).
+    generation: u32,
+    /// Per-folio readings since the last whole one (`None`: none yet).
+    since_whole: Option<u32>,
+    /// `stat::LOST_CHANGED` at the last reading.
+    lost_changed: u64,
+    /// The pairs announced to the reading before: looked up again, for a
+    /// pair announced before that reading's lookup and grown after it
+    /// within the same generation is not announced twice.
+    last_changed: Vec<DirtierKey>,
 }
 
 impl Dirtyings {
@@ -38,6 +57,27 @@ impl Dirtyings {
             ring,
             tasks: BTreeSet::new(),
             last_reading_ticks: boot_ticks(),
+            generation: 0,
+            since_whole: None,
+            lost_changed: 0,
+            last_changed: Vec::new(),
+        }
+    }
+
+    /// Drains the ring: inode dirtyings into `snap.dirtyings`, changed
+    /// pairs into `changed`.
+    fn drain(&mut self, snap: &mut DirtierSnapshot, changed: &mut Vec<DirtierKey>) {
+        while let Some(item) = self.ring.next() {
+            match decode(&item) {
+                Some(Decoded::Dirtying(d)) => {
+                    if self.tasks.len() < MAX_TASKS || self.tasks.contains(&d.tgid) {
+                        self.tasks.insert(d.tgid);
+                    }
+                    snap.dirtyings.push(d);
+                }
+                Some(Decoded::Changed(key)) => changed.push(key),
+                None => {}
+            }
         }
     }
 
@@ -45,14 +85,7 @@ impl Dirtyings {
     /// the page counts of every process it has seen into `snap.tasks`; a
     /// process whose count cannot be read any more (it exited) is dropped.
     fn read(&mut self, snap: &mut DirtierSnapshot, tasks: bool) {
-        while let Some(item) = self.ring.next() {
-            if let Some(d) = decode(&item) {
-                if self.tasks.len() < MAX_TASKS || self.tasks.contains(&d.tgid) {
-                    self.tasks.insert(d.tgid);
-                }
-                snap.dirtyings.push(d);
-            }
-        }
+        self.drain(snap, &mut Vec::new());
         // After the drop no file may be opened (the seccomp filter kills
         // on `openat`), and another user's /proc/PID/io is refused at every
         // read anyway (`ptrace_may_access()`): the per-process counts are
@@ -91,15 +124,28 @@ fn boot_ticks() -> u64 {
     crate::sys::boottime_ns() / (1_000_000_000 / procfs::ticks_per_second().max(1))
 }
 
-/// One `InodeDirtying`, read with a size and kind check.
-fn decode(bytes: &[u8]) -> Option<InodeDirtyingReading> {
+/// A record of `DIRTYINGS`.
+enum Decoded {
+    Dirtying(InodeDirtyingReading),
+    Changed(DirtierKey),
+}
+
+/// One record of `DIRTYINGS`, read with a kind and size check.
+fn decode(bytes: &[u8]) -> Option<Decoded> {
+    let kind = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
+    if kind == DIRTIER_CHANGED_KIND && bytes.len() >= size_of::<DirtierChanged>() {
+        // SAFETY: length checked; DirtierChanged is Pod and
+        // read_unaligned needs no alignment.
+        let c: DirtierChanged = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        return Some(Decoded::Changed(c.key));
+    }
     if bytes.len() < size_of::<InodeDirtying>() {
         return None;
     }
     // SAFETY: length checked; InodeDirtying is Pod and read_unaligned
     // needs no alignment.
     let d: InodeDirtying = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    (d.kind == INODE_DIRTYING_KIND).then(|| InodeDirtyingReading {
+    (d.kind == INODE_DIRTYING_KIND).then(|| Decoded::Dirtying(InodeDirtyingReading {
         dev: d.dev,
         ino: d.ino,
         at_ns: d.at_ns,
@@ -107,7 +153,7 @@ fn decode(bytes: &[u8]) -> Option<InodeDirtyingReading> {
         comm: comm(&d.comm),
         cgroup_id: d.cgroup_id,
         owner_cgroup_id: d.owner_cgroup_id,
-    })
+    }))
 }
 
 /// `DirtierMembers` from the kernel's BTF: each slot's first member path
@@ -223,43 +269,94 @@ impl Tracer {
             .with_context(|| format!("writing SAMPLING[{slot}]"))
     }
 
-    /// `DIRTIERS` and the CPUs' slots, the per-folio mode's counts.
+    /// `DIRTIERS` and the CPUs' slots, the per-folio mode's counts: the
+    /// pairs announced as changed since the reading before (and those
+    /// announced to it), or every pair when a whole reading is due
+    /// ([`WHOLE_EVERY`], the first, or a record the ring had no room for).
+    ///
+    /// The order: the new generation is written first, so that a pair
+    /// that grows from then on is announced again; then the ring is
+    /// drained and the pairs looked up. A pair announced in the old
+    /// generation and grown after the lookup is read at the next reading
+    /// (it is in `last_changed`); what a race leaves unannounced beyond
+    /// that, the next whole reading reads.
     fn per_folio(&self, snap: &mut DirtierSnapshot) -> anyhow::Result<()> {
-        let dirtiers = self.ebpf.map("DIRTIERS").context("DIRTIERS map missing")?;
-        let fd = match dirtiers {
-            Map::LruHashMap(data) | Map::HashMap(data) => Some(data.fd().as_fd()),
-            _ => None,
+        let mut reader = self
+            .dirtyings
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the dirtyings reader was poisoned"))?;
+        let generation = reader.generation.wrapping_add(1);
+        self.set_sampling(sampling::READING, generation)?;
+        reader.generation = generation;
+        let mut changed = Vec::new();
+        reader.drain(snap, &mut changed);
+        let lost = self.stat(stat::LOST_CHANGED)?;
+        let whole = match reader.since_whole {
+            Some(n) => n + 1 >= WHOLE_EVERY || lost != reader.lost_changed,
+            None => true,
         };
-        // A batch at a time where the kernel can (batch.rs: 60,000 pairs
-        // cost a tenth of a core a second read one by one).
-        match fd.and_then(super::batch::hash_entries::<DirtierKey, DirtierEntry>) {
-            Some(entries) => {
-                let entries = entries.context("reading DIRTIERS")?;
-                snap.entries
-                    .extend(entries.iter().map(|(k, v)| reading(k, v)));
-            }
-            None => {
-                let map: BpfHashMap<_, DirtierKey, DirtierEntry> = BpfHashMap::try_from(dirtiers)?;
-                for entry in map.iter() {
-                    // An entry evicted between listing and lookup is skipped.
-                    let Ok((k, v)) = entry else { continue };
-                    snap.entries.push(reading(&k, &v));
-                }
-            }
-        }
-        // The CPUs' slots after the hash: a slot flushed between the two
-        // reads is then missed once (and counted at the next read), never
-        // counted twice.
+        reader.lost_changed = lost;
+        reader.since_whole = Some(if whole { 0 } else { reader.since_whole.unwrap_or(0) + 1 });
+        let dirtiers = self.ebpf.map("DIRTIERS").context("DIRTIERS map missing")?;
         let slots: Array<_, DirtierSlot> = Array::try_from(
             self.ebpf
                 .map("DIRTY_SLOT")
                 .context("DIRTY_SLOT map missing")?,
         )?;
-        let per_cpu = slots
-            .iter()
-            .collect::<Result<Vec<_>, _>>()
-            .context("reading DIRTY_SLOT")?;
-        for slot in per_cpu.iter().filter(|s| s.entry.pages != 0) {
+        let read_slots = || {
+            slots
+                .iter()
+                .collect::<Result<Vec<_>, _>>()
+                .context("reading DIRTY_SLOT")
+        };
+        if whole {
+            snap.whole = true;
+            let fd = match dirtiers {
+                Map::LruHashMap(data) | Map::HashMap(data) => Some(data.fd().as_fd()),
+                _ => None,
+            };
+            // A batch at a time where the kernel can (batch.rs: 60,000
+            // pairs cost a tenth of a core a second read one by one).
+            match fd.and_then(super::batch::hash_entries::<DirtierKey, DirtierEntry>) {
+                Some(entries) => {
+                    let entries = entries.context("reading DIRTIERS")?;
+                    snap.entries
+                        .extend(entries.iter().map(|(k, v)| reading(k, v)));
+                }
+                None => {
+                    let map: BpfHashMap<_, DirtierKey, DirtierEntry> =
+                        BpfHashMap::try_from(dirtiers)?;
+                    for entry in map.iter() {
+                        // An entry evicted between listing and lookup is
+                        // skipped.
+                        let Ok((k, v)) = entry else { continue };
+                        snap.entries.push(reading(&k, &v));
+                    }
+                }
+            }
+        } else {
+            // The pairs in the CPUs' slots too: a slot's pages are added
+            // to its pair's count below, which must then be read.
+            let mut keys: Vec<DirtierKey> = changed.clone();
+            keys.extend_from_slice(&reader.last_changed);
+            keys.extend(read_slots()?.iter().filter(|s| s.entry.pages != 0).map(|s| s.key));
+            keys.sort_unstable();
+            keys.dedup();
+            let map: BpfHashMap<_, DirtierKey, DirtierEntry> = BpfHashMap::try_from(dirtiers)?;
+            for key in keys {
+                match map.get(&key, 0) {
+                    Ok(v) => snap.entries.push(reading(&key, &v)),
+                    // Evicted since.
+                    Err(aya::maps::MapError::KeyNotFound) => {}
+                    Err(e) => return Err(e).context("reading DIRTIERS"),
+                }
+            }
+        }
+        reader.last_changed = changed;
+        // The CPUs' slots after the hash: a slot flushed between the two
+        // reads is then missed once (and counted at the next read), never
+        // counted twice.
+        for slot in read_slots()?.iter().filter(|s| s.entry.pages != 0) {
             let k = slot.key;
             match snap
                 .entries
@@ -284,5 +381,6 @@ fn reading(k: &DirtierKey, v: &DirtierEntry) -> DirtierReading {
         comm: comm(&v.comm),
         cgroup_id: v.cgroup_id,
         owner_cgroup_id: v.owner_cgroup_id,
+        born_ns: v.born_ns,
     }
 }

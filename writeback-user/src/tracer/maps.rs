@@ -76,13 +76,7 @@ impl Tracer {
     }
 
     pub fn stats(&self) -> anyhow::Result<KernelStats> {
-        let sum = |index: u32| -> anyhow::Result<u64> {
-            let values = self
-                .stats
-                .get(&index, 0)
-                .with_context(|| format!("reading STATS[{index}]"))?;
-            Ok(sum_counters(values.iter()))
-        };
+        let sum = |index: u32| self.stat(index);
         Ok(KernelStats {
             lost_records: sum(stat::LOST_RECORDS)?,
             unmatched_results: sum(stat::UNMATCHED_RESULTS)?,
@@ -90,6 +84,15 @@ impl Tracer {
             filtered: sum(stat::FILTERED)?,
             lost_dirtyings: sum(stat::LOST_DIRTYINGS)?,
         })
+    }
+
+    /// One `STATS` counter, summed over CPUs.
+    pub(super) fn stat(&self, index: u32) -> anyhow::Result<u64> {
+        let values = self
+            .stats
+            .get(&index, 0)
+            .with_context(|| format!("reading STATS[{index}]"))?;
+        Ok(sum_counters(values.iter()))
     }
 
     /// Per-CPU interval counters (`AGG`), summed over CPUs, by index.
