@@ -30,7 +30,8 @@ use aya_ebpf::{
 };
 use writeback_common::{
     DIRTIER_CHANGED_KIND, DirtierChanged, DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot,
-    Filter, INODE_DIRTYING_KIND, InodeDirtying, InodeKey, MemberSpec, TracepointLayout, dirtier_members as dm,
+    Filter, INODE_DIRTYING_KIND, InodeDirtying, InodeKey, MemberSpec, TracepointLayout,
+    dirtier_members as dm,
     fields::{dirty_folio, dirty_inode},
     sampling, stat,
 };
@@ -228,7 +229,9 @@ fn flush(key: &DirtierKey, pending: &mut DirtierEntry) {
 #[inline(always)]
 fn reading() -> u32 {
     // SAFETY: a live array value, written only by userspace.
-    SAMPLING.get_ptr(sampling::READING).map_or(0, |p| unsafe { *p })
+    SAMPLING
+        .get_ptr(sampling::READING)
+        .map_or(0, |p| unsafe { *p })
 }
 
 /// Sends a `DirtierChanged` for `key`; a full ring is counted

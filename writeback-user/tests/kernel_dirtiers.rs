@@ -599,7 +599,12 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
     let paths: Vec<_> = (0..3000).map(|i| dir.join(format!("f{i}"))).collect();
     let mount = fs.mountpoint.display().to_string();
     let trace = Tracing::start(&Mode::PerFolio.args(&[
-        "--json", "--events", "--device", &mount, "--interval", "0.2",
+        "--json",
+        "--events",
+        "--device",
+        &mount,
+        "--interval",
+        "0.2",
     ]));
     let child = Dirtier::fork_files(&paths, Duration::from_millis(1200), 100);
     child.start();
@@ -609,12 +614,18 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
     assert!(Command::new("sync").status().expect("sync").success());
     std::thread::sleep(Duration::from_secs(1));
     let dev = dev_of(&paths[0]);
-    let inos: Vec<u64> = paths.iter().map(|p| fs::metadata(p).unwrap().ino()).collect();
+    let inos: Vec<u64> = paths
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().ino())
+        .collect();
     let lines = trace.stop(libc::SIGINT);
     let pid = child.pid as u64;
     assert_eq!(owner_total(&lines, pid, "pages_dirtied"), 3100);
     let readings = lines.iter().filter(|l| l["type"] == "interval").count();
-    assert!(readings > 60 / 5, "{readings} intervals: the first whole, then the changes");
+    assert!(
+        readings > 60 / 5,
+        "{readings} intervals: the first whole, then the changes"
+    );
     for (i, &ino) in inos.iter().enumerate() {
         let calls = calls_on(&lines, &dev, ino);
         let by_pid: HashMap<u64, u64> = charged(&calls)
@@ -622,7 +633,11 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
             .map(|((pid, _), pages)| (pid, pages))
             .collect();
         let pages = if i < 100 { 2 } else { 1 };
-        assert_eq!(by_pid, HashMap::from([(pid, pages)]), "file {i}: {calls:#?}");
+        assert_eq!(
+            by_pid,
+            HashMap::from([(pid, pages)]),
+            "file {i}: {calls:#?}"
+        );
     }
 }
 

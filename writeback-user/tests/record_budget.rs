@@ -174,6 +174,16 @@ fn the_kernel_samples_the_calls_and_the_totals_stay_exact() {
         .filter_map(|l| l["budget"]["calls_1_in"].as_u64())
         .max();
     assert_eq!(one_in, Some(1024), "the ladder's top was reached");
+    // Over the budget at every interval: at the top, and only there, a
+    // line says nothing is left to shed.
+    for l in of("interval") {
+        let top = l["budget"]["calls_1_in"].as_u64() == Some(1024);
+        assert_eq!(
+            l["budget"]["at_floor"].as_bool().unwrap_or(false),
+            top,
+            "{l}"
+        );
+    }
     // The sampled-out pages are part of the lines' pages, and no line
     // without sampling says it left calls out.
     for l in of("interval") {

@@ -32,6 +32,7 @@ use anyhow::{Context as _, bail};
 use scratchfs::{FsType, ScratchFs};
 
 mod figures;
+mod map_reading;
 pub mod recorder;
 pub mod small_writer;
 use figures::{

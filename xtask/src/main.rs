@@ -201,6 +201,11 @@ enum BenchTarget {
         /// recorded unshed and under the budget (0: no such phase).
         #[arg(long, default_value_t = 4096)]
         dd_mib: u64,
+        /// Files one process dirties, a page each, before the recorder's
+        /// idle reading cost is measured again (per folio against the
+        /// default attribution; 0: no such phase).
+        #[arg(long, default_value_t = 60000)]
+        pairs: u64,
     },
     /// `wbscope write`'s strategies against dd and the equivalent fio jobs
     /// on one loop-mounted ext4 (root; needs fio). Report in
@@ -350,6 +355,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     cpu_budget,
                     every_secs,
                     dd_mib,
+                    pairs,
                 }),
             ..
         } => {
@@ -365,6 +371,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     cpu_budget,
                     every_secs: every_secs.max(1),
                     dd_mib,
+                    pairs,
                 },
             )?;
             write_report("recorder.md", &report)

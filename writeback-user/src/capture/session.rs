@@ -59,6 +59,8 @@ struct Budgeted {
     cpu_ns: u64,
     /// Calls seen since the call sampling last wrote one.
     skipped: u64,
+    /// Whether the log has said the budget cannot be kept (once a run).
+    said_floor: bool,
 }
 
 impl Budgeted {
@@ -69,6 +71,7 @@ impl Budgeted {
             bpf_ns: bpf_ns(snap),
             cpu_ns: crate::sys::process_cpu_ns(),
             skipped: 0,
+            said_floor: false,
         }
     }
 
@@ -87,6 +90,17 @@ impl Budgeted {
             u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX),
         );
         (self.bpf_ns, self.cpu_ns) = (bpf, cpu);
+        if let Some(l) = line.as_ref().filter(|l| l.at_floor && !self.said_floor) {
+            self.said_floor = true;
+            log::warn!(
+                "the CPU budget of {}% is not kept: with all optional work shed the programs and \
+                 the recorder took {:.2}% of a core (BPF {:.2}%), what the programs cost at their \
+                 least per writeback event at this rate; the interval lines say so (budget.at_floor)",
+                l.budget_pct,
+                l.cpu_pct,
+                l.bpf_pct
+            );
+        }
         if let Err(e) = tracer.set_dirty_folio_sampling(self.budget.dirty_folio_shift()) {
             log::warn!("setting the per-folio sampling: {e:#}");
         }

@@ -53,6 +53,13 @@ pub(crate) struct BudgetLine {
     /// One call in this many was traced (drawn into the kernel's sample,
     /// or for generic calls written) as a `call` line (1: all).
     pub(crate) calls_1_in: u32,
+    /// Over the budget with every step of the ladder in force: what is
+    /// left is what the programs cost at their least per event (a draw,
+    /// two adds, an early return: Run R3 of BENCHMARKS.md) at this rate
+    /// of writeback events, and the recorder's own reading and writing;
+    /// no optional work is left to shed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) at_floor: bool,
 }
 
 /// The budget's state between intervals.
@@ -108,12 +115,14 @@ impl CpuBudget {
             return None;
         }
         let pct = |ns: u64| ns as f64 * 100.0 / wall_ns as f64;
+        let cpu_pct = pct(bpf_ns + cpu_ns);
         let line = BudgetLine {
             budget_pct: self.budget_pct,
-            cpu_pct: pct(bpf_ns + cpu_ns),
+            cpu_pct,
             bpf_pct: pct(bpf_ns),
             dirty_folio_1_in: 1 << self.dirty_folio_shift(),
             calls_1_in: 1 << self.calls_shift(),
+            at_floor: self.level == self.max_level() && cpu_pct > self.budget_pct,
         };
         if line.cpu_pct > self.budget_pct {
             let steps = (line.cpu_pct / self.budget_pct).log2().ceil().max(1.0);
@@ -168,6 +177,9 @@ mod tests {
             b.interval(SEC, 0, SEC);
         }
         assert_eq!(b.calls_shift(), CALL_STEPS, "bounded");
+        // Every step in force and still over: said; under it: not.
+        assert!(b.interval(SEC, 0, SEC).unwrap().at_floor);
+        assert!(!b.interval(SEC / 100, 0, SEC).unwrap().at_floor);
     }
 
     #[test]
@@ -182,7 +194,7 @@ mod tests {
     #[test]
     fn far_over_the_budget_steps_as_far_as_needed_at_once() {
         let mut b = CpuBudget::new(2.0, true);
-        b.interval(SEC / 8, 0, SEC);
+        assert!(!b.interval(SEC / 8, 0, SEC).unwrap().at_floor, "steps left");
         assert_eq!(b.dirty_folio_shift(), 3);
         // Exactly twice the budget: one halving.
         b.interval(SEC / 25, 0, SEC);

@@ -815,7 +815,11 @@ mod tests {
         let mut b = Attribution::default();
         b.update(&snap(vec![born(7, 0)]));
         b.update(&snap(vec![born(9, 5)]));
-        assert_eq!(b.take_owners()[0].pages_dirtied, 9, "7 from the slot, then 2");
+        assert_eq!(
+            b.take_owners()[0].pages_dirtied,
+            9,
+            "7 from the slot, then 2"
+        );
     }
 
     /// A whole-file WB_SYNC_ALL leaves the inode clean: what it did not

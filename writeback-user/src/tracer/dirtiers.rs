@@ -145,15 +145,17 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
     // SAFETY: length checked; InodeDirtying is Pod and read_unaligned
     // needs no alignment.
     let d: InodeDirtying = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    (d.kind == INODE_DIRTYING_KIND).then(|| Decoded::Dirtying(InodeDirtyingReading {
-        dev: d.dev,
-        ino: d.ino,
-        at_ns: d.at_ns,
-        tgid: d.tgid,
-        comm: comm(&d.comm),
-        cgroup_id: d.cgroup_id,
-        owner_cgroup_id: d.owner_cgroup_id,
-    }))
+    (d.kind == INODE_DIRTYING_KIND).then(|| {
+        Decoded::Dirtying(InodeDirtyingReading {
+            dev: d.dev,
+            ino: d.ino,
+            at_ns: d.at_ns,
+            tgid: d.tgid,
+            comm: comm(&d.comm),
+            cgroup_id: d.cgroup_id,
+            owner_cgroup_id: d.owner_cgroup_id,
+        })
+    })
 }
 
 /// `DirtierMembers` from the kernel's BTF: each slot's first member path
@@ -296,7 +298,11 @@ impl Tracer {
             None => true,
         };
         reader.lost_changed = lost;
-        reader.since_whole = Some(if whole { 0 } else { reader.since_whole.unwrap_or(0) + 1 });
+        reader.since_whole = Some(if whole {
+            0
+        } else {
+            reader.since_whole.unwrap_or(0) + 1
+        });
         let dirtiers = self.ebpf.map("DIRTIERS").context("DIRTIERS map missing")?;
         let slots: Array<_, DirtierSlot> = Array::try_from(
             self.ebpf
@@ -339,7 +345,12 @@ impl Tracer {
             // to its pair's count below, which must then be read.
             let mut keys: Vec<DirtierKey> = changed.clone();
             keys.extend_from_slice(&reader.last_changed);
-            keys.extend(read_slots()?.iter().filter(|s| s.entry.pages != 0).map(|s| s.key));
+            keys.extend(
+                read_slots()?
+                    .iter()
+                    .filter(|s| s.entry.pages != 0)
+                    .map(|s| s.key),
+            );
             keys.sort_unstable();
             keys.dedup();
             let map: BpfHashMap<_, DirtierKey, DirtierEntry> = BpfHashMap::try_from(dirtiers)?;

@@ -50,6 +50,9 @@ pub struct RecorderOptions {
     pub every_secs: u64,
     /// MiB the 4 KiB writer writes in the budget phase (0: no phase).
     pub dd_mib: u64,
+    /// (inode, process) pairs of the map-reading phase (0: no phase;
+    /// map_reading.rs).
+    pub pairs: u64,
 }
 
 /// One sample of the recorder.
@@ -131,6 +134,10 @@ pub fn bench(binary: &Path, opts: &RecorderOptions) -> anyhow::Result<String> {
         let unshed = small_writer(binary, opts, None)?;
         let budgeted = small_writer(binary, opts, Some(opts.cpu_budget))?;
         out.push_str(&small_writer_report(opts, &[unshed, budgeted]));
+    }
+    if opts.pairs > 0 {
+        scratchfs::signal::check_interrupted()?;
+        out.push_str(&super::map_reading::bench(binary, opts.pairs)?);
     }
     Ok(out)
 }
