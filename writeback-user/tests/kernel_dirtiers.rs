@@ -622,8 +622,10 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
     let pid = child.pid as u64;
     assert_eq!(owner_total(&lines, pid, "pages_dirtied"), 3100);
     let readings = lines.iter().filter(|l| l["type"] == "interval").count();
+    // Several readings, fewer than 60: only the first read the whole map,
+    // the regrowth was found by readings of the changed pairs.
     assert!(
-        readings > 60 / 5,
+        (5..60).contains(&readings),
         "{readings} intervals: the first whole, then the changes"
     );
     for (i, &ino) in inos.iter().enumerate() {

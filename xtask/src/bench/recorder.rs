@@ -287,9 +287,10 @@ fn small_writer_report(opts: &RecorderOptions, runs: &[WriterRun]) -> String {
         "\n4 KiB writer at full speed: `dd bs=4k` of {} MiB, `record --store --enable \
          dirty_folio --interval 0.5`, unshed and with `--cpu-budget {}`; intervals in \
          which dd dirtied pages\n\n\
-         | run | intervals | BPF % median / max | BPF + recorder % median / max | one folio in | \
+         | run | intervals | BPF % median / max | BPF + recorder % median / max | \
+         first 4 intervals: BPF + recorder (BPF) % | one folio in | \
          recorder CPU over dd (/proc) | dd's pages_dirtied (dd wrote {}) |\n\
-         |---|---|---|---|---|---|---|\n",
+         |---|---|---|---|---|---|---|---|\n",
         opts.dd_mib,
         opts.cpu_budget,
         opts.dd_mib * 256
@@ -305,14 +306,26 @@ fn small_writer_report(opts: &RecorderOptions, runs: &[WriterRun]) -> String {
             format!("{:.2} / {:.2}", median(&mut cpu), cpu_max)
         };
         let rates: Vec<String> = r.intervals.iter().map(|i| i.2.to_string()).collect();
+        // Where an excursion over the budget comes from: the programs or
+        // the recorder's own work.
+        let first: Vec<String> = r
+            .intervals
+            .iter()
+            .take(4)
+            .map(|i| match i.1 {
+                Some(c) => format!("{c:.2} ({:.2})", i.0),
+                None => format!("— ({:.2})", i.0),
+            })
+            .collect();
         out.push_str(&format!(
-            "| {} | {} | {:.2} / {:.2} | {} | {} | {:.1}% of a core ({:.2} s over {:.1} s) | {} ± {:.0} ({:+.2}%) |\n",
+            "| {} | {} | {:.2} / {:.2} | {} | {} | {} | {:.1}% of a core ({:.2} s over {:.1} s) | {} ± {:.0} ({:+.2}%) |\n",
             r.budget
                 .map_or_else(|| "unshed".to_string(), |b| format!("--cpu-budget {b}")),
             r.intervals.len(),
             if bpf.is_empty() { f64::NAN } else { median(&mut bpf) },
             bpf_max,
             cpu_text,
+            first.join(", "),
             rates.join(" "),
             100.0 * r.cpu_s / r.wall_s.max(1e-3),
             r.cpu_s,
