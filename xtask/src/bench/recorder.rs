@@ -288,7 +288,7 @@ fn small_writer_report(opts: &RecorderOptions, runs: &[WriterRun]) -> String {
          dirty_folio --interval 0.5`, unshed and with `--cpu-budget {}`; intervals in \
          which dd dirtied pages\n\n\
          | run | intervals | BPF % median / max | BPF + recorder % median / max | \
-         first 4 intervals: BPF + recorder (BPF) % | one folio in | \
+         first 4 intervals and the worst: BPF + recorder (BPF) % | one folio in | \
          recorder CPU over dd (/proc) | dd's pages_dirtied (dd wrote {}) |\n\
          |---|---|---|---|---|---|---|---|\n",
         opts.dd_mib,
@@ -317,6 +317,23 @@ fn small_writer_report(opts: &RecorderOptions, runs: &[WriterRun]) -> String {
                 None => format!("— ({:.2})", i.0),
             })
             .collect();
+        let mut first = first;
+        // And the worst interval, which need not be among them.
+        if let Some((k, w)) = r
+            .intervals
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.1.is_some())
+            .max_by(|a, b| a.1.1.partial_cmp(&b.1.1).unwrap_or(std::cmp::Ordering::Equal))
+        {
+            first.push(format!(
+                "worst: #{} of {}, {:.2} ({:.2})",
+                k + 1,
+                r.intervals.len(),
+                w.1.unwrap_or(f64::NAN),
+                w.0
+            ));
+        }
         out.push_str(&format!(
             "| {} | {} | {:.2} / {:.2} | {} | {} | {} | {:.1}% of a core ({:.2} s over {:.1} s) | {} ± {:.0} ({:+.2}%) |\n",
             r.budget
