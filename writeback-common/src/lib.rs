@@ -431,6 +431,29 @@ pub mod call_flags {
     pub const SAMPLED: u32 = 1 << 6;
 }
 
+/// The events the default trace's programs run on, in the hook kinds the
+/// probe plan picks on a kernel with tp_btf, each with the program it
+/// runs there: a tp_btf target by name, a classic tracepoint as
+/// `category:event`. The two scan-pass events first, which fire once per
+/// extent mapped (about once per page under random 4 KiB writes with
+/// fsync: 0.98 runs per dirtied page each in BENCHMARKS.md's Run S3),
+/// then the per-call and per-inode events (a few per fsync;
+/// `writeback_start`, a classic tracepoint there, once per chunk of
+/// flusher work). What `wbscope probes --cost --on-hooks` measures its
+/// floor on (writeback-user tracer/cost.rs), and what `cargo xtask bench`
+/// sets the tracer's programs against (xtask bench/figures.rs): one list,
+/// so that the two cannot drift apart. The opt-in concepts' events are
+/// measured by `wbscope probes --cost` on their own.
+pub const DEFAULT_HOOKS: [(&str, &str); 7] = [
+    ("ext4_da_write_folios_start", "tp_btf_folios_start"),
+    ("ext4_da_write_folios_end", "tp_btf_folios_end"),
+    ("ext4_writepages", "tp_btf_writepages_start"),
+    ("ext4_writepages_result", "tp_btf_writepages_end"),
+    ("writeback_dirty_inode_enqueue", "tp_btf_dirty_inode"),
+    ("writeback_single_inode", "tp_btf_single_inode"),
+    ("writeback:writeback_start", "wb_start"),
+];
+
 /// Slots of the `SAMPLING` array map: log2 of the one-in-N sampling the
 /// CPU budget asks for (writeback-user/src/model/budget.rs), written by
 /// userspace at each interval; 0 keeps everything.

@@ -68,25 +68,17 @@ enum Hook {
     Tracepoint(&'static str),
 }
 
-/// The events the default trace's programs run on, in the hook kinds the
-/// probe plan picks on a kernel with tp_btf: the two scan-pass events,
-/// which fire once per extent mapped (about once per page under random
-/// 4 KiB writes with fsync: 0.98 runs per dirtied page each in
-/// BENCHMARKS.md's Run S3), then the per-call and per-inode events (a few
-/// per fsync; `writeback_start`, a classic tracepoint there, once per
-/// chunk of flusher work). The opt-in concepts' events (`writeback_dirty_folio`, the
-/// block requests and bios, `global_dirty_state`) are measured by
-/// `wbscope probes --cost` on their own; the ones here are what a writer
-/// pays for `wbscope trace` as it ships (issue 31).
-const HOOKS: [Hook; 7] = [
-    Hook::TpBtf("ext4_da_write_folios_start"),
-    Hook::TpBtf("ext4_da_write_folios_end"),
-    Hook::TpBtf("ext4_writepages"),
-    Hook::TpBtf("ext4_writepages_result"),
-    Hook::TpBtf("writeback_dirty_inode_enqueue"),
-    Hook::TpBtf("writeback_single_inode"),
-    Hook::Tracepoint("writeback:writeback_start"),
-];
+/// The events of [`writeback_common::DEFAULT_HOOKS`], as hooks: a name
+/// with a `category:` is a classic tracepoint (issue 31: what a writer
+/// pays for `wbscope trace` as it ships).
+fn hooks() -> impl Iterator<Item = Hook> {
+    writeback_common::DEFAULT_HOOKS
+        .iter()
+        .map(|&(event, _)| match event.contains(':') {
+            true => Hook::Tracepoint(event),
+            false => Hook::TpBtf(event),
+        })
+}
 
 impl Hook {
     fn name(self) -> &'static str {
@@ -271,7 +263,7 @@ fn cost_of(
 }
 
 /// Attaches an empty program (with `counting`, a counting one) to each of
-/// [`HOOKS`], calls `attached`, and
+/// [`hooks`], calls `attached`, and
 /// measures until `duration` passed or a signal arrived. A hook this
 /// kernel lacks (or cannot hook with tp_btf) is reported with no
 /// invocations and a warning. Everything is detached when it returns.
@@ -285,7 +277,7 @@ pub(crate) fn measure_on_hooks(
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling BPF run-time statistics (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)")?;
     let mut loaded = Vec::new();
-    for hook in HOOKS {
+    for hook in hooks() {
         match hook.attach(&btf, counting) {
             Ok((ebpf, link)) => loaded.push((hook, Some((ebpf, link)))),
             Err(e) => {

@@ -7,16 +7,9 @@ use std::collections::BTreeMap;
 
 use super::median;
 
-/// The tracer's program on each event [`super::Side::Floor`] measures.
-pub(super) const FLOOR_EVENTS: [(&str, &str); 7] = [
-    ("ext4_da_write_folios_start", "tp_btf_folios_start"),
-    ("ext4_da_write_folios_end", "tp_btf_folios_end"),
-    ("ext4_writepages", "tp_btf_writepages_start"),
-    ("ext4_writepages_result", "tp_btf_writepages_end"),
-    ("writeback_dirty_inode_enqueue", "tp_btf_dirty_inode"),
-    ("writeback_single_inode", "tp_btf_single_inode"),
-    ("writeback:writeback_start", "wb_start"),
-];
+/// The tracer's program on each event [`super::Side::Floor`] measures:
+/// the list `probes --cost --on-hooks` attaches its floor to.
+pub(super) const FLOOR_EVENTS: [(&str, &str); 7] = writeback_common::DEFAULT_HOOKS;
 
 /// Whether `program` came after issue 19 was filed (its goals name "the
 /// programs that exist on main today" and ask new ones to report their

@@ -324,7 +324,11 @@ fn small_writer_report(opts: &RecorderOptions, runs: &[WriterRun]) -> String {
             .iter()
             .enumerate()
             .filter(|(_, i)| i.1.is_some())
-            .max_by(|a, b| a.1.1.partial_cmp(&b.1.1).unwrap_or(std::cmp::Ordering::Equal))
+            .max_by(|a, b| {
+                a.1.1
+                    .partial_cmp(&b.1.1)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            })
         {
             first.push(format!(
                 "worst: #{} of {}, {:.2} ({:.2})",
