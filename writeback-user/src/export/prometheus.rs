@@ -340,7 +340,8 @@ impl Metrics {
         r.register(
             "bpf_recursion_misses",
             "Runs of the tracer's BPF programs the kernel skipped because the program was \
-             already running on that CPU (recursion_misses, Linux 5.12+): events never seen",
+             already running on that CPU (recursion_misses, Linux 5.12+), and for a kretprobe \
+             the returns its event missed (no free instance): events never seen",
             m.bpf_recursion_misses.clone(),
         );
         r.register(

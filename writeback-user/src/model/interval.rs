@@ -478,8 +478,9 @@ pub(crate) struct RunTimeLine {
     pub(crate) run_time_ns: u64,
     pub(crate) avg_ns: Option<f64>,
     /// Runs the kernel skipped because the program was already running
-    /// on that CPU (`recursion_misses`, Linux 5.12+): events it never
-    /// saw. Absent when 0.
+    /// on that CPU (`recursion_misses`, Linux 5.12+), and for a kretprobe
+    /// the returns its event missed for want of an instance: events it
+    /// never saw. Absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) recursion_misses: u64,
 }

@@ -25,7 +25,9 @@ pub struct ProgramRunTime {
     pub run_count: u64,
     pub run_time_ns: u64,
     /// Runs the kernel skipped: the program was already running on that
-    /// CPU (tracer/maps.rs `recursion_misses`); 0 where not known.
+    /// CPU (tracer/maps.rs `recursion_misses`), or, for a kretprobe of
+    /// ours, a return its event missed (no free instance); 0 where not
+    /// known.
     pub recursion_misses: u64,
 }
 

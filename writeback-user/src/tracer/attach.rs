@@ -632,7 +632,7 @@ impl Tracer {
             vmstat: super::VmStatFile::open()?,
             disks,
             _stats_fd: stats_fd,
-            _retprobes: retprobes,
+            retprobes: std::sync::Mutex::new(retprobes),
             logger,
         };
         // Before the first pause, not an interval later.

@@ -162,8 +162,12 @@ impl Tracer {
     }
 
     /// Run count and time of each attached program, when the kernel keeps
-    /// BPF statistics.
+    /// BPF statistics, and the runs it missed: skipped for recursion, and
+    /// for a kretprobe of our own the returns its event missed for want
+    /// of a free instance (`kprobe_profile`, retprobe.rs: those calls
+    /// have no end).
     pub fn run_times(&self) -> Vec<ProgramRunTime> {
+        let mut retprobes = self.retprobes.lock().unwrap_or_else(|e| e.into_inner());
         self.attached_programs
             .iter()
             .filter_map(|&name| {
@@ -173,7 +177,12 @@ impl Tracer {
                     .fd()
                     .ok()
                     .and_then(|fd| recursion_misses(std::os::fd::AsFd::as_fd(fd)))
-                    .unwrap_or(0);
+                    .unwrap_or(0)
+                    + retprobes
+                        .iter_mut()
+                        .filter(|(program, _)| *program == name)
+                        .filter_map(|(_, r)| r.misses())
+                        .sum::<u64>();
                 Some(ProgramRunTime {
                     program: name.to_string(),
                     run_count: info.run_count(),

@@ -60,8 +60,10 @@ pub struct Tracer {
     disks: Option<diskstats::DiskStatsFile>,
     /// Keeps BPF run-time statistics on while the tracer lives.
     _stats_fd: Option<OwnedFd>,
-    /// kretprobe events of our own (`retprobe.rs`), removed when dropped.
-    _retprobes: Vec<retprobe::RetProbe>,
+    /// kretprobe events of our own (`retprobe.rs`), removed when dropped,
+    /// each with its program's name: their misses are read with the
+    /// programs' run times (a read through `&self`, hence the lock).
+    retprobes: std::sync::Mutex<Vec<(&'static str, retprobe::RetProbe)>>,
     /// The default attribution's inode dirtyings and process counts
     /// (`dirtiers.rs`; read through `&self`, hence the lock).
     dirtyings: std::sync::Mutex<dirtiers::Dirtyings>,

@@ -38,9 +38,10 @@ impl Trials {
         }
     }
 
-    /// The kretprobes attached through tracefs, to keep while tracing.
-    pub(super) fn into_retprobes(self) -> Vec<RetProbe> {
-        self.retprobes.into_iter().map(|(_, r)| r).collect()
+    /// The kretprobes attached through tracefs, to keep while tracing,
+    /// each with its program's name.
+    pub(super) fn into_retprobes(self) -> Vec<(&'static str, RetProbe)> {
+        self.retprobes
     }
 
     /// Attaches the loaded kretprobe `p` of `program` to `target` with
