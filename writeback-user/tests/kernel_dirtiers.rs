@@ -77,19 +77,10 @@ impl Dirtier {
     fn fork(path: &Path, regions: Vec<(u64, u64)>) -> Dirtier {
         let buf: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8 + 1).collect();
         let cpath = CString::new(path.as_os_str().as_bytes()).unwrap();
-        let mut fds = [0; 2];
-        // SAFETY: plain syscalls; the child runs only async-signal-safe
-        // calls on memory prepared before the fork, then _exit.
-        unsafe {
-            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
-            let pid = libc::fork();
-            assert!(pid >= 0, "fork");
-            if pid == 0 {
-                let mut b = 0u8;
-                libc::close(fds[1]);
-                if libc::read(fds[0], (&raw mut b).cast(), 1) != 1 {
-                    libc::_exit(2);
-                }
+        Dirtier::fork_with(move || {
+            // SAFETY: async-signal-safe calls on memory prepared before
+            // the fork.
+            unsafe {
                 let fd = libc::open(cpath.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
                 if fd < 0 {
                     libc::_exit(3);
@@ -105,11 +96,8 @@ impl Dirtier {
                         done += w as u64;
                     }
                 }
-                libc::_exit(0);
             }
-            libc::close(fds[0]);
-            Dirtier { pid, go: fds[1] }
-        }
+        })
     }
 
     /// A child that writes one page to each of `paths` (a new file each,
@@ -126,8 +114,33 @@ impl Dirtier {
             tv_sec: idle.as_secs() as libc::time_t,
             tv_nsec: idle.subsec_nanos() as libc::c_long,
         };
+        Dirtier::fork_with(move || {
+            // SAFETY: as in `fork`.
+            let write_page = |path: &CString, offset: i64| unsafe {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
+                if fd < 0 || libc::pwrite(fd, page.as_ptr().cast(), page.len(), offset) <= 0 {
+                    libc::_exit(3);
+                }
+                libc::close(fd);
+            };
+            for path in &cpaths {
+                write_page(path, 0);
+            }
+            // SAFETY: a plain syscall.
+            unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+            for path in cpaths.iter().take(regrow) {
+                write_page(path, PAGE as i64);
+            }
+        })
+    }
+
+    /// Forks a child that runs `body` once a byte arrives on a pipe
+    /// ([`Dirtier::start`]) and exits 0 (`body` exits otherwise on a
+    /// failure). `body` may make only async-signal-safe calls, on memory
+    /// prepared before the fork.
+    fn fork_with(body: impl FnOnce()) -> Dirtier {
         let mut fds = [0; 2];
-        // SAFETY: as in `fork`.
+        // SAFETY: plain syscalls; the child runs `body`, then _exit.
         unsafe {
             assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
             let pid = libc::fork();
@@ -138,20 +151,7 @@ impl Dirtier {
                 if libc::read(fds[0], (&raw mut b).cast(), 1) != 1 {
                     libc::_exit(2);
                 }
-                let write_page = |path: &CString, offset: i64| {
-                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
-                    if fd < 0 || libc::pwrite(fd, page.as_ptr().cast(), page.len(), offset) <= 0 {
-                        libc::_exit(3);
-                    }
-                    libc::close(fd);
-                };
-                for path in &cpaths {
-                    write_page(path, 0);
-                }
-                libc::nanosleep(&nap, std::ptr::null_mut());
-                for path in cpaths.iter().take(regrow) {
-                    write_page(path, PAGE as i64);
-                }
+                body();
                 libc::_exit(0);
             }
             libc::close(fds[0]);

@@ -61,11 +61,8 @@ pub(super) fn bench(binary: &Path, pairs: u64) -> anyhow::Result<String> {
 fn idle(binary: &Path, pairs: u64, per_folio: bool) -> anyhow::Result<Idle> {
     // 2 GiB: ext4's default of an inode per 16 KiB gives 131,072.
     let fs = bench_fs(2048, false)?;
-    let dir = tempfile::Builder::new()
-        .prefix("wbscope-bench-store.")
-        .tempdir_in("/var/tmp")
-        .context("making the store's directory")?;
-    let store = dir.path().join("store").to_string_lossy().into_owned();
+    let (_dir, store) = super::recorder::store_dir()?;
+    let store = store.to_string_lossy().into_owned();
     let mount = fs.mountpoint().to_string_lossy().into_owned();
     let mut args = vec![
         "record",

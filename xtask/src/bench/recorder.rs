@@ -64,13 +64,20 @@ struct Sample {
     writes: u64,
 }
 
-pub fn bench(binary: &Path, opts: &RecorderOptions) -> anyhow::Result<String> {
-    let fs = bench_fs(1024, false)?;
-    let store_dir = tempfile::Builder::new()
+/// A directory of the run's own under /var/tmp (removed when dropped) and
+/// the path of a store in it.
+pub(super) fn store_dir() -> anyhow::Result<(tempfile::TempDir, std::path::PathBuf)> {
+    let dir = tempfile::Builder::new()
         .prefix("wbscope-bench-store.")
         .tempdir_in("/var/tmp")
         .context("making the store's directory")?;
-    let store = store_dir.path().join("store");
+    let store = dir.path().join("store");
+    Ok((dir, store))
+}
+
+pub fn bench(binary: &Path, opts: &RecorderOptions) -> anyhow::Result<String> {
+    let fs = bench_fs(1024, false)?;
+    let (_store_dir, store) = store_dir()?;
     let store_arg = store.to_string_lossy().into_owned();
     let mount = fs.mountpoint().to_string_lossy().into_owned();
     let max_size = format!("{}MiB", opts.max_size_mib);
@@ -186,11 +193,8 @@ fn small_writer(
     budget: Option<f64>,
 ) -> anyhow::Result<WriterRun> {
     let fs = bench_fs(opts.dd_mib + 1024, false)?;
-    let dir = tempfile::Builder::new()
-        .prefix("wbscope-bench-store.")
-        .tempdir_in("/var/tmp")
-        .context("making the store's directory")?;
-    let store = dir.path().join("store").to_string_lossy().into_owned();
+    let (_dir, store) = store_dir()?;
+    let store = store.to_string_lossy().into_owned();
     let mount = fs.mountpoint().to_string_lossy().into_owned();
     let budget_arg = budget.map(|b| b.to_string());
     let mut args = vec![
