@@ -52,6 +52,16 @@ pub(super) const GENERIC_CALL_PROGRAMS: [&str; 4] = [
     "generic_kretprobe_writepages",
 ];
 
+/// The programs that tell who made an inode dirty (writeback-ebpf
+/// dirtier.rs), per inode and per folio: a skipped run of the per-inode
+/// ones leaves that inode's writeback to `(unknown)`, with no owner.
+pub(super) const DIRTYING_PROGRAMS: [&str; 4] = [
+    "tp_btf_dirty_inode",
+    "dirty_inode",
+    "tp_btf_dirty_folio",
+    "dirty_folio",
+];
+
 /// Runs of the programs `of` names that the kernel skipped because a run
 /// was already under way on that CPU: `recursion_misses` of the summary's
 /// `run_time` lines, present when not 0. On PREEMPT_RT a kprobe run is
