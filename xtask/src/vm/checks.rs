@@ -6,7 +6,7 @@ use std::{fmt, path::Path};
 use serde_json::Value;
 
 use super::kernel_counts::{
-    EXT4_CALL_ENTRIES, GENERIC_CALL_PROGRAMS, kretprobe_note, skipped_runs,
+    EXT4_CALL_PROGRAMS, GENERIC_CALL_PROGRAMS, kretprobe_note, skipped_runs,
 };
 
 /// 64 MiB in 4 KiB pages: what the traced write + fsync must add up to.
@@ -591,16 +591,18 @@ fn pages(run: &str, trace: &TraceRun, startup_s: f64) -> Check {
         .and_then(|s| s["lost_records"].as_u64())
         .unwrap_or(0);
     let (dev, ino) = trace.file.clone().unwrap_or_default();
-    // Pages short only as a call whose entry run the kernel skipped and
-    // counted (`skipped_runs`), as the RT interleaving check allows.
-    let skipped = skipped_runs(trace.summary(), &|p| EXT4_CALL_ENTRIES.contains(&p));
+    // Pages short only as a call whose entry or exit run the kernel
+    // skipped and counted (`skipped_runs`), as the RT interleaving check
+    // allows.
+    let skipped = skipped_runs(trace.summary(), &|p| EXT4_CALL_PROGRAMS.contains(&p));
     let pages_ok = written == EXPECTED_PAGES || (skipped > 0 && written < EXPECTED_PAGES);
     check(
         &name,
         pages_ok && lost == 0,
         format!(
             "{written} pages in {} call(s) for {dev} ino {ino} via {}; {lost} lost records; \
-             {skipped} entry runs skipped by the kernel; wbscope startup {startup_s:.1}s",
+             {skipped} runs of the call's programs skipped by the kernel; wbscope startup \
+             {startup_s:.1}s",
             calls.len(),
             trace.writepages_kind()
         ),
@@ -778,7 +780,7 @@ mod tests {
         assert!(c.pass, "{c}");
         assert!(c.detail.contains("2 call(s)"), "{c}");
         // The 384-page call missing: a failure, unless the kernel counted
-        // a skipped run of the call's entry program (PREEMPT_RT).
+        // a skipped run of the call's entry or exit program (PREEMPT_RT).
         let short = |skipped_program: &str| {
             let summary = summary("kprobe ext4_writepages").replace(
                 r#""lost_records":0"#,
@@ -791,10 +793,14 @@ mod tests {
         };
         let counted = pages("no-fentry", &short("kprobe_writepages"), 1.5);
         assert!(
-            counted.pass && counted.detail.contains("1 entry runs skipped"),
+            counted.pass
+                && counted
+                    .detail
+                    .contains("1 runs of the call's programs skipped"),
             "{counted}"
         );
-        assert!(!pages("no-fentry", &short("kretprobe_writepages"), 1.5).pass);
+        assert!(pages("no-fentry", &short("kretprobe_writepages"), 1.5).pass);
+        assert!(!pages("no-fentry", &short("kprobe_scan"), 1.5).pass);
         assert!(invariants("no-fentry", &trace).pass);
         assert!(function_hook_fields(&trace, None).pass);
         let no_scan = trace.lines.clone();

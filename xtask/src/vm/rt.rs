@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{
     checks::{Check, exit_reason},
-    kernel_counts::{EXT4_CALL_ENTRIES, skipped_runs},
+    kernel_counts::{EXT4_CALL_PROGRAMS, skipped_runs},
 };
 
 const NAME: &str = "rt-interleave-every-call";
@@ -117,7 +117,8 @@ fn parse_calls(lines: &[Value]) -> (PerFile, BTreeMap<String, i64>) {
 /// Every file: as many calls and pages in wbscope's records as ftrace
 /// counted, the pages the file holds, all of them charged to a dirtier;
 /// nothing lost or unmatched. A call may be missing only as a run of the
-/// call's entry program the kernel counted as skipped (`recursion_misses`).
+/// call's entry or exit program the kernel counted as skipped
+/// (`recursion_misses`).
 fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms: &str) -> Check {
     if rc.trim() != "0" {
         return Check::new(NAME, false, exit_reason("wbscope trace", rc, stderr));
@@ -142,10 +143,10 @@ fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms
     let lost = summary["lost_records"].as_u64().unwrap_or(0);
     let unmatched = summary["unmatched_results"].as_u64().unwrap_or(0);
     // A call lost to a skipped run is counted on the writepages call's
-    // entry program (kernel_counts.rs `skipped_runs`): a call may be missing only
-    // when such a skipped entry counts it.
+    // entry or exit program (kernel_counts.rs `skipped_runs`): a call may
+    // be missing only when such a skipped run counts it.
     let skipped = skipped_runs(Some(summary), &|_| true);
-    let skipped_entries = skipped_runs(Some(summary), &|p| EXT4_CALL_ENTRIES.contains(&p));
+    let skipped_own = skipped_runs(Some(summary), &|p| EXT4_CALL_PROGRAMS.contains(&p));
     let mut pass = lost == 0 && unmatched == 0;
     let mut wrong = Vec::new();
     let mut calls_total = 0;
@@ -175,11 +176,11 @@ fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms
         pass &= ok;
     }
     // Missing calls pass only as runs the kernel counted as skipped.
-    pass &= missing_calls as u64 <= skipped_entries;
+    pass &= missing_calls as u64 <= skipped_own;
     let secs = ms.trim().parse::<f64>().map_or(f64::NAN, |m| m / 1000.0);
     let tail = format!(
-        "{lost} lost, {unmatched} unmatched, {skipped} runs skipped ({skipped_entries} of the \
-         call's entry program)"
+        "{lost} lost, {unmatched} unmatched, {skipped} runs skipped ({skipped_own} of the \
+         call's own programs)"
     );
     let detail = if wrong.is_empty() {
         format!(
@@ -274,12 +275,13 @@ mod tests {
             check.pass
                 && check
                     .detail
-                    .contains("3 runs skipped (0 of the call's entry program)"),
+                    .contains("3 runs skipped (0 of the call's own programs)"),
             "{}",
             check.detail
         );
         // A missing call the kernel counted as a skipped run of the call's
-        // entry program passes, and is named; one more than counted fails.
+        // entry or exit program passes, and is named; one more than counted
+        // fails.
         let counted = |n: u32| {
             missing.replace(
                 r#""unmatched_results":0}"#,
@@ -295,6 +297,11 @@ mod tests {
             check.detail
         );
         assert!(!every_call(&counted(0), "0", "", &files, &kernel, "").pass);
+        // The exit's skipped run too (the call stays open, unwritten).
+        let exit = counted(1).replace("\"kprobe_writepages\"", "\"kretprobe_writepages\"");
+        assert!(every_call(&exit, "0", "", &files, &kernel, "").pass);
+        let scan = counted(1).replace("\"kprobe_writepages\"", "\"kprobe_scan\"");
+        assert!(!every_call(&scan, "0", "", &files, &kernel, "").pass);
 
         let crashed = every_call("", "1", "wbscope: boom\n", &files, &kernel, "");
         assert_eq!(crashed.detail, "wbscope trace exited 1: wbscope: boom");
