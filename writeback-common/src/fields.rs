@@ -157,3 +157,48 @@ pub mod dirty_folio {
     pub const INO: usize = 0;
     pub const NAMES: [&str; 1] = ["ino"];
 }
+
+/// `ext4:ext4_sync_file_enter`.
+pub mod sync_file_enter {
+    pub const DEV: usize = 0;
+    pub const INO: usize = 1;
+    pub const DATASYNC: usize = 2;
+    pub const NAMES: [&str; 3] = ["dev", "ino", "datasync"];
+}
+
+/// `ext4:ext4_sync_file_exit`.
+pub mod sync_file_exit {
+    pub const DEV: usize = 0;
+    pub const INO: usize = 1;
+    pub const RET: usize = 2;
+    pub const NAMES: [&str; 3] = ["dev", "ino", "ret"];
+}
+
+/// `jbd2:jbd2_start_commit`, `jbd2_commit_locking`, `jbd2_commit_flushing`,
+/// `jbd2_commit_logging`, `jbd2_end_commit` (include/trace/events/jbd2.h,
+/// the `jbd2_commit` class).
+pub mod jbd2_commit {
+    pub const DEV: usize = 0;
+    pub const TRANSACTION: usize = 1;
+    pub const SYNC_COMMIT: usize = 2;
+    pub const NAMES: [&str; 3] = ["dev", "transaction", "sync_commit"];
+}
+
+/// `jbd2:jbd2_run_stats`.
+pub mod jbd2_run_stats {
+    pub const DEV: usize = 0;
+    pub const TID: usize = 1;
+    pub const HANDLE_COUNT: usize = 2;
+    pub const BLOCKS: usize = 3;
+    pub const BLOCKS_LOGGED: usize = 4;
+    pub const NAMES: [&str; 5] = ["dev", "tid", "handle_count", "blocks", "blocks_logged"];
+}
+
+/// `jbd2:jbd2_handle_stats` (fired by `jbd2_journal_stop()` for every
+/// handle, in the thread that held it).
+pub mod jbd2_handle_stats {
+    pub const DEV: usize = 0;
+    pub const TID: usize = 1;
+    pub const DIRTIED_BLOCKS: usize = 2;
+    pub const NAMES: [&str; 3] = ["dev", "tid", "dirtied_blocks"];
+}

@@ -794,6 +794,8 @@ mod block;
 pub use block::*;
 mod runclock;
 pub use runclock::*;
+mod durability;
+pub use durability::*;
 
 #[cfg(test)]
 mod tests {

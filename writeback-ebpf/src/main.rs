@@ -17,6 +17,7 @@
 
 mod block;
 mod dirtier;
+mod durability;
 mod floor;
 mod flusher;
 mod generic;

@@ -158,7 +158,7 @@ mod tests {
         let line = line_of(&["wbscope", "--enable", "bogus", "probes"]);
         assert_eq!(
             line,
-            "invalid value 'bogus' for '--enable <HOOKS>' [possible values: global_dirty_state, dirty_folio, device_io, extents]"
+            "invalid value 'bogus' for '--enable <HOOKS>' [possible values: global_dirty_state, dirty_folio, device_io, extents, durability]"
         );
         let line = line_of(&["wbscope", "--disable", "uprobe", "probes"]);
         assert!(

@@ -23,7 +23,7 @@ use wbscope::{
     model::plan::{Concept, HookKind},
     model::{CallRecord, DevId},
     tracer::plan::{TASK_RUNTIME, candidates, sched_switch_candidates},
-    tracer::ring::{RingCollector, RingRecord},
+    tracer::ring::RingCollector,
     tracer::{Tracer, TracerOptions},
 };
 
@@ -196,7 +196,8 @@ async fn calls_for(
     while mine.iter().map(|c| c.pages_written).sum::<i64>() < pages {
         let drained = tokio::time::timeout_at(
             deadline,
-            collector.wait_and_drain(|RingRecord::Call(c)| {
+            collector.wait_and_drain(|r| {
+                let Some(c) = r.into_call() else { return };
                 if c.dev == dev && c.ino == ino {
                     mine.push(c);
                 }

@@ -13,7 +13,7 @@ use wbscope::{
     model::plan::{Concept, HookKind},
     model::{CallRecord, DevId},
     tracer::plan::{Candidate, TracepointAttach, WRITEPAGES_TP, candidates},
-    tracer::ring::{RingCollector, RingRecord},
+    tracer::ring::RingCollector,
     tracer::{Tracer, TracerOptions},
 };
 
@@ -74,7 +74,8 @@ async fn missing_tracepoint_falls_back_to_the_next_candidate() {
     while mine.iter().map(|c| c.pages_written).sum::<i64>() < 1024 {
         let drained = tokio::time::timeout_at(
             deadline,
-            collector.wait_and_drain(|RingRecord::Call(c)| {
+            collector.wait_and_drain(|r| {
+                let Some(c) = r.into_call() else { return };
                 if c.dev == dev && c.ino == ino {
                     mine.push(c);
                 }

@@ -15,7 +15,7 @@ use support::LoopFs;
 use wbscope::{
     model::plan::{Concept, HookKind},
     model::{CallRecord, DevId},
-    tracer::ring::{RingCollector, RingRecord},
+    tracer::ring::RingCollector,
     tracer::{Tracer, TracerOptions},
 };
 use writeback_common::boundary;
@@ -40,15 +40,15 @@ async fn calls_of(
     while !handle.is_finished() {
         assert!(tokio::time::Instant::now() < deadline, "workload timed out");
         collector
-            .wait_and_drain(|RingRecord::Call(c)| all.push(c))
+            .wait_and_drain(|r| all.extend(r.into_call()))
             .await
             .unwrap();
     }
     let (dev, ino) = handle.await.unwrap();
     // Calls end in the ring a moment after the syscall returns.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    collector.drain(|RingRecord::Call(c)| all.push(c));
-    collector.close_open_calls(|RingRecord::Call(c)| all.push(c));
+    collector.drain(|r| all.extend(r.into_call()));
+    collector.close_open_calls(|r| all.extend(r.into_call()));
     if std::env::var_os("WBSCOPE_TEST_DEBUG").is_some() {
         for c in &all {
             eprintln!(

@@ -15,6 +15,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::{
     model::budget::{BudgetLine, CpuBudget, sampling_error},
     model::dirtier::{Attribution, AttributionMode},
+    model::durability::{DurabilityJoin, Phase, Span, SyncRecord},
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, ProbeStatus},
     model::summary::SummaryLine,
@@ -30,6 +31,11 @@ pub(crate) trait SessionOutput {
     fn call(&mut self, call: &CallRecord) -> io::Result<()>;
     fn interval(&mut self, line: &IntervalLine) -> io::Result<()>;
     fn summary(&mut self, summary: &SummaryLine<'_>) -> io::Result<()>;
+    /// One fsync, split (`--enable durability`); dropped by outputs that
+    /// keep no such line yet.
+    fn sync(&mut self, _sync: &SyncRecord) -> io::Result<()> {
+        Ok(())
+    }
     /// Called after every drain and interval: make what was written
     /// durable enough to survive the process.
     fn flush(&mut self) -> io::Result<()>;
@@ -239,19 +245,84 @@ fn snapshot(tracer: &Tracer, tasks: bool) -> Option<crate::model::dirtier::Dirti
         .ok()
 }
 
+/// What one drain of the ring buffer brought.
+#[derive(Default)]
+struct Batch {
+    calls: Vec<CallRecord>,
+    spans: Vec<Span>,
+    phases: Vec<Phase>,
+}
+
+impl Batch {
+    fn push(&mut self, r: RingRecord) {
+        match r {
+            RingRecord::Call(c) => self.calls.push(c),
+            RingRecord::Sync(s) => self.spans.push(s),
+            RingRecord::Commit(p) => self.phases.push(p),
+        }
+    }
+}
+
+/// Each fsync split into its parts (model/durability.rs), with
+/// `--enable durability`.
+struct Durable<'a> {
+    tracer: &'a Tracer,
+    join: Option<DurabilityJoin>,
+    /// The run is over: every fsync held is joined now.
+    last: bool,
+}
+
+impl Durable<'_> {
+    /// Feeds a drained batch (its calls already charged to their
+    /// dirtiers) and writes the fsyncs it ended. Every record of a
+    /// commit an fsync waited on is in the ring before the fsync's own:
+    /// fs/jbd2/commit.c fires `jbd2_run_stats` and `jbd2_end_commit`
+    /// before it wakes the commit's waiters, and each handle's
+    /// `jbd2_handle_stats` before the transaction can commit.
+    fn take(&mut self, batch: &Batch, out: &mut dyn SessionOutput) -> io::Result<()> {
+        let Some(join) = self.join.as_mut() else {
+            return Ok(());
+        };
+        for c in &batch.calls {
+            join.call(c);
+        }
+        for p in &batch.phases {
+            join.phase(p);
+        }
+        let ended = join.ended_without_shares();
+        match self.tracer.journal_handles(&ended) {
+            Ok(shares) => join.shares(shares),
+            Err(e) => log::warn!("reading the journal handles: {e:#}"),
+        }
+        for s in &batch.spans {
+            join.span(s.clone());
+        }
+        let now = if self.last {
+            u64::MAX
+        } else {
+            crate::sys::monotonic_ns()
+        };
+        for rec in join.take(now) {
+            out.sync(&rec)?;
+        }
+        Ok(())
+    }
+}
+
 /// Counts a batch of calls (up to `max` in all) and writes them out one by
-/// one unless the rate gate is closed.
+/// one unless the rate gate is closed; then the fsyncs the batch ended.
 fn take(
-    mut batch: Vec<CallRecord>,
+    mut batch: Batch,
     totals: &mut Totals,
     interval: &mut CallAggregate,
     gate: &mut RateGate,
     max: u64,
     out: &mut dyn SessionOutput,
-    who: &mut Who<'_>,
+    (who, durable): (&mut Who<'_>, &mut Durable<'_>),
 ) -> io::Result<()> {
-    who.charge(&mut batch);
-    for call in batch {
+    who.charge(&mut batch.calls);
+    durable.take(&batch, out)?;
+    for call in batch.calls {
         if totals.calls >= max {
             break;
         }
@@ -330,10 +401,18 @@ pub(crate) async fn run(
         .map(|pct| Budgeted::new(pct, tracer, &prev));
     eprintln!("wbscope: tracing; Ctrl-C to stop");
 
+    let mut durable = Durable {
+        tracer,
+        join: tracer
+            .plan
+            .attached(Concept::Durability)
+            .then(DurabilityJoin::default),
+        last: false,
+    };
     let ending = loop {
-        let mut batch: Vec<CallRecord> = Vec::new();
+        let mut batch = Batch::default();
         tokio::select! {
-            drained = collector.wait_and_drain(|RingRecord::Call(c)| batch.push(c)) => {
+            drained = collector.wait_and_drain(|r| batch.push(r)) => {
                 drained?;
             }
             _ = ticks.tick() => {
@@ -383,7 +462,7 @@ pub(crate) async fn run(
             &mut gate,
             max,
             out,
-            &mut who,
+            (&mut who, &mut durable),
         )?;
         out.flush()?;
         if totals.calls >= max {
@@ -392,10 +471,11 @@ pub(crate) async fn run(
     };
     // Records completed before we stopped are still in the ring: keep them
     // (within --max-records), and close the partial interval.
-    let mut rest: Vec<CallRecord> = Vec::new();
-    collector.drain(|RingRecord::Call(c)| rest.push(c));
+    let mut rest = Batch::default();
+    collector.drain(|r| rest.push(r));
     // Generic calls whose end no event marked are closed now.
-    collector.close_open_calls(|RingRecord::Call(c)| rest.push(c));
+    collector.close_open_calls(|r| rest.push(r));
+    durable.last = true;
     take(
         rest,
         &mut totals,
@@ -403,7 +483,7 @@ pub(crate) async fn run(
         &mut gate,
         max,
         out,
-        &mut who,
+        (&mut who, &mut durable),
     )?;
     let now = Instant::now();
     let cur = tracer.snapshot()?;

@@ -142,7 +142,8 @@ impl Traced {
         loop {
             let read_s = started.elapsed().as_secs_f64();
             self.collector
-                .wait_and_drain(|RingRecord::Call(c)| {
+                .wait_and_drain(|r| {
+                    let Some(c) = r.into_call() else { return };
                     place(&mut timelines, groups, &c, mono0, read_s);
                     if groups.iter().any(|g| g.contains(&c.dev)) {
                         line_calls.add(&c);
@@ -184,7 +185,8 @@ impl Traced {
         }
         let result = handle.await.context("the traced work panicked")?;
         let read_s = started.elapsed().as_secs_f64();
-        let mut take = |RingRecord::Call(c)| {
+        let mut take = |r: RingRecord| {
+            let Some(c) = r.into_call() else { return };
             place(&mut timelines, groups, &c, mono0, read_s);
             if groups.iter().any(|g| g.contains(&c.dev)) {
                 line_calls.add(&c);

@@ -12,8 +12,13 @@ use serde::Serialize;
 use crate::{
     capture::session::{self, Limits, SessionOutput},
     cli::{DropArgs, TraceArgs},
-    export::{json_lines::CallLine, prometheus::Exporter, text},
+    export::{
+        json_lines::{CallLine, SyncLine},
+        prometheus::Exporter,
+        text,
+    },
     model::CallRecord,
+    model::durability::SyncRecord,
     model::findings::{Engine, FindingEvent},
     model::plan::{HookChoice, ProbeState},
     model::{interval::IntervalLine, summary::SummaryLine},
@@ -67,6 +72,14 @@ impl SessionOutput for TraceOutput {
             (false, _) => Ok(()),
             (true, true) => self.json(&CallLine::from(call)),
             (true, false) => self.line(&text::call_row(call)),
+        }
+    }
+
+    fn sync(&mut self, sync: &SyncRecord) -> io::Result<()> {
+        match (self.events, self.json) {
+            (false, _) => Ok(()),
+            (true, true) => self.json(&SyncLine::from(sync)),
+            (true, false) => self.line(&text::sync_row(sync)),
         }
     }
 

@@ -270,7 +270,7 @@ async fn pump(mut collector: RingCollector, tx: UnboundedSender<Msg>) {
             log::error!("ring buffer: {e:#}");
             return;
         }
-        for RingRecord::Call(call) in batch {
+        for call in batch.into_iter().filter_map(RingRecord::into_call) {
             if tx.send(Msg::Call(Box::new(call))).is_err() {
                 return;
             }

@@ -6,6 +6,23 @@ use crate::model::{
     CallRecord, DevId, ScanFigures, boundary_name, cause_name, sync_mode_name, wb_reason_name,
 };
 
+/// `{"type":"sync", ...}`: one fsync, split (`--enable durability`).
+#[derive(Debug, Serialize)]
+pub(crate) struct SyncLine<'a> {
+    pub(crate) r#type: &'static str,
+    #[serde(flatten)]
+    pub(crate) sync: &'a crate::model::durability::SyncRecord,
+}
+
+impl<'a> From<&'a crate::model::durability::SyncRecord> for SyncLine<'a> {
+    fn from(sync: &'a crate::model::durability::SyncRecord) -> SyncLine<'a> {
+        SyncLine {
+            r#type: "sync",
+            sync,
+        }
+    }
+}
+
 /// `{"type":"call", ...}`: one writepages call.
 #[derive(Debug, Serialize)]
 pub(crate) struct CallLine<'a> {

@@ -36,6 +36,48 @@ pub(crate) fn call_row(c: &CallRecord) -> String {
     )
 }
 
+/// One fsync, split (`--enable durability`): `fsync pid comm dev ino
+/// total = writeback + wait + journal + flush + other (ms)`, and the
+/// commit it waited on with its largest contributor.
+pub(crate) fn sync_row(s: &crate::model::durability::SyncRecord) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let flush = s
+        .flush_ns
+        .map_or("-".to_string(), |f| format!("{:.2}", ms(f)));
+    let mut row = format!(
+        "{} {} {} {} {}: {:.2} ms = writeback {:.2} + wait {:.2} + journal {:.2} + flush {flush} \
+         + other {:.2}; {} pages",
+        s.kind,
+        s.pid,
+        escape_controls(&s.comm),
+        s.dev,
+        s.ino,
+        ms(s.total_ns),
+        ms(s.writeback_ns),
+        ms(s.wait_ns),
+        ms(s.journal_ns),
+        ms(s.other_ns),
+        s.pages
+    );
+    if let Some(c) = &s.commit {
+        row.push_str(&format!(
+            "; commit {} of {} blocks",
+            c.transaction,
+            c.blocks.map_or("?".to_string(), |b| b.to_string())
+        ));
+        if let Some(top) = c.contributors.first() {
+            row.push_str(&format!(
+                "; largest: pid {} ({}), {} blocks, {} pages written during it",
+                top.pid,
+                escape_controls(&top.comm),
+                top.blocks,
+                top.pages
+            ));
+        }
+    }
+    row
+}
+
 fn opt(v: Option<f64>, width: usize) -> String {
     match v {
         Some(v) => format!("{v:<width$.1}"),

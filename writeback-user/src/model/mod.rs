@@ -5,6 +5,7 @@
 pub(crate) mod budget;
 pub(crate) mod diff;
 pub mod dirtier;
+pub mod durability;
 pub(crate) mod findings;
 pub mod histogram;
 pub mod interval;

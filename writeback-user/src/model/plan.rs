@@ -55,6 +55,10 @@ pub enum OptIn {
     /// once per extent mapped, one per page under random 4 KiB writes.
     #[value(name = "extents")]
     Extents,
+    /// The ext4 fsync spans and jbd2 commits (issue 27): per fsync, per
+    /// commit phase and per journal handle.
+    #[value(name = "durability")]
+    Durability,
 }
 
 impl OptIn {
@@ -71,6 +75,7 @@ impl fmt::Display for OptIn {
             OptIn::DirtyFolio => "dirty_folio",
             OptIn::DeviceIo => "device_io",
             OptIn::Extents => "extents",
+            OptIn::Durability => "durability",
         })
     }
 }
@@ -118,10 +123,12 @@ pub enum Concept {
     GenericCall,
     /// Pages dirtied per (inode, process), at dirty time (issue 15).
     Dirtier,
+    /// Each fsync's span and the journal commits it waits on (issue 27).
+    Durability,
 }
 
 impl Concept {
-    pub(crate) const ALL: [Concept; 12] = [
+    pub(crate) const ALL: [Concept; 13] = [
         Concept::WritepagesCall,
         Concept::Scan,
         Concept::PerPageWrite,
@@ -134,6 +141,7 @@ impl Concept {
         Concept::CpuTime,
         Concept::GenericCall,
         Concept::Dirtier,
+        Concept::Durability,
     ];
 
     pub fn name(self) -> &'static str {
@@ -150,6 +158,7 @@ impl Concept {
             Concept::CpuTime => "cpu_time",
             Concept::GenericCall => "generic_call",
             Concept::Dirtier => "dirtier",
+            Concept::Durability => "durability",
         }
     }
 }

@@ -619,7 +619,12 @@ impl Tracer {
             .devices_from_diskstats()
             .then(super::diskstats::DiskStatsFile::open)
             .transpose()?;
+        let journal = plan
+            .attached(Concept::Durability)
+            .then(|| super::journal::JournalHandles::take(&mut ebpf))
+            .transpose()?;
         let tracer = Tracer {
+            journal: std::sync::Mutex::new(journal),
             dirtyings: std::sync::Mutex::new(super::dirtiers::Dirtyings::new(dirtyings)),
             sampling: std::sync::Mutex::new(sampling),
             ebpf,

@@ -10,6 +10,7 @@ pub mod cost;
 pub(crate) mod counter;
 mod dirtiers;
 mod diskstats;
+mod journal;
 mod landlock_dir;
 pub mod maps;
 pub(crate) mod mounts;
@@ -67,6 +68,8 @@ pub struct Tracer {
     /// The default attribution's inode dirtyings and process counts
     /// (`dirtiers.rs`; read through `&self`, hence the lock).
     dirtyings: std::sync::Mutex<dirtiers::Dirtyings>,
+    /// The journal handles per transaction, with `--enable durability`.
+    journal: std::sync::Mutex<Option<journal::JournalHandles>>,
     /// `SAMPLING`, the per-folio and per-call sampling the CPU budget
     /// sets (`writeback_common::sampling`).
     sampling: std::sync::Mutex<Array<MapData, u32>>,
@@ -79,6 +82,23 @@ impl Tracer {
     /// then has something to report, even without the writepages call).
     pub fn any_attached(&self) -> bool {
         self.plan.concepts.iter().any(|c| c.is_attached())
+    }
+
+    /// The journal handles of the `ended` transactions (`--enable
+    /// durability`), removed from the kernel's map as they are read; none
+    /// without it.
+    pub(crate) fn journal_handles(
+        &self,
+        ended: &[(crate::model::DevId, u32)],
+    ) -> anyhow::Result<Vec<crate::model::durability::HandleShare>> {
+        let mut journal = self
+            .journal
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the journal handles' lock is poisoned"))?;
+        match journal.as_mut() {
+            Some(j) if !ended.is_empty() => j.take_ended(ended),
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// The per-call record ring buffer; can be taken once.

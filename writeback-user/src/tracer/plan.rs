@@ -110,6 +110,9 @@ impl Candidate {
                  call's extents and blocks are then 0",
             ));
         }
+        if *self == Candidate::Tracepoints(durability::DURABILITY_TP) {
+            return Some((OptIn::Durability, durability::WHY_OFF));
+        }
         let per_folio = *self == TP_BTF_DIRTY_FOLIO
             || *self == Candidate::Tracepoints(DIRTY_FOLIO_TP)
             || *self == Candidate::Tracepoints(DIRTY_PAGE_TP);
@@ -133,6 +136,7 @@ impl Candidate {
                 let label = self.label();
                 FIRES
                     .iter()
+                    .chain(durability::FIRES)
                     .find(|(needle, _)| label.contains(needle))
                     .map_or("per writeback event", |(_, rate)| rate)
             }
@@ -705,6 +709,7 @@ pub(crate) fn is_generic(attaches: &[BtfAttach]) -> bool {
 }
 
 mod dirtier;
+mod durability;
 pub(crate) use dirtier::{DIRTY_FOLIO, DIRTY_INODE};
 use dirtier::{
     DIRTY_FOLIO_TP, DIRTY_INODE_TP, DIRTY_PAGE_TP, FIRES, TP_BTF_DIRTY_FOLIO, TP_BTF_DIRTY_INODE,
@@ -788,6 +793,8 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             TP_BTF_DIRTY_INODE,
             Candidate::Tracepoints(DIRTY_INODE_TP),
         ],
+        // Only when asked (`--enable durability`).
+        Concept::Durability => vec![Candidate::Tracepoints(durability::DURABILITY_TP)],
     }
 }
 
@@ -860,8 +867,11 @@ mod tests {
                             "{c:?}"
                         ),
                         OptIn::DeviceIo => assert_eq!(default, Some(&DISKSTATS), "{c:?}"),
-                        // Nothing else sees a call's extents.
-                        OptIn::Extents => assert_eq!(default, None, "{c:?}"),
+                        // Nothing else sees a call's extents, or an
+                        // fsync's span and commits.
+                        OptIn::Extents | OptIn::Durability => {
+                            assert_eq!(default, None, "{c:?}")
+                        }
                     }
                 }
             }

@@ -8,10 +8,16 @@ use std::{
 use anyhow::Context as _;
 use aya::maps::{HashMap, MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
-use writeback_common::{GENERIC_CALL_KIND, GenericCall, WritepagesCall, boundary, record_kind};
+use writeback_common::{
+    COMMIT_PHASE_KIND, CommitPhase, GENERIC_CALL_KIND, GenericCall, SYNC_SPAN_KIND, SyncSpan,
+    WritepagesCall, boundary, record_kind,
+};
 
 use super::{Tracer, mounts::FsNames};
-use crate::model::CallRecord;
+use crate::model::{
+    CallRecord,
+    durability::{Phase, Span},
+};
 
 /// How long a generic call may go without a folio before it is taken as
 /// over (writeback-ebpf generic.rs: the last fsync or sync_file_range of
@@ -29,8 +35,26 @@ pub(crate) const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_mi
 
 /// What collectors send to the task that owns the model.
 #[derive(Clone, Debug, PartialEq)]
+// Calls are nearly every record and each is moved once into its batch:
+// boxing them would add an allocation per call to spare the few fsync
+// and commit records their padding.
+#[expect(clippy::large_enum_variant, reason = "calls are the common record")]
 pub enum RingRecord {
     Call(CallRecord),
+    /// An ext4 fsync's span (`--enable durability`).
+    Sync(Span),
+    /// A phase of a journal commit (`--enable durability`).
+    Commit(Phase),
+}
+
+impl RingRecord {
+    /// The call, for readers that take only calls.
+    pub fn into_call(self) -> Option<CallRecord> {
+        match self {
+            RingRecord::Call(c) => Some(c),
+            RingRecord::Sync(_) | RingRecord::Commit(_) => None,
+        }
+    }
 }
 
 /// Why a ring-buffer record was refused.
@@ -67,6 +91,18 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
                 &raw,
                 raw.boundary,
             )))
+        }
+        SYNC_SPAN_KIND if bytes.len() >= size_of::<SyncSpan>() => {
+            // SAFETY: as above; SyncSpan is Pod.
+            let raw: SyncSpan =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<SyncSpan>()) };
+            Ok(RingRecord::Sync(Span::from(&raw)))
+        }
+        COMMIT_PHASE_KIND if bytes.len() >= size_of::<CommitPhase>() => {
+            // SAFETY: as above; CommitPhase is Pod.
+            let raw: CommitPhase =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<CommitPhase>()) };
+            Ok(RingRecord::Commit(Phase::from(&raw)))
         }
         _ => Err(DecodeError::Unknown {
             kind,
@@ -201,6 +237,10 @@ fn drain_into(
                 sink(RingRecord::Call(call));
                 n += 1;
             }
+            Ok(other) => {
+                sink(other);
+                n += 1;
+            }
             Err(e) => {
                 *bad += 1;
                 if *bad == 1 {
@@ -237,7 +277,9 @@ mod tests {
         };
         let mut buf = vec![0u8];
         buf.extend(bytes_of(&call));
-        let RingRecord::Call(rec) = decode(&buf[1..]).unwrap();
+        let Ok(RingRecord::Call(rec)) = decode(&buf[1..]) else {
+            panic!("not a call")
+        };
         assert_eq!((rec.ino, rec.pages_written), (42, 16384));
     }
 
@@ -266,7 +308,9 @@ mod tests {
                 size_of::<GenericCall>(),
             )
         };
-        let RingRecord::Call(rec) = decode(bytes).unwrap();
+        let Ok(RingRecord::Call(rec)) = decode(bytes) else {
+            panic!("not a call")
+        };
         assert_eq!((rec.ino, rec.pages_written, rec.folios_written), (7, 35, 5));
         assert_eq!(rec.boundary, boundary::NEXT_CALL);
         assert_eq!(rec.duration_ns, 150, "first to last folio");
@@ -300,7 +344,9 @@ mod tests {
                     size_of::<GenericCall>(),
                 )
             };
-            let RingRecord::Call(rec) = decode(bytes).unwrap();
+            let Ok(RingRecord::Call(rec)) = decode(bytes) else {
+                panic!("not a call")
+            };
             rec
         };
         let rec = decoded(&g);

@@ -1,0 +1,118 @@
+//! Durability calls (issue 27): the span of each ext4 fsync and the
+//! journal commits it may wait on, sent on the `EVENTS` ring, and the
+//! journal handles each process opened per transaction, counted in the
+//! kernel. Userspace joins them with the thread's own writepages calls
+//! (writeback-user model/durability.rs).
+//!
+//! Sources: include/trace/events/ext4.h (`ext4_sync_file_enter/exit`),
+//! include/trace/events/jbd2.h (`jbd2_start_commit`,
+//! `jbd2_commit_locking`, `jbd2_commit_flushing`, `jbd2_commit_logging`,
+//! `jbd2_end_commit`, `jbd2_run_stats`, `jbd2_handle_stats`), and
+//! fs/jbd2/commit.c (`jbd2_journal_commit_transaction()` fires them in
+//! that order, `jbd2_run_stats` just before `jbd2_end_commit`, and wakes
+//! the commit's waiters after both).
+
+/// Kind of [`SyncSpan`].
+pub const SYNC_SPAN_KIND: u32 = 3;
+/// Kind of [`CommitPhase`].
+pub const COMMIT_PHASE_KIND: u32 = 4;
+
+/// The phases of a journal commit, each a tracepoint of its own.
+pub mod phase {
+    /// `jbd2_start_commit`: the journal thread takes the transaction.
+    pub const START: u32 = 0;
+    /// `jbd2_commit_locking`: it waits for the transaction's open handles.
+    pub const LOCKING: u32 = 1;
+    /// `jbd2_commit_flushing`: it writes and waits for the ordered data
+    /// (data=ordered: the data blocks the transaction's metadata points to).
+    pub const FLUSHING: u32 = 2;
+    /// `jbd2_commit_logging`: it writes the journal blocks and the commit
+    /// block (with the device cache flush or FUA the journal asks for).
+    pub const LOGGING: u32 = 3;
+    /// `jbd2_end_commit`: the transaction is on disk.
+    pub const END: u32 = 4;
+    /// `jbd2_run_stats`: the commit's own counts (handles, blocks).
+    pub const STATS: u32 = 5;
+}
+
+/// One `ext4_sync_file()` (fsync, fdatasync, and the O_SYNC / O_DSYNC
+/// writes' `generic_write_sync()`, which calls it through `vfs_fsync_range`),
+/// joined in the kernel from its enter and exit tracepoints on one thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncSpan {
+    /// [`SYNC_SPAN_KIND`].
+    pub kind: u32,
+    pub tid: u32,
+    pub pid: u32,
+    /// `datasync` as the enter tracepoint gave it (1: fdatasync or O_DSYNC).
+    pub datasync: u32,
+    /// The kernel's `dev_t` (major << 20 | minor).
+    pub dev: u32,
+    pub ret: i32,
+    pub ino: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub cgroup_id: u64,
+    pub comm: [u8; 16],
+}
+
+/// One phase of one journal commit ([`phase`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitPhase {
+    /// [`COMMIT_PHASE_KIND`].
+    pub kind: u32,
+    /// [`phase`].
+    pub phase: u32,
+    /// The journal's filesystem device (`journal->j_fs_dev`).
+    pub dev: u32,
+    /// The transaction id (jbd2's `tid_t`).
+    pub transaction: u32,
+    pub ns: u64,
+    /// [`phase::STATS`]: handles and blocks of the transaction
+    /// (`jbd2_run_stats`' `handle_count`, `blocks`, `blocks_logged`);
+    /// [`phase::START`]: `sync_commit` in `handles`.
+    pub handles: u32,
+    pub blocks: u32,
+    pub blocks_logged: u32,
+    pub _pad: u32,
+}
+
+/// A process's journal handles in one transaction (`HANDLES` map key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HandleKey {
+    pub dev: u32,
+    pub transaction: u32,
+    /// The process (tgid) that stopped the handle.
+    pub pid: u32,
+    pub _pad: u32,
+    /// The inode whose writepages call the handle was opened in (block
+    /// allocation for its data: charged to that inode's dirtiers, not to
+    /// the flusher thread that allocated); 0 outside a call.
+    pub ino: u64,
+}
+
+/// What [`HandleKey`] counted.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HandleCount {
+    pub handles: u64,
+    /// `jbd2_handle_stats`' `dirtied_blocks`: journal credits the handle
+    /// used (blocks it put in the transaction).
+    pub blocks: u64,
+    /// The process's name at its first handle in the transaction (the
+    /// flusher and journal threads make no call records of their own).
+    pub comm: [u8; 16],
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: #[repr(C)] structs of plain integers with explicit padding;
+    // every bit pattern is valid.
+    unsafe impl aya::Pod for super::SyncSpan {}
+    unsafe impl aya::Pod for super::CommitPhase {}
+    unsafe impl aya::Pod for super::HandleKey {}
+    unsafe impl aya::Pod for super::HandleCount {}
+}

@@ -1,0 +1,219 @@
+//! Durability calls (issue 27, `--enable durability`): each ext4 fsync's
+//! span, the journal commits' phases, and the journal handles each process
+//! put in each transaction. Classic tracepoints only: they fire per fsync,
+//! per commit phase and per journal handle, never on a path without
+//! writeback or a journal.
+//!
+//! Record layouts: writeback-common durability.rs.
+use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::{map, tracepoint},
+    maps::{HashMap, LruHashMap},
+    programs::TracePointContext,
+};
+use writeback_common::{
+    COMMIT_PHASE_KIND, CommitPhase, HandleCount, HandleKey, SYNC_SPAN_KIND, SyncSpan,
+    TracepointLayout,
+    fields::{jbd2_commit, jbd2_handle_stats, jbd2_run_stats, sync_file_enter, sync_file_exit},
+    phase, stat,
+};
+
+use crate::{
+    CURRENT, EVENTS, bump,
+    read::{current_tid, field, now_ns},
+    writepages::{filtered_out, in_ext4_call},
+};
+
+#[unsafe(no_mangle)]
+static SYNC_ENTER_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static SYNC_EXIT_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static COMMIT_START_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static COMMIT_LOCKING_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static COMMIT_FLUSHING_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static COMMIT_LOGGING_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static COMMIT_END_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static RUN_STATS_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static HANDLE_STATS_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+
+/// Each thread's fsync in progress, from its enter to its exit.
+#[map]
+static SYNCING: HashMap<u32, SyncSpan> = HashMap::with_max_entries(16384, 0);
+
+/// Journal handles and their blocks per (device, transaction, process,
+/// inode of the writepages call they were opened in). Userspace reads the
+/// transactions that have committed and removes them; LRU, so that a
+/// reader that stops keeping up loses the oldest counts, not new ones.
+#[map]
+static HANDLES: LruHashMap<HandleKey, HandleCount> = LruHashMap::with_max_entries(8192, 0);
+
+/// Sends a record on the events ring without waking the reader: these
+/// come a few per fsync and commit, and the reader's 100 ms timer takes
+/// them.
+#[inline(always)]
+fn send<T: 'static>(value: T) {
+    match EVENTS.reserve::<T>(0) {
+        Some(mut entry) => {
+            entry.write(value);
+            entry.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        None => bump(stat::LOST_RECORDS),
+    }
+}
+
+/// `ext4:ext4_sync_file_enter`: `ext4_sync_file()` begins (fsync,
+/// fdatasync, an O_SYNC write's `generic_write_sync()`).
+#[tracepoint]
+pub fn sync_file_enter(ctx: TracePointContext) -> u32 {
+    let l = &SYNC_ENTER_LAYOUT;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: plain helper call.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let dev = field(&ctx, l, sync_file_enter::DEV) as u32;
+    let ino = field(&ctx, l, sync_file_enter::INO) as u64;
+    if filtered_out(dev, ino, (pid_tgid >> 32) as u32, cgroup_id) {
+        return 0;
+    }
+    let span = SyncSpan {
+        kind: SYNC_SPAN_KIND,
+        tid: pid_tgid as u32,
+        pid: (pid_tgid >> 32) as u32,
+        datasync: field(&ctx, l, sync_file_enter::DATASYNC) as u32,
+        dev,
+        ret: 0,
+        ino,
+        start_ns: now_ns(),
+        end_ns: 0,
+        cgroup_id,
+        comm: bpf_get_current_comm().unwrap_or_default(),
+    };
+    let _ = SYNCING.insert(&span.tid, &span, 0);
+    0
+}
+
+/// `ext4:ext4_sync_file_exit`: the fsync returns; its span is sent.
+#[tracepoint]
+pub fn sync_file_exit(ctx: TracePointContext) -> u32 {
+    let tid = current_tid();
+    // SAFETY: copied out before the entry is removed.
+    let Some(mut span) = (unsafe { SYNCING.get(&tid) }).copied() else {
+        return 0;
+    };
+    let _ = SYNCING.remove(&tid);
+    span.end_ns = now_ns();
+    span.ret = field(&ctx, &SYNC_EXIT_LAYOUT, sync_file_exit::RET) as i32;
+    send(span);
+    0
+}
+
+#[inline(always)]
+fn commit(ctx: &TracePointContext, layout: &TracepointLayout, which: u32) -> u32 {
+    send(CommitPhase {
+        kind: COMMIT_PHASE_KIND,
+        phase: which,
+        dev: field(ctx, layout, jbd2_commit::DEV) as u32,
+        transaction: field(ctx, layout, jbd2_commit::TRANSACTION) as u32,
+        ns: now_ns(),
+        handles: field(ctx, layout, jbd2_commit::SYNC_COMMIT) as u32,
+        blocks: 0,
+        blocks_logged: 0,
+        _pad: 0,
+    });
+    0
+}
+
+/// `jbd2:jbd2_start_commit`.
+#[tracepoint]
+pub fn commit_start(ctx: TracePointContext) -> u32 {
+    commit(&ctx, &COMMIT_START_LAYOUT, phase::START)
+}
+
+/// `jbd2:jbd2_commit_locking`.
+#[tracepoint]
+pub fn commit_locking(ctx: TracePointContext) -> u32 {
+    commit(&ctx, &COMMIT_LOCKING_LAYOUT, phase::LOCKING)
+}
+
+/// `jbd2:jbd2_commit_flushing`.
+#[tracepoint]
+pub fn commit_flushing(ctx: TracePointContext) -> u32 {
+    commit(&ctx, &COMMIT_FLUSHING_LAYOUT, phase::FLUSHING)
+}
+
+/// `jbd2:jbd2_commit_logging`.
+#[tracepoint]
+pub fn commit_logging(ctx: TracePointContext) -> u32 {
+    commit(&ctx, &COMMIT_LOGGING_LAYOUT, phase::LOGGING)
+}
+
+/// `jbd2:jbd2_end_commit`.
+#[tracepoint]
+pub fn commit_end(ctx: TracePointContext) -> u32 {
+    commit(&ctx, &COMMIT_END_LAYOUT, phase::END)
+}
+
+/// `jbd2:jbd2_run_stats`: the committed transaction's handles and blocks.
+#[tracepoint]
+pub fn commit_stats(ctx: TracePointContext) -> u32 {
+    let l = &RUN_STATS_LAYOUT;
+    send(CommitPhase {
+        kind: COMMIT_PHASE_KIND,
+        phase: phase::STATS,
+        dev: field(&ctx, l, jbd2_run_stats::DEV) as u32,
+        transaction: field(&ctx, l, jbd2_run_stats::TID) as u32,
+        ns: now_ns(),
+        handles: field(&ctx, l, jbd2_run_stats::HANDLE_COUNT) as u32,
+        blocks: field(&ctx, l, jbd2_run_stats::BLOCKS) as u32,
+        blocks_logged: field(&ctx, l, jbd2_run_stats::BLOCKS_LOGGED) as u32,
+        _pad: 0,
+    });
+    0
+}
+
+/// `jbd2:jbd2_handle_stats`: a handle stops, in the thread that held it.
+/// Inside an ext4 writepages call (block allocation for the call's data,
+/// usually by a flusher thread) the handle is counted under the call's
+/// inode, which userspace charges to that inode's dirtiers.
+#[tracepoint]
+pub fn handle_stats(ctx: TracePointContext) -> u32 {
+    let l = &HANDLE_STATS_LAYOUT;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let ino = if in_ext4_call(tid) {
+        // SAFETY: the key is copied out at once.
+        unsafe { CURRENT.get(&tid) }.map_or(0, |c| c.key.ino)
+    } else {
+        0
+    };
+    let key = HandleKey {
+        dev: field(&ctx, l, jbd2_handle_stats::DEV) as u32,
+        transaction: field(&ctx, l, jbd2_handle_stats::TID) as u32,
+        pid: (pid_tgid >> 32) as u32,
+        _pad: 0,
+        ino,
+    };
+    let blocks = field(&ctx, l, jbd2_handle_stats::DIRTIED_BLOCKS).max(0) as u64;
+    if let Some(count) = HANDLES.get_ptr_mut(&key) {
+        // SAFETY: a valid entry; concurrent adds on other CPUs are atomic.
+        unsafe {
+            crate::atomic_add(&raw mut (*count).handles, 1);
+            crate::atomic_add(&raw mut (*count).blocks, blocks);
+        }
+    } else {
+        let count = HandleCount {
+            handles: 1,
+            blocks,
+            comm: bpf_get_current_comm().unwrap_or_default(),
+        };
+        let _ = HANDLES.insert(&key, &count, 0);
+    }
+    0
+}

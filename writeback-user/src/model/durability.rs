@@ -1,0 +1,492 @@
+//! Each ext4 fsync split into the parts a user can act on (issue 27):
+//! its own writeback, waiting for that I/O, the journal commit it waited
+//! on, and what came after the commit (the cache flush ext4 issues when
+//! the commit sent none), with the processes whose journal handles went
+//! into that commit. Plain data: the tracer's records in, one
+//! [`SyncRecord`] per fsync out (docs/trace-json.md, `sync` lines).
+//!
+//! What is exact and what is inferred, on tracepoints alone:
+//! - the span (`ext4_sync_file_enter/exit` on the thread) and the
+//!   writeback part (the thread's own writepages calls inside it, each a
+//!   call record) are exact;
+//! - the commit is the last one of the device's journal to end inside the
+//!   span: `ext4_sync_file()` waits for one transaction,
+//!   `jbd2_complete_transaction()` (fs/ext4/fsync.c), and the journal
+//!   thread commits one at a time (fs/jbd2/journal.c `kjournald2`), so
+//!   the transaction it waited for is the last to end before it returned;
+//!   its phases' times are exact (ktime at each jbd2 tracepoint);
+//! - `wait_ns` (from the last writeback call's end to the commit's start,
+//!   or to the span's end without a commit) is where
+//!   `file_write_and_wait_range()` waits for the pages' I/O, inferred
+//!   from the order of fs/ext4/fsync.c, not measured by a hook of its own;
+//! - `flush_ns` (from the commit's end to the span's end) is where ext4
+//!   issues `blkdev_issue_flush()` when the commit did not send the
+//!   barrier itself, inferred the same way; `None` without a commit;
+//! - the contributors are the kernel's own handle counts per process
+//!   (`jbd2_handle_stats`); a handle opened inside a writepages call
+//!   (block allocation for that call's data, usually by a flusher thread)
+//!   is charged to the dirtiers of the call's inode, in proportion to
+//!   their pages.
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::Serialize;
+use writeback_common::{CommitPhase, SyncSpan, phase};
+
+use crate::model::{CallRecord, DevId, dirtier::Dirtier, record::comm};
+
+/// One ext4 fsync as the kernel sent it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub cgroup_id: u64,
+    pub dev: DevId,
+    pub ino: u64,
+    pub datasync: bool,
+    pub ret: i32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl From<&SyncSpan> for Span {
+    fn from(s: &SyncSpan) -> Span {
+        Span {
+            pid: s.pid,
+            tid: s.tid,
+            comm: comm(&s.comm),
+            cgroup_id: s.cgroup_id,
+            dev: DevId::from_kernel(s.dev),
+            ino: s.ino,
+            datasync: s.datasync != 0,
+            ret: s.ret,
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+        }
+    }
+}
+
+/// One phase of a journal commit as the kernel sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Phase {
+    pub dev: DevId,
+    pub transaction: u32,
+    /// writeback_common [`phase`].
+    pub phase: u32,
+    pub ns: u64,
+    pub handles: u32,
+    pub blocks: u32,
+    pub blocks_logged: u32,
+}
+
+impl From<&CommitPhase> for Phase {
+    fn from(p: &CommitPhase) -> Phase {
+        Phase {
+            dev: DevId::from_kernel(p.dev),
+            transaction: p.transaction,
+            phase: p.phase,
+            ns: p.ns,
+            handles: p.handles,
+            blocks: p.blocks,
+            blocks_logged: p.blocks_logged,
+        }
+    }
+}
+
+/// A process's journal handles in one transaction (the kernel's `HANDLES`
+/// map).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandleShare {
+    pub dev: DevId,
+    pub transaction: u32,
+    pub pid: u32,
+    /// The inode of the writepages call the handles were opened in; 0
+    /// outside one.
+    pub ino: u64,
+    pub handles: u64,
+    pub blocks: u64,
+    /// The process's name at its first handle in the transaction.
+    pub comm: String,
+}
+
+/// One fsync, split (docs/trace-json.md, `sync`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SyncRecord {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub cgroup_id: u64,
+    pub dev: DevId,
+    pub ino: u64,
+    pub fs: &'static str,
+    /// `fsync` or `fdatasync` (O_SYNC / O_DSYNC writes come through the
+    /// same ext4 call, as fsync / fdatasync of their range).
+    pub kind: &'static str,
+    pub ret: i32,
+    pub start_ns: u64,
+    pub total_ns: u64,
+    pub writeback_ns: u64,
+    pub wait_ns: u64,
+    pub journal_ns: u64,
+    pub flush_ns: Option<u64>,
+    pub other_ns: u64,
+    /// Pages and writepages calls of its own writeback.
+    pub pages: i64,
+    pub calls: u32,
+    pub commit: Option<CommitRecord>,
+}
+
+/// The commit an fsync waited on.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CommitRecord {
+    pub transaction: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Phases' times (`None` where the phase's event was not seen):
+    /// waiting for the transaction's open handles, writing and waiting for
+    /// its ordered data, writing the journal.
+    pub locked_ns: Option<u64>,
+    pub flushing_ns: Option<u64>,
+    pub logging_ns: Option<u64>,
+    /// `jbd2_run_stats`: handles, blocks, and blocks written to the log.
+    pub handles: Option<u32>,
+    pub blocks: Option<u32>,
+    pub blocks_logged: Option<u32>,
+    /// Largest first.
+    pub contributors: Vec<Contributor>,
+}
+
+/// A process in a commit: its journal handles and their blocks (exact:
+/// the kernel's counts), and the pages of its data written back while the
+/// commit ran (from the call records: under data=ordered without
+/// unwritten extents the commit writes and waits for them; otherwise they
+/// share the device with the journal's own writes).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Contributor {
+    pub pid: u32,
+    pub comm: String,
+    pub handles: u64,
+    pub blocks: u64,
+    pub pages: u64,
+}
+
+/// A commit as its phases arrive.
+#[derive(Clone, Debug, Default)]
+struct Commit {
+    at: [Option<u64>; 5],
+    handles: Option<u32>,
+    blocks: Option<u32>,
+    blocks_logged: Option<u32>,
+    shares: Vec<HandleShare>,
+}
+
+impl Commit {
+    fn end(&self) -> Option<u64> {
+        self.at[phase::END as usize]
+    }
+    fn start(&self) -> Option<u64> {
+        self.at[phase::START as usize]
+    }
+    fn between(&self, from: u32, to: u32) -> Option<u64> {
+        Some(self.at[to as usize]?.saturating_sub(self.at[from as usize]?))
+    }
+}
+
+/// A writepages call, as far as the join needs it.
+#[derive(Clone, Debug)]
+struct Brief {
+    tid: u32,
+    dev: DevId,
+    start_ns: u64,
+    end_ns: u64,
+    pages: i64,
+    /// Its pages per dirtier (the calling process's when none is known).
+    owners: Vec<(u32, u64)>,
+}
+
+/// How long an fsync waits before it is joined: the calls that overlap
+/// its commit send their records when they end, and a flusher's chunk of
+/// one inode is sized to about half a second of the device's bandwidth
+/// (`writeback_chunk_size()`, fs/fs-writeback.c), so two seconds sees
+/// all but the longest integrity calls' ends.
+pub const HOLD_NS: u64 = 2_000_000_000;
+
+/// How long calls and commits are kept for spans still to come: an fsync
+/// longer than this loses its oldest calls (and says fewer).
+const KEEP_NS: u64 = 120_000_000_000;
+/// Bounds of what is kept, whatever the rate.
+const MAX_CALLS: usize = 1 << 16;
+const MAX_COMMITS: usize = 4096;
+const MAX_NAMES: usize = 1 << 14;
+const MAX_INODES: usize = 1 << 14;
+
+/// The join: calls, commits and handles in, [`SyncRecord`]s out.
+#[derive(Debug, Default)]
+pub struct DurabilityJoin {
+    calls: VecDeque<Brief>,
+    commits: BTreeMap<(DevId, u32), Commit>,
+    spans: Vec<Span>,
+    /// Who dirtied each inode, from its last call with dirtiers.
+    dirtiers: HashMap<(DevId, u64), Vec<Dirtier>>,
+    names: HashMap<u32, String>,
+}
+
+impl DurabilityJoin {
+    pub fn call(&mut self, c: &CallRecord) {
+        self.name(c.tgid, &c.comm);
+        for d in &c.dirtiers {
+            if d.pid != 0 {
+                self.name(d.pid, &d.comm);
+            }
+        }
+        if !c.dirtiers.is_empty()
+            && (self.dirtiers.len() < MAX_INODES || self.dirtiers.contains_key(&(c.dev, c.ino)))
+        {
+            self.dirtiers.insert((c.dev, c.ino), c.dirtiers.clone());
+        }
+        if self.calls.len() >= MAX_CALLS {
+            self.calls.pop_front();
+        }
+        let mut owners: Vec<(u32, u64)> = c
+            .dirtiers
+            .iter()
+            .filter(|d| d.pid != 0 && d.pages > 0)
+            .map(|d| (d.pid, d.pages))
+            .collect();
+        if owners.is_empty() && c.pages_written > 0 {
+            owners.push((c.tgid, c.pages_written as u64));
+        }
+        self.calls.push_back(Brief {
+            tid: c.tid,
+            dev: c.dev,
+            start_ns: c.start_ns,
+            end_ns: c.start_ns + c.duration_ns,
+            pages: c.pages_written,
+            owners,
+        });
+    }
+
+    pub fn span(&mut self, s: Span) {
+        self.name(s.pid, &s.comm);
+        self.spans.push(s);
+    }
+
+    pub fn phase(&mut self, p: &Phase) {
+        if self.commits.len() >= MAX_COMMITS
+            && !self.commits.contains_key(&(p.dev, p.transaction))
+            && let Some(oldest) = self.commits.keys().next().copied()
+        {
+            self.commits.remove(&oldest);
+        }
+        let c = self.commits.entry((p.dev, p.transaction)).or_default();
+        if p.phase == phase::STATS {
+            c.handles = Some(p.handles);
+            c.blocks = Some(p.blocks);
+            c.blocks_logged = Some(p.blocks_logged);
+        } else if let Some(at) = c.at.get_mut(p.phase as usize) {
+            *at = Some(p.ns);
+        }
+    }
+
+    /// The transactions that have ended and have no handle counts yet:
+    /// the tracer reads these from the kernel's map and removes them.
+    pub fn ended_without_shares(&self) -> Vec<(DevId, u32)> {
+        self.commits
+            .iter()
+            .filter(|(_, c)| c.end().is_some() && c.shares.is_empty())
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    pub fn shares(&mut self, shares: Vec<HandleShare>) {
+        for s in shares {
+            if !s.comm.is_empty() {
+                self.name(s.pid, &s.comm);
+            }
+            if let Some(c) = self.commits.get_mut(&(s.dev, s.transaction)) {
+                c.shares.push(s);
+            }
+        }
+    }
+
+    /// Joins the spans that ended [`HOLD_NS`] before `now_ns` (all of
+    /// them with `u64::MAX`, at the end of a run), and forgets what no
+    /// span to come can need (older than [`KEEP_NS`] before `now_ns`).
+    pub fn take(&mut self, now_ns: u64) -> Vec<SyncRecord> {
+        let (ready, wait): (Vec<Span>, Vec<Span>) = std::mem::take(&mut self.spans)
+            .into_iter()
+            .partition(|s| s.end_ns.saturating_add(HOLD_NS) <= now_ns);
+        self.spans = wait;
+        let out = ready.iter().map(|s| self.join(s)).collect();
+        // What the oldest span still held needs stays.
+        let oldest = self
+            .spans
+            .iter()
+            .map(|s| s.start_ns)
+            .min()
+            .unwrap_or(u64::MAX);
+        let horizon = now_ns.saturating_sub(KEEP_NS).min(oldest);
+        while self.calls.front().is_some_and(|c| c.end_ns < horizon) {
+            self.calls.pop_front();
+        }
+        self.commits.retain(|_, c| {
+            c.end().is_none_or(|e| e >= horizon) && c.start().is_none_or(|s| s >= horizon)
+        });
+        if self.names.len() > MAX_NAMES {
+            self.names.clear();
+        }
+        out
+    }
+
+    fn name(&mut self, pid: u32, comm: &str) {
+        if self.names.len() < MAX_NAMES || self.names.contains_key(&pid) {
+            self.names.insert(pid, comm.to_string());
+        }
+    }
+
+    fn join(&self, s: &Span) -> SyncRecord {
+        let total = s.end_ns.saturating_sub(s.start_ns);
+        let own: Vec<&Brief> = self
+            .calls
+            .iter()
+            .filter(|c| {
+                c.tid == s.tid && c.dev == s.dev && c.start_ns >= s.start_ns && c.end_ns <= s.end_ns
+            })
+            .collect();
+        let writeback_ns: u64 = own.iter().map(|c| c.end_ns - c.start_ns).sum();
+        let wb_end = own.iter().map(|c| c.end_ns).max().unwrap_or(s.start_ns);
+        let waited = self
+            .commits
+            .range((s.dev, 0)..=(s.dev, u32::MAX))
+            .filter_map(|(k, c)| Some((k.1, c, c.end()?)))
+            // A commit that ended before the fsync's writeback did is not
+            // one it waited on after it.
+            .filter(|(_, _, end)| (wb_end..=s.end_ns).contains(end))
+            .max_by_key(|(_, _, end)| *end);
+        let (wait_ns, journal_ns, flush_ns, commit) = match waited {
+            Some((transaction, c, end)) => {
+                let from = c.start().unwrap_or(wb_end).max(wb_end).min(end);
+                let journal = end - from;
+                let wait = from - wb_end;
+                (
+                    wait,
+                    journal,
+                    Some(s.end_ns - end),
+                    Some(self.commit(s, transaction, c, end)),
+                )
+            }
+            None => (s.end_ns - wb_end, 0, None, None),
+        };
+        // What is left is before the first call and between calls: the
+        // parts after `wb_end` tile it to the span's end.
+        let other_ns =
+            total.saturating_sub(writeback_ns + wait_ns + journal_ns + flush_ns.unwrap_or(0));
+        SyncRecord {
+            pid: s.pid,
+            tid: s.tid,
+            comm: s.comm.clone(),
+            cgroup_id: s.cgroup_id,
+            dev: s.dev,
+            ino: s.ino,
+            fs: "ext4",
+            kind: if s.datasync { "fdatasync" } else { "fsync" },
+            ret: s.ret,
+            start_ns: s.start_ns,
+            total_ns: total,
+            writeback_ns,
+            wait_ns,
+            journal_ns,
+            flush_ns,
+            other_ns,
+            pages: own.iter().map(|c| c.pages).sum(),
+            calls: own.len() as u32,
+            commit,
+        }
+    }
+
+    fn commit(&self, s: &Span, transaction: u32, c: &Commit, end: u64) -> CommitRecord {
+        CommitRecord {
+            transaction,
+            start_ns: c.start().unwrap_or(s.start_ns),
+            end_ns: end,
+            locked_ns: c.between(phase::LOCKING, phase::FLUSHING),
+            flushing_ns: c.between(phase::FLUSHING, phase::LOGGING),
+            logging_ns: c.between(phase::LOGGING, phase::END),
+            handles: c.handles,
+            blocks: c.blocks,
+            blocks_logged: c.blocks_logged,
+            contributors: self.contributors(s.dev, &c.shares, (c.start().unwrap_or(end), end)),
+        }
+    }
+
+    /// Per process: its journal handles in the transaction (those opened
+    /// inside a writepages call charged to the call's inode's dirtiers by
+    /// their pages) and the pages of its data the device was written
+    /// while the commit ran (each call's pages in proportion to its time
+    /// inside the commit's window); largest first.
+    fn contributors(
+        &self,
+        dev: DevId,
+        shares: &[HandleShare],
+        window: (u64, u64),
+    ) -> Vec<Contributor> {
+        let mut per: BTreeMap<u32, (f64, f64, f64)> = BTreeMap::new();
+        let (from, to) = window;
+        for c in self.calls.iter().filter(|c| c.dev == dev) {
+            let overlap = c.end_ns.min(to).saturating_sub(c.start_ns.max(from));
+            let share = match c.end_ns - c.start_ns {
+                0 => f64::from(u8::from((from..=to).contains(&c.start_ns))),
+                len => overlap as f64 / len as f64,
+            };
+            if share <= 0.0 {
+                continue;
+            }
+            for &(pid, pages) in &c.owners {
+                per.entry(pid).or_default().2 += pages as f64 * share;
+            }
+        }
+        for sh in shares {
+            let dirtiers = (sh.ino != 0)
+                .then(|| self.dirtiers.get(&(dev, sh.ino)))
+                .flatten()
+                .filter(|d| d.iter().any(|d| d.pid != 0 && d.pages > 0));
+            match dirtiers {
+                Some(ds) => {
+                    let all: u64 = ds.iter().filter(|d| d.pid != 0).map(|d| d.pages).sum();
+                    for d in ds.iter().filter(|d| d.pid != 0) {
+                        let f = d.pages as f64 / all as f64;
+                        let e = per.entry(d.pid).or_default();
+                        e.0 += sh.handles as f64 * f;
+                        e.1 += sh.blocks as f64 * f;
+                    }
+                }
+                None => {
+                    let e = per.entry(sh.pid).or_default();
+                    e.0 += sh.handles as f64;
+                    e.1 += sh.blocks as f64;
+                }
+            }
+        }
+        let mut out: Vec<Contributor> = per
+            .into_iter()
+            .map(|(pid, (handles, blocks, pages))| Contributor {
+                pid,
+                comm: self.names.get(&pid).cloned().unwrap_or_default(),
+                handles: handles.round() as u64,
+                blocks: blocks.round() as u64,
+                pages: pages.round() as u64,
+            })
+            .filter(|c| c.handles + c.pages > 0)
+            .collect();
+        out.sort_by(|a, b| {
+            (b.blocks + b.pages)
+                .cmp(&(a.blocks + a.pages))
+                .then(b.handles.cmp(&a.handles))
+        });
+        out
+    }
+}
+
+#[cfg(test)]
+#[path = "durability_tests.rs"]
+mod tests;

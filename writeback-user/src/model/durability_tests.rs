@@ -1,0 +1,264 @@
+use super::*;
+
+const DEV: DevId = DevId { major: 7, minor: 0 };
+const MS: u64 = 1_000_000;
+
+fn span(tid: u32, start: u64, end: u64) -> Span {
+    Span {
+        pid: tid,
+        tid,
+        comm: "b".into(),
+        cgroup_id: 1,
+        dev: DEV,
+        ino: 12,
+        datasync: false,
+        ret: 0,
+        start_ns: start,
+        end_ns: end,
+    }
+}
+
+fn call(
+    tid: u32,
+    ino: u64,
+    start: u64,
+    end: u64,
+    pages: i64,
+    dirtiers: &[(u32, &str, u64)],
+) -> CallRecord {
+    CallRecord {
+        dev: DEV,
+        ino,
+        tgid: tid,
+        tid,
+        comm: "kworker/u8:1".into(),
+        start_ns: start,
+        duration_ns: end - start,
+        pages_written: pages,
+        dirtiers: dirtiers
+            .iter()
+            .map(|&(pid, comm, pages)| Dirtier {
+                pid,
+                comm: comm.into(),
+                cgroup_id: 1,
+                pages,
+            })
+            .collect(),
+        ..CallRecord::default()
+    }
+}
+
+fn phase(transaction: u32, which: u32, ns: u64) -> Phase {
+    Phase {
+        dev: DEV,
+        transaction,
+        phase: which,
+        ns,
+        handles: 0,
+        blocks: 0,
+        blocks_logged: 0,
+    }
+}
+
+/// The parts tile the span: writeback exact from the thread's calls, the
+/// wait up to the commit's start, the journal to its end, the rest after
+/// it; nothing negative, nothing over the total.
+#[test]
+fn the_parts_tile_the_span() {
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 10 * MS + 100, 12 * MS, 1, &[]));
+    j.call(&call(6, 99, 11 * MS, 13 * MS, 8, &[])); // another thread's
+    for (p, at) in [
+        (phase::START, 15),
+        (phase::LOCKING, 15),
+        (phase::FLUSHING, 16),
+        (phase::LOGGING, 30),
+        (phase::END, 38),
+    ] {
+        j.phase(&phase(4711, p, at * MS));
+    }
+    j.span(span(5, 10 * MS, 40 * MS));
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!(r.total_ns, 30 * MS);
+    assert_eq!(r.writeback_ns, 2 * MS - 100);
+    assert_eq!((r.calls, r.pages), (1, 1));
+    assert_eq!(r.wait_ns, 3 * MS);
+    assert_eq!(r.journal_ns, 23 * MS);
+    assert_eq!(r.flush_ns, Some(2 * MS));
+    assert_eq!(r.other_ns, 100);
+    assert_eq!(
+        r.writeback_ns + r.wait_ns + r.journal_ns + r.flush_ns.unwrap() + r.other_ns,
+        r.total_ns
+    );
+    let c = r.commit.unwrap();
+    assert_eq!(c.transaction, 4711);
+    assert_eq!(c.flushing_ns, Some(14 * MS));
+    assert_eq!(c.logging_ns, Some(8 * MS));
+    assert_eq!(c.locked_ns, Some(MS));
+}
+
+/// Without a commit in the span (its transaction had committed), the
+/// time after the writeback is the wait, and there is no flush part.
+#[test]
+fn without_a_commit_the_rest_is_the_wait() {
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 10 * MS, 11 * MS, 1, &[]));
+    // A commit that ended during the writeback is not the one it waited on.
+    j.phase(&phase(7, phase::START, 9 * MS));
+    j.phase(&phase(7, phase::END, 10 * MS + 500));
+    j.span(span(5, 10 * MS, 14 * MS));
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!((r.writeback_ns, r.wait_ns, r.journal_ns), (MS, 3 * MS, 0));
+    assert_eq!(r.flush_ns, None);
+    assert!(r.commit.is_none());
+}
+
+/// A commit already running when the writeback ended counts from the
+/// writeback's end; the last commit to end is the one waited on.
+#[test]
+fn the_last_commit_to_end_is_the_one_waited_on() {
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 10 * MS, 12 * MS, 1, &[]));
+    j.phase(&phase(8, phase::START, 5 * MS));
+    j.phase(&phase(8, phase::END, 14 * MS));
+    j.phase(&phase(9, phase::START, 14 * MS));
+    j.phase(&phase(9, phase::END, 20 * MS));
+    j.span(span(5, 10 * MS, 21 * MS));
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!(r.commit.as_ref().map(|c| c.transaction), Some(9));
+    assert_eq!((r.wait_ns, r.journal_ns), (2 * MS, 6 * MS));
+    // The earlier commit started before the writeback ended: from its end.
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 10 * MS, 12 * MS, 1, &[]));
+    j.phase(&phase(8, phase::START, 5 * MS));
+    j.phase(&phase(8, phase::END, 14 * MS));
+    j.span(span(5, 10 * MS, 15 * MS));
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!((r.wait_ns, r.journal_ns, r.flush_ns), (0, 2 * MS, Some(MS)));
+}
+
+/// Handles opened inside a writepages call go to the call's inode's
+/// dirtiers by their pages; others to the process that held them.
+#[test]
+fn contributors_are_the_dirtiers_of_the_allocating_calls() {
+    let mut j = DurabilityJoin::default();
+    // A flusher call on tar's file (ino 50), which tar and cp dirtied.
+    j.call(&call(
+        90,
+        50,
+        MS,
+        2 * MS,
+        100,
+        &[(812, "tar", 75), (813, "cp", 25)],
+    ));
+    j.phase(&phase(4711, phase::START, 3 * MS));
+    j.phase(&phase(4711, phase::END, 9 * MS));
+    assert_eq!(j.ended_without_shares(), vec![(DEV, 4711)]);
+    j.shares(vec![
+        HandleShare {
+            dev: DEV,
+            transaction: 4711,
+            pid: 90,
+            ino: 50,
+            handles: 40,
+            blocks: 400,
+            comm: String::new(),
+        },
+        HandleShare {
+            dev: DEV,
+            transaction: 4711,
+            pid: 5,
+            ino: 0,
+            handles: 2,
+            blocks: 3,
+            comm: String::new(),
+        },
+        HandleShare {
+            dev: DEV,
+            transaction: 4711,
+            pid: 812,
+            ino: 0,
+            handles: 10,
+            blocks: 10,
+            comm: String::new(),
+        },
+        // Another transaction's: not this commit's.
+        HandleShare {
+            dev: DEV,
+            transaction: 4712,
+            pid: 5,
+            ino: 0,
+            handles: 9,
+            blocks: 9,
+            comm: String::new(),
+        },
+    ]);
+    assert!(j.ended_without_shares().is_empty());
+    j.span(span(5, 2 * MS, 10 * MS));
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    let c = r.commit.unwrap().contributors;
+    let got: Vec<(u32, &str, u64, u64, u64)> = c
+        .iter()
+        .map(|c| (c.pid, c.comm.as_str(), c.handles, c.blocks, c.pages))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (812, "tar", 40, 310, 0),
+            (813, "cp", 10, 100, 0),
+            (5, "b", 2, 3, 0)
+        ]
+    );
+}
+
+/// The data written back while the commit ran is charged to its
+/// dirtiers, each call in proportion to its time inside the commit.
+#[test]
+fn data_written_during_the_commit_is_charged_to_its_dirtiers() {
+    let mut j = DurabilityJoin::default();
+    // Half inside the commit [10, 20] ms: 50 of its 100 pages.
+    j.call(&call(90, 50, 5 * MS, 15 * MS, 100, &[(812, "tar", 100)]));
+    // All inside, nobody known: the caller's.
+    j.call(&call(91, 51, 12 * MS, 14 * MS, 30, &[]));
+    // Outside.
+    j.call(&call(90, 50, 21 * MS, 22 * MS, 500, &[(812, "tar", 500)]));
+    j.phase(&phase(3, phase::START, 10 * MS));
+    j.phase(&phase(3, phase::END, 20 * MS));
+    j.span(span(5, 9 * MS, 23 * MS));
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    let c = r.commit.unwrap().contributors;
+    let got: Vec<(u32, u64)> = c.iter().map(|c| (c.pid, c.pages)).collect();
+    assert_eq!(got, vec![(812, 50), (91, 30)]);
+}
+
+/// Memory stays bounded whatever arrives, and old calls and commits go.
+#[test]
+fn what_is_kept_is_bounded() {
+    let mut j = DurabilityJoin::default();
+    for i in 0..(MAX_CALLS as u64 + 10) {
+        j.call(&call(5, 12, i, i + 1, 1, &[]));
+    }
+    assert_eq!(j.calls.len(), MAX_CALLS);
+    for t in 0..(MAX_COMMITS as u32 + 10) {
+        j.phase(&phase(t, phase::START, 1));
+    }
+    assert_eq!(j.commits.len(), MAX_COMMITS);
+    assert!(j.take(KEEP_NS + 10 * MS).is_empty());
+    assert!(j.calls.is_empty());
+    assert!(j.commits.is_empty());
+}
+
+/// A span waits until the calls that overlap its commit can have ended.
+#[test]
+fn a_span_is_held_for_the_calls_that_end_after_it() {
+    let mut j = DurabilityJoin::default();
+    j.phase(&phase(3, phase::START, 10 * MS));
+    j.phase(&phase(3, phase::END, 20 * MS));
+    j.span(span(5, 9 * MS, 21 * MS));
+    assert!(j.take(21 * MS + HOLD_NS - 1).is_empty());
+    // The flusher's long call across the commit ends after the fsync.
+    j.call(&call(90, 50, 0, 40 * MS, 400, &[(812, "tar", 400)]));
+    let [r] = j.take(21 * MS + HOLD_NS).try_into().unwrap();
+    let c = r.commit.unwrap().contributors;
+    assert_eq!((c[0].pid, c[0].pages), (812, 100));
+}
