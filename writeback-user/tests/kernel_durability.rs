@@ -1,0 +1,215 @@
+//! Each fsync split (issue 27), against the running kernel (root): a
+//! process fsyncs a 4 KiB write every 100 ms on a journaled ext4 made for
+//! the test, alone and then beside a large writer that never syncs. Its
+//! fsyncs as wbscope splits them are checked against the kernel's own
+//! record of its fsync system calls (a tracefs instance of the test's own
+//! on `syscalls:sys_enter_fsync` / `sys_exit_fsync`), and the commits it
+//! waited on must name the large writer when it runs.
+mod support;
+
+use std::{
+    fs::OpenOptions,
+    io::Write as _,
+    os::unix::{fs::FileExt as _, fs::MetadataExt as _, io::AsRawFd as _},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use serde_json::Value;
+use support::{LoopFs, TraceInstance, Tracing, dev_of};
+
+const FSYNCS: usize = 30;
+
+/// `FSYNCS` times: write 4 KiB, fsync, sleep 100 ms (the issue's "process
+/// B"). Returns the file's inode.
+fn fsync_every_100ms(path: &std::path::Path) -> u64 {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)
+        .expect("open");
+    f.write_all(&[1u8; 65536]).expect("write");
+    f.sync_all().expect("first fsync");
+    let block = [7u8; 4096];
+    for i in 0..FSYNCS {
+        f.write_all_at(&block, (i as u64 % 16) * 4096)
+            .expect("pwrite");
+        // SAFETY: plain syscall on an open descriptor.
+        assert_eq!(unsafe { libc::fsync(f.as_raw_fd()) }, 0, "fsync");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f.metadata().expect("stat").ino()
+}
+
+/// The seconds between each `sys_enter_fsync` and the `sys_exit_fsync`
+/// after it, in the instance's lines.
+fn syscall_spans(lines: &[String]) -> Vec<f64> {
+    let stamp = |l: &str| -> f64 {
+        let before = l.split(": sys_").next().expect("stamp");
+        before
+            .split_whitespace()
+            .last()
+            .and_then(|s| s.trim_end_matches(':').parse().ok())
+            .unwrap_or_else(|| panic!("no time stamp in {l:?}"))
+    };
+    let mut out = Vec::new();
+    let mut entered = None;
+    for l in lines {
+        if l.contains("sys_fsync(") {
+            entered = Some(stamp(l));
+        } else if l.contains("sys_fsync ->") {
+            let t = stamp(l);
+            out.push(t - entered.take().expect("an exit without its enter"));
+        }
+    }
+    out
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The top contributor's pid of the commit a sync line waited on.
+fn top_contributor(s: &Value) -> Option<u64> {
+    s["commit"]["contributors"][0]["pid"].as_u64()
+}
+
+#[test]
+fn each_fsync_is_split_into_its_parts_and_names_who_shared_its_commit() {
+    let mut fs = LoopFs::new("ext4", 2048);
+    // A small strict dirty cap keeps the large writer's pages going to the
+    // device all the time, so that B's commits meet them.
+    fs.scratch().limit_dirty(32 << 20).expect("dirty cap");
+    let mount = fs.mountpoint.display().to_string();
+    let dev = dev_of(&fs.mountpoint);
+    // SAFETY: plain syscall.
+    let tid = unsafe { libc::gettid() };
+    let filter = format!("common_pid == {tid}");
+    let kernel = TraceInstance::new(&[
+        ("syscalls/sys_enter_fsync", &filter),
+        ("syscalls/sys_exit_fsync", &filter),
+    ]);
+    let trace = Tracing::start(&[
+        "--enable",
+        "durability",
+        "--json",
+        "--events",
+        "--device",
+        &mount,
+    ]);
+    let alone = fsync_every_100ms(&fs.path("alone"));
+    let mut dd = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", fs.path("large").display()))
+        .args(["bs=1M", "count=1500", "status=none"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dd");
+    std::thread::sleep(Duration::from_millis(500));
+    let beside = fsync_every_100ms(&fs.path("beside"));
+    let dd_pid = u64::from(dd.id());
+    let _ = dd.kill();
+    let _ = dd.wait();
+    let lines = trace.stop(libc::SIGINT);
+    let syscalls = syscall_spans(&kernel.lines());
+
+    let me = u64::from(std::process::id());
+    let mine = |ino: u64| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["type"] == "sync" && l["pid"] == me && l["ino"] == ino && l["dev"] == dev)
+            .collect()
+    };
+    let (alone, beside) = (mine(alone), mine(beside));
+    // Every fsync the kernel saw, once: each file's first (`sync_all`)
+    // and its FSYNCS.
+    assert_eq!(syscalls.len(), 2 * (FSYNCS + 1), "tracefs: {syscalls:?}");
+    assert_eq!(
+        alone.len() + beside.len(),
+        syscalls.len(),
+        "{alone:#?}\n{beside:#?}"
+    );
+    // Their time: the ext4 call inside each system call, so a little
+    // under the system call's own, never over it (1 µs stamps).
+    let ours: f64 = alone
+        .iter()
+        .chain(&beside)
+        .map(|s| u(s, "total_ns") as f64 / 1e9)
+        .sum();
+    let theirs: f64 = syscalls.iter().sum();
+    let slack = 2e-6 * syscalls.len() as f64;
+    assert!(
+        ours <= theirs + slack && ours >= 0.95 * theirs - slack,
+        "wbscope {ours:.6} s against the system calls' {theirs:.6} s"
+    );
+
+    // The parts tile each fsync, and what is left over is small.
+    let mut other_share = Vec::new();
+    for s in alone.iter().chain(&beside) {
+        let total = u(s, "total_ns");
+        let parts = ["writeback_ns", "wait_ns", "journal_ns", "other_ns"]
+            .iter()
+            .map(|k| u(s, k))
+            .sum::<u64>()
+            + s["flush_ns"].as_u64().unwrap_or(0);
+        assert_eq!(parts, total, "{s}");
+        other_share.push(u(s, "other_ns") as f64 / total.max(1) as f64);
+        assert!(u(s, "pages") >= 1 || s["calls"] == 0, "{s}");
+    }
+    assert!(median(other_share.clone()) <= 0.10, "{other_share:?}");
+
+    let slowest = |v: &[&Value]| v.iter().map(|s| u(s, "journal_ns")).max().unwrap_or(0);
+    let journal_share = |v: &[&Value]| {
+        median(
+            v.iter()
+                .map(|s| u(s, "journal_ns") as f64 / u(s, "total_ns").max(1) as f64)
+                .collect(),
+        )
+    };
+    eprintln!(
+        "wbscope {ours:.6} s, system calls {theirs:.6} s; median other share {:.4}; journal \
+         share alone {:.2} beside {:.2}; slowest journal alone {} ns beside {} ns; dd largest \
+         in {} of {}",
+        median(other_share.clone()),
+        journal_share(&alone),
+        journal_share(&beside),
+        slowest(&alone),
+        slowest(&beside),
+        beside
+            .iter()
+            .filter(|s| top_contributor(s) == Some(dd_pid))
+            .count(),
+        beside.len()
+    );
+    // Beside the large writer, B's fsyncs wait for commits whose largest
+    // contributor is that writer, and the journal is most of their time.
+    let named = beside
+        .iter()
+        .filter(|s| top_contributor(s) == Some(dd_pid))
+        .count();
+    assert!(
+        named * 2 >= beside.len(),
+        "dd (pid {dd_pid}) is the largest contributor of {named} of {} fsyncs: {beside:#?}",
+        beside.len()
+    );
+    assert!(journal_share(&beside) >= 0.5, "{beside:#?}");
+    // Alone, the only data written during its commits is its own
+    // (whoever wrote it back: the dirtier is charged).
+    for s in &alone {
+        for c in s["commit"]["contributors"].as_array().into_iter().flatten() {
+            assert!(c["pages"] == 0 || c["pid"] == me, "{s}");
+        }
+    }
+    assert!(
+        slowest(&beside) > 2 * slowest(&alone),
+        "journal parts: beside at most {} ns, alone {} ns",
+        slowest(&beside),
+        slowest(&alone)
+    );
+}
