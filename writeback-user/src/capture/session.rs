@@ -15,7 +15,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::{
     model::budget::{BudgetLine, CpuBudget, sampling_error},
     model::dirtier::{Attribution, AttributionMode},
-    model::durability::{DurabilityJoin, Phase, Span, SyncRecord},
+    model::durability::{DurabilityJoin, FsyncLines, Phase, Span, SyncRecord},
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, ProbeStatus},
     model::summary::SummaryLine,
@@ -270,6 +270,8 @@ struct Durable<'a> {
     join: Option<DurabilityJoin>,
     /// The run is over: every fsync held is joined now.
     last: bool,
+    /// The interval's fsyncs per process, for its line.
+    lines: FsyncLines,
 }
 
 impl Durable<'_> {
@@ -303,6 +305,7 @@ impl Durable<'_> {
             crate::sys::monotonic_ns()
         };
         for rec in join.take(now) {
+            self.lines.add(&rec);
             out.sync(&rec)?;
         }
         Ok(())
@@ -408,6 +411,7 @@ pub(crate) async fn run(
             .attached(Concept::Durability)
             .then(DurabilityJoin::default),
         last: false,
+        lines: FsyncLines::default(),
     };
     let ending = loop {
         let mut batch = Batch::default();
@@ -427,6 +431,7 @@ pub(crate) async fn run(
                     &cur,
                 );
                 line.owners = who.owners();
+                line.fsyncs = durable.lines.take();
                 line.budget = gate
                     .budget
                     .as_mut()
@@ -495,6 +500,7 @@ pub(crate) async fn run(
         &cur,
     );
     line.owners = who.owners();
+    line.fsyncs = durable.lines.take();
     line.budget = gate
         .budget
         .as_mut()

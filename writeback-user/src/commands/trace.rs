@@ -76,6 +76,9 @@ impl SessionOutput for TraceOutput {
     }
 
     fn sync(&mut self, sync: &SyncRecord) -> io::Result<()> {
+        if let Some(x) = &self.exporter {
+            x.metrics.observe_sync(sync);
+        }
         match (self.events, self.json) {
             (false, _) => Ok(()),
             (true, true) => self.json(&SyncLine::from(sync)),

@@ -35,6 +35,7 @@ use tokio::{
 };
 
 mod cgroups;
+mod fsyncs;
 mod log2;
 mod web;
 
@@ -136,6 +137,7 @@ pub(crate) struct Metrics {
     page_size: u64,
     finding_active: Family<FindingLabels, Gauge>,
     cgroups: cgroups::CgroupMetrics,
+    fsyncs: fsyncs::FsyncMetrics,
 }
 
 /// Labels of `wbscope_finding_active`: a finding of docs/findings.md.
@@ -185,6 +187,7 @@ impl Metrics {
             page_size: page_size(),
             finding_active: Family::default(),
             cgroups: cgroups::CgroupMetrics::new(cgroups::MAX_CGROUP_LABELS),
+            fsyncs: fsyncs::FsyncMetrics::new(),
         };
         let mut r = Registry::with_prefix("wbscope");
         r.register(
@@ -356,7 +359,13 @@ impl Metrics {
         );
         m.set_findings(std::iter::empty());
         m.cgroups.register(&mut r);
+        m.fsyncs.register(&mut r);
         (m, r)
+    }
+
+    /// One fsync, split (`--enable durability`).
+    pub(crate) fn observe_sync(&self, s: &crate::model::durability::SyncRecord) {
+        self.fsyncs.observe(s);
     }
 
     /// One writepages call, counted as `CallAggregate::add` counts it.

@@ -548,6 +548,10 @@ pub(crate) struct IntervalLine {
     /// (`record --cpu-budget`); absent without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) budget: Option<crate::model::budget::BudgetLine>,
+    /// Each process's fsyncs, split (`--enable durability`; model/
+    /// durability/line.rs); absent without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) fsyncs: Vec<crate::model::durability::FsyncLine>,
 }
 
 pub(crate) fn is_zero(n: &u64) -> bool {
@@ -767,6 +771,7 @@ impl IntervalLine {
             continued_calls: ContinuedLine::of(&calls.continued),
             owners: Vec::new(),
             budget: None,
+            fsyncs: Vec::new(),
         }
     }
 }

@@ -91,6 +91,17 @@ pub struct HookChoice {
 }
 
 impl HookChoice {
+    /// The same choice with the fsync anatomy on ([`OptIn::Durability`]):
+    /// `doctor` watches for a bounded time and names the fsync rules from
+    /// it.
+    pub(crate) fn with_durability(&self) -> HookChoice {
+        let mut out = self.clone();
+        if !out.enabled.contains(&OptIn::Durability) {
+            out.enabled.push(OptIn::Durability);
+        }
+        out
+    }
+
     /// The same choice with the per-call I/O anatomy on
     /// ([`OptIn::ANATOMY`]).
     pub(crate) fn with_anatomy(&self) -> HookChoice {

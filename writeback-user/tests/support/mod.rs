@@ -43,9 +43,15 @@ impl LoopFs {
 
     /// [`LoopFs::new`] with extra `mount` arguments, e.g. `["-o", "ro"]`.
     pub fn with_mount_options(fstype: &str, size_mib: u64, options: &[&str]) -> LoopFs {
+        Self::with_args(fstype, size_mib, &[], options)
+    }
+
+    /// [`LoopFs::new`] with extra `mkfs` and `mount` arguments.
+    pub fn with_args(fstype: &str, size_mib: u64, mkfs: &[&str], mount: &[&str]) -> LoopFs {
         let fstype = fstype.parse().expect("fstype");
         let fs = scratchfs::ScratchFs::builder(fstype, size_mib)
-            .mount_args(options)
+            .mkfs_args(mkfs)
+            .mount_args(mount)
             .create()
             .unwrap_or_else(|e| panic!("scratch {fstype}: {e:#}"));
         LoopFs {

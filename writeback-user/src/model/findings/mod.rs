@@ -14,6 +14,7 @@ mod calls;
 mod device;
 mod dirty;
 mod flusher;
+mod fsyncs;
 #[cfg(test)]
 mod tests;
 
@@ -129,6 +130,14 @@ pub(crate) const RULES: &[Rule] = &[
     Rule {
         name: device::FLUSH_BOUND,
         check: device::flush_bound,
+    },
+    Rule {
+        name: fsyncs::JOURNAL_BOUND,
+        check: fsyncs::journal_bound,
+    },
+    Rule {
+        name: fsyncs::ENTANGLED,
+        check: fsyncs::fsync_entangled,
     },
 ];
 

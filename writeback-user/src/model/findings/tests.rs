@@ -629,3 +629,96 @@ fn findings_of_lines_read_back_are_the_same() {
         vec![dirty::THROTTLED, calls::FSYNC_STORM, dirty::LAGGING]
     );
 }
+
+/// One process's fsyncs in every interval: `n` of `p99_ms`, the journal
+/// `journal_pct` of their time, the slowest entangled with dd's data or
+/// not.
+fn fsyncing(
+    n: u64,
+    p99_ms: u64,
+    journal_pct: u64,
+    entangled: bool,
+) -> impl Fn(usize, &mut IntervalLine) {
+    use crate::model::durability::{Contributor, FsyncLine, SlowFsync};
+    move |_, l| {
+        let total = n * p99_ms * 1_000_000;
+        l.fsyncs = vec![FsyncLine {
+            pid: 5,
+            comm: "etcd".into(),
+            fsyncs: n,
+            p50_ns: p99_ms * 1_000_000,
+            p99_ns: p99_ms * 1_000_000,
+            max_ns: p99_ms * 1_000_000,
+            total_ns: total,
+            journal_ns: total * journal_pct / 100,
+            other_ns: total - total * journal_pct / 100,
+            pages: n as i64,
+            entangled: u64::from(entangled),
+            slowest: Some(SlowFsync {
+                total_ns: p99_ms * 1_000_000,
+                journal_ns: p99_ms * 1_000_000 * journal_pct / 100,
+                pages: 1,
+                entangled,
+                transaction: Some(4711),
+                commit_blocks: Some(12),
+                contributors: vec![Contributor {
+                    pid: 812,
+                    comm: "dd".into(),
+                    handles: 9,
+                    blocks: 9,
+                    pages: 9800,
+                }],
+                ..SlowFsync::default()
+            }),
+            ..FsyncLine::default()
+        }];
+    }
+}
+
+#[test]
+fn journal_bound_at_its_edges() {
+    let f = only(
+        &lines(3, fsyncing(10, 10, 50, false)),
+        fsyncs::JOURNAL_BOUND,
+    )
+    .unwrap();
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence["journal_share"], 0.5);
+    assert_eq!(f.evidence["p99_ms"], 10.0);
+    for ms in [9, 1] {
+        let f = only(
+            &lines(3, fsyncing(10, ms, 90, false)),
+            fsyncs::JOURNAL_BOUND,
+        )
+        .unwrap();
+        assert_eq!(f.severity, Severity::Info, "{ms}");
+    }
+    // Under a millisecond, under half in the journal, or too few: nothing.
+    let none = |ls: Vec<IntervalLine>| assert!(only(&ls, fsyncs::JOURNAL_BOUND).is_none());
+    none(lines(3, |i, l| {
+        fsyncing(10, 1, 90, false)(i, l);
+        l.fsyncs[0].p99_ns = 999_999;
+    }));
+    none(lines(3, fsyncing(10, 50, 49, false)));
+    none(vec![{
+        let mut l = line(1.0);
+        fsyncing(2, 50, 90, false)(0, &mut l);
+        l
+    }]);
+}
+
+#[test]
+fn fsync_entangled_only_with_an_entangled_fsync() {
+    let f = only(&lines(3, fsyncing(10, 40, 90, true)), fsyncs::ENTANGLED).unwrap();
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence["other_pid"], 812);
+    assert_eq!(f.evidence["other_comm"], "dd");
+    assert_eq!(f.evidence["entangled_fsyncs"], 3);
+    assert_eq!(f.evidence["other_share"], 1.0);
+    // A millisecond's wait on another's commit: info.
+    let f = only(&lines(3, fsyncing(10, 2, 50, true)), fsyncs::ENTANGLED).unwrap();
+    assert_eq!(f.severity, Severity::Info);
+    // The same slow fsyncs, their commits their own: journal-bound only.
+    let ls = lines(3, fsyncing(10, 40, 90, false));
+    assert_eq!(names(&ls), vec![fsyncs::JOURNAL_BOUND]);
+}

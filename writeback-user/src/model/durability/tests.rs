@@ -262,3 +262,146 @@ fn a_span_is_held_for_the_calls_that_end_after_it() {
     let c = r.commit.unwrap().contributors;
     assert_eq!((c[0].pid, c[0].pages), (812, 100));
 }
+
+fn record(
+    pid: u32,
+    total_ms: u64,
+    journal_ms: u64,
+    pages: i64,
+    top: Option<(u32, u64)>,
+) -> SyncRecord {
+    SyncRecord {
+        pid,
+        tid: pid,
+        comm: format!("p{pid}"),
+        cgroup_id: 1,
+        dev: DEV,
+        ino: 12,
+        fs: "ext4",
+        kind: "fsync",
+        ret: 0,
+        start_ns: 0,
+        total_ns: total_ms * MS,
+        writeback_ns: 0,
+        wait_ns: 0,
+        journal_ns: journal_ms * MS,
+        flush_ns: Some(0),
+        other_ns: (total_ms - journal_ms) * MS,
+        pages,
+        calls: 1,
+        commit: top.map(|(other, pages)| CommitRecord {
+            transaction: 9,
+            start_ns: 0,
+            end_ns: 0,
+            locked_ns: None,
+            flushing_ns: None,
+            logging_ns: None,
+            handles: None,
+            blocks: Some(3),
+            blocks_logged: None,
+            contributors: vec![
+                Contributor {
+                    pid: other,
+                    comm: "dd".into(),
+                    handles: 1,
+                    blocks: 2,
+                    pages,
+                },
+                Contributor {
+                    pid,
+                    comm: "b".into(),
+                    handles: 1,
+                    blocks: 1,
+                    pages: 2,
+                },
+            ],
+        }),
+    }
+}
+
+/// Entangled: small, mostly waiting on the journal, for a commit mostly
+/// another process's.
+#[test]
+fn an_fsync_is_entangled_only_when_small_journal_bound_and_mostly_anothers() {
+    assert_eq!(
+        record(5, 40, 38, 1, Some((812, 9000)))
+            .entangled_with()
+            .map(|c| c.pid),
+        Some(812)
+    );
+    // Its own commit (it is the largest).
+    assert!(
+        record(5, 40, 38, 1, Some((5, 9000)))
+            .entangled_with()
+            .is_none()
+    );
+    // Not small.
+    assert!(
+        record(5, 40, 38, SMALL_PAGES + 1, Some((812, 9000)))
+            .entangled_with()
+            .is_none()
+    );
+    // The journal not most of its time.
+    assert!(
+        record(5, 40, 19, 1, Some((812, 9000)))
+            .entangled_with()
+            .is_none()
+    );
+    // The other not most of the commit: 2 + 0 of 2 + 0 + 1 + 2.
+    assert!(
+        record(5, 40, 38, 1, Some((812, 0)))
+            .entangled_with()
+            .is_none()
+    );
+    // No commit.
+    assert!(record(5, 40, 38, 1, None).entangled_with().is_none());
+    // Mostly another's, but no more than a small fsync's worth: 2 + 14.
+    assert!(
+        record(5, 40, 38, 1, Some((812, 14)))
+            .entangled_with()
+            .is_none()
+    );
+    assert!(
+        record(5, 40, 38, 1, Some((812, 15)))
+            .entangled_with()
+            .is_some()
+    );
+}
+
+/// Per process: count, exact percentiles, sums, and the slowest entangled
+/// one shown before a slower plain one.
+#[test]
+fn the_interval_line_has_each_process_percentiles_and_its_entangled_fsync() {
+    let mut lines = FsyncLines::default();
+    for ms in 1..=100 {
+        lines.add(&record(5, ms, 0, 1, None));
+    }
+    lines.add(&record(5, 50, 45, 1, Some((812, 9000))));
+    lines.add(&record(6, 7, 0, 1, None));
+    let got = lines.take();
+    assert_eq!(got.len(), 2);
+    let b = &got[0];
+    assert_eq!((b.pid, b.fsyncs, b.entangled), (5, 101, 1));
+    assert_eq!((b.p50_ns, b.p99_ns, b.max_ns), (50 * MS, 99 * MS, 100 * MS));
+    assert_eq!(b.total_ns, (5050 + 50) * MS);
+    assert_eq!(b.journal_ns, 45 * MS);
+    let s = b.slowest.as_ref().unwrap();
+    assert!(s.entangled);
+    assert_eq!((s.total_ns, s.contributors[0].pid), (50 * MS, 812));
+    assert!(lines.take().is_empty(), "a fresh start");
+}
+
+/// Past PROCESSES_KEPT processes, the smallest are added into one line.
+#[test]
+fn many_processes_fold_into_others() {
+    let mut lines = FsyncLines::default();
+    for pid in 1..=40u32 {
+        lines.add(&record(pid, u64::from(pid), 0, 1, None));
+    }
+    let got = lines.take();
+    assert_eq!(got.len(), PROCESSES_KEPT);
+    let others = got.last().unwrap();
+    assert_eq!((others.pid, others.comm.as_str()), (0, "(others)"));
+    assert_eq!(got.iter().map(|l| l.fsyncs).sum::<u64>(), 40);
+    assert_eq!(others.max_ns, (40 - PROCESSES_KEPT as u64 + 1) * MS);
+}

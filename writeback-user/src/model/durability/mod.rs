@@ -161,7 +161,7 @@ pub struct CommitRecord {
 /// commit ran (from the call records: under data=ordered without
 /// unwritten extents the commit writes and waits for them; otherwise they
 /// share the device with the journal's own writes).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Contributor {
     pub pid: u32,
     pub comm: String,
@@ -487,6 +487,8 @@ impl DurabilityJoin {
     }
 }
 
+mod line;
+pub use line::{FsyncLine, FsyncLines, MOSTLY, PROCESSES_KEPT, SMALL_PAGES, SlowFsync};
+
 #[cfg(test)]
-#[path = "durability_tests.rs"]
 mod tests;
