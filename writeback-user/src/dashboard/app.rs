@@ -11,6 +11,7 @@ use writer_core::{RunStatus, Strategy};
 
 use crate::model::kernel::KernelSnapshot;
 use crate::{
+    dashboard::fsync::{DurabilityMsg, LiveFsyncs},
     dashboard::jump::{Decision, Jump, StoreView, clock},
     dashboard::state::{Model, WriterUpdate},
     dashboard::who::LiveWho,
@@ -38,16 +39,19 @@ pub(crate) enum Pane {
     Writer,
     /// Who dirtied what (issue 15).
     Who,
+    /// Each process's fsyncs, split (issue 27).
+    Fsync,
 }
 
 impl Pane {
-    const ORDER: [Pane; 6] = [
+    const ORDER: [Pane; 7] = [
         Pane::Kernel,
         Pane::Writer,
         Pane::Histograms,
         Pane::Chart,
         Pane::Top,
         Pane::Who,
+        Pane::Fsync,
     ];
 
     fn step(self, forward: bool) -> Pane {
@@ -198,10 +202,16 @@ pub(crate) enum Msg {
     Resize,
     /// Boxed: a call record is large beside the other messages.
     Call(Box<CallRecord>),
+    /// An fsync's span, a commit's phase, or the journal handles of the
+    /// commits that ended (`--enable durability`).
+    Durability(DurabilityMsg),
     /// The once-a-second sample of the kernel maps and /proc, with the
     /// dashboard's own CPU use over the second.
     Sample {
         at: Duration,
+        /// CLOCK_MONOTONIC ns when it was read: the kernel's clock, for
+        /// the fsync join.
+        mono_ns: u64,
         snapshot: Box<KernelSnapshot>,
         tracer_cpu: Option<f64>,
         /// The dirtier maps, read with the snapshot; `None` without the
@@ -275,6 +285,8 @@ pub(crate) struct App {
     intervals: IntervalBuilder,
     /// Who dirtied the pages of the live calls.
     live_who: LiveWho,
+    /// Each live fsync split (`--enable durability`).
+    live_fsyncs: Option<Box<LiveFsyncs>>,
     /// A short message for the footer (a refused setting, ...).
     pub(crate) status: Option<String>,
     /// Whether the screen changed since the last frame (a redraw is
@@ -292,6 +304,7 @@ impl App {
     pub(crate) fn new(model: Model) -> App {
         let mode = AttributionMode::of(&model.plan).unwrap_or_default();
         App {
+            live_fsyncs: model.plan.attached(Concept::Durability).then(Box::default),
             model,
             needs_redraw: true,
             live_who: LiveWho::new(mode),
@@ -321,8 +334,13 @@ impl App {
             }
             Msg::Call(call) => {
                 self.intervals.calls.add(&call);
-                if self.model.plan.attached(Concept::Dirtier) {
-                    self.live_who.call(&call);
+                let charged = if self.model.plan.attached(Concept::Dirtier) {
+                    self.live_who.call(&call)
+                } else {
+                    Some((*call).clone())
+                };
+                if let (Some(f), Some(c)) = (self.live_fsyncs.as_mut(), charged) {
+                    f.call(&c);
                 }
                 self.model.on_call(&call);
                 // Calls show up with the next interval; redrawing per call
@@ -331,12 +349,19 @@ impl App {
             }
             Msg::Sample {
                 at,
+                mono_ns,
                 snapshot,
                 tracer_cpu,
                 dirtiers,
             } => {
-                self.on_sample(at, *snapshot, tracer_cpu, dirtiers.as_deref());
+                self.on_sample(at, mono_ns, *snapshot, tracer_cpu, dirtiers.as_deref());
                 self.needs_redraw |= !self.paused();
+                Vec::new()
+            }
+            Msg::Durability(m) => {
+                if let Some(f) = self.live_fsyncs.as_mut() {
+                    f.take(m);
+                }
                 Vec::new()
             }
             Msg::Writer(update) => self.on_writer(update),
@@ -369,19 +394,28 @@ impl App {
     fn on_sample(
         &mut self,
         at: Duration,
+        mono_ns: u64,
         cur: KernelSnapshot,
         tracer_cpu: Option<f64>,
         dirtiers: Option<&DirtierSnapshot>,
     ) {
         let calls = std::mem::take(&mut self.intervals.calls);
         if let Some(snap) = dirtiers {
-            self.live_who.reading(snap);
+            let charged = self.live_who.reading(snap);
+            if let Some(f) = self.live_fsyncs.as_mut() {
+                for c in &charged {
+                    f.call(c);
+                }
+            }
         }
         if let Some((then, prev)) = &self.intervals.prev {
             let secs = at.saturating_sub(*then).as_secs_f64();
             let mut line = IntervalLine::new(at.as_secs_f64(), secs, &calls, prev, &cur);
             if dirtiers.is_some() {
                 line.owners = self.live_who.owners();
+            }
+            if let Some(f) = self.live_fsyncs.as_mut() {
+                line.fsyncs = f.interval(mono_ns);
             }
             self.model.on_interval(line, cur.stats, tracer_cpu);
         }

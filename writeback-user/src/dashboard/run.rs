@@ -32,6 +32,7 @@ use writer_core::{
 use crate::model::kernel::KernelSnapshot;
 use crate::{
     dashboard::app::{App, Effect, Msg, WriterSettings},
+    dashboard::fsync::DurabilityMsg,
     dashboard::jump::StoreView,
     dashboard::state::{Model, WriterSecond, WriterUpdate},
     dashboard::ui,
@@ -78,9 +79,10 @@ pub(crate) async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> 
         Ok(mut tracer) => {
             crate::tracer::spawn_ebpf_log_pump(&mut tracer);
             let collector = RingCollector::new(&mut tracer)?;
-            tokio::spawn(pump(collector, tx.clone()));
             let plan = tracer.plan.clone();
-            (Some(Arc::new(tracer)), plan)
+            let tracer = Arc::new(tracer);
+            tokio::spawn(pump(collector, tracer.clone(), tx.clone()));
+            (Some(tracer), plan)
         }
         Err(e) => {
             log::warn!("no tracer: {e:#}");
@@ -261,19 +263,44 @@ impl Drop for Replaying {
     }
 }
 
-/// Moves records from the ring buffer to the dashboard task. Stops when
-/// the dashboard is gone.
-async fn pump(mut collector: RingCollector, tx: UnboundedSender<Msg>) {
+/// Moves records from the ring buffer to the dashboard task, with the
+/// journal handles of the commits each batch ended (read here, where the
+/// tracer is: the handles of a transaction are all counted before its
+/// commit ends). Stops when the dashboard is gone.
+async fn pump(mut collector: RingCollector, tracer: Arc<Tracer>, tx: UnboundedSender<Msg>) {
     loop {
         let mut batch = Vec::new();
         if let Err(e) = collector.wait_and_drain(|e| batch.push(e)).await {
             log::error!("ring buffer: {e:#}");
             return;
         }
-        for call in batch.into_iter().filter_map(RingRecord::into_call) {
-            if tx.send(Msg::Call(Box::new(call))).is_err() {
+        let mut ended = Vec::new();
+        for record in batch {
+            let msg = match record {
+                RingRecord::Call(call) => Msg::Call(Box::new(call)),
+                RingRecord::Sync(span) => Msg::Durability(DurabilityMsg::Sync(Box::new(span))),
+                RingRecord::Commit(phase) => {
+                    if phase.phase == writeback_common::phase::END {
+                        ended.push((phase.dev, phase.transaction));
+                    }
+                    Msg::Durability(DurabilityMsg::Commit(phase))
+                }
+            };
+            if tx.send(msg).is_err() {
                 return;
             }
+        }
+        match tracer.journal_handles(&ended) {
+            Ok(shares) if !shares.is_empty() => {
+                if tx
+                    .send(Msg::Durability(DurabilityMsg::Shares(shares)))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!("reading the journal handles: {e:#}"),
         }
     }
 }
@@ -325,6 +352,7 @@ async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
         };
         let msg = Msg::Sample {
             at: now.duration_since(start),
+            mono_ns: crate::sys::monotonic_ns(),
             snapshot: Box::new(snapshot),
             tracer_cpu,
             dirtiers,

@@ -195,6 +195,8 @@ pub(crate) struct Model {
     pub(crate) findings: Engine,
     /// Who dirtied what, per process, from each interval's `owners`.
     pub(crate) who: WhoModel,
+    /// Each process's fsyncs, from each interval's `fsyncs`.
+    pub(crate) fsyncs: crate::dashboard::fsync::FsyncModel,
     interval_calls: u64,
     interval_pages: u64,
 }
@@ -281,6 +283,7 @@ impl Model {
         }
         self.findings.interval(&line);
         self.who.on_owners(&line.owners);
+        self.fsyncs.on_lines(&line.fsyncs, line.time_s);
         self.last = Some(line);
     }
 

@@ -45,28 +45,34 @@ impl LiveWho {
         }
     }
 
-    /// A call to charge at the next reading.
-    pub(crate) fn call(&mut self, call: &CallRecord) {
+    /// A call to charge at the next reading; past [`MAX_PENDING`] it is
+    /// charged at once and returned.
+    pub(crate) fn call(&mut self, call: &CallRecord) -> Option<CallRecord> {
         if self.pending.len() >= MAX_PENDING {
             let mut call = call.clone();
             self.attribution.charge(&mut call);
+            Some(call)
         } else {
             self.pending.push(call.clone());
+            None
         }
     }
 
     /// A reading of the maps: what grew since the last one becomes
-    /// outstanding, then the held calls are charged.
-    pub(crate) fn reading(&mut self, snap: &DirtierSnapshot) {
+    /// outstanding, then the held calls are charged and returned (for the
+    /// fsync join, which charges a commit's data to the dirtiers).
+    pub(crate) fn reading(&mut self, snap: &DirtierSnapshot) -> Vec<CallRecord> {
         self.attribution.update(snap);
         if !self.held && self.attribution.short(&self.pending) {
             self.held = true;
-            return;
+            return Vec::new();
         }
         self.held = false;
-        for mut call in std::mem::take(&mut self.pending) {
-            self.attribution.charge(&mut call);
+        let mut calls = std::mem::take(&mut self.pending);
+        for call in &mut calls {
+            self.attribution.charge(call);
         }
+        calls
     }
 
     /// The interval's `owners` (resets the interval).

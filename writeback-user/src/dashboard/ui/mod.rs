@@ -12,6 +12,7 @@
 //! footer line of keys.
 mod chart;
 mod findings_strip;
+mod fsync_pane;
 mod header;
 mod histograms;
 mod kernel_pane;
@@ -30,6 +31,7 @@ use ratatui::{
 
 use chart::TimeChart;
 use findings_strip::FindingsStrip;
+use fsync_pane::FsyncPane;
 use histograms::Histograms;
 use kernel_pane::KernelPane;
 use top_table::TopTable;
@@ -173,6 +175,11 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
         cgroup_filter: app.view.cgroup_filter,
         focused: focus == Pane::Who,
     };
+    let fsync = FsyncPane {
+        fsyncs: &model.fsyncs,
+        hooked: model.plan.attached(Concept::Durability),
+        focused: focus == Pane::Fsync,
+    };
 
     if body.width >= 120 && roomy {
         let [mid, bottom] =
@@ -181,11 +188,12 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(mid);
         frame.render_widget(histograms, hist);
         frame.render_widget(chart, chart_area);
-        // The who pane takes the top table's place while it has focus.
-        if focus == Pane::Who {
-            frame.render_widget(who, bottom);
-        } else {
-            frame.render_widget(top, bottom);
+        // The who and fsync panes take the top table's place while they
+        // have focus.
+        match focus {
+            Pane::Who => frame.render_widget(who, bottom),
+            Pane::Fsync => frame.render_widget(fsync, bottom),
+            _ => frame.render_widget(top, bottom),
         }
     } else {
         // One lower pane at a time: the focused one (the histograms while
@@ -194,6 +202,7 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
             Pane::Chart => frame.render_widget(chart, lower),
             Pane::Top => frame.render_widget(top, lower),
             Pane::Who => frame.render_widget(who, lower),
+            Pane::Fsync => frame.render_widget(fsync, lower),
             Pane::Histograms | Pane::Kernel | Pane::Writer => {
                 frame.render_widget(histograms, lower);
             }

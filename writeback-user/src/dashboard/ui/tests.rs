@@ -117,6 +117,7 @@ fn busy_app() -> App {
         }))));
         app.handle(Msg::Sample {
             at: Duration::from_secs(s),
+            mono_ns: s * 1_000_000_000,
             snapshot: Box::new(snapshot(s)),
             tracer_cpu: Some(0.004),
             dirtiers: None,
@@ -188,6 +189,7 @@ fn missing_probes_are_explained() {
     for s in 0..3 {
         app.handle(Msg::Sample {
             at: Duration::from_secs(s),
+            mono_ns: s * 1_000_000_000,
             snapshot: Box::new(snapshot(s)),
             tracer_cpu: Some(0.001),
             dirtiers: None,
@@ -370,6 +372,7 @@ fn who_live_attribution_from_samples() {
         };
         app.handle(Msg::Sample {
             at: Duration::from_secs(s),
+            mono_ns: s * 1_000_000_000,
             snapshot: Box::new(snapshot(s)),
             tracer_cpu: None,
             dirtiers: Some(Box::new(snap)),
@@ -496,4 +499,190 @@ fn off_by_default_is_neither_missing_nor_a_fallback() {
         screen.contains("probes 2/3 attached, 1 fallen back, 1 off, 1 missing"),
         "{screen}"
     );
+}
+
+fn fsync_line(
+    pid: u32,
+    comm: &str,
+    n: u64,
+    p99_ms: u64,
+    journal_pct: u64,
+    slow: bool,
+) -> crate::model::durability::FsyncLine {
+    use crate::model::durability::{Contributor, FsyncLine, SlowFsync};
+    let total = n * p99_ms * 500_000;
+    let journal = (total * journal_pct / 100).min(total - total / 10);
+    FsyncLine {
+        pid,
+        comm: comm.into(),
+        fsyncs: n,
+        p50_ns: p99_ms * 500_000,
+        p99_ns: p99_ms * 1_000_000,
+        max_ns: p99_ms * 1_200_000,
+        total_ns: total,
+        writeback_ns: total / 20,
+        wait_ns: total / 20,
+        journal_ns: journal,
+        flush_ns: 0,
+        other_ns: total - journal - total / 10,
+        pages: n as i64,
+        entangled: u64::from(slow),
+        slowest: slow.then(|| SlowFsync {
+            total_ns: 149_800_000,
+            journal_ns: 149_600_000,
+            pages: 1,
+            entangled: true,
+            transaction: Some(4711),
+            commit_blocks: Some(10),
+            contributors: vec![
+                Contributor {
+                    pid: 812,
+                    comm: "dd".into(),
+                    handles: 9,
+                    blocks: 7,
+                    pages: 40_121,
+                },
+                Contributor {
+                    pid,
+                    comm: comm.into(),
+                    handles: 1,
+                    blocks: 1,
+                    pages: 1,
+                },
+            ],
+            ..SlowFsync::default()
+        }),
+    }
+}
+
+fn fsync_app() -> App {
+    use crate::model::interval::{CallAggregate, IntervalLine};
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    for s in 1..=3u64 {
+        let snap = KernelSnapshot::default();
+        let mut l = IntervalLine::new(s as f64, 1.0, &CallAggregate::default(), &snap, &snap);
+        l.fsyncs = vec![
+            fsync_line(517, "etcd", 10, 150, 95, s == 2),
+            fsync_line(4242, "postgres", 3, 4, 60, false),
+        ];
+        app.handle(Msg::Interval {
+            line: Box::new(l),
+            kernel: Default::default(),
+            unix_ns: None,
+        });
+    }
+    for _ in 0..4 {
+        app.handle(Msg::Key(KeyEvent::from(KeyCode::Tab)));
+    }
+    assert_eq!(app.view.focus, crate::dashboard::app::Pane::Fsync);
+    app
+}
+
+/// Per process: count, p50/p99/max and the parts as one bar; the last
+/// slow fsync (an entangled one, two intervals ago) with its commit.
+#[test]
+fn fsync_pane() {
+    let app = fsync_app();
+    insta::assert_snapshot!("fsync_80x24", draw(&app, 80, 24).backend());
+    insta::assert_snapshot!("fsync_160x48", draw(&app, 160, 48).backend());
+}
+
+#[test]
+fn fsync_pane_without_its_hooks() {
+    let plan = ProbePlan::unavailable("6.18".into(), "no BTF");
+    let mut app = App::new(Model::with_plan(plan, "testhost".into()));
+    for _ in 0..4 {
+        app.handle(Msg::Key(KeyEvent::from(KeyCode::Tab)));
+    }
+    insta::assert_snapshot!("fsync_no_hook", draw(&app, 80, 16).backend());
+}
+
+/// The live path: the fsync's own call, the commit's phases and handles,
+/// its span; a sample past the hold joins it into the interval's line.
+#[test]
+fn fsync_live_join_from_records() {
+    use crate::dashboard::fsync::DurabilityMsg;
+    use crate::model::durability::{HandleShare, Phase, Span};
+    use writeback_common::phase;
+    const MS: u64 = 1_000_000;
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    let dev = crate::model::DevId { major: 8, minor: 1 };
+    let sample = |app: &mut App, s: u64| {
+        app.handle(Msg::Sample {
+            at: Duration::from_secs(s),
+            mono_ns: s * 1000 * MS,
+            snapshot: Box::new(snapshot(s)),
+            tracer_cpu: None,
+            dirtiers: Some(Box::default()),
+        });
+    };
+    sample(&mut app, 1);
+    let mut own = CallRecord::from(&WritepagesCall {
+        dev: 8 << 20 | 1,
+        ino: 12,
+        tgid: 517,
+        tid: 517,
+        pages_written: 1,
+        ..Default::default()
+    });
+    (own.start_ns, own.duration_ns) = (1010 * MS, MS);
+    app.handle(Msg::Call(Box::new(own)));
+    for (p, at) in [(phase::START, 1012), (phase::END, 1040)] {
+        app.handle(Msg::Durability(DurabilityMsg::Commit(Phase {
+            dev,
+            transaction: 9,
+            phase: p,
+            ns: at * MS,
+            handles: 0,
+            blocks: 0,
+            blocks_logged: 0,
+        })));
+    }
+    app.handle(Msg::Durability(DurabilityMsg::Shares(vec![HandleShare {
+        dev,
+        transaction: 9,
+        pid: 812,
+        ino: 0,
+        handles: 30,
+        blocks: 40,
+        comm: "dd".into(),
+    }])));
+    app.handle(Msg::Durability(DurabilityMsg::Sync(Box::new(Span {
+        pid: 517,
+        tid: 517,
+        comm: "etcd".into(),
+        cgroup_id: 1,
+        dev,
+        ino: 12,
+        datasync: true,
+        ret: 0,
+        start_ns: 1010 * MS,
+        end_ns: 1041 * MS,
+    }))));
+    sample(&mut app, 2);
+    assert!(
+        app.model.fsyncs.lines.is_empty(),
+        "held for the calls still to end"
+    );
+    sample(&mut app, 4);
+    let [l] = app.model.fsyncs.lines.as_slice() else {
+        panic!("{:?}", app.model.fsyncs.lines)
+    };
+    assert_eq!(
+        (l.pid, l.fsyncs, l.writeback_ns, l.wait_ns),
+        (517, 1, MS, MS)
+    );
+    assert_eq!((l.journal_ns, l.flush_ns, l.entangled), (28 * MS, MS, 1));
+    let (pid, _, slow, _) = app.model.fsyncs.last_slow.as_ref().unwrap();
+    assert_eq!((*pid, slow.contributors[0].comm.as_str()), (517, "dd"));
+}
+
+#[test]
+fn the_bar_gives_each_part_its_share_and_every_part_a_cell() {
+    let l = fsync_line(1, "x", 1, 10, 80, false);
+    let bar = super::fsync_pane::stacked(&l, 20);
+    assert_eq!(bar.chars().count(), 20, "{bar}");
+    assert_eq!(bar.chars().filter(|&c| c == 'J').count(), 16, "{bar}");
+    assert!(bar.starts_with("Ww"), "{bar}");
+    assert!(super::fsync_pane::stacked(&l, 0).is_empty());
 }

@@ -121,14 +121,14 @@ impl SlowFsync {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Acc {
     line: FsyncLine,
     latencies: Vec<u64>,
 }
 
 /// The fsyncs of the interval in progress.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct FsyncLines {
     per: BTreeMap<u32, Acc>,
 }

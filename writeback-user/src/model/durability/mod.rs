@@ -221,7 +221,7 @@ const MAX_NAMES: usize = 1 << 14;
 const MAX_INODES: usize = 1 << 14;
 
 /// The join: calls, commits and handles in, [`SyncRecord`]s out.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct DurabilityJoin {
     calls: VecDeque<Brief>,
     commits: BTreeMap<(DevId, u32), Commit>,
