@@ -67,8 +67,11 @@ pub struct Cli {
     /// several writers per file; runs once per dirtied folio); device_io
     /// (request size and latency histograms and each call's bios, instead
     /// of /proc/diskstats means; runs per request and per bio); extents
-    /// (each call's extents; runs per extent). `compare` and `scenario`
-    /// turn device_io and extents on themselves.
+    /// (each call's extents; runs per extent); durability (each ext4 fsync
+    /// split into writeback, wait, journal commit and flush, with who was
+    /// in the commit: `sync` lines with --events; runs per fsync, commit
+    /// phase and journal handle). `compare` and `scenario` turn device_io
+    /// and extents on themselves, `doctor` durability.
     #[arg(long, value_name = "HOOKS", value_delimiter = ',', global = true)]
     pub(crate) enable: Vec<crate::model::plan::OptIn>,
 

@@ -1,27 +1,28 @@
 //! The journal handles each process put in each transaction (writeback-ebpf
 //! durability.rs `HANDLES`), read for the transactions that have ended and
 //! removed from the kernel's map as they are read.
-use std::collections::HashMap as StdMap;
+use std::{collections::HashMap as StdMap, os::fd::AsFd as _};
 
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{HashMap, MapData},
+    maps::{HashMap, Map, MapData},
 };
 use writeback_common::{HandleCount, HandleKey};
 
 use crate::model::{DevId, durability::HandleShare};
 
 pub(crate) struct JournalHandles {
-    map: HashMap<MapData, HandleKey, HandleCount>,
+    /// `HANDLES`, an LRU hash map (checked when taken).
+    map: Map,
 }
 
 impl JournalHandles {
     pub(crate) fn take(ebpf: &mut Ebpf) -> anyhow::Result<JournalHandles> {
-        let map = ebpf.take_map("HANDLES").context("HANDLES map missing")?;
-        Ok(JournalHandles {
-            map: HashMap::try_from(map).context("HANDLES is not a hash map")?,
-        })
+        let mut map = ebpf.take_map("HANDLES").context("HANDLES map missing")?;
+        HashMap::<&mut MapData, HandleKey, HandleCount>::try_from(&mut map)
+            .context("HANDLES is not a hash map of its types")?;
+        Ok(JournalHandles { map })
     }
 
     /// The counts of the `ended` transactions, removed from the map with
@@ -38,9 +39,20 @@ impl JournalHandles {
                 *e = t;
             }
         }
-        let keys: Vec<HandleKey> = self.map.keys().filter_map(Result::ok).collect();
+        // A batch at a time where the kernel can (batch.rs), else one by
+        // one: each commit leaves a few entries.
+        let fd = match &self.map {
+            Map::LruHashMap(data) | Map::HashMap(data) => Some(data.fd().as_fd()),
+            _ => None,
+        };
+        let batch = fd.and_then(super::batch::hash_entries::<HandleKey, HandleCount>);
+        let mut map = HashMap::<&mut MapData, HandleKey, HandleCount>::try_from(&mut self.map)?;
+        let entries: Vec<(HandleKey, HandleCount)> = match batch {
+            Some(entries) => entries.context("reading HANDLES")?,
+            None => map.iter().filter_map(Result::ok).collect(),
+        };
         let mut out = Vec::new();
-        for key in keys {
+        for (key, count) in entries {
             let dev = DevId::from_kernel(key.dev);
             let Some(&last) = newest.get(&dev) else {
                 continue;
@@ -48,9 +60,7 @@ impl JournalHandles {
             if tid_after(key.transaction, last) {
                 continue;
             }
-            if ended.contains(&(dev, key.transaction))
-                && let Ok(count) = self.map.get(&key, 0)
-            {
+            if ended.contains(&(dev, key.transaction)) {
                 out.push(HandleShare {
                     dev,
                     transaction: key.transaction,
@@ -62,7 +72,7 @@ impl JournalHandles {
                 });
             }
             // Gone already (LRU eviction) is fine.
-            let _ = self.map.remove(&key);
+            let _ = map.remove(&key);
         }
         Ok(out)
     }

@@ -220,10 +220,18 @@ const MAX_COMMITS: usize = 4096;
 const MAX_NAMES: usize = 1 << 14;
 const MAX_INODES: usize = 1 << 14;
 
+/// Each commit's contributors, made once for all its fsyncs.
+type Contributors = HashMap<(DevId, u32), Vec<Contributor>>;
+
 /// The join: calls, commits and handles in, [`SyncRecord`]s out.
 #[derive(Clone, Debug, Default)]
 pub struct DurabilityJoin {
+    /// Sorted by `end_ns` (records come in about that order; a late one
+    /// is put in its place), so that a span's calls are found by time.
     calls: VecDeque<Brief>,
+    /// The longest call kept: a call overlapping a window ends at most
+    /// this long after it.
+    longest_ns: u64,
     commits: BTreeMap<(DevId, u32), Commit>,
     spans: Vec<Span>,
     /// Who dirtied each inode, from its last call with dirtiers.
@@ -256,14 +264,17 @@ impl DurabilityJoin {
         if owners.is_empty() && c.pages_written > 0 {
             owners.push((c.tgid, c.pages_written as u64));
         }
-        self.calls.push_back(Brief {
+        let brief = Brief {
             tid: c.tid,
             dev: c.dev,
             start_ns: c.start_ns,
             end_ns: c.start_ns + c.duration_ns,
             pages: c.pages_written,
             owners,
-        });
+        };
+        self.longest_ns = self.longest_ns.max(c.duration_ns);
+        let at = self.calls.partition_point(|b| b.end_ns <= brief.end_ns);
+        self.calls.insert(at, brief);
     }
 
     pub fn span(&mut self, s: Span) {
@@ -317,7 +328,9 @@ impl DurabilityJoin {
             .into_iter()
             .partition(|s| s.end_ns.saturating_add(HOLD_NS) <= now_ns);
         self.spans = wait;
-        let out = ready.iter().map(|s| self.join(s)).collect();
+        // The fsyncs of one commit share its contributors: made once.
+        let mut cache = HashMap::new();
+        let out = ready.iter().map(|s| self.join(s, &mut cache)).collect();
         // What the oldest span still held needs stays.
         let oldest = self
             .spans
@@ -329,6 +342,12 @@ impl DurabilityJoin {
         while self.calls.front().is_some_and(|c| c.end_ns < horizon) {
             self.calls.pop_front();
         }
+        self.longest_ns = self
+            .calls
+            .iter()
+            .map(|c| c.end_ns - c.start_ns)
+            .max()
+            .unwrap_or(0);
         self.commits.retain(|_, c| {
             c.end().is_none_or(|e| e >= horizon) && c.start().is_none_or(|s| s >= horizon)
         });
@@ -338,17 +357,24 @@ impl DurabilityJoin {
         out
     }
 
+    /// The calls ending in `[from, to]`.
+    fn ending(&self, from: u64, to: u64) -> impl Iterator<Item = &Brief> {
+        let first = self.calls.partition_point(|b| b.end_ns < from);
+        self.calls
+            .range(first..)
+            .take_while(move |b| b.end_ns <= to)
+    }
+
     fn name(&mut self, pid: u32, comm: &str) {
         if self.names.len() < MAX_NAMES || self.names.contains_key(&pid) {
             self.names.insert(pid, comm.to_string());
         }
     }
 
-    fn join(&self, s: &Span) -> SyncRecord {
+    fn join(&self, s: &Span, cache: &mut Contributors) -> SyncRecord {
         let total = s.end_ns.saturating_sub(s.start_ns);
         let own: Vec<&Brief> = self
-            .calls
-            .iter()
+            .ending(s.start_ns, s.end_ns)
             .filter(|c| {
                 c.tid == s.tid && c.dev == s.dev && c.start_ns >= s.start_ns && c.end_ns <= s.end_ns
             })
@@ -372,7 +398,7 @@ impl DurabilityJoin {
                     wait,
                     journal,
                     Some(s.end_ns - end),
-                    Some(self.commit(s, transaction, c, end)),
+                    Some(self.commit(s, transaction, c, end, cache)),
                 )
             }
             None => (s.end_ns - wb_end, 0, None, None),
@@ -404,7 +430,18 @@ impl DurabilityJoin {
         }
     }
 
-    fn commit(&self, s: &Span, transaction: u32, c: &Commit, end: u64) -> CommitRecord {
+    fn commit(
+        &self,
+        s: &Span,
+        transaction: u32,
+        c: &Commit,
+        end: u64,
+        cache: &mut Contributors,
+    ) -> CommitRecord {
+        let contributors = cache
+            .entry((s.dev, transaction))
+            .or_insert_with(|| self.contributors(s.dev, &c.shares, (c.start().unwrap_or(end), end)))
+            .clone();
         CommitRecord {
             transaction,
             start_ns: c.start().unwrap_or(s.start_ns),
@@ -415,7 +452,7 @@ impl DurabilityJoin {
             handles: c.handles,
             blocks: c.blocks,
             blocks_logged: c.blocks_logged,
-            contributors: self.contributors(s.dev, &c.shares, (c.start().unwrap_or(end), end)),
+            contributors,
         }
     }
 
@@ -432,7 +469,10 @@ impl DurabilityJoin {
     ) -> Vec<Contributor> {
         let mut per: BTreeMap<u32, (f64, f64, f64)> = BTreeMap::new();
         let (from, to) = window;
-        for c in self.calls.iter().filter(|c| c.dev == dev) {
+        // Calls overlapping the window end in it or at most the longest
+        // call's time after it.
+        let late = to.saturating_add(self.longest_ns);
+        for c in self.ending(from, late).filter(|c| c.dev == dev) {
             let overlap = c.end_ns.min(to).saturating_sub(c.start_ns.max(from));
             let share = match c.end_ns - c.start_ns {
                 0 => f64::from(u8::from((from..=to).contains(&c.start_ns))),
