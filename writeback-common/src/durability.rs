@@ -35,9 +35,24 @@ pub mod phase {
     pub const STATS: u32 = 5;
 }
 
-/// One `ext4_sync_file()` (fsync, fdatasync, and the O_SYNC / O_DSYNC
-/// writes' `generic_write_sync()`, which calls it through `vfs_fsync_range`),
-/// joined in the kernel from its enter and exit tracepoints on one thread.
+/// Bits of [`SyncSpan::flags`].
+pub mod sync_flags {
+    /// Opened by the fsync/fdatasync system call's enter tracepoint and
+    /// closed by its exit (any filesystem); without it, by ext4's own
+    /// `ext4_sync_file_enter/exit` (an O_SYNC write's sync).
+    pub const SYSCALL: u32 = 1 << 0;
+    /// A filesystem's own tracepoint named the file (`dev`, `ino` valid).
+    pub const FILE_SEEN: u32 = 1 << 1;
+    /// ext4's `ext4_sync_file` ran inside.
+    pub const EXT4: u32 = 1 << 2;
+    /// xfs's `xfs_file_fsync` ran inside.
+    pub const XFS: u32 = 1 << 3;
+}
+
+/// One fsync: the fsync/fdatasync system call on any filesystem, or
+/// ext4's `ext4_sync_file()` alone (the O_SYNC / O_DSYNC writes'
+/// `generic_write_sync()`), joined in the kernel from its enter and exit
+/// tracepoints on one thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SyncSpan {
@@ -55,6 +70,12 @@ pub struct SyncSpan {
     pub end_ns: u64,
     pub cgroup_id: u64,
     pub comm: [u8; 16],
+    /// When xfs's log force began on the thread inside the span
+    /// (`xfs:xfs_log_force`); 0 without one.
+    pub log_force_ns: u64,
+    /// [`sync_flags`].
+    pub flags: u32,
+    pub _pad: u32,
 }
 
 /// One phase of one journal commit ([`phase`]).

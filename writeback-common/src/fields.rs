@@ -202,3 +202,18 @@ pub mod jbd2_handle_stats {
     pub const DIRTIED_BLOCKS: usize = 2;
     pub const NAMES: [&str; 3] = ["dev", "tid", "dirtied_blocks"];
 }
+
+/// `syscalls:sys_exit_fsync` and `sys_exit_fdatasync`.
+pub mod sys_exit {
+    pub const RET: usize = 0;
+    pub const NAMES: [&str; 1] = ["ret"];
+}
+
+/// `xfs:xfs_file_fsync` (the `xfs_inode_class`) and `xfs:xfs_log_force`.
+pub mod xfs_file {
+    pub const DEV: usize = 0;
+    pub const INO: usize = 1;
+    pub const NAMES: [&str; 2] = ["dev", "ino"];
+    /// `xfs_log_force` has `dev` only.
+    pub const LOG_FORCE_NAMES: [&str; 1] = ["dev"];
+}

@@ -13,14 +13,17 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use writeback_common::{
-    COMMIT_PHASE_KIND, CommitPhase, HandleCount, HandleKey, SYNC_SPAN_KIND, SyncSpan,
+    COMMIT_PHASE_KIND, CommitPhase, Filter, HandleCount, HandleKey, SYNC_SPAN_KIND, SyncSpan,
     TracepointLayout,
-    fields::{jbd2_commit, jbd2_handle_stats, jbd2_run_stats, sync_file_enter, sync_file_exit},
-    phase, stat,
+    fields::{
+        jbd2_commit, jbd2_handle_stats, jbd2_run_stats, sync_file_enter, sync_file_exit, sys_exit,
+        xfs_file,
+    },
+    phase, stat, sync_flags,
 };
 
 use crate::{
-    CURRENT, EVENTS, bump,
+    CURRENT, EVENTS, FILTER, bump,
     read::{current_tid, field, now_ns},
     writepages::{filtered_out, in_ext4_call},
 };
@@ -43,6 +46,12 @@ static COMMIT_END_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 static RUN_STATS_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 #[unsafe(no_mangle)]
 static HANDLE_STATS_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static SYS_EXIT_FSYNC_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static SYS_EXIT_FDATASYNC_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static XFS_FSYNC_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 
 /// Each thread's fsync in progress, from its enter to its exit.
 #[map]
@@ -69,24 +78,30 @@ fn send<T: 'static>(value: T) {
     }
 }
 
-/// `ext4:ext4_sync_file_enter`: `ext4_sync_file()` begins (fsync,
-/// fdatasync, an O_SYNC write's `generic_write_sync()`).
-#[tracepoint]
-pub fn sync_file_enter(ctx: TracePointContext) -> u32 {
-    let l = &SYNC_ENTER_LAYOUT;
+/// A span opened on this thread, before the file is known.
+#[inline(always)]
+fn open_span(datasync: u32, dev: u32, ino: u64, flags: u32) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: plain helper call.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    let dev = field(&ctx, l, sync_file_enter::DEV) as u32;
-    let ino = field(&ctx, l, sync_file_enter::INO) as u64;
-    if filtered_out(dev, ino, (pid_tgid >> 32) as u32, cgroup_id) {
+    // The device is not known at a system call's enter: only the process
+    // and cgroup filters apply there, the device one at its exit.
+    let tgid = (pid_tgid >> 32) as u32;
+    let out = if flags & sync_flags::FILE_SEEN != 0 {
+        filtered_out(dev, ino, tgid, cgroup_id)
+    } else {
+        // SAFETY: .rodata global, see read::field.
+        let f: Filter = unsafe { core::ptr::read_volatile(&FILTER) };
+        (f.tgid != 0 && f.tgid != tgid) || (f.cgroup_id != 0 && f.cgroup_id != cgroup_id)
+    };
+    if out {
         return 0;
     }
     let span = SyncSpan {
         kind: SYNC_SPAN_KIND,
         tid: pid_tgid as u32,
         pid: (pid_tgid >> 32) as u32,
-        datasync: field(&ctx, l, sync_file_enter::DATASYNC) as u32,
+        datasync,
         dev,
         ret: 0,
         ino,
@@ -94,23 +109,117 @@ pub fn sync_file_enter(ctx: TracePointContext) -> u32 {
         end_ns: 0,
         cgroup_id,
         comm: bpf_get_current_comm().unwrap_or_default(),
+        log_force_ns: 0,
+        flags,
+        _pad: 0,
     };
     let _ = SYNCING.insert(&span.tid, &span, 0);
     0
 }
 
-/// `ext4:ext4_sync_file_exit`: the fsync returns; its span is sent.
-#[tracepoint]
-pub fn sync_file_exit(ctx: TracePointContext) -> u32 {
+/// The thread's open span, to fill in.
+#[inline(always)]
+fn open_of(tid: u32) -> Option<&'static mut SyncSpan> {
+    // SAFETY: the thread's own entry, written only by the thread.
+    SYNCING.get_ptr_mut(&tid).map(|p| unsafe { &mut *p })
+}
+
+/// Closes the thread's span with `ret` and sends it, unless the filters
+/// drop it. A span whose file no filesystem named (btrfs, ...) is sent
+/// whatever the device filter: userspace places it on the device of its
+/// own calls, which the filter has already chosen, or drops it.
+#[inline(always)]
+fn close_span(ret: i32) -> u32 {
     let tid = current_tid();
     // SAFETY: copied out before the entry is removed.
     let Some(mut span) = (unsafe { SYNCING.get(&tid) }).copied() else {
         return 0;
     };
     let _ = SYNCING.remove(&tid);
+    if span.flags & sync_flags::FILE_SEEN != 0
+        && filtered_out(span.dev, span.ino, span.pid, span.cgroup_id)
+    {
+        return 0;
+    }
     span.end_ns = now_ns();
-    span.ret = field(&ctx, &SYNC_EXIT_LAYOUT, sync_file_exit::RET) as i32;
+    span.ret = ret;
     send(span);
+    0
+}
+
+/// `syscalls:sys_enter_fsync`: an fsync on any filesystem begins.
+#[tracepoint]
+pub fn sys_enter_fsync(_ctx: TracePointContext) -> u32 {
+    open_span(0, 0, 0, sync_flags::SYSCALL)
+}
+
+/// `syscalls:sys_enter_fdatasync`.
+#[tracepoint]
+pub fn sys_enter_fdatasync(_ctx: TracePointContext) -> u32 {
+    open_span(1, 0, 0, sync_flags::SYSCALL)
+}
+
+/// `syscalls:sys_exit_fsync`: the span is sent.
+#[tracepoint]
+pub fn sys_exit_fsync(ctx: TracePointContext) -> u32 {
+    close_span(field(&ctx, &SYS_EXIT_FSYNC_LAYOUT, sys_exit::RET) as i32)
+}
+
+/// `syscalls:sys_exit_fdatasync`.
+#[tracepoint]
+pub fn sys_exit_fdatasync(ctx: TracePointContext) -> u32 {
+    close_span(field(&ctx, &SYS_EXIT_FDATASYNC_LAYOUT, sys_exit::RET) as i32)
+}
+
+/// `ext4:ext4_sync_file_enter`: `ext4_sync_file()` begins. Inside an
+/// fsync system call it names the file; alone (an O_SYNC write's
+/// `generic_write_sync()`) it opens a span of its own.
+#[tracepoint]
+pub fn sync_file_enter(ctx: TracePointContext) -> u32 {
+    let l = &SYNC_ENTER_LAYOUT;
+    let dev = field(&ctx, l, sync_file_enter::DEV) as u32;
+    let ino = field(&ctx, l, sync_file_enter::INO) as u64;
+    if let Some(span) = open_of(current_tid()) {
+        span.dev = dev;
+        span.ino = ino;
+        span.flags |= sync_flags::FILE_SEEN | sync_flags::EXT4;
+        return 0;
+    }
+    let datasync = field(&ctx, l, sync_file_enter::DATASYNC) as u32;
+    open_span(datasync, dev, ino, sync_flags::FILE_SEEN | sync_flags::EXT4)
+}
+
+/// `ext4:ext4_sync_file_exit`: a span ext4 opened is sent; one the
+/// system call opened waits for the call's exit.
+#[tracepoint]
+pub fn sync_file_exit(ctx: TracePointContext) -> u32 {
+    let syscall = open_of(current_tid()).is_some_and(|s| s.flags & sync_flags::SYSCALL != 0);
+    if syscall {
+        return 0;
+    }
+    close_span(field(&ctx, &SYNC_EXIT_LAYOUT, sync_file_exit::RET) as i32)
+}
+
+/// `xfs:xfs_file_fsync`: xfs names the file of the thread's fsync.
+#[tracepoint]
+pub fn xfs_fsync(ctx: TracePointContext) -> u32 {
+    if let Some(span) = open_of(current_tid()) {
+        span.dev = field(&ctx, &XFS_FSYNC_LAYOUT, xfs_file::DEV) as u32;
+        span.ino = field(&ctx, &XFS_FSYNC_LAYOUT, xfs_file::INO) as u64;
+        span.flags |= sync_flags::FILE_SEEN | sync_flags::XFS;
+    }
+    0
+}
+
+/// `xfs:xfs_log_force`: the thread's fsync forces the log (its journal
+/// part begins).
+#[tracepoint]
+pub fn xfs_log_force(_ctx: TracePointContext) -> u32 {
+    if let Some(span) = open_of(current_tid())
+        && span.log_force_ns == 0
+    {
+        span.log_force_ns = now_ns();
+    }
     0
 }
 

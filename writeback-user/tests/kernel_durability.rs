@@ -45,6 +45,11 @@ fn bulk_writer(fs: &LoopFs) -> Child {
 /// not after mounting by `ext4lazyinit`, whose writes would share the
 /// commits of the fsyncs alone (up to 196 ms of them here).
 fn capped_ext4() -> LoopFs {
+    // What an earlier test left for the host's own writeback (a loop
+    // image's pages) is written first: the loop device's flushes are
+    // fsyncs of its image on the host, and would wait behind it.
+    // SAFETY: plain syscall.
+    unsafe { libc::sync() };
     let mut fs = LoopFs::with_args(
         "ext4",
         2048,
@@ -307,6 +312,82 @@ fn doctor_names_the_entanglement_only_beside_the_bulk_writer() {
             assert!(entangled.is_none(), "alone: {r}");
             let j = named("journal-bound").unwrap_or_else(|| panic!("no journal-bound: {r}"));
             assert_eq!(j["evidence"]["pid"], u64::from(std::process::id()), "{j}");
+        }
+    }
+}
+
+/// xfs and btrfs: every fsync is a span as the system call counted it,
+/// on the filesystem's device, its parts tiling it; xfs's log force is
+/// its journal part, and btrfs's own writeback calls are found in it.
+#[test]
+fn xfs_and_btrfs_fsyncs_are_split_too() {
+    let _one = serial();
+    for fstype in ["xfs", "btrfs"] {
+        let fs = LoopFs::new(fstype, 512);
+        let mount = fs.mountpoint.display().to_string();
+        let dev = dev_of(&fs.mountpoint);
+        // SAFETY: plain syscall.
+        let tid = unsafe { libc::gettid() };
+        let filter = format!("common_pid == {tid}");
+        let kernel = TraceInstance::new(&[
+            ("syscalls/sys_enter_fsync", &filter),
+            ("syscalls/sys_exit_fsync", &filter),
+        ]);
+        let trace = Tracing::start(&[
+            "--enable",
+            "durability",
+            "--json",
+            "--events",
+            "--device",
+            &mount,
+        ]);
+        let ino = fsync_every_100ms(&fs.path("small"));
+        let lines = trace.stop(libc::SIGINT);
+        let syscalls = syscall_spans(&kernel.lines());
+        let me = u64::from(std::process::id());
+        let mine: Vec<&Value> = lines
+            .iter()
+            .filter(|l| l["type"] == "sync" && l["pid"] == me)
+            .collect();
+        assert_eq!(mine.len(), syscalls.len(), "{fstype}: {mine:#?}");
+        assert_eq!(syscalls.len(), FSYNCS + 1, "{fstype}");
+        // btrfs: the superblock's device, as its calls name it (stat(2)
+        // gives the subvolume's anonymous one).
+        let dev = match fstype {
+            "btrfs" => lines
+                .iter()
+                .find(|l| l["type"] == "call" && l["ino"] == ino)
+                .map(|l| l["dev"].as_str().expect("dev").to_string())
+                .expect("a call on the file"),
+            _ => dev,
+        };
+        let mut journal = 0;
+        let mut written = 0;
+        for s in &mine {
+            assert_eq!(s["dev"], dev, "{fstype}: {s}");
+            assert_eq!(s["fs"], fstype, "{fstype}: {s}");
+            if fstype == "xfs" {
+                assert_eq!(s["ino"], ino, "{s}");
+            }
+            let parts = ["writeback_ns", "wait_ns", "journal_ns", "other_ns"]
+                .iter()
+                .map(|k| u(s, k))
+                .sum::<u64>()
+                + s["flush_ns"].as_u64().unwrap_or(0);
+            assert_eq!(parts, u(s, "total_ns"), "{s}");
+            journal += usize::from(u(s, "journal_ns") > 0);
+            // Its own calls, by their pages: a call put together from
+            // per-folio events (this host's xfs and btrfs) lasts from its
+            // first folio to its last, 0 for one folio (docs/probes.md).
+            written += usize::from(u(s, "calls") > 0 && s["pages"].as_i64() > Some(0));
+        }
+        eprintln!(
+            "{fstype}: {} fsyncs, {journal} with a journal part, {written} with writeback",
+            mine.len()
+        );
+        match fstype {
+            "xfs" => assert!(journal * 2 >= mine.len(), "xfs: {mine:#?}"),
+            _ => assert!(written * 2 >= mine.len(), "btrfs: {mine:#?}"),
         }
     }
 }

@@ -46,6 +46,9 @@ struct Prepared {
     label: String,
     attaches: &'static [TracepointAttach],
     layouts: Vec<Option<TracepointLayout>>,
+    /// Per attach: whether its event is on this kernel (an optional one
+    /// may not be).
+    present: Vec<bool>,
     fields: Vec<String>,
 }
 
@@ -275,13 +278,14 @@ impl Tracer {
                 match &candidate {
                     Candidate::Tracepoints(attaches) if !have_tracepoint => {
                         match read_layouts(&tracefs_root, attaches) {
-                            Ok((layouts, fields)) => {
+                            Ok((layouts, present, fields)) => {
                                 have_tracepoint = true;
                                 prepared.push(Prepared {
                                     concept,
                                     label: candidate.label(),
                                     attaches,
                                     layouts,
+                                    present,
                                     fields,
                                 });
                             }
@@ -517,9 +521,15 @@ impl Tracer {
                             .iter()
                             .find(|p| p.concept == concept && p.label == label)
                         {
-                            Some(p) => attach_all(&mut ebpf, attaches)
+                            Some(p) => attach_all(&mut ebpf, attaches, &p.present)
                                 .map(|()| {
-                                    attached_programs.extend(attaches.iter().map(|a| a.program));
+                                    attached_programs.extend(
+                                        attaches
+                                            .iter()
+                                            .zip(&p.present)
+                                            .filter(|(_, here)| **here)
+                                            .map(|(a, _)| a.program),
+                                    );
                                     p.fields.clone()
                                 })
                                 .map_err(|e| format!("{e:#}")),
@@ -688,16 +698,27 @@ fn offsets_json(prepared: &[Prepared], members: Option<&KernelMembers>) -> serde
     out.into()
 }
 
+/// The layouts of a candidate's attaches, whether each event is here,
+/// and the fields they give.
+type Layouts = (Vec<Option<TracepointLayout>>, Vec<bool>, Vec<String>);
+
 /// Reads the formats of every attach of a candidate. Errors are the
-/// rejection reason.
-fn read_layouts(
-    root: &Path,
-    attaches: &[TracepointAttach],
-) -> Result<(Vec<Option<TracepointLayout>>, Vec<String>), String> {
+/// rejection reason; an optional event the kernel lacks is left out.
+fn read_layouts(root: &Path, attaches: &[TracepointAttach]) -> Result<Layouts, String> {
     let mut layouts = Vec::new();
+    let mut present = Vec::new();
     let mut fields: Vec<String> = Vec::new();
     for a in attaches {
-        let format = tracefs::read_format(root, a.system, a.event).map_err(|e| e.to_string())?;
+        let format = match tracefs::read_format(root, a.system, a.event) {
+            Ok(f) => f,
+            Err(e) if a.optional => {
+                warn!("tracepoint {}:{} left out: {e}", a.system, a.event);
+                layouts.push(None);
+                present.push(false);
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         let (mut layout, mut missing) = format
             .layout(a.fields)
             .map_err(|e| format!("{}:{}: {e:#}", a.system, a.event))?;
@@ -728,12 +749,17 @@ fn read_layouts(
             }
         }
         layouts.push(a.layout_global.map(|_| layout));
+        present.push(true);
     }
-    Ok((layouts, fields))
+    Ok((layouts, present, fields))
 }
 
-fn attach_all(ebpf: &mut Ebpf, attaches: &[TracepointAttach]) -> anyhow::Result<()> {
-    for a in attaches {
+fn attach_all(
+    ebpf: &mut Ebpf,
+    attaches: &[TracepointAttach],
+    present: &[bool],
+) -> anyhow::Result<()> {
+    for (a, _) in attaches.iter().zip(present).filter(|(_, here)| **here) {
         let program: &mut TracePoint = ebpf
             .program_mut(a.program)
             .with_context(|| format!("program {} not in the object", a.program))?
@@ -757,6 +783,49 @@ fn attach_all(ebpf: &mut Ebpf, attaches: &[TracepointAttach]) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An optional event the kernel lacks is left out of the candidate; a
+    /// required one refuses it.
+    #[test]
+    fn an_absent_optional_event_is_left_out() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("events/syscalls/sys_exit_fsync");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("format"),
+            "name: sys_exit_fsync\nID: 1\nformat:\n\
+             \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+             \tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;\n\
+             \tfield:long ret;\toffset:16;\tsize:8;\tsigned:1;\n",
+        )
+        .unwrap();
+        let here = crate::tracer::plan::TracepointAttach {
+            program: "sys_exit_fsync",
+            system: "syscalls",
+            event: "sys_exit_fsync",
+            layout_global: Some("SYS_EXIT_FSYNC_LAYOUT"),
+            fields: &["ret"],
+            required: &["ret"],
+            copies_words: false,
+            optional: false,
+        };
+        let absent = crate::tracer::plan::TracepointAttach {
+            program: "xfs_fsync",
+            system: "xfs",
+            event: "xfs_file_fsync",
+            optional: true,
+            ..here
+        };
+        let (layouts, present, fields) = read_layouts(root.path(), &[here, absent]).unwrap();
+        assert_eq!(present, vec![true, false]);
+        assert!(layouts[0].is_some() && layouts[1].is_none());
+        assert_eq!(fields, vec!["ret".to_string()]);
+        let required = crate::tracer::plan::TracepointAttach {
+            optional: false,
+            ..absent
+        };
+        assert!(read_layouts(root.path(), &[here, required]).is_err());
+    }
 
     #[test]
     fn highest_cpu_of_kernel_cpu_lists() {

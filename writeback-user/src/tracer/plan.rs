@@ -11,24 +11,9 @@ use writeback_common::fields;
 
 use crate::model::plan::{Concept, DISKSTATS_SOURCE, HookKind, OptIn};
 
-/// One eBPF program attached to one classic tracepoint, with the global
-/// that receives the tracepoint's layout and the fields it reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TracepointAttach {
-    pub program: &'static str,
-    pub system: &'static str,
-    pub event: &'static str,
-    /// `None` for programs that read no field.
-    pub layout_global: Option<&'static str>,
-    pub fields: &'static [&'static str],
-    /// Fields without which the hook is useless on this kernel.
-    pub required: &'static [&'static str],
-    /// The program copies the record's first words after the common
-    /// header and userspace decodes them with the layout
-    /// ([`writeback_common::dirty::record_word`]); a field outside them is
-    /// unavailable on this kernel.
-    pub copies_words: bool,
-}
+mod tracepoint;
+pub use tracepoint::TracepointAttach;
+use tracepoint::tp;
 
 /// One BTF-typed program (tp_btf, fentry, kprobe) and what it attaches to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,25 +156,6 @@ impl Candidate {
     }
 }
 
-const fn tp(
-    program: &'static str,
-    system: &'static str,
-    event: &'static str,
-    layout_global: &'static str,
-    fields: &'static [&'static str],
-    required: &'static [&'static str],
-) -> TracepointAttach {
-    TracepointAttach {
-        program,
-        system,
-        event,
-        layout_global: Some(layout_global),
-        fields,
-        required,
-        copies_words: false,
-    }
-}
-
 const WRITEPAGES_REQUIRED: &[&str] = &["dev", "ino", "nr_to_write"];
 const RESULT_REQUIRED: &[&str] = &["dev", "ino", "pages_written"];
 
@@ -259,6 +225,7 @@ const WBC_WRITEPAGE_TP: &[TracepointAttach] = &[TracepointAttach {
     fields: &[],
     required: &[],
     copies_words: false,
+    optional: false,
 }];
 
 const SINGLE_INODE_TP: &[TracepointAttach] = &[tp(

@@ -658,6 +658,10 @@ fn fsync_live_join_from_records() {
         ret: 0,
         start_ns: 1010 * MS,
         end_ns: 1041 * MS,
+        log_force_ns: 0,
+        flags: writeback_common::sync_flags::SYSCALL
+            | writeback_common::sync_flags::FILE_SEEN
+            | writeback_common::sync_flags::EXT4,
     }))));
     sample(&mut app, 2);
     assert!(

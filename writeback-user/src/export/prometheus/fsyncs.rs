@@ -95,7 +95,7 @@ mod tests {
             cgroup_id: 1,
             dev: DevId { major: 7, minor: 0 },
             ino: 12,
-            fs: "ext4",
+            fs: "ext4".into(),
             kind: "fsync",
             ret: 0,
             start_ns: 0,

@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::Serialize;
-use writeback_common::{CommitPhase, SyncSpan, phase};
+use writeback_common::{CommitPhase, SyncSpan, phase, sync_flags};
 
 use crate::model::{CallRecord, DevId, dirtier::Dirtier, record::comm};
 
@@ -47,6 +47,10 @@ pub struct Span {
     pub ret: i32,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// When xfs's log force began inside it; 0 without one.
+    pub log_force_ns: u64,
+    /// writeback_common [`sync_flags`].
+    pub flags: u32,
 }
 
 impl From<&SyncSpan> for Span {
@@ -62,6 +66,8 @@ impl From<&SyncSpan> for Span {
             ret: s.ret,
             start_ns: s.start_ns,
             end_ns: s.end_ns,
+            log_force_ns: s.log_force_ns,
+            flags: s.flags,
         }
     }
 }
@@ -118,7 +124,8 @@ pub struct SyncRecord {
     pub cgroup_id: u64,
     pub dev: DevId,
     pub ino: u64,
-    pub fs: &'static str,
+    /// The filesystem of `dev` (mountinfo, as the call lines name it).
+    pub fs: String,
     /// `fsync` or `fdatasync` (O_SYNC / O_DSYNC writes come through the
     /// same ext4 call, as fsync / fdatasync of their range).
     pub kind: &'static str,
@@ -236,12 +243,17 @@ pub struct DurabilityJoin {
     spans: Vec<Span>,
     /// Who dirtied each inode, from its last call with dirtiers.
     dirtiers: HashMap<(DevId, u64), Vec<Dirtier>>,
+    /// Each device's filesystem, as its calls name it.
+    fs: HashMap<DevId, String>,
     names: HashMap<u32, String>,
 }
 
 impl DurabilityJoin {
     pub fn call(&mut self, c: &CallRecord) {
         self.name(c.tgid, &c.comm);
+        if !c.fs.is_empty() && !self.fs.contains_key(&c.dev) && self.fs.len() < MAX_INODES {
+            self.fs.insert(c.dev, c.fs.clone());
+        }
         for d in &c.dirtiers {
             if d.pid != 0 {
                 self.name(d.pid, &d.comm);
@@ -330,7 +342,10 @@ impl DurabilityJoin {
         self.spans = wait;
         // The fsyncs of one commit share its contributors: made once.
         let mut cache = HashMap::new();
-        let out = ready.iter().map(|s| self.join(s, &mut cache)).collect();
+        let out = ready
+            .iter()
+            .filter_map(|s| self.join(s, &mut cache))
+            .collect();
         // What the oldest span still held needs stays.
         let oldest = self
             .spans
@@ -371,14 +386,28 @@ impl DurabilityJoin {
         }
     }
 
-    fn join(&self, s: &Span, cache: &mut Contributors) -> SyncRecord {
-        let total = s.end_ns.saturating_sub(s.start_ns);
+    /// One span split; `None` for an fsync no filesystem named and that
+    /// wrote nothing (tmpfs, a pipe): there is nothing to place it on.
+    fn join(&self, span: &Span, cache: &mut Contributors) -> Option<SyncRecord> {
+        let named = span.flags & sync_flags::FILE_SEEN != 0;
+        let mine = |c: &&Brief| {
+            c.tid == span.tid
+                && (!named || c.dev == span.dev)
+                && c.start_ns >= span.start_ns
+                && c.end_ns <= span.end_ns
+        };
         let own: Vec<&Brief> = self
-            .ending(s.start_ns, s.end_ns)
-            .filter(|c| {
-                c.tid == s.tid && c.dev == s.dev && c.start_ns >= s.start_ns && c.end_ns <= s.end_ns
-            })
+            .ending(span.start_ns, span.end_ns)
+            .filter(mine)
             .collect();
+        // A span only the system call saw (btrfs, ...) is placed on the
+        // device its own writeback went to.
+        let dev = if named { span.dev } else { own.first()?.dev };
+        let s = &Span {
+            dev,
+            ..span.clone()
+        };
+        let total = s.end_ns.saturating_sub(s.start_ns);
         let writeback_ns: u64 = own.iter().map(|c| c.end_ns - c.start_ns).sum();
         let wb_end = own.iter().map(|c| c.end_ns).max().unwrap_or(s.start_ns);
         let waited = self
@@ -389,8 +418,9 @@ impl DurabilityJoin {
             // one it waited on after it.
             .filter(|(_, _, end)| (wb_end..=s.end_ns).contains(end))
             .max_by_key(|(_, _, end)| *end);
-        let (wait_ns, journal_ns, flush_ns, commit) = match waited {
-            Some((transaction, c, end)) => {
+        let xfs_force = (s.log_force_ns != 0).then_some(s.log_force_ns.clamp(wb_end, s.end_ns));
+        let (wait_ns, journal_ns, flush_ns, commit) = match (waited, xfs_force) {
+            (Some((transaction, c, end)), _) => {
                 let from = c.start().unwrap_or(wb_end).max(wb_end).min(end);
                 let journal = end - from;
                 let wait = from - wb_end;
@@ -401,20 +431,23 @@ impl DurabilityJoin {
                     Some(self.commit(s, transaction, c, end, cache)),
                 )
             }
-            None => (s.end_ns - wb_end, 0, None, None),
+            // xfs: the log force to the end (its cache flush, when it
+            // issues one, comes after the force: inside this part).
+            (None, Some(force)) => (force - wb_end, s.end_ns - force, None, None),
+            (None, None) => (s.end_ns - wb_end, 0, None, None),
         };
         // What is left is before the first call and between calls: the
         // parts after `wb_end` tile it to the span's end.
         let other_ns =
             total.saturating_sub(writeback_ns + wait_ns + journal_ns + flush_ns.unwrap_or(0));
-        SyncRecord {
+        Some(SyncRecord {
             pid: s.pid,
             tid: s.tid,
             comm: s.comm.clone(),
             cgroup_id: s.cgroup_id,
             dev: s.dev,
             ino: s.ino,
-            fs: "ext4",
+            fs: self.fs_of(s),
             kind: if s.datasync { "fdatasync" } else { "fsync" },
             ret: s.ret,
             start_ns: s.start_ns,
@@ -427,6 +460,18 @@ impl DurabilityJoin {
             pages: own.iter().map(|c| c.pages).sum(),
             calls: own.len() as u32,
             commit,
+        })
+    }
+
+    /// The span's filesystem: the one whose tracepoint named its file,
+    /// else the one its device's calls named.
+    fn fs_of(&self, s: &Span) -> String {
+        if s.flags & sync_flags::EXT4 != 0 {
+            "ext4".into()
+        } else if s.flags & sync_flags::XFS != 0 {
+            "xfs".into()
+        } else {
+            self.fs.get(&s.dev).cloned().unwrap_or_default()
         }
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use writeback_common::sync_flags;
 
 const DEV: DevId = DevId { major: 7, minor: 0 };
 const MS: u64 = 1_000_000;
@@ -15,6 +16,8 @@ fn span(tid: u32, start: u64, end: u64) -> Span {
         ret: 0,
         start_ns: start,
         end_ns: end,
+        log_force_ns: 0,
+        flags: sync_flags::SYSCALL | sync_flags::FILE_SEEN | sync_flags::EXT4,
     }
 }
 
@@ -277,7 +280,7 @@ fn record(
         cgroup_id: 1,
         dev: DEV,
         ino: 12,
-        fs: "ext4",
+        fs: "ext4".into(),
         kind: "fsync",
         ret: 0,
         start_ns: 0,
@@ -419,4 +422,57 @@ fn a_late_call_is_found_in_its_place() {
     j.span(span(5, 10 * MS, 20 * MS));
     let [r] = j.take(u64::MAX).try_into().unwrap();
     assert_eq!((r.calls, r.pages, r.writeback_ns), (2, 3, 2 * MS));
+}
+
+/// xfs: no commit; the log force to the end is its journal part.
+#[test]
+fn an_xfs_fsync_is_journal_from_its_log_force() {
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 10 * MS, 12 * MS, 4, &[]));
+    j.span(Span {
+        log_force_ns: 15 * MS,
+        flags: sync_flags::SYSCALL | sync_flags::FILE_SEEN | sync_flags::XFS,
+        ..span(5, 10 * MS, 30 * MS)
+    });
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!(r.fs, "xfs");
+    assert_eq!(
+        (r.writeback_ns, r.wait_ns, r.journal_ns),
+        (2 * MS, 3 * MS, 15 * MS)
+    );
+    assert_eq!((r.flush_ns, r.other_ns), (None, 0));
+}
+
+/// A span no filesystem named goes on the device of its own calls; one
+/// that wrote nothing either (tmpfs) is dropped.
+#[test]
+fn an_unnamed_fsync_is_placed_by_its_calls_or_dropped() {
+    let mut j = DurabilityJoin::default();
+    let mut btrfs = call(5, 12, 10 * MS, 12 * MS, 4, &[]);
+    btrfs.dev = DevId {
+        major: 0,
+        minor: 45,
+    };
+    btrfs.fs = "btrfs".into();
+    j.call(&btrfs);
+    let unnamed = |start, end| Span {
+        dev: DevId::default(),
+        ino: 0,
+        flags: sync_flags::SYSCALL,
+        ..span(5, start, end)
+    };
+    j.span(unnamed(10 * MS, 13 * MS));
+    j.span(unnamed(20 * MS, 21 * MS));
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!(
+        (r.dev, r.fs.as_str()),
+        (
+            DevId {
+                major: 0,
+                minor: 45
+            },
+            "btrfs"
+        )
+    );
+    assert_eq!((r.writeback_ns, r.wait_ns, r.pages), (2 * MS, MS, 4));
 }

@@ -1,43 +1,81 @@
 //! The `durability` concept's candidate (issue 27, `--enable
-//! durability`): each ext4 fsync's span and the journal commits it waits
-//! on, from classic tracepoints (writeback-ebpf durability.rs).
+//! durability`): each fsync's span from the system call's tracepoints (any
+//! filesystem), the file and the journal from the filesystems' own —
+//! ext4's `ext4_sync_file` and jbd2's commits, xfs's `xfs_file_fsync` and
+//! log force — each optional, since a host loads only the modules of its
+//! filesystems (writeback-ebpf durability.rs).
 use writeback_common::fields;
 
 use super::{TracepointAttach, tp};
+
+/// An event the candidate works without (its module not loaded).
+const fn optional(a: TracepointAttach) -> TracepointAttach {
+    TracepointAttach {
+        optional: true,
+        ..a
+    }
+}
+
+/// A program that reads no field of its event.
+const fn bare(
+    program: &'static str,
+    system: &'static str,
+    event: &'static str,
+) -> TracepointAttach {
+    TracepointAttach {
+        layout_global: None,
+        ..tp(program, system, event, "", &[], &[])
+    }
+}
 
 const fn commit(
     program: &'static str,
     event: &'static str,
     global: &'static str,
 ) -> TracepointAttach {
-    tp(
+    optional(tp(
         program,
         "jbd2",
         event,
         global,
         &fields::jbd2_commit::NAMES,
         &["dev", "transaction"],
+    ))
+}
+
+const fn sys_exit(program: &'static str, global: &'static str) -> TracepointAttach {
+    tp(
+        program,
+        "syscalls",
+        program,
+        global,
+        &fields::sys_exit::NAMES,
+        &fields::sys_exit::NAMES,
     )
 }
 
 /// The fsync span, the commit's phases, its counts and the handles.
 pub(super) const DURABILITY_TP: &[TracepointAttach] = &[
-    tp(
+    bare("sys_enter_fsync", "syscalls", "sys_enter_fsync"),
+    bare("sys_enter_fdatasync", "syscalls", "sys_enter_fdatasync"),
+    sys_exit("sys_exit_fsync", "SYS_EXIT_FSYNC_LAYOUT"),
+    sys_exit("sys_exit_fdatasync", "SYS_EXIT_FDATASYNC_LAYOUT"),
+    optional(tp(
         "sync_file_enter",
         "ext4",
         "ext4_sync_file_enter",
         "SYNC_ENTER_LAYOUT",
         &fields::sync_file_enter::NAMES,
         &fields::sync_file_enter::NAMES,
-    ),
-    tp(
+    )),
+    optional(tp(
         "sync_file_exit",
         "ext4",
         "ext4_sync_file_exit",
         "SYNC_EXIT_LAYOUT",
         &fields::sync_file_exit::NAMES,
         &fields::sync_file_exit::NAMES,
-    ),
+    )),
     commit("commit_start", "jbd2_start_commit", "COMMIT_START_LAYOUT"),
     commit(
         "commit_locking",
@@ -55,32 +93,43 @@ pub(super) const DURABILITY_TP: &[TracepointAttach] = &[
         "COMMIT_LOGGING_LAYOUT",
     ),
     commit("commit_end", "jbd2_end_commit", "COMMIT_END_LAYOUT"),
-    tp(
+    optional(tp(
         "commit_stats",
         "jbd2",
         "jbd2_run_stats",
         "RUN_STATS_LAYOUT",
         &fields::jbd2_run_stats::NAMES,
         &fields::jbd2_run_stats::NAMES,
-    ),
-    tp(
+    )),
+    optional(tp(
         "handle_stats",
         "jbd2",
         "jbd2_handle_stats",
         "HANDLE_STATS_LAYOUT",
         &fields::jbd2_handle_stats::NAMES,
         &fields::jbd2_handle_stats::NAMES,
-    ),
+    )),
+    optional(tp(
+        "xfs_fsync",
+        "xfs",
+        "xfs_file_fsync",
+        "XFS_FSYNC_LAYOUT",
+        &fields::xfs_file::NAMES,
+        &fields::xfs_file::NAMES,
+    )),
+    optional(bare("xfs_log_force", "xfs", "xfs_log_force")),
 ];
 
 /// Why it waits for `--enable durability`.
 pub(super) const WHY_OFF: &str = "it runs per journal handle (every metadata change on ext4: \
-     a few per write(2) that moves a file's size or time) as well as per fsync and commit; \
-     its cost is not yet measured against the floor";
+     a few per write(2) that moves a file's size or time) as well as per fsync and commit, \
+     and costs a create+write+fsync loop about 5% (BENCHMARKS.md)";
 
 /// How often its programs run, for the plan.
 pub(super) const FIRES: &[(&str, &str)] = &[
-    ("sync_file", "per ext4 fsync"),
+    ("fsync", "per fsync"),
+    ("fdatasync", "per fsync"),
     ("commit_", "per journal commit phase"),
     ("handle_stats", "per journal handle stopped"),
+    ("log_force", "per xfs log force"),
 ];
