@@ -49,6 +49,26 @@ pub mod sync_flags {
     pub const XFS: u32 = 1 << 3;
 }
 
+/// Which durability call a [`SyncSpan`] is ([`SyncSpan::call`]).
+pub mod sync_call {
+    pub const FSYNC: u32 = 0;
+    pub const FDATASYNC: u32 = 1;
+    /// `msync(MS_SYNC)` (its `MS_ASYNC` waits for nothing).
+    pub const MSYNC: u32 = 2;
+    /// `sync_file_range` with a wait flag (`SYNC_FILE_RANGE_WAIT_BEFORE`
+    /// or `_WAIT_AFTER`; `_WRITE` alone waits for nothing).
+    pub const SYNC_FILE_RANGE: u32 = 3;
+    pub const SYNCFS: u32 = 4;
+    /// ext4's `ext4_sync_file()` outside those calls: an O_SYNC / O_DSYNC
+    /// write's `generic_write_sync()`.
+    pub const WRITE_SYNC: u32 = 5;
+    /// `MS_SYNC` (include/uapi/asm-generic/mman-common.h).
+    pub const MS_SYNC: i64 = 4;
+    /// `SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WAIT_AFTER`
+    /// (include/uapi/linux/fs.h).
+    pub const SFR_WAIT: i64 = 1 | 4;
+}
+
 /// One fsync: the fsync/fdatasync system call on any filesystem, or
 /// ext4's `ext4_sync_file()` alone (the O_SYNC / O_DSYNC writes'
 /// `generic_write_sync()`), joined in the kernel from its enter and exit
@@ -75,7 +95,8 @@ pub struct SyncSpan {
     pub log_force_ns: u64,
     /// [`sync_flags`].
     pub flags: u32,
-    pub _pad: u32,
+    /// [`sync_call`].
+    pub call: u32,
 }
 
 /// One phase of one journal commit ([`phase`]).

@@ -217,3 +217,10 @@ pub mod xfs_file {
     /// `xfs_log_force` has `dev` only.
     pub const LOG_FORCE_NAMES: [&str; 1] = ["dev"];
 }
+
+/// `syscalls:sys_enter_msync` and `sys_enter_sync_file_range`: their
+/// `flags`.
+pub mod sys_enter_flags {
+    pub const FLAGS: usize = 0;
+    pub const NAMES: [&str; 1] = ["flags"];
+}

@@ -16,10 +16,10 @@ use writeback_common::{
     COMMIT_PHASE_KIND, CommitPhase, Filter, HandleCount, HandleKey, SYNC_SPAN_KIND, SyncSpan,
     TracepointLayout,
     fields::{
-        jbd2_commit, jbd2_handle_stats, jbd2_run_stats, sync_file_enter, sync_file_exit, sys_exit,
-        xfs_file,
+        jbd2_commit, jbd2_handle_stats, jbd2_run_stats, sync_file_enter, sync_file_exit,
+        sys_enter_flags, sys_exit, xfs_file,
     },
-    phase, stat, sync_flags,
+    phase, stat, sync_call, sync_flags,
 };
 
 use crate::{
@@ -52,6 +52,16 @@ static SYS_EXIT_FSYNC_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 static SYS_EXIT_FDATASYNC_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 #[unsafe(no_mangle)]
 static XFS_FSYNC_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static SYS_ENTER_MSYNC_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static SYS_ENTER_SFR_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static SYS_EXIT_MSYNC_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static SYS_EXIT_SFR_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static SYS_EXIT_SYNCFS_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 
 /// Each thread's fsync in progress, from its enter to its exit.
 #[map]
@@ -80,7 +90,7 @@ fn send<T: 'static>(value: T) {
 
 /// A span opened on this thread, before the file is known.
 #[inline(always)]
-fn open_span(datasync: u32, dev: u32, ino: u64, flags: u32) -> u32 {
+fn open_span(call: u32, datasync: u32, dev: u32, ino: u64, flags: u32) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: plain helper call.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
@@ -111,7 +121,7 @@ fn open_span(datasync: u32, dev: u32, ino: u64, flags: u32) -> u32 {
         comm: bpf_get_current_comm().unwrap_or_default(),
         log_force_ns: 0,
         flags,
-        _pad: 0,
+        call,
     };
     let _ = SYNCING.insert(&span.tid, &span, 0);
     0
@@ -150,13 +160,57 @@ fn close_span(ret: i32) -> u32 {
 /// `syscalls:sys_enter_fsync`: an fsync on any filesystem begins.
 #[tracepoint]
 pub fn sys_enter_fsync(_ctx: TracePointContext) -> u32 {
-    open_span(0, 0, 0, sync_flags::SYSCALL)
+    open_span(sync_call::FSYNC, 0, 0, 0, sync_flags::SYSCALL)
 }
 
 /// `syscalls:sys_enter_fdatasync`.
 #[tracepoint]
 pub fn sys_enter_fdatasync(_ctx: TracePointContext) -> u32 {
-    open_span(1, 0, 0, sync_flags::SYSCALL)
+    open_span(sync_call::FDATASYNC, 1, 0, 0, sync_flags::SYSCALL)
+}
+
+/// `syscalls:sys_enter_msync`: a span only with `MS_SYNC`.
+#[tracepoint]
+pub fn sys_enter_msync(ctx: TracePointContext) -> u32 {
+    let flags = field(&ctx, &SYS_ENTER_MSYNC_LAYOUT, sys_enter_flags::FLAGS);
+    if flags & sync_call::MS_SYNC == 0 {
+        return 0;
+    }
+    open_span(sync_call::MSYNC, 0, 0, 0, sync_flags::SYSCALL)
+}
+
+/// `syscalls:sys_enter_sync_file_range`: a span only with a wait flag.
+#[tracepoint]
+pub fn sys_enter_sync_file_range(ctx: TracePointContext) -> u32 {
+    let flags = field(&ctx, &SYS_ENTER_SFR_LAYOUT, sys_enter_flags::FLAGS);
+    if flags & sync_call::SFR_WAIT == 0 {
+        return 0;
+    }
+    open_span(sync_call::SYNC_FILE_RANGE, 1, 0, 0, sync_flags::SYSCALL)
+}
+
+/// `syscalls:sys_enter_syncfs`.
+#[tracepoint]
+pub fn sys_enter_syncfs(_ctx: TracePointContext) -> u32 {
+    open_span(sync_call::SYNCFS, 0, 0, 0, sync_flags::SYSCALL)
+}
+
+/// `syscalls:sys_exit_msync`.
+#[tracepoint]
+pub fn sys_exit_msync(ctx: TracePointContext) -> u32 {
+    close_span(field(&ctx, &SYS_EXIT_MSYNC_LAYOUT, sys_exit::RET) as i32)
+}
+
+/// `syscalls:sys_exit_sync_file_range`.
+#[tracepoint]
+pub fn sys_exit_sync_file_range(ctx: TracePointContext) -> u32 {
+    close_span(field(&ctx, &SYS_EXIT_SFR_LAYOUT, sys_exit::RET) as i32)
+}
+
+/// `syscalls:sys_exit_syncfs`.
+#[tracepoint]
+pub fn sys_exit_syncfs(ctx: TracePointContext) -> u32 {
+    close_span(field(&ctx, &SYS_EXIT_SYNCFS_LAYOUT, sys_exit::RET) as i32)
 }
 
 /// `syscalls:sys_exit_fsync`: the span is sent.
@@ -186,7 +240,8 @@ pub fn sync_file_enter(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let datasync = field(&ctx, l, sync_file_enter::DATASYNC) as u32;
-    open_span(datasync, dev, ino, sync_flags::FILE_SEEN | sync_flags::EXT4)
+    let flags = sync_flags::FILE_SEEN | sync_flags::EXT4;
+    open_span(sync_call::WRITE_SYNC, datasync, dev, ino, flags)
 }
 
 /// `ext4:ext4_sync_file_exit`: a span ext4 opened is sent; one the

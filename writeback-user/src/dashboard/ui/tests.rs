@@ -662,6 +662,7 @@ fn fsync_live_join_from_records() {
         flags: writeback_common::sync_flags::SYSCALL
             | writeback_common::sync_flags::FILE_SEEN
             | writeback_common::sync_flags::EXT4,
+        call: writeback_common::sync_call::FDATASYNC,
     }))));
     sample(&mut app, 2);
     assert!(

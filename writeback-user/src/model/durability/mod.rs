@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::Serialize;
-use writeback_common::{CommitPhase, SyncSpan, phase, sync_flags};
+use writeback_common::{CommitPhase, SyncSpan, phase, sync_call, sync_flags};
 
 use crate::model::{CallRecord, DevId, dirtier::Dirtier, record::comm};
 
@@ -51,6 +51,8 @@ pub struct Span {
     pub log_force_ns: u64,
     /// writeback_common [`sync_flags`].
     pub flags: u32,
+    /// writeback_common [`sync_call`].
+    pub call: u32,
 }
 
 impl From<&SyncSpan> for Span {
@@ -68,6 +70,7 @@ impl From<&SyncSpan> for Span {
             end_ns: s.end_ns,
             log_force_ns: s.log_force_ns,
             flags: s.flags,
+            call: s.call,
         }
     }
 }
@@ -126,8 +129,9 @@ pub struct SyncRecord {
     pub ino: u64,
     /// The filesystem of `dev` (mountinfo, as the call lines name it).
     pub fs: String,
-    /// `fsync` or `fdatasync` (O_SYNC / O_DSYNC writes come through the
-    /// same ext4 call, as fsync / fdatasync of their range).
+    /// `fsync`, `fdatasync`, `msync` (MS_SYNC), `sync_file_range` (with a
+    /// wait flag), `syncfs`, or `o_sync` / `o_dsync` (an O_SYNC / O_DSYNC
+    /// write's sync, ext4 only).
     pub kind: &'static str,
     pub ret: i32,
     pub start_ns: u64,
@@ -226,6 +230,19 @@ const MAX_CALLS: usize = 1 << 16;
 const MAX_COMMITS: usize = 4096;
 const MAX_NAMES: usize = 1 << 14;
 const MAX_INODES: usize = 1 << 14;
+
+/// The `kind` of a span's call.
+fn kind_name(call: u32, datasync: bool) -> &'static str {
+    match call {
+        sync_call::FDATASYNC => "fdatasync",
+        sync_call::MSYNC => "msync",
+        sync_call::SYNC_FILE_RANGE => "sync_file_range",
+        sync_call::SYNCFS => "syncfs",
+        sync_call::WRITE_SYNC if datasync => "o_dsync",
+        sync_call::WRITE_SYNC => "o_sync",
+        _ => "fsync",
+    }
+}
 
 /// Each commit's contributors, made once for all its fsyncs.
 type Contributors = HashMap<(DevId, u32), Vec<Contributor>>;
@@ -448,7 +465,7 @@ impl DurabilityJoin {
             dev: s.dev,
             ino: s.ino,
             fs: self.fs_of(s),
-            kind: if s.datasync { "fdatasync" } else { "fsync" },
+            kind: kind_name(s.call, s.datasync),
             ret: s.ret,
             start_ns: s.start_ns,
             total_ns: total,

@@ -18,6 +18,7 @@ fn span(tid: u32, start: u64, end: u64) -> Span {
         end_ns: end,
         log_force_ns: 0,
         flags: sync_flags::SYSCALL | sync_flags::FILE_SEEN | sync_flags::EXT4,
+        call: 0,
     }
 }
 

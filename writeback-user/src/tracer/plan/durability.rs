@@ -54,12 +54,29 @@ const fn sys_exit(program: &'static str, global: &'static str) -> TracepointAtta
     )
 }
 
+const fn sys_flags(program: &'static str, global: &'static str) -> TracepointAttach {
+    tp(
+        program,
+        "syscalls",
+        program,
+        global,
+        &fields::sys_enter_flags::NAMES,
+        &fields::sys_enter_flags::NAMES,
+    )
+}
+
 /// The fsync span, the commit's phases, its counts and the handles.
 pub(super) const DURABILITY_TP: &[TracepointAttach] = &[
     bare("sys_enter_fsync", "syscalls", "sys_enter_fsync"),
     bare("sys_enter_fdatasync", "syscalls", "sys_enter_fdatasync"),
     sys_exit("sys_exit_fsync", "SYS_EXIT_FSYNC_LAYOUT"),
     sys_exit("sys_exit_fdatasync", "SYS_EXIT_FDATASYNC_LAYOUT"),
+    sys_flags("sys_enter_msync", "SYS_ENTER_MSYNC_LAYOUT"),
+    sys_exit("sys_exit_msync", "SYS_EXIT_MSYNC_LAYOUT"),
+    sys_flags("sys_enter_sync_file_range", "SYS_ENTER_SFR_LAYOUT"),
+    sys_exit("sys_exit_sync_file_range", "SYS_EXIT_SFR_LAYOUT"),
+    bare("sys_enter_syncfs", "syscalls", "sys_enter_syncfs"),
+    sys_exit("sys_exit_syncfs", "SYS_EXIT_SYNCFS_LAYOUT"),
     optional(tp(
         "sync_file_enter",
         "ext4",
@@ -127,8 +144,10 @@ pub(super) const WHY_OFF: &str = "it runs per journal handle (every metadata cha
 
 /// How often its programs run, for the plan.
 pub(super) const FIRES: &[(&str, &str)] = &[
-    ("fsync", "per fsync"),
-    ("fdatasync", "per fsync"),
+    (
+        "sys_enter_fsync",
+        "per fsync, msync, sync_file_range or syncfs call",
+    ),
     ("commit_", "per journal commit phase"),
     ("handle_stats", "per journal handle stopped"),
     ("log_force", "per xfs log force"),
