@@ -58,6 +58,33 @@ pub(crate) struct TimeBin {
     /// summed (ns), for the means.
     #[serde(skip_serializing_if = "DiskSums::is_empty")]
     pub(crate) disk: DiskSums,
+    /// fsyncs joined in the bin (`--enable durability`): how many, their
+    /// summed time and journal part, and the longest (ns).
+    #[serde(skip_serializing_if = "FsyncSums::is_empty")]
+    pub(crate) fsync: FsyncSums,
+}
+
+/// fsyncs of a bin (interval lines' `fsyncs`, added up).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct FsyncSums {
+    pub(crate) count: u64,
+    pub(crate) total_ns: u64,
+    pub(crate) journal_ns: u64,
+    pub(crate) max_ns: u64,
+}
+
+impl FsyncSums {
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn add(&mut self, o: &FsyncSums) {
+        self.count += o.count;
+        self.total_ns += o.total_ns;
+        self.journal_ns += o.journal_ns;
+        self.max_ns = self.max_ns.max(o.max_ns);
+    }
 }
 
 /// Requests counted by /proc/diskstats in a bin.
@@ -132,6 +159,7 @@ impl TimeBin {
         self.request_latency_ns = merge_buckets(&self.request_latency_ns, &o.request_latency_ns);
         self.request_bytes = merge_buckets(&self.request_bytes, &o.request_bytes);
         self.disk.add(&o.disk);
+        self.fsync.add(&o.fsync);
     }
 
     /// Records a level sample (pages) from /proc/vmstat.
@@ -150,6 +178,14 @@ impl TimeBin {
         self.throttle_pauses += line.throttle.pauses;
         self.throttle_pause_ms += line.throttle.pause_ms_total;
         self.sample_levels(&line.dirty.vmstat);
+        for f in &line.fsyncs {
+            self.fsync.add(&FsyncSums {
+                count: f.fsyncs,
+                total_ns: f.total_ns,
+                journal_ns: f.journal_ns,
+                max_ns: f.max_ns,
+            });
+        }
         for d in line.devices.iter().filter(|d| keep(d.dev)) {
             self.request_latency_ns = merge_buckets(&self.request_latency_ns, &d.latency_ns);
             self.request_bytes = merge_buckets(&self.request_bytes, &d.request_bytes);

@@ -299,6 +299,52 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         job_band: false,
     });
 
+    // fsyncs (`--enable durability`): the longest, the mean, and the
+    // mean's journal part.
+    let split = attached(d, Concept::Durability);
+    let ms = |ns: u64| ns as f64 / 1e6;
+    out.push(Spec {
+        id: "fsync",
+        title: "fsyncs: the longest and the mean, and the mean's wait for journal commits",
+        unit: "ms",
+        log: true,
+        series: vec![
+            Series {
+                name: "longest fsync".into(),
+                style: STYLES[0],
+                value: Box::new(move |_, b, _| (b.fsync.count > 0).then(|| ms(b.fsync.max_ns))),
+            },
+            Series {
+                name: "mean fsync".into(),
+                style: STYLES[1],
+                value: Box::new(move |_, b, _| {
+                    (b.fsync.count > 0).then(|| ms(b.fsync.total_ns) / b.fsync.count as f64)
+                }),
+            },
+            Series {
+                name: "of which waiting on the journal".into(),
+                style: STYLES[2],
+                value: Box::new(move |_, b, _| {
+                    (b.fsync.count > 0).then(|| ms(b.fsync.journal_ns) / b.fsync.count as f64)
+                }),
+            },
+        ],
+        empty: if split {
+            "empty: no fsync in this input".into()
+        } else {
+            "empty: fsyncs are split only with --enable durability (doctor turns it on)".into()
+        },
+        segment_empty: Box::new(move |s| {
+            no_timeline(s).unwrap_or_else(|| format!("{}: no fsync", s.name))
+        }),
+        notes: vec![
+            "each fsync in the bin it was joined in, about 2 s after it returned \
+             (docs/trace-json.md, sync)"
+                .into(),
+        ],
+        job_band: false,
+    });
+
     // Device latency and sizes: quantiles of the block tracepoints'
     // histograms (`--enable device_io`), or the /proc/diskstats means
     // (the default).

@@ -143,9 +143,31 @@ pub(crate) fn fixture_frames() -> Vec<(Vec<CallRecord>, IntervalLine)> {
                 &snapshot(tick),
             );
             line.owners = fixture_owners(tick);
+            line.fsyncs = fixture_fsyncs(tick);
             (calls, line)
         })
         .collect()
+}
+
+/// The recording fixture's fsyncs, interval `tick`: one process syncing
+/// ten times a second, slower as it goes, its journal part under half
+/// (no finding of its own: the fixture's findings are the throttling's).
+fn fixture_fsyncs(tick: u64) -> Vec<crate::model::durability::FsyncLine> {
+    let ms = 1_000_000;
+    vec![crate::model::durability::FsyncLine {
+        pid: 517,
+        comm: "etcd".into(),
+        fsyncs: 5,
+        p50_ns: 2 * ms * tick,
+        p99_ns: 4 * ms * tick,
+        max_ns: 4 * ms * tick,
+        total_ns: 12 * ms * tick,
+        writeback_ns: ms,
+        journal_ns: 5 * ms * tick,
+        other_ns: 7 * ms * tick - ms,
+        pages: 5,
+        ..Default::default()
+    }]
 }
 
 /// Who dirtied the recording fixture's pages, interval `tick`: a writer
@@ -370,6 +392,16 @@ fn no_label_overlaps_another() {
 fn every_time_panel_has_data_in_both_fixtures() {
     for d in [recording_data(), compare_data()] {
         for p in time_drawn(&d) {
+            // compare does not split its writer's fsyncs yet (issue 27).
+            if p.id == "fsync" && !d.recording {
+                assert_eq!(
+                    p.empty.as_deref(),
+                    Some(
+                        "empty: fsyncs are split only with --enable durability (doctor turns it on)"
+                    )
+                );
+                continue;
+            }
             assert!(p.points > 0 && p.empty.is_none(), "{}: {:?}", p.id, p.empty);
         }
     }
@@ -388,7 +420,7 @@ fn every_time_panel_has_data_in_both_fixtures() {
 fn an_empty_panel_says_why() {
     let html = html(&ReportData::default());
     let empties = html.matches("data-empty=\"empty: ").count();
-    assert_eq!(empties, 1 + 6 + 3, "every panel empty, each with a reason");
+    assert_eq!(empties, 1 + 7 + 3, "every panel empty, each with a reason");
     // The O_DIRECT run: no writepages calls, and the page says why.
     let c = html_of_compare();
     assert!(c.contains("direct: no writepages calls: O_DIRECT writes bypass the page cache"));
