@@ -22,6 +22,7 @@ use writer_core::{Report, RunFailure, Writer, WriterConfig};
 use crate::{
     UsageError,
     capture::meter::WriterMeter,
+    model::durability::{DurabilityJoin, FsyncFigures},
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, HookKind},
     model::record::mark_uncached,
@@ -129,6 +130,12 @@ impl Traced {
         let mono0 = crate::sys::monotonic_ns();
         let handle = tokio::task::spawn_blocking(work);
         let mut calls: Vec<CallRecord> = Vec::new();
+        // The window's fsyncs, split (`--enable durability`).
+        let mut durable = self
+            .tracer
+            .plan
+            .attached(Concept::Durability)
+            .then(DurabilityJoin::default);
         let mut peaks = (0u64, 0u64);
         let mut signalled = false;
         let mut timelines: Vec<Timeline> = groups.iter().map(|_| Timeline::default()).collect();
@@ -143,7 +150,9 @@ impl Traced {
             let read_s = started.elapsed().as_secs_f64();
             self.collector
                 .wait_and_drain(|r| {
-                    let Some(c) = r.into_call() else { return };
+                    let Some(c) = durable_take(&mut durable, r) else {
+                        return;
+                    };
                     place(&mut timelines, groups, &c, mono0, read_s);
                     if groups.iter().any(|g| g.contains(&c.dev)) {
                         line_calls.add(&c);
@@ -151,6 +160,7 @@ impl Traced {
                     }
                 })
                 .await?;
+            journal_handles(&self.tracer, &mut durable);
             if let Ok(v) = crate::tracer::read_vmstat() {
                 peaks.0 = peaks.0.max(v.nr_dirty);
                 peaks.1 = peaks.1.max(v.nr_writeback);
@@ -186,7 +196,9 @@ impl Traced {
         let result = handle.await.context("the traced work panicked")?;
         let read_s = started.elapsed().as_secs_f64();
         let mut take = |r: RingRecord| {
-            let Some(c) = r.into_call() else { return };
+            let Some(c) = durable_take(&mut durable, r) else {
+                return;
+            };
             place(&mut timelines, groups, &c, mono0, read_s);
             if groups.iter().any(|g| g.contains(&c.dev)) {
                 line_calls.add(&c);
@@ -197,6 +209,9 @@ impl Traced {
         // The work is over: so are its generic calls, whether or not an
         // event marked their end.
         self.collector.close_open_calls(&mut take);
+        journal_handles(&self.tracer, &mut durable);
+        // The work is over: every fsync of it is joined now.
+        let syncs = durable.map_or_else(Vec::new, |mut j| j.take(u64::MAX));
         let cur = self.tracer.snapshot()?;
         let window_s = started.elapsed().as_secs_f64();
         let punts = punts.as_mut().and_then(|p| p.read().ok());
@@ -240,10 +255,42 @@ impl Traced {
                     .iter()
                     .find(|(group, _)| *group == i)
                     .map(|(_, m)| m.chunks());
+                k.fsyncs = FsyncFigures::of(syncs.iter().filter(|s| g.contains(&s.dev)));
                 k
             })
             .collect();
         Ok((result, figures))
+    }
+}
+
+/// A record into the window's fsync join (with `--enable durability`);
+/// the call, if it is one, for the window's own figures.
+fn durable_take(join: &mut Option<DurabilityJoin>, r: RingRecord) -> Option<CallRecord> {
+    match (r, join.as_mut()) {
+        (RingRecord::Call(c), j) => {
+            if let Some(j) = j {
+                j.call(&c);
+            }
+            Some(c)
+        }
+        (RingRecord::Sync(s), Some(j)) => {
+            j.span(s);
+            None
+        }
+        (RingRecord::Commit(p), Some(j)) => {
+            j.phase(&p);
+            None
+        }
+        (RingRecord::Sync(_) | RingRecord::Commit(_), None) => None,
+    }
+}
+
+/// The journal handles of the commits that ended, into the join.
+fn journal_handles(tracer: &Tracer, join: &mut Option<DurabilityJoin>) {
+    let Some(j) = join.as_mut() else { return };
+    match tracer.journal_handles(&j.ended_without_shares()) {
+        Ok(shares) => j.shares(shares),
+        Err(e) => log::warn!("reading the journal handles: {e:#}"),
     }
 }
 

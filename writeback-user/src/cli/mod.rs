@@ -70,8 +70,8 @@ pub struct Cli {
     /// (each call's extents; runs per extent); durability (each ext4 fsync
     /// split into writeback, wait, journal commit and flush, with who was
     /// in the commit: `sync` lines with --events; runs per fsync, commit
-    /// phase and journal handle). `compare` and `scenario` turn device_io
-    /// and extents on themselves, `doctor` durability.
+    /// phase and journal handle). `compare` and `scenario` turn device_io,
+    /// extents and durability on themselves, `doctor` durability.
     #[arg(long, value_name = "HOOKS", value_delimiter = ',', global = true)]
     pub(crate) enable: Vec<crate::model::plan::OptIn>,
 

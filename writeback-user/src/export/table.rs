@@ -61,12 +61,58 @@ pub(crate) const WRITER_METRICS: &[Metric<Report>] = &[
         3,
     ),
     ("elapsed s", |r| Some(r.elapsed_s), 2),
+    // The writer's own fsyncs (or fdatasyncs), beside the kernel's split
+    // of them below.
+    (
+        "fsync p50 ms (writer)",
+        |r| writer_sync(r).map(|l| l.p50 / 1e3),
+        2,
+    ),
+    (
+        "fsync p99 ms (writer)",
+        |r| writer_sync(r).map(|l| l.p99 / 1e3),
+        2,
+    ),
     ("user CPU s", |r| Some(r.user_cpu_s), 2),
     ("sys CPU s", |r| Some(r.sys_cpu_s), 2),
 ];
 
+/// The writer's fsync latencies, or its fdatasync ones.
+fn writer_sync(r: &Report) -> Option<&writer_core::stats::LatencySummary> {
+    r.sync_latency_us
+        .get("fsync")
+        .or_else(|| r.sync_latency_us.get("fdatasync"))
+}
+
 /// Kernel rows of the table.
 pub(crate) const KERNEL_METRICS: &[Metric<KernelFigures>] = &[
+    (
+        "fsyncs (kernel)",
+        |k| k.fsyncs.as_ref().map(|f| f.count as f64),
+        0,
+    ),
+    ("fsync p50 ms", |k| k.fsyncs.as_ref().map(|f| f.p50_ms), 2),
+    ("fsync p99 ms", |k| k.fsyncs.as_ref().map(|f| f.p99_ms), 2),
+    (
+        "fsync writeback ms",
+        |k| k.fsyncs.as_ref().map(|f| f.writeback_ms_mean),
+        2,
+    ),
+    (
+        "fsync wait ms",
+        |k| k.fsyncs.as_ref().map(|f| f.wait_ms_mean),
+        2,
+    ),
+    (
+        "fsync journal ms",
+        |k| k.fsyncs.as_ref().map(|f| f.journal_ms_mean),
+        2,
+    ),
+    (
+        "fsync flush ms",
+        |k| k.fsyncs.as_ref().map(|f| f.flush_ms_mean),
+        2,
+    ),
     ("writepages calls", |k| Some(k.calls as f64), 0),
     ("pages written (calls)", |k| Some(k.pages_written as f64), 0),
     (

@@ -65,7 +65,7 @@ impl OptIn {
     /// The per-call I/O anatomy (`device_io`, `extents`): off by default
     /// for their cost on scattered writes, on where wbscope runs its own
     /// workload and the figures are the point (`compare`, `scenario`).
-    pub(crate) const ANATOMY: [OptIn; 2] = [OptIn::DeviceIo, OptIn::Extents];
+    pub(crate) const ANATOMY: [OptIn; 3] = [OptIn::DeviceIo, OptIn::Extents, OptIn::Durability];
 }
 
 impl fmt::Display for OptIn {

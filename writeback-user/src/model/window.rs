@@ -95,6 +95,10 @@ pub(crate) struct KernelFigures {
     /// The writer's write and sync call sizes; null for windows without
     /// a metered writer.
     pub(crate) writer_chunks: Option<WriterChunks>,
+    /// The fsyncs on these devices, split (`--enable durability`, which
+    /// compare and scenario turn on); absent without any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fsyncs: Option<crate::model::durability::FsyncFigures>,
 }
 
 /// Inode passes on a run's devices: the counts, and the log2 buckets
@@ -223,6 +227,7 @@ impl KernelFigures {
             findings: Vec::new(),
             timeline: Timeline::default(),
             writer_chunks: None,
+            fsyncs: None,
         }
     }
 }

@@ -213,3 +213,54 @@ fn others(rest: Vec<FsyncLine>) -> FsyncLine {
     }
     o
 }
+
+/// A compare/scenario run's fsyncs on its devices (`kernel.fsyncs` of its
+/// JSON document): how many, their time's percentiles (exact), and the
+/// mean of each part, in ms, beside the writer's own fsync latencies.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FsyncFigures {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub writeback_ms_mean: f64,
+    pub wait_ms_mean: f64,
+    pub journal_ms_mean: f64,
+    pub flush_ms_mean: f64,
+    pub other_ms_mean: f64,
+    pub entangled: u64,
+}
+
+impl FsyncFigures {
+    /// `None` without any.
+    pub fn of<'a>(records: impl IntoIterator<Item = &'a SyncRecord>) -> Option<FsyncFigures> {
+        let records: Vec<&SyncRecord> = records.into_iter().collect();
+        if records.is_empty() {
+            return None;
+        }
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let n = records.len() as f64;
+        let mut totals: Vec<u64> = records.iter().map(|r| r.total_ns).collect();
+        totals.sort_unstable();
+        let at = |q: f64| {
+            let i = ((totals.len() as f64 * q).ceil() as usize).saturating_sub(1);
+            ms(totals[i.min(totals.len() - 1)])
+        };
+        let mean = |f: fn(&SyncRecord) -> u64| records.iter().map(|r| ms(f(r))).sum::<f64>() / n;
+        Some(FsyncFigures {
+            count: records.len() as u64,
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            max_ms: totals.last().map_or(0.0, |&t| ms(t)),
+            writeback_ms_mean: mean(|r| r.writeback_ns),
+            wait_ms_mean: mean(|r| r.wait_ns),
+            journal_ms_mean: mean(|r| r.journal_ns),
+            flush_ms_mean: mean(|r| r.flush_ns.unwrap_or(0)),
+            other_ms_mean: mean(|r| r.other_ns),
+            entangled: records
+                .iter()
+                .filter(|r| r.entangled_with().is_some())
+                .count() as u64,
+        })
+    }
+}

@@ -590,7 +590,9 @@ impl DurabilityJoin {
 }
 
 mod line;
-pub use line::{FsyncLine, FsyncLines, MOSTLY, PROCESSES_KEPT, SMALL_PAGES, SlowFsync};
+pub use line::{
+    FsyncFigures, FsyncLine, FsyncLines, MOSTLY, PROCESSES_KEPT, SMALL_PAGES, SlowFsync,
+};
 
 #[cfg(test)]
 mod tests;

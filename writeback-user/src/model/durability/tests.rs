@@ -477,3 +477,26 @@ fn an_unnamed_fsync_is_placed_by_its_calls_or_dropped() {
     );
     assert_eq!((r.writeback_ns, r.wait_ns, r.pages), (2 * MS, MS, 4));
 }
+
+/// A run's fsyncs: exact percentiles, the parts' means, the entangled.
+#[test]
+fn a_runs_fsync_figures() {
+    assert!(FsyncFigures::of([]).is_none());
+    let records: Vec<SyncRecord> = (1..=100)
+        .map(|ms| record(5, ms, ms / 2, 1, (ms == 100).then_some((812, 9000))))
+        .collect();
+    let f = FsyncFigures::of(&records).unwrap();
+    assert_eq!(
+        (f.count, f.p50_ms, f.p99_ms, f.max_ms),
+        (100, 50.0, 99.0, 100.0)
+    );
+    assert_eq!(
+        f.journal_ms_mean,
+        records
+            .iter()
+            .map(|r| r.journal_ns as f64 / 1e6)
+            .sum::<f64>()
+            / 100.0
+    );
+    assert_eq!(f.entangled, 1);
+}
