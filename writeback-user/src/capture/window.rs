@@ -22,7 +22,7 @@ use writer_core::{Report, RunFailure, Writer, WriterConfig};
 use crate::{
     UsageError,
     capture::meter::WriterMeter,
-    model::durability::{DurabilityJoin, FsyncFigures},
+    model::durability::{DurabilityJoin, FsyncFigures, FsyncLine, FsyncLines, SyncRecord},
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, HookKind},
     model::record::mark_uncached,
@@ -136,6 +136,7 @@ impl Traced {
             .plan
             .attached(Concept::Durability)
             .then(DurabilityJoin::default);
+        let mut fsyncs = WindowFsyncs::default();
         let mut peaks = (0u64, 0u64);
         let mut signalled = false;
         let mut timelines: Vec<Timeline> = groups.iter().map(|_| Timeline::default()).collect();
@@ -176,13 +177,15 @@ impl Traced {
             if line_start.elapsed() >= LINE_INTERVAL {
                 let cur = self.tracer.snapshot()?;
                 let now = Instant::now();
-                lines.push(IntervalLine::new(
+                let mut line = IntervalLine::new(
                     now.duration_since(started).as_secs_f64(),
                     now.duration_since(line_start).as_secs_f64(),
                     &line_calls,
                     &line_prev,
                     &cur,
-                ));
+                );
+                line.fsyncs = fsyncs.line(&mut durable, crate::sys::monotonic_ns());
+                lines.push(line);
                 (line_calls, line_prev, line_start) = (CallAggregate::default(), cur, now);
             }
             if crate::sys::interrupted() && !signalled {
@@ -210,21 +213,23 @@ impl Traced {
         // event marked their end.
         self.collector.close_open_calls(&mut take);
         journal_handles(&self.tracer, &mut durable);
-        // The work is over: every fsync of it is joined now.
-        let syncs = durable.map_or_else(Vec::new, |mut j| j.take(u64::MAX));
         let cur = self.tracer.snapshot()?;
         let window_s = started.elapsed().as_secs_f64();
         let punts = punts.as_mut().and_then(|p| p.read().ok());
         if let Some(tgid) = self.uncached_tgid {
             mark_uncached(&mut calls, tgid);
         }
-        lines.push(IntervalLine::new(
+        let mut last = IntervalLine::new(
             window_s,
             line_start.elapsed().as_secs_f64(),
             &line_calls,
             &line_prev,
             &cur,
-        ));
+        );
+        // The work is over: every fsync of it is joined now.
+        last.fsyncs = fsyncs.line(&mut durable, u64::MAX);
+        lines.push(last);
+        let syncs = fsyncs.all;
         let findings = crate::model::findings::judge(&lines).findings;
         tick.close(cur.clone(), started, groups, &meters, &mut timelines);
         for t in &mut timelines {
@@ -282,6 +287,28 @@ fn durable_take(join: &mut Option<DurabilityJoin>, r: RingRecord) -> Option<Call
             None
         }
         (RingRecord::Sync(_) | RingRecord::Commit(_), None) => None,
+    }
+}
+
+/// The window's fsyncs as they are joined: each line's, and all of them.
+#[derive(Default)]
+struct WindowFsyncs {
+    lines: FsyncLines,
+    all: Vec<SyncRecord>,
+}
+
+impl WindowFsyncs {
+    /// The fsyncs joined by `now_ns` (all of them with `u64::MAX`), as a
+    /// line's `fsyncs`.
+    fn line(&mut self, join: &mut Option<DurabilityJoin>, now_ns: u64) -> Vec<FsyncLine> {
+        let Some(j) = join.as_mut() else {
+            return Vec::new();
+        };
+        for r in j.take(now_ns) {
+            self.lines.add(&r);
+            self.all.push(r);
+        }
+        self.lines.take()
     }
 }
 
