@@ -118,6 +118,40 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// This thread's fsync system calls in a tracefs instance of the test's
+/// own (the kernel's count), and a durability trace of `mount` started.
+fn watch_fsyncs(mount: &str) -> (TraceInstance, Tracing) {
+    // SAFETY: plain syscall.
+    let tid = unsafe { libc::gettid() };
+    let filter = format!("common_pid == {tid}");
+    let kernel = TraceInstance::new(&[
+        ("syscalls/sys_enter_fsync", &filter),
+        ("syscalls/sys_exit_fsync", &filter),
+    ]);
+    (kernel, durability_trace(mount))
+}
+
+/// `trace --enable durability --json --events --device MOUNT`, started.
+fn durability_trace(mount: &str) -> Tracing {
+    Tracing::start(&[
+        "--enable",
+        "durability",
+        "--json",
+        "--events",
+        "--device",
+        mount,
+    ])
+}
+
+/// A sync line's parts, added up (they must equal its `total_ns`).
+fn parts(s: &Value) -> u64 {
+    ["writeback_ns", "wait_ns", "journal_ns", "other_ns"]
+        .iter()
+        .map(|k| u(s, k))
+        .sum::<u64>()
+        + s["flush_ns"].as_u64().unwrap_or(0)
+}
+
 /// The top contributor's pid of the commit a sync line waited on.
 fn top_contributor(s: &Value) -> Option<u64> {
     s["commit"]["contributors"][0]["pid"].as_u64()
@@ -129,21 +163,7 @@ fn each_fsync_is_split_into_its_parts_and_names_who_shared_its_commit() {
     let fs = capped_ext4();
     let mount = fs.mountpoint.display().to_string();
     let dev = dev_of(&fs.mountpoint);
-    // SAFETY: plain syscall.
-    let tid = unsafe { libc::gettid() };
-    let filter = format!("common_pid == {tid}");
-    let kernel = TraceInstance::new(&[
-        ("syscalls/sys_enter_fsync", &filter),
-        ("syscalls/sys_exit_fsync", &filter),
-    ]);
-    let trace = Tracing::start(&[
-        "--enable",
-        "durability",
-        "--json",
-        "--events",
-        "--device",
-        &mount,
-    ]);
+    let (kernel, trace) = watch_fsyncs(&mount);
     let alone = fsync_every_100ms(&fs.path("alone"));
     let mut dd = bulk_writer(&fs);
     std::thread::sleep(Duration::from_millis(500));
@@ -188,12 +208,7 @@ fn each_fsync_is_split_into_its_parts_and_names_who_shared_its_commit() {
     let mut other_share = Vec::new();
     for s in alone.iter().chain(&beside) {
         let total = u(s, "total_ns");
-        let parts = ["writeback_ns", "wait_ns", "journal_ns", "other_ns"]
-            .iter()
-            .map(|k| u(s, k))
-            .sum::<u64>()
-            + s["flush_ns"].as_u64().unwrap_or(0);
-        assert_eq!(parts, total, "{s}");
+        assert_eq!(parts(s), total, "{s}");
         other_share.push(u(s, "other_ns") as f64 / total.max(1) as f64);
         assert!(u(s, "pages") >= 1 || s["calls"] == 0, "{s}");
     }
@@ -329,21 +344,7 @@ fn xfs_and_btrfs_fsyncs_are_split_too() {
         let fs = LoopFs::new(fstype, 512);
         let mount = fs.mountpoint.display().to_string();
         let dev = dev_of(&fs.mountpoint);
-        // SAFETY: plain syscall.
-        let tid = unsafe { libc::gettid() };
-        let filter = format!("common_pid == {tid}");
-        let kernel = TraceInstance::new(&[
-            ("syscalls/sys_enter_fsync", &filter),
-            ("syscalls/sys_exit_fsync", &filter),
-        ]);
-        let trace = Tracing::start(&[
-            "--enable",
-            "durability",
-            "--json",
-            "--events",
-            "--device",
-            &mount,
-        ]);
+        let (kernel, trace) = watch_fsyncs(&mount);
         let ino = fsync_every_100ms(&fs.path("small"));
         let lines = trace.stop(libc::SIGINT);
         let syscalls = syscall_spans(&kernel.lines());
@@ -372,12 +373,7 @@ fn xfs_and_btrfs_fsyncs_are_split_too() {
             if fstype == "xfs" {
                 assert_eq!(s["ino"], ino, "{s}");
             }
-            let parts = ["writeback_ns", "wait_ns", "journal_ns", "other_ns"]
-                .iter()
-                .map(|k| u(s, k))
-                .sum::<u64>()
-                + s["flush_ns"].as_u64().unwrap_or(0);
-            assert_eq!(parts, u(s, "total_ns"), "{s}");
+            assert_eq!(parts(s), u(s, "total_ns"), "{s}");
             journal += usize::from(u(s, "journal_ns") > 0);
             // Its own calls, by their pages: a call put together from
             // per-folio events (this host's xfs and btrfs) lasts from its
@@ -405,14 +401,7 @@ fn every_durability_call_is_a_span_of_its_kind() {
     let _one = serial();
     let fs = LoopFs::new("ext4", 256);
     let mount = fs.mountpoint.display().to_string();
-    let trace = Tracing::start(&[
-        "--enable",
-        "durability",
-        "--json",
-        "--events",
-        "--device",
-        &mount,
-    ]);
+    let trace = durability_trace(&mount);
     let path = fs.path("mapped");
     let f = OpenOptions::new()
         .create(true)
