@@ -291,7 +291,7 @@ impl Durable<'_> {
         for p in &batch.phases {
             join.phase(p);
         }
-        let ended = join.ended_without_shares();
+        let ended = join.take_ended();
         match self.tracer.journal_handles(&ended) {
             Ok(shares) => join.shares(shares),
             Err(e) => log::warn!("reading the journal handles: {e:#}"),

@@ -315,7 +315,7 @@ impl WindowFsyncs {
 /// The journal handles of the commits that ended, into the join.
 fn journal_handles(tracer: &Tracer, join: &mut Option<DurabilityJoin>) {
     let Some(j) = join.as_mut() else { return };
-    match tracer.journal_handles(&j.ended_without_shares()) {
+    match tracer.journal_handles(&j.take_ended()) {
         Ok(shares) => j.shares(shares),
         Err(e) => log::warn!("reading the journal handles: {e:#}"),
     }

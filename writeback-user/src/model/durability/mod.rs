@@ -189,6 +189,8 @@ struct Commit {
     blocks: Option<u32>,
     blocks_logged: Option<u32>,
     shares: Vec<HandleShare>,
+    /// Its handles were asked for (once: they are final when it ends).
+    asked: bool,
 }
 
 impl Commit {
@@ -328,13 +330,18 @@ impl DurabilityJoin {
         }
     }
 
-    /// The transactions that have ended and have no handle counts yet:
-    /// the tracer reads these from the kernel's map and removes them.
-    pub fn ended_without_shares(&self) -> Vec<(DevId, u32)> {
+    /// The transactions that have ended since the last time this was
+    /// asked: the tracer reads their handle counts from the kernel's map
+    /// (and removes them) once, since a transaction's handles have all
+    /// stopped before its commit ends (fs/jbd2/commit.c waits for them).
+    pub fn take_ended(&mut self) -> Vec<(DevId, u32)> {
         self.commits
-            .iter()
-            .filter(|(_, c)| c.end().is_some() && c.shares.is_empty())
-            .map(|(k, _)| *k)
+            .iter_mut()
+            .filter(|(_, c)| c.end().is_some() && !c.asked)
+            .map(|(k, c)| {
+                c.asked = true;
+                *k
+            })
             .collect()
     }
 
