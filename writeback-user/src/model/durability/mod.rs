@@ -231,6 +231,9 @@ const KEEP_NS: u64 = 120_000_000_000;
 const MAX_CALLS: usize = 1 << 16;
 const MAX_COMMITS: usize = 4096;
 const MAX_NAMES: usize = 1 << 14;
+/// fsyncs held for their hold at most: past it the oldest are joined at
+/// once (a rate of 32,768 a second for the two seconds of the hold).
+const MAX_HELD: usize = 1 << 16;
 const MAX_INODES: usize = 1 << 14;
 
 /// The `kind` of a span's call.
@@ -259,6 +262,8 @@ pub struct DurabilityJoin {
     /// this long after it.
     longest_ns: u64,
     commits: BTreeMap<(DevId, u32), Commit>,
+    /// The ended commits by (device, end): the transaction.
+    ended: BTreeMap<(DevId, u64), u32>,
     spans: Vec<Span>,
     /// Who dirtied each inode, from its last call with dirtiers.
     dirtiers: HashMap<(DevId, u64), Vec<Dirtier>>,
@@ -327,6 +332,9 @@ impl DurabilityJoin {
             c.blocks_logged = Some(p.blocks_logged);
         } else if let Some(at) = c.at.get_mut(p.phase as usize) {
             *at = Some(p.ns);
+            if p.phase == phase::END {
+                self.ended.insert((p.dev, p.ns), p.transaction);
+            }
         }
     }
 
@@ -360,9 +368,13 @@ impl DurabilityJoin {
     /// them with `u64::MAX`, at the end of a run), and forgets what no
     /// span to come can need (older than [`KEEP_NS`] before `now_ns`).
     pub fn take(&mut self, now_ns: u64) -> Vec<SyncRecord> {
-        let (ready, wait): (Vec<Span>, Vec<Span>) = std::mem::take(&mut self.spans)
+        let (mut ready, mut wait): (Vec<Span>, Vec<Span>) = std::mem::take(&mut self.spans)
             .into_iter()
             .partition(|s| s.end_ns.saturating_add(HOLD_NS) <= now_ns);
+        if wait.len() > MAX_HELD {
+            wait.sort_by_key(|s| s.end_ns);
+            ready.extend(wait.drain(..wait.len() - MAX_HELD));
+        }
         self.spans = wait;
         // The fsyncs of one commit share its contributors: made once.
         let mut cache = HashMap::new();
@@ -390,6 +402,8 @@ impl DurabilityJoin {
         self.commits.retain(|_, c| {
             c.end().is_none_or(|e| e >= horizon) && c.start().is_none_or(|s| s >= horizon)
         });
+        self.ended
+            .retain(|&(dev, end), t| end >= horizon && self.commits.contains_key(&(dev, *t)));
         if self.names.len() > MAX_NAMES {
             self.names.clear();
         }
@@ -434,14 +448,14 @@ impl DurabilityJoin {
         let total = s.end_ns.saturating_sub(s.start_ns);
         let writeback_ns: u64 = own.iter().map(|c| c.end_ns - c.start_ns).sum();
         let wb_end = own.iter().map(|c| c.end_ns).max().unwrap_or(s.start_ns);
+        // The last commit of the device to end inside the span, after its
+        // writeback (one that ended before the writeback did is not one it
+        // waited on after it), found by its end.
         let waited = self
-            .commits
-            .range((s.dev, 0)..=(s.dev, u32::MAX))
-            .filter_map(|(k, c)| Some((k.1, c, c.end()?)))
-            // A commit that ended before the fsync's writeback did is not
-            // one it waited on after it.
-            .filter(|(_, _, end)| (wb_end..=s.end_ns).contains(end))
-            .max_by_key(|(_, _, end)| *end);
+            .ended
+            .range((s.dev, wb_end)..=(s.dev, s.end_ns))
+            .next_back()
+            .and_then(|(&(_, end), &t)| Some((t, self.commits.get(&(s.dev, t))?, end)));
         let xfs_force = (s.log_force_ns != 0).then_some(s.log_force_ns.clamp(wb_end, s.end_ns));
         let (wait_ns, journal_ns, flush_ns, commit) = match (waited, xfs_force) {
             (Some((transaction, c, end)), _) => {

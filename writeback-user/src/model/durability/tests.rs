@@ -248,7 +248,13 @@ fn what_is_kept_is_bounded() {
         j.phase(&phase(t, phase::START, 1));
     }
     assert_eq!(j.commits.len(), MAX_COMMITS);
-    assert!(j.take(KEEP_NS + 10 * MS).is_empty());
+    for i in 0..(MAX_HELD as u64 + 3) {
+        j.span(span(5, i, i + 1));
+    }
+    // Held past the bound: the oldest three are joined at once.
+    assert_eq!(j.take(10).len(), 3);
+    assert_eq!(j.spans.len(), MAX_HELD);
+    assert_eq!(j.take(KEEP_NS + 10 * MS).len(), MAX_HELD);
     assert!(j.calls.is_empty());
     assert!(j.commits.is_empty());
 }
