@@ -190,10 +190,10 @@ fn chromium_shows_every_panel_with_data_and_logs_no_error() {
     let img = decode(&png);
     assert_eq!((img.w, img.h), (WIDTH as usize, HEIGHT as usize));
     let found = frames(&img);
-    // The findings strip and six time panels of four runs each, then the
-    // pages-per-call and inode-pass charts (one per run) and the scan
+    // The findings strip and seven time panels of four runs each, then
+    // the pages-per-call and inode-pass charts (one per run) and the scan
     // chart.
-    assert_eq!(found.len(), 7 * 4 + 4 + 4 + 1, "{found:#?}");
+    assert_eq!(found.len(), 8 * 4 + 4 + 4 + 1, "{found:#?}");
     let mut rows: Vec<Vec<Frame>> = Vec::new();
     for f in found {
         match rows.last_mut() {
@@ -201,7 +201,7 @@ fn chromium_shows_every_panel_with_data_and_logs_no_error() {
             _ => rows.push(vec![f]),
         }
     }
-    assert_eq!(rows.len(), 1 + 6 + 2 + 1);
+    assert_eq!(rows.len(), 1 + 7 + 2 + 1);
     for (i, row) in rows.iter().enumerate() {
         let per_frame: Vec<usize> = row.iter().map(|f| data_pixels(&img, f)).collect();
         assert!(
@@ -209,8 +209,9 @@ fn chromium_shows_every_panel_with_data_and_logs_no_error() {
             "panel {i} shows no data: {per_frame:?}"
         );
         // Findings (row 0) are in two of the runs. The O_DIRECT run makes
-        // no writepages calls (kernel panel, row 2) and has no scan; every
-        // other run shows data in every time panel.
+        // no writepages calls (kernel panel, row 2) and has no scan; only
+        // fsync-end and srf-pipelined fsync (row 5); every other run shows
+        // data in every time panel.
         if i == 0 {
             // buffered (critical, solid) and fsync-end (warning, hatched).
             assert!(
@@ -218,7 +219,12 @@ fn chromium_shows_every_panel_with_data_and_logs_no_error() {
                 "findings strip: {per_frame:?}"
             );
         }
-        if (1..7).contains(&i) && i != 2 {
+        if i == 5 {
+            assert!(
+                per_frame[0] == 0 && per_frame[1] > 10 && per_frame[2] > 10 && per_frame[3] == 0,
+                "fsync panel: {per_frame:?}"
+            );
+        } else if (1..8).contains(&i) && i != 2 {
             assert!(
                 per_frame.iter().all(|&n| n > 10),
                 "panel {i}: {per_frame:?}"

@@ -34,7 +34,7 @@ fn assert_every_time_panel_has_data(html: &str) {
     assert_eq!(
         names,
         [
-            "findings", "writer", "kernel", "levels", "throttle", "latency", "sizes"
+            "findings", "writer", "kernel", "levels", "throttle", "fsync", "latency", "sizes"
         ]
     );
     for (name, points, empty) in &panels {
@@ -58,7 +58,14 @@ fn a_ten_second_recording_of_a_real_write_has_data_in_every_time_panel() {
     let fs = LoopFs::new("ext4", 512);
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("wb.rec");
-    let mut record = start_record(&["--duration", "10", "-o", rec.to_str().unwrap()]);
+    let mut record = start_record(&[
+        "--enable",
+        "durability",
+        "--duration",
+        "10",
+        "-o",
+        rec.to_str().unwrap(),
+    ]);
     // About 8 s of buffered writing at 40 MB/s, then fsync.
     let out = wbscope()
         .args(["write", "--dir"])
@@ -180,5 +187,6 @@ fn a_compare_of_four_runs_under_a_second_has_data_in_every_time_panel() {
     );
     assert_every_time_panel_has_data(&std::fs::read_to_string(&again).unwrap());
     let figure = std::fs::read_to_string(&svg).unwrap();
-    assert!(figure.starts_with("<svg") && figure.matches("class=\"panel").count() == 10);
+    // The findings strip, seven time panels and three distributions.
+    assert!(figure.starts_with("<svg") && figure.matches("class=\"panel").count() == 11);
 }

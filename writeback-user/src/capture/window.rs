@@ -232,6 +232,15 @@ impl Traced {
         let syncs = fsyncs.all;
         let findings = crate::model::findings::judge(&lines).findings;
         tick.close(cur.clone(), started, groups, &meters, &mut timelines);
+        // Each fsync where it returned, in the groups holding its device.
+        for s in &syncs {
+            let t = (s.start_ns + s.total_ns) as f64 / 1e9 - mono0 as f64 / 1e9;
+            for (timeline, g) in timelines.iter_mut().zip(groups) {
+                if g.contains(&s.dev) {
+                    timeline.at(t).add_fsync(s.total_ns, s.journal_ns);
+                }
+            }
+        }
         for t in &mut timelines {
             t.extend_to(window_s);
             t.span_s = window_s;

@@ -199,6 +199,16 @@ impl TimeBin {
         }
     }
 
+    /// One fsync that returned in the bin.
+    pub(crate) fn add_fsync(&mut self, total_ns: u64, journal_ns: u64) {
+        self.fsync.add(&FsyncSums {
+            count: 1,
+            total_ns,
+            journal_ns,
+            max_ns: total_ns,
+        });
+    }
+
     pub(crate) fn add_call(&mut self, cause: &str, pages: u64) {
         self.calls += 1;
         *self
