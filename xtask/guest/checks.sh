@@ -144,10 +144,27 @@ trace_run() {
     rm -f "$file"
 }
 
+# The fsync anatomy (`--enable durability`): 20 O_DSYNC writes (each an
+# ext4_sync_file of its own) and one dd whose conv=fsync is one fsync(2);
+# the host counts them as sync lines of their kinds (vm/durability.rs).
+durability_run() {
+    name=durability
+    step "$name"
+    start_trace "$name" --enable durability
+    wait_tracing "$pid" "$OUT/$name.err"
+    dd if=/dev/zero of="$MNT/dsync" bs=4k count=20 oflag=dsync 2> "$OUT/$name.dd"
+    dd if=/dev/zero of="$MNT/fsynced" bs=1M count=4 conv=fsync 2>> "$OUT/$name.dd"
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    echo $? > "$OUT/$name.rc"
+    rm -f "$MNT/dsync" "$MNT/fsynced"
+}
+
 if want traces; then
     trace_run default ""
     trace_run no-fentry fentry
     trace_run tracepoints-only fentry,kprobe,tp_btf
+    durability_run
 fi
 
 # cgroup v2 with the memory and io controllers (cgroup writeback): the

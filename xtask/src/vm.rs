@@ -14,6 +14,7 @@
 mod apt;
 mod cgroups;
 mod checks;
+mod durability;
 mod initramfs;
 mod kernel;
 mod kernel_counts;
@@ -320,6 +321,7 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::R
     }
     if wanted("traces") {
         checks.extend(privileges::judge(out));
+        checks.extend(durability::judge(out));
     }
     if wanted("cgroups") {
         checks.extend(cgroups::judge(out));
