@@ -15,7 +15,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::{
     model::budget::{BudgetLine, CpuBudget, sampling_error},
     model::dirtier::{Attribution, AttributionMode},
-    model::durability::{DurabilityJoin, FsyncLines, Phase, Span, SyncRecord},
+    model::durability::{DurabilityJoin, FsyncLine, Phase, Span, SyncRecord},
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, ProbeStatus},
     model::summary::SummaryLine,
@@ -270,8 +270,6 @@ struct Durable<'a> {
     join: Option<DurabilityJoin>,
     /// The run is over: every fsync held is joined now.
     last: bool,
-    /// The interval's fsyncs per process, for its line.
-    lines: FsyncLines,
 }
 
 impl Durable<'_> {
@@ -291,10 +289,8 @@ impl Durable<'_> {
         for p in &batch.phases {
             join.phase(p);
         }
-        let ended = join.take_ended();
-        match self.tracer.journal_handles(&ended) {
-            Ok(shares) => join.shares(shares),
-            Err(e) => log::warn!("reading the journal handles: {e:#}"),
+        if let Err(e) = self.tracer.journal_into(join) {
+            log::warn!("reading the journal handles: {e:#}");
         }
         for s in &batch.spans {
             join.span(s.clone());
@@ -305,10 +301,16 @@ impl Durable<'_> {
             crate::sys::monotonic_ns()
         };
         for rec in join.take(now) {
-            self.lines.add(&rec);
             out.sync(&rec)?;
         }
         Ok(())
+    }
+
+    /// The interval's fsyncs, for its line.
+    fn line(&mut self) -> Vec<FsyncLine> {
+        self.join
+            .as_mut()
+            .map_or_else(Vec::new, DurabilityJoin::take_line)
     }
 }
 
@@ -411,7 +413,6 @@ pub(crate) async fn run(
             .attached(Concept::Durability)
             .then(DurabilityJoin::default),
         last: false,
-        lines: FsyncLines::default(),
     };
     let ending = loop {
         let mut batch = Batch::default();
@@ -431,7 +432,7 @@ pub(crate) async fn run(
                     &cur,
                 );
                 line.owners = who.owners();
-                line.fsyncs = durable.lines.take();
+                line.fsyncs = durable.line();
                 line.budget = gate
                     .budget
                     .as_mut()
@@ -500,7 +501,7 @@ pub(crate) async fn run(
         &cur,
     );
     line.owners = who.owners();
-    line.fsyncs = durable.lines.take();
+    line.fsyncs = durable.line();
     line.budget = gate
         .budget
         .as_mut()

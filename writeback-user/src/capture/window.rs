@@ -22,7 +22,7 @@ use writer_core::{Report, RunFailure, Writer, WriterConfig};
 use crate::{
     UsageError,
     capture::meter::WriterMeter,
-    model::durability::{DurabilityJoin, FsyncFigures, FsyncLine, FsyncLines, SyncRecord},
+    model::durability::{DurabilityJoin, FsyncFigures, FsyncLine, SyncRecord},
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, HookKind},
     model::record::mark_uncached,
@@ -136,7 +136,7 @@ impl Traced {
             .plan
             .attached(Concept::Durability)
             .then(DurabilityJoin::default);
-        let mut fsyncs = WindowFsyncs::default();
+        let mut syncs: Vec<SyncRecord> = Vec::new();
         let mut peaks = (0u64, 0u64);
         let mut signalled = false;
         let mut timelines: Vec<Timeline> = groups.iter().map(|_| Timeline::default()).collect();
@@ -184,7 +184,7 @@ impl Traced {
                     &line_prev,
                     &cur,
                 );
-                line.fsyncs = fsyncs.line(&mut durable, crate::sys::monotonic_ns());
+                line.fsyncs = fsync_line(&mut durable, &mut syncs, crate::sys::monotonic_ns());
                 lines.push(line);
                 (line_calls, line_prev, line_start) = (CallAggregate::default(), cur, now);
             }
@@ -227,9 +227,8 @@ impl Traced {
             &cur,
         );
         // The work is over: every fsync of it is joined now.
-        last.fsyncs = fsyncs.line(&mut durable, u64::MAX);
+        last.fsyncs = fsync_line(&mut durable, &mut syncs, u64::MAX);
         lines.push(last);
-        let syncs = fsyncs.all;
         let findings = crate::model::findings::judge(&lines).findings;
         tick.close(cur.clone(), started, groups, &meters, &mut timelines);
         // Each fsync where it returned, in the groups holding its device.
@@ -299,34 +298,26 @@ fn durable_take(join: &mut Option<DurabilityJoin>, r: RingRecord) -> Option<Call
     }
 }
 
-/// The window's fsyncs as they are joined: each line's, and all of them.
-#[derive(Default)]
-struct WindowFsyncs {
-    lines: FsyncLines,
-    all: Vec<SyncRecord>,
-}
-
-impl WindowFsyncs {
-    /// The fsyncs joined by `now_ns` (all of them with `u64::MAX`), as a
-    /// line's `fsyncs`.
-    fn line(&mut self, join: &mut Option<DurabilityJoin>, now_ns: u64) -> Vec<FsyncLine> {
-        let Some(j) = join.as_mut() else {
-            return Vec::new();
-        };
-        for r in j.take(now_ns) {
-            self.lines.add(&r);
-            self.all.push(r);
-        }
-        self.lines.take()
-    }
+/// The fsyncs joined by `now_ns` (all of them with `u64::MAX`), kept in
+/// `all`, as a line's `fsyncs`.
+fn fsync_line(
+    join: &mut Option<DurabilityJoin>,
+    all: &mut Vec<SyncRecord>,
+    now_ns: u64,
+) -> Vec<FsyncLine> {
+    let Some(j) = join.as_mut() else {
+        return Vec::new();
+    };
+    all.extend(j.take(now_ns));
+    j.take_line()
 }
 
 /// The journal handles of the commits that ended, into the join.
 fn journal_handles(tracer: &Tracer, join: &mut Option<DurabilityJoin>) {
-    let Some(j) = join.as_mut() else { return };
-    match tracer.journal_handles(&j.take_ended()) {
-        Ok(shares) => j.shares(shares),
-        Err(e) => log::warn!("reading the journal handles: {e:#}"),
+    if let Some(j) = join.as_mut()
+        && let Err(e) = tracer.journal_into(j)
+    {
+        log::warn!("reading the journal handles: {e:#}");
     }
 }
 

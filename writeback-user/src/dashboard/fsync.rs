@@ -6,7 +6,7 @@
 //! and replayed ones alike.
 use crate::model::{
     CallRecord,
-    durability::{DurabilityJoin, FsyncLine, FsyncLines, HandleShare, Phase, SlowFsync, Span},
+    durability::{DurabilityJoin, FsyncLine, HandleShare, Phase, SlowFsync, Span},
 };
 
 /// An fsync this slow is kept on screen as "the last slow one" until a
@@ -27,7 +27,6 @@ pub(crate) enum DurabilityMsg {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LiveFsyncs {
     join: DurabilityJoin,
-    lines: FsyncLines,
 }
 
 impl LiveFsyncs {
@@ -47,10 +46,8 @@ impl LiveFsyncs {
     /// The fsyncs ready by `now_ns` (CLOCK_MONOTONIC), as the closing
     /// interval's lines.
     pub(crate) fn interval(&mut self, now_ns: u64) -> Vec<FsyncLine> {
-        for r in self.join.take(now_ns) {
-            self.lines.add(&r);
-        }
-        self.lines.take()
+        self.join.take(now_ns);
+        self.join.take_line()
     }
 }
 

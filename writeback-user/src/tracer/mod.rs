@@ -101,6 +101,17 @@ impl Tracer {
         }
     }
 
+    /// The journal handles of the commits `join` saw end since it last
+    /// asked, into it.
+    pub(crate) fn journal_into(
+        &self,
+        join: &mut crate::model::durability::DurabilityJoin,
+    ) -> anyhow::Result<()> {
+        let shares = self.journal_handles(&join.take_ended())?;
+        join.shares(shares);
+        Ok(())
+    }
+
     /// The per-call record ring buffer; can be taken once.
     pub fn take_events(&mut self) -> anyhow::Result<RingBuf<MapData>> {
         let map = self

@@ -10,7 +10,7 @@ use ratatui::{
     widgets::{Cell, Paragraph, Row, Table, Widget},
 };
 
-use super::{pane_block, theme};
+use super::{empty_pane, pane_block, theme};
 use crate::{
     dashboard::fsync::FsyncModel,
     model::{durability::FsyncLine, units},
@@ -81,10 +81,7 @@ impl Widget for FsyncPane<'_> {
             None
         };
         if let Some(text) = empty {
-            Paragraph::new(text)
-                .style(theme::dim())
-                .block(block)
-                .render(area, buf);
+            empty_pane(text, block, area, buf);
             return;
         }
         let inner = block.inner(area);

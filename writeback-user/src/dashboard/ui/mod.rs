@@ -95,6 +95,20 @@ pub(crate) fn pane_block(title: &str, focused: bool) -> Block<'static> {
     }
 }
 
+/// A pane with nothing to show: why, dimmed, in its block.
+pub(crate) fn empty_pane(
+    text: &str,
+    block: Block<'_>,
+    area: Rect,
+    buf: &mut ratatui::buffer::Buffer,
+) {
+    use ratatui::widgets::Widget as _;
+    Paragraph::new(text)
+        .style(theme::dim())
+        .block(block)
+        .render(area, buf);
+}
+
 /// Below this the dashboard only says that the window is too small.
 const MIN_W: u16 = 40;
 const MIN_H: u16 = 12;

@@ -8,10 +8,10 @@ use ratatui::{
     buffer::Buffer,
     layout::{Constraint, Rect},
     style::Modifier,
-    widgets::{Cell, Paragraph, Row, Table, Widget},
+    widgets::{Cell, Row, Table, Widget},
 };
 
-use super::{pane_block, theme};
+use super::{empty_pane, pane_block, theme};
 use crate::{
     dashboard::app::WhoSort,
     dashboard::who::{WhoModel, WhoRow},
@@ -94,10 +94,7 @@ impl Widget for WhoPane<'_> {
             None
         };
         if let Some(text) = empty {
-            Paragraph::new(text)
-                .style(theme::dim())
-                .block(block)
-                .render(area, buf);
+            empty_pane(text, block, area, buf);
             return;
         }
         let page = page_size();

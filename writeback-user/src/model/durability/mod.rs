@@ -270,6 +270,9 @@ pub struct DurabilityJoin {
     /// Each device's filesystem, as its calls name it.
     fs: HashMap<DevId, String>,
     names: HashMap<u32, String>,
+    /// The fsyncs joined since the last [`DurabilityJoin::take_line`],
+    /// per process.
+    lines: FsyncLines,
 }
 
 impl DurabilityJoin {
@@ -364,9 +367,16 @@ impl DurabilityJoin {
         }
     }
 
+    /// The fsyncs joined since the last call, per process: an interval
+    /// line's `fsyncs`.
+    pub fn take_line(&mut self) -> Vec<FsyncLine> {
+        self.lines.take()
+    }
+
     /// Joins the spans that ended [`HOLD_NS`] before `now_ns` (all of
-    /// them with `u64::MAX`, at the end of a run), and forgets what no
-    /// span to come can need (older than [`KEEP_NS`] before `now_ns`).
+    /// them with `u64::MAX`, at the end of a run), adds them to the
+    /// interval's lines, and forgets what no span to come can need (older
+    /// than [`KEEP_NS`] before `now_ns`).
     pub fn take(&mut self, now_ns: u64) -> Vec<SyncRecord> {
         let (mut ready, mut wait): (Vec<Span>, Vec<Span>) = std::mem::take(&mut self.spans)
             .into_iter()
@@ -378,10 +388,13 @@ impl DurabilityJoin {
         self.spans = wait;
         // The fsyncs of one commit share its contributors: made once.
         let mut cache = HashMap::new();
-        let out = ready
+        let out: Vec<SyncRecord> = ready
             .iter()
             .filter_map(|s| self.join(s, &mut cache))
             .collect();
+        for r in &out {
+            self.lines.add(r);
+        }
         // What the oldest span still held needs stays.
         let oldest = self
             .spans
