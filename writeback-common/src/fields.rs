@@ -94,8 +94,12 @@ pub mod rq {
     pub const NR_SECTOR: usize = 2;
     /// `bytes` at issue (absent at complete).
     pub const BYTES: usize = 3;
-    pub const NAMES: [&str; 4] = ["dev", "sector", "nr_sector", "bytes"];
-    /// `block_rq_complete` has no `bytes`: the first three slots only.
+    /// `char rwbs[RWBS_LEN]` (8 bytes): the op and flags as letters
+    /// (`crate::flush_class::of_rwbs`).
+    pub const RWBS: usize = 4;
+    pub const NAMES: [&str; 5] = ["dev", "sector", "nr_sector", "bytes", "rwbs"];
+    /// `block_rq_complete` has no `bytes`: the first three slots are
+    /// needed, `bytes` is left absent.
     pub const COMPLETE_NAMES: [&str; 3] = ["dev", "sector", "nr_sector"];
 }
 

@@ -183,31 +183,6 @@ impl ScanMembers {
     ];
 }
 
-/// What the BTF-typed block programs read (`tp_btf/block_rq_issue`,
-/// `block_rq_complete`, `block_bio_queue`), resolved from the kernel's BTF
-/// apart from [`KernelMembers`] so that a kernel lacking one of these
-/// refuses only the block hooks.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BlockMembers {
-    /// Indexed by [`block_members`].
-    pub members: [MemberSpec; 9],
-    /// Bit of `QUEUE_FLAG_STATS` in `request_queue.queue_flags`, or
-    /// [`BlockMembers::NO_STATS_BIT`] when the kernel's BTF does not name
-    /// it (a `#define` before the flags became an enum).
-    pub stats_bit: u32,
-    pub _pad: u32,
-}
-
-impl BlockMembers {
-    pub const NO_STATS_BIT: u32 = 64;
-    pub const EMPTY: BlockMembers = BlockMembers {
-        members: [MemberSpec::ABSENT; 9],
-        stats_bit: Self::NO_STATS_BIT,
-        _pad: 0,
-    };
-}
-
 /// What the writepages programs read of the calling thread, for the
 /// call's on-CPU time without a hook on the scheduler: its run time as
 /// the scheduler last accounted it, and when that was. Resolved from the
@@ -309,42 +284,6 @@ pub mod cpu_time {
     /// The thread's own run time read at the start and the end of the
     /// call ([`crate::TaskMembers`]).
     pub const TASK_RUNTIME: u32 = 2;
-}
-
-/// [`BlockMembers`] slots, with `(struct, member path, signed)` in
-/// [`block_members::PATHS`] order.
-pub mod block_members {
-    pub const RQ_QUEUE: usize = 0;
-    pub const QUEUE_DISK: usize = 1;
-    pub const DISK_MAJOR: usize = 2;
-    pub const DISK_FIRST_MINOR: usize = 3;
-    pub const RQ_SECTOR: usize = 4;
-    pub const RQ_DATA_LEN: usize = 5;
-    pub const RQ_IO_START_TIME: usize = 6;
-    pub const QUEUE_FLAGS: usize = 7;
-    pub const BIO_SIZE: usize = 8;
-    /// Sources: include/linux/blk-mq.h (struct request), blkdev.h
-    /// (request_queue, gendisk). The device is what the block tracepoints
-    /// print, `disk_devt(rq->q->disk)` = `disk->part0->bd_dev`, which is
-    /// `MKDEV(disk->major, disk->first_minor)`: `device_add_disk()`
-    /// (block/genhd.c) sets the two, dynamic (extended) numbers included,
-    /// and hands that devt to the whole-disk device, part0. Reading the two
-    /// ints from the gendisk saves a dependent load of the block_device
-    /// on every request. `__sector` and `__data_len` are what
-    /// `blk_rq_pos()` and `blk_rq_bytes()` return; bvec.h's
-    /// `bi_iter.bi_size` is what a bio still has to transfer, its whole
-    /// size at `block_bio_queue`.
-    pub const PATHS: [(&str, &str, bool); 9] = [
-        ("request", "q", false),
-        ("request_queue", "disk", false),
-        ("gendisk", "major", false),
-        ("gendisk", "first_minor", false),
-        ("request", "__sector", false),
-        ("request", "__data_len", false),
-        ("request", "io_start_time_ns", false),
-        ("request_queue", "queue_flags", false),
-        ("bio", "bi_iter.bi_size", false),
-    ];
 }
 
 /// The kernel struct members the BTF-typed writepages programs read, with

@@ -12,7 +12,7 @@ use aya_ebpf::{
 use writeback_common::{
     BlockHistKey, BlockMembers, RequestKey, TracepointLayout, block_hist, block_members as bm,
     fields::{bio_queue as bq, rq},
-    log2_bucket,
+    flush_class, log2_bucket,
 };
 
 use crate::{
@@ -66,6 +66,13 @@ fn hist_add(dev: u32, kind: u16, bucket: u32) {
             probe += 1;
         }
     }
+    hash_add(dev, kind, bucket);
+}
+
+/// Counts one sample in `BLOCK_HIST`: devices beyond the slots, and the
+/// kinds the slots do not hold.
+#[inline(always)]
+fn hash_add(dev: u32, kind: u16, bucket: u32) {
     let key = BlockHistKey {
         dev,
         kind,
@@ -76,8 +83,7 @@ fn hist_add(dev: u32, kind: u16, bucket: u32) {
     // this CPU while a completion counted in task context (polled I/O) is
     // halfway here; kernels whose `__bpf_trace_run()` has no `prog->active`
     // check let a tp_btf program overlap itself that way (main.rs,
-    // "Per-CPU state and preemption"). A path for devices beyond the
-    // slots only.
+    // "Per-CPU state and preemption").
     if let Some(v) = BLOCK_HIST.get_ptr_mut(&key) {
         atomic_add(v, 1);
     } else if BLOCK_HIST.insert(&key, &1, BPF_NOEXIST as u64).is_err()
@@ -119,11 +125,15 @@ fn add_issue(dev: u32, bytes: u64) {
     hist_add(dev, block_hist::ISSUE_BYTES, log2_bucket(bytes, 63));
 }
 
-/// Counts one request completed now, issued at `issued`.
+/// Counts one request completed now, issued at `issued`, and again
+/// under its cache-flush class when it has one (`biolatency -F`'s split).
 #[inline(always)]
-fn add_latency(dev: u32, issued: u64) {
-    let latency = now_ns().saturating_sub(issued);
-    hist_add(dev, block_hist::LATENCY_NS, log2_bucket(latency, 63));
+fn add_latency(dev: u32, issued: u64, flush: Option<u16>) {
+    let bucket = log2_bucket(now_ns().saturating_sub(issued), 63);
+    hist_add(dev, block_hist::LATENCY_NS, bucket);
+    if let Some(class) = flush {
+        hash_add(dev, block_hist::FLUSH_LATENCY_NS + class, bucket);
+    }
 }
 
 /// `block:block_bio_queue`: fires in the submitter's context, so a bio
@@ -157,8 +167,17 @@ pub fn rq_issue(ctx: TracePointContext) -> u32 {
 pub fn rq_complete(ctx: TracePointContext) -> u32 {
     let layout = &RQ_COMPLETE_LAYOUT;
     let dev = field(&ctx, layout, rq::DEV) as u32;
-    if let Some(issued) = take_issue_stamp(dev, field(&ctx, layout, rq::SECTOR) as u64) {
-        add_latency(dev, issued);
+    // A request whose start sector was never set (an empty flush:
+    // `blk_rq_init()` leaves `__sector` at -1) prints 0 at issue, where
+    // `blk_rq_trace_sector()` hides it, and -1 here, where the event
+    // prints `blk_rq_pos()` itself (include/trace/events/block.h).
+    let sector = match field(&ctx, layout, rq::SECTOR) as u64 {
+        u64::MAX => 0,
+        s => s,
+    };
+    if let Some(issued) = take_issue_stamp(dev, sector) {
+        let flush = flush_class::of_rwbs(field(&ctx, layout, rq::RWBS) as u64);
+        add_latency(dev, issued, flush);
     }
     0
 }
@@ -248,7 +267,15 @@ pub fn tp_btf_rq_complete(ctx: BtfTracePointContext) -> i32 {
         take_issue_stamp(dev, scalar(rq, bm::RQ_SECTOR) as u64)
     };
     if let Some(issued) = issued {
-        add_latency(dev, issued);
+        // SAFETY: .rodata globals, see read::field.
+        let (preflush, fua) = unsafe {
+            (
+                core::ptr::read_volatile(&BLOCK_MEMBERS.preflush_bit),
+                core::ptr::read_volatile(&BLOCK_MEMBERS.fua_bit),
+            )
+        };
+        let flags = scalar(rq, bm::RQ_CMD_FLAGS) as u32;
+        add_latency(dev, issued, flush_class::of_cmd_flags(flags, preflush, fua));
     }
     0
 }

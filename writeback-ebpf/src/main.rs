@@ -108,7 +108,9 @@ static RQ_START: HashMap<RequestKey, u64> = HashMap::with_max_entries(65536, 0);
 #[map]
 static BLOCK_SLOTS: Array<BlockSlots> = Array::with_max_entries(1, 0);
 
-/// The same histograms, for devices whose slot another device holds.
+/// The same histograms, for devices whose slot another device holds, and
+/// every device's latencies of cache-flush requests by class
+/// (`block_hist::FLUSH_LATENCY_NS`: a few classes of a few buckets each).
 #[map]
 static BLOCK_HIST: PerCpuHashMap<BlockHistKey, u64> = PerCpuHashMap::with_max_entries(8192, 0);
 

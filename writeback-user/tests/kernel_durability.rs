@@ -8,6 +8,7 @@
 mod support;
 
 use std::{
+    collections::BTreeMap,
     fs::OpenOptions,
     io::Write as _,
     os::unix::{
@@ -20,7 +21,7 @@ use std::{
 };
 
 use serde_json::Value;
-use support::{LoopFs, TraceInstance, Tracing, dev_of};
+use support::{Bpftrace, LoopFs, TraceInstance, Tracing, dev_of, kernel_dev};
 
 const FSYNCS: usize = 30;
 
@@ -454,4 +455,183 @@ fn every_durability_call_is_a_span_of_its_kind() {
         .collect();
     kinds.sort_unstable();
     assert_eq!(kinds, ["msync", "o_sync", "sync_file_range"], "{lines:#?}");
+}
+
+/// The cache-flush requests each device completed, by class, as
+/// `biolatency -F` splits them (by the request's flags), against
+/// bpftrace on the same block tracepoints and the device's own flush
+/// counter (/proc/diskstats fields 16-17, Linux 5.5+).
+#[test]
+fn flush_requests_by_class_equal_an_independent_trace() {
+    let _one = serial();
+    // SAFETY: plain syscall (an earlier test's loop image, as in
+    // capped_ext4).
+    unsafe { libc::sync() };
+    let fs = LoopFs::with_args(
+        "ext4",
+        256,
+        &["-E", "lazy_itable_init=0,lazy_journal_init=0"],
+        &[],
+    );
+    let mount = fs.mountpoint.display().to_string();
+    let dev = dev_of(&fs.mountpoint);
+    let kdev = kernel_dev(&dev);
+    let disk = std::fs::read_link(format!("/sys/dev/block/{dev}"))
+        .expect("sysfs link")
+        .file_name()
+        .expect("disk name")
+        .to_string_lossy()
+        .into_owned();
+    let flushes_done = || -> u64 {
+        let stat = std::fs::read_to_string(format!("/sys/block/{disk}/stat")).expect("stat");
+        // Documentation/block/stat.rst: field 16 is flush requests completed.
+        stat.split_whitespace()
+            .nth(15)
+            .and_then(|f| f.parse().ok())
+            .expect("a kernel with flush fields (5.5+)")
+    };
+    // biolatency's way: the time from issue to completion of each request,
+    // keyed by its flags (here `rwbs`, the block tracepoints' letters). An
+    // empty flush is sector 0 at issue and -1 at completion (block.rs,
+    // `rq_complete`); biolatency keys by the request's address instead.
+    let script = format!(
+        "tracepoint:block:block_rq_issue /args->dev == {kdev}/ {{ @start[args->sector] = nsecs; }}
+         tracepoint:block:block_rq_complete /args->dev == {kdev}/ {{
+           $s = args->sector;
+           if ((int64)$s == -1) {{ $s = 0; }}
+           if (@start[$s]) {{
+             printf(\"rq %s %d\\n\", args->rwbs, nsecs - @start[$s]);
+             delete(@start[$s]);
+           }}
+         }}
+         END {{ clear(@start); }}"
+    );
+    let peer = Bpftrace::start(&script);
+    // Both block paths at once: the BTF one (chosen where tp_btf loads)
+    // and the classic tracepoints, each counting the same requests.
+    let traces = [&[][..], &["--disable", "tp_btf"][..]].map(|more| {
+        let mut args = vec!["--enable", "device_io", "--json", "--device", &mount];
+        args.extend(more);
+        (more.join(" "), Tracing::start(&args))
+    });
+    let before = flushes_done();
+    let dd = support::run(
+        Command::new("dd")
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", fs.path("dsync").display()))
+            .args(["bs=4k", "count=100", "oflag=dsync", "status=none"]),
+    );
+    assert!(dd.is_empty(), "{dd}");
+    let flushed = flushes_done() - before;
+    // Each O_DSYNC write ends in a journal commit or a flush of its own.
+    assert!(flushed >= 100, "{flushed} flushes for 100 O_DSYNC writes");
+    let outputs = traces.map(|(name, t)| (name, t.stop(libc::SIGINT)));
+    let peer = peer.stop();
+
+    // bpftrace: the latencies of each flag string; flush requests are the
+    // `rwbs` the kernel prints for them (block/blktrace.c `blk_fill_rwbs()`:
+    // `F` for REQ_PREFLUSH, then the op, `F` for REQ_OP_FLUSH).
+    let mut theirs: BTreeMap<String, Vec<u64>> = Default::default();
+    for l in &peer {
+        let mut w = l.split_whitespace();
+        if w.next() == Some("rq") {
+            let (rwbs, ns) = (w.next().expect("rwbs"), w.next().expect("ns"));
+            theirs
+                .entry(rwbs.to_string())
+                .or_default()
+                .push(ns.parse().expect("ns"));
+        }
+    }
+    let class_of = |rwbs: &str| -> Option<&str> {
+        let b = rwbs.as_bytes();
+        let pre = b.first() == Some(&b'F');
+        let op = b.get(usize::from(pre)).copied();
+        let fua = b.get(usize::from(pre) + 1) == Some(&b'F');
+        match (op, pre, fua) {
+            (Some(b'F'), ..) => Some("flush"),
+            (_, true, true) => Some("preflush_fua"),
+            (_, true, false) => Some("preflush"),
+            (_, false, true) => Some("fua"),
+            _ => None,
+        }
+    };
+    let mut want: BTreeMap<&str, Vec<u64>> = Default::default();
+    for (rwbs, ns) in &theirs {
+        if let Some(class) = class_of(rwbs) {
+            want.entry(class).or_default().extend(ns);
+        }
+    }
+    assert!(
+        want.contains_key("flush"),
+        "bpftrace saw no flush: {theirs:?}"
+    );
+    for (path, lines) in &outputs {
+        flushes_match(path, lines, &dev, flushed, &want, &theirs);
+    }
+}
+
+/// One trace's flush requests of device `dev` against bpftrace's
+/// (`want`, by class) and the device's flush counter (`flushed`).
+fn flushes_match(
+    path: &str,
+    lines: &[Value],
+    dev: &str,
+    flushed: u64,
+    want: &BTreeMap<&str, Vec<u64>>,
+    theirs: &BTreeMap<String, Vec<u64>>,
+) {
+    /// Per class: requests, and (lo, hi, count) latency buckets.
+    type Classes = BTreeMap<String, (u64, Vec<(u64, u64, u64)>)>;
+    let mut got = Classes::new();
+    for l in lines.iter().filter(|l| l["type"] == "interval") {
+        for d in l["devices"].as_array().expect("devices") {
+            if d["dev"] != dev {
+                continue;
+            }
+            for f in d["flushes"].as_array().into_iter().flatten() {
+                let e = got
+                    .entry(f["kind"].as_str().expect("kind").to_string())
+                    .or_default();
+                e.0 += u(f, "requests");
+                for b in f["latency_ns"].as_array().expect("buckets") {
+                    e.1.push((u(b, "lo"), u(b, "hi"), u(b, "count")));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        got.iter()
+            .map(|(k, v)| (k.clone(), v.0))
+            .collect::<Vec<_>>(),
+        want.iter()
+            .map(|(k, v)| (k.to_string(), v.len() as u64))
+            .collect::<Vec<_>>(),
+        "flush requests by class: wbscope ({path:?}) vs bpftrace ({theirs:?})"
+    );
+    // The empty flushes are the device's own flush count.
+    assert_eq!(
+        got.get("flush").map(|g| g.0),
+        Some(flushed),
+        "{path:?}: {got:?}"
+    );
+    // Medians: the two programs stamp the same events a few µs apart, so
+    // bpftrace's median lies in wbscope's p50 bucket or one beside it.
+    for (class, ns) in want {
+        let p50 = median(ns.iter().map(|&n| n as f64).collect());
+        let mut buckets = got[*class].1.clone();
+        buckets.sort_unstable();
+        let total: u64 = buckets.iter().map(|b| b.2).sum();
+        let mut seen = 0;
+        let (lo, hi, _) = *buckets
+            .iter()
+            .find(|b| {
+                seen += b.2;
+                seen * 2 >= total
+            })
+            .expect("a p50 bucket");
+        assert!(
+            (lo as f64 / 2.0..=hi as f64 * 2.0 + 1.0).contains(&p50),
+            "{path:?} {class}: bpftrace's median {p50} ns outside [{lo}, {hi}] and its neighbours"
+        );
+    }
 }

@@ -39,7 +39,9 @@ pub(crate) type Tool = (&'static str, &'static str);
 /// record_replay counts loaded programs with `bpftool prog show`) and
 /// chromium (report_browser.rs loads the HTML report headless and checks
 /// its screenshot), curl (the exporter's TLS and basic-auth refusals, as
-/// a client other than Prometheus sees them).
+/// a client other than Prometheus sees them), bpftrace (the independent
+/// trace kernel_durability.rs counts flush requests with, as `biolatency
+/// -F` splits them).
 /// spawned.rs's test checks that every program the sources spawn is in the
 /// list of its scope or on every base machine.
 const TEST_TOOLS: &[Tool] = &[
@@ -58,6 +60,7 @@ const TEST_TOOLS: &[Tool] = &[
     // tests/recorder_unit.rs checks the dist's systemd unit.
     ("systemd-analyze", "systemd"),
     ("curl", "curl"),
+    ("bpftrace", "bpftrace"),
 ];
 
 /// `cargo xtask vm-test` (xtask/src/vm.rs; `cargo xtask test` runs it

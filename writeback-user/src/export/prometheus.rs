@@ -94,6 +94,14 @@ pub(crate) struct DevLabels {
     pub(crate) dev: String,
 }
 
+/// Labels of a device's cache-flush requests of one class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FlushLabels {
+    pub(crate) dev: String,
+    /// `flush`, `fua`, `preflush`, `preflush_fua` (docs/trace-json.md).
+    pub(crate) kind: String,
+}
+
 /// Labels of the tracer's run-time metrics: one of our BPF programs.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ProgramLabels {
@@ -129,6 +137,7 @@ pub(crate) struct Metrics {
     device_requests: Family<DevLabels, Counter>,
     device_bytes: Family<DevLabels, Counter>,
     device_flushes: Family<DevLabels, Counter>,
+    flush_latency: HistFamily<FlushLabels>,
     lost_records: Counter,
     bpf_runs: Family<ProgramLabels, Counter>,
     bpf_run_time: Family<ProgramLabels, SecondsCounter>,
@@ -179,6 +188,7 @@ impl Metrics {
             device_requests: Family::default(),
             device_bytes: Family::default(),
             device_flushes: Family::default(),
+            flush_latency: Family::new_with_constructor(request_latency),
             lost_records: Counter::default(),
             bpf_runs: Family::default(),
             bpf_run_time: Family::default(),
@@ -324,6 +334,13 @@ impl Metrics {
             Unit::Seconds,
             m.request_latency.clone(),
         );
+        r.register_with_unit(
+            "device_flush_latency",
+            "Issue-to-completion time of the requests carrying a cache flush, by class as \
+             biolatency -F splits them (--enable device_io; log2 buckets of ns)",
+            Unit::Seconds,
+            m.flush_latency.clone(),
+        );
         r.register(
             "lost_records",
             "Call records the kernel could not hand over (ring buffer full)",
@@ -446,6 +463,15 @@ impl Metrics {
                 self.request_latency
                     .get_or_create(&labels)
                     .add_buckets(&d.latency_ns, None);
+            }
+            for f in &d.flushes {
+                let labels = FlushLabels {
+                    dev: labels.dev.clone(),
+                    kind: f.kind.to_string(),
+                };
+                self.flush_latency
+                    .get_or_create(&labels)
+                    .add_buckets(&f.latency_ns, None);
             }
         }
         self.lost_records.inc_by(line.lost_records);
@@ -836,6 +862,15 @@ mod tests {
             },
             7,
         );
+        // Three empty flushes at 64-127 µs.
+        cur.block.insert(
+            BlockHistKey {
+                dev: 254 << 20,
+                kind: block_hist::FLUSH_LATENCY_NS + writeback_common::flush_class::FLUSH,
+                bucket: 17,
+            },
+            3,
+        );
         cur.stats.lost_records = 3;
         let run = |program: &str, recursion_misses| crate::model::kernel::ProgramRunTime {
             program: program.into(),
@@ -886,6 +921,8 @@ mod tests {
             text.contains("# UNIT wbscope_device_request_bytes bytes"),
             "{text}"
         );
+        let flushes = r#"wbscope_device_flush_latency_seconds_count{dev="254:0",kind="flush"}"#;
+        assert_eq!(sample(&text, flushes), Some("6"), "{text}");
     }
 
     #[test]

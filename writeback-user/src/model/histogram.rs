@@ -1,6 +1,10 @@
 //! Power-of-two histograms: the one log2 bucket rule of the workspace
 //! (`writeback_common::log2_bucket`, which the eBPF programs use too) and
 //! the histogram userspace keeps of it.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
 use super::units::pow2;
 
 /// Histogram with power-of-two buckets: bucket 0 holds 0, bucket k (k >= 1)
@@ -73,6 +77,58 @@ impl Log2Histogram {
         let last = self.buckets.iter().rposition(|&c| c != 0)?;
         Some((first, last))
     }
+}
+
+/// A histogram bucket: values in `[lo, hi]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Bucket {
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+    pub(crate) count: u64,
+}
+
+pub(crate) fn buckets_of(counts: impl IntoIterator<Item = (usize, u64)>) -> Vec<Bucket> {
+    counts
+        .into_iter()
+        .filter(|&(_, c)| c > 0)
+        .map(|(k, count)| {
+            let (lo, hi) = Log2Histogram::bucket_bounds(k);
+            Bucket { lo, hi, count }
+        })
+        .collect()
+}
+
+pub(crate) fn histogram_buckets(h: &Log2Histogram) -> Vec<Bucket> {
+    buckets_of(h.buckets().iter().copied().enumerate())
+}
+
+/// The bucket `[lo, hi]` holding quantile `q` (0 < q <= 1) of a histogram
+/// whose buckets are in ascending order: the first whose cumulative count
+/// reaches `ceil(q * total)`. `None` when the histogram is empty. A log2
+/// histogram can say no more than this: the quantile lies in the bucket.
+pub(crate) fn quantile_bucket(buckets: &[Bucket], q: f64) -> Option<[u64; 2]> {
+    let total: u64 = buckets.iter().map(|b| b.count).sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    buckets.iter().find_map(|b| {
+        seen += b.count;
+        (seen >= rank).then_some([b.lo, b.hi])
+    })
+}
+
+/// Two histograms of the same buckets added up, in ascending order.
+pub(crate) fn merge_buckets(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
+    let mut counts: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+    for x in a.iter().chain(b) {
+        *counts.entry((x.lo, x.hi)).or_default() += x.count;
+    }
+    counts
+        .into_iter()
+        .map(|((lo, hi), count)| Bucket { lo, hi, count })
+        .collect()
 }
 
 #[cfg(test)]

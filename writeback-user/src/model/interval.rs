@@ -5,12 +5,18 @@
 use std::{borrow::Cow, collections::BTreeMap};
 
 use serde::{Deserialize, Serialize};
-use writeback_common::{DevCounterKey, agg, block_hist, dirty, inode_pass as ip};
+use writeback_common::{DevCounterKey, agg, dirty, inode_pass as ip};
 
+pub(crate) use crate::model::{
+    device::{DeviceLine, DiskMeans},
+    histogram::{Bucket, histogram_buckets, merge_buckets, quantile_bucket},
+};
 use crate::{
     model::{
         CallRecord, DevId, Log2Histogram, cause_name,
-        kernel::{DiskCounters, KernelSnapshot, VmStat},
+        device::device_lines,
+        histogram::buckets_of,
+        kernel::{KernelSnapshot, VmStat},
         wb_reason_name,
     },
     sys::page_size,
@@ -149,58 +155,6 @@ impl CallAggregate {
     }
 }
 
-/// A histogram bucket: values in `[lo, hi]`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Bucket {
-    pub(crate) lo: u64,
-    pub(crate) hi: u64,
-    pub(crate) count: u64,
-}
-
-fn buckets_of(counts: impl IntoIterator<Item = (usize, u64)>) -> Vec<Bucket> {
-    counts
-        .into_iter()
-        .filter(|&(_, c)| c > 0)
-        .map(|(k, count)| {
-            let (lo, hi) = Log2Histogram::bucket_bounds(k);
-            Bucket { lo, hi, count }
-        })
-        .collect()
-}
-
-pub(crate) fn histogram_buckets(h: &Log2Histogram) -> Vec<Bucket> {
-    buckets_of(h.buckets().iter().copied().enumerate())
-}
-
-/// The bucket `[lo, hi]` holding quantile `q` (0 < q <= 1) of a histogram
-/// whose buckets are in ascending order: the first whose cumulative count
-/// reaches `ceil(q * total)`. `None` when the histogram is empty. A log2
-/// histogram can say no more than this: the quantile lies in the bucket.
-pub(crate) fn quantile_bucket(buckets: &[Bucket], q: f64) -> Option<[u64; 2]> {
-    let total: u64 = buckets.iter().map(|b| b.count).sum();
-    if total == 0 {
-        return None;
-    }
-    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-    let mut seen = 0;
-    buckets.iter().find_map(|b| {
-        seen += b.count;
-        (seen >= rank).then_some([b.lo, b.hi])
-    })
-}
-
-/// Two histograms of the same buckets added up, in ascending order.
-pub(crate) fn merge_buckets(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
-    let mut counts: BTreeMap<(u64, u64), u64> = BTreeMap::new();
-    for x in a.iter().chain(b) {
-        *counts.entry((x.lo, x.hi)).or_default() += x.count;
-    }
-    counts
-        .into_iter()
-        .map(|((lo, hi), count)| Bucket { lo, hi, count })
-        .collect()
-}
-
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct ScanLine {
     pub(crate) bytes_scanned: u64,
@@ -208,88 +162,6 @@ pub(crate) struct ScanLine {
     /// Pages examined per page written (`bytes_scanned / page size /
     /// pages_written`); null when nothing was written.
     pub(crate) pages_scanned_per_page_written: Option<f64>,
-}
-
-/// One device's requests in an interval: histograms from the block
-/// tracepoints (`--enable device_io`), or counts and means from
-/// /proc/diskstats (the default), whose requests are those completed.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct DeviceLine {
-    pub(crate) dev: DevId,
-    pub(crate) requests: u64,
-    /// Empty when the device's figures come from /proc/diskstats.
-    pub(crate) request_bytes: Vec<Bucket>,
-    /// Empty when the device's figures come from /proc/diskstats.
-    pub(crate) latency_ns: Vec<Bucket>,
-    /// The /proc/diskstats means; absent with the block tracepoints and
-    /// in recordings made before it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) diskstats: Option<DiskMeans>,
-}
-
-/// A device's interval from the growth of its /proc/diskstats counters
-/// (Documentation/admin-guide/iostats.rst).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct DiskMeans {
-    pub(crate) bytes: u64,
-    pub(crate) request_bytes_mean: f64,
-    /// Issue to completion, from the counters' ms: 1 ms granularity
-    /// summed over the interval's requests.
-    pub(crate) latency_ns_mean: f64,
-    /// Requests in flight on average: the weighted in-flight time's
-    /// growth over the interval (Little's law).
-    pub(crate) in_flight_mean: f64,
-    /// Cache flushes completed (part of `requests`): what fsync and
-    /// journal commits ask of a device with a volatile write cache, each
-    /// a round trip the sync waits for (issue 27). 0 before Linux 5.5,
-    /// whose diskstats have no flush fields, and in older recordings.
-    #[serde(default)]
-    pub(crate) flushes: u64,
-    /// Their mean time, issue to completion (1 ms granularity summed, as
-    /// `latency_ns_mean`); absent with no flush.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) flush_latency_ns_mean: Option<f64>,
-}
-
-impl DeviceLine {
-    /// From a whole disk's counters at the interval's start and end;
-    /// `None` when it completed nothing or was not there at the start.
-    pub(crate) fn from_diskstats(
-        prev: Option<&DiskCounters>,
-        cur: &DiskCounters,
-        interval_s: f64,
-    ) -> Option<DeviceLine> {
-        // A disk first seen now (hot-plugged, or the first snapshot):
-        // its counters since boot are no interval's.
-        let before = prev?;
-        let requests = cur.requests.wrapping_sub(before.requests);
-        // A counter that went back: the device was removed and another
-        // took its number; nothing to say for this interval.
-        if requests == 0 || requests > cur.requests {
-            return None;
-        }
-        let bytes = cur.sectors.wrapping_sub(before.sectors).saturating_mul(512);
-        let ticks_ms = cur.ticks_ms.wrapping_sub(before.ticks_ms);
-        let weighted_ms = cur.weighted_ms.wrapping_sub(before.weighted_ms);
-        // Part of `requests`, so no more than it.
-        let flushes = cur.flushes.wrapping_sub(before.flushes).min(requests);
-        let flush_ms = cur.flush_ms.wrapping_sub(before.flush_ms);
-        Some(DeviceLine {
-            dev: cur.dev,
-            requests,
-            request_bytes: Vec::new(),
-            latency_ns: Vec::new(),
-            diskstats: Some(DiskMeans {
-                bytes,
-                request_bytes_mean: bytes as f64 / requests as f64,
-                latency_ns_mean: ticks_ms as f64 * 1e6 / requests as f64,
-                in_flight_mean: weighted_ms as f64 / 1e3 / interval_s.max(f64::MIN_POSITIVE),
-                flushes,
-                flush_latency_ns_mean: (flushes > 0)
-                    .then(|| flush_ms as f64 * 1e6 / flushes as f64),
-            }),
-        })
-    }
 }
 
 /// Inode passes (`writeback_single_inode`, `__writeback_single_inode()`
@@ -608,40 +480,7 @@ impl IntervalLine {
             })
             .collect();
 
-        /// (bucket, count) pairs of one histogram.
-        type Counts = Vec<(usize, u64)>;
-        let mut devices: BTreeMap<u32, (Counts, Counts)> = BTreeMap::new();
-        for (key, &count) in &cur.block {
-            let before = prev.block.get(key).copied().unwrap_or(0);
-            let delta = count.wrapping_sub(before);
-            if delta == 0 {
-                continue;
-            }
-            let entry = devices.entry(key.dev).or_default();
-            let slot = (key.bucket as usize, delta);
-            match key.kind {
-                block_hist::ISSUE_BYTES => entry.0.push(slot),
-                _ => entry.1.push(slot),
-            }
-        }
-        let devices = devices
-            .into_iter()
-            .map(|(dev, (mut sizes, mut lat))| {
-                sizes.sort_unstable();
-                lat.sort_unstable();
-                DeviceLine {
-                    dev: DevId::from_kernel(dev),
-                    requests: sizes.iter().map(|s| s.1).sum(),
-                    request_bytes: buckets_of(sizes),
-                    latency_ns: buckets_of(lat),
-                    diskstats: None,
-                }
-            })
-            .chain(cur.disks.iter().filter_map(|d| {
-                let before = prev.disks.iter().find(|p| p.dev == d.dev);
-                DeviceLine::from_diskstats(before, d, interval_s)
-            }))
-            .collect();
+        let devices = device_lines(prev, cur, interval_s);
 
         let pass_devs: std::collections::BTreeSet<u32> =
             cur.inode_pass.keys().map(|k| k.dev).collect();
@@ -778,10 +617,12 @@ impl IntervalLine {
 
 #[cfg(test)]
 mod tests {
-    use writeback_common::BlockHistKey;
+    use writeback_common::{BlockHistKey, block_hist, flush_class};
 
     use super::*;
-    use crate::model::{ScanFigures, Totals, kernel::KernelStats, summary::SummaryLine};
+    use crate::model::{
+        ScanFigures, Totals, device::FlushLine, kernel::KernelStats, summary::SummaryLine,
+    };
 
     fn call(pages: i64, asked: i64) -> CallRecord {
         CallRecord {
@@ -843,6 +684,17 @@ mod tests {
             },
             7,
         );
+        // Three of them flushes: two empty ones at 64-127 µs, one FUA write.
+        let flush_key = |class, bucket| BlockHistKey {
+            dev: (254 << 20),
+            kind: block_hist::FLUSH_LATENCY_NS + class,
+            bucket,
+        };
+        cur.block.insert(flush_key(flush_class::FLUSH, 17), 2);
+        cur.block.insert(flush_key(flush_class::FUA, 12), 1);
+        prev.block.insert(flush_key(flush_class::FUA, 12), 1);
+        cur.block
+            .insert(flush_key(flush_class::PREFLUSH_FUA, 12), 1);
         cur.stats.lost_records = 0;
 
         let line = IntervalLine::new(2.0, 1.0, &calls, &prev, &cur);
@@ -885,6 +737,22 @@ mod tests {
                 hi: (1 << 21) - 1,
                 count: 7
             }]
+        );
+        // Only the classes that grew, each with its percentiles' buckets.
+        let flush = |kind, lo: u64, count| FlushLine {
+            kind: Cow::Borrowed(kind),
+            requests: count,
+            latency_ns: vec![Bucket {
+                lo,
+                hi: 2 * lo - 1,
+                count,
+            }],
+            p50_ns: Some([lo, 2 * lo - 1]),
+            p99_ns: Some([lo, 2 * lo - 1]),
+        };
+        assert_eq!(
+            line.devices[0].flushes,
+            vec![flush("flush", 65536, 2), flush("preflush_fua", 2048, 1)]
         );
         let pages: Vec<_> = line
             .pages_per_call
@@ -929,51 +797,6 @@ mod tests {
 
     fn b(lo: u64, hi: u64, count: u64) -> Bucket {
         Bucket { lo, hi, count }
-    }
-
-    #[test]
-    fn a_disks_interval_from_its_diskstats_counters() {
-        let dev = DevId { major: 8, minor: 0 };
-        let at = |requests, sectors, ticks_ms, weighted_ms| DiskCounters {
-            dev,
-            requests,
-            sectors,
-            ticks_ms,
-            weighted_ms,
-            flushes: requests / 10,
-            flush_ms: ticks_ms / 5,
-        };
-        // 100 requests of 8 sectors in 2 s, 250 ms of latency summed, 3 s
-        // of weighted in-flight time.
-        let line = DeviceLine::from_diskstats(
-            Some(&at(1000, 8000, 500, 700)),
-            &at(1100, 8800, 750, 3700),
-            2.0,
-        )
-        .expect("requests in the interval");
-        assert_eq!((line.dev, line.requests), (dev, 100));
-        assert!(line.request_bytes.is_empty() && line.latency_ns.is_empty());
-        let m = line.diskstats.expect("means");
-        assert_eq!(m.bytes, 800 * 512);
-        assert_eq!(m.request_bytes_mean, 4096.0);
-        assert_eq!(m.latency_ns_mean, 2.5e6);
-        assert_eq!(m.in_flight_mean, 1.5);
-        // 10 of the 100 were flushes, 50 ms of the 250 theirs.
-        assert_eq!((m.flushes, m.flush_latency_ns_mean), (10, Some(5e6)));
-        // Nothing completed, not seen at the start, or counters gone back
-        // (another device under the number): no line.
-        let same = at(1000, 8000, 500, 700);
-        assert!(DeviceLine::from_diskstats(Some(&same), &same, 1.0).is_none());
-        assert!(DeviceLine::from_diskstats(None, &same, 1.0).is_none());
-        assert!(DeviceLine::from_diskstats(Some(&at(2000, 1, 1, 1)), &same, 1.0).is_none());
-        // As JSON: the means under `diskstats`, absent for tracepoint lines.
-        let json = serde_json::to_value(&line).expect("json");
-        assert_eq!(json["diskstats"]["in_flight_mean"], 1.5);
-        let back: DeviceLine = serde_json::from_value(serde_json::json!(
-            {"dev": "8:0", "requests": 3, "request_bytes": [], "latency_ns": []}
-        ))
-        .expect("a line from before the field");
-        assert!(back.diskstats.is_none());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! The tracer fills it; capture, the dashboard, the exporters and
 //! recordings read it.
 pub(crate) mod budget;
+pub(crate) mod device;
 pub(crate) mod diff;
 pub mod dirtier;
 pub mod durability;

@@ -344,6 +344,7 @@ mod tests {
             requests,
             request_bytes: Vec::new(),
             latency_ns: Vec::new(),
+            flushes: Vec::new(),
             diskstats: Some(crate::model::interval::DiskMeans {
                 bytes,
                 request_bytes_mean: bytes as f64 / requests as f64,

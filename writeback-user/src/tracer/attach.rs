@@ -86,6 +86,16 @@ fn resolve_block_members(btf: &KernelBtf) -> Result<BlockMembers, String> {
     {
         table.stats_bit = bit;
     }
+    // The cache-flush class of each completed request (`flush_class`).
+    let bit = |name| {
+        btf.enum_value(name)
+            .ok()
+            .and_then(|b| u32::try_from(b).ok())
+            .filter(|&b| b < 32)
+            .unwrap_or(BlockMembers::NO_STATS_BIT)
+    };
+    table.preflush_bit = bit("__REQ_PREFLUSH");
+    table.fua_bit = bit("__REQ_FUA");
     Ok(table)
 }
 

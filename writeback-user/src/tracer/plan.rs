@@ -303,7 +303,7 @@ const BLOCK_TP: &[TracepointAttach] = &[
         "block",
         "block_rq_complete",
         "RQ_COMPLETE_LAYOUT",
-        &fields::rq::COMPLETE_NAMES,
+        &fields::rq::NAMES,
         &fields::rq::COMPLETE_NAMES,
     ),
     tp(

@@ -42,7 +42,9 @@ impl EventFormat {
 
     /// Builds the table the eBPF program reads, one slot per name in
     /// `names` (in that order). Names this kernel lacks stay absent (size 0);
-    /// fields wider than 8 bytes or of odd sizes are refused.
+    /// a `char` array of 8 bytes or more is read as its first 8 (the
+    /// block events' `rwbs`: 8 bytes before Linux 6.x's `RWBS_LEN` 10);
+    /// other fields wider than 8 bytes or of odd sizes are refused.
     pub(crate) fn layout(&self, names: &[&str]) -> anyhow::Result<(TracepointLayout, Vec<String>)> {
         if names.len() > MAX_TP_FIELDS {
             bail!("{} fields requested, at most {MAX_TP_FIELDS}", names.len());
@@ -54,7 +56,13 @@ impl EventFormat {
                 missing.push((*name).to_string());
                 continue;
             };
-            if !matches!(field.size, 1 | 2 | 4 | 8) {
+            let chars = field.ctype.starts_with("char") && field.ctype.contains('[');
+            let (size, signed) = if chars && field.size >= 8 {
+                (8, false)
+            } else {
+                (field.size, field.signed)
+            };
+            if !matches!(size, 1 | 2 | 4 | 8) {
                 bail!(
                     "{}: field {name} has size {}, not a 1/2/4/8-byte integer",
                     self.name,
@@ -65,8 +73,8 @@ impl EventFormat {
                 .with_context(|| format!("{}: offset of {name} too large", self.name))?;
             layout.fields[slot] = FieldSpec {
                 offset,
-                size: field.size as u8,
-                signed: u8::from(field.signed),
+                size: size as u8,
+                signed: u8::from(signed),
             };
         }
         Ok((layout, missing))
@@ -381,10 +389,34 @@ print fmt: \"dev %s ino %lu ret %d pages_written %d\", REC->ret
         assert!(parse_format("hello").is_err());
         assert!(parse_format("name: x\nformat:\n\tfield:int a;\toffset:zz;\tsize:4;\n").is_err());
         let fmt = parse_format(
-            "name: x\nformat:\n\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;\n",
+            "name: x\nformat:\n\tfield:u64 pair[2];\toffset:8;\tsize:16;\tsigned:0;\n",
         )
         .unwrap();
-        assert!(fmt.layout(&["comm"]).is_err());
+        assert!(fmt.layout(&["pair"]).is_err());
+    }
+
+    #[test]
+    fn char_arrays_are_read_as_their_first_eight_bytes() {
+        // block_rq_complete's `rwbs` on Linux 6.12 (RWBS_LEN 10).
+        let fmt = parse_format(
+            "name: x\nformat:\n\tfield:char rwbs[10];\toffset:28;\tsize:10;\tsigned:1;\n",
+        )
+        .unwrap();
+        let (layout, missing) = fmt.layout(&["rwbs"]).unwrap();
+        assert!(missing.is_empty());
+        assert_eq!(
+            layout.fields[0],
+            FieldSpec {
+                offset: 28,
+                size: 8,
+                signed: 0
+            }
+        );
+        // Shorter than a word: refused as any odd size is.
+        let short =
+            parse_format("name: x\nformat:\n\tfield:char tag[6];\toffset:8;\tsize:6;\tsigned:0;\n")
+                .unwrap();
+        assert!(short.layout(&["tag"]).is_err());
     }
 
     /// The running kernel's own format files, when tracefs is readable

@@ -303,3 +303,64 @@ pub fn trace_field(line: &str, name: &str) -> Option<String> {
     }
     None
 }
+
+/// A running `bpftrace -e SCRIPT`: an independent trace of the same run,
+/// returned once it has attached its probes (60 s at most).
+pub struct Bpftrace {
+    child: Child,
+    stdout: mpsc::Receiver<String>,
+}
+
+impl Bpftrace {
+    pub fn start(script: &str) -> Bpftrace {
+        let mut child = Command::new("bpftrace")
+            .arg("-e")
+            .arg(script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn bpftrace (cargo xtask setup installs it)");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line.starts_with("Attaching") => {}
+            other => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("wait bpftrace");
+                panic!(
+                    "bpftrace did not attach ({other:?}): {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        Bpftrace { child, stdout: rx }
+    }
+
+    /// Stops it (SIGINT, which prints its maps) and returns what it
+    /// printed after attaching.
+    pub fn stop(mut self) -> Vec<String> {
+        // SAFETY: plain syscall on our own child.
+        assert_eq!(
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) },
+            0
+        );
+        let status = self.child.wait().expect("wait bpftrace");
+        assert!(status.success(), "bpftrace: {status}");
+        self.stdout.iter().collect()
+    }
+}
+
+/// Kernel `dev_t` (`MKDEV`: major << 20 | minor, include/linux/kdev_t.h)
+/// of a `MAJ:MIN` string, as block tracepoints and bpftrace's `args.dev`
+/// give it.
+pub fn kernel_dev(majmin: &str) -> u64 {
+    let (maj, min) = majmin.split_once(':').expect("MAJ:MIN");
+    (maj.parse::<u64>().expect("major") << 20) | min.parse::<u64>().expect("minor")
+}

@@ -443,6 +443,7 @@ fn device(requests: u64, lat_lo: u64) -> DeviceLine {
         request_bytes: vec![b(4096, 8191, requests)],
         latency_ns: vec![b(lat_lo, 2 * lat_lo - 1, requests)],
         diskstats: None,
+        flushes: Vec::new(),
     }
 }
 
