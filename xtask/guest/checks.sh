@@ -150,10 +150,18 @@ trace_run() {
 durability_run() {
     name=durability
     step "$name"
-    start_trace "$name" --enable durability
+    # What earlier steps left dirty goes first: the window below is the
+    # dd's flushes only.
+    sync
+    start_trace "$name" --enable durability,device_io
     wait_tracing "$pid" "$OUT/$name.err"
+    # vda's own flush counter around the writes (field 16 of
+    # Documentation/block/stat.rst, Linux 5.5+) and its MAJ:MIN.
+    cat /sys/block/vda/dev > "$OUT/$name.dev"
+    cat /sys/block/vda/stat > "$OUT/$name.stat0"
     dd if=/dev/zero of="$MNT/dsync" bs=4k count=20 oflag=dsync 2> "$OUT/$name.dd"
     dd if=/dev/zero of="$MNT/fsynced" bs=1M count=4 conv=fsync 2>> "$OUT/$name.dd"
+    cat /sys/block/vda/stat > "$OUT/$name.stat1"
     kill -TERM "$pid" 2>/dev/null
     wait "$pid"
     echo $? > "$OUT/$name.rc"

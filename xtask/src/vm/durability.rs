@@ -2,7 +2,11 @@
 //! 20 O_DSYNC writes of `dd` are 20 `o_dsync` sync lines and its
 //! `conv=fsync` one `fsync` line, each with parts that add up to its
 //! time, on every kernel of the matrix. A missing one passes only as a
-//! run of the fsync programs the kernel counted as skipped.
+//! run of the fsync programs the kernel counted as skipped. With
+//! `device_io` on beside it, the disk's empty flush requests in the
+//! interval lines are its own flush counter's growth over the writes
+//! (`device-flushes-by-class`: the tp_btf path's `cmd_flags` bits from
+//! each kernel's BTF, or the tracepoints' `rwbs`).
 use std::path::Path;
 
 use serde_json::Value;
@@ -13,6 +17,7 @@ use super::{
 };
 
 const NAME: &str = "durability-fsyncs-split";
+const FLUSH_NAME: &str = "device-flushes-by-class";
 /// What checks.sh makes: O_DSYNC writes, and fsync(2) calls.
 const DSYNC_WRITES: usize = 20;
 const FSYNCS: usize = 1;
@@ -33,11 +38,57 @@ pub fn judge(out: &Path) -> Vec<Check> {
     if !out.join("durability.rc").exists() {
         return Vec::new();
     }
-    vec![split(
-        &read("durability.jsonl"),
-        &read("durability.rc"),
-        &read("durability.err"),
-    )]
+    let jsonl = read("durability.jsonl");
+    vec![
+        split(&jsonl, &read("durability.rc"), &read("durability.err")),
+        flushes(
+            &jsonl,
+            read("durability.dev").trim(),
+            &read("durability.stat0"),
+            &read("durability.stat1"),
+        ),
+    ]
+}
+
+/// Flush requests completed, field 16 of a /sys/block/DEV/stat line.
+fn flush_count(stat: &str) -> Option<u64> {
+    stat.split_whitespace().nth(15)?.parse().ok()
+}
+
+/// The empty flushes of device `dev` in the interval lines against the
+/// growth of its flush counter between `stat0` and `stat1`. The guest is
+/// idle but for the writes, so the two windows hold the same flushes.
+fn flushes(jsonl: &str, dev: &str, stat0: &str, stat1: &str) -> Check {
+    let (Some(before), Some(after)) = (flush_count(stat0), flush_count(stat1)) else {
+        return Check::new(FLUSH_NAME, false, format!("no flush counter for {dev:?}"));
+    };
+    let mut classes: std::collections::BTreeMap<String, u64> = Default::default();
+    for l in jsonl
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        if l["type"] != "interval" {
+            continue;
+        }
+        let devices = l["devices"].as_array().into_iter().flatten();
+        for f in devices
+            .filter(|d| d["dev"] == dev)
+            .flat_map(|d| d["flushes"].as_array().into_iter().flatten())
+        {
+            let kind = f["kind"].as_str().unwrap_or("?").to_string();
+            *classes.entry(kind).or_default() += f["requests"].as_u64().unwrap_or(0);
+        }
+    }
+    let counted = after.saturating_sub(before);
+    let traced = classes.get("flush").copied().unwrap_or(0);
+    Check::new(
+        FLUSH_NAME,
+        counted > 0 && traced == counted,
+        format!(
+            "{dev}: {traced} empty flush requests traced, {counted} by the disk's flush \
+             counter; by class {classes:?}"
+        ),
+    )
 }
 
 fn split(jsonl: &str, rc: &str, stderr: &str) -> Check {
@@ -138,5 +189,32 @@ mod tests {
         assert!(!run(&none, SUMMARY).pass);
         // wbscope failing is said.
         assert!(!split("", "1\n", "wbscope: error: x").pass);
+    }
+
+    #[test]
+    fn traced_flushes_must_be_the_disks_own_count() {
+        let stat = |flushes: u64| format!("1 0 8 0 40 0 320 5 0 9 9 0 0 0 0 {flushes} 3\n");
+        let interval = |n: u64| {
+            format!(
+                r#"{{"type":"interval","devices":[{{"dev":"254:0","flushes":[{{"kind":"flush","requests":{n}}},{{"kind":"fua","requests":2}}]}},{{"dev":"7:0","flushes":[{{"kind":"flush","requests":50}}]}}]}}"#
+            )
+        };
+        let two = format!("{}\n{}\n", interval(10), interval(13));
+        assert!(flushes(&two, "254:0", &stat(100), &stat(123)).pass);
+        assert!(!flushes(&two, "254:0", &stat(100), &stat(124)).pass);
+        // None at all proves nothing.
+        assert!(!flushes("", "254:0", &stat(5), &stat(5)).pass);
+        // A kernel without flush fields (before 5.5) is a failure said.
+        let old = flushes(
+            &two,
+            "254:0",
+            "1 0 8 0 40 0 320 5 0 9 9\n",
+            "1 0 8 0 40 0 320 5 0 9 9\n",
+        );
+        assert!(
+            !old.pass && old.detail.contains("no flush counter"),
+            "{}",
+            old.detail
+        );
     }
 }
