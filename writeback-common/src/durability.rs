@@ -47,6 +47,16 @@ pub mod sync_flags {
     pub const EXT4: u32 = 1 << 2;
     /// xfs's `xfs_file_fsync` ran inside.
     pub const XFS: u32 = 1 << 3;
+    /// A function hook saw the thread wait for its pages' writeback inside
+    /// (`file_write_and_wait_range()` or `filemap_fdatawait_range()`):
+    /// [`SyncSpan::wait_start_ns`] and `wait_end_ns` are measured.
+    pub const WAIT_HOOKED: u32 = 1 << 4;
+    /// A function hook saw it wait for a journal commit
+    /// (`jbd2_log_wait_commit()`): `journal_*` are measured.
+    pub const JOURNAL_HOOKED: u32 = 1 << 5;
+    /// A function hook saw it flush the device's cache
+    /// (`blkdev_issue_flush()`): `flush_*` are measured.
+    pub const FLUSH_HOOKED: u32 = 1 << 6;
 }
 
 /// Which durability call a [`SyncSpan`] is ([`SyncSpan::call`]).
@@ -97,6 +107,21 @@ pub struct SyncSpan {
     pub flags: u32,
     /// [`sync_call`].
     pub call: u32,
+    /// The waits inside, measured by function hooks where the kernel
+    /// allows them (writeback-ebpf syncwait.rs; each pair valid with its
+    /// bit of [`sync_flags`]): the first entry and the last exit of the
+    /// page waits (`file_write_and_wait_range()`, which writes the pages
+    /// first, or `filemap_fdatawait_range()`), of `jbd2_log_wait_commit()`
+    /// and of `blkdev_issue_flush()`.
+    pub wait_start_ns: u64,
+    pub wait_end_ns: u64,
+    pub journal_start_ns: u64,
+    pub journal_end_ns: u64,
+    pub flush_start_ns: u64,
+    pub flush_end_ns: u64,
+    /// The transaction `jbd2_log_wait_commit()` waited for (its `tid`).
+    pub journal_tid: u32,
+    pub _pad: u32,
 }
 
 /// One phase of one journal commit ([`phase`]).

@@ -122,6 +122,14 @@ fn open_span(call: u32, datasync: u32, dev: u32, ino: u64, flags: u32) -> u32 {
         log_force_ns: 0,
         flags,
         call,
+        wait_start_ns: 0,
+        wait_end_ns: 0,
+        journal_start_ns: 0,
+        journal_end_ns: 0,
+        flush_start_ns: 0,
+        flush_end_ns: 0,
+        journal_tid: 0,
+        _pad: 0,
     };
     let _ = SYNCING.insert(&span.tid, &span, 0);
     0
@@ -129,7 +137,7 @@ fn open_span(call: u32, datasync: u32, dev: u32, ino: u64, flags: u32) -> u32 {
 
 /// The thread's open span, to fill in.
 #[inline(always)]
-fn open_of(tid: u32) -> Option<&'static mut SyncSpan> {
+pub(crate) fn open_of(tid: u32) -> Option<&'static mut SyncSpan> {
     // SAFETY: the thread's own entry, written only by the thread.
     SYNCING.get_ptr_mut(&tid).map(|p| unsafe { &mut *p })
 }

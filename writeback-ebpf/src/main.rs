@@ -25,6 +25,7 @@ mod hook;
 mod read;
 mod scan;
 mod sched;
+mod syncwait;
 mod trial;
 mod writepages;
 

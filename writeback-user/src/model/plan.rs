@@ -136,10 +136,16 @@ pub enum Concept {
     Dirtier,
     /// Each fsync's span and the journal commits it waits on (issue 27).
     Durability,
+    /// Each fsync's page wait and cache flush, measured by function hooks
+    /// (else inferred from [`Concept::Durability`]'s events).
+    SyncWaits,
+    /// Each fsync's wait for a journal commit and its transaction,
+    /// measured by a function hook on jbd2.
+    JournalWait,
 }
 
 impl Concept {
-    pub(crate) const ALL: [Concept; 13] = [
+    pub(crate) const ALL: [Concept; 15] = [
         Concept::WritepagesCall,
         Concept::Scan,
         Concept::PerPageWrite,
@@ -153,6 +159,8 @@ impl Concept {
         Concept::GenericCall,
         Concept::Dirtier,
         Concept::Durability,
+        Concept::SyncWaits,
+        Concept::JournalWait,
     ];
 
     pub fn name(self) -> &'static str {
@@ -170,6 +178,8 @@ impl Concept {
             Concept::GenericCall => "generic_call",
             Concept::Dirtier => "dirtier",
             Concept::Durability => "durability",
+            Concept::SyncWaits => "sync_waits",
+            Concept::JournalWait => "journal_wait",
         }
     }
 }

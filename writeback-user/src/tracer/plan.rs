@@ -98,6 +98,9 @@ impl Candidate {
         if *self == Candidate::Tracepoints(durability::DURABILITY_TP) {
             return Some((OptIn::Durability, durability::WHY_OFF));
         }
+        if durability::is_wait_hook(self) {
+            return Some((OptIn::Durability, durability::WAITS_WHY_OFF));
+        }
         let per_folio = *self == TP_BTF_DIRTY_FOLIO
             || *self == Candidate::Tracepoints(DIRTY_FOLIO_TP)
             || *self == Candidate::Tracepoints(DIRTY_PAGE_TP);
@@ -762,6 +765,13 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
         ],
         // Only when asked (`--enable durability`).
         Concept::Durability => vec![Candidate::Tracepoints(durability::DURABILITY_TP)],
+        // Measured where function hooks load, inferred from the order of
+        // the durability tracepoints without them (model/durability).
+        Concept::SyncWaits => vec![durability::FENTRY_SYNC_WAITS, durability::KPROBE_SYNC_WAITS],
+        Concept::JournalWait => vec![
+            durability::FENTRY_JOURNAL_WAIT,
+            durability::KPROBE_JOURNAL_WAIT,
+        ],
     }
 }
 
@@ -778,17 +788,21 @@ mod tests {
         for c in Concept::ALL {
             let cands = candidates(c);
             // Generic calls need a pointer to the inode or the wbc, which
-            // no classic tracepoint record carries (docs/probes.md).
+            // no classic tracepoint record carries (docs/probes.md); the
+            // measured waits are functions no tracepoint marks: without
+            // them the durability tracepoints' order gives the parts.
             assert!(
-                c == Concept::GenericCall
-                    || matches!(
-                        cands.last(),
-                        Some(
-                            Candidate::Tracepoints(_)
-                                | Candidate::WithCall { .. }
-                                | Candidate::Procfs { .. }
-                        )
-                    ),
+                matches!(
+                    c,
+                    Concept::GenericCall | Concept::SyncWaits | Concept::JournalWait
+                ) || matches!(
+                    cands.last(),
+                    Some(
+                        Candidate::Tracepoints(_)
+                            | Candidate::WithCall { .. }
+                            | Candidate::Procfs { .. }
+                    )
+                ),
                 "{c:?}"
             );
             // Order of preference: fentry, kprobe, tp_btf, tracepoint,

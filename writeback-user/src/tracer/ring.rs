@@ -35,10 +35,6 @@ pub(crate) const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_mi
 
 /// What collectors send to the task that owns the model.
 #[derive(Clone, Debug, PartialEq)]
-// Calls are nearly every record and each is moved once into its batch:
-// boxing them would add an allocation per call to spare the few fsync
-// and commit records their padding.
-#[expect(clippy::large_enum_variant, reason = "calls are the common record")]
 pub enum RingRecord {
     Call(CallRecord),
     /// An ext4 fsync's span (`--enable durability`).

@@ -6,7 +6,13 @@
 //! `device_io` on beside it, the disk's empty flush requests in the
 //! interval lines are its own flush counter's growth over the writes
 //! (`device-flushes-by-class`: the tp_btf path's `cmd_flags` bits from
-//! each kernel's BTF, or the tracepoints' `rwbs`).
+//! each kernel's BTF, or the tracepoints' `rwbs`). Where the kernel lets
+//! function hooks load (`durability-waits-measured`), every sync line of
+//! the dd has its page wait and cache flush measured
+//! (`file_write_and_wait_range()`, `blkdev_issue_flush()`), and
+//! those that waited for a commit name it by the transaction
+//! `jbd2_log_wait_commit()` was given, a commit the jbd2 tracepoints saw
+//! end inside the fsync.
 use std::path::Path;
 
 use serde_json::Value;
@@ -18,6 +24,7 @@ use super::{
 
 const NAME: &str = "durability-fsyncs-split";
 const FLUSH_NAME: &str = "device-flushes-by-class";
+const WAITS_NAME: &str = "durability-waits-measured";
 /// What checks.sh makes: O_DSYNC writes, and fsync(2) calls.
 const DSYNC_WRITES: usize = 20;
 const FSYNCS: usize = 1;
@@ -41,6 +48,7 @@ pub fn judge(out: &Path) -> Vec<Check> {
     let jsonl = read("durability.jsonl");
     vec![
         split(&jsonl, &read("durability.rc"), &read("durability.err")),
+        waits(&jsonl),
         flushes(
             &jsonl,
             read("durability.dev").trim(),
@@ -48,6 +56,85 @@ pub fn judge(out: &Path) -> Vec<Check> {
             &read("durability.stat1"),
         ),
     ]
+}
+
+/// The hook the trace's summary names for `concept`, or why none.
+fn hook_of(summary: &Value, concept: &str) -> Result<String, String> {
+    let c = summary["probes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["concept"] == concept)
+        .ok_or_else(|| format!("{concept} not in the plan"))?;
+    match c["hook"].as_str() {
+        Some(hook) => Ok(hook.split(' ').next().unwrap_or(hook).to_string()),
+        None => Err(format!(
+            "{concept}: {}",
+            c["reason"].as_str().unwrap_or("no hook")
+        )),
+    }
+}
+
+/// The dd's sync lines with the parts function hooks measured.
+fn waits(jsonl: &str) -> Check {
+    let lines: Vec<Value> = jsonl
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let Some(summary) = lines.last().filter(|l| l["type"] == "summary") else {
+        return Check::new(WAITS_NAME, false, "no summary line".into());
+    };
+    let (waits, journal) = (
+        hook_of(summary, "sync_waits"),
+        hook_of(summary, "journal_wait"),
+    );
+    if let (Err(w), Err(j)) = (&waits, &journal) {
+        return Check::not_given(WAITS_NAME, format!("{w}; {j}"));
+    }
+    let mine: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "sync" && l["comm"] == "dd")
+        .collect();
+    let has = |l: &Value, part: &str| {
+        l["measured"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|p| p == part))
+    };
+    // ext4's flush is measured with the page wait (one candidate): 0 when
+    // the commit carried it.
+    let waited = mine
+        .iter()
+        .filter(|l| has(l, "wait") && has(l, "flush"))
+        .count();
+    let journaled: Vec<&&Value> = mine.iter().filter(|l| has(l, "journal")).collect();
+    // The commit the hook named ended inside the fsync.
+    let inside = |l: &Value| {
+        let (start, total) = (l["start_ns"].as_u64(), l["total_ns"].as_u64());
+        let end = l["commit"]["end_ns"].as_u64();
+        matches!((start, total, end), (Some(s), Some(t), Some(e)) if e > s && e <= s + t)
+    };
+    let named = journaled.iter().filter(|l| inside(l)).count();
+    let strays = journaled
+        .iter()
+        .filter(|l| !l["commit"].is_null() && !inside(l))
+        .count();
+    let pass = !mine.is_empty()
+        && (waits.is_err() || waited == mine.len())
+        && (journal.is_err() || (named > 0 && strays == 0));
+    let kind = |h: &Result<String, String>| h.clone().unwrap_or_else(|_| "-".into());
+    Check::new(
+        WAITS_NAME,
+        pass,
+        format!(
+            "sync_waits {}, journal_wait {}: of {} dd sync lines {waited} with the page wait \
+             and flush measured, {} with the journal wait, {named} naming a commit that ended inside, \
+             {strays} one that did not",
+            kind(&waits),
+            kind(&journal),
+            mine.len(),
+            journaled.len()
+        ),
+    )
 }
 
 /// Flush requests completed, field 16 of a /sys/block/DEV/stat line.
@@ -189,6 +276,44 @@ mod tests {
         assert!(!run(&none, SUMMARY).pass);
         // wbscope failing is said.
         assert!(!split("", "1\n", "wbscope: error: x").pass);
+    }
+
+    #[test]
+    fn measured_waits_must_be_on_every_line_and_name_a_commit_inside() {
+        let summary = |sync: &str, journal: &str| {
+            format!(
+                r#"{{"type":"summary","probes":[{{"concept":"sync_waits","hook":{sync}}},{{"concept":"journal_wait","hook":{journal},"reason":"no kprobes"}}]}}"#
+            )
+        };
+        let line = |measured: &str, end: u64| {
+            format!(
+                r#"{{"type":"sync","comm":"dd","start_ns":100,"total_ns":50,"measured":[{measured}],"commit":{{"end_ns":{end}}}}}"#
+            )
+        };
+        let hooked = summary(r#""fentry x""#, r#""kprobe y""#);
+        let run = |lines: &[String], summary: &str| {
+            let mut text = lines.join("\n");
+            text.push('\n');
+            text.push_str(summary);
+            waits(&text)
+        };
+        let good = [
+            line(r#""wait","flush","journal""#, 140),
+            line(r#""wait","flush""#, 0),
+        ];
+        assert!(run(&good, &hooked).pass, "{}", run(&good, &hooked).detail);
+        // A line without its page wait measured fails.
+        let unwaited = [line(r#""wait","flush","journal""#, 140), line("", 0)];
+        assert!(!run(&unwaited, &hooked).pass);
+        // A named commit that ended after the fsync returned fails.
+        let late = [line(r#""wait","flush","journal""#, 151)];
+        assert!(!run(&late, &hooked).pass);
+        // Without the journal hook only the waits are asked for.
+        let no_journal = summary(r#""fentry x""#, "null");
+        assert!(run(&[line(r#""wait","flush""#, 0)], &no_journal).pass);
+        // Neither hook: not given, with the plan's reasons.
+        let neither = run(&[line("", 0)], &summary("null", "null"));
+        assert!(neither.not_given && neither.detail.contains("no kprobes"));
     }
 
     #[test]

@@ -663,6 +663,7 @@ fn fsync_live_join_from_records() {
             | writeback_common::sync_flags::FILE_SEEN
             | writeback_common::sync_flags::EXT4,
         call: writeback_common::sync_call::FDATASYNC,
+        ..Span::default()
     }))));
     sample(&mut app, 2);
     assert!(

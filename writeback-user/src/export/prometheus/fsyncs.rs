@@ -105,6 +105,7 @@ mod tests {
             journal_ns,
             flush_ns,
             other_ns: 0,
+            measured: Vec::new(),
             pages: 1,
             calls: 1,
             commit: Some(CommitRecord {

@@ -22,6 +22,10 @@
 //! - `flush_ns` (from the commit's end to the span's end) is where ext4
 //!   issues `blkdev_issue_flush()` when the commit did not send the
 //!   barrier itself, inferred the same way; `None` without a commit;
+//! - with function hooks (`sync_waits`, `journal_wait`: fentry or kprobe,
+//!   where the kernel allows them), the wait, the journal wait with its
+//!   transaction, and the flush are measured on the thread instead
+//!   (`DurabilityJoin::measured`), and the record says which;
 //! - the contributors are the kernel's own handle counts per process
 //!   (`jbd2_handle_stats`); a handle opened inside a writepages call
 //!   (block allocation for that call's data, usually by a flusher thread)
@@ -34,8 +38,13 @@ use writeback_common::{CommitPhase, SyncSpan, phase, sync_call, sync_flags};
 
 use crate::model::{CallRecord, DevId, dirtier::Dirtier, record::comm};
 
+/// A stretch of an fsync's time, `(from, to)` in ns.
+type Window = (u64, u64);
+/// No such part.
+const EMPTY: Window = (0, 0);
+
 /// One ext4 fsync as the kernel sent it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Span {
     pub pid: u32,
     pub tid: u32,
@@ -53,6 +62,13 @@ pub struct Span {
     pub flags: u32,
     /// writeback_common [`sync_call`].
     pub call: u32,
+    /// The waits function hooks measured inside, each valid with its bit
+    /// of `flags` (writeback_common [`SyncSpan`]): (entered, left).
+    pub wait: (u64, u64),
+    pub journal: (u64, u64),
+    pub flush: (u64, u64),
+    /// The transaction `jbd2_log_wait_commit()` waited for.
+    pub journal_tid: u32,
 }
 
 impl From<&SyncSpan> for Span {
@@ -71,6 +87,10 @@ impl From<&SyncSpan> for Span {
             log_force_ns: s.log_force_ns,
             flags: s.flags,
             call: s.call,
+            wait: (s.wait_start_ns, s.wait_end_ns),
+            journal: (s.journal_start_ns, s.journal_end_ns),
+            flush: (s.flush_start_ns, s.flush_end_ns),
+            journal_tid: s.journal_tid,
         }
     }
 }
@@ -141,6 +161,9 @@ pub struct SyncRecord {
     pub journal_ns: u64,
     pub flush_ns: Option<u64>,
     pub other_ns: u64,
+    /// The parts a function hook measured (`wait`, `journal`, `flush`);
+    /// the others are inferred from the order of the events.
+    pub measured: Vec<&'static str>,
     /// Pages and writepages calls of its own writeback.
     pub pages: i64,
     pub calls: u32,
@@ -470,23 +493,41 @@ impl DurabilityJoin {
             .next_back()
             .and_then(|(&(_, end), &t)| Some((t, self.commits.get(&(s.dev, t))?, end)));
         let xfs_force = (s.log_force_ns != 0).then_some(s.log_force_ns.clamp(wb_end, s.end_ns));
-        let (wait_ns, journal_ns, flush_ns, commit) = match (waited, xfs_force) {
+        // Inferred windows: the order of fs/ext4/fsync.c and
+        // fs/xfs/xfs_file.c between the events seen.
+        let (inferred, commit) = match (waited, xfs_force) {
             (Some((transaction, c, end)), _) => {
                 let from = c.start().unwrap_or(wb_end).max(wb_end).min(end);
-                let journal = end - from;
-                let wait = from - wb_end;
                 (
-                    wait,
-                    journal,
-                    Some(s.end_ns - end),
+                    [(wb_end, from), (from, end), (end, s.end_ns)],
                     Some(self.commit(s, transaction, c, end, cache)),
                 )
             }
             // xfs: the log force to the end (its cache flush, when it
             // issues one, comes after the force: inside this part).
-            (None, Some(force)) => (force - wb_end, s.end_ns - force, None, None),
-            (None, None) => (s.end_ns - wb_end, 0, None, None),
+            (None, Some(force)) => ([(wb_end, force), (force, s.end_ns), EMPTY], None),
+            (None, None) => ([(wb_end, s.end_ns), EMPTY, EMPTY], None),
         };
+        let has_flush = inferred[2] != EMPTY;
+        let measured = self.measured(s, &own, inferred, cache);
+        let (windows, commit, hooked) = match measured {
+            Some((windows, journal_commit, hooked)) => {
+                let journal_hooked = hooked.contains(&"journal");
+                (
+                    windows,
+                    if journal_hooked {
+                        journal_commit
+                    } else {
+                        commit
+                    },
+                    hooked,
+                )
+            }
+            None => (inferred, commit, Vec::new()),
+        };
+        let len = |(from, to): Window| to.saturating_sub(from);
+        let (wait_ns, journal_ns) = (len(windows[0]), len(windows[1]));
+        let flush_ns = (has_flush || windows[2] != EMPTY).then(|| len(windows[2]));
         // What is left is before the first call and between calls: the
         // parts after `wb_end` tile it to the span's end.
         let other_ns =
@@ -508,10 +549,110 @@ impl DurabilityJoin {
             journal_ns,
             flush_ns,
             other_ns,
+            measured: hooked,
             pages: own.iter().map(|c| c.pages).sum(),
             calls: own.len() as u32,
             commit,
         })
+    }
+
+    /// The windows of wait, journal and flush with the function hooks'
+    /// measurements in place of the inferred ones (writeback-ebpf
+    /// syncwait.rs), the commit of the transaction the journal wait named,
+    /// and which parts were measured; `None` when no hook saw the span.
+    /// An inferred window is cut where a measured one beside it begins or
+    /// ends (the functions run in this order: pages, journal, flush), and
+    /// a measurement that would not tile the span is not used.
+    fn measured(
+        &self,
+        s: &Span,
+        own: &[&Brief],
+        inferred: [Window; 3],
+        cache: &mut Contributors,
+    ) -> Option<([Window; 3], Option<CommitRecord>, Vec<&'static str>)> {
+        let bits = [
+            sync_flags::WAIT_HOOKED,
+            sync_flags::JOURNAL_HOOKED,
+            sync_flags::FLUSH_HOOKED,
+        ];
+        if bits.iter().all(|&b| s.flags & b == 0) {
+            return None;
+        }
+        let within = |(from, to): Window| {
+            let from = from.clamp(s.start_ns, s.end_ns);
+            (from, to.clamp(from, s.end_ns))
+        };
+        let mut windows = inferred;
+        let mut hooked = [false; 3];
+        for (i, (&bit, name)) in bits.iter().zip(["wait", "journal", "flush"]).enumerate() {
+            if s.flags & bit == 0 {
+                continue;
+            }
+            let (from, to) = within([s.wait, s.journal, s.flush][i]);
+            // The page wait begins after the span's own writeback inside
+            // `file_write_and_wait_range()`.
+            let from = if name == "wait" {
+                own.iter()
+                    .map(|c| c.end_ns)
+                    .filter(|&e| e <= to)
+                    .fold(from, u64::max)
+            } else {
+                from
+            };
+            windows[i] = (from, to);
+            hooked[i] = true;
+        }
+        // The flush hook is attached with the page waits' (one
+        // candidate): on ext4 and xfs, whose fsync flushes the cache
+        // through `blkdev_issue_flush()` when its journal did not, a
+        // measured wait without a flush is a flush of 0 (the commit's own
+        // REQ_PREFLUSH/FUA carried it, inside the journal part). btrfs
+        // flushes through its own bios: not said.
+        let fs_flushes = s.flags & (sync_flags::EXT4 | sync_flags::XFS) != 0;
+        if hooked[0] && !hooked[2] && fs_flushes {
+            windows[2] = (s.end_ns, s.end_ns);
+            hooked[2] = true;
+        }
+        // Cut each inferred window to the measured ones around it; a
+        // window measured to be absent leaves its time to `other_ns`.
+        for i in 0..3 {
+            if hooked[i] {
+                continue;
+            }
+            let (mut from, mut to) = windows[i];
+            for j in (0..i).filter(|&j| hooked[j]) {
+                from = from.max(windows[j].1);
+            }
+            for j in (i + 1..3).filter(|&j| hooked[j]) {
+                to = to.min(windows[j].0);
+            }
+            windows[i] = if windows[i] == EMPTY {
+                EMPTY
+            } else {
+                (from, to.max(from))
+            };
+        }
+        // ext4 issues its own flush after the commit: with the journal
+        // measured and the flush not, what follows the journal wait.
+        if hooked[1] && !hooked[2] && windows[2] != EMPTY {
+            windows[2] = (windows[1].1, s.end_ns.max(windows[1].1));
+        }
+        let mut sorted: Vec<Window> = windows.iter().copied().filter(|w| *w != EMPTY).collect();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0].1 > w[1].0) {
+            return None;
+        }
+        let commit = if hooked[1] {
+            self.commits.get(&(s.dev, s.journal_tid)).and_then(|c| {
+                let end = c.end()?;
+                Some(self.commit(s, s.journal_tid, c, end, cache))
+            })
+        } else {
+            None
+        };
+        let names = ["wait", "journal", "flush"];
+        let measured = (0..3).filter(|&i| hooked[i]).map(|i| names[i]).collect();
+        Some((windows, commit, measured))
     }
 
     /// The span's filesystem: the one whose tracepoint named its file,

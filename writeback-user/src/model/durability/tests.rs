@@ -19,6 +19,7 @@ fn span(tid: u32, start: u64, end: u64) -> Span {
         log_force_ns: 0,
         flags: sync_flags::SYSCALL | sync_flags::FILE_SEEN | sync_flags::EXT4,
         call: 0,
+        ..Span::default()
     }
 }
 
@@ -298,6 +299,7 @@ fn record(
         journal_ns: journal_ms * MS,
         flush_ns: Some(0),
         other_ns: (total_ms - journal_ms) * MS,
+        measured: Vec::new(),
         pages,
         calls: 1,
         commit: top.map(|(other, pages)| CommitRecord {
@@ -506,4 +508,98 @@ fn a_runs_fsync_figures() {
             / 100.0
     );
     assert_eq!(f.entangled, 1);
+}
+
+/// The function hooks' windows replace the inferred ones: the wait from
+/// the last own call's end to `file_write_and_wait_range()`'s return, the
+/// journal from `jbd2_log_wait_commit()`'s entry to its return with the
+/// transaction it named (not the last commit to end, which the inferred
+/// rule would take), the flush as `blkdev_issue_flush()` took it.
+#[test]
+fn measured_waits_replace_the_inferred_ones() {
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 11 * MS, 12 * MS, 1, &[]));
+    for (t, p, at) in [
+        (40, phase::START, 14),
+        (40, phase::END, 30),
+        // Another transaction ends later inside the span: the inferred
+        // rule would take it.
+        (41, phase::START, 31),
+        (41, phase::END, 35),
+    ] {
+        j.phase(&phase(t, p, at * MS));
+    }
+    let hooked = sync_flags::WAIT_HOOKED | sync_flags::JOURNAL_HOOKED | sync_flags::FLUSH_HOOKED;
+    let s = Span {
+        flags: span(5, 0, 0).flags | hooked,
+        wait: (10 * MS + 500, 13 * MS),
+        journal: (13 * MS + 200, 31 * MS),
+        flush: (32 * MS, 34 * MS),
+        journal_tid: 40,
+        ..span(5, 10 * MS, 40 * MS)
+    };
+    j.span(s.clone());
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!(r.measured, ["wait", "journal", "flush"]);
+    assert_eq!(r.writeback_ns, MS);
+    assert_eq!(r.wait_ns, MS, "from the call's end (12 ms) to 13 ms");
+    assert_eq!(r.journal_ns, 18 * MS - 200);
+    assert_eq!(r.flush_ns, Some(2 * MS));
+    assert_eq!(
+        r.writeback_ns + r.wait_ns + r.journal_ns + r.flush_ns.unwrap() + r.other_ns,
+        r.total_ns
+    );
+    assert_eq!(r.commit.map(|c| c.transaction), Some(40));
+
+    // Without the flush hook, the flush is what follows the journal wait;
+    // without the journal's, the inferred journal is cut at the measured
+    // wait's end.
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 11 * MS, 12 * MS, 1, &[]));
+    j.phase(&phase(40, phase::START, 12 * MS + 500));
+    j.phase(&phase(40, phase::END, 30 * MS));
+    j.span(Span {
+        flags: s.flags & !sync_flags::FLUSH_HOOKED & !sync_flags::JOURNAL_HOOKED,
+        ..s.clone()
+    });
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!(r.measured, ["wait", "flush"]);
+    assert_eq!(r.wait_ns, MS);
+    assert_eq!(r.journal_ns, 17 * MS, "13 ms (the wait's end) to 30 ms");
+    assert_eq!(r.flush_ns, Some(0), "ext4 issued no flush of its own");
+    assert_eq!(r.other_ns, 11 * MS, "before the call and after the commit");
+    // On a filesystem that flushes through its own bios (btrfs, named by
+    // no tracepoint), no flush is said.
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 11 * MS, 12 * MS, 1, &[]));
+    j.phase(&phase(40, phase::START, 12 * MS + 500));
+    j.phase(&phase(40, phase::END, 30 * MS));
+    j.span(Span {
+        flags: sync_flags::SYSCALL | sync_flags::WAIT_HOOKED,
+        ..s.clone()
+    });
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!(r.measured, ["wait"]);
+    assert_eq!(r.flush_ns, Some(10 * MS), "inferred after the commit");
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 11 * MS, 12 * MS, 1, &[]));
+    j.span(Span {
+        flags: s.flags & !sync_flags::FLUSH_HOOKED,
+        ..s.clone()
+    });
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!(r.flush_ns, Some(0), "none issued");
+    assert_eq!(r.journal_ns, 18 * MS - 200);
+    assert!(r.commit.is_none(), "transaction 40 was not seen");
+
+    // Measurements that overlap cannot tile the span: the inferred split.
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 11 * MS, 12 * MS, 1, &[]));
+    j.span(Span {
+        journal: (12 * MS + 500, 31 * MS),
+        ..s
+    });
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert!(r.measured.is_empty(), "{:?}", r.measured);
+    assert_eq!(r.wait_ns, 28 * MS);
 }

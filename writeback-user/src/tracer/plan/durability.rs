@@ -6,7 +6,7 @@
 //! filesystems (writeback-ebpf durability.rs).
 use writeback_common::fields;
 
-use super::{TracepointAttach, tp};
+use super::{BtfAttach, Candidate, HookKind, TracepointAttach, tp};
 
 /// An event the candidate works without (its module not loaded).
 const fn optional(a: TracepointAttach) -> TracepointAttach {
@@ -137,6 +137,90 @@ pub(super) const DURABILITY_TP: &[TracepointAttach] = &[
     optional(bare("xfs_log_force", "xfs", "xfs_log_force")),
 ];
 
+/// The functions an fsync waits for its pages and its cache flush in
+/// (writeback-ebpf syncwait.rs), all in vmlinux: `sync_waits`.
+const WAIT_TARGETS: [&str; 3] = [
+    "file_write_and_wait_range",
+    "filemap_fdatawait_range",
+    "blkdev_issue_flush",
+];
+
+/// Entry and exit programs of each target, in [`WAIT_TARGETS`] order.
+const fn pairs(programs: &'static [BtfAttach; 6], kind: HookKind) -> Candidate {
+    Candidate::BtfPrograms {
+        kind,
+        attaches: programs,
+        fields: &[],
+    }
+}
+
+const fn at(program: &'static str, target: &'static str) -> BtfAttach {
+    BtfAttach { program, target }
+}
+
+/// fentry/fexit on the page waits and the cache flush.
+pub(super) const FENTRY_SYNC_WAITS: Candidate = pairs(
+    &[
+        at("fentry_write_wait", WAIT_TARGETS[0]),
+        at("fexit_write_wait", WAIT_TARGETS[0]),
+        at("fentry_fdatawait", WAIT_TARGETS[1]),
+        at("fexit_fdatawait", WAIT_TARGETS[1]),
+        at("fentry_issue_flush", WAIT_TARGETS[2]),
+        at("fexit_issue_flush", WAIT_TARGETS[2]),
+    ],
+    HookKind::Fentry,
+);
+
+/// kprobe/kretprobe on the same.
+pub(super) const KPROBE_SYNC_WAITS: Candidate = pairs(
+    &[
+        at("kprobe_write_wait", WAIT_TARGETS[0]),
+        at("kretprobe_write_wait", WAIT_TARGETS[0]),
+        at("kprobe_fdatawait", WAIT_TARGETS[1]),
+        at("kretprobe_fdatawait", WAIT_TARGETS[1]),
+        at("kprobe_issue_flush", WAIT_TARGETS[2]),
+        at("kretprobe_issue_flush", WAIT_TARGETS[2]),
+    ],
+    HookKind::Kprobe,
+);
+
+/// `jbd2_log_wait_commit`, the journal wait: apart from the others, as
+/// jbd2 is a module on most distribution kernels (fentry cannot reach it
+/// through vmlinux's BTF) and absent where no ext4 is mounted.
+pub(super) const FENTRY_JOURNAL_WAIT: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::Fentry,
+    attaches: &[
+        at("fentry_log_wait", "jbd2_log_wait_commit"),
+        at("fexit_log_wait", "jbd2_log_wait_commit"),
+    ],
+    fields: &[],
+};
+
+pub(super) const KPROBE_JOURNAL_WAIT: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::Kprobe,
+    attaches: &[
+        at("kprobe_log_wait", "jbd2_log_wait_commit"),
+        at("kretprobe_log_wait", "jbd2_log_wait_commit"),
+    ],
+    fields: &[],
+};
+
+/// Whether `c` is one of the measured waits' candidates (`--enable
+/// durability` turns them on with the spans they mark).
+pub(super) fn is_wait_hook(c: &Candidate) -> bool {
+    [
+        FENTRY_SYNC_WAITS,
+        KPROBE_SYNC_WAITS,
+        FENTRY_JOURNAL_WAIT,
+        KPROBE_JOURNAL_WAIT,
+    ]
+    .contains(c)
+}
+
+/// Why the measured waits wait for `--enable durability`.
+pub(super) const WAITS_WHY_OFF: &str = "they mark the fsync spans of `durability`, which is \
+     off by default; they run per fsync only";
+
 /// Why it waits for `--enable durability`.
 pub(super) const WHY_OFF: &str = "it runs per journal handle (every metadata change on ext4: \
      a few per write(2) that moves a file's size or time) as well as per fsync and commit, \
@@ -151,4 +235,12 @@ pub(super) const FIRES: &[(&str, &str)] = &[
     ("commit_", "per journal commit phase"),
     ("handle_stats", "per journal handle stopped"),
     ("log_force", "per xfs log force"),
+    (
+        "file_write_and_wait_range",
+        "per fsync (its page wait and cache flush)",
+    ),
+    (
+        "jbd2_log_wait_commit",
+        "per fsync that waits for a journal commit",
+    ),
 ];
