@@ -212,6 +212,20 @@ fn each_fsync_is_split_into_its_parts_and_names_who_shared_its_commit() {
         assert_eq!(parts(s), total, "{s}");
         other_share.push(u(s, "other_ns") as f64 / total.max(1) as f64);
         assert!(u(s, "pages") >= 1 || s["calls"] == 0, "{s}");
+        // Its writeback is its `call` lines, named by thread and start.
+        let times = s["call_times_ns"].as_array().expect("call_times_ns");
+        assert_eq!(times.len() as u64, u(s, "calls"), "{s}");
+        let own: Vec<&Value> = times
+            .iter()
+            .map(|t| {
+                lines
+                    .iter()
+                    .find(|l| l["type"] == "call" && l["tid"] == s["tid"] && l["time_ns"] == *t)
+                    .unwrap_or_else(|| panic!("no call line at {t} for {s}"))
+            })
+            .collect();
+        let pages: u64 = own.iter().map(|c| u(c, "pages_written")).sum();
+        assert_eq!(pages, u(s, "pages"), "{s}");
     }
     assert!(median(other_share.clone()) <= 0.10, "{other_share:?}");
 

@@ -108,6 +108,7 @@ mod tests {
             measured: Vec::new(),
             pages: 1,
             calls: 1,
+            call_times_ns: Vec::new(),
             commit: Some(CommitRecord {
                 transaction: 9,
                 start_ns: 0,

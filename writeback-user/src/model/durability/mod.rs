@@ -38,11 +38,6 @@ use writeback_common::{CommitPhase, SyncSpan, phase, sync_call, sync_flags};
 
 use crate::model::{CallRecord, DevId, dirtier::Dirtier, record::comm};
 
-/// A stretch of an fsync's time, `(from, to)` in ns.
-type Window = (u64, u64);
-/// No such part.
-const EMPTY: Window = (0, 0);
-
 /// One ext4 fsync as the kernel sent it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Span {
@@ -167,6 +162,9 @@ pub struct SyncRecord {
     /// Pages and writepages calls of its own writeback.
     pub pages: i64,
     pub calls: u32,
+    /// Those calls' `time_ns`, oldest first: with `tid`, they name its
+    /// `call` lines.
+    pub call_times_ns: Vec<u64>,
     pub commit: Option<CommitRecord>,
 }
 
@@ -191,8 +189,8 @@ pub struct CommitRecord {
 }
 
 /// A process in a commit: its journal handles and their blocks (exact:
-/// the kernel's counts), and the pages of its data written back while the
-/// commit ran (from the call records: under data=ordered without
+/// the kernel's counts), and the pages of its data written back in the
+/// transaction's life and its commit (from the call records: under data=ordered without
 /// unwritten extents the commit writes and waits for them; otherwise they
 /// share the device with the journal's own writes).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
@@ -246,6 +244,11 @@ struct Brief {
 /// (`writeback_chunk_size()`, fs/fs-writeback.c), so two seconds sees
 /// all but the longest integrity calls' ends.
 pub const HOLD_NS: u64 = 2_000_000_000;
+/// The longest an fsync is held: when the calls kept have run longer
+/// than [`HOLD_NS`] (a device slower than the flusher's bandwidth
+/// estimate stretches its chunks: each call then lasts seconds), spans
+/// wait as long as the longest of them, up to this.
+pub const MAX_HOLD_NS: u64 = 10_000_000_000;
 
 /// How long calls and commits are kept for spans still to come: an fsync
 /// longer than this loses its oldest calls (and says fewer).
@@ -396,14 +399,22 @@ impl DurabilityJoin {
         self.lines.take()
     }
 
-    /// Joins the spans that ended [`HOLD_NS`] before `now_ns` (all of
-    /// them with `u64::MAX`, at the end of a run), adds them to the
+    /// How long a span waits before it is joined: [`HOLD_NS`], or the
+    /// longest call kept when that is longer (a call overlapping a span
+    /// ends at most that long after it), at most [`MAX_HOLD_NS`].
+    fn hold_ns(&self) -> u64 {
+        self.longest_ns.clamp(HOLD_NS, MAX_HOLD_NS)
+    }
+
+    /// Joins the spans that ended [`Self::hold_ns`] before `now_ns` (all
+    /// of them with `u64::MAX`, at the end of a run), adds them to the
     /// interval's lines, and forgets what no span to come can need (older
     /// than [`KEEP_NS`] before `now_ns`).
     pub fn take(&mut self, now_ns: u64) -> Vec<SyncRecord> {
+        let hold = self.hold_ns();
         let (mut ready, mut wait): (Vec<Span>, Vec<Span>) = std::mem::take(&mut self.spans)
             .into_iter()
-            .partition(|s| s.end_ns.saturating_add(HOLD_NS) <= now_ns);
+            .partition(|s| s.end_ns.saturating_add(hold) <= now_ns);
         if wait.len() > MAX_HELD {
             wait.sort_by_key(|s| s.end_ns);
             ready.extend(wait.drain(..wait.len() - MAX_HELD));
@@ -552,17 +563,17 @@ impl DurabilityJoin {
             measured: hooked,
             pages: own.iter().map(|c| c.pages).sum(),
             calls: own.len() as u32,
+            call_times_ns: {
+                let mut t: Vec<u64> = own.iter().map(|c| c.start_ns).collect();
+                t.sort_unstable();
+                t
+            },
             commit,
         })
     }
 
-    /// The windows of wait, journal and flush with the function hooks'
-    /// measurements in place of the inferred ones (writeback-ebpf
-    /// syncwait.rs), the commit of the transaction the journal wait named,
-    /// and which parts were measured; `None` when no hook saw the span.
-    /// An inferred window is cut where a measured one beside it begins or
-    /// ends (the functions run in this order: pages, journal, flush), and
-    /// a measurement that would not tile the span is not used.
+    /// [`measured::windows`], with the commit of the transaction the
+    /// journal wait named.
     fn measured(
         &self,
         s: &Span,
@@ -570,79 +581,8 @@ impl DurabilityJoin {
         inferred: [Window; 3],
         cache: &mut Contributors,
     ) -> Option<([Window; 3], Option<CommitRecord>, Vec<&'static str>)> {
-        let bits = [
-            sync_flags::WAIT_HOOKED,
-            sync_flags::JOURNAL_HOOKED,
-            sync_flags::FLUSH_HOOKED,
-        ];
-        if bits.iter().all(|&b| s.flags & b == 0) {
-            return None;
-        }
-        let within = |(from, to): Window| {
-            let from = from.clamp(s.start_ns, s.end_ns);
-            (from, to.clamp(from, s.end_ns))
-        };
-        let mut windows = inferred;
-        let mut hooked = [false; 3];
-        for (i, (&bit, name)) in bits.iter().zip(["wait", "journal", "flush"]).enumerate() {
-            if s.flags & bit == 0 {
-                continue;
-            }
-            let (from, to) = within([s.wait, s.journal, s.flush][i]);
-            // The page wait begins after the span's own writeback inside
-            // `file_write_and_wait_range()`.
-            let from = if name == "wait" {
-                own.iter()
-                    .map(|c| c.end_ns)
-                    .filter(|&e| e <= to)
-                    .fold(from, u64::max)
-            } else {
-                from
-            };
-            windows[i] = (from, to);
-            hooked[i] = true;
-        }
-        // The flush hook is attached with the page waits' (one
-        // candidate): on ext4 and xfs, whose fsync flushes the cache
-        // through `blkdev_issue_flush()` when its journal did not, a
-        // measured wait without a flush is a flush of 0 (the commit's own
-        // REQ_PREFLUSH/FUA carried it, inside the journal part). btrfs
-        // flushes through its own bios: not said.
-        let fs_flushes = s.flags & (sync_flags::EXT4 | sync_flags::XFS) != 0;
-        if hooked[0] && !hooked[2] && fs_flushes {
-            windows[2] = (s.end_ns, s.end_ns);
-            hooked[2] = true;
-        }
-        // Cut each inferred window to the measured ones around it; a
-        // window measured to be absent leaves its time to `other_ns`.
-        for i in 0..3 {
-            if hooked[i] {
-                continue;
-            }
-            let (mut from, mut to) = windows[i];
-            for j in (0..i).filter(|&j| hooked[j]) {
-                from = from.max(windows[j].1);
-            }
-            for j in (i + 1..3).filter(|&j| hooked[j]) {
-                to = to.min(windows[j].0);
-            }
-            windows[i] = if windows[i] == EMPTY {
-                EMPTY
-            } else {
-                (from, to.max(from))
-            };
-        }
-        // ext4 issues its own flush after the commit: with the journal
-        // measured and the flush not, what follows the journal wait.
-        if hooked[1] && !hooked[2] && windows[2] != EMPTY {
-            windows[2] = (windows[1].1, s.end_ns.max(windows[1].1));
-        }
-        let mut sorted: Vec<Window> = windows.iter().copied().filter(|w| *w != EMPTY).collect();
-        sorted.sort_unstable();
-        if sorted.windows(2).any(|w| w[0].1 > w[1].0) {
-            return None;
-        }
-        let commit = if hooked[1] {
+        let (windows, hooked) = measured::windows(s, own.iter().map(|c| c.end_ns), inferred)?;
+        let commit = if hooked.contains(&"journal") {
             self.commits.get(&(s.dev, s.journal_tid)).and_then(|c| {
                 let end = c.end()?;
                 Some(self.commit(s, s.journal_tid, c, end, cache))
@@ -650,9 +590,7 @@ impl DurabilityJoin {
         } else {
             None
         };
-        let names = ["wait", "journal", "flush"];
-        let measured = (0..3).filter(|&i| hooked[i]).map(|i| names[i]).collect();
-        Some((windows, commit, measured))
+        Some((windows, commit, hooked))
     }
 
     /// The span's filesystem: the one whose tracepoint named its file,
@@ -675,9 +613,23 @@ impl DurabilityJoin {
         end: u64,
         cache: &mut Contributors,
     ) -> CommitRecord {
+        // The transaction's life: it opened when the one before it began
+        // to commit (fs/jbd2/commit.c takes the running transaction, and
+        // the next handle starts a new one, fs/jbd2/transaction.c
+        // `start_this_handle()`), so the writeback calls from then to its
+        // end allocated their blocks in it or shared the device with its
+        // commit. The flusher's calls only submit their I/O (a few hundred
+        // µs for thousands of pages): the commit's own window alone rarely
+        // holds one, though their data is what the commit queues behind.
+        let born = self
+            .commits
+            .get(&(s.dev, transaction.wrapping_sub(1)))
+            .and_then(Commit::start)
+            .or(c.start())
+            .unwrap_or(end);
         let contributors = cache
             .entry((s.dev, transaction))
-            .or_insert_with(|| self.contributors(s.dev, &c.shares, (c.start().unwrap_or(end), end)))
+            .or_insert_with(|| self.contributors(s.dev, &c.shares, (born, end)))
             .clone();
         CommitRecord {
             transaction,
@@ -695,9 +647,9 @@ impl DurabilityJoin {
 
     /// Per process: its journal handles in the transaction (those opened
     /// inside a writepages call charged to the call's inode's dirtiers by
-    /// their pages) and the pages of its data the device was written
-    /// while the commit ran (each call's pages in proportion to its time
-    /// inside the commit's window); largest first.
+    /// their pages) and the pages of its data written back in `window`
+    /// (the transaction's life and commit: each call's pages in
+    /// proportion to its time inside it); largest first.
     fn contributors(
         &self,
         dev: DevId,
@@ -765,6 +717,9 @@ impl DurabilityJoin {
 }
 
 mod line;
+mod measured;
+use measured::{EMPTY, Window};
+
 pub use line::{
     FsyncFigures, FsyncLine, FsyncLines, MOSTLY, PROCESSES_KEPT, SMALL_PAGES, SlowFsync,
 };

@@ -217,8 +217,9 @@ fn contributors_are_the_dirtiers_of_the_allocating_calls() {
     );
 }
 
-/// The data written back while the commit ran is charged to its
-/// dirtiers, each call in proportion to its time inside the commit.
+/// The data written back in the transaction's life (here, with no
+/// transaction before it seen, the commit itself) is charged to its
+/// dirtiers, each call in proportion to its time inside it.
 #[test]
 fn data_written_during_the_commit_is_charged_to_its_dirtiers() {
     let mut j = DurabilityJoin::default();
@@ -273,6 +274,30 @@ fn a_span_is_held_for_the_calls_that_end_after_it() {
     let [r] = j.take(21 * MS + HOLD_NS).try_into().unwrap();
     let c = r.commit.unwrap().contributors;
     assert_eq!((c[0].pid, c[0].pages), (812, 100));
+
+    // Once calls of 3 s are kept (a device slower than the flusher's
+    // estimate), spans wait 3 s: the next long call across a commit is
+    // in its join.
+    let s = 10_000 * MS;
+    j.call(&call(90, 50, s, s + 3_000 * MS, 300, &[(812, "tar", 300)]));
+    j.phase(&phase(4, phase::START, s + 3_100 * MS));
+    j.phase(&phase(4, phase::END, s + 3_200 * MS));
+    j.span(span(5, s + 3_050 * MS, s + 3_250 * MS));
+    assert!(j.take(s + 3_250 * MS + HOLD_NS).is_empty());
+    j.call(&call(
+        90,
+        50,
+        s + 3_010 * MS,
+        s + 5_900 * MS,
+        290,
+        &[(812, "tar", 290)],
+    ));
+    let [r] = j.take(s + 6_250 * MS).try_into().unwrap();
+    assert_eq!(r.commit.unwrap().contributors[0].pid, 812);
+    // At most MAX_HOLD_NS, whatever the calls.
+    j.call(&call(90, 50, s, s + 60_000 * MS, 1, &[]));
+    j.span(span(5, s + 60_000 * MS, s + 60_001 * MS));
+    assert_eq!(j.take(s + 60_001 * MS + MAX_HOLD_NS).len(), 1);
 }
 
 fn record(
@@ -302,6 +327,7 @@ fn record(
         measured: Vec::new(),
         pages,
         calls: 1,
+        call_times_ns: Vec::new(),
         commit: top.map(|(other, pages)| CommitRecord {
             transaction: 9,
             start_ns: 0,
@@ -602,4 +628,37 @@ fn measured_waits_replace_the_inferred_ones() {
     let [r] = j.take(u64::MAX).try_into().unwrap();
     assert!(r.measured.is_empty(), "{:?}", r.measured);
     assert_eq!(r.wait_ns, 28 * MS);
+}
+
+/// The flusher's calls only submit their I/O: a short call of thousands
+/// of pages between the transaction's birth (the previous commit's start)
+/// and its commit is its data, though no call overlaps the commit itself.
+#[test]
+fn a_transactions_data_is_what_was_written_back_in_its_life() {
+    let mut j = DurabilityJoin::default();
+    j.phase(&phase(40, phase::START, 100 * MS));
+    j.phase(&phase(40, phase::END, 108 * MS));
+    j.call(&call(
+        90,
+        50,
+        150 * MS,
+        150 * MS + 400_000,
+        3072,
+        &[(812, "dd", 3072)],
+    ));
+    // Before transaction 41 was born: 40's.
+    j.call(&call(
+        90,
+        50,
+        90 * MS,
+        90 * MS + 400_000,
+        1000,
+        &[(812, "dd", 1000)],
+    ));
+    j.phase(&phase(41, phase::START, 200 * MS));
+    j.phase(&phase(41, phase::END, 208 * MS));
+    j.span(span(5, 199 * MS, 209 * MS));
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    let c = r.commit.unwrap().contributors;
+    assert_eq!((c[0].pid, c[0].pages), (812, 3072), "{c:?}");
 }
