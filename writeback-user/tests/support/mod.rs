@@ -102,6 +102,21 @@ pub fn replay_json(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The lines a child writes on `pipe`, read to its end by a thread of
+/// their own (so that the child never blocks on a full pipe) until the
+/// receiver is dropped.
+pub fn lines_of(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// A running `wbscope trace`, started and waited for until its probes are
 /// live.
 pub struct Tracing {
@@ -133,13 +148,7 @@ pub fn start_record_said(args: &[&str]) -> (Started, mpsc::Receiver<String>) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = lines_of(child.stderr.take().unwrap());
     let mut before = Vec::new();
     loop {
         let line = rx
@@ -186,15 +195,7 @@ impl Tracing {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn wbscope");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(child.stderr.take().expect("stderr"));
         let mut seen = Vec::new();
         loop {
             match rx.recv_timeout(Duration::from_secs(60)) {
@@ -320,15 +321,7 @@ impl Bpftrace {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn bpftrace (cargo xtask setup installs it)");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(child.stdout.take().expect("stdout"));
         match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(line) if line.starts_with("Attaching") => {}
             other => {
