@@ -16,6 +16,8 @@
 pub const SYNC_SPAN_KIND: u32 = 3;
 /// Kind of [`CommitPhase`].
 pub const COMMIT_PHASE_KIND: u32 = 4;
+/// Kind of [`FlushRequest`].
+pub const FLUSH_REQUEST_KIND: u32 = 5;
 
 /// The phases of a journal commit, each a tracepoint of its own.
 pub mod phase {
@@ -146,6 +148,25 @@ pub struct CommitPhase {
     pub _pad: u32,
 }
 
+/// One block request that carried a cache flush (`crate::flush_class`),
+/// completed: sent by the block programs (`--enable device_io`), one or
+/// two per fsync or commit, so that an fsync no hook or journal event
+/// places its flush in (btrfs, which flushes through its own bios) finds
+/// the device's flushes inside it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlushRequest {
+    /// [`FLUSH_REQUEST_KIND`].
+    pub kind: u32,
+    /// `crate::flush_class`.
+    pub class: u32,
+    /// The kernel's `dev_t` of the whole disk.
+    pub dev: u32,
+    pub _pad: u32,
+    pub issue_ns: u64,
+    pub complete_ns: u64,
+}
+
 /// A process's journal handles in one transaction (`HANDLES` map key).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -180,6 +201,7 @@ mod pod {
     // every bit pattern is valid.
     unsafe impl aya::Pod for super::SyncSpan {}
     unsafe impl aya::Pod for super::CommitPhase {}
+    unsafe impl aya::Pod for super::FlushRequest {}
     unsafe impl aya::Pod for super::HandleKey {}
     unsafe impl aya::Pod for super::HandleCount {}
 }

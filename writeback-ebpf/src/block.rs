@@ -10,13 +10,15 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use writeback_common::{
-    BlockHistKey, BlockMembers, RequestKey, TracepointLayout, block_hist, block_members as bm,
+    BlockHistKey, BlockMembers, FLUSH_REQUEST_KIND, FlushRequest, RequestKey, TracepointLayout,
+    block_hist, block_members as bm,
     fields::{bio_queue as bq, rq},
     flush_class, log2_bucket,
 };
 
 use crate::{
     BLOCK_HIST, BLOCK_SLOTS, RQ_START, atomic_add,
+    durability::send,
     read::{Access, Typed, field, now_ns},
     writepages::{current_entry, raw_arg},
 };
@@ -129,10 +131,20 @@ fn add_issue(dev: u32, bytes: u64) {
 /// under its cache-flush class when it has one (`biolatency -F`'s split).
 #[inline(always)]
 fn add_latency(dev: u32, issued: u64, flush: Option<u16>) {
-    let bucket = log2_bucket(now_ns().saturating_sub(issued), 63);
+    let now = now_ns();
+    let bucket = log2_bucket(now.saturating_sub(issued), 63);
     hist_add(dev, block_hist::LATENCY_NS, bucket);
     if let Some(class) = flush {
         hash_add(dev, block_hist::FLUSH_LATENCY_NS + class, bucket);
+        // And the request itself, for the fsyncs it falls inside.
+        send(FlushRequest {
+            kind: FLUSH_REQUEST_KIND,
+            class: u32::from(class),
+            dev,
+            _pad: 0,
+            issue_ns: issued,
+            complete_ns: now,
+        });
     }
 }
 

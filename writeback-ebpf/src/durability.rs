@@ -78,7 +78,7 @@ static HANDLES: LruHashMap<HandleKey, HandleCount> = LruHashMap::with_max_entrie
 /// come a few per fsync and commit, and the reader's 100 ms timer takes
 /// them.
 #[inline(always)]
-fn send<T: 'static>(value: T) {
+pub(crate) fn send<T: 'static>(value: T) {
     match EVENTS.reserve::<T>(0) {
         Some(mut entry) => {
             entry.write(value);

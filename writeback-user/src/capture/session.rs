@@ -15,7 +15,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::{
     model::budget::{BudgetLine, CpuBudget, sampling_error},
     model::dirtier::{Attribution, AttributionMode},
-    model::durability::{DurabilityJoin, FsyncLine, Phase, Span, SyncRecord},
+    model::durability::{DeviceFlush, DurabilityJoin, FsyncLine, Phase, Span, SyncRecord},
     model::interval::{CallAggregate, IntervalLine},
     model::plan::{Concept, HookChoice, ProbeStatus},
     model::summary::SummaryLine,
@@ -251,6 +251,7 @@ struct Batch {
     calls: Vec<CallRecord>,
     spans: Vec<Span>,
     phases: Vec<Phase>,
+    flushes: Vec<DeviceFlush>,
 }
 
 impl Batch {
@@ -259,6 +260,7 @@ impl Batch {
             RingRecord::Call(c) => self.calls.push(c),
             RingRecord::Sync(s) => self.spans.push(s),
             RingRecord::Commit(p) => self.phases.push(p),
+            RingRecord::Flush(f) => self.flushes.push(f),
         }
     }
 }
@@ -288,6 +290,9 @@ impl Durable<'_> {
         }
         for p in &batch.phases {
             join.phase(p);
+        }
+        for f in &batch.flushes {
+            join.flush(f.clone());
         }
         if let Err(e) = self.tracer.journal_into(join) {
             log::warn!("reading the journal handles: {e:#}");

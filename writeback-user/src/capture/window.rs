@@ -294,7 +294,11 @@ fn durable_take(join: &mut Option<DurabilityJoin>, r: RingRecord) -> Option<Call
             j.phase(&p);
             None
         }
-        (RingRecord::Sync(_) | RingRecord::Commit(_), None) => None,
+        (RingRecord::Flush(f), Some(j)) => {
+            j.flush(f);
+            None
+        }
+        (RingRecord::Sync(_) | RingRecord::Commit(_) | RingRecord::Flush(_), None) => None,
     }
 }
 

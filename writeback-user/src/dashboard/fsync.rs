@@ -6,7 +6,7 @@
 //! and replayed ones alike.
 use crate::model::{
     CallRecord,
-    durability::{DurabilityJoin, FsyncLine, HandleShare, Phase, SlowFsync, Span},
+    durability::{DeviceFlush, DurabilityJoin, FsyncLine, HandleShare, Phase, SlowFsync, Span},
 };
 
 /// An fsync this slow is kept on screen as "the last slow one" until a
@@ -19,6 +19,8 @@ pub(crate) const SLOW_NS: u64 = 10_000_000;
 pub(crate) enum DurabilityMsg {
     Sync(Box<Span>),
     Commit(Phase),
+    /// A device's cache flush completed (`--enable device_io`).
+    Flush(DeviceFlush),
     /// The journal handles of the commits a drained batch ended.
     Shares(Vec<HandleShare>),
 }
@@ -39,6 +41,7 @@ impl LiveFsyncs {
         match m {
             DurabilityMsg::Sync(s) => self.join.span(*s),
             DurabilityMsg::Commit(p) => self.join.phase(&p),
+            DurabilityMsg::Flush(f) => self.join.flush(f),
             DurabilityMsg::Shares(shares) => self.join.shares(shares),
         }
     }

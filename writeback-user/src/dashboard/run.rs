@@ -279,6 +279,7 @@ async fn pump(mut collector: RingCollector, tracer: Arc<Tracer>, tx: UnboundedSe
             let msg = match record {
                 RingRecord::Call(call) => Msg::Call(Box::new(call)),
                 RingRecord::Sync(span) => Msg::Durability(DurabilityMsg::Sync(Box::new(span))),
+                RingRecord::Flush(f) => Msg::Durability(DurabilityMsg::Flush(f)),
                 RingRecord::Commit(phase) => {
                     if phase.phase == writeback_common::phase::END {
                         ended.push((phase.dev, phase.transaction));

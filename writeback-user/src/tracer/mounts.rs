@@ -37,6 +37,15 @@ pub(crate) struct FsNames {
     /// offset 0, which renders the mount table afresh (a seq_file,
     /// fs/seq_file.c). `None`: could not be opened; names stay empty.
     file: Option<std::fs::File>,
+    /// Each whole disk's partitions, read at open (sysfs is not opened
+    /// after the privileges are dropped): the block programs name a
+    /// request's disk, a filesystem its partition.
+    partitions: HashMap<DevId, Vec<DevId>>,
+    /// Block devices by name (`sda1`, `loop2`), read at open.
+    block_devs: HashMap<String, DevId>,
+    /// A filesystem's `s_dev` → the block device it is mounted from, where
+    /// the two differ (btrfs's anonymous devices), from the latest read.
+    backing: HashMap<DevId, DevId>,
 }
 
 impl FsNames {
@@ -44,8 +53,28 @@ impl FsNames {
     pub(crate) fn open() -> FsNames {
         FsNames {
             file: std::fs::File::open("/proc/self/mountinfo").ok(),
+            partitions: partitions_by_disk(std::path::Path::new("/sys/class/block")),
+            block_devs: block_devs(std::path::Path::new("/sys/class/block")),
             ..FsNames::default()
         }
+    }
+
+    /// The devices whose filesystems wait on whole disk `disk`'s cache
+    /// flushes: the disk, its partitions (known at open), and the
+    /// devices of the filesystems mounted from them (btrfs names its
+    /// files by an anonymous device, not its disk's).
+    pub(crate) fn devices_on(&mut self, disk: DevId) -> Vec<DevId> {
+        let _ = self.name(disk);
+        let mut out = vec![disk];
+        out.extend(self.partitions.get(&disk).into_iter().flatten());
+        let mounted: Vec<DevId> = self
+            .backing
+            .iter()
+            .filter(|(_, b)| out.contains(b))
+            .map(|(&fs, _)| fs)
+            .collect();
+        out.extend(mounted);
+        out
     }
 
     /// The whole mount table, read now from the held file.
@@ -67,8 +96,18 @@ impl FsNames {
         if stale || retry {
             self.read_at = Some(Instant::now());
             self.known.clear();
+            self.backing.clear();
             if let Some(text) = self.read() {
-                self.known.extend(parse_mountinfo(&text));
+                for m in parse_mounts(&text) {
+                    let from = m
+                        .source
+                        .strip_prefix("/dev/")
+                        .and_then(|n| self.block_devs.get(n));
+                    if let Some(&b) = from.filter(|&&b| b != m.dev) {
+                        self.backing.insert(m.dev, b);
+                    }
+                    self.known.insert(m.dev, m.fstype);
+                }
             }
         }
         self.known.get(&dev).map_or("", String::as_str)
@@ -76,6 +115,7 @@ impl FsNames {
 }
 
 /// `(device, fstype)` of each line of a mountinfo file.
+#[cfg(test)]
 fn parse_mountinfo(text: &str) -> Vec<(DevId, String)> {
     parse_mounts(text)
         .into_iter()
@@ -179,9 +219,116 @@ pub(crate) fn devices_of(path: &Path) -> std::io::Result<Vec<DevId>> {
     Ok(devs)
 }
 
+/// Under `root` (/sys/class/block): each block device's `dev`, by name.
+fn block_devs(root: &std::path::Path) -> HashMap<String, DevId> {
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let dev = std::fs::read_to_string(e.path().join("dev")).ok()?;
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                dev.trim().parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// Under `root` (/sys/class/block): each entry with a `partition`
+/// attribute is a partition of the disk its device directory sits in
+/// (`/sys/devices/.../sda/sda1`), each `dev` file `MAJ:MIN`.
+fn partitions_by_disk(root: &std::path::Path) -> HashMap<DevId, Vec<DevId>> {
+    let dev_of = |dir: &std::path::Path| -> Option<DevId> {
+        std::fs::read_to_string(dir.join("dev"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let mut out: HashMap<DevId, Vec<DevId>> = HashMap::new();
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if !path.join("partition").exists() {
+            continue;
+        }
+        let Ok(real) = std::fs::canonicalize(&path) else {
+            continue;
+        };
+        if let (Some(part), Some(disk)) = (dev_of(&real), real.parent().and_then(dev_of)) {
+            out.entry(disk).or_default().push(part);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// sysfs's shape: /sys/class/block/NAME links into the device tree,
+    /// where a partition's directory is inside its disk's.
+    #[test]
+    fn partitions_are_found_under_their_disks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let devices = dir.path().join("devices");
+        let class = dir.path().join("class");
+        std::fs::create_dir_all(devices.join("sda/sda1")).unwrap();
+        std::fs::create_dir_all(devices.join("sda/sda2")).unwrap();
+        std::fs::create_dir_all(devices.join("loop0")).unwrap();
+        std::fs::create_dir_all(&class).unwrap();
+        for (path, dev, part) in [
+            ("sda", "8:0", false),
+            ("sda/sda1", "8:1", true),
+            ("sda/sda2", "8:2", true),
+            ("loop0", "7:0", false),
+        ] {
+            std::fs::write(devices.join(path).join("dev"), format!("{dev}\n")).unwrap();
+            if part {
+                std::fs::write(devices.join(path).join("partition"), "1\n").unwrap();
+            }
+            let name = path.rsplit('/').next().unwrap();
+            std::os::unix::fs::symlink(devices.join(path), class.join(name)).unwrap();
+        }
+        let got = partitions_by_disk(&class);
+        let d = |s: &str| s.parse::<DevId>().unwrap();
+        let mut sda = got[&d("8:0")].clone();
+        sda.sort();
+        assert_eq!(sda, vec![d("8:1"), d("8:2")]);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(partitions_by_disk(&dir.path().join("absent")).is_empty());
+    }
+
+    /// A disk's flushes are waited on by its partitions' filesystems and
+    /// by btrfs's anonymous device mounted from one of them.
+    #[test]
+    fn the_devices_on_a_disk_include_its_filesystems() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let info = dir.path().join("mountinfo");
+        std::fs::write(
+            &info,
+            "36 35 8:1 / / rw - ext4 /dev/sda1 rw\n\
+             40 36 0:52 / /mnt/b rw - btrfs /dev/sda2 rw\n\
+             41 36 0:53 / /mnt/c rw - btrfs /dev/loop3 rw\n",
+        )
+        .unwrap();
+        let d = |s: &str| s.parse::<DevId>().unwrap();
+        let mut names = FsNames {
+            file: std::fs::File::open(&info).ok(),
+            partitions: HashMap::from([(d("8:0"), vec![d("8:1"), d("8:2")])]),
+            block_devs: HashMap::from([
+                ("sda1".to_string(), d("8:1")),
+                ("sda2".to_string(), d("8:2")),
+                ("loop3".to_string(), d("7:3")),
+            ]),
+            ..FsNames::default()
+        };
+        let mut on = names.devices_on(d("8:0"));
+        on.sort();
+        assert_eq!(on, vec![d("0:52"), d("8:0"), d("8:1"), d("8:2")]);
+        assert_eq!(names.devices_on(d("7:3")), vec![d("7:3"), d("0:53")]);
+        assert_eq!(names.name(d("0:52")), "btrfs");
+    }
 
     #[test]
     fn mountinfo_lines_give_device_and_type() {

@@ -9,14 +9,14 @@ use anyhow::Context as _;
 use aya::maps::{HashMap, MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use writeback_common::{
-    COMMIT_PHASE_KIND, CommitPhase, GENERIC_CALL_KIND, GenericCall, SYNC_SPAN_KIND, SyncSpan,
-    WritepagesCall, boundary, record_kind,
+    COMMIT_PHASE_KIND, CommitPhase, FLUSH_REQUEST_KIND, FlushRequest, GENERIC_CALL_KIND,
+    GenericCall, SYNC_SPAN_KIND, SyncSpan, WritepagesCall, boundary, record_kind,
 };
 
 use super::{Tracer, mounts::FsNames};
 use crate::model::{
     CallRecord,
-    durability::{Phase, Span},
+    durability::{DeviceFlush, Phase, Span},
 };
 
 /// How long a generic call may go without a folio before it is taken as
@@ -41,6 +41,8 @@ pub enum RingRecord {
     Sync(Span),
     /// A phase of a journal commit (`--enable durability`).
     Commit(Phase),
+    /// A completed cache-flush request (`--enable device_io`).
+    Flush(DeviceFlush),
 }
 
 impl RingRecord {
@@ -48,7 +50,7 @@ impl RingRecord {
     pub fn into_call(self) -> Option<CallRecord> {
         match self {
             RingRecord::Call(c) => Some(c),
-            RingRecord::Sync(_) | RingRecord::Commit(_) => None,
+            RingRecord::Sync(_) | RingRecord::Commit(_) | RingRecord::Flush(_) => None,
         }
     }
 }
@@ -99,6 +101,12 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
             let raw: CommitPhase =
                 unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<CommitPhase>()) };
             Ok(RingRecord::Commit(Phase::from(&raw)))
+        }
+        FLUSH_REQUEST_KIND if bytes.len() >= size_of::<FlushRequest>() => {
+            // SAFETY: as above; FlushRequest is Pod.
+            let raw: FlushRequest =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<FlushRequest>()) };
+            Ok(RingRecord::Flush(DeviceFlush::from(&raw)))
         }
         _ => Err(DecodeError::Unknown {
             kind,
@@ -231,6 +239,11 @@ fn drain_into(
             Ok(RingRecord::Call(mut call)) => {
                 call.fs = fs_names.name(call.dev).to_string();
                 sink(RingRecord::Call(call));
+                n += 1;
+            }
+            Ok(RingRecord::Flush(mut f)) => {
+                f.devices = fs_names.devices_on(f.dev);
+                sink(RingRecord::Flush(f));
                 n += 1;
             }
             Ok(other) => {

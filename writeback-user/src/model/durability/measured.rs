@@ -1,9 +1,39 @@
 //! The waits function hooks measured inside an fsync (writeback-ebpf
 //! syncwait.rs) in place of the windows inferred from the order of the
-//! events.
-use writeback_common::sync_flags;
+//! events, and the devices' cache flushes an fsync with no flush part of
+//! its own falls around.
+use writeback_common::{FlushRequest, sync_flags};
 
 use super::Span;
+use crate::model::DevId;
+
+/// A completed block request that carried a cache flush, as the block
+/// programs sent it (writeback_common [`FlushRequest`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceFlush {
+    /// The whole disk.
+    pub dev: DevId,
+    /// The filesystems' devices that wait on this disk's flushes: the
+    /// disk, its partitions, and btrfs's anonymous devices mounted from
+    /// them (the tracer's, from sysfs and mountinfo).
+    pub devices: Vec<DevId>,
+    /// writeback_common `flush_class`.
+    pub class: u32,
+    pub issue_ns: u64,
+    pub complete_ns: u64,
+}
+
+impl From<&FlushRequest> for DeviceFlush {
+    fn from(f: &FlushRequest) -> DeviceFlush {
+        DeviceFlush {
+            dev: DevId::from_kernel(f.dev),
+            devices: Vec::new(),
+            class: f.class,
+            issue_ns: f.issue_ns,
+            complete_ns: f.complete_ns,
+        }
+    }
+}
 
 /// A stretch of an fsync's time, `(from, to)` in ns.
 pub(super) type Window = (u64, u64);

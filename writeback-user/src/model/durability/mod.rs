@@ -256,6 +256,7 @@ const KEEP_NS: u64 = 120_000_000_000;
 /// Bounds of what is kept, whatever the rate.
 const MAX_CALLS: usize = 1 << 16;
 const MAX_COMMITS: usize = 4096;
+const MAX_FLUSHES: usize = 1 << 14;
 const MAX_NAMES: usize = 1 << 14;
 /// fsyncs held for their hold at most: past it the oldest are joined at
 /// once (a rate of 32,768 a second for the two seconds of the hold).
@@ -299,6 +300,9 @@ pub struct DurabilityJoin {
     /// The fsyncs joined since the last [`DurabilityJoin::take_line`],
     /// per process.
     lines: FsyncLines,
+    /// The devices' cache-flush requests, by completion (`--enable
+    /// device_io`).
+    flushes: VecDeque<DeviceFlush>,
 }
 
 impl DurabilityJoin {
@@ -340,6 +344,17 @@ impl DurabilityJoin {
         self.longest_ns = self.longest_ns.max(c.duration_ns);
         let at = self.calls.partition_point(|b| b.end_ns <= brief.end_ns);
         self.calls.insert(at, brief);
+    }
+
+    /// A device's cache flush completed.
+    pub fn flush(&mut self, f: DeviceFlush) {
+        if self.flushes.len() >= MAX_FLUSHES {
+            self.flushes.pop_front();
+        }
+        let at = self
+            .flushes
+            .partition_point(|g| g.complete_ns <= f.complete_ns);
+        self.flushes.insert(at, f);
     }
 
     pub fn span(&mut self, s: Span) {
@@ -440,6 +455,13 @@ impl DurabilityJoin {
         while self.calls.front().is_some_and(|c| c.end_ns < horizon) {
             self.calls.pop_front();
         }
+        while self
+            .flushes
+            .front()
+            .is_some_and(|f| f.complete_ns < horizon)
+        {
+            self.flushes.pop_front();
+        }
         self.longest_ns = self
             .calls
             .iter()
@@ -519,6 +541,7 @@ impl DurabilityJoin {
             (None, Some(force)) => ([(wb_end, force), (force, s.end_ns), EMPTY], None),
             (None, None) => ([(wb_end, s.end_ns), EMPTY, EMPTY], None),
         };
+        let inferred = self.device_flush(s, inferred);
         let has_flush = inferred[2] != EMPTY;
         let measured = self.measured(s, &own, inferred, cache);
         let (windows, commit, hooked) = match measured {
@@ -570,6 +593,36 @@ impl DurabilityJoin {
             },
             commit,
         })
+    }
+
+    /// A span with no journal or flush part of its own (btrfs, which
+    /// flushes through its own bios; an ext4 fdatasync that needed no
+    /// commit and issued its own flush) takes the device's cache flushes
+    /// issued after its writeback and completed before it returned, when
+    /// the block programs sent them (`--enable device_io`): **inferred**,
+    /// as a flush another process asked for at that moment would be
+    /// counted too. Not for xfs, whose flush is in its log force part.
+    fn device_flush(&self, s: &Span, inferred: [Window; 3]) -> [Window; 3] {
+        let [(wb_end, end), journal, flush] = inferred;
+        if journal != EMPTY || flush != EMPTY || s.flags & sync_flags::XFS != 0 {
+            return inferred;
+        }
+        // By completion: the issue stamp can be the plug's cached clock
+        // (block/blk-mq.c `blk_time_get_ns()`), from before the writeback's
+        // end; a flush is counted from the later of the two.
+        let first = self.flushes.partition_point(|f| f.complete_ns <= wb_end);
+        let inside = self
+            .flushes
+            .range(first..)
+            .take_while(|f| f.complete_ns <= end)
+            .filter(|f| f.dev == s.dev || f.devices.contains(&s.dev));
+        let (from, to) = inside.fold((u64::MAX, 0), |(a, b), f| {
+            (a.min(f.issue_ns.max(wb_end)), b.max(f.complete_ns))
+        });
+        if from > to {
+            return inferred;
+        }
+        [(wb_end, from), EMPTY, (from, to)]
     }
 
     /// [`measured::windows`], with the commit of the transaction the
@@ -718,6 +771,7 @@ impl DurabilityJoin {
 
 mod line;
 mod measured;
+pub use measured::DeviceFlush;
 use measured::{EMPTY, Window};
 
 pub use line::{

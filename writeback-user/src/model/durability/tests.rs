@@ -662,3 +662,37 @@ fn a_transactions_data_is_what_was_written_back_in_its_life() {
     let c = r.commit.unwrap().contributors;
     assert_eq!((c[0].pid, c[0].pages), (812, 3072), "{c:?}");
 }
+
+/// A span with no journal or flush part of its own takes the device's
+/// flushes completed after its writeback (btrfs: its own bios), counted
+/// from the later of their issue and the writeback's end.
+#[test]
+fn a_span_without_a_flush_of_its_own_takes_the_devices() {
+    let mut j = DurabilityJoin::default();
+    j.call(&call(5, 12, 10 * MS, 11 * MS, 1, &[]));
+    let flush = |dev: DevId, issue, complete| DeviceFlush {
+        dev,
+        devices: vec![dev],
+        class: 0,
+        issue_ns: issue * MS,
+        complete_ns: complete * MS,
+    };
+    let other = DevId { major: 8, minor: 0 };
+    j.flush(flush(DEV, 9, 10)); // before its writeback ended
+    j.flush(flush(other, 12, 13)); // another disk's
+    j.flush(flush(DEV, 10, 14)); // issued (by the plug's clock) before
+    j.flush(flush(DEV, 15, 16));
+    j.flush(flush(DEV, 17, 30)); // after it returned
+    let btrfs = Span {
+        flags: sync_flags::SYSCALL,
+        dev: DevId::default(),
+        ..span(5, 10 * MS, 20 * MS)
+    };
+    j.span(btrfs);
+    let [r] = j.take(u64::MAX).try_into().unwrap();
+    assert_eq!(r.dev, DEV, "placed by its call");
+    assert_eq!((r.writeback_ns, r.wait_ns), (MS, 0));
+    assert_eq!(r.flush_ns, Some(5 * MS), "11 to 16 ms");
+    assert_eq!(r.other_ns, 4 * MS);
+    assert!(r.measured.is_empty());
+}
