@@ -103,15 +103,14 @@ pub fn replay_json(path: &Path) -> Vec<serde_json::Value> {
 }
 
 /// The lines a child writes on `pipe`, read to its end by a thread of
-/// their own (so that the child never blocks on a full pipe) until the
-/// receiver is dropped.
+/// their own, whether or not the receiver is still there: the child must
+/// never block on a full pipe, nor find it closed (a write to a closed
+/// pipe fails, and `record` stops on a failed write to stderr).
 pub fn lines_of(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
+            let _ = tx.send(line);
         }
     });
     rx
