@@ -178,6 +178,13 @@ pub mod sync_file_exit {
     pub const NAMES: [&str; 3] = ["dev", "ino", "ret"];
 }
 
+/// `ext4:ext4_sync_fs` (include/trace/events/ext4.h): ext4's `sync_fs`,
+/// run in the caller's thread by syncfs(2) and sync(2).
+pub mod ext4_sync_fs {
+    pub const DEV: usize = 0;
+    pub const NAMES: [&str; 1] = ["dev"];
+}
+
 /// `jbd2:jbd2_start_commit`, `jbd2_commit_locking`, `jbd2_commit_flushing`,
 /// `jbd2_commit_logging`, `jbd2_end_commit` (include/trace/events/jbd2.h,
 /// the `jbd2_commit` class).

@@ -16,8 +16,8 @@ use writeback_common::{
     COMMIT_PHASE_KIND, CommitPhase, Filter, HandleCount, HandleKey, SYNC_SPAN_KIND, SyncSpan,
     TracepointLayout,
     fields::{
-        jbd2_commit, jbd2_handle_stats, jbd2_run_stats, sync_file_enter, sync_file_exit,
-        sys_enter_flags, sys_exit, xfs_file,
+        ext4_sync_fs, jbd2_commit, jbd2_handle_stats, jbd2_run_stats, sync_file_enter,
+        sync_file_exit, sys_enter_flags, sys_exit, xfs_file,
     },
     phase, stat, sync_call, sync_flags,
 };
@@ -62,6 +62,8 @@ static SYS_EXIT_MSYNC_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 static SYS_EXIT_SFR_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 #[unsafe(no_mangle)]
 static SYS_EXIT_SYNCFS_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
+#[unsafe(no_mangle)]
+static EXT4_SYNC_FS_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 
 /// Each thread's fsync in progress, from its enter to its exit.
 #[map]
@@ -270,6 +272,20 @@ pub fn xfs_fsync(ctx: TracePointContext) -> u32 {
         span.dev = field(&ctx, &XFS_FSYNC_LAYOUT, xfs_file::DEV) as u32;
         span.ino = field(&ctx, &XFS_FSYNC_LAYOUT, xfs_file::INO) as u64;
         span.flags |= sync_flags::FILE_SEEN | sync_flags::XFS;
+    }
+    0
+}
+
+/// `ext4:ext4_sync_fs`: a syncfs(2) names its filesystem (the file
+/// descriptor's, whose superblock `sync_filesystem()` syncs; no inode).
+#[tracepoint]
+pub fn ext4_sync_fs(ctx: TracePointContext) -> u32 {
+    if let Some(span) = open_of(current_tid())
+        && span.call == sync_call::SYNCFS
+        && span.flags & sync_flags::FILE_SEEN == 0
+    {
+        span.dev = field(&ctx, &EXT4_SYNC_FS_LAYOUT, ext4_sync_fs::DEV) as u32;
+        span.flags |= sync_flags::FILE_SEEN | sync_flags::EXT4;
     }
     0
 }

@@ -410,8 +410,8 @@ fn xfs_and_btrfs_fsyncs_are_split_too() {
 /// The other durability calls, one each on ext4: msync(MS_SYNC),
 /// sync_file_range with a wait flag, an O_SYNC write; and two that wait
 /// for nothing and are no span: msync(MS_ASYNC), sync_file_range(WRITE).
-/// (A syncfs, whose writeback the flusher does, is a span no filesystem
-/// names and without calls of its own: not placed yet, trace-json.md.)
+/// And a syncfs(2), whose writeback the flusher does: ext4's `sync_fs`
+/// event names its filesystem.
 #[test]
 fn every_durability_call_is_a_span_of_its_kind() {
     let _one = serial();
@@ -461,6 +461,10 @@ fn every_durability_call_is_a_span_of_its_kind() {
         .open(fs.path("osync"))
         .expect("O_SYNC open");
     synced.write_all(&[1u8; 4096]).expect("O_SYNC write");
+    // syncfs(2): ext4's `ext4_sync_fs` names the filesystem.
+    f.write_all_at(&[5u8; 8192], 262144).expect("pwrite");
+    // SAFETY: plain syscall on an open descriptor.
+    assert_eq!(unsafe { libc::syncfs(fd) }, 0, "syncfs");
     let lines = trace.stop(libc::SIGINT);
     let me = u64::from(std::process::id());
     let mut kinds: Vec<&str> = lines
@@ -469,7 +473,21 @@ fn every_durability_call_is_a_span_of_its_kind() {
         .map(|l| l["kind"].as_str().expect("kind"))
         .collect();
     kinds.sort_unstable();
-    assert_eq!(kinds, ["msync", "o_sync", "sync_file_range"], "{lines:#?}");
+    assert_eq!(
+        kinds,
+        ["msync", "o_sync", "sync_file_range", "syncfs"],
+        "{lines:#?}"
+    );
+    let dev = dev_of(&fs.mountpoint);
+    let syncfs = lines
+        .iter()
+        .find(|l| l["type"] == "sync" && l["kind"] == "syncfs")
+        .expect("syncfs");
+    assert_eq!(
+        (&syncfs["dev"], &syncfs["fs"]),
+        (&Value::from(dev), &Value::from("ext4"))
+    );
+    assert_eq!(parts(syncfs), u(syncfs, "total_ns"), "{syncfs}");
 }
 
 /// The cache-flush requests each device completed, by class, as

@@ -127,6 +127,14 @@ pub(super) const DURABILITY_TP: &[TracepointAttach] = &[
         &fields::jbd2_handle_stats::NAMES,
     )),
     optional(tp(
+        "ext4_sync_fs",
+        "ext4",
+        "ext4_sync_fs",
+        "EXT4_SYNC_FS_LAYOUT",
+        &fields::ext4_sync_fs::NAMES,
+        &fields::ext4_sync_fs::NAMES,
+    )),
+    optional(tp(
         "xfs_fsync",
         "xfs",
         "xfs_file_fsync",
