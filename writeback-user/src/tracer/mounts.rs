@@ -64,7 +64,11 @@ impl FsNames {
     /// devices of the filesystems mounted from them (btrfs names its
     /// files by an anonymous device, not its disk's).
     pub(crate) fn devices_on(&mut self, disk: DevId) -> Vec<DevId> {
-        let _ = self.name(disk);
+        // Only when stale: a whole disk whose partitions are mounted is
+        // no mount of its own, and must not re-read the table per flush.
+        if self.stale() {
+            self.refresh();
+        }
         let mut out = vec![disk];
         out.extend(self.partitions.get(&disk).into_iter().flatten());
         let mounted: Vec<DevId> = self
@@ -91,26 +95,36 @@ impl FsNames {
     /// has it (unmounted before the record was read).
     pub(crate) fn name(&mut self, dev: DevId) -> &str {
         let age = self.read_at.map(|t| t.elapsed());
-        let stale = age.is_none_or(|a| a > FRESH);
         let retry = !self.known.contains_key(&dev) && age.is_none_or(|a| a > RETRY);
-        if stale || retry {
-            self.read_at = Some(Instant::now());
-            self.known.clear();
-            self.backing.clear();
-            if let Some(text) = self.read() {
-                for m in parse_mounts(&text) {
-                    let from = m
-                        .source
-                        .strip_prefix("/dev/")
-                        .and_then(|n| self.block_devs.get(n));
-                    if let Some(&b) = from.filter(|&&b| b != m.dev) {
-                        self.backing.insert(m.dev, b);
-                    }
-                    self.known.insert(m.dev, m.fstype);
-                }
-            }
+        if self.stale() || retry {
+            self.refresh();
         }
         self.known.get(&dev).map_or("", String::as_str)
+    }
+
+    /// Whether the table was read more than [`FRESH`] ago, or never.
+    fn stale(&self) -> bool {
+        self.read_at.is_none_or(|t| t.elapsed() > FRESH)
+    }
+
+    /// Reads the mount table again: each device's type, and the block
+    /// device a filesystem with a device of its own is mounted from.
+    fn refresh(&mut self) {
+        self.read_at = Some(Instant::now());
+        self.known.clear();
+        self.backing.clear();
+        if let Some(text) = self.read() {
+            for m in parse_mounts(&text) {
+                let from = m
+                    .source
+                    .strip_prefix("/dev/")
+                    .and_then(|n| self.block_devs.get(n));
+                if let Some(&b) = from.filter(|&&b| b != m.dev) {
+                    self.backing.insert(m.dev, b);
+                }
+                self.known.insert(m.dev, m.fstype);
+            }
+        }
     }
 }
 

@@ -190,9 +190,9 @@ pub struct CommitRecord {
 
 /// A process in a commit: its journal handles and their blocks (exact:
 /// the kernel's counts), and the pages of its data written back in the
-/// transaction's life and its commit (from the call records: under data=ordered without
-/// unwritten extents the commit writes and waits for them; otherwise they
-/// share the device with the journal's own writes).
+/// transaction's life and its commit (from the call records: under
+/// data=ordered without unwritten extents the commit writes and waits for
+/// them; otherwise they share the device with the journal's own writes).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Contributor {
     pub pid: u32,
