@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::checks::{Check, exit_reason, last_line};
+use super::checks::{Check, exit_reason, last_line, parse_lines};
 
 /// 16 MiB in 4 KiB pages: what each cgroup's writer writes.
 const CGROUP_PAGES: i64 = (16 << 20) / 4096;
@@ -291,24 +291,6 @@ impl std::fmt::Display for Pauses {
             self.intervals, self.pause_ms, self.peak_s_per_s
         )
     }
-}
-
-/// The trace's JSON lines, or why the run is unusable.
-fn parse_lines(jsonl: &str, rc: &str, stderr: &str) -> Result<Vec<Value>, String> {
-    if rc.trim() != "0" {
-        return Err(exit_reason("wbscope trace", rc, stderr));
-    }
-    let lines = jsonl
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            serde_json::from_str::<Value>(l).map_err(|e| format!("unparsable line ({e}): {l}"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if lines.last().is_none_or(|l| l["type"] != "summary") {
-        return Err("no summary line at the end of the trace".into());
-    }
-    Ok(lines)
 }
 
 #[cfg(test)]

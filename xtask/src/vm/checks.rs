@@ -746,6 +746,24 @@ pub(super) fn last_line(text: &str) -> &str {
         .trim()
 }
 
+/// The trace's JSON lines, or why the run is unusable.
+pub(super) fn parse_lines(jsonl: &str, rc: &str, stderr: &str) -> Result<Vec<Value>, String> {
+    if rc.trim() != "0" {
+        return Err(exit_reason("wbscope trace", rc, stderr));
+    }
+    let lines = jsonl
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).map_err(|e| format!("unparsable line ({e}): {l}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if lines.last().is_none_or(|l| l["type"] != "summary") {
+        return Err("no summary line at the end of the trace".into());
+    }
+    Ok(lines)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

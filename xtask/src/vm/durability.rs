@@ -18,7 +18,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::{
-    checks::{Check, exit_reason},
+    checks::{Check, parse_lines},
     kernel_counts::skipped_runs,
 };
 
@@ -45,16 +45,35 @@ pub fn judge(out: &Path) -> Vec<Check> {
     if !out.join("durability.rc").exists() {
         return Vec::new();
     }
-    let jsonl = read("durability.jsonl");
+    judge_run(
+        &read("durability.jsonl"),
+        &read("durability.rc"),
+        &read("durability.err"),
+        read("durability.dev").trim(),
+        [&read("durability.stat0"), &read("durability.stat1")],
+    )
+}
+
+/// The three checks of one run: its lines parsed once; a run that failed
+/// or left no summary fails them all, for that reason.
+fn judge_run(jsonl: &str, rc: &str, stderr: &str, dev: &str, stats: [&str; 2]) -> Vec<Check> {
+    let lines = match parse_lines(jsonl, rc, stderr) {
+        Ok(lines) => lines,
+        Err(why) => {
+            return [NAME, WAITS_NAME, FLUSH_NAME]
+                .iter()
+                .map(|name| Check::new(name, false, why.clone()))
+                .collect();
+        }
+    };
+    let dd: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "sync" && l["comm"] == "dd")
+        .collect();
     vec![
-        split(&jsonl, &read("durability.rc"), &read("durability.err")),
-        waits(&jsonl),
-        flushes(
-            &jsonl,
-            read("durability.dev").trim(),
-            &read("durability.stat0"),
-            &read("durability.stat1"),
-        ),
+        split(&lines, &dd),
+        waits(&lines, &dd),
+        flushes(&lines, dev, stats),
     ]
 }
 
@@ -75,15 +94,10 @@ fn hook_of(summary: &Value, concept: &str) -> Result<String, String> {
     }
 }
 
-/// The dd's sync lines with the parts function hooks measured.
-fn waits(jsonl: &str) -> Check {
-    let lines: Vec<Value> = jsonl
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let Some(summary) = lines.last().filter(|l| l["type"] == "summary") else {
-        return Check::new(WAITS_NAME, false, "no summary line".into());
-    };
+/// The dd's sync lines with the parts function hooks measured. `lines`
+/// end with the summary ([`parse_lines`]).
+fn waits(lines: &[Value], mine: &[&Value]) -> Check {
+    let summary = &lines[lines.len() - 1];
     let (waits, journal) = (
         hook_of(summary, "sync_waits"),
         hook_of(summary, "journal_wait"),
@@ -91,10 +105,6 @@ fn waits(jsonl: &str) -> Check {
     if let (Err(w), Err(j)) = (&waits, &journal) {
         return Check::not_given(WAITS_NAME, format!("{w}; {j}"));
     }
-    let mine: Vec<&Value> = lines
-        .iter()
-        .filter(|l| l["type"] == "sync" && l["comm"] == "dd")
-        .collect();
     let has = |l: &Value, part: &str| {
         l["measured"]
             .as_array()
@@ -145,15 +155,12 @@ fn flush_count(stat: &str) -> Option<u64> {
 /// The empty flushes of device `dev` in the interval lines against the
 /// growth of its flush counter between `stat0` and `stat1`. The guest is
 /// idle but for the writes, so the two windows hold the same flushes.
-fn flushes(jsonl: &str, dev: &str, stat0: &str, stat1: &str) -> Check {
+fn flushes(lines: &[Value], dev: &str, [stat0, stat1]: [&str; 2]) -> Check {
     let (Some(before), Some(after)) = (flush_count(stat0), flush_count(stat1)) else {
         return Check::new(FLUSH_NAME, false, format!("no flush counter for {dev:?}"));
     };
     let mut classes: std::collections::BTreeMap<String, u64> = Default::default();
-    for l in jsonl
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-    {
+    for l in lines {
         if l["type"] != "interval" {
             continue;
         }
@@ -178,19 +185,9 @@ fn flushes(jsonl: &str, dev: &str, stat0: &str, stat1: &str) -> Check {
     )
 }
 
-fn split(jsonl: &str, rc: &str, stderr: &str) -> Check {
-    if rc.trim() != "0" {
-        return Check::new(NAME, false, exit_reason("wbscope trace", rc, stderr));
-    }
-    let lines: Vec<Value> = jsonl
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let summary = lines.last().filter(|l| l["type"] == "summary");
-    let mine: Vec<&Value> = lines
-        .iter()
-        .filter(|l| l["type"] == "sync" && l["comm"] == "dd")
-        .collect();
+/// `lines` end with the summary ([`parse_lines`]).
+fn split(lines: &[Value], mine: &[&Value]) -> Check {
+    let summary = lines.last();
     let kind = |k: &str| mine.iter().filter(|l| l["kind"] == k).count();
     let (dsync, fsync) = (kind("o_dsync"), kind("fsync"));
     let parts = |l: &Value| {
@@ -207,8 +204,7 @@ fn split(jsonl: &str, rc: &str, stderr: &str) -> Check {
     let committed = mine.iter().filter(|l| !l["commit"].is_null()).count();
     let skipped = skipped_runs(summary, &|p| SPAN_PROGRAMS.contains(&p)) as usize;
     let missing = DSYNC_WRITES.saturating_sub(dsync) + FSYNCS.saturating_sub(fsync);
-    let pass = summary.is_some()
-        && dsync <= DSYNC_WRITES
+    let pass = dsync <= DSYNC_WRITES
         && fsync <= FSYNCS
         && missing <= skipped
         && untiled == 0
@@ -240,11 +236,16 @@ mod tests {
         )
     }
 
-    fn run(lines: &[String], summary: &str) -> Check {
+    /// The three checks of a run that printed `lines`, then `summary`.
+    fn checks(lines: &[String], summary: &str, stats: [&str; 2]) -> Vec<Check> {
         let mut text = lines.join("\n");
         text.push('\n');
         text.push_str(summary);
-        split(&text, "0\n", "")
+        judge_run(&text, "0\n", "", "254:0", stats)
+    }
+
+    fn run(lines: &[String], summary: &str) -> Check {
+        checks(lines, summary, ["", ""]).remove(0)
     }
 
     const SUMMARY: &str = r#"{"type":"summary","run_time":[]}"#;
@@ -275,7 +276,7 @@ mod tests {
             .collect();
         assert!(!run(&none, SUMMARY).pass);
         // wbscope failing is said.
-        assert!(!split("", "1\n", "wbscope: error: x").pass);
+        assert!(!judge_run("", "1\n", "wbscope: error: x", "254:0", ["", ""])[0].pass);
     }
 
     #[test]
@@ -291,12 +292,7 @@ mod tests {
             )
         };
         let hooked = summary(r#""fentry x""#, r#""kprobe y""#);
-        let run = |lines: &[String], summary: &str| {
-            let mut text = lines.join("\n");
-            text.push('\n');
-            text.push_str(summary);
-            waits(&text)
-        };
+        let run = |lines: &[String], summary: &str| checks(lines, summary, ["", ""]).remove(1);
         let good = [
             line(r#""wait","flush","journal""#, 140),
             line(r#""wait","flush""#, 0),
@@ -324,18 +320,15 @@ mod tests {
                 r#"{{"type":"interval","devices":[{{"dev":"254:0","flushes":[{{"kind":"flush","requests":{n}}},{{"kind":"fua","requests":2}}]}},{{"dev":"7:0","flushes":[{{"kind":"flush","requests":50}}]}}]}}"#
             )
         };
-        let two = format!("{}\n{}\n", interval(10), interval(13));
-        assert!(flushes(&two, "254:0", &stat(100), &stat(123)).pass);
-        assert!(!flushes(&two, "254:0", &stat(100), &stat(124)).pass);
+        let two = [interval(10), interval(13)];
+        let run = |lines: &[String], stats: [&str; 2]| checks(lines, SUMMARY, stats).remove(2);
+        assert!(run(&two, [&stat(100), &stat(123)]).pass);
+        assert!(!run(&two, [&stat(100), &stat(124)]).pass);
         // None at all proves nothing.
-        assert!(!flushes("", "254:0", &stat(5), &stat(5)).pass);
+        assert!(!run(&[], [&stat(5), &stat(5)]).pass);
         // A kernel without flush fields (before 5.5) is a failure said.
-        let old = flushes(
-            &two,
-            "254:0",
-            "1 0 8 0 40 0 320 5 0 9 9\n",
-            "1 0 8 0 40 0 320 5 0 9 9\n",
-        );
+        let old_stat = "1 0 8 0 40 0 320 5 0 9 9\n";
+        let old = run(&two, [old_stat, old_stat]);
         assert!(
             !old.pass && old.detail.contains("no flush counter"),
             "{}",
