@@ -32,6 +32,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use wbscope_programs::{self as programs, Program};
 
 pub use stale::{cleanup_stale, cleanup_stale_in};
 pub use sys::{MountEntry, mount_of};
@@ -72,11 +73,11 @@ impl FsType {
     }
 
     /// mkfs program and its quiet, force-overwrite arguments.
-    fn mkfs(self) -> (&'static str, &'static [&'static str]) {
+    fn mkfs(self) -> (Program, &'static [&'static str]) {
         match self {
-            FsType::Ext4 => ("mkfs.ext4", &["-q", "-F"]),
-            FsType::Xfs => ("mkfs.xfs", &["-q", "-f"]),
-            FsType::Btrfs => ("mkfs.btrfs", &["-q", "-f"]),
+            FsType::Ext4 => (programs::MKFS_EXT4, &["-q", "-F"]),
+            FsType::Xfs => (programs::MKFS_XFS, &["-q", "-f"]),
+            FsType::Btrfs => (programs::MKFS_BTRFS, &["-q", "-f"]),
         }
     }
 }
@@ -246,11 +247,7 @@ impl ScratchFs {
             }
             let (mkfs, quiet) = b.fstype.mkfs();
             let made = if sys::bound_to(&device, &fs.image) {
-                run(Command::new(mkfs)
-                    .args(quiet)
-                    .args(&b.mkfs_args)
-                    .arg(&device))
-                .map(|_| ())
+                run(mkfs.command().args(quiet).args(&b.mkfs_args).arg(&device)).map(|_| ())
             } else {
                 Err(anyhow::anyhow!(
                     "{} was unbound or taken by another process before mkfs",
@@ -267,7 +264,8 @@ impl ScratchFs {
             }
         };
         fs::create_dir(&fs.mountpoint).context("creating the mount point")?;
-        run(Command::new("mount")
+        run(programs::MOUNT
+            .command()
             .args(&b.mount_args)
             .arg(&device)
             .arg(&fs.mountpoint))?;
@@ -457,7 +455,7 @@ fn run(cmd: &mut Command) -> anyhow::Result<String> {
 fn attach(image: &Path, direct_io: bool, sector_size: Option<u32>) -> anyhow::Result<PathBuf> {
     let _one = LOSETUP.lock().unwrap_or_else(|p| p.into_inner());
     let losetup = |dio: bool| {
-        let mut cmd = Command::new("losetup");
+        let mut cmd = programs::LOSETUP.command();
         cmd.args(["-f", "--show"]);
         if dio {
             cmd.arg("--direct-io=on");
@@ -491,12 +489,14 @@ fn attach(image: &Path, direct_io: bool, sector_size: Option<u32>) -> anyhow::Re
 /// go of its image: on a device still open (a filesystem whose unmount the
 /// kernel is finishing) `LOOP_CLR_FD` only sets autoclear and returns, and
 /// the device stays bound until its last close (drivers/block/loop.c,
-/// `loop_clr_fd()`; a CI run of stop 35 listed it right after "detached").
+/// `loop_clr_fd()`; a CI run listed a device as bound right after
+/// "detached").
 /// A second `-d` after the first second covers a device that was not busy
 /// yet when the first one ran.
 fn detach(device: &Path) {
     let clear = || {
-        let _ = Command::new("losetup")
+        let _ = programs::LOSETUP
+            .command()
             .arg("-d")
             .arg(device)
             .stderr(Stdio::null())
@@ -522,7 +522,7 @@ fn detach(device: &Path) {
 /// the mount a moment longer), then detached lazily so the device can go.
 fn unmount(mountpoint: &Path) -> bool {
     let umount = |lazy: bool| {
-        let mut cmd = Command::new("umount");
+        let mut cmd = programs::UMOUNT.command();
         if lazy {
             cmd.arg("-l");
         }

@@ -2,7 +2,7 @@
 //! turned into a flag while a [`SignalGuard`] lives, so that a Ctrl-C
 //! unwinds through `Drop` — the scratch filesystems' above all — instead of
 //! killing the process with its loop devices mounted. Used by wbscope
-//! (re-exported from its `sys`) and by xtask's benches.
+//! (re-exported from its `sys`) and by the benches (dev/bench).
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use anyhow::bail;

@@ -12,6 +12,7 @@ use std::{
 };
 
 use scratchfs::{FsType, ScratchFs};
+use wbscope_programs as programs;
 
 /// A private base directory in /var/tmp. A failed test may leave a
 /// killed child's filesystem mounted in it: cleaned up first, so that
@@ -51,7 +52,8 @@ fn mounts() -> String {
 
 /// Loop devices bound to a file under `dir`.
 fn loops_under(dir: &Path) -> Vec<String> {
-    let out = Command::new("losetup")
+    let out = programs::LOSETUP
+        .command()
         .args(["-n", "-O", "NAME,BACK-FILE", "-l"])
         .output()
         .expect("losetup -l");
@@ -87,7 +89,12 @@ fn assert_nothing_left(base: &Path) {
 fn every_filesystem_mounts_caps_and_goes_away_with_its_knobs_restored() {
     let base = base();
     let mut types = vec![FsType::Ext4, FsType::Xfs];
-    if Command::new("mkfs.btrfs").arg("--version").output().is_ok() {
+    if programs::MKFS_BTRFS
+        .command()
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
         types.push(FsType::Btrfs);
     } else {
         eprintln!("mkfs.btrfs missing (btrfs-progs): btrfs not tested");
@@ -165,7 +172,8 @@ fn options_reach_losetup_mkfs_and_mount() {
     assert_eq!(lbs.trim(), "4096");
     // /var/tmp is on a disk filesystem that takes O_DIRECT.
     assert!(fs.direct_io(), "loop device without O_DIRECT");
-    let label = Command::new("blkid")
+    let label = programs::BLKID
+        .command()
         .args(["-s", "LABEL", "-o", "value"])
         .arg(fs.device())
         .output()

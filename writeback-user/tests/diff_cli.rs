@@ -257,7 +257,7 @@ fn a_dirty_cap_is_worse_and_the_same_configuration_is_not() {
 /// between identical sides.
 #[test]
 fn recordings_are_compared_by_their_interval_lines() {
-    let rec = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report/small.rec");
+    let rec = wbscope_export::report::tests::fixtures().join("small.rec");
     let two = format!("{0},{0}", rec.display());
     let (code, out, err) = exit_and_stderr(&[
         "diff",

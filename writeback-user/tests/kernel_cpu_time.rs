@@ -19,13 +19,11 @@ use std::{
 };
 
 use support::LoopFs;
-use wbscope::{
-    model::plan::{Concept, HookKind},
-    model::{CallRecord, DevId},
-    tracer::plan::{TASK_RUNTIME, candidates, sched_switch_candidates},
-    tracer::ring::RingCollector,
-    tracer::{Tracer, TracerOptions},
-};
+use wbscope_model::plan::{Concept, HookKind};
+use wbscope_model::{CallRecord, DevId};
+use wbscope_tracer::plan::{TASK_RUNTIME, candidates, sched_switch_candidates};
+use wbscope_tracer::ring::RingCollector;
+use wbscope_tracer::{Tracer, TracerOptions};
 
 /// The tests of this file one at a time: the storm must not see the
 /// other's writeback, and the other must not share its CPU with the storm.

@@ -9,13 +9,11 @@ use std::{fs::File, io::Write, os::unix::fs::MetadataExt, time::Duration};
 
 use serde_json::Value;
 use support::{LoopFs, Tracing};
-use wbscope::{
-    model::plan::{Concept, HookKind},
-    model::{CallRecord, DevId},
-    tracer::plan::{Candidate, TracepointAttach, WRITEPAGES_TP, candidates},
-    tracer::ring::RingCollector,
-    tracer::{Tracer, TracerOptions},
-};
+use wbscope_model::plan::{Concept, HookKind};
+use wbscope_model::{CallRecord, DevId};
+use wbscope_tracer::plan::{Candidate, TracepointAttach, WRITEPAGES_TP, candidates};
+use wbscope_tracer::ring::RingCollector;
+use wbscope_tracer::{Tracer, TracerOptions};
 
 /// The writepages candidate with its start event renamed to one no
 /// kernel has.

@@ -12,12 +12,10 @@ use std::{
 };
 
 use support::LoopFs;
-use wbscope::{
-    model::plan::{Concept, HookKind},
-    model::{CallRecord, DevId},
-    tracer::ring::RingCollector,
-    tracer::{Tracer, TracerOptions},
-};
+use wbscope_model::plan::{Concept, HookKind};
+use wbscope_model::{CallRecord, DevId};
+use wbscope_tracer::ring::RingCollector;
+use wbscope_tracer::{Tracer, TracerOptions};
 use writeback_common::boundary;
 
 const MIB: usize = 1 << 20;

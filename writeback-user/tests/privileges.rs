@@ -534,7 +534,7 @@ fn replay_needs_no_privilege() {
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
     let rec = dir.path().join("small.rec");
     fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report/small.rec"),
+        wbscope_export::report::tests::fixtures().join("small.rec"),
         &rec,
     )
     .expect("copy fixture");
@@ -587,7 +587,7 @@ fn dashboard_replay_needs_no_privilege() {
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
     let rec = dir.path().join("small.rec");
     fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report/small.rec"),
+        wbscope_export::report::tests::fixtures().join("small.rec"),
         &rec,
     )
     .expect("copy fixture");

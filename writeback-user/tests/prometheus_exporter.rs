@@ -640,7 +640,7 @@ fn a_connection_flood_stays_bounded() {
     assert!(after.is_ok(), "scrape after the flood: {after:?}");
     // At most MAX_CONNECTIONS accepted sockets; the slack of 4 is for
     // files the trace itself opens now and then (/proc, tracefs).
-    let max = wbscope::export::prometheus::MAX_CONNECTIONS;
+    let max = wbscope_export::prometheus::MAX_CONNECTIONS;
     assert!(
         fds_during <= fds + max + 4,
         "{fds_during} fds during the flood, {fds} before, at most {max} connections"

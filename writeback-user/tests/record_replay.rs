@@ -289,9 +289,9 @@ fn kill_9_leaves_nothing_attached() {
 
 // Hostile and odd inputs to `replay` (issue #13). These need no kernel.
 
-fn test_header(host: &str, kernel: &str) -> wbscope::recording::Header {
-    wbscope::recording::Header {
-        format_version: wbscope::recording::FORMAT_VERSION,
+fn test_header(host: &str, kernel: &str) -> wbscope_recording::Header {
+    wbscope_recording::Header {
+        format_version: wbscope_recording::FORMAT_VERSION,
         wbscope_version: "test".into(),
         host: host.into(),
         kernel: kernel.into(),
@@ -306,26 +306,26 @@ fn test_header(host: &str, kernel: &str) -> wbscope::recording::Header {
 
 /// Call `i` of process `comm`, on a filesystem named `comm` too (both
 /// strings a recording chose).
-fn test_call(i: u64, comm: &str) -> wbscope::model::CallRecord {
-    wbscope::model::CallRecord {
+fn test_call(i: u64, comm: &str) -> wbscope_model::CallRecord {
+    wbscope_model::CallRecord {
         ino: 1000 + i,
         tgid: 42,
         comm: comm.into(),
         fs: comm.into(),
         nr_to_write: 1024,
         pages_written: 1,
-        ..wbscope::model::CallRecord::default()
+        ..wbscope_model::CallRecord::default()
     }
 }
 
 /// A recording of `calls` calls named `comm`, with a summary unless cut.
 fn write_recording(
     path: &std::path::Path,
-    header: &wbscope::recording::Header,
+    header: &wbscope_recording::Header,
     calls: u64,
     comm: &str,
 ) {
-    use wbscope::recording::{FrameKind, writer::RecordingWriter};
+    use wbscope_recording::{FrameKind, writer::RecordingWriter};
     let out = std::io::BufWriter::new(File::create_new(path).unwrap());
     let mut w = RecordingWriter::new(out, header).unwrap();
     for i in 0..calls {

@@ -15,13 +15,11 @@ use support::wbscope;
 
 const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 3400;
-/// The frame colour of every plot area (export/report/svg.rs `FRAME`).
+/// The frame colour of every plot area (crates/export/src/report/svg.rs `FRAME`).
 const FRAME: [u8; 3] = [0x80, 0x80, 0x80];
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/report")
-        .join(name)
+    wbscope_export::report::tests::fixtures().join(name)
 }
 
 /// Chromium's headless screenshot of `page`; its stderr.

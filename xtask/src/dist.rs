@@ -10,6 +10,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use wbscope_programs as programs;
 
 /// Shared libraries a glibc Linux host always has; anything else would
 /// have to be installed next to wbscope.
@@ -23,7 +24,7 @@ const BASE_LIBRARIES: &[&str] = &[
 ];
 
 /// Writes into `target`/dist (`target`: cargo's target directory).
-pub fn dist(release_binary: &Path, target: &Path) -> anyhow::Result<()> {
+pub(crate) fn dist(release_binary: &Path, target: &Path) -> anyhow::Result<()> {
     let dir = target.join("dist");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let version = run(Command::new(release_binary).arg("--version"))?;
@@ -38,9 +39,9 @@ pub fn dist(release_binary: &Path, target: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("copying {} to {}", release_binary.display(), out.display()))?;
     // Userspace debug info only; the embedded eBPF object is data and
     // keeps its BTF, which the kernel needs.
-    run(Command::new("strip").arg("--strip-debug").arg(&out))?;
+    run(programs::STRIP.command().arg("--strip-debug").arg(&out))?;
 
-    let deps = run(Command::new("ldd").arg(&out))?;
+    let deps = run(programs::LDD.command().arg(&out))?;
     let extra: Vec<&str> = deps
         .lines()
         .map(str::trim)
@@ -51,18 +52,18 @@ pub fn dist(release_binary: &Path, target: &Path) -> anyhow::Result<()> {
         bail!("{} needs libraries beyond libc: {extra:?}", out.display());
     }
     // It must run with no Rust, no cargo and no environment at all.
-    let check = run(Command::new("env").arg("-i").arg(&out).arg("--version"))?;
+    let check = run(programs::ENV.command().arg("-i").arg(&out).arg("--version"))?;
     if check != version {
         bail!("{} --version differs from the build's", out.display());
     }
     // The recorder's systemd unit beside the binary (README, "Always on").
     let unit = "wbscope-recorder.service";
-    let source = crate::workspace_root()
+    let source = xtask::workspace_root()
         .join("writeback-user/dist")
         .join(unit);
     fs::copy(&source, dir.join(unit))
         .with_context(|| format!("copying {unit} to {}", dir.display()))?;
-    let sum = run(Command::new("sha256sum").arg(&name).current_dir(&dir))?;
+    let sum = run(programs::SHA256SUM.command().arg(&name).current_dir(&dir))?;
     fs::write(dir.join(format!("{name}.sha256")), format!("{sum}\n"))?;
     let size = fs::metadata(&out)?.len();
     println!("{version}");

@@ -7,12 +7,17 @@
 //!   rustup as `bpf-debian` and used with RUSTC_BOOTSTRAP=1. This is the
 //!   route installed here when nothing usable is found, because rustup
 //!   cannot download components on these machines.
+//!
+//! And the programs a task spawns: those of its scope in
+//! wbscope-programs' table that setup provides, their packages installed
+//! through apt-get when missing.
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
 use anyhow::{Context as _, bail};
+use wbscope_programs::{self as programs, Program, Provider};
 
 const DEBIAN_TOOLCHAIN: &str = "bpf-debian";
 const DEBIAN_SYSROOT: &str = "/usr";
@@ -27,63 +32,6 @@ const LINKER_BUILD_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "zlib1g-dev",
 ];
-/// A program setup makes sure of, and the Debian package that ships it.
-pub(crate) type Tool = (&'static str, &'static str);
-
-/// Programs `cargo test` runs (writeback-user's and writer-core's tests):
-/// loop devices and setpriv (util-linux), mkfs.ext4 (e2fsprogs), mkfs.xfs,
-/// tmux for the TUI, strace (the writer CLI tests count real syscalls),
-/// script (a pseudo-terminal for the progress-bar test), prometheus (the
-/// exporter's end-to-end test runs the server itself) and bpftool (btf.rs's
-/// tests cross-check the BTF parser against `bpftool btf dump`;
-/// record_replay counts loaded programs with `bpftool prog show`) and
-/// chromium (report_browser.rs loads the HTML report headless and checks
-/// its screenshot), curl (the exporter's TLS and basic-auth refusals, as
-/// a client other than Prometheus sees them), bpftrace (the independent
-/// trace kernel_durability.rs counts flush requests with, as `biolatency
-/// -F` splits them).
-/// spawned.rs's test checks that every program the sources spawn is in the
-/// list of its scope or on every base machine.
-const TEST_TOOLS: &[Tool] = &[
-    ("losetup", "util-linux"),
-    ("setpriv", "util-linux"),
-    ("mkfs.ext4", "e2fsprogs"),
-    ("mkfs.xfs", "xfsprogs"),
-    // scratchfs makes btrfs filesystems too (its tests and the scenarios).
-    ("mkfs.btrfs", "btrfs-progs"),
-    ("tmux", "tmux"),
-    ("strace", "strace"),
-    ("script", "bsdutils"),
-    ("prometheus", "prometheus"),
-    ("bpftool", "bpftool"),
-    ("chromium", "chromium"),
-    // tests/recorder_unit.rs checks the dist's systemd unit.
-    ("systemd-analyze", "systemd"),
-    ("curl", "curl"),
-    ("bpftrace", "bpftrace"),
-];
-
-/// `cargo xtask vm-test` (xtask/src/vm.rs; `cargo xtask test` runs it
-/// too): qemu boots Debian's 6.1 and 6.12 under TCG, busybox-static is the
-/// guest's /init shell, kmod's depmod and modprobe resolve the guest's
-/// module order, xz (or zstd, for kernels that compress with it) unpacks
-/// the modules.
-const VM_TOOLS: &[Tool] = &[
-    ("qemu-system-x86_64", "qemu-system-x86"),
-    ("busybox", "busybox-static"),
-    ("depmod", "kmod"),
-    ("modprobe", "kmod"),
-    ("xz", "xz-utils"),
-    ("zstd", "zstd"),
-];
-
-/// `cargo xtask bench writer` compares `wbscope write` with fio, and
-/// `bench small-writer` runs fio's 4 KiB writer and measures bpftrace
-/// counting the dirty-folio tracepoint as the peer. The rest the
-/// benchmarks run is on every base machine: dd (coreutils), losetup
-/// (util-linux), mkfs.ext4 (e2fsprogs), mount (spawned.rs's BASE_TOOLS).
-const BENCH_TOOLS: &[Tool] = &[("fio", "fio"), ("bpftrace", "bpftrace")];
-
 /// Where a program is looked for besides `PATH`: a non-root user's `PATH`
 /// on Debian lacks the sbin directories (mkfs.xfs, losetup, depmod live
 /// there), while the tests that run them run as root, whose `PATH` has them.
@@ -94,8 +42,8 @@ const SBIN_DIRS: &[&str] = &["/usr/local/sbin", "/usr/sbin", "/sbin"];
 pub enum Scope {
     /// Building only: the toolchain and bpf-linker, no other programs.
     Build,
-    /// `cargo xtask test`: [`TEST_TOOLS`] and, as it runs the VM checks
-    /// too, [`VM_TOOLS`].
+    /// `cargo xtask test`: the programs of the test scope and, as it runs
+    /// the VM checks too, of the VM scope.
     Test,
     /// `cargo xtask vm-test`.
     Vm,
@@ -117,16 +65,28 @@ impl Scope {
     }
 }
 
-/// The programs `scope` makes sure of.
-pub(crate) fn scope_tools(scope: Scope) -> Vec<Tool> {
-    let lists: &[&[Tool]] = match scope {
-        Scope::Build => &[],
-        Scope::Test => &[TEST_TOOLS, VM_TOOLS],
-        Scope::Vm => &[VM_TOOLS],
-        Scope::Bench => &[BENCH_TOOLS],
-        Scope::All => &[TEST_TOOLS, VM_TOOLS, BENCH_TOOLS],
+/// The programs `scope` makes sure of: those setup installs
+/// ([`Provider::Setup`]) that a task of the scope spawns, in the table's
+/// order.
+pub(crate) fn scope_tools(scope: Scope) -> Vec<Program> {
+    let scopes: &[programs::Scope] = match scope {
+        Scope::Build => &[programs::Scope::Build],
+        Scope::Test => &[programs::Scope::Test, programs::Scope::Vm],
+        Scope::Vm => &[programs::Scope::Vm],
+        Scope::Bench => &[programs::Scope::Bench],
+        Scope::All => &[
+            programs::Scope::Build,
+            programs::Scope::Test,
+            programs::Scope::Vm,
+            programs::Scope::Bench,
+        ],
     };
-    lists.iter().flat_map(|l| l.iter().copied()).collect()
+    programs::ALL
+        .iter()
+        .filter(|p| p.provider == Provider::Setup)
+        .filter(|p| scopes.iter().any(|s| p.needed_by(*s)))
+        .copied()
+        .collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,7 +119,7 @@ fn output(cmd: &mut Command) -> Option<String> {
 }
 
 pub fn host_triple() -> anyhow::Result<String> {
-    let vv = output(Command::new("rustc").arg("-vV")).context("running rustc -vV")?;
+    let vv = output(programs::RUSTC.command().arg("-vV")).context("running rustc -vV")?;
     vv.lines()
         .find_map(|l| l.strip_prefix("host: "))
         .map(str::to_string)
@@ -173,18 +133,24 @@ fn has_rust_src(sysroot: &Path) -> bool {
 }
 
 fn detect_toolchain() -> Option<BpfToolchain> {
-    if quiet(Command::new("rustup").args(["run", DEBIAN_TOOLCHAIN, "rustc", "--version"]))
-        && has_rust_src(Path::new(DEBIAN_SYSROOT))
+    if quiet(
+        programs::RUSTUP
+            .command()
+            .args(["run", DEBIAN_TOOLCHAIN, "rustc", "--version"]),
+    ) && has_rust_src(Path::new(DEBIAN_SYSROOT))
     {
         return Some(BpfToolchain::Debian);
     }
-    let sysroot =
-        output(Command::new("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"]))?;
+    let sysroot = output(
+        programs::RUSTUP
+            .command()
+            .args(["run", "nightly", "rustc", "--print", "sysroot"]),
+    )?;
     has_rust_src(Path::new(&sysroot)).then_some(BpfToolchain::Nightly)
 }
 
 fn bpf_linker() -> Option<PathBuf> {
-    let on_path = output(Command::new("sh").args(["-c", "command -v bpf-linker"]));
+    let on_path = output(programs::SH.command().args(["-c", "command -v bpf-linker"]));
     if let Some(p) = on_path.filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
@@ -194,7 +160,8 @@ fn bpf_linker() -> Option<PathBuf> {
 }
 
 fn is_debian() -> bool {
-    Path::new("/etc/debian_version").is_file() && quiet(Command::new("apt-get").arg("--version"))
+    Path::new("/etc/debian_version").is_file()
+        && quiet(programs::APT_GET.command().arg("--version"))
 }
 
 /// apt-get as root (or through sudo), with `apt-get update` once per run.
@@ -207,11 +174,11 @@ impl Apt {
         let sudo = !is_root();
         let run = |args: &[&str]| -> anyhow::Result<()> {
             let mut cmd = if sudo {
-                let mut c = Command::new("sudo");
-                c.arg("apt-get");
+                let mut c = programs::SUDO.command();
+                c.arg(programs::APT_GET.name);
                 c
             } else {
-                Command::new("apt-get")
+                programs::APT_GET.command()
             };
             cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
             let status = cmd.status().context("running apt-get")?;
@@ -256,7 +223,8 @@ pub fn ensure(scope: Scope) -> anyhow::Result<Toolchains> {
         None if is_debian() => {
             eprintln!("xtask: no eBPF-capable toolchain; installing Debian's rustc-web");
             apt.install(TOOLCHAIN_PACKAGES)?;
-            let status = Command::new("rustup")
+            let status = programs::RUSTUP
+                .command()
                 .args(["toolchain", "link", DEBIAN_TOOLCHAIN, DEBIAN_SYSROOT])
                 .status()
                 .context("running rustup toolchain link")?;
@@ -287,7 +255,8 @@ pub fn ensure(scope: Scope) -> anyhow::Result<Toolchains> {
                 "{LLVM_PREFIX}/bin:{}",
                 std::env::var("PATH").unwrap_or_default()
             );
-            let status = Command::new("cargo")
+            let status = programs::CARGO
+                .command()
                 .args([
                     "install",
                     "bpf-linker",
@@ -333,9 +302,9 @@ fn install_tools(apt: &mut Apt, scope: Scope) -> anyhow::Result<()> {
         return Ok(());
     }
     let dirs = tool_dirs(std::env::var_os("PATH"));
-    let missing: Vec<Tool> = tools
+    let missing: Vec<Program> = tools
         .into_iter()
-        .filter(|(tool, _)| find_tool(tool, &dirs).is_none())
+        .filter(|p| find_tool(p.name, &dirs).is_none())
         .collect();
     if missing.is_empty() {
         eprintln!("xtask: {} tools: ok", scope.name());
@@ -346,11 +315,7 @@ fn install_tools(apt: &mut Apt, scope: Scope) -> anyhow::Result<()> {
         bail!(
             "the {} tasks need these programs: {} (Debian packages: {})",
             scope.name(),
-            missing
-                .iter()
-                .map(|(tool, _)| *tool)
-                .collect::<Vec<_>>()
-                .join(" "),
+            missing.iter().map(|p| p.name).collect::<Vec<_>>().join(" "),
             packages.join(" ")
         );
     }
@@ -359,11 +324,11 @@ fn install_tools(apt: &mut Apt, scope: Scope) -> anyhow::Result<()> {
 }
 
 /// The packages of `tools`, each once, in order.
-fn packages_of(tools: &[Tool]) -> Vec<&'static str> {
+fn packages_of(tools: &[Program]) -> Vec<&'static str> {
     let mut packages: Vec<&'static str> = Vec::new();
-    for (_, package) in tools {
-        if !packages.contains(package) {
-            packages.push(package);
+    for p in tools {
+        if !packages.contains(&p.package) {
+            packages.push(p.package);
         }
     }
     packages
@@ -372,12 +337,8 @@ fn packages_of(tools: &[Tool]) -> Vec<&'static str> {
 /// After `apt-get install`: one line naming each program still not found
 /// and its package (a package that no longer ships the program under that
 /// name, or a `PATH` without the directory it went to).
-fn verify_installed(installed: &[Tool], found: impl Fn(&str) -> bool) -> anyhow::Result<()> {
-    let still: Vec<String> = installed
-        .iter()
-        .filter(|(tool, _)| !found(tool))
-        .map(|(tool, package)| format!("{tool} (package {package})"))
-        .collect();
+fn verify_installed(installed: &[Program], found: impl Fn(&str) -> bool) -> anyhow::Result<()> {
+    let still = not_found(installed, found);
     if !still.is_empty() {
         bail!(
             "apt-get installed the packages, but these programs are still not on PATH \
@@ -387,6 +348,16 @@ fn verify_installed(installed: &[Tool], found: impl Fn(&str) -> bool) -> anyhow:
         );
     }
     Ok(())
+}
+
+/// `NAME (package PACKAGE)` of each of `wanted` that `found` does not
+/// find.
+fn not_found(wanted: &[Program], found: impl Fn(&str) -> bool) -> Vec<String> {
+    wanted
+        .iter()
+        .filter(|p| !found(p.name))
+        .map(|p| format!("{} (package {})", p.name, p.package))
+        .collect()
 }
 
 /// The directories a program is looked for in: `PATH`'s, then [`SBIN_DIRS`].
@@ -412,11 +383,50 @@ mod tests {
 
     use super::*;
 
+    /// Every program the tests, the VM harness and the benches spawn is
+    /// found (on `PATH` or in the sbin directories), the base system's
+    /// included: `cargo xtask test` runs setup before the tests, so on its
+    /// runs this proves setup installs each program of those scopes.
+    #[test]
+    fn every_program_of_the_test_vm_and_bench_scopes_is_installed() {
+        let scopes = [
+            programs::Scope::Test,
+            programs::Scope::Vm,
+            programs::Scope::Bench,
+        ];
+        let wanted: Vec<Program> = programs::ALL
+            .iter()
+            .filter(|p| p.provider != Provider::NotRoot)
+            .filter(|p| scopes.iter().any(|s| p.needed_by(*s)))
+            .copied()
+            .collect();
+        assert!(wanted.contains(&programs::QEMU) && wanted.contains(&programs::FIO));
+        let dirs = tool_dirs(std::env::var_os("PATH"));
+        let missing = not_found(&wanted, |name| find_tool(name, &dirs).is_some());
+        assert!(
+            missing.is_empty(),
+            "not found after `cargo xtask setup`: {}",
+            missing.join(", ")
+        );
+    }
+
+    fn program(name: &'static str, package: &'static str) -> Program {
+        Program {
+            name,
+            package,
+            scopes: &[programs::Scope::Test],
+            provider: Provider::Setup,
+        }
+    }
+
     /// A program apt did not bring: one line naming it and its package,
     /// nothing about the ones that came.
     #[test]
     fn a_program_still_missing_after_install_is_named_with_its_package() {
-        let tools = [("bpftool", "bpftool"), ("mkfs.xfs", "xfsprogs")];
+        let tools = [
+            program("bpftool", "bpftool"),
+            program("mkfs.xfs", "xfsprogs"),
+        ];
         let err = verify_installed(&tools, |t| t == "mkfs.xfs").unwrap_err();
         let text = format!("{err:#}");
         assert!(!text.contains('\n'), "{text}");
@@ -455,15 +465,16 @@ mod tests {
     fn each_package_is_installed_once() {
         assert_eq!(
             packages_of(&[
-                ("losetup", "util-linux"),
-                ("x", "p"),
-                ("setpriv", "util-linux")
+                program("losetup", "util-linux"),
+                program("x", "p"),
+                program("setpriv", "util-linux")
             ]),
             vec!["util-linux", "p"]
         );
     }
 
-    /// `cargo xtask setup` installs what every other task would.
+    /// `cargo xtask setup` installs what every other task would, and
+    /// only what setup may install.
     #[test]
     fn setup_covers_every_scope() {
         let all = scope_tools(Scope::All);
@@ -472,5 +483,9 @@ mod tests {
                 assert!(all.contains(&tool), "{tool:?} of {scope:?}");
             }
         }
+        assert!(all.iter().all(|p| p.provider == Provider::Setup));
+        assert!(scope_tools(Scope::Build).is_empty());
+        // `cargo xtask test` runs the VM checks too.
+        assert!(scope_tools(Scope::Test).contains(&programs::QEMU));
     }
 }

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::model::diff::Rule;
+use wbscope_model::diff::Rule;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -44,7 +44,7 @@ pub(crate) struct DiffArgs {
     #[arg(long = "fail-if", value_name = "EXPR")]
     pub(crate) fail_if: Vec<String>,
     /// Which rule makes a change significant.
-    #[arg(long, value_enum, default_value = "both")]
+    #[arg(long, value_parser = super::named::parser::<Rule>(), default_value = "both")]
     pub(crate) rule: Rule,
     /// One JSON document instead of the table.
     #[arg(long, conflicts_with = "markdown")]

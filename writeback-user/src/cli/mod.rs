@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod compare;
 mod diff;
+mod named;
 mod privileges;
 mod report;
 mod scenario;
@@ -57,8 +58,8 @@ pub struct Cli {
 
     /// Never use these hook kinds (comma-separated: fentry, kprobe, tp_btf,
     /// tracepoint), e.g. to compare the figures of two paths.
-    #[arg(long, value_name = "KINDS", value_delimiter = ',', global = true)]
-    pub(crate) disable: Vec<crate::model::plan::HookKind>,
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', global = true, value_parser = named::parser::<wbscope_model::plan::HookKind>())]
+    pub(crate) disable: Vec<wbscope_model::plan::HookKind>,
 
     /// Also attach these hooks, which wbscope leaves off by default
     /// (comma-separated): global_dirty_state (the `tracepoint` dirty levels
@@ -72,8 +73,8 @@ pub struct Cli {
     /// in the commit: `sync` lines with --events; runs per fsync, commit
     /// phase and journal handle). `compare` and `scenario` turn device_io,
     /// extents and durability on themselves, `doctor` durability.
-    #[arg(long, value_name = "HOOKS", value_delimiter = ',', global = true)]
-    pub(crate) enable: Vec<crate::model::plan::OptIn>,
+    #[arg(long, value_name = "HOOKS", value_delimiter = ',', global = true, value_parser = named::parser::<wbscope_model::plan::OptIn>())]
+    pub(crate) enable: Vec<wbscope_model::plan::OptIn>,
 
     /// Dashboard: directory the writer (key `w`) creates its files in;
     /// default a new temporary directory in the current directory, removed
@@ -478,13 +479,13 @@ pub(crate) struct TraceArgs {
 impl TraceArgs {
     /// The `--prometheus` address, refused when it is not loopback and
     /// `--listen-any` was not given.
-    pub(crate) fn prometheus_listen(&self) -> Result<Option<SocketAddr>, crate::UsageError> {
+    pub(crate) fn prometheus_listen(&self) -> Result<Option<SocketAddr>, wbscope_sys::UsageError> {
         match self.prometheus {
-            None if self.listen_any => Err(crate::UsageError(
+            None if self.listen_any => Err(wbscope_sys::UsageError(
                 "--listen-any: only with --prometheus ADDR:PORT".into(),
             )),
             Some(addr) if !addr.ip().is_loopback() && !self.listen_any => {
-                Err(crate::UsageError(format!(
+                Err(wbscope_sys::UsageError(format!(
                     "--prometheus {addr}: not a loopback address; add --listen-any to serve metrics on it"
                 )))
             }

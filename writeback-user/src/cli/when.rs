@@ -5,7 +5,8 @@
 //! (`1764645000`, `1764645000.5`).
 use clap::Args;
 
-use crate::{UsageError, model::when::TimeWindow};
+use wbscope_model::when::TimeWindow;
+use wbscope_sys::UsageError;
 
 /// The window of a recording or store to read.
 #[derive(Debug, Default, Args)]

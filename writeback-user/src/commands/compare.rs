@@ -8,14 +8,12 @@ use std::{path::Path, process::ExitCode};
 
 use writer_core::{Strategy, WriterConfig, WriterSpec, parse_size};
 
-use crate::{
-    UsageError,
-    capture::window::{Traced, devs_of, traced_write},
-    cli::CompareArgs,
-    export::{report, table::print_runs},
-    model::plan::HookChoice,
-    model::window::Run,
-};
+use crate::cli::CompareArgs;
+use wbscope_capture::window::{Traced, devs_of, traced_write};
+use wbscope_export::{report, table::print_runs};
+use wbscope_model::plan::HookChoice;
+use wbscope_model::window::Run;
+use wbscope_sys::UsageError;
 
 /// Validated settings of a compare.
 pub(crate) struct CompareSetup {
@@ -87,7 +85,7 @@ fn check_dir(dir: &Path, size: u64) -> Result<(), UsageError> {
     }
     let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
         .map_err(|_| refuse("has a NUL byte".into()))?;
-    let st = crate::sys::statvfs(dir).map_err(|e| refuse(format!("statvfs: {e}")))?;
+    let st = wbscope_sys::statvfs(dir).map_err(|e| refuse(format!("statvfs: {e}")))?;
     if st.f_flag & libc::ST_RDONLY != 0 {
         return Err(refuse("is on a read-only filesystem".into()));
     }
@@ -124,7 +122,7 @@ pub(crate) async fn run(args: &CompareArgs, hooks: &HookChoice) -> anyhow::Resul
         report::check_output("--report", p)?;
     }
     let devs = devs_of(&args.dir)?;
-    let _signals = crate::sys::SignalGuard::install();
+    let _signals = wbscope_sys::SignalGuard::install();
     super::scenario::remove_stale_scratch();
     let mut traced = Traced::attach(&hooks.with_anatomy())?;
     let mut runs = Vec::new();
@@ -133,16 +131,16 @@ pub(crate) async fn run(args: &CompareArgs, hooks: &HookChoice) -> anyhow::Resul
     for rep in 0..args.repeat {
         for (strategy, cfg) in setup.strategies.iter().zip(&setup.configs) {
             n += 1;
-            crate::sys::check_interrupted()?;
+            wbscope_sys::check_interrupted()?;
             eprintln!(
                 "wbscope: run {n}/{total}: {strategy}: sync + drop caches, then {} in {} chunks to {}",
                 args.size,
                 args.chunk,
                 args.dir.display()
             );
-            crate::sys::sync_and_drop_caches()?;
+            wbscope_sys::sync_and_drop_caches()?;
             let (writer, kernel) = traced_write(&mut traced, &devs, cfg.clone(), true).await?;
-            crate::sys::check_interrupted()?;
+            wbscope_sys::check_interrupted()?;
             eprintln!(
                 "wbscope: run {n}/{total}: {strategy}: {:.1} MB/s durable, {} writepages calls",
                 writer.durable_mb_s.unwrap_or(0.0),
@@ -163,7 +161,7 @@ pub(crate) async fn run(args: &CompareArgs, hooks: &HookChoice) -> anyhow::Resul
     if args.plot.is_some() || args.report.is_some() {
         let data = report::of_runs(&runs, &context, None)?;
         if let Some(p) = &args.plot {
-            crate::export::plot::write_svg(p, &runs, &context)?;
+            wbscope_export::plot::write_svg(p, &runs, &context)?;
             eprintln!("wbscope: plot written to {}", p.display());
         }
         if let Some(p) = &args.report {

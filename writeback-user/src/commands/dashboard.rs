@@ -1,13 +1,14 @@
 //! `wbscope` with no subcommand: the live dashboard.
 use std::{io::IsTerminal as _, process::ExitCode};
 
-use crate::{UsageError, dashboard::run::DashboardOptions};
+use wbscope_dashboard::run::DashboardOptions;
+use wbscope_sys::UsageError;
 
 /// Refuses to start without a terminal (ratatui would fail to size or
 /// switch a screen that is not there), then runs the dashboard.
 pub(crate) async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
     require_terminal("the dashboard", "wbscope trace")?;
-    crate::dashboard::run::run(options).await
+    wbscope_dashboard::run::run(options).await
 }
 
 /// One line naming what needs a terminal and what to run instead, when

@@ -18,19 +18,17 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{
-    UsageError,
-    cli::DiffArgs,
-    export::diff::{DiffDoc, GateOutcome, SideFacts, html, text},
-    model::{
-        diff::{RecordingSample, Side, diff, figures, gate::Gate},
-        interval::IntervalLine,
-    },
-    recording::{
-        MAGIC,
-        reader::{Frame, RecordingReader},
-    },
+use crate::cli::DiffArgs;
+use wbscope_export::diff::{DiffDoc, GateOutcome, SideFacts, html, text};
+use wbscope_model::{
+    diff::{RecordingSample, Side, diff, figures, gate::Gate},
+    interval::IntervalLine,
 };
+use wbscope_recording::{
+    MAGIC,
+    reader::{Frame, RecordingReader},
+};
+use wbscope_sys::UsageError;
 
 /// Where one side's runs come from.
 #[derive(Clone, Debug, PartialEq)]
@@ -176,7 +174,7 @@ fn one_kind(flag: &str, inputs: &[Input]) -> Result<String, UsageError> {
 }
 
 fn read_side(inputs: &[Input]) -> anyhow::Result<Side> {
-    let page = crate::sys::page_size();
+    let page = wbscope_model::units::page_size();
     let mut side = Side::default();
     for i in inputs {
         i.read_into(&mut side, page)?;
@@ -191,7 +189,7 @@ pub(crate) fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
         .map(|e| Gate::parse(e).map_err(|why| UsageError(format!("--fail-if '{e}': {why}"))))
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(p) = &args.html {
-        crate::export::report::check_output("--html", p)?;
+        wbscope_export::report::check_output("--html", p)?;
     }
     let (ia, ib) = (inputs("A", &args.a)?, inputs("B", &args.b)?);
     let (ka, kb) = (one_kind("A", &ia)?, one_kind("B", &ib)?);
@@ -279,7 +277,7 @@ pub(crate) fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
             };
             (of(&a), of(&b))
         };
-        crate::export::report::write_new(p, &html(&d, &fa, &fb, &outcomes, &values))?;
+        wbscope_export::report::write_new(p, &html(&d, &fa, &fb, &outcomes, &values))?;
         eprintln!("wbscope: diff page written to {}", p.display());
     }
     Ok(if failed {

@@ -10,19 +10,17 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{
-    capture::session::{self, Limits, SessionOutput},
-    cli::{DEFAULT_MAX_EVENT_RATE, DoctorArgs},
-    export,
-    model::{
-        CallRecord,
-        findings::{Engine, Report},
-        interval::IntervalLine,
-        plan::HookChoice,
-        summary::SummaryLine,
-    },
-    recording::reader::{Damage, Frame},
+use crate::cli::{DEFAULT_MAX_EVENT_RATE, DoctorArgs};
+use wbscope_capture::session::{self, Limits, SessionOutput};
+use wbscope_export as export;
+use wbscope_model::{
+    CallRecord,
+    findings::{Engine, Report},
+    interval::IntervalLine,
+    plan::HookChoice,
+    summary::SummaryLine,
 };
+use wbscope_recording::reader::{Damage, Frame};
 
 /// Exit status when a `warning` or `critical` finding was seen.
 pub(crate) const EXIT_FINDINGS: u8 = 3;
@@ -81,7 +79,7 @@ pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result
         Some(path) => {
             let f = &args.filter;
             if f.device.is_some() || f.pid.is_some() || f.cgroup.is_some() || f.inode.is_some() {
-                return Err(crate::UsageError(
+                return Err(wbscope_sys::UsageError(
                     "--from: a recording is judged as recorded; filters apply when watching".into(),
                 )
                 .into());
@@ -89,7 +87,7 @@ pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result
             from_recording(path, args.window.window()?)?
         }
         None if args.window.since.is_some() || args.window.until.is_some() => {
-            return Err(crate::UsageError(
+            return Err(wbscope_sys::UsageError(
                 "--since/--until read a window of --from RECORDING|STORE".into(),
             )
             .into());
@@ -99,7 +97,7 @@ pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result
             if let Some(path) = &args.record
                 && path.exists()
             {
-                return Err(crate::UsageError(format!(
+                return Err(wbscope_sys::UsageError(format!(
                     "--record {}: already exists; never overwritten",
                     path.display()
                 ))
@@ -140,7 +138,7 @@ pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result
 /// The findings of a recording's interval lines, in order.
 fn from_recording(
     path: &std::path::Path,
-    window: crate::model::when::TimeWindow,
+    window: wbscope_model::when::TimeWindow,
 ) -> anyhow::Result<Report> {
     let mut reader = super::replay::open(path, window)?;
     let mut engine = Engine::new();

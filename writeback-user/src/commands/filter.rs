@@ -10,7 +10,9 @@ use std::{
 
 use writeback_common::Filter;
 
-use crate::{UsageError, cli::FilterArgs, model::DevId};
+use crate::cli::FilterArgs;
+use wbscope_model::DevId;
+use wbscope_sys::UsageError;
 
 pub(crate) fn resolve(args: &FilterArgs) -> Result<Filter, UsageError> {
     let mut filter = Filter::default();
@@ -70,7 +72,7 @@ fn device(spec: &str) -> Result<u32, UsageError> {
         } else {
             // The superblock's device, which the records carry (on btrfs
             // not the subvolume's that stat(2) gives).
-            crate::tracer::mounts::devices_of(Path::new(spec))
+            wbscope_tracer::mounts::devices_of(Path::new(spec))
                 .ok()
                 .and_then(|d| d.first().copied())
                 .unwrap_or_else(|| DevId::from_user(meta.dev()))
@@ -109,7 +111,7 @@ const NO_WRITEBACK: &[&str] = &[
 
 /// `(device, filesystem type)` of every mount.
 fn mountinfo() -> Vec<(DevId, String)> {
-    crate::tracer::mounts::mounts()
+    wbscope_tracer::mounts::mounts()
         .into_iter()
         .map(|m| (m.dev, m.fstype))
         .collect()

@@ -7,13 +7,11 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{
-    cli::ProbesArgs,
-    model::plan::HookChoice,
-    sys::SignalGuard,
-    tracer::cost,
-    tracer::{Tracer, TracerOptions},
-};
+use crate::cli::ProbesArgs;
+use wbscope_model::plan::HookChoice;
+use wbscope_sys::SignalGuard;
+use wbscope_tracer::cost;
+use wbscope_tracer::{Tracer, TracerOptions};
 
 pub(crate) fn run(args: &ProbesArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let text = match args.cost {

@@ -10,21 +10,19 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{
-    UsageError,
-    capture::session::{self, Ending, Limits, SessionOutput},
-    cli::{self, RecordArgs},
-    model::CallRecord,
-    model::interval::IntervalLine,
-    model::plan::HookChoice,
-    model::summary::SummaryLine,
-    recording::{
-        FORMAT_VERSION, FrameKind, Header,
-        store::writer::{Bounds, StoreWriter, SystemEnv},
-        writer::RecordingWriter,
-    },
-    tracer::{Tracer, seccomp::WritableDir},
+use crate::cli::{self, RecordArgs};
+use wbscope_capture::session::{self, Ending, Limits, SessionOutput};
+use wbscope_model::CallRecord;
+use wbscope_model::interval::IntervalLine;
+use wbscope_model::plan::HookChoice;
+use wbscope_model::summary::SummaryLine;
+use wbscope_recording::{
+    FORMAT_VERSION, FrameKind, Header,
+    store::writer::{Bounds, StoreWriter, SystemEnv},
+    writer::RecordingWriter,
 };
+use wbscope_sys::UsageError;
+use wbscope_tracer::{Tracer, seccomp::WritableDir};
 
 pub(crate) struct RecordingOutput {
     pub(crate) writer: RecordingWriter<Box<dyn Write>>,
@@ -83,13 +81,13 @@ fn header(tracer: &Tracer, filter: &writeback_common::Filter) -> anyhow::Result<
     Ok(Header {
         format_version: FORMAT_VERSION,
         wbscope_version: env!("CARGO_PKG_VERSION").to_string(),
-        host: crate::sys::hostname(),
+        host: wbscope_sys::hostname(),
         kernel: tracer.plan.kernel.clone(),
         start_unix_ns: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0),
-        start_monotonic_ns: crate::sys::monotonic_ns(),
+        start_monotonic_ns: wbscope_sys::monotonic_ns(),
         probe_plan: serde_json::to_value(&tracer.plan)?,
         field_offsets: tracer.field_offsets.clone(),
         filter: serde_json::json!({

@@ -13,22 +13,20 @@ use std::{
 use anyhow::Context as _;
 use tokio::sync::mpsc;
 
-use crate::{
-    UsageError,
-    cli::ReplayArgs,
-    dashboard::{self, app::Msg},
-    escape::{escape_controls, escape_json_strings},
-    export::{json_lines::CallLine, text},
-    model::when::TimeWindow,
-    model::{
-        CallRecord, Totals, findings::WARM_UP_NS, interval::IntervalLine, kernel::KernelStats,
-        plan::ProbePlan,
-    },
-    recording::{
-        reader::{Damage, Frame, OpenError, RecordingReader},
-        store::{reader::StoreReader, seek},
-    },
+use crate::cli::ReplayArgs;
+use wbscope_dashboard::{self as dashboard, app::Msg};
+use wbscope_export::{json_lines::CallLine, text};
+use wbscope_model::when::TimeWindow;
+use wbscope_model::{
+    CallRecord, Totals, findings::WARM_UP_NS, interval::IntervalLine, kernel::KernelStats,
+    plan::ProbePlan,
 };
+use wbscope_recording::{
+    reader::{Damage, Frame, OpenError, RecordingReader},
+    store::{reader::StoreReader, seek},
+};
+use wbscope_sys::UsageError;
+use wbscope_sys::escape::{escape_controls, escape_json_strings};
 
 /// Frames the dashboard's feed reads ahead of the dashboard: a second of
 /// a busy recording, a few hundred KiB.
@@ -84,7 +82,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                         writeln!(
                             out,
                             "{}",
-                            crate::escape::escape_json_line(&line.to_string())
+                            wbscope_sys::escape::escape_json_line(&line.to_string())
                         )?;
                     }
                 }
@@ -146,7 +144,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         writeln!(
             out,
             "{}",
-            crate::escape::escape_json_line(&summary.to_string())
+            wbscope_sys::escape::escape_json_line(&summary.to_string())
         )?;
     } else {
         writeln!(
@@ -355,7 +353,7 @@ fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) ->
     }
     if args.json {
         let line = serde_json::to_string(&CallLine::from(call)).map_err(io::Error::other)?;
-        writeln!(out, "{}", crate::escape::escape_json_line(&line))
+        writeln!(out, "{}", wbscope_sys::escape::escape_json_line(&line))
     } else {
         writeln!(out, "{}", text::call_row(call))
     }
@@ -418,12 +416,10 @@ async fn feed_recording(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        dashboard::run::StoreSource as _,
-        recording::store::{
-            seek::tests::store,
-            writer::tests::{SEC, T0},
-        },
+    use wbscope_dashboard::run::StoreSource as _;
+    use wbscope_recording::store::{
+        seek::tests::store,
+        writer::tests::{SEC, T0},
     };
 
     /// What `play` sends, until it ends.

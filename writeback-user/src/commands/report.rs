@@ -6,13 +6,11 @@ use std::{fs::File, io::Read as _, path::Path, process::ExitCode};
 
 use anyhow::Context as _;
 
-use crate::{
-    UsageError,
-    cli::ReportArgs,
-    export::report::{self, RecordingFacts, RecordingFeed, ReportData},
-    model::when::TimeWindow,
-    recording::{MAGIC, reader::Frame, store::reader::StoreReader},
-};
+use crate::cli::ReportArgs;
+use wbscope_export::report::{self, RecordingFacts, RecordingFeed, ReportData};
+use wbscope_model::when::TimeWindow;
+use wbscope_recording::{MAGIC, reader::Frame, store::reader::StoreReader};
+use wbscope_sys::UsageError;
 
 pub(crate) fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     report::check_output("-o", &args.output)?;
@@ -21,7 +19,7 @@ pub(crate) fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         eprintln!(
             "wbscope: warning: {}: {}",
             args.input.display(),
-            crate::escape::escape_controls(w)
+            wbscope_sys::escape::escape_controls(w)
         );
     }
     report::write_new(&args.output, &report::html(&data))?;
@@ -105,10 +103,8 @@ pub(crate) fn read_recording(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        export::report::tests::{fixture_frames, fixture_header},
-        recording::{FrameKind, writer::RecordingWriter},
-    };
+    use wbscope_export::report::tests::{fixture_frames, fixture_header};
+    use wbscope_recording::{FrameKind, writer::RecordingWriter};
 
     /// The committed recording fixture is the synthetic frames written as
     /// a recording, and reading it back gives the golden page the feed
@@ -116,8 +112,8 @@ mod tests {
     #[test]
     fn the_recording_fixture_reads_back_to_the_golden_page() {
         let f = fixture_header();
-        let header = crate::recording::Header {
-            format_version: crate::recording::FORMAT_VERSION,
+        let header = wbscope_recording::Header {
+            format_version: wbscope_recording::FORMAT_VERSION,
             wbscope_version: f.wbscope_version,
             host: f.host,
             kernel: f.kernel,
@@ -142,7 +138,7 @@ mod tests {
         )
         .unwrap();
         let bytes = w.into_inner();
-        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report");
+        let fixtures = wbscope_export::report::tests::fixtures();
         let path = fixtures.join("small.rec");
         if std::env::var_os("WBSCOPE_UPDATE_GOLDEN").is_some() {
             std::fs::write(&path, &bytes).unwrap();

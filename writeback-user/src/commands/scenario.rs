@@ -17,15 +17,15 @@ use writer_core::{
 
 use scratchfs::ScratchFs;
 
-use crate::{
-    UsageError,
-    capture::window::{Traced, syncfs, traced_write},
-    cli::{FsChoice, Scale, ScenarioArgs, ScenarioName},
-    export::table::{CACHE_METRICS, SYSTEM_WIDE, cell, kernel_rows, render, table, table_with},
-    model::DevId,
-    model::plan::HookChoice,
-    model::window::{KernelFigures, Run, RunContext},
+use crate::cli::{FsChoice, Scale, ScenarioArgs, ScenarioName};
+use wbscope_capture::window::{Traced, syncfs, traced_write};
+use wbscope_export::table::{
+    CACHE_METRICS, SYSTEM_WIDE, cell, kernel_rows, render, table, table_with,
 };
+use wbscope_model::DevId;
+use wbscope_model::plan::HookChoice;
+use wbscope_model::window::{KernelFigures, Run, RunContext};
+use wbscope_sys::UsageError;
 
 /// Sizes of one scale.
 struct Sizes {
@@ -125,7 +125,7 @@ fn dev_id(fs: &ScratchFs) -> DevId {
 }
 
 fn mount(fstype: &str, sz: &Sizes) -> anyhow::Result<ScratchFs> {
-    crate::sys::check_interrupted()?;
+    wbscope_sys::check_interrupted()?;
     // O_DIRECT on the image: the loop device does not cache its data a
     // second time in the host's page cache.
     let mut fs = ScratchFs::builder(fstype.parse()?, sz.image_mib)
@@ -169,9 +169,9 @@ fn config(spec: WriterSpec) -> anyhow::Result<WriterConfig> {
 }
 
 fn before_run(what: &str) -> anyhow::Result<()> {
-    crate::sys::check_interrupted()?;
+    wbscope_sys::check_interrupted()?;
     eprintln!("wbscope: {what}: sync + drop caches");
-    crate::sys::sync_and_drop_caches()
+    wbscope_sys::sync_and_drop_caches()
 }
 
 fn after_run(what: &str, r: &Report, k: &KernelFigures) {
@@ -220,9 +220,9 @@ pub(crate) async fn run(args: &ScenarioArgs, hooks: &HookChoice) -> anyhow::Resu
         .into());
     }
     if let Some(p) = &args.report {
-        crate::export::report::check_output("--report", p)?;
+        wbscope_export::report::check_output("--report", p)?;
     }
-    let _signals = crate::sys::SignalGuard::install();
+    let _signals = wbscope_sys::SignalGuard::install();
     remove_stale_scratch();
     let started = Instant::now();
     let sz = sizes(args.scale);
@@ -246,14 +246,14 @@ pub(crate) async fn run(args: &ScenarioArgs, hooks: &HookChoice) -> anyhow::Resu
     // which then return short reports, not errors: without this check the
     // partial figures were printed as a result and the exit code was 0.
     // The filesystems are gone by now (dropped with the scenario's call).
-    crate::sys::check_interrupted()?;
+    wbscope_sys::check_interrupted()?;
     eprintln!(
         "wbscope: scenario {name} done in {:.1} s; filesystems removed",
         started.elapsed().as_secs_f64()
     );
     let context = traced.context();
     if let Some(p) = &args.report {
-        use crate::export::report;
+        use wbscope_export::report;
         let data = report::of_runs(&runs, &context, Some((&name, &name_of(args.scale))))?;
         report::write_new(p, &report::html(&data))?;
         eprintln!("wbscope: report written to {}", p.display());
@@ -521,7 +521,7 @@ async fn sync_after_write(
     })?;
     let write_kernel = kernel.remove(0);
     after_run("buffered write", &report, &write_kernel);
-    crate::sys::check_interrupted().inspect_err(|_| remove_kept(&report))?;
+    wbscope_sys::check_interrupted().inspect_err(|_| remove_kept(&report))?;
     eprintln!("wbscope: syncfs on {}", fs.mountpoint().display());
     let dir = fs.mountpoint().to_path_buf();
     let (timed, mut sync_kernel) = traced

@@ -6,11 +6,9 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{
-    UsageError,
-    cli::StoreArgs,
-    recording::{reader::OpenError, store::info},
-};
+use crate::cli::StoreArgs;
+use wbscope_recording::{reader::OpenError, store::info};
+use wbscope_sys::UsageError;
 
 pub(crate) fn run(args: &StoreArgs) -> anyhow::Result<ExitCode> {
     let dir = &args.store;

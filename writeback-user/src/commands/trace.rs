@@ -9,21 +9,19 @@ use std::{
 use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::{
-    capture::session::{self, Limits, SessionOutput},
-    cli::{DropArgs, TraceArgs},
-    export::{
-        json_lines::{CallLine, SyncLine},
-        prometheus::Exporter,
-        text,
-    },
-    model::CallRecord,
-    model::durability::SyncRecord,
-    model::findings::{Engine, FindingEvent},
-    model::plan::{HookChoice, ProbeState},
-    model::{interval::IntervalLine, summary::SummaryLine},
-    tracer::privileges::DropOptions,
+use crate::cli::{DropArgs, TraceArgs};
+use wbscope_capture::session::{self, Limits, SessionOutput};
+use wbscope_export::{
+    json_lines::{CallLine, SyncLine},
+    prometheus::Exporter,
+    text,
 };
+use wbscope_model::CallRecord;
+use wbscope_model::durability::SyncRecord;
+use wbscope_model::findings::{Engine, FindingEvent};
+use wbscope_model::plan::{HookChoice, ProbeState};
+use wbscope_model::{interval::IntervalLine, summary::SummaryLine};
+use wbscope_tracer::privileges::DropOptions;
 
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -48,7 +46,7 @@ impl TraceOutput {
     /// controls serde_json leaves raw (DEL, C1, bidi marks) are escaped too.
     fn json<T: Serialize>(&mut self, value: &T) -> io::Result<()> {
         let line = serde_json::to_string(value).map_err(io::Error::other)?;
-        self.line(&crate::escape::escape_json_line(&line))
+        self.line(&wbscope_sys::escape::escape_json_line(&line))
     }
 }
 
@@ -146,7 +144,7 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
     }
     if !tracer
         .plan
-        .attached(crate::model::plan::Concept::WritepagesCall)
+        .attached(wbscope_model::plan::Concept::WritepagesCall)
     {
         eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
     }

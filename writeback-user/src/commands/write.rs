@@ -18,7 +18,9 @@ use writer_core::{
     WriterConfig, WriterSpec, parse_size, stats::LatencySummary,
 };
 
-use crate::{cli::WriteArgs, model::units, sys};
+use crate::cli::WriteArgs;
+use wbscope_model::units;
+use wbscope_sys as sys;
 
 fn size_arg(flag: &str, value: &str) -> Result<u64, String> {
     parse_size(value).map_err(|e| format!("--{flag}: {e}"))

@@ -1,0 +1,545 @@
+//! The tracing loop shared by the commands that stream what the tracer
+//! sees (`record` today; `trace` writes to stdout with the same shape):
+//! drain the ring buffer, close an interval every `interval`, stop on
+//! `--duration`, `--max-records`, SIGINT, SIGTERM or SIGHUP, and always
+//! finish with the last partial interval and a summary.
+use std::{
+    io,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use tokio::signal::unix::{SignalKind, signal};
+
+use wbscope_model::budget::{BudgetLine, CpuBudget, sampling_error};
+use wbscope_model::dirtier::{Attribution, AttributionMode};
+use wbscope_model::durability::{DeviceFlush, DurabilityJoin, FsyncLine, Phase, Span, SyncRecord};
+use wbscope_model::interval::{CallAggregate, IntervalLine};
+use wbscope_model::plan::{Concept, HookChoice, ProbeStatus};
+use wbscope_model::summary::SummaryLine;
+use wbscope_model::{CallRecord, Totals};
+use wbscope_tracer::privileges::DropOptions;
+use wbscope_tracer::ring::{RingCollector, RingRecord};
+use wbscope_tracer::seccomp::WritableDir;
+use wbscope_tracer::{Tracer, TracerOptions};
+
+/// Where a session's figures go.
+pub trait SessionOutput {
+    fn call(&mut self, call: &CallRecord) -> io::Result<()>;
+    fn interval(&mut self, line: &IntervalLine) -> io::Result<()>;
+    fn summary(&mut self, summary: &SummaryLine<'_>) -> io::Result<()>;
+    /// One fsync, split (`--enable durability`); dropped by outputs that
+    /// keep no such line yet.
+    fn sync(&mut self, _sync: &SyncRecord) -> io::Result<()> {
+        Ok(())
+    }
+    /// Called after every drain and interval: make what was written
+    /// durable enough to survive the process.
+    fn flush(&mut self) -> io::Result<()>;
+}
+
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub interval: Duration,
+    pub duration: Option<Duration>,
+    pub max_records: Option<u64>,
+    /// Say once when this traced pid has exited.
+    pub watch_pid: Option<u32>,
+    /// Calls per second above which calls stop being written one by one
+    /// (they are still counted in every figure) until the rate falls
+    /// below half of it.
+    pub max_event_rate: u64,
+    /// % of one core the programs and the recorder may use together
+    /// (model/budget.rs); `None`: no budget.
+    pub cpu_budget: Option<f64>,
+}
+
+/// The CPU budget in the loop: what the programs and this process had used
+/// at the last interval's end, and the ladder.
+struct Budgeted {
+    budget: CpuBudget,
+    bpf_ns: u64,
+    cpu_ns: u64,
+    /// Calls seen since the call sampling last wrote one.
+    skipped: u64,
+    /// Whether the log has said the budget cannot be kept (once a run).
+    said_floor: bool,
+}
+
+impl Budgeted {
+    fn new(pct: f64, tracer: &Tracer, snap: &wbscope_model::kernel::KernelSnapshot) -> Budgeted {
+        let per_folio = AttributionMode::of(&tracer.plan) == Some(AttributionMode::PerFolio);
+        Budgeted {
+            budget: CpuBudget::new(pct, per_folio),
+            bpf_ns: bpf_ns(snap),
+            cpu_ns: wbscope_sys::process_cpu_ns(),
+            skipped: 0,
+            said_floor: false,
+        }
+    }
+
+    /// Closes an interval: its line, and the sampling for the next one set
+    /// in the kernel.
+    fn interval(
+        &mut self,
+        tracer: &Tracer,
+        snap: &wbscope_model::kernel::KernelSnapshot,
+        wall: Duration,
+    ) -> Option<BudgetLine> {
+        let (bpf, cpu) = (bpf_ns(snap), wbscope_sys::process_cpu_ns());
+        let line = self.budget.interval(
+            bpf.saturating_sub(self.bpf_ns),
+            cpu.saturating_sub(self.cpu_ns),
+            u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX),
+        );
+        (self.bpf_ns, self.cpu_ns) = (bpf, cpu);
+        if let Some(l) = line.as_ref().filter(|l| l.at_floor && !self.said_floor) {
+            self.said_floor = true;
+            log::warn!(
+                "the CPU budget of {}% is not kept: with all optional work shed the programs and \
+                 the recorder took {:.2}% of a core (BPF {:.2}%), what the programs cost at their \
+                 least per writeback event at this rate; the interval lines say so (budget.at_floor)",
+                l.budget_pct,
+                l.cpu_pct,
+                l.bpf_pct
+            );
+        }
+        if let Err(e) = tracer.set_dirty_folio_sampling(self.budget.dirty_folio_shift()) {
+            log::warn!("setting the per-folio sampling: {e:#}");
+        }
+        if let Err(e) = tracer.set_call_sampling(self.budget.calls_shift()) {
+            log::warn!("setting the call sampling: {e:#}");
+        }
+        line
+    }
+
+    /// Whether `call` is written, under the call sampling: a call the
+    /// kernel drew into its sample is (the others left no record); the
+    /// rest (generic calls, which the kernel does not sample) one in N.
+    fn write_call(&mut self, call: &CallRecord) -> bool {
+        if call.sampled {
+            return true;
+        }
+        let every = 1u64 << self.budget.calls_shift();
+        self.skipped += 1;
+        if self.skipped >= every {
+            self.skipped = 0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Each owner's `pages_dirtied_error` when the interval's per-folio counts
+/// were sampled.
+fn state_sampling_error(line: &mut IntervalLine) {
+    let Some(one_in) = line.budget.as_ref().map(|b| b.dirty_folio_1_in) else {
+        return;
+    };
+    if one_in <= 1 {
+        return;
+    }
+    for o in &mut line.owners {
+        o.pages_dirtied_error = Some(sampling_error(o.pages_dirtied, one_in).ceil() as u64);
+    }
+}
+
+/// BPF run time of every attached program so far (the kernel's
+/// statistics; 0 without them).
+fn bpf_ns(snap: &wbscope_model::kernel::KernelSnapshot) -> u64 {
+    snap.run_times.iter().map(|r| r.run_time_ns).sum()
+}
+
+/// Switches per-call output off while the call rate is over the limit, so
+/// a busy host costs aggregation, not an unbounded stream.
+#[derive(Default)]
+struct RateGate {
+    suspended: bool,
+    not_written: u64,
+    /// The CPU budget, whose call sampling closes the gate for some
+    /// calls too.
+    budget: Option<Budgeted>,
+}
+
+impl RateGate {
+    /// Decides at the end of an interval of `secs` with `calls` calls.
+    fn interval(&mut self, calls: u64, secs: f64, limit: u64) {
+        if secs <= 0.0 {
+            return;
+        }
+        let rate = calls as f64 / secs;
+        if !self.suspended && rate > limit as f64 {
+            self.suspended = true;
+            eprintln!(
+                "wbscope: {rate:.0} calls/s is over --max-event-rate {limit}: per-call output \
+                 suspended, interval and summary figures go on"
+            );
+        } else if self.suspended && rate < limit as f64 / 2.0 {
+            self.suspended = false;
+            eprintln!("wbscope: {rate:.0} calls/s: per-call output resumed");
+        }
+    }
+}
+
+/// Why the session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    Duration,
+    MaxRecords,
+    Signal,
+}
+
+/// Who dirtied the pages each call writes (model/dirtier.rs): the
+/// attribution state, fed from the dirty-time maps when the dirtier hook
+/// is attached.
+struct Who<'a> {
+    tracer: &'a Tracer,
+    on: bool,
+    attribution: Attribution,
+}
+
+impl Who<'_> {
+    /// Reads the maps into the attribution state (a read error is said
+    /// once per read and leaves the state as it was).
+    fn read(&mut self) {
+        if !self.on {
+            return;
+        }
+        if let Some(snap) = snapshot(self.tracer, true) {
+            self.attribution.update(&snap);
+        }
+    }
+
+    /// Charges a batch of calls, reading the maps again first when the
+    /// batch's calls on an inode wrote more together than it has
+    /// outstanding (`Attribution::charge_batch`).
+    fn charge(&mut self, batch: &mut [CallRecord]) {
+        if !self.on {
+            return;
+        }
+        let tracer = self.tracer;
+        self.attribution
+            .charge_batch(batch, || snapshot(tracer, false));
+    }
+
+    /// The interval's `owners`, after a fresh read.
+    fn owners(&mut self) -> Vec<wbscope_model::dirtier::OwnerLine> {
+        if !self.on {
+            return Vec::new();
+        }
+        self.read();
+        self.attribution.take_owners()
+    }
+}
+
+/// The dirtier maps (with the dirtiers' /proc counts: `tasks`), or
+/// `None` after saying why.
+fn snapshot(tracer: &Tracer, tasks: bool) -> Option<wbscope_model::dirtier::DirtierSnapshot> {
+    tracer
+        .dirtiers(tasks)
+        .map_err(|e| log::warn!("reading the dirtier maps: {e:#}"))
+        .ok()
+}
+
+/// What one drain of the ring buffer brought.
+#[derive(Default)]
+struct Batch {
+    calls: Vec<CallRecord>,
+    spans: Vec<Span>,
+    phases: Vec<Phase>,
+    flushes: Vec<DeviceFlush>,
+}
+
+impl Batch {
+    fn push(&mut self, r: RingRecord) {
+        match r {
+            RingRecord::Call(c) => self.calls.push(c),
+            RingRecord::Sync(s) => self.spans.push(s),
+            RingRecord::Commit(p) => self.phases.push(p),
+            RingRecord::Flush(f) => self.flushes.push(f),
+        }
+    }
+}
+
+/// Each fsync split into its parts (model/durability.rs), with
+/// `--enable durability`.
+struct Durable<'a> {
+    tracer: &'a Tracer,
+    join: Option<DurabilityJoin>,
+    /// The run is over: every fsync held is joined now.
+    last: bool,
+}
+
+impl Durable<'_> {
+    /// Feeds a drained batch (its calls already charged to their
+    /// dirtiers) and writes the fsyncs it ended. Every record of a
+    /// commit an fsync waited on is in the ring before the fsync's own:
+    /// fs/jbd2/commit.c fires `jbd2_run_stats` and `jbd2_end_commit`
+    /// before it wakes the commit's waiters, and each handle's
+    /// `jbd2_handle_stats` before the transaction can commit.
+    fn take(&mut self, batch: &Batch, out: &mut dyn SessionOutput) -> io::Result<()> {
+        let Some(join) = self.join.as_mut() else {
+            return Ok(());
+        };
+        for c in &batch.calls {
+            join.call(c);
+        }
+        for p in &batch.phases {
+            join.phase(p);
+        }
+        for f in &batch.flushes {
+            join.flush(f.clone());
+        }
+        if let Err(e) = self.tracer.journal_into(join) {
+            log::warn!("reading the journal handles: {e:#}");
+        }
+        for s in &batch.spans {
+            join.span(s.clone());
+        }
+        let now = if self.last {
+            u64::MAX
+        } else {
+            wbscope_sys::monotonic_ns()
+        };
+        for rec in join.take(now) {
+            out.sync(&rec)?;
+        }
+        Ok(())
+    }
+
+    /// The interval's fsyncs, for its line.
+    fn line(&mut self) -> Vec<FsyncLine> {
+        self.join
+            .as_mut()
+            .map_or_else(Vec::new, DurabilityJoin::take_line)
+    }
+}
+
+/// Counts a batch of calls (up to `max` in all) and writes them out one by
+/// one unless the rate gate is closed; then the fsyncs the batch ended.
+fn take(
+    mut batch: Batch,
+    totals: &mut Totals,
+    interval: &mut CallAggregate,
+    gate: &mut RateGate,
+    max: u64,
+    out: &mut dyn SessionOutput,
+    (who, durable): (&mut Who<'_>, &mut Durable<'_>),
+) -> io::Result<()> {
+    who.charge(&mut batch.calls);
+    durable.take(&batch, out)?;
+    for call in batch.calls {
+        if totals.calls >= max {
+            break;
+        }
+        totals.add(&call);
+        interval.add(&call);
+        let sampled_out = gate.budget.as_mut().is_some_and(|b| !b.write_call(&call));
+        if gate.suspended || sampled_out {
+            gate.not_written += 1;
+        } else {
+            out.call(&call)?;
+        }
+    }
+    Ok(())
+}
+
+/// Attaches the tracer with these filters and hook kinds, starts its log
+/// pump and opens its ring buffer, and says on stderr what is attached.
+pub fn attach(
+    filter: writeback_common::Filter,
+    hooks: &HookChoice,
+) -> anyhow::Result<(Tracer, RingCollector)> {
+    let mut tracer = Tracer::attach(&TracerOptions {
+        filter,
+        hooks: hooks.clone(),
+    })?;
+    wbscope_tracer::spawn_ebpf_log_pump(&mut tracer);
+    let collector = RingCollector::new(&mut tracer)?;
+    eprintln!("wbscope: probes: {}", tracer.plan.summary());
+    Ok((tracer, collector))
+}
+
+/// Ends the run's privileges once attached (tracer/privileges.rs), or
+/// says it keeps them, on one stderr line. Call it after attaching and
+/// after opening everything the run writes to, before the loop: nothing
+/// can be opened after it, except new files in `dir` through its
+/// descriptor (a store's).
+pub fn drop_privileges(options: &DropOptions, dir: Option<WritableDir<'_>>) -> anyhow::Result<()> {
+    let confinement = wbscope_tracer::privileges::drop_after_attach(options, dir)?;
+    eprintln!("wbscope: {confinement}");
+    Ok(())
+}
+
+pub async fn run(
+    tracer: &Tracer,
+    collector: &mut RingCollector,
+    limits: &Limits,
+    out: &mut dyn SessionOutput,
+) -> anyhow::Result<Ending> {
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let statuses: Vec<ProbeStatus> = tracer.plan.statuses();
+    let started = Instant::now();
+    let mut last_tick = started;
+    let mut prev = tracer.snapshot()?;
+    let mut ticks = tokio::time::interval_at(
+        tokio::time::Instant::now() + limits.interval,
+        limits.interval,
+    );
+    let deadline = limits.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut totals = Totals::default();
+    let mut interval = CallAggregate::default();
+    let mut pid_gone_reported = false;
+    let max = limits.max_records.unwrap_or(u64::MAX);
+    let mut gate = RateGate::default();
+    let mut who = Who {
+        tracer,
+        on: tracer.plan.attached(Concept::Dirtier),
+        attribution: Attribution::new(AttributionMode::of(&tracer.plan).unwrap_or_default()),
+    };
+    gate.budget = limits
+        .cpu_budget
+        .map(|pct| Budgeted::new(pct, tracer, &prev));
+    eprintln!("wbscope: tracing; Ctrl-C to stop");
+
+    let mut durable = Durable {
+        tracer,
+        join: tracer
+            .plan
+            .attached(Concept::Durability)
+            .then(DurabilityJoin::default),
+        last: false,
+    };
+    let ending = loop {
+        let mut batch = Batch::default();
+        tokio::select! {
+            drained = collector.wait_and_drain(|r| batch.push(r)) => {
+                drained?;
+            }
+            _ = ticks.tick() => {
+                let now = Instant::now();
+                let cur = tracer.snapshot()?;
+                let secs = now.duration_since(last_tick).as_secs_f64();
+                let mut line = IntervalLine::new(
+                    now.duration_since(started).as_secs_f64(),
+                    secs,
+                    &interval,
+                    &prev,
+                    &cur,
+                );
+                line.owners = who.owners();
+                line.fsyncs = durable.line();
+                line.budget = gate
+                    .budget
+                    .as_mut()
+                    .and_then(|b| b.interval(tracer, &cur, now.duration_since(last_tick)));
+                state_sampling_error(&mut line);
+                out.interval(&line)?;
+                gate.interval(interval.calls, secs, limits.max_event_rate);
+                interval = CallAggregate::default();
+                prev = cur;
+                last_tick = now;
+                if let Some(pid) = limits.watch_pid
+                    && !pid_gone_reported
+                    && !Path::new(&format!("/proc/{pid}")).exists()
+                {
+                    eprintln!("wbscope: pid {pid} has exited; nothing more will match --pid");
+                    pid_gone_reported = true;
+                }
+            }
+            _ = sigint.recv() => break Ending::Signal,
+            _ = sigterm.recv() => break Ending::Signal,
+            _ = sighup.recv() => break Ending::Signal,
+            _ = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => break Ending::Duration,
+        }
+        take(
+            batch,
+            &mut totals,
+            &mut interval,
+            &mut gate,
+            max,
+            out,
+            (&mut who, &mut durable),
+        )?;
+        out.flush()?;
+        if totals.calls >= max {
+            break Ending::MaxRecords;
+        }
+    };
+    // Records completed before we stopped are still in the ring: keep them
+    // (within --max-records), and close the partial interval.
+    let mut rest = Batch::default();
+    collector.drain(|r| rest.push(r));
+    // Generic calls whose end no event marked are closed now.
+    collector.close_open_calls(|r| rest.push(r));
+    durable.last = true;
+    take(
+        rest,
+        &mut totals,
+        &mut interval,
+        &mut gate,
+        max,
+        out,
+        (&mut who, &mut durable),
+    )?;
+    let now = Instant::now();
+    let cur = tracer.snapshot()?;
+    let mut line = IntervalLine::new(
+        now.duration_since(started).as_secs_f64(),
+        now.duration_since(last_tick).as_secs_f64(),
+        &interval,
+        &prev,
+        &cur,
+    );
+    line.owners = who.owners();
+    line.fsyncs = durable.line();
+    line.budget = gate
+        .budget
+        .as_mut()
+        .and_then(|b| b.interval(tracer, &cur, now.duration_since(last_tick)));
+    state_sampling_error(&mut line);
+    out.interval(&line)?;
+    let mut summary = SummaryLine::new(
+        started.elapsed().as_secs_f64(),
+        &totals,
+        &cur.stats,
+        collector.bad_records,
+        &statuses,
+        &cur.run_times,
+    );
+    summary.calls_not_written = gate.not_written;
+    summary.add_sampled_out(&cur.agg);
+    summary.attribution = who.on.then(|| AttributionMode::of(&tracer.plan)).flatten();
+    out.summary(&summary)?;
+    out.flush()?;
+    Ok(ending)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_gate_suspends_over_the_limit_and_resumes_under_half() {
+        let mut g = RateGate::default();
+        g.interval(900, 1.0, 1000);
+        assert!(!g.suspended);
+        g.interval(2001, 2.0, 1000);
+        assert!(g.suspended);
+        g.interval(600, 1.0, 1000);
+        assert!(g.suspended, "hysteresis: 600/s is not under half of 1000");
+        g.interval(499, 1.0, 1000);
+        assert!(!g.suspended);
+        g.interval(5, 0.0, 1000);
+        assert!(!g.suspended);
+    }
+}

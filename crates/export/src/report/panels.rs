@@ -1,0 +1,799 @@
+//! The time panels: one SVG each, all on the same time axis (runs laid
+//! end to end, each at least [`MIN_SEGMENT_PX`] wide so that a run of a
+//! fraction of a second among long ones still shows; ticks are seconds
+//! from the start of each run).
+use wbscope_model::{
+    interval::{Bucket, quantile_bucket},
+    plan::Concept,
+    timeline::TimeBin,
+};
+
+use super::{
+    data::{ReportData, Segment},
+    svg::{
+        Anchor, Canvas, FRAME, GRID, INK, MUTED, STYLES, Style, n, text_width, tick_label, ticks,
+    },
+};
+
+pub(crate) const WIDTH: f64 = 1100.0;
+pub(crate) const LEFT: f64 = 76.0;
+pub(crate) const RIGHT: f64 = 16.0;
+const PLOT_TOP: f64 = 62.0;
+const PLOT_H: f64 = 150.0;
+const MIN_SEGMENT_PX: f64 = 64.0;
+const GAP_PX: f64 = 8.0;
+const TICK_SIZE: f64 = 10.0;
+const NOTE_SIZE: f64 = 11.0;
+const MIB: f64 = 1048576.0;
+
+/// Where each segment sits on the x axis.
+#[derive(Clone, Debug)]
+pub(crate) struct XLayout {
+    /// `(x0, x1)` of each segment, px.
+    pub(crate) spans: Vec<(f64, f64)>,
+}
+
+/// Widths proportional to the runs' lengths, none under the minimum.
+pub(crate) fn x_layout(segments: &[Segment], left: f64, right: f64) -> XLayout {
+    let k = segments.len().max(1);
+    let avail = (right - left - GAP_PX * (k - 1) as f64).max(k as f64);
+    let len: Vec<f64> = segments
+        .iter()
+        .map(|s| s.timeline.span_s.max(1e-3))
+        .collect();
+    let mut width = vec![avail / k as f64; k];
+    if avail >= MIN_SEGMENT_PX * k as f64 && !segments.is_empty() {
+        // Pin the short ones at the minimum, share the rest by length,
+        // until no share falls under the minimum.
+        let mut pinned = vec![false; k];
+        loop {
+            let free: f64 = avail - pinned.iter().filter(|p| **p).count() as f64 * MIN_SEGMENT_PX;
+            let total: f64 = (0..k).filter(|i| !pinned[*i]).map(|i| len[i]).sum();
+            let mut changed = false;
+            for i in 0..k {
+                width[i] = if pinned[i] {
+                    MIN_SEGMENT_PX
+                } else {
+                    free * len[i] / total
+                };
+                if !pinned[i] && width[i] < MIN_SEGMENT_PX {
+                    pinned[i] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+    let mut x = left;
+    let spans = width
+        .iter()
+        .map(|w| {
+            let s = (x, x + w);
+            x += w + GAP_PX;
+            s
+        })
+        .collect();
+    XLayout { spans }
+}
+
+/// A value of one bin of one segment, given the bin's length in seconds.
+type Value<'a> = Box<dyn Fn(&Segment, &TimeBin, f64) -> Option<f64> + 'a>;
+
+struct Series<'a> {
+    name: String,
+    style: Style,
+    value: Value<'a>,
+}
+
+/// One time panel to draw.
+struct Spec<'a> {
+    id: &'static str,
+    title: &'static str,
+    unit: &'static str,
+    log: bool,
+    series: Vec<Series<'a>>,
+    /// Why the whole panel is empty, when it is.
+    empty: String,
+    /// Why one segment has no data in it, when it has none.
+    segment_empty: Box<dyn Fn(&Segment) -> String + 'a>,
+    notes: Vec<String>,
+    /// The min..max band over the writer's jobs.
+    job_band: bool,
+}
+
+fn attached(d: &ReportData, c: Concept) -> bool {
+    d.plan.as_ref().is_none_or(|p| p.attached(c))
+}
+
+fn no_hook(c: Concept) -> String {
+    format!(
+        "empty: no hook for {} was attached on this kernel (see the probe plan above)",
+        c.name()
+    )
+}
+
+/// Midpoint of a quantile's bucket.
+fn quantile_mid(b: &[Bucket], q: f64) -> Option<f64> {
+    quantile_bucket(b, q).map(|[lo, hi]| (lo as f64 + hi as f64) / 2.0)
+}
+
+/// Cause order on the legend: the flusher's causes, then the callers'.
+const CAUSES: [&str; 6] = [
+    "periodic",
+    "background",
+    "flusher_other",
+    "sync",
+    "direct",
+    "unknown",
+];
+
+fn specs(d: &ReportData) -> Vec<Spec<'_>> {
+    let page = d.page_size as f64;
+    let no_timeline = |s: &Segment| {
+        (!s.has_timeline)
+            .then(|| "no timeline in this document (written by a wbscope without one)".to_string())
+    };
+    let mut out = Vec::new();
+
+    // Writer throughput.
+    let mut series = Vec::new();
+    if !d.recording {
+        series.push(Series {
+            name: "written by the writer (all jobs)".into(),
+            style: STYLES[0],
+            value: Box::new(|s, b, len| {
+                (!b.writer_bytes.is_empty() || s.timeline.jobs() > 0)
+                    .then(|| b.writer_bytes.iter().sum::<u64>() as f64 / 1e6 / len)
+            }),
+        });
+    }
+    series.push(Series {
+        name: "pages dirtied (all processes)".into(),
+        style: STYLES[1],
+        value: Box::new(move |_, b, len| Some(b.pages_dirtied as f64 * page / 1e6 / len)),
+    });
+    out.push(Spec {
+        id: "writer",
+        title: if d.recording {
+            "Writers: pages dirtied (a recording has no writer of wbscope's; this is what all processes dirtied)"
+        } else {
+            "Writer throughput per run, and pages dirtied"
+        },
+        unit: "MB/s",
+        log: false,
+        series,
+        empty: "empty: nothing was written or dirtied in this input".into(),
+        segment_empty: Box::new(move |s| {
+            no_timeline(s).unwrap_or_else(|| format!("{}: the writer wrote nothing", s.name))
+        }),
+        notes: vec![format!(
+            "1 MB = 10^6 bytes; pages of {} bytes{}",
+            d.page_size,
+            if d.recording {
+                ""
+            } else {
+                "; with several jobs, the grey band spans the slowest to the fastest"
+            }
+        )],
+        job_band: !d.recording,
+    });
+
+    // Kernel writeback by cause.
+    let present: Vec<&'static str> = CAUSES
+        .iter()
+        .copied()
+        .filter(|c| {
+            d.segments.iter().any(|s| {
+                s.timeline
+                    .bins
+                    .iter()
+                    .any(|b| b.pages_written_by_cause.contains_key(*c))
+            })
+        })
+        .collect();
+    let series = present
+        .into_iter()
+        .enumerate()
+        .map(|(i, cause): (usize, &'static str)| Series {
+            name: (*cause).to_string(),
+            style: STYLES[i % STYLES.len()],
+            value: Box::new(move |s: &Segment, b: &TimeBin, len| {
+                (s.calls > 0 || b.calls > 0).then(|| {
+                    b.pages_written_by_cause.get(cause).copied().unwrap_or(0) as f64 * page
+                        / 1e6
+                        / len
+                })
+            }) as Value<'_>,
+        })
+        .collect();
+    out.push(Spec {
+        id: "kernel",
+        title: "Kernel: pages written by writepages calls, by cause",
+        unit: "MB/s",
+        log: false,
+        series,
+        empty: if attached(d, Concept::WritepagesCall) {
+            "empty: no writepages calls in this input (O_DIRECT and idle filesystems make none)"
+                .into()
+        } else {
+            no_hook(Concept::WritepagesCall)
+        },
+        segment_empty: Box::new(move |s| {
+            no_timeline(s).unwrap_or_else(|| {
+                if s.o_direct {
+                    format!(
+                        "{}: no writepages calls: O_DIRECT writes bypass the page cache",
+                        s.name
+                    )
+                } else {
+                    format!("{}: no writepages calls on its filesystem", s.name)
+                }
+            })
+        }),
+        notes: vec!["each call counted where it ended".into()],
+        job_band: false,
+    });
+
+    // Dirty and writeback levels.
+    let level = |f: fn(&TimeBin) -> Option<u64>| -> Value<'_> {
+        Box::new(move |_, b, _| f(b).map(|p| p as f64 * page / MIB))
+    };
+    out.push(Spec {
+        id: "levels",
+        title: "Dirty and writeback pages, and the thresholds (/proc/vmstat, system-wide)",
+        unit: "MiB",
+        log: false,
+        series: vec![
+            Series {
+                name: "dirty".into(),
+                style: STYLES[0],
+                value: level(|b| b.dirty_pages),
+            },
+            Series {
+                name: "writeback".into(),
+                style: STYLES[1],
+                value: level(|b| b.writeback_pages),
+            },
+            Series {
+                name: "background threshold".into(),
+                style: STYLES[2],
+                value: level(|b| b.background_threshold_pages),
+            },
+            Series {
+                name: "dirty threshold".into(),
+                style: STYLES[3],
+                value: level(|b| b.dirty_threshold_pages),
+            },
+        ],
+        empty: "empty: no /proc/vmstat samples in this input".into(),
+        segment_empty: Box::new(move |s| {
+            no_timeline(s).unwrap_or_else(|| format!("{}: no samples", s.name))
+        }),
+        notes: vec!["levels: the highest sample in each bin".into()],
+        job_band: false,
+    });
+
+    // Throttling.
+    let throttled = attached(d, Concept::Throttling);
+    out.push(Spec {
+        id: "throttle",
+        title: "Throttling of dirtiers: time paused in balance_dirty_pages (system-wide)",
+        unit: "ms/s",
+        log: false,
+        series: vec![Series {
+            name: "pause time per second".into(),
+            style: STYLES[0],
+            value: Box::new(move |_, b, len| throttled.then(|| b.throttle_pause_ms as f64 / len)),
+        }],
+        empty: if throttled {
+            "empty: no bins in this input".into()
+        } else {
+            no_hook(Concept::Throttling)
+        },
+        segment_empty: Box::new(move |s| {
+            no_timeline(s).unwrap_or_else(|| format!("{}: no samples", s.name))
+        }),
+        notes: vec!["0 = no dirtier was made to pause".into()],
+        job_band: false,
+    });
+
+    // fsyncs (`--enable durability`): the longest, the mean, and the
+    // mean's journal part.
+    let split = attached(d, Concept::Durability);
+    let ms = |ns: u64| ns as f64 / 1e6;
+    out.push(Spec {
+        id: "fsync",
+        title: "fsyncs: the longest and the mean, and the mean's wait for journal commits",
+        unit: "ms",
+        log: true,
+        series: vec![
+            Series {
+                name: "longest fsync".into(),
+                style: STYLES[0],
+                value: Box::new(move |_, b, _| (b.fsync.count > 0).then(|| ms(b.fsync.max_ns))),
+            },
+            Series {
+                name: "mean fsync".into(),
+                style: STYLES[1],
+                value: Box::new(move |_, b, _| {
+                    (b.fsync.count > 0).then(|| ms(b.fsync.total_ns) / b.fsync.count as f64)
+                }),
+            },
+            Series {
+                name: "of which waiting on the journal".into(),
+                style: STYLES[2],
+                value: Box::new(move |_, b, _| {
+                    (b.fsync.count > 0).then(|| ms(b.fsync.journal_ns) / b.fsync.count as f64)
+                }),
+            },
+        ],
+        empty: if split {
+            "empty: no fsync in this input".into()
+        } else {
+            "empty: fsyncs are split only with --enable durability (doctor turns it on)".into()
+        },
+        segment_empty: Box::new(move |s| {
+            no_timeline(s).unwrap_or_else(|| format!("{}: no fsync", s.name))
+        }),
+        notes: vec![
+            "each fsync in the bin it was joined in, about 2 s after it returned \
+             (docs/trace-json.md, sync)"
+                .into(),
+        ],
+        job_band: false,
+    });
+
+    // Device latency and sizes: quantiles of the block tracepoints'
+    // histograms (`--enable device_io`), or the /proc/diskstats means
+    // (the default).
+    let io = attached(d, Concept::DeviceIo);
+    let diskstats = d.plan.as_ref().is_some_and(|p| p.devices_from_diskstats());
+    let io_empty = if io {
+        "empty: no block requests completed on these devices".to_string()
+    } else {
+        no_hook(Concept::DeviceIo)
+    };
+    let q = |f: fn(&TimeBin) -> &Vec<Bucket>, q: f64, scale: f64| -> Value<'_> {
+        Box::new(move |_, b, _| quantile_mid(f(b), q).map(|v| v / scale))
+    };
+    let quantiles = |f: fn(&TimeBin) -> &Vec<Bucket>, scale: f64| {
+        vec![
+            Series {
+                name: "p50".into(),
+                style: STYLES[0],
+                value: q(f, 0.5, scale),
+            },
+            Series {
+                name: "p99".into(),
+                style: STYLES[1],
+                value: q(f, 0.99, scale),
+            },
+        ]
+    };
+    let mean_of = |pick: fn((f64, f64)) -> f64, scale: f64| -> Value<'_> {
+        Box::new(move |_, b, _| b.disk.means().map(|m| pick(m) / scale))
+    };
+    let mean = |pick: fn((f64, f64)) -> f64, scale: f64| {
+        vec![Series {
+            name: "mean".into(),
+            style: STYLES[0],
+            value: mean_of(pick, scale),
+        }]
+    };
+    let notes = |diskstats: bool| {
+        vec![if diskstats {
+            "log scale; means from /proc/diskstats (its latency counters count whole ms); \
+             `--enable device_io` records the quantiles"
+                .into()
+        } else {
+            "log scale; midpoints of the log2 buckets holding the quantile".into()
+        }]
+    };
+    out.push(Spec {
+        id: "latency",
+        title: "Device request latency, issue to completion",
+        unit: "ms",
+        log: true,
+        series: if diskstats {
+            mean(|(ns, _)| ns, 1e6)
+        } else {
+            quantiles(|b| &b.request_latency_ns, 1e6)
+        },
+        empty: io_empty.clone(),
+        segment_empty: Box::new(move |s| {
+            no_timeline(s).unwrap_or_else(|| format!("{}: no requests completed", s.name))
+        }),
+        notes: notes(diskstats),
+        job_band: false,
+    });
+    out.push(Spec {
+        id: "sizes",
+        title: "Device request sizes",
+        unit: "KiB",
+        log: true,
+        series: if diskstats {
+            mean(|(_, bytes)| bytes, 1024.0)
+        } else {
+            quantiles(|b| &b.request_bytes, 1024.0)
+        },
+        empty: io_empty,
+        segment_empty: Box::new(move |s| {
+            no_timeline(s).unwrap_or_else(|| format!("{}: no requests issued", s.name))
+        }),
+        notes: notes(diskstats),
+        job_band: false,
+    });
+    out
+}
+
+/// The y axis: linear from 0, or log10.
+struct YScale {
+    lo: f64,
+    hi: f64,
+    log: bool,
+}
+
+impl YScale {
+    fn of(values: &[f64], log: bool) -> YScale {
+        let max = values.iter().copied().fold(0.0f64, f64::max);
+        if log {
+            let min = values
+                .iter()
+                .copied()
+                .filter(|v| *v > 0.0)
+                .fold(f64::INFINITY, f64::min);
+            let (lo, hi) = if min.is_finite() {
+                (
+                    10f64.powf(min.log10().floor()),
+                    10f64.powf(max.log10().ceil()),
+                )
+            } else {
+                (1.0, 10.0)
+            };
+            YScale {
+                lo,
+                hi: if hi <= lo { lo * 10.0 } else { hi },
+                log,
+            }
+        } else {
+            let hi = if max > 0.0 { max * 1.1 } else { 1.0 };
+            let t = ticks(0.0, hi, 5);
+            let step = t.get(1).copied().unwrap_or(hi);
+            YScale {
+                lo: 0.0,
+                hi: (hi / step).ceil() * step,
+                log,
+            }
+        }
+    }
+
+    /// Fraction of the height from the bottom.
+    fn frac(&self, v: f64) -> f64 {
+        if self.log {
+            let v = v.max(self.lo);
+            (v.log10() - self.lo.log10()) / (self.hi.log10() - self.lo.log10())
+        } else {
+            (v - self.lo) / (self.hi - self.lo)
+        }
+    }
+
+    /// Tick values and labels.
+    fn ticks(&self) -> Vec<(f64, String)> {
+        if self.log {
+            let decades = (self.hi.log10() - self.lo.log10()).round() as i32;
+            let mut out = Vec::new();
+            for e in 0..=decades {
+                let p = self.lo * 10f64.powi(e);
+                out.push((p, log_label(p)));
+                if decades <= 2 && e < decades {
+                    for m in [2.0, 5.0] {
+                        out.push((p * m, log_label(p * m)));
+                    }
+                }
+            }
+            out
+        } else {
+            let t = ticks(self.lo, self.hi, 5);
+            let step = t.get(1).map_or(1.0, |s| s - t[0]);
+            t.iter().map(|v| (*v, tick_label(*v, step))).collect()
+        }
+    }
+}
+
+fn log_label(v: f64) -> String {
+    if v >= 1.0 {
+        format!("{}", v.round() as u64)
+    } else {
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').to_string()
+    }
+}
+
+/// Length of bin `i` of a segment (the last one may be partial).
+fn bin_len(s: &Segment, i: usize) -> f64 {
+    let start = i as f64 * s.timeline.bin_s;
+    (s.timeline.span_s - start).clamp(0.0, s.timeline.bin_s)
+}
+
+/// Draws the time panels; each is a standalone `<svg>`.
+pub(crate) fn time_panels(d: &ReportData) -> Vec<String> {
+    time_drawn(d).into_iter().map(Drawn::finish_panel).collect()
+}
+
+/// The time panels, drawn, with their label boxes.
+pub(crate) fn time_drawn(d: &ReportData) -> Vec<Drawn> {
+    let layout = x_layout(&d.segments, LEFT, WIDTH - RIGHT);
+    let strip = super::findings::strip(d, &layout);
+    std::iter::once(strip)
+        .chain(specs(d).into_iter().map(|spec| draw(d, &layout, spec)))
+        .collect()
+}
+
+pub(crate) struct Drawn {
+    pub(crate) canvas: Canvas,
+    pub(crate) id: &'static str,
+    pub(crate) points: usize,
+    pub(crate) empty: Option<String>,
+}
+
+impl Drawn {
+    pub(crate) fn finish_panel(self) -> String {
+        let empty = self
+            .empty
+            .map(|e| format!(" data-empty=\"{}\"", super::svg::xml(&e)))
+            .unwrap_or_default();
+        self.canvas.finish(&format!(
+            "class=\"panel time\" data-panel=\"{}\" data-points=\"{}\"{empty}",
+            self.id, self.points
+        ))
+    }
+}
+
+fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
+    // Values of every series in every bin of every segment: (x, value).
+    type Points = Vec<Vec<Option<(f64, f64)>>>;
+    let mut values: Vec<Points> = Vec::new();
+    for series in &spec.series {
+        let mut per_segment = Vec::new();
+        for (s, &(x0, x1)) in d.segments.iter().zip(&layout.spans) {
+            let span = s.timeline.span_s.max(1e-9);
+            let pts = (0..s.timeline.bins.len())
+                .filter_map(|i| {
+                    let len = bin_len(s, i);
+                    if len < 1e-3 {
+                        return None;
+                    }
+                    let mid = i as f64 * s.timeline.bin_s + len / 2.0;
+                    let x = x0 + (x1 - x0) * (mid / span).min(1.0);
+                    Some((series.value)(s, &s.timeline.bins[i], len).map(|v| (x, v)))
+                })
+                .collect();
+            per_segment.push(pts);
+        }
+        values.push(per_segment);
+    }
+    let mut all: Vec<f64> = values
+        .iter()
+        .flatten()
+        .flatten()
+        .flatten()
+        .map(|p| p.1)
+        .collect();
+    // The job band's top counts in the scale.
+    let band: Vec<Vec<(f64, f64, f64)>> = if spec.job_band {
+        d.segments
+            .iter()
+            .zip(&layout.spans)
+            .map(|(s, &(x0, x1))| job_band(s, x0, x1))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    all.extend(band.iter().flatten().map(|b| b.2));
+    let points = all.len();
+    // Room for every possible note; cut to what was drawn at the end.
+    let notes_h = (spec.notes.len() + 2 * d.segments.len() + 1) as f64 * 15.0;
+    let height = PLOT_TOP + PLOT_H + 40.0 + notes_h;
+    let mut c = Canvas::new(WIDTH, height);
+    let (plot_l, plot_r) = (LEFT, WIDTH - RIGHT);
+    let plot_b = PLOT_TOP + PLOT_H;
+    c.text(spec.title, 8.0, 16.0, 13.0, Anchor::Start, INK);
+    let y = YScale::of(&all, spec.log);
+    let to_y = |v: f64| plot_b - PLOT_H * y.frac(v).clamp(0.0, 1.0);
+
+    // Legend.
+    let mut lx = plot_l;
+    for s in &spec.series {
+        match c.legend_item(lx, 34.0, &s.name, s.style) {
+            Some(next) => lx = next,
+            None => break,
+        }
+    }
+
+    // Grid and y ticks.
+    c.text(
+        spec.unit,
+        plot_l - 8.0,
+        PLOT_TOP - 10.0,
+        TICK_SIZE,
+        Anchor::End,
+        INK,
+    );
+    if points > 0 {
+        for (v, label) in y.ticks() {
+            let yy = to_y(v);
+            c.line(plot_l, yy, plot_r, yy, GRID, 1.0);
+            c.text(&label, plot_l - 6.0, yy + 4.0, TICK_SIZE, Anchor::End, INK);
+        }
+    }
+
+    // Segments: frames, names, x ticks.
+    let mut key = Vec::new();
+    let mut empty_notes = Vec::new();
+    for (i, (s, &(x0, x1))) in d.segments.iter().zip(&layout.spans).enumerate() {
+        if d.segments.len() > 1 || !d.recording {
+            let name_y = PLOT_TOP - 6.0;
+            let fits = text_width(&s.name, NOTE_SIZE) <= x1 - x0 - 4.0;
+            if !(fits
+                && c.text(
+                    &s.name,
+                    (x0 + x1) / 2.0,
+                    name_y,
+                    NOTE_SIZE,
+                    Anchor::Middle,
+                    INK,
+                ))
+            {
+                let short = format!("#{}", i + 1);
+                c.text(
+                    &short,
+                    (x0 + x1) / 2.0,
+                    name_y,
+                    NOTE_SIZE,
+                    Anchor::Middle,
+                    INK,
+                );
+                key.push(format!("{short} = {}", s.name));
+            }
+        }
+        time_ticks(&mut c, x0, x1, plot_b, s.timeline.span_s);
+        let has_data = values
+            .iter()
+            .any(|v| v[i].iter().flatten().next().is_some());
+        if points > 0 && !has_data {
+            c.text(
+                "none",
+                (x0 + x1) / 2.0,
+                PLOT_TOP + PLOT_H / 2.0,
+                NOTE_SIZE,
+                Anchor::Middle,
+                MUTED,
+            );
+            empty_notes.push((spec.segment_empty)(s));
+        }
+    }
+
+    // Data.
+    if spec.job_band {
+        for b in &band {
+            if b.is_empty() {
+                continue;
+            }
+            let mut d_attr = String::new();
+            for (k, (x, lo, _)) in b.iter().enumerate() {
+                d_attr.push_str(&format!(
+                    "{}{},{} ",
+                    if k == 0 { "M" } else { "L" },
+                    n(*x),
+                    n(to_y(*lo))
+                ));
+            }
+            for (x, _, hi) in b.iter().rev() {
+                d_attr.push_str(&format!("L{},{} ", n(*x), n(to_y(*hi))));
+            }
+            c.raw(&format!(
+                "<path d=\"{}Z\" fill=\"#d0d0d0\" stroke=\"none\"/>\n",
+                d_attr
+            ));
+        }
+    }
+    for (series, per_segment) in spec.series.iter().zip(&values) {
+        for pts in per_segment {
+            let pts: Vec<Option<(f64, f64)>> =
+                pts.iter().map(|p| p.map(|(x, v)| (x, to_y(v)))).collect();
+            c.series(&pts, series.style, 1.8);
+        }
+    }
+    // Frames last: over the data, so a series at zero does not hide them.
+    for &(x0, x1) in &layout.spans {
+        c.rect(
+            x0.round() + 0.5,
+            PLOT_TOP + 0.5,
+            (x1 - x0).round() - 1.0,
+            PLOT_H,
+            "none",
+            FRAME,
+        );
+    }
+    let empty = (points == 0).then(|| spec.empty.clone());
+    if let Some(e) = &empty {
+        c.text(
+            e,
+            (plot_l + plot_r) / 2.0,
+            PLOT_TOP + PLOT_H / 2.0,
+            NOTE_SIZE,
+            Anchor::Middle,
+            MUTED,
+        );
+    }
+
+    // Below: the x axis's unit, then notes.
+    let axis = if d.recording {
+        "time: seconds from the start of the recording"
+    } else {
+        "time: seconds from the start of each run (runs end to end, in the order they ran)"
+    };
+    let mut ny = plot_b + 32.0;
+    c.text(axis, plot_l, ny, NOTE_SIZE, Anchor::Start, INK);
+    for note in spec.notes.iter().chain(&key).chain(&empty_notes) {
+        ny += 15.0;
+        c.text(note, plot_l, ny, NOTE_SIZE, Anchor::Start, MUTED);
+    }
+    c.height = ny + 10.0;
+    Drawn {
+        canvas: c,
+        id: spec.id,
+        points,
+        empty,
+    }
+}
+
+/// Per bin of a multi-job writer: (x, slowest job, fastest job), MB/s.
+/// The seconds under one segment's stretch `x0..x1` of the time axis
+/// (a panel's and the findings strip's alike).
+pub(super) fn time_ticks(c: &mut Canvas, x0: f64, x1: f64, plot_b: f64, span: f64) {
+    let max_ticks = ((x1 - x0) / 44.0).floor().max(1.0) as usize;
+    let t = ticks(0.0, span, max_ticks);
+    let step = t.get(1).map_or(span.max(0.1), |v| v - t[0]);
+    for v in t {
+        let x = x0 + (x1 - x0) * (v / span.max(1e-9));
+        c.line(x, plot_b, x, plot_b + 4.0, FRAME, 1.0);
+        c.text(
+            &tick_label(v, step),
+            x,
+            plot_b + 16.0,
+            TICK_SIZE,
+            Anchor::Middle,
+            INK,
+        );
+    }
+}
+
+fn job_band(s: &Segment, x0: f64, x1: f64) -> Vec<(f64, f64, f64)> {
+    if s.timeline.jobs() < 2 {
+        return Vec::new();
+    }
+    let span = s.timeline.span_s.max(1e-9);
+    s.timeline
+        .bins
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            let len = bin_len(s, i);
+            if len < 1e-3 || b.writer_bytes.is_empty() {
+                return None;
+            }
+            let mid = i as f64 * s.timeline.bin_s + len / 2.0;
+            let rate = |v: &u64| *v as f64 / 1e6 / len;
+            let lo = b
+                .writer_bytes
+                .iter()
+                .map(rate)
+                .fold(f64::INFINITY, f64::min);
+            let hi = b.writer_bytes.iter().map(rate).fold(0.0, f64::max);
+            Some((x0 + (x1 - x0) * (mid / span).min(1.0), lo, hi))
+        })
+        .collect()
+}

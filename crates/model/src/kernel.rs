@@ -1,0 +1,94 @@
+//! What the tracer reads from the kernel at one instant, as plain data:
+//! the programs' counters and maps, their run times, and `/proc/vmstat`.
+//! `Tracer::snapshot` fills it; interval lines difference two of them.
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use writeback_common::{BlockHistKey, DevCounterKey};
+
+/// Counters kept by the programs (`STATS`), summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KernelStats {
+    pub lost_records: u64,
+    pub unmatched_results: u64,
+    pub inflight_full: u64,
+    pub filtered: u64,
+    /// Inode dirtyings the kernel could not queue (`DIRTYINGS` full):
+    /// their writeback went to `(unknown)`.
+    pub lost_dirtyings: u64,
+}
+
+/// Run time of one attached program (BPF_ENABLE_STATS).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProgramRunTime {
+    pub program: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+    /// Runs the kernel skipped: the program was already running on that
+    /// CPU (tracer/maps.rs `recursion_misses`), or, for a kretprobe of
+    /// ours, a return its event missed (no free instance); 0 where not
+    /// known.
+    pub recursion_misses: u64,
+}
+
+/// `/proc/vmstat` figures we compare against (pages).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmStat {
+    pub nr_dirty: u64,
+    pub nr_writeback: u64,
+    /// Cumulative: pages whose writeback completed (all filesystems).
+    pub nr_written: u64,
+    /// Cumulative: pages that went from clean to dirty.
+    pub nr_dirtied: u64,
+    pub nr_dirty_threshold: u64,
+    pub nr_dirty_background_threshold: u64,
+}
+
+/// One whole disk's cumulative counters from /proc/diskstats
+/// (Documentation/admin-guide/iostats.rst): reads, writes, discards and
+/// flushes together, as the block tracepoints see every request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskCounters {
+    pub dev: crate::DevId,
+    /// Requests completed.
+    pub requests: u64,
+    /// 512-byte sectors they moved.
+    pub sectors: u64,
+    /// ms they took, issue to completion, summed.
+    pub ticks_ms: u64,
+    /// ms requests spent in flight, weighted by how many were
+    /// (`time_in_queue`): its growth over an interval is the mean number
+    /// in flight times the interval (Little's law).
+    pub weighted_ms: u64,
+    /// Cache flush requests completed and the ms they took (fields 16
+    /// and 17, Linux 5.5+; 0 before): counted in `requests` and
+    /// `ticks_ms` too.
+    pub flushes: u64,
+    pub flush_ms: u64,
+}
+
+/// Everything read from the kernel at one instant.
+#[derive(Clone, Debug, Default)]
+pub struct KernelSnapshot {
+    pub agg: Vec<u64>,
+    pub block: HashMap<BlockHistKey, u64>,
+    /// Per-device inode-pass counters (empty unless the tp_btf hook of
+    /// `writeback_single_inode` is attached).
+    pub inode_pass: HashMap<DevCounterKey, u64>,
+    pub dirty: Vec<u64>,
+    pub stats: KernelStats,
+    pub run_times: Vec<ProgramRunTime>,
+    pub vmstat: VmStat,
+    /// Whole disks' counters, when the devices come from /proc/diskstats
+    /// (the default; empty with `--enable device_io`).
+    pub disks: Vec<DiskCounters>,
+    /// Pause ms in `balance_dirty_pages` per tgid since the tracer
+    /// attached, and the process's comm.
+    pub throttled: HashMap<u32, (u64, String)>,
+}
+
+impl KernelSnapshot {
+    pub(crate) fn agg(&self, i: u32) -> u64 {
+        self.agg.get(i as usize).copied().unwrap_or(0)
+    }
+}

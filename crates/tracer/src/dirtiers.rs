@@ -1,0 +1,397 @@
+//! The dirty-time maps (writeback-ebpf/src/dirtier.rs): the members the
+//! BTF program reads, resolved from the kernel's BTF, and reading
+//! `DIRTIERS` and `THROTTLED` into a [`DirtierSnapshot`].
+use std::{collections::BTreeSet, os::fd::AsFd as _};
+
+use anyhow::Context as _;
+use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuHashMap, RingBuf};
+use writeback_common::{
+    DIRTIER_CHANGED_KIND, DirtierChanged, DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot,
+    INODE_DIRTYING_KIND, InodeDirtying, dirtier_members, sampling, stat,
+};
+
+use super::{Tracer, attach::member_spec, btf::Btf as KernelBtf};
+use wbscope_model::dirtier::{
+    AttributionMode, DirtierReading, DirtierSnapshot, InodeDirtyingReading, TaskReading,
+};
+use wbscope_model::record::comm;
+
+/// Processes followed at most for their dirtied-page counts; past it a
+/// new one is not followed (its `pages_dirtied` stay 0; its writeback is
+/// still charged to it).
+const MAX_TASKS: usize = 1 << 14;
+
+/// Readings of the per-folio counts between two readings of the whole
+/// `DIRTIERS` map: the others look up only the pairs announced as
+/// changed. A whole reading forgets evicted pairs and catches a change a
+/// race left unannounced (see [`Tracer::per_folio`]), so a minute at the
+/// default interval bounds both; it costs about 30 ms of a core with
+/// 60,000 pairs (BENCHMARKS.md, "The per-folio map's reading cost").
+const WHOLE_EVERY: u32 = 60;
+
+/// The reader of `DIRTYINGS` (writeback-ebpf dirtier.rs): in the default
+/// mode the inode dirtyings, and the processes they name, whose page
+/// counts are read from /proc/TGID/io at each reading; in the per-folio
+/// mode the `DIRTIERS` pairs that changed, and when the whole map is due.
+pub(crate) struct Dirtyings {
+    ring: RingBuf<MapData>,
+    tasks: BTreeSet<u32>,
+    /// CLOCK_BOOTTIME of the previous reading, in clock ticks: a process
+    /// that started after it counts from zero.
+    last_reading_ticks: u64,
+    /// The per-folio reading's generation (`sampling::READING`).
+    generation: u32,
+    /// Per-folio readings since the last whole one (`None`: none yet).
+    since_whole: Option<u32>,
+    /// `stat::LOST_CHANGED` at the last reading.
+    lost_changed: u64,
+    /// The pairs announced to the reading before: looked up again, for a
+    /// pair announced before that reading's lookup and grown after it
+    /// within the same generation is not announced twice.
+    last_changed: Vec<DirtierKey>,
+}
+
+impl Dirtyings {
+    pub(super) fn new(ring: RingBuf<MapData>) -> Dirtyings {
+        Dirtyings {
+            ring,
+            tasks: BTreeSet::new(),
+            last_reading_ticks: boot_ticks(),
+            generation: 0,
+            since_whole: None,
+            lost_changed: 0,
+            last_changed: Vec::new(),
+        }
+    }
+
+    /// Drains the ring: inode dirtyings into `snap.dirtyings`, changed
+    /// pairs into `changed`.
+    fn drain(&mut self, snap: &mut DirtierSnapshot, changed: &mut Vec<DirtierKey>) {
+        while let Some(item) = self.ring.next() {
+            match decode(&item) {
+                Some(Decoded::Dirtying(d)) => {
+                    if self.tasks.len() < MAX_TASKS || self.tasks.contains(&d.tgid) {
+                        self.tasks.insert(d.tgid);
+                    }
+                    snap.dirtyings.push(d);
+                }
+                Some(Decoded::Changed(key)) => changed.push(key),
+                None => {}
+            }
+        }
+    }
+
+    /// Drains the ring into `snap.dirtyings`, then, with `tasks`, reads
+    /// the page counts of every process it has seen into `snap.tasks`; a
+    /// process whose count cannot be read any more (it exited) is dropped.
+    fn read(&mut self, snap: &mut DirtierSnapshot, tasks: bool) {
+        self.drain(snap, &mut Vec::new());
+        // After the drop no file may be opened (the seccomp filter kills
+        // on `openat`), and another user's /proc/PID/io is refused at every
+        // read anyway (`ptrace_may_access()`): the per-process counts are
+        // read only by a run that kept its privileges (docs/production.md).
+        if super::privileges::dropped() {
+            self.tasks.clear();
+            return;
+        }
+        if !tasks {
+            return;
+        }
+        snap.tasks_read = true;
+        let page = wbscope_model::units::page_size();
+        let since = self.last_reading_ticks;
+        self.last_reading_ticks = boot_ticks();
+        self.tasks.retain(|&tgid| {
+            let Ok(p) = procfs::process::Process::new(tgid as i32) else {
+                return false;
+            };
+            let (Ok(io), Ok(stat)) = (p.io(), p.stat()) else {
+                return false;
+            };
+            snap.tasks.push(TaskReading {
+                tgid,
+                pages: io.write_bytes / page,
+                new: stat.starttime > since,
+            });
+            true
+        });
+    }
+}
+
+/// CLOCK_BOOTTIME in clock ticks, the unit of /proc/PID/stat's
+/// `starttime`.
+fn boot_ticks() -> u64 {
+    wbscope_sys::boottime_ns() / (1_000_000_000 / procfs::ticks_per_second().max(1))
+}
+
+/// A record of `DIRTYINGS`.
+enum Decoded {
+    Dirtying(InodeDirtyingReading),
+    Changed(DirtierKey),
+}
+
+/// One record of `DIRTYINGS`, read with a kind and size check.
+fn decode(bytes: &[u8]) -> Option<Decoded> {
+    let kind = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
+    if kind == DIRTIER_CHANGED_KIND && bytes.len() >= size_of::<DirtierChanged>() {
+        // SAFETY: length checked; DirtierChanged is Pod and
+        // read_unaligned needs no alignment.
+        let c: DirtierChanged = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        return Some(Decoded::Changed(c.key));
+    }
+    if bytes.len() < size_of::<InodeDirtying>() {
+        return None;
+    }
+    // SAFETY: length checked; InodeDirtying is Pod and read_unaligned
+    // needs no alignment.
+    let d: InodeDirtying = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    (d.kind == INODE_DIRTYING_KIND).then(|| {
+        Decoded::Dirtying(InodeDirtyingReading {
+            dev: d.dev,
+            ino: d.ino,
+            at_ns: d.at_ns,
+            tgid: d.tgid,
+            comm: comm(&d.comm),
+            cgroup_id: d.cgroup_id,
+            owner_cgroup_id: d.owner_cgroup_id,
+        })
+    })
+}
+
+/// `DirtierMembers` from the kernel's BTF: each slot's first member path
+/// that exists; a required one missing refuses the hook (the reason is
+/// returned), an optional one reads as absent (no large-folio count: one
+/// page per folio; no cgroup writeback: owner 0).
+///
+/// The folio's members are looked up but not required here: the
+/// once-per-inode program reads none (and 5.10 has no `struct folio`);
+/// [`has_folio`] refuses the per-folio one without them.
+pub(super) fn resolve_members(btf: &KernelBtf) -> Result<DirtierMembers, String> {
+    let mut table = DirtierMembers::EMPTY;
+    for (slot, (strukt, names, required)) in dirtier_members::PATHS.iter().enumerate() {
+        let required = *required && *strukt != "folio" && *strukt != "address_space";
+        let found = names
+            .iter()
+            .find_map(|name| member_spec(btf, strukt, name, false).ok());
+        match found {
+            Some(spec) => table.members[slot] = spec,
+            None if required => {
+                return Err(format!(
+                    "struct {strukt} has none of {} in the kernel's BTF",
+                    names.join(", ")
+                ));
+            }
+            None => {}
+        }
+    }
+    // Without PG_head the large-folio count cannot be told valid: one
+    // page per folio.
+    match btf
+        .enum_value("PG_head")
+        .ok()
+        .and_then(|b| u32::try_from(b).ok())
+    {
+        Some(bit) if bit < 64 => table.pg_head_bit = bit,
+        _ => table.members[dirtier_members::FOLIO_NR_PAGES] = Default::default(),
+    }
+    Ok(table)
+}
+
+/// Whether the per-folio program's members resolved (`struct folio`'s
+/// flags and the mapping's host), or why not.
+pub(super) fn has_folio(table: &DirtierMembers) -> Result<(), String> {
+    let missing = [dirtier_members::FOLIO_FLAGS, dirtier_members::MAPPING_HOST]
+        .iter()
+        .find(|&&slot| table.members[slot].present == 0);
+    match missing {
+        None => Ok(()),
+        Some(&slot) => {
+            let (strukt, names, _) = dirtier_members::PATHS[slot];
+            Err(format!(
+                "struct {strukt} has none of {} in the kernel's BTF",
+                names.join(", ")
+            ))
+        }
+    }
+}
+
+impl Tracer {
+    /// Every entry of `DIRTIERS` and `THROTTLED`, read now; in the
+    /// per-inode mode the dirtyings since the last reading, and with
+    /// `tasks` each dirtier's page count from /proc (an interval's
+    /// reading: a re-read for a batch of calls needs only the dirtyings).
+    pub fn dirtiers(&self, tasks: bool) -> anyhow::Result<DirtierSnapshot> {
+        let mut snap = DirtierSnapshot::default();
+        if AttributionMode::of(&self.plan) == Some(AttributionMode::PerInode) {
+            self.dirtyings
+                .lock()
+                .map_err(|_| anyhow::anyhow!("the dirtyings reader was poisoned"))?
+                .read(&mut snap, tasks);
+        } else {
+            self.per_folio(&mut snap)?;
+        }
+        // The per-process pauses the findings read too (maps.rs), one
+        // map for both.
+        let throttled: PerCpuHashMap<_, u32, writeback_common::PausedBy> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map("THROTTLED")
+                .context("THROTTLED map missing")?,
+        )?;
+        for entry in throttled.iter() {
+            let (tgid, per_cpu) = entry.context("reading THROTTLED")?;
+            let pauses = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(v.pauses));
+            let ms = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(v.pause_ms));
+            snap.throttled.insert(tgid, (pauses, ms));
+        }
+        // After the slots: every page counted was dirtied before this.
+        snap.taken_ns = wbscope_sys::monotonic_ns();
+        Ok(snap)
+    }
+
+    /// Counts one dirtied folio in 2^`shift` (as 2^`shift` folios) from
+    /// now on; 0 counts every one (`SAMPLING`, the CPU budget's first
+    /// step). Nothing to do unless the per-folio program is attached.
+    pub fn set_dirty_folio_sampling(&self, shift: u32) -> anyhow::Result<()> {
+        if AttributionMode::of(&self.plan) != Some(AttributionMode::PerFolio) {
+            return Ok(());
+        }
+        self.set_sampling(sampling::DIRTY_FOLIO, shift)
+    }
+
+    /// Draws one ext4 writepages call in 2^`shift` into the sample from
+    /// now on (the others are counted in the kernel, with their pages,
+    /// and leave no record); 0 keeps every call.
+    pub fn set_call_sampling(&self, shift: u32) -> anyhow::Result<()> {
+        self.set_sampling(sampling::CALLS, shift)
+    }
+
+    fn set_sampling(&self, slot: u32, shift: u32) -> anyhow::Result<()> {
+        let mut map = self.sampling.lock().unwrap_or_else(|e| e.into_inner());
+        map.set(slot, shift, 0)
+            .with_context(|| format!("writing SAMPLING[{slot}]"))
+    }
+
+    /// `DIRTIERS` and the CPUs' slots, the per-folio mode's counts: the
+    /// pairs announced as changed since the reading before (and those
+    /// announced to it), or every pair when a whole reading is due
+    /// ([`WHOLE_EVERY`], the first, or a record the ring had no room for).
+    ///
+    /// The order: the new generation is written first, so that a pair
+    /// that grows from then on is announced again; then the ring is
+    /// drained and the pairs looked up. A pair announced in the old
+    /// generation and grown after the lookup is read at the next reading
+    /// (it is in `last_changed`); what a race leaves unannounced beyond
+    /// that, the next whole reading reads.
+    fn per_folio(&self, snap: &mut DirtierSnapshot) -> anyhow::Result<()> {
+        let mut reader = self
+            .dirtyings
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the dirtyings reader was poisoned"))?;
+        let generation = reader.generation.wrapping_add(1);
+        self.set_sampling(sampling::READING, generation)?;
+        reader.generation = generation;
+        let mut changed = Vec::new();
+        reader.drain(snap, &mut changed);
+        let lost = self.stat(stat::LOST_CHANGED)?;
+        let whole = match reader.since_whole {
+            Some(n) => n + 1 >= WHOLE_EVERY || lost != reader.lost_changed,
+            None => true,
+        };
+        reader.lost_changed = lost;
+        reader.since_whole = Some(if whole {
+            0
+        } else {
+            reader.since_whole.unwrap_or(0) + 1
+        });
+        let dirtiers = self.ebpf.map("DIRTIERS").context("DIRTIERS map missing")?;
+        let slots: Array<_, DirtierSlot> = Array::try_from(
+            self.ebpf
+                .map("DIRTY_SLOT")
+                .context("DIRTY_SLOT map missing")?,
+        )?;
+        let read_slots = || {
+            slots
+                .iter()
+                .collect::<Result<Vec<_>, _>>()
+                .context("reading DIRTY_SLOT")
+        };
+        if whole {
+            snap.whole = true;
+            let fd = match dirtiers {
+                Map::LruHashMap(data) | Map::HashMap(data) => Some(data.fd().as_fd()),
+                _ => None,
+            };
+            // A batch at a time where the kernel can (batch.rs: 60,000
+            // pairs cost a tenth of a core a second read one by one).
+            match fd.and_then(super::batch::hash_entries::<DirtierKey, DirtierEntry>) {
+                Some(entries) => {
+                    let entries = entries.context("reading DIRTIERS")?;
+                    snap.entries
+                        .extend(entries.iter().map(|(k, v)| reading(k, v)));
+                }
+                None => {
+                    let map: BpfHashMap<_, DirtierKey, DirtierEntry> =
+                        BpfHashMap::try_from(dirtiers)?;
+                    for entry in map.iter() {
+                        // An entry evicted between listing and lookup is
+                        // skipped.
+                        let Ok((k, v)) = entry else { continue };
+                        snap.entries.push(reading(&k, &v));
+                    }
+                }
+            }
+        } else {
+            // The pairs in the CPUs' slots too: a slot's pages are added
+            // to its pair's count below, which must then be read.
+            let mut keys: Vec<DirtierKey> = changed.clone();
+            keys.extend_from_slice(&reader.last_changed);
+            keys.extend(
+                read_slots()?
+                    .iter()
+                    .filter(|s| s.entry.pages != 0)
+                    .map(|s| s.key),
+            );
+            keys.sort_unstable();
+            keys.dedup();
+            let map: BpfHashMap<_, DirtierKey, DirtierEntry> = BpfHashMap::try_from(dirtiers)?;
+            for key in keys {
+                match map.get(&key, 0) {
+                    Ok(v) => snap.entries.push(reading(&key, &v)),
+                    // Evicted since.
+                    Err(aya::maps::MapError::KeyNotFound) => {}
+                    Err(e) => return Err(e).context("reading DIRTIERS"),
+                }
+            }
+        }
+        reader.last_changed = changed;
+        // The CPUs' slots after the hash: a slot flushed between the two
+        // reads is then missed once (and counted at the next read), never
+        // counted twice.
+        for slot in read_slots()?.iter().filter(|s| s.entry.pages != 0) {
+            let k = slot.key;
+            match snap
+                .entries
+                .iter_mut()
+                .find(|e| (e.dev, e.ino, e.tgid) == (k.dev, k.ino, k.tgid))
+            {
+                Some(e) => e.pages += slot.entry.pages,
+                None => snap.entries.push(reading(&k, &slot.entry)),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn reading(k: &DirtierKey, v: &DirtierEntry) -> DirtierReading {
+    DirtierReading {
+        dev: k.dev,
+        ino: k.ino,
+        tgid: k.tgid,
+        pages: v.pages,
+        pid: v.pid,
+        comm: comm(&v.comm),
+        cgroup_id: v.cgroup_id,
+        owner_cgroup_id: v.owner_cgroup_id,
+        born_ns: v.born_ns,
+    }
+}

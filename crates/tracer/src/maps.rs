@@ -1,0 +1,423 @@
+//! Reading the programs' maps into plain figures ([`KernelSnapshot`]):
+//! per-CPU counters summed, block histograms from their shared slots and
+//! overflow hash, the programs' run times, and `/proc/vmstat` beside them.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    io::{BufReader, Seek as _},
+};
+
+use anyhow::Context as _;
+use aya::maps::{Array, PerCpuArray, PerCpuHashMap};
+use writeback_common::{
+    BlockHistKey, BlockSlots, TracepointLayout, dirty, fields::global_dirty, global_thresh, stat,
+};
+
+use super::Tracer;
+use wbscope_model::kernel::{KernelSnapshot, KernelStats, ProgramRunTime, VmStat};
+
+impl Tracer {
+    /// Everything the interval figures need, read now.
+    pub fn snapshot(&self) -> anyhow::Result<KernelSnapshot> {
+        let vmstat = self.vmstat.read()?;
+        self.set_global_thresholds(&vmstat)?;
+        Ok(KernelSnapshot {
+            agg: self.aggregates()?,
+            block: self.block_histograms()?,
+            inode_pass: self.inode_pass_counters()?,
+            dirty: self.dirty_levels()?,
+            stats: self.stats()?,
+            run_times: self.run_times(),
+            vmstat,
+            disks: match &self.disks {
+                Some(f) => f.read()?,
+                None => Vec::new(),
+            },
+            throttled: self.throttled()?,
+        })
+    }
+
+    /// Hands the global dirty thresholds to the throttle classifier
+    /// (`writeback_common::global_thresh`).
+    pub(crate) fn set_global_thresholds(&self, vmstat: &VmStat) -> anyhow::Result<()> {
+        let mut map = self.global_thresh.lock().unwrap_or_else(|e| e.into_inner());
+        map.set(global_thresh::DIRTY, vmstat.nr_dirty_threshold, 0)
+            .context("writing GLOBAL_THRESH")?;
+        map.set(
+            global_thresh::BACKGROUND,
+            vmstat.nr_dirty_background_threshold,
+            0,
+        )
+        .context("writing GLOBAL_THRESH")?;
+        Ok(())
+    }
+
+    /// Pause ms per process in `balance_dirty_pages` (`THROTTLED`),
+    /// summed over CPUs, with the comm any CPU saw.
+    pub(crate) fn throttled(&self) -> anyhow::Result<HashMap<u32, (u64, String)>> {
+        let map: PerCpuHashMap<_, u32, writeback_common::PausedBy> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map("THROTTLED")
+                .context("THROTTLED map missing")?,
+        )?;
+        let mut out = HashMap::new();
+        for entry in map.iter() {
+            let (tgid, values) = entry.context("reading THROTTLED")?;
+            let ms = values.iter().fold(0u64, |a, v| a.wrapping_add(v.pause_ms));
+            let comm = values
+                .iter()
+                .find(|v| v.comm[0] != 0)
+                .map(|v| wbscope_model::record::comm(&v.comm))
+                .unwrap_or_default();
+            out.insert(tgid, (ms, comm));
+        }
+        Ok(out)
+    }
+
+    pub fn stats(&self) -> anyhow::Result<KernelStats> {
+        let sum = |index: u32| self.stat(index);
+        Ok(KernelStats {
+            lost_records: sum(stat::LOST_RECORDS)?,
+            unmatched_results: sum(stat::UNMATCHED_RESULTS)?,
+            inflight_full: sum(stat::INFLIGHT_FULL)?,
+            filtered: sum(stat::FILTERED)?,
+            lost_dirtyings: sum(stat::LOST_DIRTYINGS)?,
+        })
+    }
+
+    /// One `STATS` counter, summed over CPUs.
+    pub(super) fn stat(&self, index: u32) -> anyhow::Result<u64> {
+        let values = self
+            .stats
+            .get(&index, 0)
+            .with_context(|| format!("reading STATS[{index}]"))?;
+        Ok(sum_counters(values.iter()))
+    }
+
+    /// Per-CPU interval counters (`AGG`), summed over CPUs, by index.
+    pub(crate) fn aggregates(&self) -> anyhow::Result<Vec<u64>> {
+        let agg: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.ebpf.map("AGG").context("AGG map missing")?)?;
+        (0..writeback_common::agg::COUNT)
+            .map(|i| {
+                agg.get(&i, 0)
+                    .map(|v| sum_counters(v.iter()))
+                    .with_context(|| format!("reading AGG[{i}]"))
+            })
+            .collect()
+    }
+
+    /// Latest dirty levels, by `writeback_common::dirty` index: the words
+    /// `DIRTY` holds, decoded with the tracepoint's layout.
+    pub(crate) fn dirty_levels(&self) -> anyhow::Result<Vec<u64>> {
+        let map: Array<_, u64> =
+            Array::try_from(self.ebpf.map("DIRTY").context("DIRTY map missing")?)?;
+        let words = (0..dirty::COUNT)
+            .map(|i| {
+                map.get(&i, 0)
+                    .with_context(|| format!("reading DIRTY[{i}]"))
+            })
+            .collect::<anyhow::Result<Vec<u64>>>()?;
+        Ok(decode_dirty(&words, &self.global_dirty_layout))
+    }
+
+    /// Per-device block histograms: the shared slots (`BLOCK_SLOTS`) and
+    /// the per-CPU overflow hash (`BLOCK_HIST`), summed over CPUs, together.
+    pub(crate) fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
+        let mut out: HashMap<BlockHistKey, u64> = self.per_cpu_sums("BLOCK_HIST")?;
+        let slots: Array<_, BlockSlots> = Array::try_from(
+            self.ebpf
+                .map("BLOCK_SLOTS")
+                .context("BLOCK_SLOTS map missing")?,
+        )?;
+        let slots = slots.get(&0, 0).context("reading BLOCK_SLOTS")?;
+        add_slot_counts(&mut out, &slots);
+        Ok(out)
+    }
+
+    /// Per-device inode-pass counters (`INODE_PASS`), summed over CPUs.
+    pub(crate) fn inode_pass_counters(
+        &self,
+    ) -> anyhow::Result<HashMap<writeback_common::DevCounterKey, u64>> {
+        self.per_cpu_sums("INODE_PASS")
+    }
+
+    /// Every entry of the per-CPU hash `name`, its values summed over CPUs.
+    fn per_cpu_sums<K: aya::Pod + Eq + std::hash::Hash>(
+        &self,
+        name: &str,
+    ) -> anyhow::Result<HashMap<K, u64>> {
+        let map: PerCpuHashMap<_, K, u64> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map(name)
+                .with_context(|| format!("{name} map missing"))?,
+        )?;
+        let mut out = HashMap::new();
+        for entry in map.iter() {
+            let (key, values) = entry.with_context(|| format!("reading {name}"))?;
+            out.insert(key, sum_counters(values.iter()));
+        }
+        Ok(out)
+    }
+
+    /// Run count and time of each attached program, when the kernel keeps
+    /// BPF statistics, and the runs it missed: skipped for recursion, and
+    /// for a kretprobe of our own the returns its event missed for want
+    /// of a free instance (`kprobe_profile`, retprobe.rs: those calls
+    /// have no end).
+    pub fn run_times(&self) -> Vec<ProgramRunTime> {
+        let mut retprobes = self.retprobes.lock().unwrap_or_else(|e| e.into_inner());
+        self.attached_programs
+            .iter()
+            .filter_map(|&name| {
+                let program = self.ebpf.program(name)?;
+                let info = program.info().ok()?;
+                let recursion_misses = program
+                    .fd()
+                    .ok()
+                    .and_then(|fd| recursion_misses(std::os::fd::AsFd::as_fd(fd)))
+                    .unwrap_or(0)
+                    + retprobes
+                        .iter_mut()
+                        .filter(|(program, _)| *program == name)
+                        .filter_map(|(_, r)| r.misses())
+                        .sum::<u64>();
+                Some(ProgramRunTime {
+                    program: name.to_string(),
+                    run_count: info.run_count(),
+                    run_time_ns: info.run_time().as_nanos() as u64,
+                    recursion_misses,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A loaded program's `recursion_misses` (`struct bpf_prog_info`, Linux
+/// 5.12+): runs the kernel skipped because the program was already
+/// running on that CPU (`bpf_prog_inc_misses_counter()`: the recursion
+/// guards of the fentry/fexit trampolines, kernel/bpf/trampoline.c, and
+/// of raw tracepoints, kernel/trace/bpf_trace.c; newer kernels count the
+/// kprobe path's too). On PREEMPT_RT a program preempted by another task that
+/// fires the same hook on that CPU loses the second run this way (issue
+/// 28), so it is counted, not inferred. None when the kernel refuses the
+/// query or predates the field (the kernel fills only what it knows and
+/// reports the length it wrote).
+fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
+    use std::os::fd::AsRawFd as _;
+
+    use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
+    // SAFETY: both are plain C structs; all-zero is valid for each.
+    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    let len = std::mem::size_of::<bpf_prog_info>() as u32;
+    attr.info.bpf_fd = fd.as_raw_fd() as u32;
+    attr.info.info_len = len;
+    attr.info.info = std::ptr::from_mut(&mut info) as u64;
+    // SAFETY: BPF_OBJ_GET_INFO_BY_FD writes at most `info_len` bytes to
+    // `info`, which lives until the call returns, and the length it
+    // filled back into `attr` (kernel/bpf/syscall.c,
+    // `bpf_prog_get_info_by_fd()`); both outlive the call.
+    let ret = unsafe { super::batch::sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr) };
+    // SAFETY: the union's `info` member is the one set above and read back.
+    let written = unsafe { attr.info.info_len } as usize;
+    let end = std::mem::offset_of!(bpf_prog_info, recursion_misses) + std::mem::size_of::<u64>();
+    (ret == 0 && written >= end).then_some(info.recursion_misses)
+}
+
+/// The `/proc/vmstat` figures wbscope compares against, read now.
+pub fn read_vmstat() -> anyhow::Result<VmStat> {
+    VmStatFile::open()?.read()
+}
+
+/// `/proc/vmstat` held open: a seq_file, whose every read from offset 0
+/// is a fresh rendering of the counters (fs/seq_file.c), so one open
+/// serves a whole run, after the privileges are dropped too (the seccomp
+/// filter allows no open). The file is world-readable either way.
+pub struct VmStatFile(File);
+
+impl VmStatFile {
+    const PATH: &str = "/proc/vmstat";
+
+    pub(crate) fn open() -> anyhow::Result<VmStatFile> {
+        File::open(Self::PATH)
+            .map(VmStatFile)
+            .with_context(|| format!("opening {}", Self::PATH))
+    }
+
+    /// The figures now.
+    pub(crate) fn read(&self) -> anyhow::Result<VmStat> {
+        let mut file = &self.0;
+        file.rewind()
+            .with_context(|| format!("rewinding {}", Self::PATH))?;
+        let procfs::VmStat(v) = procfs::FromBufRead::from_buf_read(BufReader::new(file))
+            .with_context(|| format!("reading {}", Self::PATH))?;
+        Ok(vmstat_figures(&v))
+    }
+}
+
+fn vmstat_figures(v: &HashMap<String, i64>) -> VmStat {
+    let get = |k: &str| v.get(k).copied().unwrap_or(0).max(0) as u64;
+    VmStat {
+        nr_dirty: get("nr_dirty"),
+        nr_writeback: get("nr_writeback"),
+        nr_written: get("nr_written"),
+        nr_dirtied: get("nr_dirtied"),
+        nr_dirty_threshold: get("nr_dirty_threshold"),
+        nr_dirty_background_threshold: get("nr_dirty_background_threshold"),
+    }
+}
+
+/// Adds the non-zero buckets of the held `BLOCK_SLOTS` slots to `out` (a
+/// free slot, device 0, holds nothing).
+fn add_slot_counts(out: &mut HashMap<BlockHistKey, u64>, slots: &BlockSlots) {
+    let held = slots
+        .devs
+        .iter()
+        .zip(&slots.buckets)
+        .filter(|(dev, _)| **dev != 0);
+    for (&dev, hists) in held {
+        for (kind, counts) in hists.iter().enumerate() {
+            for (bucket, &count) in counts.iter().enumerate().filter(|(_, c)| **c != 0) {
+                let key = BlockHistKey {
+                    dev,
+                    kind: kind as u16,
+                    bucket: bucket as u16,
+                };
+                *out.entry(key).or_default() += count;
+            }
+        }
+    }
+}
+
+/// Sums per-CPU counters the way the kernel adds to them: modulo 2^64
+/// (interval figures are differences, taken with wrapping_sub).
+fn sum_counters<'a>(values: impl Iterator<Item = &'a u64>) -> u64 {
+    values.fold(0, |acc, v| acc.wrapping_add(*v))
+}
+
+/// The levels in `writeback_common::dirty` order from the words the
+/// program copied (`words[dirty::UPDATED_NS]` is its update time): a level
+/// whose field is not among the copied words reads 0, as an absent field
+/// does everywhere.
+fn decode_dirty(words: &[u64], layout: &TracepointLayout) -> Vec<u64> {
+    let mut levels: Vec<u64> = (0..global_dirty::NAMES.len())
+        .map(|i| {
+            dirty::record_word(&layout.fields[i])
+                .and_then(|w| words.get(w).copied())
+                .unwrap_or(0)
+        })
+        .collect();
+    levels.push(words.get(dirty::UPDATED_NS as usize).copied().unwrap_or(0));
+    levels
+}
+
+#[cfg(test)]
+mod tests {
+    use writeback_common::{FieldSpec, block_hist};
+
+    use super::*;
+
+    /// Slots add up with the overflow hash; free slots and empty buckets
+    /// add nothing.
+    /// Root: the embedded object's classic tracepoint program for inodes
+    /// made dirty, loaded (not attached), answers the query with 0 on
+    /// this kernel (6.18: the field exists since 5.12).
+    #[test]
+    fn recursion_misses_of_a_loaded_program_are_read() {
+        use std::os::fd::AsFd as _;
+        let mut ebpf = aya::EbpfLoader::new()
+            .load(super::super::object::EBPF_OBJECT)
+            .expect("load the embedded object");
+        let program: &mut aya::programs::TracePoint = ebpf
+            .program_mut("dirty_inode")
+            .expect("dirty_inode")
+            .try_into()
+            .expect("a tracepoint program");
+        program.load().expect("verifier");
+        let fd = program.fd().expect("loaded");
+        assert_eq!(recursion_misses(fd.as_fd()), Some(0));
+    }
+
+    #[test]
+    fn block_slot_counts_merge_with_the_hash() {
+        let key = |dev, kind, bucket| BlockHistKey { dev, kind, bucket };
+        let mut out = HashMap::from([(key(7 << 20, block_hist::LATENCY_NS, 12), 5)]);
+        let mut slots = BlockSlots::default();
+        slots.devs[3] = 7 << 20;
+        slots.buckets[3][block_hist::ISSUE_BYTES as usize][20] = 6;
+        slots.buckets[3][block_hist::LATENCY_NS as usize][12] = 4;
+        slots.buckets[3][block_hist::LATENCY_NS as usize][63] = 1;
+        slots.devs[9] = 8 << 20;
+        slots.buckets[9][block_hist::LATENCY_NS as usize][0] = 2;
+        // Counts in a free slot are nobody's.
+        slots.buckets[5][0][1] = 9;
+        add_slot_counts(&mut out, &slots);
+        assert_eq!(
+            out,
+            HashMap::from([
+                (key(7 << 20, block_hist::ISSUE_BYTES, 20), 6),
+                (key(7 << 20, block_hist::LATENCY_NS, 12), 9),
+                (key(7 << 20, block_hist::LATENCY_NS, 63), 1),
+                (key(8 << 20, block_hist::LATENCY_NS, 0), 2),
+            ])
+        );
+    }
+
+    /// A host's usual devices (loop, virtio, sd, nvme, device-mapper),
+    /// claiming slots first come first served as the programs do, all get
+    /// one within their probes: none of them pays for the hash.
+    #[test]
+    fn usual_devices_get_their_own_slots() {
+        let mkdev = |major: u32, minor: u32| major << 20 | minor;
+        let mut devices: Vec<u32> = (0..8).map(|minor| mkdev(7, minor)).collect();
+        devices.extend([mkdev(254, 0), mkdev(8, 0), mkdev(8, 16), mkdev(259, 0)]);
+        let mut taken = [0u32; block_hist::SLOTS as usize];
+        for &dev in &devices {
+            let slot = (0..block_hist::PROBES)
+                .map(|probe| block_hist::slot_of(dev, probe) as usize)
+                .find(|&slot| taken[slot] == 0)
+                .unwrap_or_else(|| panic!("{dev:#x}: no free slot in {taken:x?}"));
+            taken[slot] = dev;
+        }
+    }
+
+    fn layout(offsets: &[u16]) -> TracepointLayout {
+        let mut layout = TracepointLayout::EMPTY;
+        for (slot, &offset) in offsets.iter().enumerate() {
+            layout.fields[slot] = FieldSpec {
+                offset,
+                size: 8,
+                signed: 0,
+            };
+        }
+        layout
+    }
+
+    /// The words as 6.18 writes them (seven `unsigned long`s from offset
+    /// 8, in NAMES order) decode to the levels in order; a 5.7 layout
+    /// (`nr_unstable` at 24 moving the rest one word on) finds each level
+    /// in its word and leaves `nr_written`, past the copied words, at 0.
+    #[test]
+    fn dirty_levels_from_the_copied_words() {
+        let words = [10, 11, 12, 13, 14, 15, 16, 999];
+        let now = layout(&[8, 16, 24, 32, 40, 48, 56]);
+        assert_eq!(
+            decode_dirty(&words, &now),
+            [10, 11, 12, 13, 14, 15, 16, 999]
+        );
+        let old = layout(&[8, 16, 32, 40, 48, 56, 64]);
+        assert_eq!(decode_dirty(&words, &old), [10, 11, 13, 14, 15, 16, 0, 999]);
+        // A field that is not a whole aligned word is never guessed at.
+        let mut odd = now;
+        odd.fields[1].size = 4;
+        odd.fields[2].offset = 20;
+        assert_eq!(decode_dirty(&words, &odd), [10, 0, 0, 13, 14, 15, 16, 999]);
+        assert_eq!(
+            decode_dirty(&words, &TracepointLayout::EMPTY),
+            [0, 0, 0, 0, 0, 0, 0, 999]
+        );
+    }
+}

@@ -1,0 +1,386 @@
+//! Reads per-call records from the kernel's ring buffer and turns them into
+//! typed [`RingRecord`]s.
+use std::{
+    mem::size_of,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use aya::maps::{HashMap, MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+use writeback_common::{
+    COMMIT_PHASE_KIND, CommitPhase, FLUSH_REQUEST_KIND, FlushRequest, GENERIC_CALL_KIND,
+    GenericCall, SYNC_SPAN_KIND, SyncSpan, WritepagesCall, boundary, record_kind,
+};
+
+use super::{Tracer, mounts::FsNames};
+use wbscope_model::{
+    CallRecord,
+    durability::{DeviceFlush, Phase, Span},
+};
+
+/// How long a generic call may go without a folio before it is taken as
+/// over (writeback-ebpf generic.rs: the last fsync or sync_file_range of
+/// a thread has no event that ends it). A writepages loop waits between
+/// folios only for a folio's lock or its earlier writeback, well under
+/// this on any working device.
+pub(crate) const IDLE_CALL: Duration = Duration::from_secs(1);
+
+/// How often the open generic calls are looked at for idle ones.
+const EXPIRE_EVERY: Duration = Duration::from_millis(250);
+
+/// How long records may wait in the ring buffer before userspace reads
+/// them when the kernel does not wake it.
+pub(crate) const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What collectors send to the task that owns the model.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RingRecord {
+    Call(CallRecord),
+    /// An ext4 fsync's span (`--enable durability`).
+    Sync(Span),
+    /// A phase of a journal commit (`--enable durability`).
+    Commit(Phase),
+    /// A completed cache-flush request (`--enable device_io`).
+    Flush(DeviceFlush),
+}
+
+impl RingRecord {
+    /// The call, for readers that take only calls.
+    pub fn into_call(self) -> Option<CallRecord> {
+        match self {
+            RingRecord::Call(c) => Some(c),
+            RingRecord::Sync(_) | RingRecord::Commit(_) | RingRecord::Flush(_) => None,
+        }
+    }
+}
+
+/// Why a ring-buffer record was refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DecodeError {
+    #[error("record of {0} bytes is shorter than its header")]
+    Short(usize),
+    #[error("record kind {kind} of {len} bytes does not match any known record")]
+    Unknown { kind: u32, len: usize },
+}
+
+/// Decodes one ring-buffer record. The bytes are copied out with an
+/// unaligned read after a size check: ring-buffer items are only 8-byte
+/// aligned by convention, and a short record must never be read past.
+pub(crate) fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
+    let kind_bytes: [u8; 4] = bytes
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(DecodeError::Short(bytes.len()))?;
+    let kind = u32::from_ne_bytes(kind_bytes);
+    match kind {
+        record_kind::WRITEPAGES_CALL if bytes.len() >= size_of::<WritepagesCall>() => {
+            // SAFETY: length checked above; WritepagesCall is Pod (any bit
+            // pattern valid) and read_unaligned needs no alignment.
+            let raw: WritepagesCall =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<WritepagesCall>()) };
+            Ok(RingRecord::Call(CallRecord::from(&raw)))
+        }
+        GENERIC_CALL_KIND if bytes.len() >= size_of::<GenericCall>() => {
+            // SAFETY: as above; GenericCall is Pod.
+            let raw: GenericCall =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<GenericCall>()) };
+            Ok(RingRecord::Call(CallRecord::from_generic(
+                &raw,
+                raw.boundary,
+            )))
+        }
+        SYNC_SPAN_KIND if bytes.len() >= size_of::<SyncSpan>() => {
+            // SAFETY: as above; SyncSpan is Pod.
+            let raw: SyncSpan =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<SyncSpan>()) };
+            Ok(RingRecord::Sync(Span::from(&raw)))
+        }
+        COMMIT_PHASE_KIND if bytes.len() >= size_of::<CommitPhase>() => {
+            // SAFETY: as above; CommitPhase is Pod.
+            let raw: CommitPhase =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<CommitPhase>()) };
+            Ok(RingRecord::Commit(Phase::from(&raw)))
+        }
+        FLUSH_REQUEST_KIND if bytes.len() >= size_of::<FlushRequest>() => {
+            // SAFETY: as above; FlushRequest is Pod.
+            let raw: FlushRequest =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<FlushRequest>()) };
+            Ok(RingRecord::Flush(DeviceFlush::from(&raw)))
+        }
+        _ => Err(DecodeError::Unknown {
+            kind,
+            len: bytes.len(),
+        }),
+    }
+}
+
+/// The ring buffer of per-call records, readable from tokio, and the
+/// generic calls still open in the kernel, closed here when idle.
+pub struct RingCollector {
+    fd: AsyncFd<RingBuf<MapData>>,
+    /// Records that could not be decoded (counted, logged once each kind).
+    pub bad_records: u64,
+    open_calls: HashMap<MapData, u32, GenericCall>,
+    last_expiry: Instant,
+    fs_names: FsNames,
+}
+
+impl RingCollector {
+    /// Takes the tracer's ring buffer and its map of open generic calls.
+    pub fn new(tracer: &mut Tracer) -> anyhow::Result<RingCollector> {
+        let ring = tracer.take_events()?;
+        let open_calls = tracer.take_open_calls()?;
+        // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
+        // until it is dropped, which happens only when the AsyncFd drops it.
+        let fd = unsafe { AsyncFd::register(ring) }
+            .map_err(std::io::Error::from)
+            .context("registering the ring buffer with tokio")?;
+        Ok(RingCollector {
+            fd,
+            bad_records: 0,
+            open_calls,
+            last_expiry: Instant::now(),
+            fs_names: FsNames::open(),
+        })
+    }
+
+    /// Closes the open generic calls whose last folio is older than
+    /// `idle` (all of them with `None`), as `how`, and hands them to
+    /// `sink`. An entry is read, then removed: a folio the kernel adds in
+    /// between (after a whole idle period, at that very moment) is lost;
+    /// docs/probes.md says so.
+    fn close_calls(&mut self, idle: Option<Duration>, how: u32, mut sink: impl FnMut(RingRecord)) {
+        let now = wbscope_sys::monotonic_ns();
+        let keys: Vec<u32> = self.open_calls.keys().filter_map(Result::ok).collect();
+        for tid in keys {
+            let Ok(call) = self.open_calls.get(&tid, 0) else {
+                continue;
+            };
+            let quiet = now.saturating_sub(call.last_ns);
+            if idle.is_some_and(|idle| quiet < idle.as_nanos() as u64) {
+                continue;
+            }
+            if self.open_calls.remove(&tid).is_ok() {
+                let mut rec = CallRecord::from_generic(&call, how);
+                rec.fs = self.fs_names.name(rec.dev).to_string();
+                sink(RingRecord::Call(rec));
+            }
+        }
+    }
+
+    /// Closes every generic call still open (the tracer is stopping, or a
+    /// traced window ended), as [`boundary::DRAIN`].
+    pub fn close_open_calls(&mut self, sink: impl FnMut(RingRecord)) {
+        self.close_calls(None, boundary::DRAIN, sink);
+    }
+
+    /// Every few drains: the calls idle for [`IDLE_CALL`].
+    fn expire(&mut self, sink: impl FnMut(RingRecord)) {
+        if self.last_expiry.elapsed() >= EXPIRE_EVERY {
+            self.last_expiry = Instant::now();
+            self.close_calls(Some(IDLE_CALL), boundary::IDLE, sink);
+        }
+    }
+
+    /// Waits until the kernel wakes us or [`DRAIN_EVERY`] has passed, then
+    /// hands every available record to `sink`. The programs submit without
+    /// a wakeup until a quarter of the buffer is used (a wakeup costs
+    /// microseconds per record on virtualised hosts), so the timer is what
+    /// usually drains. Cancel-safe: nothing is consumed before the wait
+    /// ends.
+    pub async fn wait_and_drain(
+        &mut self,
+        mut sink: impl FnMut(RingRecord),
+    ) -> anyhow::Result<usize> {
+        let n = match tokio::time::timeout(DRAIN_EVERY, self.fd.readable_mut()).await {
+            Ok(guard) => {
+                let mut guard = guard.context("waiting on the ring buffer")?;
+                let n = drain_into(
+                    guard.get_inner_mut(),
+                    &mut self.bad_records,
+                    &mut self.fs_names,
+                    &mut sink,
+                );
+                guard.clear_ready();
+                n
+            }
+            Err(_elapsed) => drain_into(
+                self.fd.get_mut(),
+                &mut self.bad_records,
+                &mut self.fs_names,
+                &mut sink,
+            ),
+        };
+        self.expire(sink);
+        Ok(n)
+    }
+
+    /// Hands every record available right now to `sink`, without waiting.
+    pub fn drain(&mut self, sink: impl FnMut(RingRecord)) -> usize {
+        drain_into(
+            self.fd.get_mut(),
+            &mut self.bad_records,
+            &mut self.fs_names,
+            sink,
+        )
+    }
+}
+
+fn drain_into(
+    ring: &mut RingBuf<MapData>,
+    bad: &mut u64,
+    fs_names: &mut FsNames,
+    mut sink: impl FnMut(RingRecord),
+) -> usize {
+    let mut n = 0;
+    while let Some(item) = ring.next() {
+        match decode(&item) {
+            Ok(RingRecord::Call(mut call)) => {
+                call.fs = fs_names.name(call.dev).to_string();
+                sink(RingRecord::Call(call));
+                n += 1;
+            }
+            Ok(RingRecord::Flush(mut f)) => {
+                f.devices = fs_names.devices_on(f.dev);
+                sink(RingRecord::Flush(f));
+                n += 1;
+            }
+            Ok(other) => {
+                sink(other);
+                n += 1;
+            }
+            Err(e) => {
+                *bad += 1;
+                if *bad == 1 {
+                    log::warn!("ring buffer: {e}");
+                }
+            }
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes_of(call: &WritepagesCall) -> Vec<u8> {
+        // SAFETY: WritepagesCall is repr(C) plain data.
+        unsafe {
+            std::slice::from_raw_parts(
+                (call as *const WritepagesCall).cast::<u8>(),
+                size_of::<WritepagesCall>(),
+            )
+        }
+        .to_vec()
+    }
+
+    #[test]
+    fn decodes_a_call_even_unaligned() {
+        let call = WritepagesCall {
+            kind: record_kind::WRITEPAGES_CALL,
+            ino: 42,
+            pages_written: 16384,
+            ..Default::default()
+        };
+        let mut buf = vec![0u8];
+        buf.extend(bytes_of(&call));
+        let Ok(RingRecord::Call(rec)) = decode(&buf[1..]) else {
+            panic!("not a call")
+        };
+        assert_eq!((rec.ino, rec.pages_written), (42, 16384));
+    }
+
+    #[test]
+    fn decodes_a_generic_call_with_its_boundary_and_folio_sizes() {
+        let mut hist = [0u32; writeback_common::FOLIO_HIST_BUCKETS];
+        hist[1] = 3; // three 1-page folios
+        hist[5] = 2; // two 16-page folios
+        let g = GenericCall {
+            kind: GENERIC_CALL_KIND,
+            ino: 7,
+            start_ns: 100,
+            last_ns: 250,
+            pages: 35,
+            folios: 5,
+            boundary: boundary::NEXT_CALL,
+            folio_hist: hist,
+            flags: writeback_common::generic_flags::WBC_SEEN,
+            nr_to_write: i64::MAX,
+            ..Default::default()
+        };
+        // SAFETY: GenericCall is repr(C) plain data.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&g as *const GenericCall).cast::<u8>(),
+                size_of::<GenericCall>(),
+            )
+        };
+        let Ok(RingRecord::Call(rec)) = decode(bytes) else {
+            panic!("not a call")
+        };
+        assert_eq!((rec.ino, rec.pages_written, rec.folios_written), (7, 35, 5));
+        assert_eq!(rec.boundary, boundary::NEXT_CALL);
+        assert_eq!(rec.duration_ns, 150, "first to last folio");
+        assert_eq!(rec.folio_hist, vec![0, 3, 0, 0, 0, 2]);
+        assert!(rec.start_seen);
+        assert_eq!(rec.on_cpu_ns, None, "closed by the next call: no end");
+        assert!(decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    /// A call closed on its own thread at a known end carries its on-CPU
+    /// time: the span minus the time switched out; without the flag (no
+    /// run clock, or an end the thread did not see) it is unknown.
+    #[test]
+    fn a_call_closed_at_its_end_has_its_on_cpu_time() {
+        use writeback_common::generic_flags as gf;
+        let mut g = GenericCall {
+            kind: GENERIC_CALL_KIND,
+            start_ns: 1_000,
+            last_ns: 4_000,
+            end_ns: 5_000,
+            offcpu_ns: 1_500,
+            boundary: boundary::HOOK,
+            flags: gf::WBC_SEEN | gf::FUNCTION_HOOK | gf::RUN_CLOCK | gf::OFF_CPU,
+            ..Default::default()
+        };
+        let decoded = |g: &GenericCall| {
+            // SAFETY: GenericCall is repr(C) plain data.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(
+                    (g as *const GenericCall).cast::<u8>(),
+                    size_of::<GenericCall>(),
+                )
+            };
+            let Ok(RingRecord::Call(rec)) = decode(bytes) else {
+                panic!("not a call")
+            };
+            rec
+        };
+        let rec = decoded(&g);
+        assert_eq!((rec.duration_ns, rec.on_cpu_ns), (4_000, Some(2_500)));
+        g.flags &= !gf::OFF_CPU;
+        assert_eq!(decoded(&g).on_cpu_ns, None);
+    }
+
+    #[test]
+    fn refuses_short_and_unknown_records() {
+        assert_eq!(decode(&[1, 0]), Err(DecodeError::Short(2)));
+        let call = WritepagesCall {
+            kind: record_kind::WRITEPAGES_CALL,
+            ..Default::default()
+        };
+        let bytes = bytes_of(&call);
+        assert!(matches!(
+            decode(&bytes[..bytes.len() - 1]),
+            Err(DecodeError::Unknown { kind: 1, .. })
+        ));
+        let mut other = bytes.clone();
+        other[0] = 99;
+        assert!(matches!(
+            decode(&other),
+            Err(DecodeError::Unknown { kind: 99, .. })
+        ));
+    }
+}
