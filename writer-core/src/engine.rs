@@ -13,41 +13,23 @@ use std::thread;
 use std::time::Instant;
 
 use crate::buf::{ChunkBuf, MEM_ALIGN};
-use crate::config::{Strategy, WriterConfig};
-use crate::error::{RunFailure, WriterError};
+use crate::config::WriterConfig;
+use crate::error::WriterError;
 use crate::event::{FileRef, NullObserver, Observer, SyncKind};
 use crate::limits::{self, MemoryNeed};
 use crate::monitor::{Reclaim, cpu_times, monitor};
 use crate::pattern::Pattern;
+use crate::plan::{self, PlannedFile, file_id};
 use crate::preflight::preflight;
-use crate::report::{Report, RunStatus, VerifyReport};
+use crate::report::{Report, RunFailure, RunStatus, VerifyReport};
 use crate::schedule::{FileCtx, JobStats, RateLimiter, write_file};
 use crate::sink::FileSink;
-use crate::small_files::{SmallFileOps, size_mix, write_small_files};
+use crate::small_files::{SmallFileOps, write_small_files};
+use crate::spec::Strategy;
 use crate::stats::SeriesStats;
 use crate::tunables::LiveTunables;
 use crate::uring::{UringFile, write_file_uring};
 use crate::verify::verify_file;
-
-/// One file of the plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedFile {
-    pub job: u32,
-    pub index: u64,
-    pub path: PathBuf,
-    pub size: u64,
-    pub file_id: u64,
-}
-
-/// The file name: `wbscope-<pid>-<job>-<index>.dat`, inside the target.
-pub fn file_name(pid: u32, job: u32, index: u64) -> String {
-    format!("wbscope-{pid}-{job}-{index}.dat")
-}
-
-/// Pattern file id: job in the high bits, file index in the low 40.
-pub fn file_id(job: u32, index: u64) -> u64 {
-    (u64::from(job) << 40) ^ index
-}
 
 /// A writer for one configuration. `run` may be called more than once.
 pub struct Writer {
@@ -85,34 +67,7 @@ impl Writer {
 
     /// The files a run creates, per job.
     pub fn plan(&self) -> Vec<Vec<PlannedFile>> {
-        let s = self.cfg.spec();
-        let pid = std::process::id();
-        let mut plan: Vec<Vec<PlannedFile>> = (0..s.jobs).map(|_| Vec::new()).collect();
-        let mut add = |job: u32, index: u64, size: u64| {
-            plan[job as usize].push(PlannedFile {
-                job,
-                index,
-                path: self.cfg.dir_for_job(job).join(file_name(pid, job, index)),
-                size,
-                file_id: file_id(job, index),
-            });
-        };
-        match &s.small_files {
-            Some(sf) => {
-                let sizes = size_mix(s.seed, sf.count, sf.min_size, sf.max_size);
-                for (i, size) in sizes.into_iter().enumerate() {
-                    add((i as u64 % u64::from(s.jobs)) as u32, i as u64, size);
-                }
-            }
-            None => {
-                for job in 0..s.jobs {
-                    for index in 0..u64::from(s.files) {
-                        add(job, index, s.size);
-                    }
-                }
-            }
-        }
-        plan
+        plan::plan_files(self.cfg.spec())
     }
 
     /// Refuses ([`WriterError::Refused`]) a run whose buffers, plan and
@@ -120,7 +75,7 @@ impl Writer {
     /// (see [`crate::limits`]). [`Writer::run`] checks this first; call it
     /// before [`Writer::plan`] too, which allocates the plan.
     pub fn check_memory(&self) -> Result<(), WriterError> {
-        limits::check_memory(&MemoryNeed::of(&self.cfg), limits::memory_room())
+        limits::check_memory(&MemoryNeed::of(self.cfg.spec()), limits::memory_room())
             .map_err(WriterError::Refused)
     }
 
@@ -666,60 +621,4 @@ fn run_small_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult 
         }
     }
     r
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{FileSync, SmallFiles, WriterSpec};
-
-    fn writer(f: impl FnOnce(&mut WriterSpec)) -> Writer {
-        let mut s = WriterSpec {
-            dirs: vec!["/a".into(), "/b".into()],
-            size: 1 << 20,
-            chunk: 1 << 16,
-            ..WriterSpec::default()
-        };
-        f(&mut s);
-        Writer::new(WriterConfig::new(s).unwrap())
-    }
-
-    #[test]
-    fn plan_spreads_jobs_over_dirs_with_unique_names() {
-        let w = writer(|s| {
-            s.jobs = 3;
-            s.files = 2;
-        });
-        let plan = w.plan();
-        assert_eq!(plan.len(), 3);
-        let pid = std::process::id();
-        assert_eq!(
-            plan[1][1].path,
-            PathBuf::from(format!("/b/wbscope-{pid}-1-1.dat"))
-        );
-        assert_eq!(plan[2][0].path.parent(), Some(Path::new("/a")));
-        let mut ids: Vec<u64> = plan.iter().flatten().map(|f| f.file_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        assert_eq!(ids.len(), 6);
-    }
-
-    #[test]
-    fn small_files_plan_deals_files_to_jobs() {
-        let w = writer(|s| {
-            s.jobs = 2;
-            s.small_files = Some(SmallFiles::new(5, FileSync::TwoPass));
-        });
-        let plan = w.plan();
-        let idx: Vec<Vec<u64>> = plan
-            .iter()
-            .map(|j| j.iter().map(|f| f.index).collect())
-            .collect();
-        assert_eq!(idx, vec![vec![0, 2, 4], vec![1, 3]]);
-        assert!(
-            plan.iter()
-                .flatten()
-                .all(|f| (4096..=2 << 20).contains(&f.size))
-        );
-    }
 }

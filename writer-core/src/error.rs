@@ -1,8 +1,9 @@
-//! Errors of a run.
+//! Errors of a run. They wrap only the errors of the layers below (a
+//! refused config, a failed verify); a failure that carries the partial
+//! report is `RunFailure`, which lives beside the report.
 use std::io;
 
 use crate::config::ConfigError;
-use crate::report::Report;
 use crate::verify::VerifyError;
 
 #[derive(Debug, thiserror::Error)]
@@ -37,24 +38,6 @@ impl WriterError {
             WriterError::Io { error, .. } => Some(error),
             WriterError::Verify(VerifyError::Io { error, .. }) => Some(error),
             _ => None,
-        }
-    }
-}
-
-/// A run that failed, with the report of how far it got when it got
-/// anywhere (a preflight refusal has none).
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub struct RunFailure {
-    pub error: WriterError,
-    pub partial: Option<Box<Report>>,
-}
-
-impl From<WriterError> for RunFailure {
-    fn from(error: WriterError) -> Self {
-        RunFailure {
-            error,
-            partial: None,
         }
     }
 }

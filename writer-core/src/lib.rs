@@ -23,15 +23,18 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Layout: [`config`] (validated settings, no I/O), [`limits`] (every
-//! bound on the settings, and the memory a run needs), [`size`] (size
-//! strings), [`tunables`] (knobs re-read every chunk), [`event`] (observer
-//! stream), [`sink`] (file operations behind a trait), [`schedule`] (the
-//! synchronous strategies' call order), [`uring`], [`small_files`],
-//! [`pattern`] and [`verify`] (verifiable data), [`stats`], [`meminfo`],
-//! [`monitor`] (ticks, page-cache footprint of the files, reclaim),
-//! [`device`] (O_DIRECT alignment), [`engine`] (threads, preflight,
-//! cleanup) and [`report`].
+//! Layout, from the bottom up (each module uses only modules listed before
+//! it): [`size`] (size strings), [`spec`] (the plain settings), [`pattern`]
+//! (verifiable data), [`buf`] (aligned chunk buffers), [`meminfo`],
+//! [`plan`] (the files a run creates), [`limits`] (every bound on the
+//! settings, and the memory a run needs), [`config`] (validated settings,
+//! no I/O), [`tunables`] (knobs re-read every chunk), [`verify`],
+//! [`error`], [`event`] (observer stream), [`monitor`] (ticks, page-cache
+//! footprint of the files, reclaim), [`stats`], [`report`], [`sink`] (file
+//! operations behind a trait), [`schedule`] (the synchronous strategies'
+//! call order), [`small_files`], [`uring`], [`device`] (O_DIRECT
+//! alignment), preflight (checks of the targets before anything is
+//! written) and [`engine`] (threads, cleanup).
 pub mod buf;
 pub mod config;
 pub mod device;
@@ -42,22 +45,25 @@ pub mod limits;
 pub mod meminfo;
 pub mod monitor;
 pub mod pattern;
+pub mod plan;
 mod preflight;
 pub mod report;
 pub mod schedule;
 pub mod sink;
 pub mod size;
 pub mod small_files;
+pub mod spec;
 pub mod stats;
 pub mod tunables;
 pub mod uring;
 pub mod verify;
 
-pub use config::{ConfigError, FileSync, SmallFiles, Strategy, WriterConfig, WriterSpec};
+pub use config::{ConfigError, WriterConfig};
 pub use engine::Writer;
-pub use error::{RunFailure, WriterError};
+pub use error::WriterError;
 pub use event::{Event, FileRef, NullObserver, Observer, SyncKind};
-pub use report::{Report, RunOutcome, RunStatus, VerifyReport};
+pub use report::{Report, RunFailure, RunOutcome, RunStatus, VerifyReport};
 pub use size::{ByteSize, SizeError, format_size, parse_size};
+pub use spec::{FileSync, SmallFiles, Strategy, WriterSpec};
 pub use tunables::LiveTunables;
 pub use verify::{VerifyError, verify_file};

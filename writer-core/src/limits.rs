@@ -14,9 +14,9 @@
 //! through [`crate::Writer::check_memory`].
 use std::path::PathBuf;
 
-use crate::config::WriterConfig;
-use crate::engine::PlannedFile;
+use crate::plan::PlannedFile;
 use crate::size::ByteSize;
+use crate::spec::WriterSpec;
 
 /// Smallest chunk: one page. Below it every write(2) is a partial page the
 /// page cache must merge into, and the run measures that, not writeback.
@@ -81,9 +81,10 @@ fn bytes_per_file(path_len: u64) -> u64 {
 }
 
 impl MemoryNeed {
-    /// The allocations of a run of `cfg` (pure arithmetic, no I/O).
-    pub(crate) fn of(cfg: &WriterConfig) -> MemoryNeed {
-        let s = cfg.spec();
+    /// The allocations of a run of `s` (pure arithmetic, no I/O). Reads
+    /// the plain spec: the config validates against the bounds above, so
+    /// this module must not need the validated type.
+    pub(crate) fn of(s: &WriterSpec) -> MemoryNeed {
         let jobs = u64::from(s.jobs);
         // Buffers are allocated page-aligned in whole pages (buf.rs).
         let page = crate::buf::MEM_ALIGN as u64;
@@ -249,7 +250,8 @@ pub(crate) fn memory_room() -> MemoryRoom {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{FileSync, SmallFiles, Strategy, WriterSpec};
+    use crate::config::WriterConfig;
+    use crate::spec::{FileSync, SmallFiles, Strategy};
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
@@ -262,7 +264,7 @@ mod tests {
             ..WriterSpec::default()
         };
         f(&mut s);
-        MemoryNeed::of(&WriterConfig::new(s).unwrap())
+        MemoryNeed::of(WriterConfig::new(s).unwrap().spec())
     }
 
     #[test]

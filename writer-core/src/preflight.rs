@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{ConfigError, MIN_DIRECT_ALIGN, WriterConfig};
 use crate::device;
-use crate::engine::PlannedFile;
 use crate::error::WriterError;
+use crate::plan::PlannedFile;
 use crate::size::ByteSize;
 
 /// What preflight learnt about the targets.

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 use serde::{Serialize, Serializer};
 
-use crate::config::FileSync;
+use crate::error::WriterError;
+use crate::spec::FileSync;
 use crate::stats::{LatencySummary, SeriesStats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -38,6 +39,24 @@ impl RunOutcome {
         RunOutcome {
             status: RunStatus::Failed,
             summary: format!("failed: {error}"),
+        }
+    }
+}
+
+/// A run that failed, with the report of how far it got when it got
+/// anywhere (a preflight refusal has none).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct RunFailure {
+    pub error: WriterError,
+    pub partial: Option<Box<Report>>,
+}
+
+impl From<WriterError> for RunFailure {
+    fn from(error: WriterError) -> Self {
+        RunFailure {
+            error,
+            partial: None,
         }
     }
 }

@@ -1,18 +1,18 @@
 //! Which calls a synchronous strategy makes, in which order, on which ranges.
 //!
 //! Generic over [`Sink`] so the schedules are tested call by call without a
-//! disk (see the tests at the bottom). The io_uring schedule is in
-//! [`crate::uring`].
+//! disk (see the tests at the bottom). The io_uring schedule is in the
+//! `uring` module.
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::buf::ChunkBuf;
-use crate::config::Strategy;
 use crate::event::{Event, FileRef, Observer, SyncKind};
 use crate::pattern::Pattern;
 use crate::sink::{Sink, SrfFlags};
+use crate::spec::Strategy;
 use crate::stats::LatencyHist;
 use crate::tunables::LiveTunables;
 

@@ -1,48 +1,13 @@
-//! Small-files mode: many files of a realistic size mix, each made durable
-//! (or not) by a per-file policy, as a package manager unpacking an archive.
+//! Small-files mode: many files of a realistic size mix (the plan's
+//! [`crate::plan::size_mix`]), each made durable (or not) by a per-file
+//! policy, as a package manager unpacking an archive.
 use std::io;
 
-use crate::config::FileSync;
 use crate::event::{FileRef, SyncKind};
 use crate::pattern::Pattern;
 use crate::schedule::{FileCtx, FileOutcome, OpError};
 use crate::sink::Sink;
-
-/// splitmix64: tiny, seedable, good enough for a size mix.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// `count` file sizes in `[min, max]`, log-uniformly distributed: as many
-/// files between 4 and 8 KiB as between 1 and 2 MiB, so most files are small
-/// and most bytes are in the big ones, as in a Debian package. The same seed
-/// gives the same sizes.
-pub fn size_mix(seed: u64, count: u64, min: u64, max: u64) -> Vec<u64> {
-    let mut rng = SplitMix64::new(seed);
-    let (lo, hi) = ((min.max(1) as f64).ln(), (max.max(min).max(1) as f64).ln());
-    (0..count)
-        .map(|_| {
-            let v = (lo + rng.next_f64() * (hi - lo)).exp().round() as u64;
-            v.clamp(min, max)
-        })
-        .collect()
-}
+use crate::spec::FileSync;
 
 /// Opening and closing the files of a small-files run (mockable).
 pub trait SmallFileOps {
@@ -191,10 +156,10 @@ pub fn write_small_files<O: SmallFileOps>(
 mod tests {
     use super::*;
     use crate::buf::ChunkBuf;
-    use crate::config::Strategy;
     use crate::event::NullObserver;
     use crate::schedule::{JobStats, RateLimiter};
     use crate::sink::{Call, RecordingSink, SrfFlags};
+    use crate::spec::Strategy;
     use crate::tunables::LiveTunables;
     use std::sync::atomic::AtomicU64;
 
@@ -365,22 +330,5 @@ mod tests {
         }
         assert_eq!(log, want);
         assert!(out.durable);
-    }
-
-    #[test]
-    fn size_mix_is_reproducible_in_range_and_mostly_small() {
-        let a = size_mix(42, 1000, 4096, 2 << 20);
-        assert_eq!(a, size_mix(42, 1000, 4096, 2 << 20));
-        assert_ne!(a, size_mix(43, 1000, 4096, 2 << 20));
-        assert!(a.iter().all(|&s| (4096..=2 << 20).contains(&s)));
-        // Log-uniform over 9 octaves: about 1/9 of files per octave, so the
-        // median is near sqrt(4 KiB * 2 MiB) = 90.5 KiB.
-        let mut sorted = a.clone();
-        sorted.sort_unstable();
-        let median = sorted[500];
-        assert!((40_000..200_000).contains(&median), "median {median}");
-        let below_8k = a.iter().filter(|&&s| s < 8192).count();
-        assert!((60..170).contains(&below_8k), "{below_8k}");
-        assert_eq!(size_mix(1, 3, 5000, 5000), vec![5000; 3]);
     }
 }

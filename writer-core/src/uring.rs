@@ -328,10 +328,10 @@ pub fn write_file_uring<R: Ring>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Strategy;
     use crate::event::{FileRef, NullObserver, SyncKind};
     use crate::pattern::Pattern;
     use crate::schedule::{JobStats, RateLimiter};
+    use crate::spec::Strategy;
     use crate::tunables::LiveTunables;
     use std::collections::VecDeque;
     use std::sync::atomic::AtomicU64;

@@ -147,7 +147,7 @@ fn verify_detects_one_byte_changed_behind_the_writers_back() {
     let r = run(s).unwrap();
     assert_eq!(r.kept_files.len(), 1);
     let path = &r.kept_files[0];
-    let pattern = Pattern::new(seed, writer_core::engine::file_id(0, 0));
+    let pattern = Pattern::new(seed, writer_core::plan::file_id(0, 0));
     assert_eq!(
         verify_file(path, &pattern, 4 * MIB, false).unwrap(),
         4 * MIB
