@@ -19,8 +19,8 @@ use writeback_common::{
 use crate::{
     BLOCK_HIST, BLOCK_SLOTS, RQ_START, atomic_add,
     durability::send,
-    read::{Access, Typed, field, now_ns},
-    writepages::{current_entry, raw_arg},
+    read::{Access, Typed, field, now_ns, raw_arg},
+    writepages::current_entry,
 };
 
 #[unsafe(no_mangle)]

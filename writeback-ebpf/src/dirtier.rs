@@ -5,7 +5,7 @@
 //!   when an inode goes from clean to dirty, in the dirtier's context, and
 //!   [`tp_btf_dirty_inode`] / [`dirty_inode`] send one `InodeDirtying`
 //!   record (who, when, which inode) to `DIRTYINGS`. Nothing runs per
-//!   dirtied folio, so a small writer pays nothing per write (issue 31);
+//!   dirtied folio, so a small writer pays nothing per write;
 //! - with `--enable dirty_folio`, per folio: pages dirtied per (inode,
 //!   process), added up in the kernel at dirty time, exact when several
 //!   processes dirty one file, at the cost below.
@@ -38,8 +38,7 @@ use writeback_common::{
 
 use crate::{
     FILTER, SAMPLING, atomic_add, bump,
-    read::{Access, Typed, field, load_spec},
-    writepages::raw_arg,
+    read::{Access, Typed, field, load_spec, raw_arg},
 };
 
 /// Inode dirtyings to userspace, drained at every reading of the dirtier
@@ -322,9 +321,9 @@ fn folio_pages(folio: *const u8) -> u64 {
 /// kernel has just used itself (the folio, the mapping, the inode, the
 /// superblock, the current task), the member specs and one line of the
 /// slot; the filter and the hash are read on a miss only. Each cold line
-/// still costs about as much as an empty program here (BENCHMARKS.md,
-/// "Issue 15: the dirty-time program's cost against the floor of its
-/// event").
+/// still costs about as much as an empty program here
+/// (docs/bench-log/tracer-overhead.md: this program against an empty one
+/// on `writeback_dirty_folio`, under the same 4 KiB writes).
 #[btf_tracepoint(function = "writeback_dirty_folio")]
 pub fn tp_btf_dirty_folio(ctx: BtfTracePointContext) -> i32 {
     let folio = raw_arg(&ctx, 0) as *const u8;

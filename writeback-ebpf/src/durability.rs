@@ -1,4 +1,4 @@
-//! Durability calls (issue 27, `--enable durability`): each ext4 fsync's
+//! Durability calls (`--enable durability`): each ext4 fsync's
 //! span, the journal commits' phases, and the journal handles each process
 //! put in each transaction. Classic tracepoints only: they fire per fsync,
 //! per commit phase and per journal handle, never on a path without
@@ -24,8 +24,9 @@ use writeback_common::{
 
 use crate::{
     CURRENT, EVENTS, FILTER, bump,
+    in_call::in_ext4_call,
     read::{current_tid, field, now_ns},
-    writepages::{filtered_out, in_ext4_call},
+    writepages::filtered_out,
 };
 
 #[unsafe(no_mangle)]

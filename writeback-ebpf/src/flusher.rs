@@ -17,8 +17,9 @@ use writeback_common::{
 
 use crate::{
     AGG, DIRTY, GLOBAL_THRESH, INODE_PASS, THROTTLED, WORK, add,
-    read::{Typed, current_tid, field, member},
-    writepages::{KERNEL_MEMBERS, filtered_out, inode_key, raw_arg},
+    members::KERNEL_MEMBERS,
+    read::{Typed, current_tid, field, member, raw_arg},
+    writepages::{filtered_out, inode_key},
 };
 
 #[unsafe(no_mangle)]
@@ -210,7 +211,7 @@ fn record_words(ctx: &TracePointContext) -> [u64; dirty::RECORD_WORDS] {
 /// quarter more, and the earlier program, which loaded its last update
 /// time from `DIRTY` to skip all but one update per 16 ticks, two thirds
 /// more (`dd bs=1M count=1024`, five interleaved runs each: medians 384,
-/// 480 and 635 ns; BENCHMARKS.md).
+/// 480 and 635 ns; docs/bench-log/tracer-overhead.md).
 #[tracepoint]
 pub fn global_dirty(ctx: TracePointContext) -> u32 {
     let words = record_words(&ctx);

@@ -38,9 +38,11 @@ use writeback_common::{
 
 use crate::{
     CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, barrier, bump,
-    read::{Access, Typed, current_tid, member, member_ptr, now_ns},
+    in_call::in_ext4_call,
+    members::KERNEL_MEMBERS,
+    read::{Access, Typed, current_tid, member, member_ptr, now_ns, raw_arg},
     sched::{offcpu_since, run_clock},
-    writepages::{KERNEL_MEMBERS, filtered_out, in_ext4_call, inode_key, raw_arg},
+    writepages::{filtered_out, inode_key},
 };
 
 /// `struct folio` members and the page shift, from BTF at load time.

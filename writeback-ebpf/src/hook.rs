@@ -33,11 +33,10 @@ use writeback_common::{GenericCall, boundary, generic_flags as gf, members as m,
 use crate::{
     bump,
     generic::{close_clock, emit, open, read_wbc},
-    read::{Access, Probed, Typed, current_tid, member, member_ptr, now_ns},
-    writepages::{
-        EXT4_CALL_ENDED, KERNEL_MEMBERS, SAMPLED_OUT_CALL, call_byte, filtered_out, in_ext4_call,
-        inode_key, raw_arg, set_call_byte,
-    },
+    in_call::{EXT4_CALL_ENDED, SAMPLED_OUT_CALL, call_byte, in_ext4_call, set_call_byte},
+    members::KERNEL_MEMBERS,
+    read::{Access, Probed, Typed, current_tid, member, member_ptr, now_ns, raw_arg},
+    writepages::{filtered_out, inode_key},
 };
 
 /// A `do_writepages()` call in flight on a thread: the record so far and

@@ -22,6 +22,8 @@ mod floor;
 mod flusher;
 mod generic;
 mod hook;
+mod in_call;
+mod members;
 mod read;
 mod scan;
 mod sched;
@@ -77,18 +79,6 @@ static INFLIGHT: LruHashMap<InflightKey, InflightCall> = LruHashMap::with_max_en
 /// finds it full is counted (`stat::INFLIGHT_FULL`).
 #[map]
 static CURRENT: HashMap<u32, CurrentCall> = HashMap::with_max_entries(256, 0);
-
-/// One byte per thread id, non-zero while the thread is inside a
-/// writepages call (has an entry in CURRENT); eight threads to an array
-/// entry. Array lookups are inlined by the verifier, a hash lookup is a
-/// helper call (about 90 ns here, `wbscope probes --cost`), and
-/// the per-bio and per-folio hooks ask on every event whether a thread
-/// is in a call, often to hear no. Bytes, not bits: each thread
-/// writes only its own byte, so no atomics are needed (the BPF target has
-/// no atomic OR). Userspace sizes it to the kernel's pid_max at load; the
-/// default here covers PID_MAX_LIMIT on 64-bit (include/linux/threads.h).
-#[map]
-static IN_CALL: Array<u64> = Array::with_max_entries((4 << 20) / 8, 0);
 
 /// When a thread inside a call was switched out (sched_switch, only in
 /// the cross-check test's tracer).
@@ -185,7 +175,7 @@ static FILTER: Filter = Filter {
 /// (the hook its concept chose), and the kernel never runs a program
 /// twice at once on one CPU (the per-CPU state below).
 ///
-/// # Per-CPU state and preemption (issue 28)
+/// # Per-CPU state and preemption
 ///
 /// The programs build records in per-CPU slots (writepages.rs `START`
 /// and `SCRATCH`, hook.rs `HOOK_SCRATCH`, generic.rs `GENERIC_SCRATCH`

@@ -54,6 +54,17 @@ pub fn extend(raw: u64, left: u64, right: u64, signed: u64, present: u64) -> i64
     (value & 0u64.wrapping_sub(present & 1)) as i64
 }
 
+/// Argument `n` of a BTF-typed program (tp_btf, fentry, fexit: the context
+/// is the array of the traced function's u64 arguments). A plain load at a
+/// constant offset: the verifier types a pointer argument by the
+/// function's BTF, so members are read from it with [`Typed`] loads.
+#[inline(always)]
+pub(crate) fn raw_arg<C: EbpfContext>(ctx: &C, n: usize) -> u64 {
+    // SAFETY: `n` is a constant below the traced function's argument
+    // count at every call site; the verifier checks it (btf_ctx_access()).
+    unsafe { *ctx.as_ptr().cast::<u64>().add(n) }
+}
+
 /// The current thread id (`task->pid`).
 #[inline(always)]
 pub fn current_tid() -> u32 {
@@ -186,8 +197,8 @@ pub fn member_at(base: *const u8, spec: &MemberSpec) -> i64 {
 /// the struct itself is one load per field, seven, and programs read
 /// several specs per run: the dirty-folio program's code went from 2524
 /// to 2317 bytes. Its run time did not measurably change (cold runs are
-/// paid in data loads, not instructions: BENCHMARKS.md, "Issue 19 against
-/// the floor of its own events"). The verifier reads the frozen map's
+/// paid in data loads, not instructions: docs/bench-log/tracer-overhead.md,
+/// the tracer's programs against an empty program on each of their events). The verifier reads the frozen map's
 /// value all the same and prunes the branches on it.
 #[inline(always)]
 pub fn load_spec(spec: &MemberSpec) -> MemberSpec {

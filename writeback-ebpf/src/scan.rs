@@ -13,8 +13,8 @@ use writeback_common::{
 
 use crate::{
     AGG, INFLIGHT, add,
-    read::{Access, Typed, current_tid, field, member_at},
-    writepages::{call_of, current_call, current_entry, inode_key, raw_arg},
+    read::{Access, Typed, current_tid, field, member_at, raw_arg},
+    writepages::{call_of, current_call, current_entry, inode_key},
 };
 
 #[unsafe(no_mangle)]

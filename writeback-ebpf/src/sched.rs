@@ -18,8 +18,9 @@ use writeback_common::{
 
 use crate::{
     CURRENT, INFLIGHT, OFFCPU_SINCE,
-    read::{Access, Typed, current_tid, field, member, now_ns},
-    writepages::{KERNEL_MEMBERS, in_call, raw_arg},
+    in_call::in_call,
+    members::KERNEL_MEMBERS,
+    read::{Access, Typed, current_tid, field, member, now_ns, raw_arg},
 };
 
 /// `task_struct.se` members, from the kernel's BTF.

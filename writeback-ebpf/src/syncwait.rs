@@ -1,7 +1,7 @@
-//! The waits inside an fsync, measured (issue 27): function hooks on the
-//! kernel functions an fsync waits in, each marking the thread's open
-//! span (durability.rs `SYNCING`) with when it entered and left. They run
-//! only on sync paths: never per page, request or write.
+//! The waits inside an fsync, measured (`--enable durability`): function
+//! hooks on the kernel functions an fsync waits in, each marking the
+//! thread's open span (durability.rs `SYNCING`) with when it entered and
+//! left. They run only on sync paths: never per page, request or write.
 //!
 //! - `file_write_and_wait_range()` (mm/filemap.c): ext4's and xfs's fsync
 //!   write the file's dirty pages and wait for them here;
@@ -28,8 +28,7 @@ use writeback_common::sync_flags;
 
 use crate::{
     durability::open_of,
-    read::{current_tid, now_ns},
-    writepages::raw_arg,
+    read::{current_tid, now_ns, raw_arg},
 };
 
 /// Which wait a hook marks.

@@ -3,7 +3,6 @@
 //! feed the same join: classic tracepoints (fields through tracefs
 //! layouts) and BTF tracepoints (struct members through BTF offsets).
 use aya_ebpf::{
-    EbpfContext,
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
@@ -14,16 +13,17 @@ use aya_ebpf::{
     },
 };
 use writeback_common::{
-    CurrentCall, Filter, InflightCall, InflightKey, KernelMembers, RunClock, TracepointLayout,
-    WritepagesCall, agg, call_flags, cause, cpu_time,
+    CurrentCall, Filter, InflightCall, InflightKey, RunClock, TracepointLayout, WritepagesCall,
+    agg, call_flags, cause, cpu_time,
     fields::{writepages as wp, writepages_result as wpr},
     members as m, record_kind, sampling, stat,
 };
 
 use crate::{
-    AGG, CONFIG, CURRENT, EVENTS, FILTER, IN_CALL, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK,
-    add, bump,
-    read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns},
+    AGG, CONFIG, CURRENT, EVENTS, FILTER, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, add, bump,
+    in_call::{EXT4_CALL_ENDED, IN_EXT4_CALL, SAMPLED_OUT_CALL, call_byte, in_call, set_call_byte},
+    members::KERNEL_MEMBERS,
+    read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns, raw_arg},
     sched::{offcpu_since, run_clock},
 };
 
@@ -34,12 +34,6 @@ static WRITEPAGES_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
 /// Layout of `ext4:ext4_writepages_result` (or `ext4_da_writepages_result`).
 #[unsafe(no_mangle)]
 static WRITEPAGES_RESULT_LAYOUT: TracepointLayout = TracepointLayout::EMPTY;
-
-/// Struct members read by the BTF-typed programs, from the kernel's BTF.
-#[unsafe(no_mangle)]
-pub(crate) static KERNEL_MEMBERS: KernelMembers = KernelMembers {
-    members: [writeback_common::MemberSpec::ABSENT; 16],
-};
 
 /// Start-side values, whichever hook read them. Filled field by field in
 /// a per-CPU slot ([`START`]), not built on the stack: held in registers
@@ -439,17 +433,6 @@ pub fn writepages_end(ctx: TracePointContext) -> u32 {
     }
 }
 
-/// Argument `n` of a BTF-typed program (tp_btf, fentry, fexit: the context
-/// is the array of the traced function's u64 arguments). A plain load at a
-/// constant offset: the verifier types a pointer argument by the
-/// function's BTF, so members are read from it with [`Typed`] loads.
-#[inline(always)]
-pub(crate) fn raw_arg<C: EbpfContext>(ctx: &C, n: usize) -> u64 {
-    // SAFETY: `n` is a constant below the traced function's argument
-    // count at every call site; the verifier checks it (btf_ctx_access()).
-    unsafe { *ctx.as_ptr().cast::<u64>().add(n) }
-}
-
 /// (inode, device) of an inode pointer: `inode->i_ino`,
 /// `inode->i_sb->s_dev`.
 #[inline(always)]
@@ -641,46 +624,6 @@ pub fn current_entry() -> Option<*mut CurrentCall> {
         return None;
     }
     CURRENT.get_ptr_mut(&tid)
-}
-
-/// `tid`'s IN_CALL byte: [`IN_EXT4_CALL`] while the thread is inside an
-/// ext4 writepages call, [`EXT4_CALL_ENDED`] once one ended (until the
-/// thread's next `do_writepages()` hook clears it), 0 otherwise.
-pub(crate) const IN_EXT4_CALL: u8 = 1;
-pub(crate) const EXT4_CALL_ENDED: u8 = 2;
-/// Inside an ext4 call the CPU budget's sample left out: no CURRENT or
-/// INFLIGHT entry, and not "in a call" for the hooks inside one
-/// ([`in_call`] tests [`IN_EXT4_CALL`] only).
-pub(crate) const SAMPLED_OUT_CALL: u8 = 4;
-
-#[inline(always)]
-pub(crate) fn call_byte(tid: u32) -> u8 {
-    IN_CALL
-        .get(tid >> 3)
-        .map_or(0, |word| (*word >> ((tid & 7) * 8)) as u8)
-}
-
-/// Whether thread `tid` is inside a writepages call drawn into the sample
-/// (IN_CALL), with its CURRENT and INFLIGHT entries.
-#[inline(always)]
-pub fn in_call(tid: u32) -> bool {
-    call_byte(tid) & IN_EXT4_CALL != 0
-}
-
-/// Whether thread `tid` is inside an ext4 writepages call, drawn into the
-/// sample or not: its folios are that call's, never a generic call's.
-#[inline(always)]
-pub fn in_ext4_call(tid: u32) -> bool {
-    call_byte(tid) & (IN_EXT4_CALL | SAMPLED_OUT_CALL) != 0
-}
-
-/// Sets `tid`'s byte of IN_CALL; called only by `tid` itself.
-#[inline(always)]
-pub(crate) fn set_call_byte(tid: u32, value: u8) {
-    if let Some(word) = IN_CALL.get_ptr_mut(tid >> 3) {
-        // SAFETY: a byte inside the 8-byte array value, owned by `tid`.
-        unsafe { *word.cast::<u8>().add((tid & 7) as usize) = value };
-    }
 }
 
 /// Marks `tid` inside an ext4 call, or its call as ended: the

@@ -12,10 +12,10 @@ use std::{
 use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
-use wbscope_model::budget::{BudgetLine, CpuBudget, sampling_error};
+use wbscope_model::budget::{BudgetLine, CpuBudget};
 use wbscope_model::dirtier::{Attribution, AttributionMode};
 use wbscope_model::durability::{DeviceFlush, DurabilityJoin, FsyncLine, Phase, Span, SyncRecord};
-use wbscope_model::interval::{CallAggregate, IntervalLine};
+use wbscope_model::interval::IntervalLine;
 use wbscope_model::plan::{Concept, HookChoice, ProbeStatus};
 use wbscope_model::summary::SummaryLine;
 use wbscope_model::{CallRecord, Totals};
@@ -23,6 +23,8 @@ use wbscope_tracer::privileges::DropOptions;
 use wbscope_tracer::ring::{RingCollector, RingRecord};
 use wbscope_tracer::seccomp::WritableDir;
 use wbscope_tracer::{Tracer, TracerOptions};
+
+use crate::interval::{Decoration, OpenInterval};
 
 /// Where a session's figures go.
 pub trait SessionOutput {
@@ -129,20 +131,6 @@ impl Budgeted {
         } else {
             false
         }
-    }
-}
-
-/// Each owner's `pages_dirtied_error` when the interval's per-folio counts
-/// were sampled.
-fn state_sampling_error(line: &mut IntervalLine) {
-    let Some(one_in) = line.budget.as_ref().map(|b| b.dirty_folio_1_in) else {
-        return;
-    };
-    if one_in <= 1 {
-        return;
-    }
-    for o in &mut line.owners {
-        o.pages_dirtied_error = Some(sampling_error(o.pages_dirtied, one_in).ceil() as u64);
     }
 }
 
@@ -317,33 +305,164 @@ impl Durable<'_> {
     }
 }
 
-/// Counts a batch of calls (up to `max` in all) and writes them out one by
-/// one unless the rate gate is closed; then the fsyncs the batch ended.
-fn take(
-    mut batch: Batch,
-    totals: &mut Totals,
-    interval: &mut CallAggregate,
-    gate: &mut RateGate,
+/// The session loop's state: what it has counted, the interval it is in,
+/// and what decorates that interval's line when it ends.
+struct Session<'a> {
+    tracer: &'a Tracer,
+    limits: &'a Limits,
+    /// When tracing began: the lines' `time_s` and the summary's length
+    /// count from here.
+    started: Instant,
+    interval: OpenInterval,
+    totals: Totals,
+    /// `--max-records`, or no bound.
     max: u64,
-    out: &mut dyn SessionOutput,
-    (who, durable): (&mut Who<'_>, &mut Durable<'_>),
-) -> io::Result<()> {
-    who.charge(&mut batch.calls);
-    durable.take(&batch, out)?;
-    for call in batch.calls {
-        if totals.calls >= max {
-            break;
-        }
-        totals.add(&call);
-        interval.add(&call);
-        let sampled_out = gate.budget.as_mut().is_some_and(|b| !b.write_call(&call));
-        if gate.suspended || sampled_out {
-            gate.not_written += 1;
-        } else {
-            out.call(&call)?;
-        }
+    gate: RateGate,
+    who: Who<'a>,
+    durable: Durable<'a>,
+    /// Whether stderr was told that the watched pid exited (said once).
+    pid_gone_reported: bool,
+}
+
+impl<'a> Session<'a> {
+    /// Nothing counted yet; the first interval differences the kernel's
+    /// counters from now.
+    fn start(tracer: &'a Tracer, limits: &'a Limits) -> anyhow::Result<Session<'a>> {
+        let started = Instant::now();
+        let prev = tracer.snapshot()?;
+        let gate = RateGate {
+            budget: limits
+                .cpu_budget
+                .map(|pct| Budgeted::new(pct, tracer, &prev)),
+            ..RateGate::default()
+        };
+        Ok(Session {
+            tracer,
+            limits,
+            started,
+            interval: OpenInterval::new(prev, started),
+            totals: Totals::default(),
+            max: limits.max_records.unwrap_or(u64::MAX),
+            gate,
+            who: Who {
+                tracer,
+                on: tracer.plan.attached(Concept::Dirtier),
+                attribution: Attribution::new(
+                    AttributionMode::of(&tracer.plan).unwrap_or_default(),
+                ),
+            },
+            durable: Durable {
+                tracer,
+                join: tracer
+                    .plan
+                    .attached(Concept::Durability)
+                    .then(DurabilityJoin::default),
+                last: false,
+            },
+            pid_gone_reported: false,
+        })
     }
-    Ok(())
+
+    /// Writes the fsyncs a batch ended, then counts its calls (up to `max`
+    /// in all) and writes them out one by one unless the rate gate is
+    /// closed.
+    fn take(&mut self, mut batch: Batch, out: &mut dyn SessionOutput) -> io::Result<()> {
+        self.who.charge(&mut batch.calls);
+        self.durable.take(&batch, out)?;
+        for call in batch.calls {
+            if self.totals.calls >= self.max {
+                break;
+            }
+            self.totals.add(&call);
+            self.interval.add(&call);
+            let sampled_out = self
+                .gate
+                .budget
+                .as_mut()
+                .is_some_and(|b| !b.write_call(&call));
+            if self.gate.suspended || sampled_out {
+                self.gate.not_written += 1;
+            } else {
+                out.call(&call)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the interval now: writes its line, with the owners, fsyncs and
+    /// budget of what is attached, and opens the next one. Returns the
+    /// calls and seconds of the interval that ended.
+    fn end_interval(&mut self, out: &mut dyn SessionOutput) -> anyhow::Result<(u64, f64)> {
+        let now = Instant::now();
+        let cur = self.tracer.snapshot()?;
+        let wall = now.duration_since(self.interval.from());
+        let decoration = Decoration {
+            owners: self.who.owners(),
+            fsyncs: self.durable.line(),
+            budget: self
+                .gate
+                .budget
+                .as_mut()
+                .and_then(|b| b.interval(self.tracer, &cur, wall)),
+        };
+        let calls = self.interval.calls().calls;
+        let line = self.interval.close(self.started, now, cur, decoration);
+        out.interval(&line)?;
+        Ok((calls, line.interval_s))
+    }
+
+    /// A tick of `--interval`: the interval ends, the rate gate judges its
+    /// call rate, and stderr hears once that the watched pid has exited.
+    fn tick(&mut self, out: &mut dyn SessionOutput) -> anyhow::Result<()> {
+        let (calls, secs) = self.end_interval(out)?;
+        self.gate.interval(calls, secs, self.limits.max_event_rate);
+        if let Some(pid) = self.limits.watch_pid
+            && !self.pid_gone_reported
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            eprintln!("wbscope: pid {pid} has exited; nothing more will match --pid");
+            self.pid_gone_reported = true;
+        }
+        Ok(())
+    }
+
+    /// Ends the run. Records completed before it stopped are still in the
+    /// ring: they are kept (within `--max-records`), then the partial
+    /// interval's line and the summary are written.
+    fn finish(
+        mut self,
+        collector: &mut RingCollector,
+        out: &mut dyn SessionOutput,
+    ) -> anyhow::Result<()> {
+        let mut rest = Batch::default();
+        collector.drain(|r| rest.push(r));
+        // Generic calls whose end no event marked are closed now.
+        collector.close_open_calls(|r| rest.push(r));
+        self.durable.last = true;
+        self.take(rest, out)?;
+        self.end_interval(out)?;
+        // The counters the last interval ended with.
+        let cur = self.interval.prev();
+        let statuses: Vec<ProbeStatus> = self.tracer.plan.statuses();
+        let mut summary = SummaryLine::new(
+            self.started.elapsed().as_secs_f64(),
+            &self.totals,
+            &cur.stats,
+            collector.bad_records,
+            &statuses,
+            &cur.run_times,
+        );
+        summary.calls_not_written = self.gate.not_written;
+        summary.add_sampled_out(&cur.agg);
+        summary.attribution = self
+            .who
+            .on
+            .then(|| AttributionMode::of(&self.tracer.plan))
+            .flatten();
+        out.summary(&summary)?;
+        out.flush()?;
+        Ok(())
+    }
 }
 
 /// Attaches the tracer with these filters and hook kinds, starts its log
@@ -373,6 +492,9 @@ pub fn drop_privileges(options: &DropOptions, dir: Option<WritableDir<'_>>) -> a
     Ok(())
 }
 
+/// Traces until `limits` or a signal ends the run: the session's state
+/// ([`Session`]) fed by the ring buffer's drains and the `--interval`
+/// ticks, then its last interval and summary.
 pub async fn run(
     tracer: &Tracer,
     collector: &mut RingCollector,
@@ -382,75 +504,20 @@ pub async fn run(
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    let statuses: Vec<ProbeStatus> = tracer.plan.statuses();
-    let started = Instant::now();
-    let mut last_tick = started;
-    let mut prev = tracer.snapshot()?;
+    let mut session = Session::start(tracer, limits)?;
     let mut ticks = tokio::time::interval_at(
         tokio::time::Instant::now() + limits.interval,
         limits.interval,
     );
     let deadline = limits.duration.map(|d| tokio::time::Instant::now() + d);
-    let mut totals = Totals::default();
-    let mut interval = CallAggregate::default();
-    let mut pid_gone_reported = false;
-    let max = limits.max_records.unwrap_or(u64::MAX);
-    let mut gate = RateGate::default();
-    let mut who = Who {
-        tracer,
-        on: tracer.plan.attached(Concept::Dirtier),
-        attribution: Attribution::new(AttributionMode::of(&tracer.plan).unwrap_or_default()),
-    };
-    gate.budget = limits
-        .cpu_budget
-        .map(|pct| Budgeted::new(pct, tracer, &prev));
     eprintln!("wbscope: tracing; Ctrl-C to stop");
-
-    let mut durable = Durable {
-        tracer,
-        join: tracer
-            .plan
-            .attached(Concept::Durability)
-            .then(DurabilityJoin::default),
-        last: false,
-    };
     let ending = loop {
         let mut batch = Batch::default();
         tokio::select! {
             drained = collector.wait_and_drain(|r| batch.push(r)) => {
                 drained?;
             }
-            _ = ticks.tick() => {
-                let now = Instant::now();
-                let cur = tracer.snapshot()?;
-                let secs = now.duration_since(last_tick).as_secs_f64();
-                let mut line = IntervalLine::new(
-                    now.duration_since(started).as_secs_f64(),
-                    secs,
-                    &interval,
-                    &prev,
-                    &cur,
-                );
-                line.owners = who.owners();
-                line.fsyncs = durable.line();
-                line.budget = gate
-                    .budget
-                    .as_mut()
-                    .and_then(|b| b.interval(tracer, &cur, now.duration_since(last_tick)));
-                state_sampling_error(&mut line);
-                out.interval(&line)?;
-                gate.interval(interval.calls, secs, limits.max_event_rate);
-                interval = CallAggregate::default();
-                prev = cur;
-                last_tick = now;
-                if let Some(pid) = limits.watch_pid
-                    && !pid_gone_reported
-                    && !Path::new(&format!("/proc/{pid}")).exists()
-                {
-                    eprintln!("wbscope: pid {pid} has exited; nothing more will match --pid");
-                    pid_gone_reported = true;
-                }
-            }
+            _ = ticks.tick() => session.tick(out)?,
             _ = sigint.recv() => break Ending::Signal,
             _ = sigterm.recv() => break Ending::Signal,
             _ = sighup.recv() => break Ending::Signal,
@@ -461,66 +528,13 @@ pub async fn run(
                 }
             } => break Ending::Duration,
         }
-        take(
-            batch,
-            &mut totals,
-            &mut interval,
-            &mut gate,
-            max,
-            out,
-            (&mut who, &mut durable),
-        )?;
+        session.take(batch, out)?;
         out.flush()?;
-        if totals.calls >= max {
+        if session.totals.calls >= session.max {
             break Ending::MaxRecords;
         }
     };
-    // Records completed before we stopped are still in the ring: keep them
-    // (within --max-records), and close the partial interval.
-    let mut rest = Batch::default();
-    collector.drain(|r| rest.push(r));
-    // Generic calls whose end no event marked are closed now.
-    collector.close_open_calls(|r| rest.push(r));
-    durable.last = true;
-    take(
-        rest,
-        &mut totals,
-        &mut interval,
-        &mut gate,
-        max,
-        out,
-        (&mut who, &mut durable),
-    )?;
-    let now = Instant::now();
-    let cur = tracer.snapshot()?;
-    let mut line = IntervalLine::new(
-        now.duration_since(started).as_secs_f64(),
-        now.duration_since(last_tick).as_secs_f64(),
-        &interval,
-        &prev,
-        &cur,
-    );
-    line.owners = who.owners();
-    line.fsyncs = durable.line();
-    line.budget = gate
-        .budget
-        .as_mut()
-        .and_then(|b| b.interval(tracer, &cur, now.duration_since(last_tick)));
-    state_sampling_error(&mut line);
-    out.interval(&line)?;
-    let mut summary = SummaryLine::new(
-        started.elapsed().as_secs_f64(),
-        &totals,
-        &cur.stats,
-        collector.bad_records,
-        &statuses,
-        &cur.run_times,
-    );
-    summary.calls_not_written = gate.not_written;
-    summary.add_sampled_out(&cur.agg);
-    summary.attribution = who.on.then(|| AttributionMode::of(&tracer.plan)).flatten();
-    out.summary(&summary)?;
-    out.flush()?;
+    session.finish(collector, out)?;
     Ok(ending)
 }
 

@@ -19,9 +19,10 @@ use std::{
 use anyhow::Context as _;
 use writer_core::{Report, RunFailure, Writer, WriterConfig};
 
+use crate::interval::{Decoration, OpenInterval};
 use crate::meter::WriterMeter;
 use wbscope_model::durability::{DurabilityJoin, FsyncFigures, FsyncLine, SyncRecord};
-use wbscope_model::interval::{CallAggregate, IntervalLine};
+use wbscope_model::interval::IntervalLine;
 use wbscope_model::plan::{Concept, HookChoice, HookKind};
 use wbscope_model::record::mark_uncached;
 use wbscope_model::timeline::{TICK_S, Timeline};
@@ -143,8 +144,7 @@ impl Traced {
         // Interval lines of the window, a second each, for the findings
         // (model/findings): the same rules as live tracing.
         let mut lines: Vec<IntervalLine> = Vec::new();
-        let mut line_calls = CallAggregate::default();
-        let (mut line_prev, mut line_start) = (prev.clone(), started);
+        let mut open = OpenInterval::new(prev.clone(), started);
         loop {
             let read_s = started.elapsed().as_secs_f64();
             self.collector
@@ -154,7 +154,7 @@ impl Traced {
                     };
                     place(&mut timelines, groups, &c, mono0, read_s);
                     if groups.iter().any(|g| g.contains(&c.dev)) {
-                        line_calls.add(&c);
+                        open.add(&c);
                         calls.push(c)
                     }
                 })
@@ -168,23 +168,23 @@ impl Traced {
                     t.at(now_s).sample_levels(&v);
                 }
             }
-            if tick.at.elapsed() >= tick_every {
+            if tick.counters.from().elapsed() >= tick_every {
                 let snap = self.tracer.snapshot()?;
                 tick.close(snap, started, groups, &meters, &mut timelines);
             }
-            if line_start.elapsed() >= LINE_INTERVAL {
+            if open.from().elapsed() >= LINE_INTERVAL {
                 let cur = self.tracer.snapshot()?;
                 let now = Instant::now();
-                let mut line = IntervalLine::new(
-                    now.duration_since(started).as_secs_f64(),
-                    now.duration_since(line_start).as_secs_f64(),
-                    &line_calls,
-                    &line_prev,
-                    &cur,
-                );
-                line.fsyncs = fsync_line(&mut durable, &mut syncs, wbscope_sys::monotonic_ns());
-                lines.push(line);
-                (line_calls, line_prev, line_start) = (CallAggregate::default(), cur, now);
+                let fsyncs = fsync_line(&mut durable, &mut syncs, wbscope_sys::monotonic_ns());
+                lines.push(open.close(
+                    started,
+                    now,
+                    cur,
+                    Decoration {
+                        fsyncs,
+                        ..Decoration::default()
+                    },
+                ));
             }
             if wbscope_sys::interrupted() && !signalled {
                 signalled = true;
@@ -202,7 +202,7 @@ impl Traced {
             };
             place(&mut timelines, groups, &c, mono0, read_s);
             if groups.iter().any(|g| g.contains(&c.dev)) {
-                line_calls.add(&c);
+                open.add(&c);
                 calls.push(c)
             }
         };
@@ -212,21 +212,23 @@ impl Traced {
         self.collector.close_open_calls(&mut take);
         journal_handles(&self.tracer, &mut durable);
         let cur = self.tracer.snapshot()?;
-        let window_s = started.elapsed().as_secs_f64();
+        let end = Instant::now();
+        let window_s = end.duration_since(started).as_secs_f64();
         let punts = punts.as_mut().and_then(|p| p.read().ok());
         if let Some(tgid) = self.uncached_tgid {
             mark_uncached(&mut calls, tgid);
         }
-        let mut last = IntervalLine::new(
-            window_s,
-            line_start.elapsed().as_secs_f64(),
-            &line_calls,
-            &line_prev,
-            &cur,
-        );
         // The work is over: every fsync of it is joined now.
-        last.fsyncs = fsync_line(&mut durable, &mut syncs, u64::MAX);
-        lines.push(last);
+        let fsyncs = fsync_line(&mut durable, &mut syncs, u64::MAX);
+        lines.push(open.line(
+            started,
+            end,
+            &cur,
+            Decoration {
+                fsyncs,
+                ..Decoration::default()
+            },
+        ));
         let findings = wbscope_model::findings::judge(&lines).findings;
         tick.close(cur.clone(), started, groups, &meters, &mut timelines);
         // Each fsync where it returned, in the groups holding its device.
@@ -345,8 +347,9 @@ fn place(
 /// The last tick of a window: the kernel snapshot and writer byte counts
 /// the next one is differenced against.
 struct Tick {
-    snap: wbscope_model::kernel::KernelSnapshot,
-    at: Instant,
+    /// Since the last tick; no calls are added to it (the timeline places
+    /// each call where it ended, `place`).
+    counters: OpenInterval,
     writer_bytes: Vec<Vec<u64>>,
 }
 
@@ -362,8 +365,7 @@ impl Tick {
         meters: &[(usize, Arc<WriterMeter>)],
     ) -> Tick {
         Tick {
-            snap,
-            at,
+            counters: OpenInterval::new(snap, at),
             writer_bytes: meters
                 .iter()
                 .map(|(_, m)| vec![0; m.bytes().len()])
@@ -381,16 +383,12 @@ impl Tick {
         timelines: &mut [Timeline],
     ) {
         let now = Instant::now();
-        let from_s = self.at.duration_since(started).as_secs_f64();
+        let from_s = self.counters.from().duration_since(started).as_secs_f64();
         let to_s = now.duration_since(started).as_secs_f64();
         let mid = (from_s + to_s) / 2.0;
-        let line = IntervalLine::new(
-            to_s,
-            to_s - from_s,
-            &CallAggregate::default(),
-            &self.snap,
-            &snap,
-        );
+        let line = self
+            .counters
+            .close(started, now, snap, Decoration::default());
         for (t, g) in timelines.iter_mut().zip(groups) {
             t.at(mid).add_interval(&line, |d| g.contains(&d));
         }
@@ -408,8 +406,6 @@ impl Tick {
             }
             *last = bytes;
         }
-        self.snap = snap;
-        self.at = now;
     }
 }
 

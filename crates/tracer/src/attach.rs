@@ -20,6 +20,7 @@ use writeback_common::{
 use super::{
     Tracer,
     btf::Btf as KernelBtf,
+    members::member_spec,
     object::EBPF_OBJECT,
     plan::{
         BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, DIRTY_INODE, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
@@ -129,32 +130,6 @@ fn resolve_extent_members(btf: &KernelBtf) -> Result<ExtentMembers, String> {
     Ok(ExtentMembers {
         len: member_spec(btf, strukt, name, false)?,
     })
-}
-
-/// One member's [`MemberSpec`]; errors are the rejection reason.
-pub(super) fn member_spec(
-    btf: &KernelBtf,
-    strukt: &str,
-    name: &str,
-    signed: bool,
-) -> Result<MemberSpec, String> {
-    let m = btf.member(strukt, name).map_err(|e| e.to_string())?;
-    let offset = u16::try_from(m.byte_offset)
-        .map_err(|_| format!("{strukt}.{name} at offset {} is too far", m.byte_offset))?;
-    let size = u8::try_from(m.size)
-        .ok()
-        .filter(|s| matches!(s, 1 | 2 | 4 | 8))
-        .ok_or_else(|| format!("{strukt}.{name} is {} bytes, not an integer", m.size))?;
-    if m.bit_size != 0 && u32::from(m.bit_offset) + u32::from(m.bit_size) > 64 {
-        return Err(format!("{strukt}.{name}: bitfield past 64 bits"));
-    }
-    Ok(MemberSpec::new(
-        offset,
-        size,
-        m.bit_offset,
-        m.bit_size,
-        signed && m.bit_size == 0,
-    ))
 }
 
 /// What the generic-call programs read of `struct folio`. Each member is

@@ -10,7 +10,7 @@ use writeback_common::{
     INODE_DIRTYING_KIND, InodeDirtying, dirtier_members, sampling, stat,
 };
 
-use super::{Tracer, attach::member_spec, btf::Btf as KernelBtf};
+use super::{Tracer, btf::Btf as KernelBtf, members::member_spec};
 use wbscope_model::dirtier::{
     AttributionMode, DirtierReading, DirtierSnapshot, InodeDirtyingReading, TaskReading,
 };
@@ -26,7 +26,8 @@ const MAX_TASKS: usize = 1 << 14;
 /// changed. A whole reading forgets evicted pairs and catches a change a
 /// race left unannounced (see [`Tracer::per_folio`]), so a minute at the
 /// default interval bounds both; it costs about 30 ms of a core with
-/// 60,000 pairs (BENCHMARKS.md, "The per-folio map's reading cost").
+/// 60,000 pairs (docs/bench-log/recorder.md, "The per-folio map's reading
+/// cost").
 const WHOLE_EVERY: u32 = 60;
 
 /// The reader of `DIRTYINGS` (writeback-ebpf dirtier.rs): in the default

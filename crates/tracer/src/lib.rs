@@ -13,6 +13,7 @@ mod diskstats;
 mod journal;
 pub mod landlock_dir;
 pub mod maps;
+mod members;
 pub mod mounts;
 pub mod object;
 pub mod plan;

@@ -35,6 +35,7 @@ mod figures;
 mod map_reading;
 pub(crate) mod recorder;
 pub(crate) mod small_writer;
+mod store;
 use figures::{
     all_programs, budget_figures, floor_comparison, ms_per_gib, per_program, per_write_means,
     run_time_table, split_by_budget,

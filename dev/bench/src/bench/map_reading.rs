@@ -17,7 +17,7 @@ use std::{fs, path::Path, thread, time::Duration};
 
 use anyhow::Context as _;
 
-use super::{Tracer, bench_fs};
+use super::{Tracer, bench_fs, store::store_dir};
 
 /// Seconds of each idle window: a whole reading comes once a minute.
 const IDLE_SECS: u64 = 60;
@@ -61,7 +61,7 @@ pub(super) fn bench(binary: &Path, pairs: u64) -> anyhow::Result<String> {
 fn idle(binary: &Path, pairs: u64, per_folio: bool) -> anyhow::Result<Idle> {
     // 2 GiB: ext4's default of an inode per 16 KiB gives 131,072.
     let fs = bench_fs(2048, false)?;
-    let (_dir, store) = super::recorder::store_dir()?;
+    let (_dir, store) = store_dir()?;
     let store = store.to_string_lossy().into_owned();
     let mount = fs.mountpoint().to_string_lossy().into_owned();
     let mut args = vec![

@@ -38,7 +38,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use wbscope_programs as programs;
 
-use super::{Tracer, bench_fs, median};
+use super::{Tracer, bench_fs, median, store::store_dir};
 
 pub(crate) struct RecorderOptions {
     /// Minutes of load.
@@ -63,17 +63,6 @@ struct Sample {
     cpu_s: f64,
     store_bytes: u64,
     writes: u64,
-}
-
-/// A directory of the run's own under /var/tmp (removed when dropped) and
-/// the path of a store in it.
-pub(super) fn store_dir() -> anyhow::Result<(tempfile::TempDir, std::path::PathBuf)> {
-    let dir = tempfile::Builder::new()
-        .prefix("wbscope-bench-store.")
-        .tempdir_in("/var/tmp")
-        .context("making the store's directory")?;
-    let store = dir.path().join("store");
-    Ok((dir, store))
 }
 
 pub(crate) fn bench(binary: &Path, opts: &RecorderOptions) -> anyhow::Result<String> {
