@@ -103,10 +103,10 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// fmt check, clippy -D warnings, unit and kernel integration tests
-    /// then the qemu kernel matrix's `suite` kernels (5.10, 6.1, 6.12,
-    /// 6.12-rt) and a vm-scenario of 6.12 against 6.12-rt, when qemu is
-    /// installed and no test name is given
+    /// fmt check, clippy -D warnings, cargo doc (broken links denied), unit
+    /// and kernel integration tests, then the qemu kernel matrix's `suite`
+    /// kernels (5.10, 6.1, 6.12, 6.12-rt) and a vm-scenario of 6.12 against
+    /// 6.12-rt, when qemu is installed and no test name is given
     /// (WBSCOPE_VM_TESTS=0 skips it; `vm-test --kernel all` runs the rest).
     Test {
         /// Extra arguments for `cargo test` (after `--`), e.g. a test name.

@@ -1,5 +1,6 @@
-//! `cargo xtask test`: the fmt check, clippy, unit and kernel integration
-//! tests counted over every test binary, then the VM suite.
+//! `cargo xtask test`: the fmt check, clippy, the docs' links, unit and
+//! kernel integration tests counted over every test binary, then the VM
+//! suite.
 use std::{process::Command, time::Duration};
 
 use anyhow::{Context as _, bail};
@@ -19,6 +20,25 @@ pub(crate) fn test(extra: &[String]) -> anyhow::Result<()> {
     step(
         "cargo clippy --all-targets -- -D warnings",
         cargo(&toolchain).args(["clippy", "--all-targets", "--", "-D", "warnings"]),
+    )?;
+    // The docs' links checked (after clippy, whose checked dependencies
+    // rustdoc reuses: seconds). Private items are documented, as a
+    // newcomer reads them, so links to them are not warned about.
+    step(
+        "cargo doc (broken intra-doc links denied)",
+        cargo(&toolchain)
+            .args([
+                "doc",
+                "--workspace",
+                "--exclude",
+                "writeback-ebpf",
+                "--no-deps",
+                "--document-private-items",
+            ])
+            .env(
+                "RUSTDOCFLAGS",
+                "-D rustdoc::broken_intra_doc_links -A rustdoc::private_intra_doc_links",
+            ),
     )?;
     let mut cmd = cargo(&toolchain);
     // Every test binary runs even when one fails: a failure in one
@@ -54,7 +74,14 @@ pub(crate) fn test(extra: &[String]) -> anyhow::Result<()> {
         println!("vm: skipped: only the named tests were asked for");
         return Ok(());
     }
-    crate::hand_over(crate::VM, "test-suite", &[])
+    // The binary cargo test built (with the dev-dependencies' features)
+    // and the integration tests ran: the guests test the same one.
+    let binary = xtask::target_dir()?.join("debug").join("wbscope");
+    crate::hand_over(
+        crate::VM,
+        "test-suite",
+        &["--binary".into(), binary.display().to_string()],
+    )
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -1,12 +1,12 @@
 //! `wbscope compare` against the running kernel (root), on an ext4 made
 //! for the test: one run per strategy, each with its own kernel calls; bad
 //! input refused with one line and exit code 2 before anything runs.
-mod support;
 
-use support::{LoopFs, dev_of, wbscope};
+use crate::support::{LoopFs, dev_of, wbscope};
 
 #[test]
 fn compare_json_has_one_run_per_strategy_with_kernel_calls() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 512);
     let out = wbscope()
         .args(["compare", "--dir"])
@@ -64,6 +64,7 @@ fn compare_json_has_one_run_per_strategy_with_kernel_calls() {
 
 #[test]
 fn compare_table_has_a_column_per_strategy() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 256);
     let plots = tempfile::tempdir_in("/var/tmp").unwrap();
     let svg = plots.path().join("cmp.svg");
@@ -129,6 +130,7 @@ fn compare_table_has_a_column_per_strategy() {
 
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
+    let _file = crate::support::file_group(module_path!());
     let cases: [(&[&str], &str); 5] = [
         (&["--dir", "/var/tmp", "--size", "8Q"], "--size"),
         (
@@ -177,6 +179,7 @@ fn drops() -> u64 {
 
 #[test]
 fn unusable_dirs_are_refused_before_the_page_cache_is_dropped() {
+    let _file = crate::support::file_group(module_path!());
     let ro = LoopFs::with_mount_options("ext4", 64, &["-o", "ro"]);
     let small = LoopFs::new("ext4", 32);
     let ro_dir = ro.mountpoint.display().to_string();
@@ -207,6 +210,7 @@ fn unusable_dirs_are_refused_before_the_page_cache_is_dropped() {
 
 #[test]
 fn a_non_utf8_dir_gives_complete_json_or_exit_2() {
+    let _file = crate::support::file_group(module_path!());
     use std::os::unix::ffi::OsStrExt as _;
     let fs = LoopFs::new("ext4", 64);
     let odd = fs.mountpoint.join(std::ffi::OsStr::from_bytes(b"d\xffir"));
@@ -249,7 +253,7 @@ fn a_non_utf8_dir_gives_complete_json_or_exit_2() {
     assert!(left.is_empty(), "files left behind: {left:?}");
 }
 
-/// The calls of a run on xfs and on btrfs (generic calls, issue 16) add
+/// The calls of a run on xfs and on btrfs (generic calls) add
 /// up to what the inode passes and the block layer saw on the same
 /// device: every page the writer dirtied is written by one writepages
 /// call inside one `__writeback_single_inode()` pass (fs/fs-writeback.c:
@@ -262,6 +266,7 @@ fn a_non_utf8_dir_gives_complete_json_or_exit_2() {
 /// (a subvolume's device) nor the loop device names.
 #[test]
 fn calls_equal_inode_passes_and_fit_the_block_requests_on_xfs_and_btrfs() {
+    let _file = crate::support::file_group(module_path!());
     for fstype in ["xfs", "btrfs"] {
         let fs = LoopFs::new(fstype, 512);
         let out = wbscope()

@@ -1,6 +1,5 @@
 //! End to end: the real dashboard in tmux, driven by keys, against the
 //! real kernel (root).
-mod support;
 
 use std::{
     fs::File,
@@ -9,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{LoopFs, run};
+use crate::support::{LoopFs, run};
 
 struct Session(String);
 
@@ -108,6 +107,7 @@ fn wait_gone(session: &Session, log: &std::path::Path) {
 
 #[test]
 fn dashboard_shows_a_16_mib_fsync_and_quits_on_q() {
+    let _file = crate::support::file_group(module_path!());
     let log = tempfile::NamedTempFile::new().unwrap();
     let session = Session(format!("wbscope-test-{}", std::process::id()));
     start(&session, log.path(), std::path::Path::new("/"), 100, 30);
@@ -144,6 +144,7 @@ fn writer_mb_s(screen: &str) -> Option<u64> {
 
 #[test]
 fn writer_from_keys_loads_the_kernel_and_cleans_up() {
+    let _file = crate::support::file_group(module_path!());
     let log = tempfile::NamedTempFile::new().unwrap();
     let fs = LoopFs::new("ext4", 512);
     let session = Session(format!("wbscope-writer-test-{}", std::process::id()));
@@ -171,7 +172,7 @@ fn writer_from_keys_loads_the_kernel_and_cleans_up() {
 
     // The kernel side answers: calls in the header, a device in the top
     // table (Tab to it at this size is not needed: 120x40 shows it).
-    let dev = support::dev_of(&fs.mountpoint);
+    let dev = crate::support::dev_of(&fs.mountpoint);
     session.wait_for("writepages calls of the writer's device", |s| {
         figure(s, "calls ").is_some_and(|c| c >= 1) && s.contains(&dev)
     });
@@ -220,6 +221,7 @@ fn record_until_tracing(
 /// fsync shows in the histogram, and the writer keys are refused.
 #[test]
 fn replay_opens_a_recording_in_the_dashboard() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 128);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let rec = dir.path().join("run.rec");
@@ -254,10 +256,11 @@ fn replay_opens_a_recording_in_the_dashboard() {
 }
 
 /// `record -o - | replay -` in one terminal: the dashboard shows a call
-/// within a second of its fsync (issue 26, watching a host over SSH),
+/// within a second of its fsync (watching a host over SSH),
 /// and quitting it stops the recorder too (its reader went away).
 #[test]
 fn a_live_pipe_into_the_dashboard_shows_a_call_within_a_second() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 128);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let log = dir.path().join("replay.log");
@@ -338,12 +341,13 @@ fn clock_after(screen: &str, line_label: &str, label: &str) -> Option<u32> {
     Some(h * 3600 + m * 60 + s)
 }
 
-/// A store in the dashboard (issue 26): `n` jumps to where the fsync storm
+/// A store in the dashboard: `n` jumps to where the fsync storm
 /// recorded in it starts and the third header line says the view is
 /// there; `n` again finds nothing after it; `→` is refused at the end of
 /// the store and `←` goes back towards its start.
 #[test]
 fn a_store_in_the_dashboard_jumps_to_the_next_finding() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 128);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let store = dir.path().join("store");

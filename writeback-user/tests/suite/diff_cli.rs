@@ -5,11 +5,10 @@
 //! (worse in throughput and throttle time by both rules; the gate exits
 //! 3). The filesystem and its bdi knobs are the test's own (scratchfs,
 //! restored and removed on drop).
-mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::{LoopFs, wbscope};
+use crate::support::{LoopFs, wbscope};
 
 fn exit_and_stderr(args: &[&str]) -> (i32, String, String) {
     let out = wbscope().args(args).output().expect("spawn");
@@ -36,6 +35,7 @@ fn doc(dir: &Path, name: &str, runs: usize) -> PathBuf {
 
 #[test]
 fn bad_gates_and_inputs_are_usage_errors() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let a = doc(dir.path(), "a.json", 3);
     let b = doc(dir.path(), "b.json", 3);
@@ -67,8 +67,8 @@ fn bad_gates_and_inputs_are_usage_errors() {
         assert_eq!(err.lines().count(), 1, "{expr}: one line: {err}");
         assert!(err.contains(expected), "{expr}: {err}");
     }
-    // The gate, as written, on a compare document: reads and holds
-    // nowhere here (1% apart, overlapping).
+    // A CI gate on a 5% drop in write throughput, on a compare document:
+    // reads and holds nowhere here (1% apart, overlapping).
     let (code, out, err) = exit_and_stderr(&["diff", a, b, "--fail-if", "write_mb_s < -5%"]);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -157,6 +157,7 @@ fn row<'a>(doc: &'a serde_json::Value, figure: &str) -> &'a serde_json::Value {
 
 #[test]
 fn a_dirty_cap_is_worse_and_the_same_configuration_is_not() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let mut fs = LoopFs::new("ext4", 512);
     let (a1, a2, a_all, capped) = (
@@ -203,7 +204,7 @@ fn a_dirty_cap_is_worse_and_the_same_configuration_is_not() {
     // is all six uncapped runs: buffered 48 MiB writes land in the page
     // cache at 0.8 to 3.7 GB/s from run to run here, and with three runs a
     // side one slow run widened A's 95% interval past the whole change
-    // (CI of stop 35: -90%, yet not significant by mmtests' rule).
+    // (seen in CI: a -90% change, yet not significant by mmtests' rule).
     let (code, out, err) = exit_and_stderr(
         &[
             &[
@@ -257,6 +258,7 @@ fn a_dirty_cap_is_worse_and_the_same_configuration_is_not() {
 /// between identical sides.
 #[test]
 fn recordings_are_compared_by_their_interval_lines() {
+    let _file = crate::support::file_group(module_path!());
     let rec = wbscope_export::report::tests::fixtures().join("small.rec");
     let two = format!("{0},{0}", rec.display());
     let (code, out, err) = exit_and_stderr(&[

@@ -4,7 +4,6 @@
 //! a strict per-device dirty cap is named `dirty-throttled`, with the
 //! device's limit and the writer's process; and the findings read back
 //! from the recording the watch wrote equal the findings seen live.
-mod support;
 
 use std::{
     process::{Child, Command, Output, Stdio},
@@ -12,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use support::wbscope;
+use crate::support::wbscope;
 
 /// The watches run one at a time: each sees the whole machine.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -119,7 +118,8 @@ fn doctor_with(
 
 #[test]
 fn idle_machine_yields_no_warning() {
-    let fs = support::LoopFs::new("ext4", 256);
+    let _file = crate::support::file_group(module_path!());
+    let fs = crate::support::LoopFs::new("ext4", 256);
     let dir = fs.mountpoint.to_str().unwrap().to_string();
     let (r, code, _) = doctor_with("4", Some(&dir), None);
     assert_eq!(alarms(&r), Vec::<String>::new());
@@ -129,7 +129,8 @@ fn idle_machine_yields_no_warning() {
 
 #[test]
 fn direct_writer_yields_no_warning() {
-    let fs = support::LoopFs::new("ext4", 1024);
+    let _file = crate::support::file_group(module_path!());
+    let fs = crate::support::LoopFs::new("ext4", 1024);
     let dir = fs.mountpoint.to_str().unwrap().to_string();
     let w = write(&["--dir", &dir, "--size", "256M", "--strategy", "direct"]);
     let (r, code, _) = doctor_with("8", Some(&dir), Some(w));
@@ -139,6 +140,7 @@ fn direct_writer_yields_no_warning() {
 
 #[test]
 fn buffered_writer_under_the_limits_yields_no_warning() {
+    let _file = crate::support::file_group(module_path!());
     // 128 MiB against the machine's background threshold (vmstat): far
     // under it unless the machine has under ~1.3 GiB available.
     let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap();
@@ -151,7 +153,7 @@ fn buffered_writer_under_the_limits_yields_no_warning() {
         bg * 4096 > 512 << 20,
         "background threshold too low here: {bg} pages"
     );
-    let fs = support::LoopFs::new("ext4", 1024);
+    let fs = crate::support::LoopFs::new("ext4", 1024);
     let dir = fs.mountpoint.to_str().unwrap().to_string();
     let w = write(&["--dir", &dir, "--size", "128M", "--strategy", "buffered"]);
     let (r, code, _) = doctor_with("8", Some(&dir), Some(w));
@@ -161,6 +163,7 @@ fn buffered_writer_under_the_limits_yields_no_warning() {
 
 #[test]
 fn strict_device_cap_is_named_with_its_writer() {
+    let _file = crate::support::file_group(module_path!());
     let mut fs = scratchfs::ScratchFs::new("ext4".parse().unwrap(), 2048).expect("scratch ext4");
     fs.limit_dirty(16 << 20).expect("cap");
     let dir = fs.mountpoint().to_str().unwrap().to_string();
@@ -190,13 +193,15 @@ fn strict_device_cap_is_named_with_its_writer() {
     assert!(f["advice"].as_str().unwrap().contains("strict_limit"));
 }
 
-/// The case of issue 27: one `dd` of 1 GiB into a loop ext4 whose bdi has
-/// `strict_limit` and `max_bytes` 32 MiB is paused by the device's limit
-/// a little (0.09–0.14 s/s there), under the warning's 0.25. Doctor names
-/// what acted, with the limit and how much; its exit status is 0 when
-/// every finding is `info` and 3 when one reached a warning.
+/// A cap a user set on purpose: one `dd` of 1 GiB into a loop ext4 whose
+/// bdi has `strict_limit` and `max_bytes` 32 MiB is paused by the
+/// device's limit a little (0.09–0.14 s/s there), under the warning's
+/// 0.25. Doctor names what acted, with the limit and how much; its exit
+/// status is 0 when every finding is `info` and 3 when one reached a
+/// warning.
 #[test]
 fn a_light_device_cap_is_named_as_what_acted() {
+    let _file = crate::support::file_group(module_path!());
     let mut fs = scratchfs::ScratchFs::new("ext4".parse().unwrap(), 2048).expect("scratch ext4");
     fs.limit_dirty(32 << 20).expect("cap");
     let mut dd = Command::new("dd");
@@ -221,7 +226,8 @@ fn a_light_device_cap_is_named_as_what_acted() {
 /// mean time from /proc/diskstats.
 #[test]
 fn a_sync_per_write_is_named_flush_bound() {
-    let fs = support::LoopFs::new("ext4", 256);
+    let _file = crate::support::file_group(module_path!());
+    let fs = crate::support::LoopFs::new("ext4", 256);
     let dir = fs.mountpoint.to_str().unwrap().to_string();
     let mut dd = Command::new("dd");
     dd.args([

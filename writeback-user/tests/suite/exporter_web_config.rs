@@ -1,10 +1,9 @@
-//! `wbscope trace --prometheus ... --web-config FILE` (issue 30): TLS with
+//! `wbscope trace --prometheus ... --web-config FILE`: TLS with
 //! client certificates and basic auth in the exporter-toolkit format,
 //! certificates made by the test (rcgen). A real Prometheus scrapes
 //! through it; curl without credentials, with a wrong password, or with a
 //! client certificate the server does not trust gets nothing of the
 //! metrics. The exporter runs with its privileges dropped meanwhile.
-mod support;
 
 use std::{
     fs::{self, File},
@@ -16,11 +15,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::wbscope;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
-use support::wbscope;
 
 const USER: &str = "prometheus";
 const PASSWORD: &str = "correct horse battery staple";
@@ -210,6 +209,7 @@ fn proc_status(pid: u32, field: &str) -> String {
 /// client certificate, no TLS session at all. The refusals are counted.
 #[test]
 fn web_config_lets_in_only_who_it_should() {
+    let _file = crate::support::file_group(module_path!());
     let pki = Pki::new();
     let config = pki.web_config.to_str().expect("path");
     let (exporter, addr, stderr) = start_exporter("127.0.0.1:0", &["--web-config", config]);
@@ -295,6 +295,7 @@ fn web_config_lets_in_only_who_it_should() {
 /// basic auth: its `up` for the job is 1.
 #[test]
 fn prometheus_scrapes_over_tls_with_basic_auth() {
+    let _file = crate::support::file_group(module_path!());
     let prometheus = "/usr/bin/prometheus";
     assert!(
         Path::new(prometheus).exists(),
@@ -359,6 +360,7 @@ fn prometheus_scrapes_over_tls_with_basic_auth() {
 /// basic auth, none.
 #[test]
 fn listening_beyond_loopback_without_web_config_warns_once() {
+    let _file = crate::support::file_group(module_path!());
     let (exporter, _, stderr) = start_exporter("0.0.0.0:0", &["--listen-any"]);
     drop(exporter);
     let warnings: Vec<&String> = stderr.iter().filter(|l| l.contains("warning")).collect();
@@ -380,6 +382,7 @@ fn listening_beyond_loopback_without_web_config_warns_once() {
 /// exit 1, one line naming the file.
 #[test]
 fn a_broken_web_config_is_one_line() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("web.yml");
     fs::write(

@@ -1,5 +1,5 @@
 //! Command-line misuse a careful operator might try on a production host:
-//! each gets one clear line and exit code 2, and changes nothing (issue 13).
+//! each gets one clear line and exit code 2, and changes nothing.
 use std::{
     fs,
     process::{Command, Stdio},
@@ -27,6 +27,7 @@ fn without_terminal(args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn the_dashboard_without_a_terminal_says_so_in_one_line() {
+    let _file = crate::support::file_group(module_path!());
     let (code, stderr) = without_terminal(&[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -36,6 +37,7 @@ fn the_dashboard_without_a_terminal_says_so_in_one_line() {
 
 #[test]
 fn replay_to_the_dashboard_without_a_terminal_says_so_in_one_line() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir().expect("temp dir");
     let rec = dir.path().join("short.rec");
     let rec = rec.to_str().expect("a UTF-8 temp path");
@@ -54,6 +56,7 @@ fn replay_to_the_dashboard_without_a_terminal_says_so_in_one_line() {
 
 #[test]
 fn an_existing_log_file_is_appended_to_not_truncated() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("wbscope.log");
     fs::write(&log, "kept line\n").expect("log");
@@ -71,6 +74,7 @@ fn an_existing_log_file_is_appended_to_not_truncated() {
 
 #[test]
 fn an_interval_below_the_drain_period_is_refused() {
+    let _file = crate::support::file_group(module_path!());
     for args in [
         &["trace", "--interval", "1e-9"][..],
         &["record", "-o", "/nonexistent/x.rec", "--interval", "0.001"][..],
@@ -84,6 +88,7 @@ fn an_interval_below_the_drain_period_is_refused() {
 
 #[test]
 fn filters_that_can_never_match_are_refused() {
+    let _file = crate::support::file_group(module_path!());
     for (args, why) in [
         (&["trace", "--device", "999:999"][..], "no block device"),
         (
@@ -105,6 +110,7 @@ fn filters_that_can_never_match_are_refused() {
 
 #[test]
 fn store_and_time_window_misuse_is_one_line_and_exit_2() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty");
     fs::create_dir(&empty).unwrap();

@@ -1,7 +1,6 @@
-//! Who dirtied it (issue 15), against the running kernel (root): real
+//! Who dirtied it, against the running kernel (root): real
 //! processes dirty files on filesystems made for the test and leave; the
 //! calls that write their pages back, whoever makes them, must name them.
-mod support;
 
 use std::{
     collections::HashMap,
@@ -17,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{LoopFs, TraceInstance, Tracing, dev_of, trace_field};
+use crate::support::{LoopFs, TraceInstance, Tracing, dev_of, trace_field};
 
 const PAGE: u64 = 4096;
 const MIB: u64 = 1 << 20;
@@ -217,11 +216,13 @@ impl Mode {
 /// any, shows none (the documented limit), never more.
 #[test]
 fn sync_by_another_process_is_charged_to_the_departed_dirtier() {
+    let _file = crate::support::file_group(module_path!());
     departed_dirtier(Mode::PerInode);
 }
 
 #[test]
 fn sync_by_another_process_is_charged_to_the_departed_dirtier_per_folio() {
+    let _file = crate::support::file_group(module_path!());
     departed_dirtier(Mode::PerFolio);
 }
 
@@ -288,6 +289,7 @@ fn departed_dirtier(mode: Mode) {
 /// time, then one `sync`: per folio, each is charged its half, within 1%.
 #[test]
 fn alternate_regions_are_charged_half_and_half_per_folio() {
+    let _file = crate::support::file_group(module_path!());
     let (a, b, by_pid, half) = alternate_regions(Mode::PerFolio);
     for pid in [a, b] {
         let got = by_pid.get(&pid).copied().unwrap_or(0);
@@ -303,6 +305,7 @@ fn alternate_regions_are_charged_half_and_half_per_folio() {
 /// `sync`: per inode, each is charged exactly its own file's pages.
 #[test]
 fn two_writers_of_two_files_are_each_charged_their_own() {
+    let _file = crate::support::file_group(module_path!());
     let _serial = serial();
     let fs = LoopFs::new("ext4", 512);
     let (pa, pb) = (fs.path("a"), fs.path("b"));
@@ -342,6 +345,7 @@ fn two_writers_of_two_files_are_each_charged_their_own() {
 /// half: an error of 100% of each writer's share, nothing lost.
 #[test]
 fn alternate_regions_go_to_one_process_per_inode() {
+    let _file = crate::support::file_group(module_path!());
     let (a, b, by_pid, half) = alternate_regions(Mode::PerInode);
     assert_eq!(by_pid.len(), 1, "one process charged: {by_pid:?}");
     let (&charged_pid, &pages) = by_pid.iter().next().unwrap();
@@ -469,11 +473,13 @@ fn has_delalloc(path: &Path) -> bool {
 /// as the `balance_dirty_pages` tracepoint says.
 #[test]
 fn flusher_writeback_and_throttling_are_charged_to_the_dirtier() {
+    let _file = crate::support::file_group(module_path!());
     charged_to_the_dirtier_while(Mode::PerInode, false);
 }
 
 #[test]
 fn flusher_writeback_and_throttling_are_charged_to_the_dirtier_per_folio() {
+    let _file = crate::support::file_group(module_path!());
     charged_to_the_dirtier_while(Mode::PerFolio, false);
 }
 
@@ -490,6 +496,7 @@ fn flusher_writeback_and_throttling_are_charged_to_the_dirtier_per_folio() {
 /// on the file in two runs.
 #[test]
 fn syncs_while_dirtying_leave_later_pages_with_the_dirtier_per_folio() {
+    let _file = crate::support::file_group(module_path!());
     charged_to_the_dirtier_while(Mode::PerFolio, true);
 }
 
@@ -497,6 +504,7 @@ fn syncs_while_dirtying_leave_later_pages_with_the_dirtier_per_folio() {
 /// page makes it dirty again, and every call goes to the writer.
 #[test]
 fn syncs_while_dirtying_leave_later_pages_with_the_dirtier() {
+    let _file = crate::support::file_group(module_path!());
     charged_to_the_dirtier_while(Mode::PerInode, true);
 }
 
@@ -592,6 +600,7 @@ fn charged_to_the_dirtier_while(mode: Mode, sync_meanwhile: bool) {
 /// charge each file's pages to the process.
 #[test]
 fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
+    let _file = crate::support::file_group(module_path!());
     let _serial = serial();
     let fs = LoopFs::new("ext4", 256);
     let dir = fs.path("many");
@@ -647,6 +656,7 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
 /// flusher or someone's sync makes them, and drops the others.
 #[test]
 fn pid_filter_keeps_the_writeback_of_pages_the_process_dirtied() {
+    let _file = crate::support::file_group(module_path!());
     let _serial = serial();
     let fs = LoopFs::new("ext4", 256);
     let path = fs.path("mine");

@@ -1,11 +1,10 @@
-//! Each fsync split (issue 27), against the running kernel (root): a
+//! Each fsync split, against the running kernel (root): a
 //! process fsyncs a 4 KiB write every 100 ms on a journaled ext4 made for
 //! the test, alone and then beside a large writer that never syncs. Its
 //! fsyncs as wbscope splits them are checked against the kernel's own
 //! record of its fsync system calls (a tracefs instance of the test's own
 //! on `syscalls:sys_enter_fsync` / `sys_exit_fsync`), and the commits it
 //! waited on must name the large writer when it runs.
-mod support;
 
 use std::{
     collections::BTreeMap,
@@ -20,8 +19,8 @@ use std::{
     time::Duration,
 };
 
+use crate::support::{Bpftrace, LoopFs, TraceInstance, Tracing, dev_of, kernel_dev};
 use serde_json::Value;
-use support::{Bpftrace, LoopFs, TraceInstance, Tracing, dev_of, kernel_dev};
 
 const FSYNCS: usize = 30;
 
@@ -32,7 +31,7 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The issue's "process A": a 1.5 GiB dd that never syncs.
+/// The large writer ("process A"): a 1.5 GiB dd that never syncs.
 fn bulk_writer(fs: &LoopFs) -> Child {
     Command::new("dd")
         .arg("if=/dev/zero")
@@ -64,8 +63,8 @@ fn capped_ext4() -> LoopFs {
     fs
 }
 
-/// `FSYNCS` times: write 4 KiB, fsync, sleep 100 ms (the issue's "process
-/// B"). Returns the file's inode.
+/// `FSYNCS` times: write 4 KiB, fsync, sleep 100 ms (the small syncing
+/// writer, "process B"). Returns the file's inode.
 fn fsync_every_100ms(path: &std::path::Path) -> u64 {
     let mut f = OpenOptions::new()
         .create(true)
@@ -153,6 +152,7 @@ fn top_contributor(s: &Value) -> Option<u64> {
 
 #[test]
 fn each_fsync_is_split_into_its_parts_and_names_who_shared_its_commit() {
+    let _file = crate::support::file_group(module_path!());
     let _one = serial();
     let fs = capped_ext4();
     let mount = fs.mountpoint.display().to_string();
@@ -291,11 +291,12 @@ fn each_fsync_is_split_into_its_parts_and_names_who_shared_its_commit() {
 /// commits are their own: `journal-bound` at most).
 #[test]
 fn doctor_names_the_entanglement_only_beside_the_bulk_writer() {
+    let _file = crate::support::file_group(module_path!());
     let _one = serial();
     for beside in [false, true] {
         let fs = capped_ext4();
         let mount = fs.mountpoint.display().to_string();
-        let doctor = support::wbscope()
+        let doctor = crate::support::wbscope()
             .args(["doctor", "--json", "--duration", "8", "--device", &mount])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -347,6 +348,7 @@ fn doctor_names_the_entanglement_only_beside_the_bulk_writer() {
 /// its journal part, and btrfs's own writeback calls are found in it.
 #[test]
 fn xfs_and_btrfs_fsyncs_are_split_too() {
+    let _file = crate::support::file_group(module_path!());
     let _one = serial();
     for fstype in ["xfs", "btrfs"] {
         let fs = LoopFs::new(fstype, 512);
@@ -414,6 +416,7 @@ fn xfs_and_btrfs_fsyncs_are_split_too() {
 /// event names its filesystem.
 #[test]
 fn every_durability_call_is_a_span_of_its_kind() {
+    let _file = crate::support::file_group(module_path!());
     let _one = serial();
     let fs = LoopFs::new("ext4", 256);
     let mount = fs.mountpoint.display().to_string();
@@ -496,6 +499,7 @@ fn every_durability_call_is_a_span_of_its_kind() {
 /// counter (/proc/diskstats fields 16-17, Linux 5.5+).
 #[test]
 fn flush_requests_by_class_equal_an_independent_trace() {
+    let _file = crate::support::file_group(module_path!());
     let _one = serial();
     // SAFETY: plain syscall (an earlier test's loop image, as in
     // capped_ext4).
@@ -551,7 +555,7 @@ fn flush_requests_by_class_equal_an_independent_trace() {
         (more.join(" "), Tracing::start(&args))
     });
     let before = flushes_done();
-    let dd = support::run(
+    let dd = crate::support::run(
         Command::new("dd")
             .arg("if=/dev/zero")
             .arg(format!("of={}", fs.path("dsync").display()))

@@ -3,12 +3,11 @@
 //! tracer keeps running with the other concepts; a candidate that waits
 //! for `--enable` gives way to the next until asked for (root, real
 //! kernel).
-mod support;
 
 use std::{fs::File, io::Write, os::unix::fs::MetadataExt, time::Duration};
 
+use crate::support::{LoopFs, Tracing};
 use serde_json::Value;
-use support::{LoopFs, Tracing};
 use wbscope_model::plan::{Concept, HookKind};
 use wbscope_model::{CallRecord, DevId};
 use wbscope_tracer::plan::{Candidate, TracepointAttach, WRITEPAGES_TP, candidates};
@@ -33,6 +32,7 @@ fn write_and_fsync(fs: &LoopFs, mib: usize) -> (DevId, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_tracepoint_falls_back_to_the_next_candidate() {
+    let _file = crate::support::file_group(module_path!());
     let mut tracer = Tracer::attach_with(&TracerOptions::default(), |c| match c {
         Concept::WritepagesCall => vec![broken_writepages(), Candidate::Tracepoints(WRITEPAGES_TP)],
         other => candidates(other),
@@ -87,6 +87,7 @@ async fn missing_tracepoint_falls_back_to_the_next_candidate() {
 
 #[test]
 fn no_candidate_left_keeps_the_other_concepts() {
+    let _file = crate::support::file_group(module_path!());
     let tracer = Tracer::attach_with(&TracerOptions::default(), |c| match c {
         Concept::WritepagesCall => vec![broken_writepages()],
         other => candidates(other),
@@ -110,7 +111,7 @@ fn no_candidate_left_keeps_the_other_concepts() {
     assert_eq!(tracer.stats().unwrap().lost_records, 0);
 }
 
-/// Issue 19: `global_dirty_state` waits for `--enable`. By default the
+/// `global_dirty_state` waits for `--enable`. By default the
 /// dirty state is /proc/vmstat's, no program of wbscope runs on the event
 /// (which every read of /proc/vmstat fires: the tracer's own, at each
 /// interval) and the lines' `tracepoint` levels are null. Enabled, its
@@ -120,6 +121,7 @@ fn no_candidate_left_keeps_the_other_concepts() {
 /// read or a dirtier's check between the two may move them a little).
 #[test]
 fn global_dirty_state_waits_for_enable() {
+    let _file = crate::support::file_group(module_path!());
     for enabled in [false, true] {
         let mut args = vec!["--json", "--interval", "0.2"];
         if enabled {

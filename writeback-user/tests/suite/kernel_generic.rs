@@ -2,7 +2,6 @@
 //! tracepoints (writeback-ebpf/src/generic.rs), against workloads whose
 //! calls are known exactly: sync_file_range(WRITE) of every 8 MiB
 //! written, and one fsync (root, real kernel, loop filesystems).
-mod support;
 
 use std::{
     fs::File,
@@ -11,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use support::LoopFs;
+use crate::support::LoopFs;
 use wbscope_model::plan::{Concept, HookKind};
 use wbscope_model::{CallRecord, DevId};
 use wbscope_tracer::ring::RingCollector;
@@ -139,6 +138,7 @@ fn attach() -> (Tracer, RingCollector) {
 /// where the next begins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_file_range_every_8_mib_is_one_call_per_range_on_xfs_and_btrfs() {
+    let _file = crate::support::file_group(module_path!());
     let (_tracer, mut collector) = attach();
     let pages_per_chunk = 8 * MIB as i64 / page_size();
     for fstype in ["xfs", "btrfs"] {
@@ -211,6 +211,7 @@ async fn sync_file_range_every_8_mib_is_one_call_per_range_on_xfs_and_btrfs() {
 /// own, never a second, derived one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fsync_of_64_mib_adds_up_and_ext4_is_never_counted_twice() {
+    let _file = crate::support::file_group(module_path!());
     let (_tracer, mut collector) = attach();
     let pages = 64 * MIB as i64 / page_size();
     for fstype in ["xfs", "btrfs", "ext4"] {
@@ -260,6 +261,7 @@ async fn fsync_of_64_mib_adds_up_and_ext4_is_never_counted_twice() {
 /// is work); a call whose end no program saw on its thread has none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_closed_at_the_pass_end_have_their_on_cpu_time() {
+    let _file = crate::support::file_group(module_path!());
     let (_tracer, mut collector) = attach();
     for fstype in ["xfs", "btrfs"] {
         let fs = std::sync::Arc::new(LoopFs::new(fstype, 512));

@@ -1,7 +1,6 @@
 //! The probe layer against the running kernel (root): known workloads on
 //! filesystems made for the test, checked against what they must produce
 //! and against /proc/vmstat.
-mod support;
 
 use std::{
     fs::{self, File},
@@ -11,8 +10,8 @@ use std::{
     process::Command,
 };
 
+use crate::support::{LoopFs, Tracing, dev_of, wbscope};
 use serde_json::Value;
-use support::{LoopFs, Tracing, dev_of, wbscope};
 
 const PAGE: i64 = 4096;
 /// The largest folio ext4 builds (PMD size, 2 MiB) in pages: in
@@ -72,6 +71,7 @@ fn check_invariants(lines: &[Value]) {
 /// (counted at I/O completion, every device) grew by at least as much.
 #[test]
 fn buffered_write_then_sync_matches_file_and_vmstat() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 512);
     let trace = Tracing::start(&["--json", "--events", "--interval", "0.5"]);
     let path = fs.path("big");
@@ -84,7 +84,7 @@ fn buffered_write_then_sync_matches_file_and_vmstat() {
 
     let file_pages = 256 * (1 << 20) / PAGE;
     let ours = pages_of(&lines, &dev, ino);
-    // Tolerance 1% (the bound); in practice the sum is exact.
+    // Tolerance 1%; in practice the sum is exact.
     assert!(
         (ours - file_pages).abs() * 100 <= file_pages,
         "{ours} pages traced for a {file_pages}-page file"
@@ -121,6 +121,7 @@ fn buffered_write_then_sync_matches_file_and_vmstat() {
 /// are its own.
 #[test]
 fn two_filesystems_at_once_are_separated_per_device() {
+    let _file = crate::support::file_group(module_path!());
     let a = LoopFs::new("ext4", 256);
     let b = LoopFs::new("ext4", 256);
     let trace = Tracing::start(&["--json", "--events"]);
@@ -211,6 +212,7 @@ fn device_histograms(lines: &[Value], dev: &str) -> (u64, u64, u64) {
 /// count no bios.
 #[test]
 fn device_figures_match_diskstats_on_every_path() {
+    let _file = crate::support::file_group(module_path!());
     for (args, kind) in [
         (&["--enable", "device_io"][..], "tp_btf"),
         (
@@ -358,6 +360,7 @@ fn passes_by_device(lines: &[Value]) -> std::collections::HashMap<String, (u64, 
 /// cache).
 #[test]
 fn inode_passes_add_up_per_device_on_xfs_and_ext4() {
+    let _file = crate::support::file_group(module_path!());
     let x = LoopFs::new("xfs", 512);
     let e = LoopFs::new("ext4", 512);
     let (dev_x, dev_e) = (dev_of(&x.mountpoint), dev_of(&e.mountpoint));
@@ -525,6 +528,7 @@ fn dd_in_cgroup(cgroup: &Path, file: &Path, mib: u32) {
 /// Each filter keeps what it should and drops the rest.
 #[test]
 fn filters_keep_what_they_should() {
+    let _file = crate::support::file_group(module_path!());
     let a = LoopFs::new("ext4", 128);
     let b = LoopFs::new("ext4", 128);
     let dev_a = dev_of(&a.mountpoint);
@@ -567,7 +571,7 @@ fn filters_keep_what_they_should() {
     let lines = trace.stop(libc::SIGINT);
     // The filter also keeps the writeback of inodes this process dirtied,
     // whoever makes it (a flusher or jbd2 may write "mine" before or
-    // beside the fsync: CI of stop 35 saw one): the other process's file
+    // beside the fsync: a CI run failed on one): the other process's file
     // never appears, and every call is this process's or of "mine".
     assert!(
         calls(&lines)
@@ -601,6 +605,7 @@ fn filters_keep_what_they_should() {
 /// Filters that cannot match are usage errors (exit 2, one line).
 #[test]
 fn bad_filters_are_usage_errors() {
+    let _file = crate::support::file_group(module_path!());
     for args in [
         vec!["--device", "/no/such/device"],
         vec!["--cgroup", "/no/such/cgroup"],
@@ -622,6 +627,7 @@ fn bad_filters_are_usage_errors() {
 /// A traced pid that exits: said once, and the trace goes on to its end.
 #[test]
 fn traced_pid_that_exits_is_reported_and_the_trace_continues() {
+    let _file = crate::support::file_group(module_path!());
     let mut child = Command::new("sleep").arg("1").spawn().unwrap();
     let pid = child.id().to_string();
     // Reap it when it exits, so /proc/PID goes away (no zombie).
@@ -647,6 +653,7 @@ fn traced_pid_that_exits_is_reported_and_the_trace_continues() {
 /// still counted: printed + not written = all calls.
 #[test]
 fn event_rate_limit_switches_to_aggregation_only() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 128);
     let trace = Tracing::start(&[
         "--json",
@@ -688,6 +695,7 @@ fn event_rate_limit_switches_to_aggregation_only() {
 /// other, so their counts differ only by the switches between attaches).
 #[test]
 fn probes_cost_measures_the_calibration_programs() {
+    let _file = crate::support::file_group(module_path!());
     let out = wbscope()
         .args(["probes", "--cost", "1", "--json"])
         .output()
@@ -740,6 +748,7 @@ fn probes_cost_measures_the_calibration_programs() {
 /// and Ctrl-C ends the measurement with the figures printed.
 #[test]
 fn probes_cost_on_hooks_runs_on_the_tracers_events() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 64);
     let mut cmd = wbscope();
     cmd.args(["probes", "--cost", "600", "--on-hooks", "--json"]);
@@ -792,6 +801,7 @@ fn probes_cost_on_hooks_runs_on_the_tracers_events() {
 /// folio one ran at least once per folio dd dirtied, as the empty one.
 #[test]
 fn probes_cost_on_hooks_counting_counts_every_run() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 64);
     let mut cmd = wbscope();
     cmd.args([
@@ -850,6 +860,7 @@ fn probes_cost_on_hooks_counting_counts_every_run() {
 /// `--enable extents`) and their blocks.
 #[test]
 fn scan_passes_and_extents_equal_ext4s_own_trace() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 256);
     let path = fs.path("f");
     let mut f = File::create_new(&path).expect("create");
@@ -858,7 +869,7 @@ fn scan_passes_and_extents_equal_ext4s_own_trace() {
     // The events' `dev` is the kernel's dev_t: MKDEV, 20 minor bits.
     let kdev = (libc::major(meta.dev()) << 20) | libc::minor(meta.dev());
     let filter = format!("dev == {kdev} && ino == {ino}");
-    let kernel = support::TraceInstance::new(&[
+    let kernel = crate::support::TraceInstance::new(&[
         ("ext4/ext4_da_write_folios_start", &filter),
         ("ext4/ext4_da_write_folios_end", &filter),
         ("ext4/ext4_da_write_pages_extent", &filter),
@@ -870,7 +881,8 @@ fn scan_passes_and_extents_equal_ext4s_own_trace() {
     check_invariants(&lines);
 
     let pos = |line: &str, name: &str| -> i64 {
-        let v = support::trace_field(line, name).unwrap_or_else(|| panic!("{name} in {line}"));
+        let v =
+            crate::support::trace_field(line, name).unwrap_or_else(|| panic!("{name} in {line}"));
         i64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex position")
     };
     let (mut passes, mut scanned, mut extents, mut blocks) = (0u64, 0i64, 0u64, 0u64);
@@ -897,7 +909,7 @@ fn scan_passes_and_extents_equal_ext4s_own_trace() {
             scanned += (next - start).max(0);
         } else if line.contains("ext4_da_write_pages_extent:") {
             extents += 1;
-            blocks += support::trace_field(&line, "len")
+            blocks += crate::support::trace_field(&line, "len")
                 .and_then(|v| v.parse::<u64>().ok())
                 .expect("len");
         }

@@ -1,6 +1,5 @@
 //! `wbscope trace` against the running kernel (root): known workloads on
 //! filesystems made for the test, checked against what they must produce.
-mod support;
 
 use std::{
     fs::File,
@@ -10,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{LoopFs, Tracing, dev_of, wbscope, wbscope_with_caps};
+use crate::support::{LoopFs, Tracing, dev_of, wbscope, wbscope_with_caps};
 
 const PAGE: u64 = 4096;
 
@@ -55,6 +54,7 @@ fn check_summary(lines: &[serde_json::Value]) -> &serde_json::Value {
 /// 16384 pages, and no call writes more than it was asked to.
 #[test]
 fn fsync_of_64_mib_is_16384_pages() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 256);
     let trace = Tracing::start(&["--json", "--events"]);
     let path = fs.path("data");
@@ -101,6 +101,7 @@ fn fsync_of_64_mib_is_16384_pages() {
 /// SIGTERM does the same.
 #[test]
 fn duration_and_sigterm_both_end_with_a_summary() {
+    let _file = crate::support::file_group(module_path!());
     let started = Instant::now();
     let lines = Tracing::start(&["--json", "--events", "--duration", "0.5"]).finish();
     assert!(started.elapsed() < Duration::from_secs(30));
@@ -114,6 +115,7 @@ fn duration_and_sigterm_both_end_with_a_summary() {
 
 #[test]
 fn bad_duration_is_a_one_line_usage_error() {
+    let _file = crate::support::file_group(module_path!());
     for bad in ["0", "-3", "soon", "nan"] {
         let out = wbscope()
             .args(["trace", "--json", "--duration", bad])
@@ -131,6 +133,7 @@ fn bad_duration_is_a_one_line_usage_error() {
 /// missing, exit code 1.
 #[test]
 fn unprivileged_run_names_the_missing_capabilities() {
+    let _file = crate::support::file_group(module_path!());
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(env!("CARGO_BIN_EXE_wbscope"))
@@ -151,6 +154,7 @@ fn unprivileged_run_names_the_missing_capabilities() {
 /// tracepoint path (fields from tracefs) see the same call the same way.
 #[test]
 fn tp_btf_and_classic_tracepoint_paths_agree() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 256);
     // --enable extents: the extents are compared too.
     let btf = Tracing::start(&["--json", "--events", "--enable", "extents"]);
@@ -218,6 +222,7 @@ fn tp_btf_and_classic_tracepoint_paths_agree() {
 /// (reading tracefs) is named, exit code 1.
 #[test]
 fn bpf_and_perfmon_alone_name_the_missing_tracefs_capability() {
+    let _file = crate::support::file_group(module_path!());
     let out = wbscope_with_caps("+bpf,+perfmon")
         .args(["trace", "--json", "--duration", "1"])
         .output()
@@ -232,6 +237,7 @@ fn bpf_and_perfmon_alone_name_the_missing_tracefs_capability() {
 /// works and counts exactly.
 #[test]
 fn capability_reduced_trace_counts_exactly() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 256);
     let trace = Tracing::start_with(
         wbscope_with_caps("+bpf,+perfmon,+dac_read_search"),

@@ -1,9 +1,8 @@
-//! Least privilege (issue 30): `trace` and `record` (to a file and to a
+//! Least privilege: `trace` and `record` (to a file and to a
 //! store) end their privileges once attached (user, capabilities,
 //! no_new_privs, seccomp) and count the same as with `--no-drop`; a
 //! forbidden call after the drop kills the process; `replay` needs no
 //! privilege at all.
-mod support;
 
 use std::{
     collections::HashMap,
@@ -15,12 +14,15 @@ use std::{
     time::Duration,
 };
 
+use crate::support::{
+    LoopFs, Tracing, dev_of, replay_json, start_record, start_record_said, wbscope,
+};
 use serde_json::Value;
-use support::{LoopFs, Tracing, dev_of, replay_json, start_record, start_record_said, wbscope};
 
 /// A store of these tests lives on the host's root (/var/tmp): `--min-free
 /// 1` instead of the default 10%, so that a host whose root is over 90%
-/// full (CI, stop 33) does not make the store stop writing. Tests of
+/// full (a CI host's root had 9.5% free for an unprivileged user) does
+/// not make the store stop writing. Tests of
 /// `--min-free` itself make a filesystem of their own.
 const HOST_FREE: [&str; 2] = ["--min-free", "1"];
 
@@ -106,6 +108,7 @@ fn pages_and_calls(lines: &[Value], dev: &str, ino: u64) -> (i64, usize) {
 /// the same calls, and the dropped and kept traces' summaries agree.
 #[test]
 fn trace_and_record_drop_after_attach_and_count_the_same() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 128);
     let device = fs.mountpoint.to_string_lossy().to_string();
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
@@ -193,6 +196,7 @@ fn segments(store: &Path) -> Vec<(String, u32)> {
 /// pages in the same calls.
 #[test]
 fn a_store_drops_after_attach_and_rotates_and_deletes_as_the_drop_user() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 128);
     let device = fs.mountpoint.to_string_lossy().to_string();
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
@@ -380,6 +384,7 @@ fn set_immutable(path: &Path, on: bool) {
 /// and before recording anything.
 #[test]
 fn a_store_that_cannot_be_given_away_stops_with_one_line() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let store = dir.path().join("store");
     fs::create_dir(&store).expect("mkdir");
@@ -421,6 +426,7 @@ fn a_store_that_cannot_be_given_away_stops_with_one_line() {
 /// or is root is refused before anything runs long.
 #[test]
 fn the_drop_is_said_and_bad_users_are_refused() {
+    let _file = crate::support::file_group(module_path!());
     let run = |args: &[&str]| {
         let out = wbscope()
             .arg("trace")
@@ -476,6 +482,7 @@ fn the_drop_is_said_and_bad_users_are_refused() {
 /// allows its directory's calls, and no more).
 #[test]
 fn a_forbidden_call_after_the_drop_is_killed_by_sigsys() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let rec = dir.path().join("killed.rec");
     let store = dir.path().join("killed-store");
@@ -530,6 +537,7 @@ fn a_forbidden_call_after_the_drop_is_killed_by_sigsys() {
 /// needs no privilege.
 #[test]
 fn replay_needs_no_privilege() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
     let rec = dir.path().join("small.rec");
@@ -583,6 +591,7 @@ fn plain_user() -> Command {
 /// replay) and quits with status 0.
 #[test]
 fn dashboard_replay_needs_no_privilege() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
     let rec = dir.path().join("small.rec");

@@ -1,7 +1,6 @@
 //! `wbscope trace --prometheus`: the exporter against the running kernel
 //! (root), scraped directly and by a real Prometheus server (Debian's
 //! `prometheus`, started by the test on loopback).
-mod support;
 
 use std::{
     collections::HashMap,
@@ -17,8 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::{LoopFs, dev_of, wbscope};
 use prometheus_parse::{Scrape, Value};
-use support::{LoopFs, dev_of, wbscope};
 
 const PAGE: u64 = 4096;
 const MIB: u64 = 32;
@@ -148,6 +147,7 @@ fn write_and_fsync(path: &Path, mib: u64) {
 /// the pages-per-call histogram of the same calls agrees.
 #[test]
 fn scrape_during_a_write_counts_its_pages() {
+    let _file = crate::support::file_group(module_path!());
     // Per folio: the default (per-inode) attribution reads each process's
     // dirtied pages from /proc/PID/io, which a run that dropped its
     // privileges cannot (trace-json.md, "Who dirtied it").
@@ -311,6 +311,7 @@ fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// written pages.
 #[test]
 fn prometheus_server_scrapes_the_written_pages() {
+    let _file = crate::support::file_group(module_path!());
     let prometheus = "/usr/bin/prometheus";
     assert!(
         Path::new(prometheus).exists(),
@@ -384,6 +385,7 @@ fn prometheus_server_scrapes_the_written_pages() {
 /// one line, before anything is attached.
 #[test]
 fn non_loopback_address_needs_listen_any() {
+    let _file = crate::support::file_group(module_path!());
     for args in [
         &["trace", "--prometheus", "0.0.0.0:9000"][..],
         &["trace", "--prometheus", "[::]:9000"],
@@ -504,6 +506,7 @@ fn open_fds(pid: u32) -> usize {
 /// sockets kept the next scrape in the accept queue for 10 s.
 #[test]
 fn scrapes_succeed_with_idle_connections_open() {
+    let _file = crate::support::file_group(module_path!());
     let exporter = Exporter::start(&["--interval", "0.5"]);
     let idle = idle_connections(exporter.addr, 40);
     // Let the exporter accept them all before the scrapes come.
@@ -523,6 +526,7 @@ fn scrapes_succeed_with_idle_connections_open() {
 /// keep-alive connection for a client to hoard.
 #[test]
 fn scrape_connections_are_closed_after_the_response() {
+    let _file = crate::support::file_group(module_path!());
     let exporter = Exporter::start(&["--interval", "0.5"]);
     let start = Instant::now();
     let mut s = TcpStream::connect_timeout(&exporter.addr, SCRAPE_LIMIT).expect("connect");
@@ -581,6 +585,7 @@ fn slowloris(addr: SocketAddr, stop: &AtomicBool) {
 /// slot for the 10 s header timeout, then the next 16, and so on.
 #[test]
 fn scrapes_succeed_during_a_slowloris() {
+    let _file = crate::support::file_group(module_path!());
     let exporter = Exporter::start(&["--interval", "0.5"]);
     let stop = AtomicBool::new(false);
     let during = std::thread::scope(|scope| {
@@ -612,6 +617,7 @@ fn scrapes_succeed_during_a_slowloris() {
 /// during the flood waited behind 984 queued connections.
 #[test]
 fn a_connection_flood_stays_bounded() {
+    let _file = crate::support::file_group(module_path!());
     let exporter = Exporter::start(&["--interval", "0.5"]);
     let pid = exporter.pid();
     let warm = scrape_within(exporter.addr, SCRAPE_LIMIT);

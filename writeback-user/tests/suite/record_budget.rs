@@ -1,14 +1,13 @@
-//! `record --cpu-budget` (issue 26) against the running kernel: a 4 KiB
+//! `record --cpu-budget` against the running kernel: a 4 KiB
 //! buffered writer at full speed under the per-folio attribution, with a
 //! budget the recorder cannot keep unshed, so that it sheds. The unit tests
-//! of model/budget.rs cover the ladder's arithmetic (steps, bounds, the
+//! of crates/model/src/budget.rs cover the ladder's arithmetic (steps, bounds, the
 //! way back); this proves what the kernel side does with it.
-mod support;
 
 use std::{process::Command, time::Duration};
 
+use crate::support::{LoopFs, replay_json, start_record};
 use serde_json::Value;
-use support::{LoopFs, replay_json, start_record};
 
 /// 256 MiB in 4 KiB pages.
 const PAGES: u64 = 65536;
@@ -22,6 +21,7 @@ const PAGES: u64 = 65536;
 /// 4 standard deviations: a false failure once in ~15,000 runs).
 #[test]
 fn a_tight_budget_samples_the_per_folio_counts_and_says_so() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 512);
     let store = fs.path("store");
     let data = fs.path("data");
@@ -125,6 +125,7 @@ const FILES: u64 = 400;
 /// counted.
 #[test]
 fn the_kernel_samples_the_calls_and_the_totals_stay_exact() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 256);
     let store_fs = LoopFs::new("ext4", 64);
     let store = store_fs.path("store");

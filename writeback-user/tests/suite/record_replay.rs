@@ -1,5 +1,4 @@
 //! `wbscope record` and `replay` against the running kernel (root).
-mod support;
 
 use std::{
     fs::File,
@@ -9,8 +8,8 @@ use std::{
     time::Duration,
 };
 
+use crate::support::{LoopFs, Tracing, dev_of, start_record, wbscope};
 use serde_json::Value;
-use support::{LoopFs, Tracing, dev_of, start_record, wbscope};
 
 fn replay(path: &std::path::Path, flag: &str) -> (Vec<Value>, String, Option<i32>) {
     let out = wbscope()
@@ -42,6 +41,7 @@ fn write_and_fsync(path: &std::path::Path, mib: usize) -> u64 {
 /// calls and pages as the live trace, and the file's 16384 pages.
 #[test]
 fn recorded_totals_equal_the_live_trace() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 256);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let rec = dir.path().join("run.rec");
@@ -87,6 +87,7 @@ fn recorded_totals_equal_the_live_trace() {
 /// filesystem, boundary, folios and folio sizes the live trace printed.
 #[test]
 fn a_generic_call_replays_as_traced() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("xfs", 512);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let rec = dir.path().join("xfs.rec");
@@ -147,6 +148,7 @@ fn a_generic_call_replays_as_traced() {
 /// and says where it was cut; `kill -9` leaves a readable file.
 #[test]
 fn cut_recordings_replay_up_to_the_cut() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 128);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let rec = dir.path().join("run.rec");
@@ -210,6 +212,7 @@ fn cut_recordings_replay_up_to_the_cut() {
 
 #[test]
 fn record_refuses_to_overwrite_and_replay_refuses_foreign_files() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let existing = dir.path().join("precious");
     std::fs::write(&existing, b"keep me").unwrap();
@@ -263,6 +266,7 @@ impl Drop for KillOnDrop {
 /// the host load and unload programs meanwhile.
 #[test]
 fn kill_9_leaves_nothing_attached() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let rec = dir.path().join("killed.rec");
     let before = loaded_programs();
@@ -287,7 +291,7 @@ fn kill_9_leaves_nothing_attached() {
     );
 }
 
-// Hostile and odd inputs to `replay` (issue #13). These need no kernel.
+// Hostile and odd inputs to `replay`. These need no kernel.
 
 fn test_header(host: &str, kernel: &str) -> wbscope_recording::Header {
     wbscope_recording::Header {
@@ -372,6 +376,7 @@ fn wait_bounded(
 /// as usage errors (before: "No such device (os error 19)", exit 1).
 #[test]
 fn replay_of_a_directory_a_device_or_an_empty_file_is_a_usage_error() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.rec");
     File::create_new(&empty).unwrap();
@@ -401,6 +406,7 @@ fn replay_of_a_directory_a_device_or_an_empty_file_is_a_usage_error() {
 /// such (before: the file was mapped and replay died of SIGBUS).
 #[test]
 fn a_recording_shrinking_under_replay_is_a_cut_not_a_signal() {
+    let _file = crate::support::file_group(module_path!());
     use std::io::{BufRead, BufReader, Read};
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("shrinking.rec");
@@ -450,6 +456,7 @@ fn a_recording_shrinking_under_replay_is_a_cut_not_a_signal() {
 /// The work bound itself is asserted by the reader's unit tests.
 #[test]
 fn fake_frame_headers_replay_promptly() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let real = dir.path().join("real.rec");
     write_recording(&real, &test_header("h", "6.18"), 3, "dd");
@@ -487,6 +494,7 @@ fn fake_frame_headers_replay_promptly() {
 /// escapes (which decode to the same strings) in JSON.
 #[test]
 fn escape_sequences_in_a_recording_print_escaped() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("hostile.rec");
     let host = "\u{1b}]0;owned\u{7}\u{1b}[2J";

@@ -1,7 +1,6 @@
 //! `wbscope record --store` against the running kernel (root): the size
 //! bound sampled while a small-files fsync load runs, `--since`, free
 //! space on a small filesystem, `kill -9`, and `record -o - | replay -`.
-mod support;
 
 use std::{
     fs::{self, File},
@@ -18,8 +17,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::{LoopFs, wbscope};
 use serde_json::Value;
-use support::{LoopFs, wbscope};
 
 /// A recorder child and its stderr lines.
 struct Recorder {
@@ -29,7 +28,7 @@ struct Recorder {
 
 impl Recorder {
     fn start(args: &[&str]) -> Recorder {
-        let (started, stderr) = support::start_record_said(args);
+        let (started, stderr) = crate::support::start_record_said(args);
         Recorder {
             child: started.child,
             stderr,
@@ -66,7 +65,8 @@ impl Recorder {
 
 /// `--min-free` of the stores these tests keep on the host's root
 /// (/var/tmp): 1%, not the default 10, so that a host whose root is over
-/// 90% full (CI, stop 33) does not make them stop writing. The test of
+/// 90% full (a CI host's root had 9.5% free for an unprivileged user)
+/// does not make them stop writing. The test of
 /// `--min-free` itself makes a filesystem of its own.
 const HOST_FREE: &str = "1";
 
@@ -177,6 +177,7 @@ fn arg(p: &Path) -> &str {
 /// exactly the calls of the window asked, none older.
 #[test]
 fn under_fsync_load_the_store_stays_within_max_size_and_since_gives_the_window() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 256);
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let store = tmp.path().join("store");
@@ -252,6 +253,7 @@ fn under_fsync_load_the_store_stays_within_max_size_and_since_gives_the_window()
 /// is reported by `wbscope store`.
 #[test]
 fn on_a_nearly_full_filesystem_min_free_holds_and_the_gap_is_reported() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 32);
     let load_fs = LoopFs::new("ext4", 128);
     let store = fs.path("store");
@@ -325,6 +327,7 @@ fn on_a_nearly_full_filesystem_min_free_holds_and_the_gap_is_reported() {
 /// replay reads the store to its end with no error.
 #[test]
 fn kill_9_loses_at_most_the_last_interval() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 128);
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let store = tmp.path().join("store");
@@ -395,6 +398,7 @@ fn kill_9_loses_at_most_the_last_interval() {
 /// printed by the replay within a second of its fsync.
 #[test]
 fn a_live_pipe_shows_a_call_within_a_second() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 128);
     let device = fs.mountpoint.to_string_lossy().to_string();
     let mut record = wbscope()

@@ -1,7 +1,8 @@
 //! The dist's systemd unit for the flight recorder
 //! (writeback-user/dist/wbscope-recorder.service) passes
 //! `systemd-analyze verify` with nothing to say, and holds the settings
-//! issue 26 asks of a service.
+//! a recorder run as a service needs (restarted always, niced, a memory
+//! cap, the system read-only, a state directory, stopped by SIGTERM).
 use std::{fs, path::Path, process::Command};
 
 fn unit_text() -> String {
@@ -31,6 +32,7 @@ fn verify(text: &str) -> String {
 
 #[test]
 fn the_recorder_unit_verifies_cleanly() {
+    let _file = crate::support::file_group(module_path!());
     let text = unit_text();
     for setting in [
         "ExecStart=/usr/local/bin/wbscope record --store /var/lib/wbscope ",
@@ -56,6 +58,7 @@ fn the_recorder_unit_verifies_cleanly() {
 /// start it without CAP_SETUID, and hand the store to that user).
 #[test]
 fn the_units_bounding_set_lets_the_store_drop() {
+    let _file = crate::support::file_group(module_path!());
     let text = unit_text();
     let bounding = text
         .lines()
@@ -81,6 +84,7 @@ fn the_units_bounding_set_lets_the_store_drop() {
 
 #[test]
 fn the_units_command_line_parses() {
+    let _file = crate::support::file_group(module_path!());
     // The ExecStart arguments are wbscope's: its parser takes them (and
     // refuses a store that is a file, before attaching anything).
     let text = unit_text();

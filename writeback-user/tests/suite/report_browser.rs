@@ -10,8 +10,7 @@ use std::{
     time::Duration,
 };
 
-mod support;
-use support::wbscope;
+use crate::support::wbscope;
 
 const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 3400;
@@ -164,6 +163,7 @@ fn data_pixels(img: &Image, f: &Frame) -> usize {
 
 #[test]
 fn chromium_shows_every_panel_with_data_and_logs_no_error() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("compare.html");
     let out = wbscope()

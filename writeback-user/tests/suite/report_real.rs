@@ -2,9 +2,8 @@
 //! a real write, and a compare of four strategies that each last under a
 //! second, both with data in every time panel. The writer's own byte
 //! count (its report) checks what the timeline says it wrote.
-mod support;
 
-use support::{LoopFs, start_record, wbscope};
+use crate::support::{LoopFs, start_record, wbscope};
 
 /// The time panels of a report page: (name, data points, empty reason).
 fn time_panels(html: &str) -> Vec<(String, u64, Option<String>)> {
@@ -55,6 +54,7 @@ fn assert_every_time_panel_has_data(html: &str) {
 
 #[test]
 fn a_ten_second_recording_of_a_real_write_has_data_in_every_time_panel() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 512);
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("wb.rec");
@@ -123,6 +123,7 @@ fn a_ten_second_recording_of_a_real_write_has_data_in_every_time_panel() {
 
 #[test]
 fn a_compare_of_four_runs_under_a_second_has_data_in_every_time_panel() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 512);
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("cmp.html");

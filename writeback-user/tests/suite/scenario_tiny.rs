@@ -4,7 +4,6 @@
 //! failure and after SIGINT; after SIGKILL, the next run or `--cleanup`
 //! removes them and puts the dirty caps back. The scenarios run one at a
 //! time (they sync and drop caches).
-mod support;
 
 use std::{
     io::{BufRead, BufReader},
@@ -14,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use support::wbscope;
+use crate::support::wbscope;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -22,7 +21,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// and scratch directories named `wbscope-scratch-PID-…`.
 fn leftovers(pid: u32) -> Vec<String> {
     let mark = format!("wbscope-scratch-{pid}-");
-    let losetup = support::run(std::process::Command::new("losetup").args([
+    let losetup = crate::support::run(std::process::Command::new("losetup").args([
         "-l",
         "-n",
         "-O",
@@ -77,6 +76,7 @@ fn calls(run: &serde_json::Value) -> u64 {
 
 #[test]
 fn single_stream() {
+    let _file = crate::support::file_group(module_path!());
     let doc = scenario("single-stream", &[]);
     let names: Vec<&str> = runs(&doc)
         .iter()
@@ -100,6 +100,7 @@ fn single_stream() {
 
 #[test]
 fn three_filesystems() {
+    let _file = crate::support::file_group(module_path!());
     let doc = scenario("three-filesystems", &[]);
     let runs = runs(&doc);
     assert_eq!(runs.len(), 3);
@@ -119,6 +120,7 @@ fn three_filesystems() {
 
 #[test]
 fn sync_after_write() {
+    let _file = crate::support::file_group(module_path!());
     let doc = scenario("sync-after-write", &[]);
     assert_eq!(runs(&doc).len(), 1);
     let sync = &doc["sync"];
@@ -133,6 +135,7 @@ fn sync_after_write() {
 
 #[test]
 fn package_unpack() {
+    let _file = crate::support::file_group(module_path!());
     let doc = scenario("package-unpack", &[]);
     let runs = runs(&doc);
     assert_eq!(runs.len(), 5);
@@ -145,6 +148,7 @@ fn package_unpack() {
 
 #[test]
 fn many_writers() {
+    let _file = crate::support::file_group(module_path!());
     let doc = scenario("many-writers", &[]);
     let runs = runs(&doc);
     let fs: Vec<&str> = runs.iter().map(|r| r["fs"].as_str().unwrap()).collect();
@@ -186,6 +190,7 @@ fn many_writers() {
 
 #[test]
 fn page_cache_cliff() {
+    let _file = crate::support::file_group(module_path!());
     let doc = scenario("page-cache-cliff", &[]);
     let runs = runs(&doc);
     let labels: Vec<&str> = runs
@@ -243,6 +248,7 @@ fn page_cache_cliff() {
 
 #[test]
 fn injected_failure_after_mount_leaves_nothing_behind() {
+    let _file = crate::support::file_group(module_path!());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (pid, out) = run_to_end(wbscope().args([
         "scenario",
@@ -308,6 +314,7 @@ impl Started {
 
 #[test]
 fn sigint_mid_scenario_leaves_nothing_behind() {
+    let _file = crate::support::file_group(module_path!());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut s = Started::spawn("single-stream");
     s.wait_for("mounted at");
@@ -322,6 +329,7 @@ fn sigint_mid_scenario_leaves_nothing_behind() {
 
 #[test]
 fn sigint_while_three_filesystems_write_fails_with_interrupted() {
+    let _file = crate::support::file_group(module_path!());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut s = Started::spawn("three-filesystems");
     s.wait_for("three buffered writers: sync + drop caches");
@@ -383,6 +391,7 @@ fn killed_scenario() -> (u32, PathBuf) {
 
 #[test]
 fn after_sigkill_cleanup_removes_everything_and_restores_the_caps() {
+    let _file = crate::support::file_group(module_path!());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (pid, bdi) = killed_scenario();
     let (_, out) = run_to_end(wbscope().args(["scenario", "--cleanup"]));
@@ -406,6 +415,7 @@ fn after_sigkill_cleanup_removes_everything_and_restores_the_caps() {
 
 #[test]
 fn after_sigkill_the_next_scenario_removes_the_leftovers_and_says_so() {
+    let _file = crate::support::file_group(module_path!());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (pid, bdi) = killed_scenario();
     let (next, out) = run_to_end(wbscope().args([
@@ -432,6 +442,7 @@ fn after_sigkill_the_next_scenario_removes_the_leftovers_and_says_so() {
 
 #[test]
 fn cleanup_takes_no_scenario_and_a_scenario_or_cleanup_is_required() {
+    let _file = crate::support::file_group(module_path!());
     let (_, out) = run_to_end(wbscope().args(["scenario"]));
     assert_eq!(out.status.code(), Some(2));
     let (_, out) = run_to_end(wbscope().args(["scenario", "--cleanup", "single-stream"]));
@@ -445,6 +456,7 @@ fn cleanup_takes_no_scenario_and_a_scenario_or_cleanup_is_required() {
 /// after its own sync and drop, and the table's spread over the rounds.
 #[test]
 fn package_unpack_repeated_rotates_the_order() {
+    let _file = crate::support::file_group(module_path!());
     let doc = scenario("package-unpack", &["--repeat", "3"]);
     let runs = runs(&doc);
     assert_eq!(runs.len(), 15);
@@ -485,6 +497,7 @@ fn package_unpack_repeated_rotates_the_order() {
 
 #[test]
 fn sync_after_write_refuses_repeat_before_mounting() {
+    let _file = crate::support::file_group(module_path!());
     let (_, out) = run_to_end(wbscope().args([
         "scenario",
         "sync-after-write",

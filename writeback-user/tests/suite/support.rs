@@ -9,9 +9,39 @@ use std::{
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::mpsc,
+    sync::{Condvar, Mutex, mpsc},
     time::Duration,
 };
+
+/// Which module's tests run now, and how many of them.
+static RUNNING: Mutex<(Option<&'static str>, usize)> = Mutex::new((None, 0));
+static TURN: Condvar = Condvar::new();
+
+/// Held by every test for its whole run: tests of one module (`module_path!()`)
+/// may overlap, as they did when each module was a test binary of its own;
+/// a test of another module waits until none of them runs.
+pub struct FileGroup(&'static str);
+
+pub fn file_group(module: &'static str) -> FileGroup {
+    let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    while running.0.is_some_and(|m| m != module) {
+        running = TURN.wait(running).unwrap_or_else(|e| e.into_inner());
+    }
+    *running = (Some(module), running.1 + 1);
+    FileGroup(module)
+}
+
+impl Drop for FileGroup {
+    fn drop(&mut self) {
+        let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        debug_assert_eq!(running.0, Some(self.0));
+        running.1 -= 1;
+        if running.1 == 0 {
+            running.0 = None;
+            TURN.notify_all();
+        }
+    }
+}
 
 pub fn run(cmd: &mut Command) -> String {
     let out = cmd

@@ -1,14 +1,13 @@
 //! `wbscope write` end to end: the built binary, its JSON report, its exit
 //! codes, and the system calls it really makes, counted from outside with
 //! strace(1).
-mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::support::LoopFs;
 use serde_json::Value;
-use support::LoopFs;
 
 const BIN: &str = env!("CARGO_BIN_EXE_wbscope");
 
@@ -45,6 +44,7 @@ fn json(out: &Output) -> Value {
 
 #[test]
 fn json_report_has_the_documented_fields_and_bytes_equal_size() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let out = wbscope(
         dir.path(),
@@ -88,6 +88,7 @@ fn json_report_has_the_documented_fields_and_bytes_equal_size() {
 
 #[test]
 fn human_report_is_a_table() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let out = wbscope(
         dir.path(),
@@ -111,6 +112,7 @@ fn human_report_is_a_table() {
 
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let d = dir.path().to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
@@ -191,6 +193,7 @@ fn bad_input_is_one_line_and_exit_2() {
 
 #[test]
 fn files_of_an_earlier_run_are_left_alone() {
+    let _file = crate::support::file_group(module_path!());
     // Names carry the writer's pid, so a new run cannot pick an existing
     // name here; the O_EXCL refusal itself is tested in writer-core and the
     // O_CREAT|O_EXCL flags are checked with strace below.
@@ -213,6 +216,7 @@ fn files_of_an_earlier_run_are_left_alone() {
 /// A small ext4 on a loop device, unmounted and detached on drop.
 #[test]
 fn full_and_read_only_filesystems() {
+    let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 32);
     // Refused up front: does not fit.
     let out = wbscope(
@@ -267,6 +271,7 @@ fn full_and_read_only_filesystems() {
 
 #[test]
 fn help_has_examples() {
+    let _file = crate::support::file_group(module_path!());
     let out = Command::new(BIN)
         .args(["write", "--help"])
         .output()
@@ -281,6 +286,7 @@ fn help_has_examples() {
 
 #[test]
 fn sigint_stops_cleanly_with_a_partial_report() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let child = Command::new(BIN)
         .args(["write", "--dir"])
@@ -360,6 +366,7 @@ fn joined(log: &str) -> Vec<String> {
 
 #[test]
 fn strace_lines_split_by_another_thread_are_joined() {
+    let _file = crate::support::file_group(module_path!());
     let log = "7 fadvise64(3, 0, 1048576, POSIX_FADV_DONTNEED <unfinished ...>\n\
                8 pwrite64(4, \"\"..., 1048576, 0) = 1048576\n\
                7 <... fadvise64 resumed>) = 0\n";
@@ -397,6 +404,7 @@ fn srf_calls(lines: &[String]) -> Vec<(u64, &'static str)> {
 
 #[test]
 fn srf_pipelined_syscalls_follow_the_window() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let lines = strace(
         dir.path(),
@@ -502,6 +510,7 @@ fn call_sequence(lines: &[String]) -> Vec<String> {
 
 #[test]
 fn drop_behind_fadvises_each_chunk_once_it_is_on_disk() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     const M: u64 = 1 << 20;
     let calls = "sync_file_range,fdatasync,fsync,pwrite64,fadvise64";
@@ -600,6 +609,7 @@ fn resident_pages(path: &Path) -> (usize, usize) {
 
 #[test]
 fn drop_behind_leaves_the_file_out_of_the_page_cache() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let run = |sub: &str, extra: &[&str]| -> (Value, (usize, usize)) {
         let d = dir.path().join(sub);
@@ -670,6 +680,7 @@ fn drop_behind_leaves_the_file_out_of_the_page_cache() {
 
 #[test]
 fn other_strategies_make_the_calls_they_promise() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let count = |lines: &[String], call: &str| {
         lines
@@ -729,6 +740,7 @@ fn other_strategies_make_the_calls_they_promise() {
 
 #[test]
 fn progress_bar_only_on_a_terminal() {
+    let _file = crate::support::file_group(module_path!());
     // script(1) gives the command a pseudo-terminal; stdout and stderr both
     // land in its output.
     let dir = tmp();
@@ -756,7 +768,7 @@ fn progress_bar_only_on_a_terminal() {
     );
 }
 
-// ---- hostile input (issue #13) ----
+// ---- hostile input ----
 
 /// Address-space cap for runs that must be refused before they allocate:
 /// what a broken refusal could take is bounded by it (the writer itself
@@ -803,6 +815,7 @@ fn write_cmd(dir: &Path, args: &[&str]) -> Command {
 
 #[test]
 fn runs_that_cannot_fit_in_memory_are_refused_before_any_file() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let cases: &[&[&str]] = &[
         // 10^6 jobs, a thread and a buffer each (was: the OOM killer and
@@ -892,6 +905,7 @@ fn signalled(
 
 #[test]
 fn a_rate_limited_run_stops_within_a_second_of_sigint() {
+    let _file = crate::support::file_group(module_path!());
     // --rate 1MB --chunk 64M: the second chunk is due 64 s after the
     // first; --rate 1 --chunk 4K: 4096 s. Either must stop at once.
     let cases: &[&[&str]] = &[
@@ -920,6 +934,7 @@ fn a_rate_limited_run_stops_within_a_second_of_sigint() {
 
 #[test]
 fn sigterm_and_sighup_stop_like_sigint() {
+    let _file = crate::support::file_group(module_path!());
     for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGHUP, 129)] {
         let dir = tmp();
         let (out, _) = signalled(
@@ -952,6 +967,7 @@ fn sigterm_and_sighup_stop_like_sigint() {
 
 #[test]
 fn a_non_utf8_dir_gives_complete_json() {
+    let _file = crate::support::file_group(module_path!());
     use std::os::unix::ffi::OsStrExt as _;
     let dir = tmp();
     let odd = dir.path().join(std::ffi::OsStr::from_bytes(b"d\xffir"));
@@ -986,6 +1002,7 @@ fn is_dontcache(line: &str) -> bool {
 
 #[test]
 fn uncached_is_pwritev2_with_rwf_dontcache_then_one_fsync() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let lines = strace(
         dir.path(),
@@ -1008,6 +1025,7 @@ fn uncached_is_pwritev2_with_rwf_dontcache_then_one_fsync() {
 
 #[test]
 fn uring_buffered_goes_through_io_uring_enter() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let calls = "io_uring_setup,io_uring_enter,pwritev2,pwrite64,fsync";
     let args = |extra: &'static str| {
@@ -1045,6 +1063,7 @@ fn uring_buffered_goes_through_io_uring_enter() {
 
 #[test]
 fn uncached_bad_combinations_and_filesystems_are_refused_with_exit_2() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let shm = tempfile::Builder::new()
         .prefix("wbscope-cli-")
@@ -1097,6 +1116,7 @@ fn uncached_bad_combinations_and_filesystems_are_refused_with_exit_2() {
 
 #[test]
 fn uncached_leaves_the_file_out_of_the_page_cache() {
+    let _file = crate::support::file_group(module_path!());
     let dir = tmp();
     let out = wbscope(
         dir.path(),
