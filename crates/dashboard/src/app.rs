@@ -35,9 +35,9 @@ pub(crate) enum Pane {
     Top,
     Kernel,
     Writer,
-    /// Who dirtied what (issue 15).
+    /// Who dirtied what.
     Who,
-    /// Each process's fsyncs, split (issue 27).
+    /// Each process's fsyncs, split.
     Fsync,
 }
 

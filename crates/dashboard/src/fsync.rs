@@ -1,4 +1,4 @@
-//! The fsync pane's state (issue 27, `--enable durability`): live, the
+//! The fsync pane's state (`--enable durability`): live, the
 //! join of the fsync spans, commits and charged calls
 //! ([`LiveFsyncs`], the trace loop's `Durable` for the dashboard's task);
 //! shown, the last interval's lines per process and the last slow fsync

@@ -108,7 +108,7 @@ pub async fn run(options: &DashboardOptions) -> anyhow::Result<ExitCode> {
 /// How many messages a replay feeder may run ahead of the dashboard: it
 /// waits when they are not taken (a recording of calls alone would
 /// otherwise queue all of them in memory).
-pub(crate) const REPLAY_AHEAD: usize = 1024;
+pub const REPLAY_AHEAD: usize = 1024;
 
 /// `wbscope replay FILE`: a recording shown in the dashboard. `feed` gets
 /// the sending half of a bounded channel and sends the recording's calls

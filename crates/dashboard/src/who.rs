@@ -4,11 +4,11 @@
 //! who pane draws ([`WhoModel`], part of the `Model`), fed by each
 //! interval's `owners` whether the interval was built live or read back
 //! from a recording.
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, ops::Deref};
 
 use wbscope_model::{
     CallRecord,
-    dirtier::{Attribution, AttributionMode, DirtierSnapshot, OwnerLine},
+    dirtier::{Attribution, AttributionMode, DirtierSnapshot, OwnerLine, OwnerTotal},
 };
 
 /// Calls held for charging at most; past it a call is charged at once,
@@ -81,20 +81,20 @@ impl LiveWho {
     }
 }
 
-/// One process's totals since start (or the last reset).
+/// One process's totals since start (or the last reset): its owner lines
+/// added up by the model's sum ([`OwnerTotal::add`], the report's too),
+/// read through `Deref` as the total's fields, as the who pane reads them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct WhoRow {
-    pub(crate) comm: String,
-    pub(crate) cgroup_id: u64,
-    pub(crate) dirtied: u64,
-    /// Its pages written back, by anyone.
-    pub(crate) written: u64,
-    /// The part written under flusher work (a kworker).
-    pub(crate) by_flusher: u64,
-    /// The part another process wrote (the flusher included).
-    pub(crate) by_others: u64,
-    pub(crate) throttle_pauses: u64,
-    pub(crate) throttle_ms: u64,
+    total: OwnerTotal,
+}
+
+impl Deref for WhoRow {
+    type Target = OwnerTotal;
+
+    fn deref(&self) -> &OwnerTotal {
+        &self.total
+    }
 }
 
 impl WhoRow {
@@ -107,15 +107,6 @@ impl WhoRow {
     /// Pages another process's sync wrote: others but not the flusher.
     pub(crate) fn by_others_sync(&self) -> u64 {
         self.by_others.saturating_sub(self.by_flusher)
-    }
-
-    pub(crate) fn add(&mut self, o: &WhoRow) {
-        self.dirtied += o.dirtied;
-        self.written += o.written;
-        self.by_flusher += o.by_flusher;
-        self.by_others += o.by_others;
-        self.throttle_pauses += o.throttle_pauses;
-        self.throttle_ms += o.throttle_ms;
     }
 }
 
@@ -148,20 +139,13 @@ impl WhoModel {
                     self.evicted += 1;
                 }
             }
-            let row = self.rows.entry(o.pid).or_default();
+            let row = &mut self.rows.entry(o.pid).or_default().total;
             if row.comm != o.comm {
                 row.comm.clone_from(&o.comm);
             }
+            row.pid = o.pid;
             row.cgroup_id = o.cgroup_id;
-            row.add(&WhoRow {
-                dirtied: o.pages_dirtied,
-                written: o.pages_written,
-                by_flusher: o.pages_written_by_flusher,
-                by_others: o.pages_written_by_others,
-                throttle_pauses: o.throttle_pauses,
-                throttle_ms: o.throttle_pause_ms,
-                ..WhoRow::default()
-            });
+            row.add(&o.into());
         }
     }
 
@@ -170,8 +154,8 @@ impl WhoModel {
         let mut groups: BTreeMap<u64, (WhoRow, usize)> = BTreeMap::new();
         for r in self.rows.values() {
             let g = groups.entry(r.cgroup_id).or_default();
-            g.0.cgroup_id = r.cgroup_id;
-            g.0.add(r);
+            g.0.total.cgroup_id = r.cgroup_id;
+            g.0.total.add(r);
             g.1 += 1;
         }
         groups

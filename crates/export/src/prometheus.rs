@@ -1,37 +1,23 @@
 //! `wbscope trace --prometheus ADDR:PORT`: the trace's figures as
 //! Prometheus / OpenMetrics metrics on `http://ADDR:PORT/metrics`.
 //!
+//! This side is the registry: what each metric counts and how it is fed;
+//! the server (web.rs) gets the registry at start and serves it, and
+//! nothing here reaches into the server but starting and stopping it.
+//!
 //! Fed from the same places the trace loop prints from: every writepages
 //! call record ([`Metrics::observe_call`]) and every interval line
 //! ([`Metrics::update_from`]), so a scrape and the JSON lines agree.
 //! Labels are the device (`"maj:min"`), the call's cause and, for the
 //! tracer's own run time, the program name: bounded sets, never an inode
-//! or a pid; per cgroup (cgroups.rs), at most 16 cgroup ids and `other`. Metric names, types and units: docs/prometheus.md.
-use std::{
-    collections::VecDeque,
-    net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+//! or a pid; per cgroup (cgroups.rs), at most 16 cgroup ids and `other`.
+//! Metric names, types and units: docs/prometheus.md.
+use std::net::SocketAddr;
 
-use anyhow::Context as _;
-use http_body_util::Full;
-use hyper::{
-    Method, Request, Response, StatusCode,
-    body::{Bytes, Incoming},
-    header::{CONTENT_TYPE, HeaderValue},
-};
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::{Registry, Unit},
-};
-use tokio::{
-    net::{TcpListener, TcpSocket},
-    task::{AbortHandle, JoinSet},
 };
 
 mod cgroups;
@@ -39,43 +25,17 @@ mod fsyncs;
 mod log2;
 mod web;
 
+pub use web::MAX_CONNECTIONS;
+
 use log2::THROTTLE_PAUSE;
 use log2::{
     HistFamily, Log2Metric, SecondsCounter, pages_per_call, request_bytes, request_latency,
 };
 
-use web::FrontDoor;
-
 use wbscope_model::findings::{Finding, RULES};
 use wbscope_model::interval::IntervalLine;
 use wbscope_model::units::page_size;
 use wbscope_model::{CallRecord, cause_name};
-
-/// `Content-Type` of the OpenMetrics text format (what prometheus-client
-/// encodes; Prometheus parses it as OpenMetrics only with this type).
-pub(crate) const CONTENT_TYPE_OPENMETRICS: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Connections held at once (the figure the flood test bounds the open
-/// sockets with). A new connection beyond it evicts the oldest held one
-/// that has not sent its request yet, else the oldest: a scraper sends its
-/// request at once and is answered in milliseconds, so whoever has held a
-/// slot longest is the idle or slow client. docs/prometheus.md says why.
-pub const MAX_CONNECTIONS: usize = 32;
-/// A client that has not sent its request headers by then is dropped: a
-/// scraper sends them right after connecting, within a round trip.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
-/// Whole life of a connection, request and response: Prometheus's default
-/// `scrape_timeout` (a scraper waits no longer for an answer).
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
-/// Read buffer limit per connection: a scrape request is a few hundred
-/// bytes; 16 KiB leaves room for long headers and bounds a flood's memory
-/// (hyper's default is ~400 KiB; its minimum is 8 KiB).
-const MAX_REQUEST_BYTES: usize = 16 << 10;
-/// Connections the kernel queues before wbscope accepts them; a flood
-/// above it has SYNs dropped (retried by the client) until the queue
-/// drains. listen(2): capped by net.core.somaxconn.
-const LISTEN_BACKLOG: u32 = 1024;
 
 /// Labels of the per-call metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -505,20 +465,11 @@ impl Metrics {
     }
 }
 
-/// The OpenMetrics text of `registry`.
-pub(crate) fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, registry)?;
-    Ok(out)
-}
-
 /// A running exporter: the metrics to feed, served on `local_addr`.
 pub struct Exporter {
     pub metrics: Metrics,
     pub local_addr: SocketAddr,
-    tls: bool,
-    auth: bool,
-    server: tokio::task::JoinHandle<()>,
+    server: web::Server,
 }
 
 impl Exporter {
@@ -529,168 +480,30 @@ impl Exporter {
         addr: SocketAddr,
         web_config: Option<&std::path::Path>,
     ) -> anyhow::Result<Exporter> {
-        let web = web_config.map(web::WebConfig::load).transpose()?;
-        let listener =
-            listen(addr).with_context(|| format!("--prometheus {addr}: cannot listen"))?;
-        let local_addr = listener
-            .local_addr()
-            .context("--prometheus: local address")?;
-        let (metrics, mut registry) = Metrics::new();
-        let (tls, auth) = web.map(|w| (w.tls, w.auth)).unwrap_or_default();
-        let door = FrontDoor::new(tls, auth, &mut registry);
-        let (tls, auth) = (door.has_tls(), door.has_auth());
-        let server = tokio::spawn(serve(listener, Arc::new(registry), Arc::new(door)));
+        let (metrics, registry) = Metrics::new();
+        let server = web::Server::start(addr, web_config, registry)?;
         Ok(Exporter {
             metrics,
-            local_addr,
-            tls,
-            auth,
+            local_addr: server.local_addr,
             server,
         })
     }
 
     /// `https` with TLS, else `http`.
     pub fn scheme(&self) -> &'static str {
-        if self.tls { "https" } else { "http" }
+        self.server.scheme()
     }
 
     /// One line to warn with when the metrics reach beyond this host
     /// without TLS or without authentication.
     pub fn exposure_warning(&self) -> Option<String> {
-        if self.local_addr.ip().is_loopback() || (self.tls && self.auth) {
-            return None;
-        }
-        let missing = match (self.tls, self.auth) {
-            (false, false) => "without TLS or authentication",
-            (false, true) => "without TLS (passwords in clear)",
-            _ => "without authentication",
-        };
-        Some(format!(
-            "metrics on {} are served {missing} to anyone who can connect; see --web-config \
-             (docs/production.md)",
-            self.local_addr
-        ))
-    }
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-/// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`]
-/// (tokio's `TcpListener::bind` takes 128).
-fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    // As `TcpListener::bind` does: a restarted trace can take its port
-    // back while the old connections are in TIME_WAIT.
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
-}
-
-/// A connection the server holds.
-struct Held {
-    task: AbortHandle,
-    /// Set once its request headers are in: it is being answered.
-    answering: Arc<AtomicBool>,
-}
-
-/// Which held connection (oldest first) gives its slot to a new one: the
-/// oldest that has not sent a request, else the oldest.
-fn victim(answering: impl IntoIterator<Item = bool>) -> usize {
-    let mut answering = answering.into_iter();
-    answering.position(|a| !a).unwrap_or(0)
-}
-
-/// Accepts without ever waiting for a slot: at most [`MAX_CONNECTIONS`]
-/// are held, and each new one evicts a held one ([`victim`]), so idle or
-/// slow clients cannot keep a scraper out and a flood costs at most that
-/// many tasks and sockets. Each connection is one request (no
-/// keep-alive), headers within [`HEADER_TIMEOUT`], all within
-/// [`CONNECTION_TIMEOUT`].
-async fn serve(listener: TcpListener, registry: Arc<Registry>, door: Arc<FrontDoor>) {
-    // Dropping the set (the exporter is dropped) aborts every connection.
-    let mut tasks = JoinSet::new();
-    let mut held: VecDeque<Held> = VecDeque::with_capacity(MAX_CONNECTIONS);
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: wait, don't spin.
-                log::warn!("--prometheus: accept: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        while tasks.try_join_next().is_some() {}
-        held.retain(|h| !h.task.is_finished());
-        if held.len() >= MAX_CONNECTIONS {
-            let i = victim(held.iter().map(|h| h.answering.load(Ordering::Relaxed)));
-            if let Some(old) = held.remove(i) {
-                old.task.abort();
-            }
-        }
-        // An aborted task is dropped, socket and all, once the runtime
-        // polls it: on the one thread of `trace` (lib.rs) not while this
-        // loop keeps finding connections ready, so wait for it here.
-        while tasks.len() >= MAX_CONNECTIONS {
-            if tasks.join_next().await.is_none() {
-                break;
-            }
-        }
-        let answering = Arc::new(AtomicBool::new(false));
-        let task = tasks.spawn(web::connection(
-            stream,
-            registry.clone(),
-            door.clone(),
-            answering.clone(),
-        ));
-        held.push_back(Held { task, answering });
-    }
-}
-
-fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
-    let text = |status: StatusCode, body: String, content_type: &'static str| {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        *r.status_mut() = status;
-        r.headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-        r
-    };
-    let plain = "text/plain; charset=utf-8";
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into(), plain);
-    }
-    match req.uri().path() {
-        "/metrics" => match encode(registry) {
-            Ok(body) => text(StatusCode::OK, body, CONTENT_TYPE_OPENMETRICS),
-            Err(e) => text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("encoding metrics: {e}\n"),
-                plain,
-            ),
-        },
-        "/" => text(
-            StatusCode::OK,
-            "wbscope: metrics are at /metrics\n".into(),
-            plain,
-        ),
-        _ => text(
-            StatusCode::NOT_FOUND,
-            "not found; try /metrics\n".into(),
-            plain,
-        ),
+        self.server.exposure_warning()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::web::encode;
     use super::*;
     use wbscope_model::interval::CallAggregate;
     use wbscope_model::kernel::KernelSnapshot;
@@ -919,14 +732,5 @@ mod tests {
         );
         let flushes = r#"wbscope_device_flush_latency_seconds_count{dev="254:0",kind="flush"}"#;
         assert_eq!(sample(&text, flushes), Some("6"), "{text}");
-    }
-
-    #[test]
-    fn the_oldest_connection_without_a_request_is_evicted() {
-        assert_eq!(victim([true, true, false, false]), 2);
-        assert_eq!(victim([false, true]), 0);
-        // Every held connection is being answered: the oldest goes.
-        assert_eq!(victim([true, true, true]), 0);
-        assert_eq!(victim([]), 0);
     }
 }

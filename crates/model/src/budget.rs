@@ -1,4 +1,4 @@
-//! The recorder's CPU budget (issue 26, `record --cpu-budget PERCENT`): the
+//! The recorder's CPU budget (`record --cpu-budget PERCENT`): the
 //! BPF programs' run time (the kernel's own statistics) and the recorder's
 //! CPU time together, as a share of one core, held under the budget by
 //! shedding optional work, costliest first, and taking it back when the
@@ -8,8 +8,9 @@
 //! many steps as halvings would bring the interval's cost under it
 //! (⌈log2(cost / budget)⌉, at least one): each step halves what the
 //! sampled programs run, so a writer that starts at six times the budget
-//! is met in one interval, not three (R3 of BENCHMARKS.md climbed one step
-//! an interval and spent its first six intervals over, up to 8.73%):
+//! is met in one interval, not three (Run R3, docs/bench-log/recorder.md,
+//! climbed one step an interval and spent its first six intervals over, up
+//! to 8.73%):
 //! 1. with `--enable dirty_folio`, the per-folio dirtier program counts
 //!    one dirtied folio in 2, 4, … 64 (chosen at random in the kernel, and
 //!    counted as that many): the program that runs once per write of a
@@ -55,9 +56,9 @@ pub struct BudgetLine {
     pub(crate) calls_1_in: u32,
     /// Over the budget with every step of the ladder in force: what is
     /// left is what the programs cost at their least per event (a draw,
-    /// two adds, an early return: Run R3 of BENCHMARKS.md) at this rate
-    /// of writeback events, and the recorder's own reading and writing;
-    /// no optional work is left to shed.
+    /// two adds, an early return: Run R3, docs/bench-log/recorder.md) at
+    /// this rate of writeback events, and the recorder's own reading and
+    /// writing; no optional work is left to shed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub at_floor: bool,
 }

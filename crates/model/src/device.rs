@@ -74,7 +74,7 @@ pub struct DiskMeans {
     pub(crate) in_flight_mean: f64,
     /// Cache flushes completed (part of `requests`): what fsync and
     /// journal commits ask of a device with a volatile write cache, each
-    /// a round trip the sync waits for (issue 27). 0 before Linux 5.5,
+    /// a round trip the sync waits for. 0 before Linux 5.5,
     /// whose diskstats have no flush fields, and in older recordings.
     #[serde(default)]
     pub flushes: u64,

@@ -30,7 +30,9 @@ use crate::CallRecord;
 pub use crate::plan::AttributionMode;
 
 mod by_inode;
+mod owners;
 pub use by_inode::{InodeDirtyingReading, TaskReading};
+pub use owners::OwnerTotal;
 
 /// Entries a call line lists before the rest go to one `(others)` entry.
 pub(crate) const MAX_CALL_DIRTIERS: usize = 8;
@@ -525,19 +527,14 @@ impl Attribution {
         });
         if rows.len() > MAX_OWNERS {
             let rest = rows.split_off(MAX_OWNERS - 1);
-            let mut others = OwnerLine {
+            let mut others = OwnerTotal {
                 comm: OTHERS.into(),
-                ..OwnerLine::default()
+                ..OwnerTotal::default()
             };
-            for r in rest {
-                others.pages_dirtied += r.pages_dirtied;
-                others.pages_written += r.pages_written;
-                others.pages_written_by_others += r.pages_written_by_others;
-                others.pages_written_by_flusher += r.pages_written_by_flusher;
-                others.throttle_pauses += r.throttle_pauses;
-                others.throttle_pause_ms += r.throttle_pause_ms;
+            for r in &rest {
+                others.add(&r.into());
             }
-            rows.push(others);
+            rows.push(others.into());
         }
         rows
     }

@@ -53,19 +53,21 @@ pub enum OptIn {
     GlobalDirtyState,
     /// `writeback:writeback_dirty_folio`, for who dirtied it per folio:
     /// exact when several processes dirty one file, but it runs once per
-    /// dirtied folio in the writer's own context (issue 31: 4 KiB
-    /// buffered writes ran 15% slower with it).
+    /// dirtied folio in the writer's own context (4 KiB buffered writes
+    /// ran about 15% slower with it).
     DirtyFolio,
     /// The block tracepoints (`block_rq_issue`, `block_rq_complete`,
     /// `block_bio_queue`), for request size and latency histograms and
     /// each call's bios: they run per request and per bio, which random
-    /// 4 KiB writes make one of per page (issue 31). Per-device counts and
-    /// means come from /proc/diskstats instead.
+    /// 4 KiB writes make one of per page (fio `randwrite` 4 KiB: 1.4 bio
+    /// and 1.3 request runs per dirtied page, docs/bench-log/
+    /// small-writer.md, Run S1). Per-device counts and means come from
+    /// /proc/diskstats instead.
     DeviceIo,
     /// `ext4_da_write_pages_extent`, for each call's extents and blocks:
     /// once per extent mapped, one per page under random 4 KiB writes.
     Extents,
-    /// The ext4 fsync spans and jbd2 commits (issue 27): per fsync, per
+    /// The ext4 fsync spans and jbd2 commits: per fsync, per
     /// commit phase and per journal handle.
     Durability,
 }
@@ -157,9 +159,9 @@ pub enum Concept {
     /// Writepages calls of filesystems other than ext4 (writeback-ebpf
     /// generic.rs).
     GenericCall,
-    /// Pages dirtied per (inode, process), at dirty time (issue 15).
+    /// Pages dirtied per (inode, process), at dirty time.
     Dirtier,
-    /// Each fsync's span and the journal commits it waits on (issue 27).
+    /// Each fsync's span and the journal commits it waits on.
     Durability,
     /// Each fsync's page wait and cache flush, measured by function hooks
     /// (else inferred from [`Concept::Durability`]'s events).
@@ -396,7 +398,7 @@ impl ProbePlan {
     }
 }
 
-/// How the figures of who dirtied it were made (issue 31), from the hook
+/// How the figures of who dirtied it were made, from the hook
 /// the probe plan chose for the `dirtier` concept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

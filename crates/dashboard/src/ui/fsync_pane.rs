@@ -1,5 +1,5 @@
-//! Each process's fsyncs in the last interval (issue 27, `--enable
-//! durability`): how many, p50/p99/max, and where their time went as one
+//! Each process's fsyncs in the last interval (`--enable durability`):
+//! how many, p50/p99/max, and where their time went as one
 //! stacked bar (`W` writeback, `w` wait, `J` journal, `F` flush, `.`
 //! other); under the table, the last slow fsync (10 ms or more) with the
 //! commit it waited on and who was in it.

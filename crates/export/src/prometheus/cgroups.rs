@@ -1,7 +1,7 @@
-//! Per-cgroup counters of who dirtied what (issue 15): pages dirtied,
-//! pages written back by whom, throttle pauses, from each interval's
-//! `owners` (model/dirtier.rs), with a bounded set of `cgroup_id` label
-//! values. docs/prometheus.md, "Per cgroup", states the rule.
+//! Per-cgroup counters of who dirtied what: pages dirtied, pages written
+//! back by whom, throttle pauses, from each interval's `owners`
+//! (model/dirtier.rs), with a bounded set of `cgroup_id` label values.
+//! docs/prometheus.md, "Per cgroup", states the rule.
 //!
 //! The rule. At most [`MAX_CGROUP_LABELS`] cgroups have series of their
 //! own; everything else is counted under `cgroup_id="other"`. Every
@@ -73,21 +73,26 @@ struct Sums {
 }
 
 impl Sums {
-    fn add(&mut self, o: &OwnerLine) {
-        // `pages_written_by_flusher` is part of `..._by_others` (a
-        // kworker is another process); kept apart if it ever is not, so
-        // the three parts always add up to `pages_written`.
-        let flusher = o.pages_written_by_flusher.min(o.pages_written);
-        let others = o.pages_written_by_others.saturating_sub(flusher);
-        let own = o
-            .pages_written
-            .saturating_sub(o.pages_written_by_others.max(flusher));
-        self.dirtied += o.pages_dirtied;
-        self.written[0] += own;
-        self.written[1] += flusher;
-        self.written[2] += others;
-        self.pauses += o.throttle_pauses;
-        self.pause_ms += o.throttle_pause_ms;
+    /// One owner's line; its pages written split by the model's
+    /// `written_split`, as the report's who table splits them (the three
+    /// parts add up to `pages_written`).
+    fn of(o: &OwnerLine) -> Sums {
+        let (own, flusher, others) = o.written_split();
+        Sums {
+            dirtied: o.pages_dirtied,
+            written: [own, flusher, others],
+            pauses: o.throttle_pauses,
+            pause_ms: o.throttle_pause_ms,
+        }
+    }
+
+    fn add(&mut self, s: &Sums) {
+        self.dirtied += s.dirtied;
+        for (o, n) in self.written.iter_mut().zip(s.written) {
+            *o += n;
+        }
+        self.pauses += s.pauses;
+        self.pause_ms += s.pause_ms;
     }
 
     fn active(&self) -> bool {
@@ -194,7 +199,7 @@ impl CgroupMetrics {
     pub(crate) fn update(&self, time_s: f64, owners: &[OwnerLine]) {
         let mut sums: BTreeMap<u64, Sums> = BTreeMap::new();
         for o in owners {
-            sums.entry(o.cgroup_id).or_default().add(o);
+            sums.entry(o.cgroup_id).or_default().add(&Sums::of(o));
         }
         sums.retain(|_, s| s.active());
         // A panic while holding the lock leaves a plain map behind.
@@ -228,12 +233,7 @@ impl CgroupMetrics {
             if labelled.contains_key(id) {
                 self.add(&id.to_string(), s);
             } else {
-                other.dirtied += s.dirtied;
-                for (o, n) in other.written.iter_mut().zip(s.written) {
-                    *o += n;
-                }
-                other.pauses += s.pauses;
-                other.pause_ms += s.pause_ms;
+                other.add(s);
             }
         }
         self.add(OTHER, &other);
@@ -265,7 +265,7 @@ mod tests {
 
     /// Every sample of the registry: `name{labels}` → value.
     fn samples(r: &Registry) -> HashMap<String, f64> {
-        let text = super::super::encode(r).unwrap();
+        let text = super::super::web::encode(r).unwrap();
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .filter_map(|l| {

@@ -1,4 +1,4 @@
-//! Each fsync's parts as histograms (issue 27, `--enable durability`):
+//! Each fsync's parts as histograms (`--enable durability`):
 //! `wbscope_fsync_seconds{dev, part}`, one observation per fsync and part
 //! (`total`, `writeback`, `wait`, `journal`, `flush`, `other`; docs/
 //! trace-json.md `sync`), and `wbscope_fsyncs_entangled_total{dev}`.
@@ -137,7 +137,7 @@ mod tests {
         m.register(&mut r);
         m.observe(&fsync(40_000_000, Some(0), 9000));
         m.observe(&fsync(40_000_000, None, 0));
-        let text = super::super::encode(&r).unwrap();
+        let text = super::super::web::encode(&r).unwrap();
         for (part, n) in [("total", 2), ("journal", 2), ("writeback", 2), ("flush", 1)] {
             let line = format!(r#"wbscope_fsync_seconds_count{{dev="7:0",part="{part}"}} {n}"#);
             assert!(text.contains(&line), "{line} in\n{text}");

@@ -1,47 +1,28 @@
-//! The exporter's front door: `--web-config FILE` in the Prometheus
-//! exporter-toolkit format (docs/web-configuration.md of
-//! prometheus/exporter-toolkit), so that TLS and authentication are set up
-//! as for every other exporter of a fleet:
-//!
-//! ```yaml
-//! tls_server_config:
-//!   cert_file: server.crt        # relative paths: from the file's directory
-//!   key_file: server.key
-//!   client_ca_file: clients.crt  # optional
-//!   client_auth_type: RequireAndVerifyClientCert
-//!   min_version: TLS12           # optional: TLS12 or TLS13
-//! basic_auth_users:
-//!   prometheus: $2y$10$...       # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\n')
-//! ```
-//!
-//! TLS is rustls (on ring), passwords bcrypt; the file and the
-//! certificates are read at start, before the privileges are dropped
-//! (keys usually readable by root only).
+//! The exporter's HTTP server: it listens, holds at most
+//! [`MAX_CONNECTIONS`], answers one request per connection within the
+//! time limits, behind the TLS and basic auth of `--web-config`
+//! ([`config`]), with the OpenMetrics text of the registry it was given.
+//! It knows the registry only as prometheus-client's [`Registry`]: the
+//! metrics (prometheus.rs) are registered in it before the server starts,
+//! and nothing here calls back into them.
 use std::{
-    collections::{BTreeMap, HashSet},
-    path::{Path, PathBuf},
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    collections::VecDeque,
+    convert::Infallible,
+    net::SocketAddr,
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
 };
 
-use anyhow::{Context as _, bail};
-use base64::Engine as _;
-use hyper::header::HeaderValue;
-use rustls::{
-    RootCertStore, ServerConfig,
-    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _},
-    server::WebPkiClientVerifier,
-};
-use serde::Deserialize;
-use sha2::{Digest as _, Sha256};
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
-
+use anyhow::Context as _;
 use http_body_util::Full;
 use hyper::{
-    Request, Response, StatusCode,
+    Method, Request, Response, StatusCode,
     body::{Bytes, Incoming},
-    header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE},
+    header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE},
     server::conn::http1,
     service::service_fn,
 };
@@ -51,262 +32,228 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family},
     registry::Registry,
 };
-use tokio::net::TcpStream;
+use rustls::ServerConfig;
+use tokio::{
+    net::{TcpListener, TcpSocket, TcpStream},
+    task::{AbortHandle, JoinHandle, JoinSet},
+};
 
-use super::{CONNECTION_TIMEOUT, HEADER_TIMEOUT, MAX_REQUEST_BYTES, respond};
+mod config;
 
-/// The file as written (unknown keys refused, as exporter-toolkit's
-/// strict YAML parsing does).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WebConfigFile {
-    tls_server_config: Option<TlsServerConfig>,
-    #[serde(default)]
-    basic_auth_users: BTreeMap<String, String>,
+use config::{BasicAuth, WebConfig};
+
+/// `Content-Type` of the OpenMetrics text format (what prometheus-client
+/// encodes; Prometheus parses it as OpenMetrics only with this type).
+const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Connections held at once (the figure the flood test bounds the open
+/// sockets with). A new connection beyond it evicts the oldest held one
+/// that has not sent its request yet, else the oldest: a scraper sends its
+/// request at once and is answered in milliseconds, so whoever has held a
+/// slot longest is the idle or slow client. docs/prometheus.md says why.
+pub const MAX_CONNECTIONS: usize = 32;
+/// A client that has not sent its request headers by then is dropped: a
+/// scraper sends them right after connecting, within a round trip.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Whole life of a connection, request and response: Prometheus's default
+/// `scrape_timeout` (a scraper waits no longer for an answer).
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Read buffer limit per connection: a scrape request is a few hundred
+/// bytes; 16 KiB leaves room for long headers and bounds a flood's memory
+/// (hyper's default is ~400 KiB; its minimum is 8 KiB).
+const MAX_REQUEST_BYTES: usize = 16 << 10;
+/// Connections the kernel queues before wbscope accepts them; a flood
+/// above it has SYNs dropped (retried by the client) until the queue
+/// drains. listen(2): capped by net.core.somaxconn.
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// The OpenMetrics text of `registry`.
+pub(crate) fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TlsServerConfig {
-    cert_file: PathBuf,
-    key_file: PathBuf,
-    client_ca_file: Option<PathBuf>,
-    client_auth_type: Option<ClientAuth>,
-    min_version: Option<TlsVersion>,
+/// The server running: where it listens and what guards it; dropping it
+/// stops it and every connection.
+pub(crate) struct Server {
+    pub(crate) local_addr: SocketAddr,
+    tls: bool,
+    auth: bool,
+    task: JoinHandle<()>,
 }
 
-/// exporter-toolkit's `client_auth_type` values (Go's tls.ClientAuthType)
-/// that verify what they accept. `RequestClientCert` and
-/// `RequireAnyClientCert` take certificates nobody checked: refused.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-enum ClientAuth {
-    #[default]
-    NoClientCert,
-    VerifyClientCertIfGiven,
-    RequireAndVerifyClientCert,
-}
+impl Server {
+    /// Binds `addr` and serves `registry` on the current tokio runtime,
+    /// behind the TLS and basic auth of `web_config` when given (read
+    /// now: before the privileges are dropped). The door's own counters
+    /// are registered in `registry` first.
+    pub(crate) fn start(
+        addr: SocketAddr,
+        web_config: Option<&Path>,
+        mut registry: Registry,
+    ) -> anyhow::Result<Server> {
+        let web = web_config.map(WebConfig::load).transpose()?;
+        let listener =
+            listen(addr).with_context(|| format!("--prometheus {addr}: cannot listen"))?;
+        let local_addr = listener
+            .local_addr()
+            .context("--prometheus: local address")?;
+        let (tls, auth) = web.map(|w| (w.tls, w.auth)).unwrap_or_default();
+        let door = FrontDoor::new(tls, auth, &mut registry);
+        let (tls, auth) = (door.tls.is_some(), door.auth.is_some());
+        let task = tokio::spawn(serve(listener, Arc::new(registry), Arc::new(door)));
+        Ok(Server {
+            local_addr,
+            tls,
+            auth,
+            task,
+        })
+    }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-enum TlsVersion {
-    #[serde(rename = "TLS12")]
-    Tls12,
-    #[serde(rename = "TLS13")]
-    Tls13,
-}
+    /// `https` with TLS, else `http`.
+    pub(crate) fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
+    }
 
-/// Verifications of credentials not seen to succeed before, per second at
-/// most: one bcrypt check costs tens of ms of the one thread that also
-/// drains the ring buffer, so a password-guessing client gets 401s
-/// without checks beyond it rather than slowing the tracing down.
-const VERIFICATIONS_PER_SECOND: u32 = 4;
-
-/// Basic-auth users and their bcrypt hashes.
-#[derive(Debug)]
-pub(crate) struct BasicAuth {
-    users: BTreeMap<String, String>,
-    /// SHA-256 of `user:password:hash` of credentials that passed once,
-    /// so a scraper's every scrape costs no bcrypt check (as
-    /// exporter-toolkit caches them).
-    passed: Mutex<HashSet<[u8; 32]>>,
-    /// Start of the current second and the checks made in it.
-    budget: Mutex<(Instant, u32)>,
-}
-
-/// Why a request was refused (the `reason` label of the failures metric).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// No `Authorization: Basic` header, or not decodable.
-    NoCredentials,
-    /// A user or password that does not match.
-    WrongCredentials,
-    /// More new credentials than [`VERIFICATIONS_PER_SECOND`].
-    TooManyAttempts,
-}
-
-impl Refusal {
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Refusal::NoCredentials => "no_credentials",
-            Refusal::WrongCredentials => "wrong_credentials",
-            Refusal::TooManyAttempts => "too_many_attempts",
+    /// One line to warn with when the metrics reach beyond this host
+    /// without TLS or without authentication.
+    pub(crate) fn exposure_warning(&self) -> Option<String> {
+        if self.local_addr.ip().is_loopback() || (self.tls && self.auth) {
+            return None;
         }
+        let missing = match (self.tls, self.auth) {
+            (false, false) => "without TLS or authentication",
+            (false, true) => "without TLS (passwords in clear)",
+            _ => "without authentication",
+        };
+        Some(format!(
+            "metrics on {} are served {missing} to anyone who can connect; see --web-config \
+             (docs/production.md)",
+            self.local_addr
+        ))
     }
 }
 
-impl BasicAuth {
-    /// Checks an `Authorization` header value.
-    pub(crate) fn check(&self, header: Option<&HeaderValue>) -> Result<(), Refusal> {
-        let (user, password) = header
-            .and_then(|h| h.to_str().ok())
-            .and_then(decode_basic)
-            .ok_or(Refusal::NoCredentials)?;
-        let hash = self.users.get(&user);
-        let digest = Sha256::new()
-            .chain_update(user.as_bytes())
-            .chain_update(b":")
-            .chain_update(password.as_bytes())
-            .chain_update(b":")
-            .chain_update(hash.map_or("", String::as_str).as_bytes())
-            .finalize();
-        let mut key = [0u8; 32];
-        key.copy_from_slice(&digest);
-        let mut passed = self.passed.lock().unwrap_or_else(|e| e.into_inner());
-        if hash.is_some() && passed.contains(&key) {
-            return Ok(());
-        }
-        {
-            let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
-            if budget.0.elapsed() >= Duration::from_secs(1) {
-                *budget = (Instant::now(), 0);
-            }
-            if budget.1 >= VERIFICATIONS_PER_SECOND {
-                return Err(Refusal::TooManyAttempts);
-            }
-            budget.1 += 1;
-        }
-        // An unknown user is checked against a configured hash all the
-        // same (and refused whatever the result), so that a wrong user
-        // name takes as long as a wrong password: names cannot be probed.
-        let against = hash.or_else(|| self.users.values().next());
-        let ok = against.is_some_and(|h| bcrypt::verify(&password, h).unwrap_or(false));
-        if ok && hash.is_some() {
-            // Bounded: one entry per user and password that passed.
-            if passed.len() >= 1024 {
-                passed.clear();
-            }
-            passed.insert(key);
-            Ok(())
-        } else {
-            Err(Refusal::WrongCredentials)
-        }
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
-/// `Basic base64(user:password)` → (user, password).
-fn decode_basic(value: &str) -> Option<(String, String)> {
-    let (scheme, encoded) = value.trim().split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (user, password) = text.split_once(':')?;
-    Some((user.to_string(), password.to_string()))
-}
-
-/// A loaded `--web-config`.
-pub(crate) struct WebConfig {
-    pub(crate) tls: Option<Arc<ServerConfig>>,
-    pub(crate) auth: Option<BasicAuth>,
-}
-
-impl WebConfig {
-    /// Reads and checks `path` and every file it names.
-    pub(crate) fn load(path: &Path) -> anyhow::Result<WebConfig> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--web-config {}", path.display()))?;
-        let file: WebConfigFile = serde_norway::from_str(&text)
-            .with_context(|| format!("--web-config {}", path.display()))?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let tls = file
-            .tls_server_config
-            .map(|tls| tls_config(&tls, dir).map(Arc::new))
-            .transpose()
-            .with_context(|| format!("--web-config {}: tls_server_config", path.display()))?;
-        for (user, hash) in &file.basic_auth_users {
-            if user.contains(':') {
-                bail!(
-                    "--web-config {}: basic_auth_users: user {user:?} has a ':'",
-                    path.display()
-                );
-            }
-            // A plain password written where its hash belongs is refused
-            // at start, not at every scrape.
-            if let Err(e) = hash.parse::<bcrypt::HashParts>() {
-                bail!(
-                    "--web-config {}: basic_auth_users: {user}: not a bcrypt hash ({e})",
-                    path.display()
-                );
-            }
-        }
-        let auth = (!file.basic_auth_users.is_empty()).then(|| BasicAuth {
-            users: file.basic_auth_users,
-            passed: Mutex::new(HashSet::new()),
-            budget: Mutex::new((Instant::now(), 0)),
-        });
-        Ok(WebConfig { tls, auth })
-    }
-}
-
-/// A path of the config, relative to the config file's directory when
-/// not absolute (as exporter-toolkit resolves them).
-fn resolve(dir: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() {
-        path.to_path_buf()
+/// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`]
+/// (tokio's `TcpListener::bind` takes 128).
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
     } else {
-        dir.join(path)
+        TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restarted trace can take its port
+    // back while the old connections are in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// A connection the server holds.
+struct Held {
+    task: AbortHandle,
+    /// Set once its request headers are in: it is being answered.
+    answering: Arc<AtomicBool>,
+}
+
+/// Which held connection (oldest first) gives its slot to a new one: the
+/// oldest that has not sent a request, else the oldest.
+fn victim(answering: impl IntoIterator<Item = bool>) -> usize {
+    let mut answering = answering.into_iter();
+    answering.position(|a| !a).unwrap_or(0)
+}
+
+/// Accepts without ever waiting for a slot: at most [`MAX_CONNECTIONS`]
+/// are held, and each new one evicts a held one ([`victim`]), so idle or
+/// slow clients cannot keep a scraper out and a flood costs at most that
+/// many tasks and sockets. Each connection is one request (no
+/// keep-alive), headers within [`HEADER_TIMEOUT`], all within
+/// [`CONNECTION_TIMEOUT`].
+async fn serve(listener: TcpListener, registry: Arc<Registry>, door: Arc<FrontDoor>) {
+    // Dropping the set (the exporter is dropped) aborts every connection.
+    let mut tasks = JoinSet::new();
+    let mut held: VecDeque<Held> = VecDeque::with_capacity(MAX_CONNECTIONS);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: wait, don't spin.
+                log::warn!("--prometheus: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        while tasks.try_join_next().is_some() {}
+        held.retain(|h| !h.task.is_finished());
+        if held.len() >= MAX_CONNECTIONS {
+            let i = victim(held.iter().map(|h| h.answering.load(Ordering::Relaxed)));
+            if let Some(old) = held.remove(i) {
+                old.task.abort();
+            }
+        }
+        // An aborted task is dropped, socket and all, once the runtime
+        // polls it: on the one thread of `trace` (lib.rs) not while this
+        // loop keeps finding connections ready, so wait for it here.
+        while tasks.len() >= MAX_CONNECTIONS {
+            if tasks.join_next().await.is_none() {
+                break;
+            }
+        }
+        let answering = Arc::new(AtomicBool::new(false));
+        let task = tasks.spawn(connection(
+            stream,
+            registry.clone(),
+            door.clone(),
+            answering.clone(),
+        ));
+        held.push_back(Held { task, answering });
     }
 }
 
-fn tls_config(tls: &TlsServerConfig, dir: &Path) -> anyhow::Result<ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cert_file = resolve(dir, &tls.cert_file);
-    let certs = CertificateDer::pem_file_iter(&cert_file)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("cert_file {}", cert_file.display()))?;
-    if certs.is_empty() {
-        bail!("cert_file {}: no certificate", cert_file.display());
+fn respond(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, body: String, content_type: &'static str| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        r
+    };
+    let plain = "text/plain; charset=utf-8";
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into(), plain);
     }
-    let key_file = resolve(dir, &tls.key_file);
-    let key = PrivateKeyDer::from_pem_file(&key_file)
-        .with_context(|| format!("key_file {}", key_file.display()))?;
-    let auth = tls.client_auth_type.unwrap_or_default();
-    let verifier = match (&tls.client_ca_file, auth) {
-        (_, ClientAuth::NoClientCert) => WebPkiClientVerifier::no_client_auth(),
-        (None, _) => bail!("client_auth_type {auth:?} needs client_ca_file"),
-        (Some(ca), _) => {
-            let ca = resolve(dir, ca);
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(&ca)
-                .with_context(|| format!("client_ca_file {}", ca.display()))?
-            {
-                let cert = cert.with_context(|| format!("client_ca_file {}", ca.display()))?;
-                roots
-                    .add(cert)
-                    .with_context(|| format!("client_ca_file {}", ca.display()))?;
-            }
-            let builder =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
-            let builder = if auth == ClientAuth::VerifyClientCertIfGiven {
-                builder.allow_unauthenticated()
-            } else {
-                builder
-            };
-            builder
-                .build()
-                .with_context(|| format!("client_ca_file {}", ca.display()))?
-        }
-    };
-    let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
-        Some(TlsVersion::Tls13) => &[&rustls::version::TLS13],
-        None | Some(TlsVersion::Tls12) => &[&rustls::version::TLS12, &rustls::version::TLS13],
-    };
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(versions)
-        .context("TLS versions")?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .context("cert_file and key_file do not make a usable pair")?;
-    // One request per connection, HTTP/1.1 only (prometheus.rs).
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    match req.uri().path() {
+        "/metrics" => match encode(registry) {
+            Ok(body) => text(StatusCode::OK, body, CONTENT_TYPE_OPENMETRICS),
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding metrics: {e}\n"),
+                plain,
+            ),
+        },
+        "/" => text(
+            StatusCode::OK,
+            "wbscope: metrics are at /metrics\n".into(),
+            plain,
+        ),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found; try /metrics\n".into(),
+            plain,
+        ),
+    }
 }
 
 /// What stands between a connection and the metrics (`--web-config`),
 /// and the count of who it turned away.
-pub(super) struct FrontDoor {
+struct FrontDoor {
     tls: Option<tokio_rustls::TlsAcceptor>,
     auth: Option<BasicAuth>,
     refused: Family<RefusalLabels, Counter>,
@@ -320,16 +267,8 @@ struct RefusalLabels {
 }
 
 impl FrontDoor {
-    pub(super) fn has_tls(&self) -> bool {
-        self.tls.is_some()
-    }
-
-    pub(super) fn has_auth(&self) -> bool {
-        self.auth.is_some()
-    }
-
     /// The door of a loaded config, its counters registered.
-    pub(super) fn new(
+    fn new(
         tls: Option<Arc<ServerConfig>>,
         auth: Option<BasicAuth>,
         registry: &mut Registry,
@@ -357,7 +296,7 @@ impl FrontDoor {
 /// Serves one request on `stream`, within the time limits: the TLS
 /// handshake, when there is one, within the time the request headers
 /// have, and all of it within [`CONNECTION_TIMEOUT`].
-pub(super) async fn connection(
+async fn connection(
     stream: TcpStream,
     registry: Arc<Registry>,
     door: Arc<FrontDoor>,
@@ -445,81 +384,12 @@ fn unauthorized() -> Response<Full<Bytes>> {
 mod tests {
     use super::*;
 
-    fn auth(users: &[(&str, &str)]) -> BasicAuth {
-        BasicAuth {
-            users: users
-                .iter()
-                .map(|(u, p)| (u.to_string(), bcrypt::hash(p, 4).expect("hash")))
-                .collect(),
-            passed: Mutex::new(HashSet::new()),
-            budget: Mutex::new((Instant::now(), 0)),
-        }
-    }
-
-    fn basic(user: &str, password: &str) -> HeaderValue {
-        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-        HeaderValue::from_str(&format!("Basic {token}")).expect("header")
-    }
-
     #[test]
-    fn basic_auth_accepts_only_the_right_password() {
-        let a = auth(&[("prom", "s3cret:with colon")]);
-        assert_eq!(a.check(None), Err(Refusal::NoCredentials));
-        let bearer = HeaderValue::from_static("Bearer abc");
-        assert_eq!(a.check(Some(&bearer)), Err(Refusal::NoCredentials));
-        let junk = HeaderValue::from_static("Basic !!!");
-        assert_eq!(a.check(Some(&junk)), Err(Refusal::NoCredentials));
-        assert_eq!(
-            a.check(Some(&basic("prom", "wrong"))),
-            Err(Refusal::WrongCredentials)
-        );
-        assert_eq!(
-            a.check(Some(&basic("other", "s3cret:with colon"))),
-            Err(Refusal::WrongCredentials)
-        );
-        assert_eq!(a.check(Some(&basic("prom", "s3cret:with colon"))), Ok(()));
-        // Cached: passes again with the budget spent.
-        *a.budget.lock().expect("lock") = (Instant::now(), VERIFICATIONS_PER_SECOND);
-        assert_eq!(a.check(Some(&basic("prom", "s3cret:with colon"))), Ok(()));
-        assert_eq!(
-            a.check(Some(&basic("prom", "guess"))),
-            Err(Refusal::TooManyAttempts)
-        );
-    }
-
-    fn load(yaml: &str) -> anyhow::Result<WebConfig> {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("web.yml");
-        std::fs::write(&path, yaml).expect("write");
-        WebConfig::load(&path)
-    }
-
-    #[test]
-    fn bad_files_are_refused_with_what_is_wrong() {
-        let err = load("tls_server_config:\n  cert_file: a\n  key_file: b\n  colour: red\n")
-            .err()
-            .expect("unknown key");
-        assert!(
-            format!("{err:#}").contains("unknown field `colour`"),
-            "{err:#}"
-        );
-        let err = load("basic_auth_users:\n  prom: plaintext\n")
-            .err()
-            .expect("not a hash");
-        assert!(format!("{err:#}").contains("not a bcrypt hash"), "{err:#}");
-        let err = load("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n")
-            .err()
-            .expect("missing files");
-        assert!(format!("{err:#}").contains("missing.crt"), "{err:#}");
-        let err = load("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAnyClientCert\n")
-            .err()
-            .expect("unverified client certs");
-        assert!(
-            format!("{err:#}").contains("RequireAnyClientCert"),
-            "{err:#}"
-        );
-        let ok = load("basic_auth_users:\n  prom: $2b$04$abcdefghijklmnopqrstuu5Vtt4V1G7pEd5u7wWqDrdl1Ah8X7Ug6\n")
-            .expect("a hash");
-        assert!(ok.tls.is_none() && ok.auth.is_some());
+    fn the_oldest_connection_without_a_request_is_evicted() {
+        assert_eq!(victim([true, true, false, false]), 2);
+        assert_eq!(victim([false, true]), 0);
+        // Every held connection is being answered: the oldest goes.
+        assert_eq!(victim([true, true, true]), 0);
+        assert_eq!(victim([]), 0);
     }
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use wbscope_model::{
     CallRecord, Log2Histogram, cause_name,
-    findings::Engine,
+    findings::{Engine, Finding},
     interval::{Bucket, InodePassCounts, IntervalLine, histogram_buckets},
     plan::ProbePlan,
     timeline::{TICK_S, Timeline, WriterChunks},
@@ -17,10 +17,7 @@ use wbscope_model::{
 };
 use wbscope_sys::UsageError;
 
-use super::{
-    findings::{DOCUMENT_LINE_S, FindingMark},
-    who::Owners,
-};
+use super::who::Owners;
 
 /// Everything a report shows.
 #[derive(Clone, Debug, Default)]
@@ -40,7 +37,7 @@ pub struct ReportData {
     pub warnings: Vec<String>,
     /// Who dirtied it: a recording's owners, added up (`None` for
     /// documents, which carry none).
-    pub(crate) owners: Option<super::who::Owners>,
+    pub(crate) owners: Option<Owners>,
 }
 
 /// One run (or recording) on the time axis, and its distributions.
@@ -68,6 +65,60 @@ pub(crate) struct Segment {
     /// The input says what the findings were (documents from before
     /// doctor do not).
     pub(crate) findings_known: bool,
+}
+
+/// Length of a compare/scenario window's interval lines, which the
+/// findings are judged on (capture/window.rs): a finding first seen at
+/// the end of one began at most this long before.
+const DOCUMENT_LINE_S: f64 = 1.0;
+
+/// One finding of one run, as the report shows it (read from a document
+/// or made from the engine's [`Finding`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub(crate) struct FindingMark {
+    pub(crate) name: String,
+    pub(crate) severity: String,
+    pub(crate) first_seen_s: f64,
+    pub(crate) last_seen_s: f64,
+    #[serde(default)]
+    pub(crate) intervals: u64,
+    #[serde(default)]
+    pub(crate) episodes: u64,
+    #[serde(default)]
+    pub(crate) evidence: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub(crate) advice: String,
+    /// Start of the first interval it held in (not in the JSON: set from
+    /// the interval length by whoever reads it).
+    #[serde(skip)]
+    pub(crate) start_s: f64,
+}
+
+impl FindingMark {
+    fn of(f: &Finding, interval_s: f64) -> FindingMark {
+        let evidence = serde_json::to_value(&f.evidence)
+            .ok()
+            .and_then(|v| v.as_object().cloned())
+            .unwrap_or_default();
+        FindingMark {
+            name: f.name.to_string(),
+            severity: f.severity.name().to_string(),
+            first_seen_s: f.first_seen_s,
+            last_seen_s: f.last_seen_s,
+            intervals: f.intervals,
+            episodes: f.episodes,
+            evidence,
+            advice: f.advice.clone(),
+            start_s: 0.0,
+        }
+        .starting(interval_s)
+    }
+
+    /// With its start set: `interval_s` before it was first seen.
+    fn starting(mut self, interval_s: f64) -> FindingMark {
+        self.start_s = (self.first_seen_s - interval_s).max(0.0);
+        self
+    }
 }
 
 #[derive(Deserialize)]

@@ -5,9 +5,10 @@ use wbscope_model::{Log2Histogram, interval::Bucket};
 
 use super::{
     data::ReportData,
-    panels::{Drawn, WIDTH},
+    layout::{Drawn, LEFT, WIDTH},
     svg::{
-        Anchor, Canvas, FRAME, GRID, INK, MUTED, STYLES, Style, n, text_width, tick_label, ticks,
+        Anchor, CHAR_EM, Canvas, GRID, INK, MUTED, Marker, STYLES, Style, n, text_width,
+        tick_label, ticks,
     },
 };
 
@@ -73,7 +74,7 @@ fn histogram_panel(
     let mut lx = CELL_LEFT;
     for s in series {
         let style = Style {
-            marker: super::svg::Marker::None,
+            marker: Marker::None,
             ..s.style
         };
         match c.legend_item(lx, 34.0, s.name, style) {
@@ -110,22 +111,13 @@ fn histogram_panel(
         let name = fit(&seg.name, x1 - x0, NOTE);
         c.text(&name, x0, y0 - 6.0, NOTE, Anchor::Start, INK);
         c.text("%", x0 - 6.0, y0 + 4.0, TICK, Anchor::End, INK);
-        let yt = ticks(0.0, y_hi, 4);
-        let step = yt.get(1).copied().unwrap_or(y_hi);
-        for v in &yt {
-            let y = yb - CELL_PLOT_H * v / y_hi;
-            if *v > 0.0 {
-                c.line(x0, y, x1, y, GRID, 1.0);
-            }
-            c.text(
-                &tick_label(*v, step),
-                x0 - 6.0,
-                y + 4.0,
-                TICK,
-                Anchor::End,
-                INK,
-            );
-        }
+        y_axis(
+            &mut c,
+            (x0, x1),
+            (yb, CELL_PLOT_H),
+            y_hi,
+            &ticks(0.0, y_hi, 4),
+        );
         let slot = (x1 - x0) / nb as f64;
         let bar_w = (slot * 0.8 / series.len().max(1) as f64).max(1.0);
         for (j, (h, s)) in cell.0.iter().zip(series).enumerate() {
@@ -149,14 +141,7 @@ fn histogram_panel(
             }
         }
         // The frame over the bars.
-        c.rect(
-            x0.round() + 0.5,
-            y0 + 0.5,
-            (x1 - x0).round() - 1.0,
-            CELL_PLOT_H,
-            "none",
-            FRAME,
-        );
+        c.frame(x0, x1, y0, CELL_PLOT_H);
         // Bucket labels, every m-th so that they cannot touch.
         let widest = (kmin..=kmax)
             .map(|k| text_width(&Log2Histogram::bucket_label(k), TICK))
@@ -222,12 +207,34 @@ fn histogram_panel(
     }
 }
 
+/// The linear y axis of a plot over `x0..x1` whose bottom is `yb`, `h`
+/// high, from 0 up to `top`: a grid line at each of `ticks` (a 1-2-5
+/// step apart from 0; none at 0, the frame's edge) and its label left of
+/// `x0`.
+fn y_axis(c: &mut Canvas, (x0, x1): (f64, f64), (yb, h): (f64, f64), top: f64, ticks: &[f64]) {
+    let step = ticks.get(1).copied().unwrap_or(top);
+    for v in ticks {
+        let y = yb - h * v / top;
+        if *v > 0.0 {
+            c.line(x0, y, x1, y, GRID, 1.0);
+        }
+        c.text(
+            &tick_label(*v, step),
+            x0 - 6.0,
+            y + 4.0,
+            TICK,
+            Anchor::End,
+            INK,
+        );
+    }
+}
+
 /// `text` cut to fit `width` px, with ".." when cut.
 fn fit(text: &str, width: f64, size: f64) -> String {
     if text_width(text, size) <= width {
         return text.to_string();
     }
-    let keep = ((width / (size * super::svg::CHAR_EM)) as usize).saturating_sub(2);
+    let keep = ((width / (size * CHAR_EM)) as usize).saturating_sub(2);
     format!("{}..", text.chars().take(keep).collect::<String>())
 }
 
@@ -348,7 +355,7 @@ fn passes_panel(d: &ReportData) -> Drawn {
 fn scan_panel(d: &ReportData) -> Drawn {
     let plot_top = 40.0;
     let plot_h = 120.0;
-    let (x0, x1) = (super::panels::LEFT, WIDTH - 16.0);
+    let (x0, x1) = (LEFT, WIDTH - 16.0);
     let notes: Vec<String> = d
         .segments
         .iter()
@@ -378,20 +385,7 @@ fn scan_panel(d: &ReportData) -> Drawn {
     let hi = (hi / step).ceil() * step;
     let yb = plot_top + plot_h;
     c.text("pages", x0 - 8.0, plot_top - 8.0, TICK, Anchor::End, INK);
-    for v in &yt {
-        let y = yb - plot_h * v / hi;
-        if *v > 0.0 {
-            c.line(x0, y, x1, y, GRID, 1.0);
-        }
-        c.text(
-            &tick_label(*v, step),
-            x0 - 6.0,
-            y + 4.0,
-            TICK,
-            Anchor::End,
-            INK,
-        );
-    }
+    y_axis(&mut c, (x0, x1), (yb, plot_h), hi, &yt);
     let k = d.segments.len().max(1);
     let slot = (x1 - x0) / k as f64;
     for (i, s) in d.segments.iter().enumerate() {
@@ -424,14 +418,7 @@ fn scan_panel(d: &ReportData) -> Drawn {
         let name = fit(&s.name, slot - 6.0, TICK);
         c.text(&name, cx, yb + 14.0, TICK, Anchor::Middle, INK);
     }
-    c.rect(
-        x0.round() + 0.5,
-        plot_top + 0.5,
-        (x1 - x0).round() - 1.0,
-        plot_h,
-        "none",
-        FRAME,
-    );
+    c.frame(x0, x1, plot_top, plot_h);
     let mut ny = yb + 14.0 + 15.0;
     for note in &notes {
         c.text(note, 8.0, ny, NOTE, Anchor::Start, MUTED);
@@ -455,17 +442,7 @@ pub(crate) fn dist_drawn(d: &ReportData) -> Vec<Drawn> {
 pub(crate) fn dist_panels(d: &ReportData) -> Vec<String> {
     dist_drawn(d)
         .into_iter()
-        .map(|p| {
-            let empty = p
-                .empty
-                .as_ref()
-                .map(|e| format!(" data-empty=\"{}\"", super::svg::xml(e)))
-                .unwrap_or_default();
-            p.canvas.finish(&format!(
-                "class=\"panel dist\" data-panel=\"{}\" data-points=\"{}\"{empty}",
-                p.id, p.points
-            ))
-        })
+        .map(|p| p.finish("panel dist"))
         .collect()
 }
 

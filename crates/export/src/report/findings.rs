@@ -11,98 +11,21 @@
 //! same engine `wbscope doctor --from` uses.
 use std::fmt::Write as _;
 
-use serde::Deserialize;
-
-use wbscope_model::findings::{Finding, RULES};
+use wbscope_model::findings::RULES;
 
 use super::{
-    data::{ReportData, Segment},
-    panels::{Drawn, LEFT, RIGHT, WIDTH, XLayout},
-    svg::{Anchor, Canvas, FRAME, GRID, INK, MUTED, n, text_width, xml},
+    data::{FindingMark, ReportData},
+    layout::{
+        Drawn, LEFT, NOTE_SIZE, PLOT_TOP, RIGHT, TICK_SIZE, WIDTH, XLayout, frames, notes_below,
+        segment_axis,
+    },
+    svg::{Anchor, Canvas, GRID, INK, MUTED, n, xml},
 };
 
-/// Length of a compare/scenario window's interval lines, which the
-/// findings are judged on (capture/window.rs): a finding first seen at
-/// the end of one began at most this long before.
-pub(crate) const DOCUMENT_LINE_S: f64 = 1.0;
-
-const PLOT_TOP: f64 = 62.0;
 const ROW_H: f64 = 18.0;
-const NOTE_SIZE: f64 = 11.0;
-const TICK_SIZE: f64 = 10.0;
 const CRITICAL: &str = "#b2182b";
 const WARNING: &str = "#c05a00";
 const INFO: &str = "#1f4e9c";
-
-/// One finding of one run, as the report shows it (read from a document
-/// or made from the engine's [`Finding`]).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-pub(crate) struct FindingMark {
-    pub(crate) name: String,
-    pub(crate) severity: String,
-    pub(crate) first_seen_s: f64,
-    pub(crate) last_seen_s: f64,
-    #[serde(default)]
-    pub(crate) intervals: u64,
-    #[serde(default)]
-    pub(crate) episodes: u64,
-    #[serde(default)]
-    pub(crate) evidence: serde_json::Map<String, serde_json::Value>,
-    #[serde(default)]
-    pub(crate) advice: String,
-    /// Start of the first interval it held in (not in the JSON: set from
-    /// the interval length by whoever reads it).
-    #[serde(skip)]
-    pub(crate) start_s: f64,
-}
-
-impl FindingMark {
-    pub(crate) fn of(f: &Finding, interval_s: f64) -> FindingMark {
-        let evidence = serde_json::to_value(&f.evidence)
-            .ok()
-            .and_then(|v| v.as_object().cloned())
-            .unwrap_or_default();
-        FindingMark {
-            name: f.name.to_string(),
-            severity: f.severity.name().to_string(),
-            first_seen_s: f.first_seen_s,
-            last_seen_s: f.last_seen_s,
-            intervals: f.intervals,
-            episodes: f.episodes,
-            evidence,
-            advice: f.advice.clone(),
-            start_s: 0.0,
-        }
-        .starting(interval_s)
-    }
-
-    /// With its start set: `interval_s` before it was first seen.
-    pub(crate) fn starting(mut self, interval_s: f64) -> FindingMark {
-        self.start_s = (self.first_seen_s - interval_s).max(0.0);
-        self
-    }
-
-    /// Fill, stroke, hatched: `critical` solid, `warning` hatched,
-    /// `info` an outline, so they stay apart in grey.
-    fn look(&self) -> (&'static str, &'static str, bool) {
-        match self.severity.as_str() {
-            "critical" => (CRITICAL, CRITICAL, false),
-            "warning" => ("white", WARNING, true),
-            _ => ("white", INFO, false),
-        }
-    }
-
-    fn evidence_text(&self) -> String {
-        self.evidence
-            .iter()
-            .map(|(k, v)| match v {
-                serde_json::Value::String(s) => format!("{k} = {s}"),
-                v => format!("{k} = {v}"),
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
 
 /// The finding names of the input, in catalogue order (names the
 /// catalogue does not know last, as they come).
@@ -153,21 +76,13 @@ pub(crate) fn strip(d: &ReportData, layout: &XLayout) -> Drawn {
     );
     // Legend: the three severities.
     let mut lx = plot_l;
-    for (label, sev) in [
-        ("critical", "critical"),
-        ("warning", "warning"),
-        ("info", "info"),
-    ] {
-        let m = FindingMark {
-            severity: sev.into(),
-            ..FindingMark::default()
-        };
-        let b = Canvas::box_of(label, lx + 30.0, 38.0, NOTE_SIZE, Anchor::Start);
+    for severity in ["critical", "warning", "info"] {
+        let b = Canvas::box_of(severity, lx + 30.0, 38.0, NOTE_SIZE, Anchor::Start);
         if !c.fits(&b) {
             break;
         }
-        band(&mut c, &m, lx, 28.0, 24.0, 12.0, "");
-        c.text(label, lx + 30.0, 38.0, NOTE_SIZE, Anchor::Start, INK);
+        band(&mut c, severity, lx, 28.0, 24.0, 12.0, "");
+        c.text(severity, lx + 30.0, 38.0, NOTE_SIZE, Anchor::Start, INK);
         lx = b.x1 + 14.0;
     }
     // Row codes in the margin; the list below names them.
@@ -207,7 +122,7 @@ pub(crate) fn strip(d: &ReportData, layout: &XLayout) -> Drawn {
                 "{} ({}): {:.1}-{:.1} s",
                 f.name, f.severity, f.start_s, f.last_seen_s
             );
-            band(&mut c, f, a, y, b - a, ROW_H - 6.0, &title);
+            band(&mut c, &f.severity, a, y, b - a, ROW_H - 6.0, &title);
             points += 1;
             // The name beside the band when it fits inside the run.
             let label = format!("{} ({})", f.name, f.severity);
@@ -224,16 +139,7 @@ pub(crate) fn strip(d: &ReportData, layout: &XLayout) -> Drawn {
             }
         }
     }
-    for &(x0, x1) in &layout.spans {
-        c.rect(
-            x0.round() + 0.5,
-            PLOT_TOP + 0.5,
-            (x1 - x0).round() - 1.0,
-            plot_h,
-            "none",
-            FRAME,
-        );
-    }
+    frames(&mut c, layout, plot_h);
     let empty = (points == 0).then(|| empty_reason(d));
     if let Some(e) = &empty {
         c.text(
@@ -245,19 +151,13 @@ pub(crate) fn strip(d: &ReportData, layout: &XLayout) -> Drawn {
             MUTED,
         );
     }
-    let axis = if d.recording {
-        "time: seconds from the start of the recording"
-    } else {
-        "time: seconds from the start of each run (runs end to end, in the order they ran)"
-    };
-    let mut ny = plot_b + 32.0;
-    c.text(axis, plot_l, ny, NOTE_SIZE, Anchor::Start, INK);
     let note = "band: from the start of the first interval a finding held in to the end of the last (F1, F2...: the list below)";
-    for line in std::iter::once(note.to_string()).chain(key) {
-        ny += 15.0;
-        c.text(&line, plot_l, ny, NOTE_SIZE, Anchor::Start, MUTED);
-    }
-    c.height = ny + 10.0;
+    notes_below(
+        &mut c,
+        d,
+        plot_b,
+        std::iter::once(note.to_string()).chain(key),
+    );
     Drawn {
         canvas: c,
         id: "findings",
@@ -266,11 +166,21 @@ pub(crate) fn strip(d: &ReportData, layout: &XLayout) -> Drawn {
     }
 }
 
+/// Fill, stroke, hatched of a severity: `critical` solid, `warning`
+/// hatched, `info` an outline, so they stay apart in grey.
+fn look(severity: &str) -> (&'static str, &'static str, bool) {
+    match severity {
+        "critical" => (CRITICAL, CRITICAL, false),
+        "warning" => ("white", WARNING, true),
+        _ => ("white", INFO, false),
+    }
+}
+
 /// A finding's band (or a legend swatch): a rectangle in its severity's
 /// look; hatching drawn as 45° lines clipped to it (no SVG pattern: the
 /// page refers to nothing, not even by `url(#…)`).
-fn band(c: &mut Canvas, f: &FindingMark, x: f64, y: f64, w: f64, h: f64, title: &str) {
-    let (fill, stroke, hatched) = f.look();
+fn band(c: &mut Canvas, severity: &str, x: f64, y: f64, w: f64, h: f64, title: &str) {
+    let (fill, stroke, hatched) = look(severity);
     let title = if title.is_empty() {
         String::new()
     } else {
@@ -310,28 +220,16 @@ fn band(c: &mut Canvas, f: &FindingMark, x: f64, y: f64, w: f64, h: f64, title: 
     ));
 }
 
-/// A run's name above its part of the axis (its number when the name
-/// does not fit: `key` gets `#k = name`) and its x ticks.
-fn segment_axis(
-    c: &mut Canvas,
-    d: &ReportData,
-    s: &Segment,
-    i: usize,
-    (x0, x1): (f64, f64),
-    plot_b: f64,
-    key: &mut Vec<String>,
-) {
-    if d.segments.len() > 1 || !d.recording {
-        let name_y = PLOT_TOP - 6.0;
-        let mid = (x0 + x1) / 2.0;
-        let fits = text_width(&s.name, NOTE_SIZE) <= x1 - x0 - 4.0;
-        if !(fits && c.text(&s.name, mid, name_y, NOTE_SIZE, Anchor::Middle, INK)) {
-            let short = format!("#{}", i + 1);
-            c.text(&short, mid, name_y, NOTE_SIZE, Anchor::Middle, INK);
-            key.push(format!("{short} = {}", s.name));
-        }
-    }
-    super::panels::time_ticks(c, x0, x1, plot_b, s.timeline.span_s);
+/// Its evidence on one line: `key = value; ...`.
+fn evidence_text(f: &FindingMark) -> String {
+    f.evidence
+        .iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => format!("{k} = {s}"),
+            v => format!("{k} = {v}"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// "3 intervals, 1 episode".
@@ -382,7 +280,7 @@ pub(crate) fn section(d: &ReportData) -> String {
                     n(f.start_s),
                     n(f.last_seen_s),
                     held(f),
-                    xml(&f.evidence_text()),
+                    xml(&evidence_text(f)),
                     xml(&f.advice)
                 );
             }

@@ -16,12 +16,14 @@
 //! Layout of the page: header (input, host, kernel, command, probe plan),
 //! findings of `wbscope doctor` ([`findings`]: the list, and a strip on
 //! the time axis), the time panels ([`panels`]), the distributions
-//! ([`dists`]), who dirtied it ([`who`]).
+//! ([`dists`]), who dirtied it ([`who`]). The time panels and the strip
+//! share one x axis and the page's margins ([`layout`]).
 pub(crate) mod data;
 mod dists;
 mod findings;
 mod html;
-pub(crate) mod panels;
+mod layout;
+mod panels;
 pub(crate) mod svg;
 /// Test fixtures (the synthetic recording the golden page is made
 /// from), also for the tests of crates above (feature `test-support`).
@@ -63,7 +65,7 @@ pub(crate) fn figure_svg(d: &ReportData) -> String {
     }
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{body}</svg>\n",
-        w = svg::n(panels::WIDTH),
+        w = svg::n(layout::WIDTH),
         h = svg::n(y),
     )
 }

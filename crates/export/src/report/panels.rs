@@ -1,7 +1,7 @@
 //! The time panels: one SVG each, all on the same time axis (runs laid
-//! end to end, each at least [`MIN_SEGMENT_PX`] wide so that a run of a
-//! fraction of a second among long ones still shows; ticks are seconds
-//! from the start of each run).
+//! end to end by [`x_layout`], each wide enough that a run of a fraction
+//! of a second among long ones still shows; ticks are seconds from the
+//! start of each run), under the findings strip on that axis.
 use wbscope_model::{
     interval::{Bucket, quantile_bucket},
     plan::Concept,
@@ -10,73 +10,16 @@ use wbscope_model::{
 
 use super::{
     data::{ReportData, Segment},
-    svg::{
-        Anchor, Canvas, FRAME, GRID, INK, MUTED, STYLES, Style, n, text_width, tick_label, ticks,
+    findings,
+    layout::{
+        Drawn, LEFT, NOTE_SIZE, PLOT_TOP, RIGHT, TICK_SIZE, WIDTH, XLayout, frames, notes_below,
+        segment_axis, x_layout,
     },
+    svg::{Anchor, Canvas, GRID, INK, MUTED, STYLES, Style, n, tick_label, ticks},
 };
 
-pub(crate) const WIDTH: f64 = 1100.0;
-pub(crate) const LEFT: f64 = 76.0;
-pub(crate) const RIGHT: f64 = 16.0;
-const PLOT_TOP: f64 = 62.0;
 const PLOT_H: f64 = 150.0;
-const MIN_SEGMENT_PX: f64 = 64.0;
-const GAP_PX: f64 = 8.0;
-const TICK_SIZE: f64 = 10.0;
-const NOTE_SIZE: f64 = 11.0;
 const MIB: f64 = 1048576.0;
-
-/// Where each segment sits on the x axis.
-#[derive(Clone, Debug)]
-pub(crate) struct XLayout {
-    /// `(x0, x1)` of each segment, px.
-    pub(crate) spans: Vec<(f64, f64)>,
-}
-
-/// Widths proportional to the runs' lengths, none under the minimum.
-pub(crate) fn x_layout(segments: &[Segment], left: f64, right: f64) -> XLayout {
-    let k = segments.len().max(1);
-    let avail = (right - left - GAP_PX * (k - 1) as f64).max(k as f64);
-    let len: Vec<f64> = segments
-        .iter()
-        .map(|s| s.timeline.span_s.max(1e-3))
-        .collect();
-    let mut width = vec![avail / k as f64; k];
-    if avail >= MIN_SEGMENT_PX * k as f64 && !segments.is_empty() {
-        // Pin the short ones at the minimum, share the rest by length,
-        // until no share falls under the minimum.
-        let mut pinned = vec![false; k];
-        loop {
-            let free: f64 = avail - pinned.iter().filter(|p| **p).count() as f64 * MIN_SEGMENT_PX;
-            let total: f64 = (0..k).filter(|i| !pinned[*i]).map(|i| len[i]).sum();
-            let mut changed = false;
-            for i in 0..k {
-                width[i] = if pinned[i] {
-                    MIN_SEGMENT_PX
-                } else {
-                    free * len[i] / total
-                };
-                if !pinned[i] && width[i] < MIN_SEGMENT_PX {
-                    pinned[i] = true;
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
-    }
-    let mut x = left;
-    let spans = width
-        .iter()
-        .map(|w| {
-            let s = (x, x + w);
-            x += w + GAP_PX;
-            s
-        })
-        .collect();
-    XLayout { spans }
-}
 
 /// A value of one bin of one segment, given the bin's length in seconds.
 type Value<'a> = Box<dyn Fn(&Segment, &TimeBin, f64) -> Option<f64> + 'a>;
@@ -519,36 +462,19 @@ fn bin_len(s: &Segment, i: usize) -> f64 {
 
 /// Draws the time panels; each is a standalone `<svg>`.
 pub(crate) fn time_panels(d: &ReportData) -> Vec<String> {
-    time_drawn(d).into_iter().map(Drawn::finish_panel).collect()
+    time_drawn(d)
+        .into_iter()
+        .map(|p| p.finish("panel time"))
+        .collect()
 }
 
 /// The time panels, drawn, with their label boxes.
 pub(crate) fn time_drawn(d: &ReportData) -> Vec<Drawn> {
     let layout = x_layout(&d.segments, LEFT, WIDTH - RIGHT);
-    let strip = super::findings::strip(d, &layout);
+    let strip = findings::strip(d, &layout);
     std::iter::once(strip)
         .chain(specs(d).into_iter().map(|spec| draw(d, &layout, spec)))
         .collect()
-}
-
-pub(crate) struct Drawn {
-    pub(crate) canvas: Canvas,
-    pub(crate) id: &'static str,
-    pub(crate) points: usize,
-    pub(crate) empty: Option<String>,
-}
-
-impl Drawn {
-    pub(crate) fn finish_panel(self) -> String {
-        let empty = self
-            .empty
-            .map(|e| format!(" data-empty=\"{}\"", super::svg::xml(&e)))
-            .unwrap_or_default();
-        self.canvas.finish(&format!(
-            "class=\"panel time\" data-panel=\"{}\" data-points=\"{}\"{empty}",
-            self.id, self.points
-        ))
-    }
 }
 
 fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
@@ -633,32 +559,7 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
     let mut key = Vec::new();
     let mut empty_notes = Vec::new();
     for (i, (s, &(x0, x1))) in d.segments.iter().zip(&layout.spans).enumerate() {
-        if d.segments.len() > 1 || !d.recording {
-            let name_y = PLOT_TOP - 6.0;
-            let fits = text_width(&s.name, NOTE_SIZE) <= x1 - x0 - 4.0;
-            if !(fits
-                && c.text(
-                    &s.name,
-                    (x0 + x1) / 2.0,
-                    name_y,
-                    NOTE_SIZE,
-                    Anchor::Middle,
-                    INK,
-                ))
-            {
-                let short = format!("#{}", i + 1);
-                c.text(
-                    &short,
-                    (x0 + x1) / 2.0,
-                    name_y,
-                    NOTE_SIZE,
-                    Anchor::Middle,
-                    INK,
-                );
-                key.push(format!("{short} = {}", s.name));
-            }
-        }
-        time_ticks(&mut c, x0, x1, plot_b, s.timeline.span_s);
+        segment_axis(&mut c, d, s, i, (x0, x1), plot_b, &mut key);
         let has_data = values
             .iter()
             .any(|v| v[i].iter().flatten().next().is_some());
@@ -707,16 +608,7 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
         }
     }
     // Frames last: over the data, so a series at zero does not hide them.
-    for &(x0, x1) in &layout.spans {
-        c.rect(
-            x0.round() + 0.5,
-            PLOT_TOP + 0.5,
-            (x1 - x0).round() - 1.0,
-            PLOT_H,
-            "none",
-            FRAME,
-        );
-    }
+    frames(&mut c, layout, PLOT_H);
     let empty = (points == 0).then(|| spec.empty.clone());
     if let Some(e) = &empty {
         c.text(
@@ -730,18 +622,12 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
     }
 
     // Below: the x axis's unit, then notes.
-    let axis = if d.recording {
-        "time: seconds from the start of the recording"
-    } else {
-        "time: seconds from the start of each run (runs end to end, in the order they ran)"
-    };
-    let mut ny = plot_b + 32.0;
-    c.text(axis, plot_l, ny, NOTE_SIZE, Anchor::Start, INK);
-    for note in spec.notes.iter().chain(&key).chain(&empty_notes) {
-        ny += 15.0;
-        c.text(note, plot_l, ny, NOTE_SIZE, Anchor::Start, MUTED);
-    }
-    c.height = ny + 10.0;
+    notes_below(
+        &mut c,
+        d,
+        plot_b,
+        spec.notes.iter().chain(&key).chain(&empty_notes),
+    );
     Drawn {
         canvas: c,
         id: spec.id,
@@ -751,26 +637,6 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
 }
 
 /// Per bin of a multi-job writer: (x, slowest job, fastest job), MB/s.
-/// The seconds under one segment's stretch `x0..x1` of the time axis
-/// (a panel's and the findings strip's alike).
-pub(super) fn time_ticks(c: &mut Canvas, x0: f64, x1: f64, plot_b: f64, span: f64) {
-    let max_ticks = ((x1 - x0) / 44.0).floor().max(1.0) as usize;
-    let t = ticks(0.0, span, max_ticks);
-    let step = t.get(1).map_or(span.max(0.1), |v| v - t[0]);
-    for v in t {
-        let x = x0 + (x1 - x0) * (v / span.max(1e-9));
-        c.line(x, plot_b, x, plot_b + 4.0, FRAME, 1.0);
-        c.text(
-            &tick_label(v, step),
-            x,
-            plot_b + 16.0,
-            TICK_SIZE,
-            Anchor::Middle,
-            INK,
-        );
-    }
-}
-
 fn job_band(s: &Segment, x0: f64, x1: f64) -> Vec<(f64, f64, f64)> {
     if s.timeline.jobs() < 2 {
         return Vec::new();

@@ -246,6 +246,20 @@ impl Canvas {
         );
     }
 
+    /// The frame of a plot over `x0..x1`, `h` high from `y`: its left
+    /// edge on the pixel `x0` rounds to, its right edge one pixel inside
+    /// `x1`, so that frames side by side never share a pixel.
+    pub(crate) fn frame(&mut self, x0: f64, x1: f64, y: f64, h: f64) {
+        self.rect(
+            x0.round() + 0.5,
+            y + 0.5,
+            (x1 - x0).round() - 1.0,
+            h,
+            "none",
+            FRAME,
+        );
+    }
+
     /// A polyline in `style`; each run of points is one path (a `None`
     /// breaks the line: no data there).
     pub(crate) fn series(&mut self, points: &[Option<(f64, f64)>], style: Style, width: f64) {

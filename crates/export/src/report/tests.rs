@@ -479,10 +479,10 @@ fn findings_are_listed_and_banded_where_they_held() {
         "{h}"
     );
     // The band spans 1.5..3.0 s of the 3 s axis.
-    let layout = super::panels::x_layout(
+    let layout = super::layout::x_layout(
         &r.segments,
-        super::panels::LEFT,
-        super::panels::WIDTH - super::panels::RIGHT,
+        super::layout::LEFT,
+        super::layout::WIDTH - super::layout::RIGHT,
     );
     let (x0, x1) = layout.spans[0];
     let a = x0 + (x1 - x0) * 1.5 / 3.0;

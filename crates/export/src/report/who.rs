@@ -1,61 +1,20 @@
-//! Who dirtied it (issue 15) in the report: the interval lines' `owners`
+//! Who dirtied it, in the report: the interval lines' `owners`
 //! (model/dirtier.rs) added up per process over the recording, and the
 //! table of the top processes: pages dirtied, pages of theirs written
 //! back by themselves, by the flusher and by others, throttle pauses.
+//! The recording's reader ([`super::data::RecordingFeed`]) adds the lines
+//! up; the page gives the section what they came to.
 use std::{collections::HashMap, fmt::Write as _};
 
-use wbscope_model::dirtier::{OTHERS, OwnerLine};
+use wbscope_model::dirtier::{OTHERS, OwnerLine, OwnerTotal};
 
-use super::{data::ReportData, svg::xml};
+use super::svg::xml;
 
 /// Rows the table shows; the rest are summed in one row.
 pub(crate) const TABLE_ROWS: usize = 20;
 /// Processes kept apart over a recording; past it, new ones are added to
 /// the `(others)` row (memory stays bounded whatever the length).
 const KEPT: usize = 4096;
-
-/// One process over the whole input.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct OwnerTotal {
-    pub(crate) pid: u32,
-    pub(crate) comm: String,
-    pub(crate) cgroup_id: u64,
-    pub(crate) dirtied: u64,
-    pub(crate) written: u64,
-    pub(crate) by_others: u64,
-    pub(crate) by_flusher: u64,
-    pub(crate) pauses: u64,
-    pub(crate) pause_ms: u64,
-}
-
-impl OwnerTotal {
-    fn add(&mut self, o: &OwnerLine) {
-        self.dirtied += o.pages_dirtied;
-        self.written += o.pages_written;
-        self.by_others += o.pages_written_by_others;
-        self.by_flusher += o.pages_written_by_flusher;
-        self.pauses += o.throttle_pauses;
-        self.pause_ms += o.throttle_pause_ms;
-    }
-
-    fn merge(&mut self, o: &OwnerTotal) {
-        self.dirtied += o.dirtied;
-        self.written += o.written;
-        self.by_others += o.by_others;
-        self.by_flusher += o.by_flusher;
-        self.pauses += o.pauses;
-        self.pause_ms += o.pause_ms;
-    }
-
-    /// Written by the flusher, by other processes, by itself: the three
-    /// add up to `written` (the flusher's part is within `by_others`).
-    fn split(&self) -> (u64, u64, u64) {
-        let flusher = self.by_flusher.min(self.written);
-        let others = self.by_others.saturating_sub(flusher);
-        let own = self.written.saturating_sub(self.by_others.max(flusher));
-        (own, flusher, others)
-    }
-}
 
 /// The owners of every interval, added up per process (pid and comm: a
 /// pid reused by another program is another row).
@@ -88,7 +47,7 @@ impl Owners {
             } else {
                 &mut self.others
             };
-            row.add(o);
+            row.add(&o.into());
         }
     }
 
@@ -97,13 +56,18 @@ impl Owners {
     pub(crate) fn table(&self) -> (Vec<OwnerTotal>, Option<OwnerTotal>) {
         let mut rows: Vec<OwnerTotal> = self.rows.values().cloned().collect();
         rows.sort_by(|a, b| {
-            (b.dirtied, b.written, b.pauses, a.pid, &a.comm)
-                .cmp(&(a.dirtied, a.written, a.pauses, b.pid, &b.comm))
+            (b.dirtied, b.written, b.throttle_pauses, a.pid, &a.comm).cmp(&(
+                a.dirtied,
+                a.written,
+                a.throttle_pauses,
+                b.pid,
+                &b.comm,
+            ))
         });
         let mut rest = self.others.clone();
         let mut any_rest = rest != OwnerTotal::default();
         for r in rows.iter().skip(TABLE_ROWS) {
-            rest.merge(r);
+            rest.add(r);
             any_rest = true;
         }
         rows.truncate(TABLE_ROWS);
@@ -112,12 +76,14 @@ impl Owners {
     }
 }
 
-/// The `#who-dirtied` section.
-pub(crate) fn section(d: &ReportData) -> String {
+/// The `#who-dirtied` section: the table of `owners` (`None` for a
+/// compare/scenario document, which carries none; `recording` says
+/// which input it was, for the reason of an empty section).
+pub(crate) fn section(owners: Option<&Owners>, recording: bool) -> String {
     let mut out = String::from("<section id=\"who-dirtied\">\n<h2>Who dirtied it</h2>\n");
-    let (rows, rest) = d.owners.as_ref().map(Owners::table).unwrap_or_default();
+    let (rows, rest) = owners.map(Owners::table).unwrap_or_default();
     if rows.is_empty() && rest.is_none() {
-        let why = if d.recording {
+        let why = if recording {
             "no process was seen dirtying pages in this recording: it was made without the dirtier hook (see the probe plan above) or by a wbscope before it, or nothing was dirtied"
         } else {
             "not in a compare/scenario document: its runs are wbscope's own writer; who dirtied what is in recordings (wbscope record) made with the dirtier hook"
@@ -128,7 +94,7 @@ pub(crate) fn section(d: &ReportData) -> String {
     out.push_str("<p class=\"muted\">Per process over the recording (docs/trace-json.md, owners): pages it took from clean to dirty, pages of its written back and by whom, its balance_dirty_pages pauses.</p>\n");
     out.push_str("<table class=\"who\">\n<tr><th>pid</th><th>command</th><th>cgroup id</th><th>pages dirtied</th><th>written</th><th>by itself</th><th>by the flusher</th><th>by others</th><th>throttle pauses</th><th>paused (ms)</th></tr>\n");
     for r in rows.iter().chain(&rest) {
-        let (own, flusher, others) = r.split();
+        let (own, flusher, others) = r.written_split();
         let pid = if r.pid == 0 {
             "-".to_string()
         } else {
@@ -145,8 +111,8 @@ pub(crate) fn section(d: &ReportData) -> String {
             xml(&r.comm),
             r.dirtied,
             r.written,
-            r.pauses,
-            r.pause_ms
+            r.throttle_pauses,
+            r.throttle_ms
         );
     }
     out.push_str("</table>\n");

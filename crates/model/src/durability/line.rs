@@ -37,7 +37,7 @@ const CONTRIBUTORS_KEPT: usize = 3;
 impl SyncRecord {
     /// The other process its commit mostly carried, when this fsync was
     /// small and spent most of its time waiting on that commit: the
-    /// entanglement users never see (issue 27).
+    /// entanglement users never see.
     pub fn entangled_with(&self) -> Option<&Contributor> {
         let commit = self.commit.as_ref()?;
         let all: u64 = commit.contributors.iter().map(|c| c.blocks + c.pages).sum();

@@ -1,4 +1,4 @@
-//! Each ext4 fsync split into the parts a user can act on (issue 27):
+//! Each ext4 fsync split into the parts a user can act on:
 //! its own writeback, waiting for that I/O, the journal commit it waited
 //! on, and what came after the commit (the cache flush ext4 issues when
 //! the commit sent none), with the processes whose journal handles went

@@ -2,7 +2,7 @@
 //! baseline while requests are always in flight. The baseline is learnt
 //! over the run: the lowest median latency bucket the device showed in an
 //! interval with enough requests to have a median. `flush-bound`: the
-//! device spends a large share of its time on cache flushes (issue 27).
+//! device spends a large share of its time on cache flushes.
 use std::collections::BTreeMap;
 
 use serde_json::json;

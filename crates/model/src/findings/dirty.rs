@@ -24,10 +24,11 @@ pub(crate) const THROTTLE_WINDOW: usize = 3;
 /// writer to at most three quarters of the rate it asked for.
 pub(crate) const THROTTLE_WARNING: f64 = 0.25;
 /// From a twentieth (`info`): more than a small write's own time varies
-/// from run to run (±5%, BENCHMARKS.md "What a small writer feels"), so
+/// from run to run (±5%, BENCHMARKS.md "Reading the figures"), so
 /// the user can measure what the limit took: a lone `dd` on a loop ext4
 /// whose bdi has `strict_limit` and `max_bytes` 32 MiB pauses 0.09–0.14
-/// s/s (issue 27), which no warning names.
+/// s/s (doctor's `a_light_device_cap_is_named_as_what_acted` test), which
+/// no warning names.
 pub(crate) const THROTTLE_INFO: f64 = 0.05;
 pub(crate) const THROTTLE_CRITICAL: f64 = 0.75;
 

@@ -1,4 +1,4 @@
-//! The fsync rules (`--enable durability`, issue 27): fsyncs whose time
+//! The fsync rules (`--enable durability`): fsyncs whose time
 //! goes to journal commits (`journal-bound`), and small fsyncs waiting on
 //! a commit that mostly carries another process's data
 //! (`fsync-entangled`). Over the interval lines' `fsyncs` (model/

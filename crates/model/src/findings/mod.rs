@@ -40,8 +40,8 @@ impl Severity {
 
 /// The band `x` falls in, each threshold the least value of its band
 /// (`f64::INFINITY` for a band a rule does not have); None under `info`.
-/// Every rule has an `info` band well under its warning (issue 27: a user
-/// who set a cap reads what acted and how much, with exit status 0).
+/// Every rule has an `info` band well under its warning, so that a user
+/// who set a cap reads what acted and how much, with exit status 0.
 pub(crate) fn band(x: f64, info: f64, warning: f64, critical: f64) -> Option<Severity> {
     if x >= critical {
         Some(Severity::Critical)
