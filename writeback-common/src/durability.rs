@@ -1,8 +1,8 @@
-//! Durability calls (issue 27): the span of each ext4 fsync and the
+//! Durability calls: the span of each ext4 fsync and the
 //! journal commits it may wait on, sent on the `EVENTS` ring, and the
 //! journal handles each process opened per transaction, counted in the
 //! kernel. Userspace joins them with the thread's own writepages calls
-//! (writeback-user model/durability.rs).
+//! (crates/model/src/durability/).
 //!
 //! Sources: include/trace/events/ext4.h (`ext4_sync_file_enter/exit`),
 //! include/trace/events/jbd2.h (`jbd2_start_commit`,

@@ -375,7 +375,8 @@ pub mod call_flags {
 /// runs there: a tp_btf target by name, a classic tracepoint as
 /// `category:event`. The two scan-pass events first, which fire once per
 /// extent mapped (about once per page under random 4 KiB writes with
-/// fsync: 0.98 runs per dirtied page each in BENCHMARKS.md's Run S3),
+/// fsync: 0.98 runs per dirtied page each in Run S3,
+/// docs/bench-log/small-writer.md),
 /// then the per-call and per-inode events (a few per fsync;
 /// `writeback_start`, a classic tracepoint there, once per chunk of
 /// flusher work). What `wbscope probes --cost --on-hooks` measures its
@@ -394,7 +395,7 @@ pub const DEFAULT_HOOKS: [(&str, &str); 7] = [
 ];
 
 /// Slots of the `SAMPLING` array map: log2 of the one-in-N sampling the
-/// CPU budget asks for (writeback-user/src/model/budget.rs), written by
+/// CPU budget asks for (crates/model/src/budget.rs), written by
 /// userspace at each interval; 0 keeps everything.
 pub mod sampling {
     /// Folios dirtied, in the per-folio attribution (dirtier.rs).
@@ -529,8 +530,8 @@ pub mod agg;
 /// that fires `global_dirty_state`): the `GLOBAL_THRESH` array map,
 /// written by userspace at attach and at every interval, read by the
 /// throttle classifier on each pause. So no program runs on
-/// `global_dirty_state` to learn them (issue 19: it ran ~1,000 times per
-/// GiB written, 0.1–0.4 ms of BPF time).
+/// `global_dirty_state` to learn them (a program there ran ~1,000 times
+/// per GiB written, 0.1–0.4 ms of BPF time).
 pub mod global_thresh {
     pub const DIRTY: u32 = 0;
     pub const BACKGROUND: u32 = 1;

@@ -129,8 +129,8 @@ fn report_usage_error(e: &clap::Error) -> ExitCode {
 
 /// A clap error in one line: its first line, and when that ends in a
 /// colon the list under it ("the following required arguments were not
-/// provided: --cost <SECONDS>"), or else the values it would take
-/// ("invalid value 'x' for '--enable <HOOKS>' [possible values: …]").
+/// provided: `--cost <SECONDS>`"), or else the values it would take
+/// (`"invalid value 'x' for '--enable <HOOKS>' [possible values: …]"`).
 fn usage_line(rendered: &str) -> String {
     let mut lines = rendered.lines().skip_while(|l| l.trim().is_empty());
     let Some(first) = lines.next() else {

@@ -55,8 +55,8 @@ pub enum FrameKind {
     Call = 1,
     Interval = 2,
     Summary = 3,
-    /// A call with whose pages it wrote (issue 15): the postcard
-    /// [`CallRecord`] of a `Call` frame followed by the postcard
+    /// A call with the processes that dirtied the pages it wrote: the
+    /// postcard [`CallRecord`] of a `Call` frame followed by the postcard
     /// [`WhoFrame`]. Written only for calls that have dirtiers, so that
     /// readers before it lose only those calls (as damage) and recordings
     /// made before it read as they always did.
@@ -75,9 +75,10 @@ pub(crate) struct WhoFrame {
     pub(crate) owner_cgroup_id: Option<u64>,
 }
 
-/// What a call frame (`Call` or `CallWho`) may carry after its payload
-/// (issue 16): the fields of other filesystems' calls that `trace --json`
-/// prints and the postcard [`CallRecord`] has no room for.
+/// What a call frame (`Call` or `CallWho`) may carry after its payload:
+/// the fields of other filesystems' calls (xfs, btrfs: `fs`, boundary,
+/// folio sizes) that `trace --json` prints and the postcard [`CallRecord`]
+/// has no room for.
 ///
 /// Appended rather than put in a frame kind of its own because postcard's
 /// `from_bytes` ignores what follows the value it decodes: readers before

@@ -1,6 +1,6 @@
 //! What a preemptible kernel changes in the probe plan: on PREEMPT_RT a
 //! tracing program can be preempted by another task on its CPU, and the
-//! kernel's recursion guards then skip runs (issue 28; docs/toolchain.md,
+//! kernel's recursion guards then skip runs (docs/toolchain.md,
 //! "PREEMPT_RT"). fentry is passed over there; the writepages call and
 //! its scan try tp_btf before kprobes.
 use super::plan::Candidate;

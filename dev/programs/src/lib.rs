@@ -188,7 +188,7 @@ programs! {
     /// report_browser.rs loads the HTML report headless and checks its
     /// screenshot.
     CHROMIUM = "chromium", "chromium", [Test], Setup;
-    /// tests/recorder_unit.rs checks the dist's systemd unit.
+    /// recorder_unit.rs checks the dist's systemd unit.
     SYSTEMD_ANALYZE = "systemd-analyze", "systemd", [Test], Setup;
     /// The exporter's TLS and basic-auth refusals, as a client other than
     /// Prometheus sees them.

@@ -362,7 +362,7 @@ fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) ->
 /// Plays the frames as the reader delivers them (it reads ahead a bounded
 /// number), pausing after each interval line for its length / `speed`,
 /// except before `pace_from` (a jump's warm-up, played at once); waits
-/// while the dashboard has [`dashboard::run::REPLAY_AHEAD`] messages not
+/// while the dashboard has [`wbscope_dashboard::run::REPLAY_AHEAD`] messages not
 /// yet taken.
 async fn feed_recording(
     mut frames: mpsc::Receiver<(Option<u64>, Frame)>,

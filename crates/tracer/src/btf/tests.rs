@@ -1322,7 +1322,7 @@ fn split_on_vmlinux_matches_bpftool() {
         ["first", "second"]
     );
 
-    // Removed when dropped, even when bpftool fails the test (issue 13:
+    // Removed when dropped, even when bpftool fails the test (once
     // the blobs were left in the temporary directory).
     let file = blob_file(&blob);
     let raw = bpftool_raw(&["-B", VMLINUX], file.path());

@@ -1,4 +1,4 @@
-//! The `durability` concept's candidate (issue 27, `--enable
+//! The `durability` concept's candidate (`--enable
 //! durability`): each fsync's span from the system call's tracepoints (any
 //! filesystem), the file and the journal from the filesystems' own —
 //! ext4's `ext4_sync_file` and jbd2's commits, xfs's `xfs_file_fsync` and
