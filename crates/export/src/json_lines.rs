@@ -260,7 +260,7 @@ mod tests {
     }
 
     /// Every field a summary line prints is in docs/trace-json.md's
-    /// summary table (issue 13: `calls_not_written` was printed but not
+    /// summary table (`calls_not_written` was once printed but not
     /// documented).
     #[test]
     fn every_summary_field_is_documented() {

@@ -49,7 +49,9 @@ pub(crate) const FLOOR_PROGRAMS: [(&str, &str); 5] = [
 const COUNTING: &str = "one counter added in this CPU's line of an array";
 
 /// Where the calibration programs run: frequent on any host (it was the
-/// hottest event wbscope hooked until issue 19 removed that program).
+/// hottest event wbscope hooked, until its on-CPU time came from the
+/// caller's own run time instead: a program there ran on every context
+/// switch of the host, writeback or not).
 const EVENT: (&str, &str) = ("sched", "sched_switch");
 
 /// Where a measurement ran, for the table's title.
@@ -69,8 +71,8 @@ enum Hook {
 }
 
 /// The events of [`writeback_common::DEFAULT_HOOKS`], as hooks: a name
-/// with a `category:` is a classic tracepoint (issue 31: what a writer
-/// pays for `wbscope trace` as it ships).
+/// with a `category:` is a classic tracepoint: what a writer pays for
+/// `wbscope trace` as it ships.
 fn hooks() -> impl Iterator<Item = Hook> {
     writeback_common::DEFAULT_HOOKS
         .iter()

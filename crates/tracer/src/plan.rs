@@ -84,8 +84,8 @@ impl Candidate {
             return Some((
                 OptIn::DeviceIo,
                 "it runs per device request and per bio, which random 4 KiB writes make one of \
-                 per page (4 runs per dirtied page under fio randwrite with an fsync every 64, \
-                 issue 31); the per-device counts and means come from /proc/diskstats instead",
+                 per page (4 runs per dirtied page under fio randwrite with an fsync every 64); \
+                 the per-device counts and means come from /proc/diskstats instead",
             ));
         }
         if *self == TP_BTF_EXTENT || *self == Candidate::Tracepoints(EXTENT_TP) {
@@ -112,8 +112,8 @@ impl Candidate {
         ))
     }
 
-    /// How often the candidate's programs run, for the plan (issue 31:
-    /// what runs per write or per page on the writer's path). The
+    /// How often the candidate's programs run, for the plan: what
+    /// runs per write or per page on the writer's path. The
     /// measured runs per dirtied page are in BENCHMARKS.md (`cargo xtask
     /// bench`, "small writer").
     pub fn fires(&self) -> &'static str {
@@ -474,8 +474,8 @@ pub(crate) const TP_BTF_BLOCK: Candidate = Candidate::BtfPrograms {
 /// `sched_switch` as a BTF tracepoint: `next` from the task pointer, and
 /// no trace record built on every context switch. Like the classic
 /// [`SCHED_SWITCH_TP`], no candidate of the plan: a program on every
-/// context switch of the machine is a cost paid where nothing is written
-/// (issue 19). Both stay for the test that checks [`TASK_RUNTIME`]
+/// context switch of the machine is a cost paid where nothing is written.
+/// Both stay for the test that checks [`TASK_RUNTIME`]
 /// against them ([`sched_switch_candidates`]).
 pub(crate) const TP_BTF_SCHED_SWITCH: Candidate = Candidate::BtfPrograms {
     kind: HookKind::TpBtf,
@@ -886,7 +886,7 @@ mod tests {
         );
     }
 
-    /// Issue 19: no candidate of the plan hooks an event that fires
+    /// No candidate of the plan hooks an event that fires
     /// without writeback or I/O; the scheduler's stay out of the plan.
     #[test]
     fn no_candidate_hooks_the_scheduler() {

@@ -12,7 +12,7 @@
 //! Debian 11's 5.10 (voluntary preemption) in a one-CPU guest that is one:
 //! a flusher inside `ext4_writepages()` (it sleeps on I/O and the journal)
 //! made the fsync that entered meanwhile lose its end, and its 14336
-//! pages with it (issue 28).
+//! pages with it.
 //!
 //! So kretprobes are made through tracefs instead, whose `kprobe_events`
 //! takes `maxactive` (`r<maxactive>:...`, kernel/trace/trace_kprobe.c),

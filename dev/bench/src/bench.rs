@@ -654,7 +654,7 @@ pub(crate) fn bench(binary: &Path, opts: &BenchOptions) -> anyhow::Result<String
              {:.1} MB/s):\n\n| figure | this build | baseline | ratio |\n|---|---|---|---|\n\
              | BPF ns per invocation during the writes | {writes_avg} | {base_avg} | {} |\n\
              | BPF ms per GiB written | {:.2} | {:.2} | {} |\n\
-             | the same, programs on main when issue 19 was filed | {:.2} | {:.2} | {} |\n\
+             | the same, the budget's programs (before the dirtier's and generic calls') | {:.2} | {:.2} | {} |\n\
              | BPF invocations/s, context-switch storm | {:.0} | {:.0} | {} |\n\
              | storm round trips/s | {:.0} | {:.0} | {} |\n\n\
              Baseline per program during the writes:\n\n{base_table}\n\

@@ -176,8 +176,8 @@ mod tests {
     }
 
     /// Targets that can never see writeback are refused with the reason
-    /// (issue 13: `--device 999:999`, `/dev/null`, `/proc`, tracefs and a
-    /// cgroup v1 directory were accepted and matched nothing).
+    /// (`--device 999:999`, `/dev/null`, `/proc`, tracefs and a cgroup v1
+    /// directory were once accepted and matched nothing).
     #[test]
     fn targets_that_never_write_back_are_refused() {
         let err = |spec: &str| device(spec).unwrap_err().0;

@@ -1,4 +1,4 @@
-//! The default attribution (issue 31): who made each inode dirty, seen
+//! The default attribution: who made each inode dirty, seen
 //! once per clean → dirty transition of the inode
 //! (`writeback_dirty_inode_enqueue`), and what each of those processes
 //! dirtied in all, as the kernel counts it per task at dirty time
