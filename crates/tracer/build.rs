@@ -5,7 +5,7 @@
 //! Toolchain: `WBSCOPE_BPF_TOOLCHAIN` when set; otherwise the Debian
 //! `bpf-debian` toolchain when rustup knows it (rustc-web linked by
 //! `cargo xtask setup`), else `nightly` (which must have rust-src).
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use anyhow::{Context as _, anyhow};
 use aya_build::Toolchain;
@@ -14,7 +14,8 @@ const TOOLCHAIN_ENV: &str = "WBSCOPE_BPF_TOOLCHAIN";
 const DEBIAN_TOOLCHAIN: &str = "bpf-debian";
 
 fn rustup_has(toolchain: &str) -> bool {
-    Command::new("rustup")
+    wbscope_programs::RUSTUP
+        .command()
         .args(["run", toolchain, "rustc", "--version"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -26,7 +27,8 @@ fn rustup_has(toolchain: &str) -> bool {
 /// `-dirty` when the tree has changes; `unknown` outside a git checkout.
 fn git_revision() -> String {
     let git = |args: &[&str]| {
-        Command::new("git")
+        wbscope_programs::GIT
+            .command()
             .args(args)
             .stderr(Stdio::null())
             .output()

@@ -20,7 +20,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("wbscope-sys", &["scratchfs"]),
     (
         "wbscope-tracer",
-        &["writeback-common", "wbscope-model", "wbscope-sys"],
+        &[
+            "writeback-common",
+            "wbscope-model",
+            "wbscope-sys",
+            // Its build script's rustup and git.
+            "wbscope-programs",
+        ],
     ),
     (
         "wbscope-recording",

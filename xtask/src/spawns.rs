@@ -40,9 +40,6 @@ fn literal_spawns(root: &Path, dir: &Path, out: &mut Vec<String>) {
 }
 
 #[test]
-#[ignore = "writeback-user's tests, btf tests and build script (some now in crates/tracer) \
-            still spawn programs by literal names, until they are converted to \
-            wbscope-programs' constants after their move to crates/"]
 fn no_program_is_spawned_by_a_literal_name() {
     let root = crate::workspace_root();
     let mut found = Vec::new();

@@ -14,11 +14,14 @@ struct Session(String);
 
 impl Session {
     fn capture(&self) -> String {
-        run(Command::new("tmux").args(["capture-pane", "-p", "-t", &self.0]))
+        run(wbscope_programs::TMUX
+            .command()
+            .args(["capture-pane", "-p", "-t", &self.0]))
     }
 
     fn alive(&self) -> bool {
-        Command::new("tmux")
+        wbscope_programs::TMUX
+            .command()
             .args(["has-session", "-t", &self.0])
             .status()
             .is_ok_and(|s| s.success())
@@ -40,7 +43,8 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
+        let _ = wbscope_programs::TMUX
+            .command()
             .args(["kill-session", "-t", &self.0])
             .status();
     }
@@ -72,7 +76,7 @@ fn start_with(
         log.display(),
         log.display()
     );
-    run(Command::new("tmux").args([
+    run(wbscope_programs::TMUX.command().args([
         "new-session",
         "-d",
         "-s",
@@ -88,7 +92,9 @@ fn start_with(
 }
 
 fn keys(session: &Session, keys: &str) {
-    run(Command::new("tmux").args(["send-keys", "-t", &session.0, keys]));
+    run(wbscope_programs::TMUX
+        .command()
+        .args(["send-keys", "-t", &session.0, keys]));
 }
 
 /// Waits for the session to end (the dashboard exited, so the terminal
@@ -274,7 +280,7 @@ fn a_live_pipe_into_the_dashboard_shows_a_call_within_a_second() {
         log.display()
     );
     let session = Session(format!("wbscope-live-{}", std::process::id()));
-    run(Command::new("tmux").args([
+    run(wbscope_programs::TMUX.command().args([
         "new-session",
         "-d",
         "-s",

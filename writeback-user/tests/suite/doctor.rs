@@ -204,7 +204,7 @@ fn a_light_device_cap_is_named_as_what_acted() {
     let _file = crate::support::file_group(module_path!());
     let mut fs = scratchfs::ScratchFs::new("ext4".parse().unwrap(), 2048).expect("scratch ext4");
     fs.limit_dirty(32 << 20).expect("cap");
-    let mut dd = Command::new("dd");
+    let mut dd = wbscope_programs::DD.command();
     dd.args(["if=/dev/zero", "bs=1M", "count=1024", "status=none"])
         .arg(format!("of={}", fs.mountpoint().join("big").display()));
     let (r, code, pid) = doctor_with("10", None, Some(dd));
@@ -229,7 +229,7 @@ fn a_sync_per_write_is_named_flush_bound() {
     let _file = crate::support::file_group(module_path!());
     let fs = crate::support::LoopFs::new("ext4", 256);
     let dir = fs.mountpoint.to_str().unwrap().to_string();
-    let mut dd = Command::new("dd");
+    let mut dd = wbscope_programs::DD.command();
     dd.args([
         "if=/dev/zero",
         "bs=4k",

@@ -165,7 +165,8 @@ fn start_exporter(listen: &str, args: &[&str]) -> (Killed, SocketAddr, Vec<Strin
 /// with `args` added; returns its output with the body on stdout and the
 /// HTTP status on the last line.
 fn curl(addr: SocketAddr, ca: &Path, args: &[&str]) -> Output {
-    Command::new("curl")
+    wbscope_programs::CURL
+        .command()
         .args(["--silent", "--show-error", "--max-time", "10"])
         .arg("--cacert")
         .arg(ca)
@@ -263,7 +264,8 @@ fn web_config_lets_in_only_who_it_should() {
     }
 
     // Plain HTTP on the TLS port gets nothing either.
-    let out = Command::new("curl")
+    let out = wbscope_programs::CURL
+        .command()
         .args(["--silent", "--max-time", "5", "--user", &good])
         .arg(format!("http://{addr}/metrics"))
         .output()
@@ -430,7 +432,8 @@ fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// An instant query against Prometheus's HTTP API: the first sample's
 /// value.
 fn query(prom: SocketAddr, q: &str) -> Option<f64> {
-    let out = Command::new("curl")
+    let out = wbscope_programs::CURL
+        .command()
         .args(["--silent", "--max-time", "5", "--get", "--data-urlencode"])
         .arg(format!("query={q}"))
         .arg(format!("http://{prom}/api/v1/query"))

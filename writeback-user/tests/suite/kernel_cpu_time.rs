@@ -9,7 +9,6 @@ use std::{
     fs::File,
     io::{Read, Write},
     os::unix::fs::MetadataExt,
-    process::Command,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -47,7 +46,8 @@ fn pin_to(cpu: usize) {
 /// it, the longest tick Linux can be built with (HZ=100,
 /// kernel/Kconfig.hz).
 fn tick_ns() -> u64 {
-    let hz = Command::new("zcat")
+    let hz = wbscope_programs::ZCAT
+        .command()
         .arg("/proc/config.gz")
         .output()
         .ok()
@@ -426,7 +426,12 @@ fn context_switch_storm_runs_next_to_nothing() {
     .expect("attach with sched_switch");
     // Whatever is dirty now (an earlier test's loop image in /var/tmp's
     // page cache) is written before the storm, not during it.
-    assert!(Command::new("sync").status().is_ok_and(|s| s.success()));
+    assert!(
+        wbscope_programs::SYNC
+            .command()
+            .status()
+            .is_ok_and(|s| s.success())
+    );
     // A quiet second first: what the machine's other I/O (other users of
     // this host) makes the programs run anyway, to tell from the storm's.
     let quiet0 = runs(&new).0;

@@ -8,7 +8,6 @@ use std::{
     fs,
     os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
     path::Path,
-    process::Command,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
@@ -234,7 +233,8 @@ fn departed_dirtier(mode: Mode) {
     let mount = fs.mountpoint.display().to_string();
     let trace = Tracing::start(&mode.args(&["--json", "--events", "--device", &mount]));
     let dd_of = |path: &Path, mib: u32| {
-        Command::new("dd")
+        wbscope_programs::DD
+            .command()
             .arg("if=/dev/zero")
             .arg(format!("of={}", path.display()))
             .args(["bs=1M", &format!("count={mib}"), "status=none"])
@@ -248,7 +248,13 @@ fn departed_dirtier(mode: Mode) {
     let out = dd.wait_with_output().expect("dd");
     assert!(out.status.success());
     assert!(other.wait_with_output().expect("dd").status.success());
-    assert!(Command::new("sync").status().expect("sync").success());
+    assert!(
+        wbscope_programs::SYNC
+            .command()
+            .status()
+            .expect("sync")
+            .success()
+    );
     let ino = fs::metadata(&path).unwrap().ino();
     let dev = dev_of(&path);
     let lines = trace.stop(libc::SIGINT);
@@ -317,7 +323,13 @@ fn two_writers_of_two_files_are_each_charged_their_own() {
     b.start();
     a.wait();
     b.wait();
-    assert!(Command::new("sync").status().expect("sync").success());
+    assert!(
+        wbscope_programs::SYNC
+            .command()
+            .status()
+            .expect("sync")
+            .success()
+    );
     let dev = dev_of(&pa);
     let inos = (
         fs::metadata(&pa).unwrap().ino(),
@@ -386,7 +398,13 @@ fn alternate_regions(mode: Mode) -> (u64, u64, HashMap<u64, u64>, u64) {
     b.start();
     a.wait();
     b.wait();
-    assert!(Command::new("sync").status().expect("sync").success());
+    assert!(
+        wbscope_programs::SYNC
+            .command()
+            .status()
+            .expect("sync")
+            .success()
+    );
     let ino = fs::metadata(&path).unwrap().ino();
     let dev = dev_of(&path);
     let lines = trace.stop(libc::SIGINT);
@@ -620,7 +638,13 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
     child.wait();
     // A reading after the last page, then the sync's calls.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(Command::new("sync").status().expect("sync").success());
+    assert!(
+        wbscope_programs::SYNC
+            .command()
+            .status()
+            .expect("sync")
+            .success()
+    );
     std::thread::sleep(Duration::from_secs(1));
     let dev = dev_of(&paths[0]);
     let inos: Vec<u64> = paths
@@ -667,7 +691,13 @@ fn pid_filter_keeps_the_writeback_of_pages_the_process_dirtied() {
     child.start();
     child.wait();
     fs::write(&other, vec![1u8; MIB as usize]).unwrap();
-    assert!(Command::new("sync").status().expect("sync").success());
+    assert!(
+        wbscope_programs::SYNC
+            .command()
+            .status()
+            .expect("sync")
+            .success()
+    );
     let (ino, other_ino) = (
         fs::metadata(&path).unwrap().ino(),
         fs::metadata(&other).unwrap().ino(),

@@ -14,7 +14,7 @@ use std::{
         fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _},
         io::AsRawFd as _,
     },
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     sync::{Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
@@ -33,7 +33,8 @@ fn serial() -> MutexGuard<'static, ()> {
 
 /// The large writer ("process A"): a 1.5 GiB dd that never syncs.
 fn bulk_writer(fs: &LoopFs) -> Child {
-    Command::new("dd")
+    wbscope_programs::DD
+        .command()
         .arg("if=/dev/zero")
         .arg(format!("of={}", fs.path("large").display()))
         .args(["bs=1M", "count=1500", "status=none"])
@@ -556,7 +557,8 @@ fn flush_requests_by_class_equal_an_independent_trace() {
     });
     let before = flushes_done();
     let dd = crate::support::run(
-        Command::new("dd")
+        wbscope_programs::DD
+            .command()
             .arg("if=/dev/zero")
             .arg(format!("of={}", fs.path("dsync").display()))
             .args(["bs=4k", "count=100", "oflag=dsync", "status=none"]),

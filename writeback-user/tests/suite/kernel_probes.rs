@@ -7,7 +7,6 @@ use std::{
     io::Write,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
-    process::Command,
 };
 
 use crate::support::{LoopFs, Tracing, dev_of, wbscope};
@@ -76,7 +75,7 @@ fn buffered_write_then_sync_matches_file_and_vmstat() {
     let trace = Tracing::start(&["--json", "--events", "--interval", "0.5"]);
     let path = fs.path("big");
     let ino = write_file(&path, 256, false);
-    let status = Command::new("sync").status().expect("sync");
+    let status = wbscope_programs::SYNC.command().status().expect("sync");
     assert!(status.success());
     let dev = dev_of(&path);
     let lines = trace.stop(libc::SIGINT);
@@ -377,7 +376,7 @@ fn inode_passes_add_up_per_device_on_xfs_and_ext4() {
     let tx = std::thread::spawn(move || write_file(&px, 96, false));
     let te = std::thread::spawn(move || write_file(&pe, 64, false));
     let (_, ino_e) = (tx.join().unwrap(), te.join().unwrap());
-    let status = Command::new("sync").status().expect("sync");
+    let status = wbscope_programs::SYNC.command().status().expect("sync");
     assert!(status.success());
     let (all, only_x) = (all.stop(libc::SIGINT), only_x.stop(libc::SIGINT));
     let classic = classic.stop(libc::SIGINT);
@@ -500,7 +499,8 @@ impl Drop for TestCgroup {
 /// `dd` of `count` blocks of `bs` zeros into `of`, with fsync, in a child
 /// process: its pages are not this test process's.
 fn dd_child(of: &Path, bs: &str, count: u32) {
-    let status = Command::new("dd")
+    let status = wbscope_programs::DD
+        .command()
         .args([
             "if=/dev/zero",
             &format!("bs={bs}"),
@@ -521,7 +521,11 @@ fn dd_in_cgroup(cgroup: &Path, file: &Path, mib: u32) {
         cgroup.display(),
         file.display()
     );
-    let status = Command::new("sh").args(["-c", &script]).status().unwrap();
+    let status = wbscope_programs::SH
+        .command()
+        .args(["-c", &script])
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -628,7 +632,7 @@ fn bad_filters_are_usage_errors() {
 #[test]
 fn traced_pid_that_exits_is_reported_and_the_trace_continues() {
     let _file = crate::support::file_group(module_path!());
-    let mut child = Command::new("sleep").arg("1").spawn().unwrap();
+    let mut child = wbscope_programs::SLEEP.command().arg("1").spawn().unwrap();
     let pid = child.id().to_string();
     // Reap it when it exits, so /proc/PID goes away (no zombie).
     let reaper = std::thread::spawn(move || child.wait());

@@ -5,7 +5,6 @@ use std::{
     fs::File,
     io::Write,
     os::unix::fs::MetadataExt,
-    process::Command,
     time::{Duration, Instant},
 };
 
@@ -134,7 +133,8 @@ fn bad_duration_is_a_one_line_usage_error() {
 #[test]
 fn unprivileged_run_names_the_missing_capabilities() {
     let _file = crate::support::file_group(module_path!());
-    let out = Command::new("setpriv")
+    let out = wbscope_programs::SETPRIV
+        .command()
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(env!("CARGO_BIN_EXE_wbscope"))
         .args(["trace", "--json", "--duration", "1"])

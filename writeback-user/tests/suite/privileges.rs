@@ -571,7 +571,7 @@ fn replay_needs_no_privilege() {
 /// `wbscope` as user and group nobody, no supplementary groups, every
 /// capability set empty (bounding included): a plain user.
 fn plain_user() -> Command {
-    let mut cmd = Command::new("setpriv");
+    let mut cmd = wbscope_programs::SETPRIV.command();
     cmd.args([
         "--reuid=65534",
         "--regid=65534",
@@ -623,14 +623,19 @@ fn dashboard_replay_needs_no_privilege() {
     );
     let session = format!("wbscope-plain-{}", std::process::id());
     let tmux = |args: &[&str]| {
-        let out = Command::new("tmux").args(args).output().expect("tmux");
+        let out = wbscope_programs::TMUX
+            .command()
+            .args(args)
+            .output()
+            .expect("tmux");
         assert!(out.status.success(), "tmux {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     struct Kill(String);
     impl Drop for Kill {
         fn drop(&mut self) {
-            let _ = Command::new("tmux")
+            let _ = wbscope_programs::TMUX
+                .command()
                 .args(["kill-session", "-t", &self.0])
                 .status();
         }

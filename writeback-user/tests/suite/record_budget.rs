@@ -4,7 +4,7 @@
 //! of crates/model/src/budget.rs cover the ladder's arithmetic (steps, bounds, the
 //! way back); this proves what the kernel side does with it.
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use crate::support::{LoopFs, replay_json, start_record};
 use serde_json::Value;
@@ -41,7 +41,8 @@ fn a_tight_budget_samples_the_per_folio_counts_and_says_so() {
     ]);
     // A few intervals over the budget before the write: sampling is on.
     std::thread::sleep(Duration::from_secs(2));
-    let dd = Command::new("dd")
+    let dd = wbscope_programs::DD
+        .command()
         .arg("if=/dev/zero")
         .arg(format!("of={}", data.display()))
         .args(["bs=4k", &format!("count={PAGES}"), "status=none"])

@@ -1,12 +1,6 @@
 //! `wbscope record` and `replay` against the running kernel (root).
 
-use std::{
-    fs::File,
-    io::Write,
-    os::unix::fs::MetadataExt,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{fs::File, io::Write, os::unix::fs::MetadataExt, process::Stdio, time::Duration};
 
 use crate::support::{LoopFs, Tracing, dev_of, start_record, wbscope};
 use serde_json::Value;
@@ -237,7 +231,8 @@ fn record_refuses_to_overwrite_and_replay_refuses_foreign_files() {
 
 /// The ids of the BPF programs loaded on the host (bpftool).
 fn loaded_programs() -> std::collections::HashSet<u64> {
-    let out = Command::new("bpftool")
+    let out = wbscope_programs::BPFTOOL
+        .command()
         .args(["prog", "show", "--json"])
         .output()
         .expect("bpftool");

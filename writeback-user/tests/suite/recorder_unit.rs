@@ -21,7 +21,8 @@ fn verify(text: &str) -> String {
         text.replace("/usr/local/bin/wbscope", env!("CARGO_BIN_EXE_wbscope")),
     )
     .unwrap();
-    let out = Command::new("systemd-analyze")
+    let out = wbscope_programs::SYSTEMD_ANALYZE
+        .command()
         .arg("verify")
         .arg(&unit)
         .output()

@@ -6,7 +6,6 @@
 //! takes seconds to start on two cores.
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     time::Duration,
 };
 
@@ -23,7 +22,8 @@ fn fixture(name: &str) -> PathBuf {
 
 /// Chromium's headless screenshot of `page`; its stderr.
 fn screenshot(page: &Path, png: &Path, profile: &Path) -> String {
-    let mut child = Command::new("chromium")
+    let mut child = wbscope_programs::CHROMIUM
+        .command()
         .args([
             "--headless",
             "--no-sandbox",

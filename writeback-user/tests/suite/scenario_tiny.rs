@@ -21,7 +21,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// and scratch directories named `wbscope-scratch-PID-…`.
 fn leftovers(pid: u32) -> Vec<String> {
     let mark = format!("wbscope-scratch-{pid}-");
-    let losetup = crate::support::run(std::process::Command::new("losetup").args([
+    let losetup = crate::support::run(wbscope_programs::LOSETUP.command().args([
         "-l",
         "-n",
         "-O",

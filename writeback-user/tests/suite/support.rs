@@ -196,7 +196,7 @@ pub fn start_record_said(args: &[&str]) -> (Started, mpsc::Receiver<String>) {
 /// `wbscope` as user nobody with only the given capabilities (setpriv's
 /// `+bpf,+perfmon` syntax), inherited and ambient so they survive exec.
 pub fn wbscope_with_caps(caps: &str) -> Command {
-    let mut cmd = Command::new("setpriv");
+    let mut cmd = wbscope_programs::SETPRIV.command();
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(format!("--inh-caps={caps}"))
         .arg(format!("--ambient-caps={caps}"))
@@ -343,7 +343,8 @@ pub struct Bpftrace {
 
 impl Bpftrace {
     pub fn start(script: &str) -> Bpftrace {
-        let mut child = Command::new("bpftrace")
+        let mut child = wbscope_programs::BPFTRACE
+            .command()
             .arg("-e")
             .arg(script)
             .stdout(Stdio::piped())

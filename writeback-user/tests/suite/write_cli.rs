@@ -328,7 +328,8 @@ fn strace(dir: &Path, calls: &str, args: &[&str]) -> Vec<String> {
     let log = dir.join("strace.log");
     let work = dir.join("w");
     std::fs::create_dir(&work).unwrap();
-    let status = Command::new("strace")
+    let status = wbscope_programs::STRACE
+        .command()
         .args(["-f", "-qq", "-e", &format!("trace={calls}"), "-o"])
         .arg(&log)
         .arg(BIN)
@@ -748,7 +749,8 @@ fn progress_bar_only_on_a_terminal() {
         "{BIN} write --dir {} --size 12M --chunk 256k --strategy buffered --rate 6MB/s",
         dir.path().display()
     );
-    let out = Command::new("script")
+    let out = wbscope_programs::SCRIPT
+        .command()
         .args(["-q", "-e", "-c", &cmd, "/dev/null"])
         .stdin(Stdio::null())
         .output()

@@ -1,7 +1,7 @@
 //! The reader against synthetic blobs (every kind, every cut, damaged
 //! and hostile input) and against the running kernel, cross-checked with
 //! bpftool.
-use std::{collections::HashMap, process::Command, sync::OnceLock};
+use std::{collections::HashMap, sync::OnceLock};
 
 use super::*;
 
@@ -894,7 +894,8 @@ fn split_line(line: &str) -> (Option<String>, HashMap<String, String>) {
 
 /// Runs `bpftool [args] btf dump file <file> format raw` and parses it.
 fn bpftool_raw(extra_args: &[&str], file: &Path) -> HashMap<u32, RawType> {
-    let out = Command::new("bpftool")
+    let out = wbscope_programs::BPFTOOL
+        .command()
         .args(extra_args)
         .args(["btf", "dump", "file"])
         .arg(file)
