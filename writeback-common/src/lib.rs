@@ -380,7 +380,7 @@ pub mod call_flags {
 /// then the per-call and per-inode events (a few per fsync;
 /// `writeback_start`, a classic tracepoint there, once per chunk of
 /// flusher work). What `wbscope probes --cost --on-hooks` measures its
-/// floor on (writeback-user tracer/cost.rs), and what `cargo xtask bench`
+/// floor on (crates/tracer/src/cost.rs), and what `cargo xtask bench`
 /// sets the tracer's programs against (xtask bench/figures.rs): one list,
 /// so that the two cannot drift apart. The opt-in concepts' events are
 /// measured by `wbscope probes --cost` on their own.

@@ -1,4 +1,4 @@
-//! Who dirtied it, two ways (writeback-user/src/model/dirtier.rs charges
+//! Who dirtied it, two ways (crates/model/src/dirtier.rs charges
 //! each writeback call's pages from what these count):
 //!
 //! - by default, once per inode: `writeback_dirty_inode_enqueue` fires

@@ -62,7 +62,7 @@ static WBC_SEEN: PerCpuArray<WbcSeen> = PerCpuArray::with_max_entries(1, 0);
 
 /// A call being opened, built off the 512-byte stack: a slot per program
 /// that opens calls ([`scratch`]), so that no two programs share one. Both
-/// are attached together (writeback-user/src/tracer/plan.rs,
+/// are attached together (crates/tracer/src/plan.rs,
 /// `TP_BTF_GENERIC`), and where tracepoint probes can be preempted
 /// (PREEMPT_RT, main.rs "Per-CPU state and preemption") btrfs' program
 /// could otherwise run on the CPU while iomap's is halfway through the

@@ -203,7 +203,7 @@ static FILTER: Filter = Filter {
 /// (`generic::scratch`). The one slot two programs touch, `WBC_SEEN`,
 /// is written by one program and read by another, with a thread id
 /// written last and read before and after (generic.rs). The interleaving
-/// test on a PREEMPT_RT guest (xtask/src/vm/rt.rs) checks every call and
+/// test on a PREEMPT_RT guest (dev/vm/src/rt.rs) checks every call and
 /// page against ftrace's own count.
 #[inline(always)]
 fn add(map: &PerCpuArray<u64>, index: u32, value: u64) {

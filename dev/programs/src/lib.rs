@@ -97,7 +97,7 @@ programs! {
     /// Setup's `command -v bpf-linker`, `sh -c` scripts of the kernel
     /// tests, and the VM harness' `command -v` of qemu.
     SH = "sh", "dash", [Build, Test, Vm], Base;
-    /// Setup links and queries toolchains with it; writeback-user's
+    /// Setup links and queries toolchains with it; the tracer's
     /// build.rs asks it for the eBPF toolchain.
     RUSTUP = "rustup", "rustup", [Build], Base;
     /// `rustc -vV`: the host triple (the test runner's variable).
@@ -106,7 +106,7 @@ programs! {
     /// `cargo install bpf-linker`, and the hand-over to the VM harness
     /// and the benches.
     CARGO = "cargo", "rustup", [Build], Base;
-    /// writeback-user's build.rs: the commit in `wbscope --version`.
+    /// The tracer's build.rs: the commit in `wbscope --version`.
     GIT = "git", "git", [Build], Base;
     /// dpkg and apt are Debian's own (Priority: required); setup needs
     /// them to install anything. The VM harness fetches kernels with a
