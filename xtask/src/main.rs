@@ -69,10 +69,10 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Boot Debian's kernels in qemu (TCG), one at a time, and check the
-    /// fentry, kprobe and tracepoint paths inside: 5.10, 6.1, 6.12, 6.12's
-    /// PREEMPT_RT and cloud builds and the newest the archive offers (and
-    /// its PREEMPT_RT build), each
+    /// Boot Debian's kernels in qemu (TCG), two guests at a time
+    /// (WBSCOPE_VM_JOBS), and check the fentry, kprobe and tracepoint
+    /// paths inside: 5.10, 6.1, 6.12, 6.12's PREEMPT_RT and cloud builds
+    /// and the newest the archive offers (and its PREEMPT_RT build), each
     /// the newest build of its series (docs/toolchain.md).
     ///
     /// `--kernel K` picks one (`suite`: those `cargo xtask test` runs;

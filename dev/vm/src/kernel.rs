@@ -4,6 +4,7 @@
 use std::{
     path::{Path, PathBuf},
     process::Command,
+    sync::{Mutex, PoisonError},
 };
 
 use anyhow::{Context as _, bail};
@@ -109,10 +110,23 @@ struct Resolved {
     packages: Vec<String>,
 }
 
+/// Held by [`ensure`] throughout: apt's lists and archives under
+/// `target/vm/apt`, the downloaded packages, the unpacked trees and the
+/// `.resolved` records are not for concurrent use (a resolve once failed
+/// with "No packages found" while two vm-tests shared `target/vm/apt`,
+/// docs/toolchain.md), so the guests' lanes take turns here.
+static ENSURING: Mutex<()> = Mutex::new(());
+
 /// Resolves `spec` to the newest build in the archive (or, when the
 /// archive cannot be asked, the build resolved last time), then downloads
-/// and unpacks it unless target/vm/kernels/<release>/ already holds it.
+/// and unpacks it unless `target/vm/kernels/<release>/` already holds it.
+/// One call at a time in this process ([`ENSURING`]).
 pub(crate) fn ensure(spec: &KernelSpec, root: &Path) -> anyhow::Result<KernelTree> {
+    let _turn = ENSURING.lock().unwrap_or_else(PoisonError::into_inner);
+    ensure_alone(spec, root)
+}
+
+fn ensure_alone(spec: &KernelSpec, root: &Path) -> anyhow::Result<KernelTree> {
     let record = root
         .join("kernels")
         .join(format!("{}.resolved", spec.label));

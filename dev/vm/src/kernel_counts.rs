@@ -6,7 +6,7 @@ use serde_json::Value;
 /// The kretprobes' hits and misses from the `kprobe_profile` the guest
 /// saved during a traced run (checks.sh `trace_run`): the default-maxactive
 /// probe of the check (`wbcheck/ewp`) and wbscope's own
-/// (writeback-user/src/tracer/retprobe.rs). Evidence for the figure,
+/// (crates/tracer/src/retprobe.rs). Evidence for the figure,
 /// not a verdict: the default's misses are the kernel's.
 /// Before 5.13 or so `kprobe_profile` names an event without its group
 /// (`ewp`, `ext4_writepages_0`).
@@ -74,7 +74,7 @@ pub(super) const DIRTYING_PROGRAMS: [&str; 4] = [
 /// `run_time` lines, present when not 0. On PREEMPT_RT a kprobe run is
 /// skipped while any task on its CPU holds the kprobe path's guard, which
 /// wbscope's own bpf() map reads raise and an RT writer can preempt
-/// (writeback-user tracer/preempt.rs, KPROBE_ON_RT); a call whose entry
+/// (crates/tracer/src/preempt.rs, KPROBE_ON_RT); a call whose entry
 /// or exit run is skipped so is lost, and counted here.
 pub(super) fn skipped_runs(summary: Option<&Value>, of: &dyn Fn(&str) -> bool) -> u64 {
     summary

@@ -17,6 +17,7 @@ mod durability;
 mod initramfs;
 mod kernel;
 mod kernel_counts;
+mod lanes;
 mod matrix;
 mod privileges;
 mod qemu;
@@ -24,7 +25,7 @@ mod rootimg;
 mod rt;
 mod scenario;
 
-use std::process::ExitCode;
+use std::{process::ExitCode, time::Instant};
 
 use clap::{Parser, Subcommand};
 
@@ -46,7 +47,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Boot Debian's kernels in qemu (TCG), one at a time, and check the
+    /// Boot Debian's kernels in qemu (TCG), WBSCOPE_VM_JOBS at a time
+    /// (default: the CPUs, at most 2), and check the
     /// fentry, kprobe and tracepoint paths inside: 5.10, 6.1, 6.12, 6.12's
     /// PREEMPT_RT and cloud builds and the newest the archive offers (and
     /// its PREEMPT_RT build), each
@@ -89,10 +91,16 @@ enum Task {
         repeat: u32,
     },
     /// What `cargo xtask test` runs after `cargo test`: the `suite`
-    /// kernels with the debug wbscope `cargo test` has just built, then a
-    /// vm-scenario of 6.12 against 6.12-rt. Skipped, with a line saying
-    /// why, when WBSCOPE_VM_TESTS=0 or qemu is not installed.
-    TestSuite,
+    /// kernels with the debug wbscope `cargo test` has just built, and a
+    /// vm-scenario of 6.12 against 6.12-rt, their six guests in one pool
+    /// of WBSCOPE_VM_JOBS lanes. Skipped, with a line saying why, when
+    /// WBSCOPE_VM_TESTS=0 or qemu is not installed.
+    TestSuite {
+        /// The wbscope binary `cargo test` built and tested (xtask passes
+        /// it); without it, WBSCOPE_VM_BINARY or a debug build.
+        #[arg(long, value_name = "PATH")]
+        binary: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -117,7 +125,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             scenarios,
             repeat,
         }),
-        Task::TestSuite => test_suite(),
+        Task::TestSuite { binary } => test_suite(binary),
     }
 }
 
@@ -129,9 +137,12 @@ fn vm_test(kernel: Option<&str>) -> anyhow::Result<()> {
 }
 
 /// Run by `cargo xtask test` after `cargo test`, with the debug wbscope
-/// `cargo test` has just built: a release build would add minutes of
-/// compiling to every run for a few seconds of guest start-up.
-fn test_suite() -> anyhow::Result<()> {
+/// `cargo test` has just built and tested (`--binary`): a release build
+/// would add minutes of compiling to every run for a few seconds of guest
+/// start-up, and even a plain debug `cargo build` compiles the tracer and
+/// everything above it again (the tests' build has the tracer's
+/// `test-hooks` feature, which acts only when its variable is set).
+fn test_suite(binary: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     if std::env::var(ENABLE_VAR).as_deref() == Ok("0") {
         println!("vm: skipped: {ENABLE_VAR}=0");
         return Ok(());
@@ -143,10 +154,80 @@ fn test_suite() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let wbscope = match std::env::var_os(matrix::BINARY_VAR) {
-        Some(_) => matrix::wbscope_binary()?,
-        None => xtask::build(false)?,
+    let wbscope = match (binary, std::env::var_os(matrix::BINARY_VAR)) {
+        (Some(path), _) => {
+            eprintln!("xtask: vm: testing {}", path.display());
+            path
+        }
+        (None, Some(_)) => matrix::wbscope_binary()?,
+        (None, None) => xtask::build(false)?,
     };
-    matrix::run(&matrix::select(Some("suite"))?, &wbscope)?;
-    scenario::smoke(&wbscope)
+    let kernels = matrix::select(Some("suite"))?;
+    let steps = matrix::steps_from_env()?;
+    let opts = scenario::smoke_options();
+    scenario::validate(&opts)?;
+    scenario::check_names(&opts, &wbscope)?;
+    let lanes = matrix::lanes()?;
+    let started = Instant::now();
+    let base = matrix::Base::new(&wbscope)?;
+    let checks = matrix::Checks::new(&base, &kernels, &steps)?;
+    let smoke = scenario::Scenario::new(&opts, &base)?;
+    let mut tally = matrix::Tally::default();
+    let mut scenario_guests: Vec<Option<anyhow::Result<String>>> =
+        opts.kernels.iter().map(|_| None).collect();
+    let guests = kernels.len() + opts.kernels.len();
+    let checked = if lanes == 1 {
+        // One lane: the checks, their summary, then the scenario's
+        // guests, in the order the suite ran before it had lanes.
+        lanes::run(1, checks.jobs(), |i, r| tally.report(checks.kernel(i), r));
+        let checked = checks.finish(tally);
+        lanes::run(1, smoke.jobs(), |i, r| scenario_guests[i] = Some(r));
+        checked
+    } else {
+        // One pool: the checks' guests, then the scenario's, whose table
+        // needs only its own two.
+        let mut jobs: Vec<lanes::Job<'_, Done>> = Vec::new();
+        for job in checks.jobs() {
+            jobs.push(Box::new(move || Ok(Done::Kernel(job()))));
+        }
+        for job in smoke.jobs() {
+            jobs.push(Box::new(move || Ok(Done::Scenario(job()))));
+        }
+        lanes::run(lanes, jobs, |i, done| {
+            // A job that panicked gave no `Done`: its index says whose it
+            // was.
+            let done = done.unwrap_or_else(|e| match i.checked_sub(kernels.len()) {
+                None => Done::Kernel(Err(e)),
+                Some(_) => Done::Scenario(Err(e)),
+            });
+            match done {
+                Done::Kernel(run) => tally.report(checks.kernel(i), run),
+                Done::Scenario(release) => scenario_guests[i - kernels.len()] = Some(release),
+            }
+        });
+        checks.finish(tally)
+    };
+    let smoked = smoke
+        .finish(scenario_guests)
+        .and_then(|text| scenario::smoke_verdict(&opts, &text));
+    println!(
+        "vm: test-suite: {guests} guests in {} lane(s) ({}), {:.1}s in all",
+        lanes.min(guests),
+        matrix::JOBS_VAR,
+        started.elapsed().as_secs_f64()
+    );
+    match (checked, smoked) {
+        (Err(checks), Err(scenario)) => {
+            eprintln!("xtask: error: {scenario:#}");
+            Err(checks)
+        }
+        (checked, smoked) => checked.and(smoked),
+    }
+}
+
+/// What one guest of `test-suite`'s pool gave.
+enum Done {
+    Kernel(anyhow::Result<matrix::KernelRun>),
+    /// The scenario guest's kernel release.
+    Scenario(anyhow::Result<String>),
 }

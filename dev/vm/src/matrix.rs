@@ -3,15 +3,17 @@
 //! qemu on the Debian kernels of [`KERNELS`], whose guests also run
 //! `cargo xtask vm-scenario`'s scenarios (`scenario.rs`).
 //!
-//! Once per run: one build of wbscope, one root image holding it
-//! (`rootimg.rs`) and one base initramfs (busybox and the guest scripts,
-//! `initramfs.rs`, `dev/vm/guest/`), shared by every kernel. Per kernel:
-//! resolve the newest build of its series in Debian's archive, download
-//! and unpack it once (`kernel.rs`, `apt.rs`, cached under target/vm/),
-//! append its modules to the base initramfs, boot it under TCG
-//! (`qemu.rs`), one guest at a time, and judge what the guest wrote
-//! (`checks.rs`, `cgroups.rs`, `rt.rs`). Facts behind each choice are in
-//! docs/toolchain.md, "Other kernels under qemu".
+//! Once per run, before any guest boots: one build of wbscope, one root
+//! image holding it (`rootimg.rs`) and one base initramfs (busybox and
+//! the guest scripts, `initramfs.rs`, `dev/vm/guest/`), shared by every
+//! kernel. Per kernel: resolve the newest build of its series in Debian's
+//! archive, download and unpack it once (`kernel.rs`, `apt.rs`, cached
+//! under target/vm/, one kernel at a time), append its modules to the
+//! base initramfs, boot it under TCG (`qemu.rs`) in one of [`lanes`]
+//! guests at a time (`lanes.rs`), each in its own work dir, and judge
+//! what the guest wrote (`checks.rs`, `cgroups.rs`, `rt.rs`). Facts
+//! behind each choice are in docs/toolchain.md, "Other kernels under
+//! qemu".
 use std::{
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -87,7 +89,7 @@ pub(crate) const STEPS_VAR: &str = "WBSCOPE_VM_STEPS";
 const STEP_GROUPS: &[&str] = &["traces", "cgroups", "rt", "xfs"];
 
 /// The groups [`STEPS_VAR`] names, or an error naming the valid ones.
-fn steps_from_env() -> anyhow::Result<Vec<String>> {
+pub(crate) fn steps_from_env() -> anyhow::Result<Vec<String>> {
     let text = std::env::var(STEPS_VAR).unwrap_or_default();
     let steps: Vec<String> = text.split_whitespace().map(String::from).collect();
     if let Some(bad) = steps.iter().find(|s| !STEP_GROUPS.contains(&s.as_str())) {
@@ -113,88 +115,255 @@ pub(crate) fn wbscope_binary() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// Runs the checks on each kernel, prints one line per check per kernel,
-/// and fails if any check failed or any guest could not be run.
-pub(crate) fn run(kernels: &[&kernel::KernelSpec], wbscope: &Path) -> anyhow::Result<()> {
-    if !qemu_available() {
-        bail!(
-            "{} not found: install {} (cargo xtask setup does for tests)",
-            programs::QEMU.name,
-            programs::QEMU.package
-        );
+/// Environment variable: how many guests run at once (the lanes), a
+/// whole number from 1; `1` boots them one after the other as the
+/// harness always did. Unset: the CPUs this process may use, at most two
+/// ([`lanes`]).
+pub(crate) const JOBS_VAR: &str = "WBSCOPE_VM_JOBS";
+
+/// The lanes [`JOBS_VAR`] asks for, else `min(available CPUs, 2)`. A
+/// guest is one TCG vCPU, one qemu thread that keeps a host core busy:
+/// more guests than cores only slow each one down, and a guest slowed
+/// enough runs into its own time limits ([`GUEST_TRACE_SECS`], the boot
+/// limit), which were set on 2-core hosts with at most two guests at
+/// once. More lanes on a larger host are for [`JOBS_VAR`] to ask.
+pub(crate) fn lanes() -> anyhow::Result<usize> {
+    lanes_of(
+        std::env::var(JOBS_VAR).ok().as_deref(),
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+    )
+}
+
+/// [`lanes`] for [`JOBS_VAR`]'s text (if set) and `cpus`.
+fn lanes_of(var: Option<&str>, cpus: usize) -> anyhow::Result<usize> {
+    match var {
+        Some(text) => match text.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => bail!("{JOBS_VAR}={text:?}: give the number of guests to run at once, 1 or more"),
+        },
+        None => Ok(cpus.clamp(1, 2)),
     }
-    let wbscope = wbscope
-        .canonicalize()
-        .with_context(|| format!("wbscope binary {}", wbscope.display()))?;
-    let root = vm_dir()?;
-    let started = Instant::now();
+}
+
+/// Runs the checks on each kernel in [`lanes`], prints each kernel's
+/// lines when its guest has been judged, and fails if any check failed or
+/// any guest could not be run.
+pub(crate) fn run(kernels: &[&'static kernel::KernelSpec], wbscope: &Path) -> anyhow::Result<()> {
     let steps = steps_from_env()?;
-    let shared = prepare_shared(&root, &wbscope, &steps.join(" "), &GuestScenarios::NONE)?;
-    println!(
-        "vm: shared root image and initramfs built in {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    let mut failed = 0usize;
-    let mut broken = Vec::new();
-    for spec in kernels {
-        let t0 = Instant::now();
-        match run_one(spec, &root, &shared) {
-            Ok(outcome) => {
-                let mut failed_here = 0usize;
-                for check in &outcome.checks {
-                    println!("vm {} {check}", spec.label);
-                    if !check.pass {
-                        failed_here += 1;
-                    }
-                }
-                failed += failed_here;
-                let steps: Vec<String> = outcome
-                    .run
-                    .steps
-                    .iter()
-                    .map(|(name, d)| format!("{name} {:.1}s", d.as_secs_f64()))
-                    .collect();
-                println!(
-                    "vm {} kernel {}: {:.1}s in all (prepare {:.1}s; {})",
-                    spec.label,
-                    outcome.release,
-                    t0.elapsed().as_secs_f64(),
-                    outcome.prepare.as_secs_f64(),
-                    steps.join(", ")
-                );
-                if failed_here > 0 {
-                    println!(
-                        "vm {} serial log: {}",
-                        spec.label,
-                        outcome.run.log.display()
-                    );
-                }
+    let lanes = lanes()?;
+    let base = Base::new(wbscope)?;
+    let checks = Checks::new(&base, kernels, &steps)?;
+    let mut tally = Tally::default();
+    crate::lanes::run(lanes, checks.jobs(), |i, r| {
+        tally.report(checks.kernel(i), r);
+    });
+    checks.finish(tally)
+}
+
+/// What every guest of a run shares on the host, made before any guest
+/// boots: the wbscope under test and the read-only root image holding it
+/// (`run/root.img`, rebuilt each run).
+pub(crate) struct Base {
+    /// target/vm.
+    root: PathBuf,
+    /// Canonical path of the wbscope under test.
+    wbscope: PathBuf,
+    image: PathBuf,
+    started: Instant,
+}
+
+impl Base {
+    pub(crate) fn new(wbscope: &Path) -> anyhow::Result<Base> {
+        if !qemu_available() {
+            bail!(
+                "{} not found: install {} (cargo xtask setup does for tests)",
+                programs::QEMU.name,
+                programs::QEMU.package
+            );
+        }
+        let wbscope = wbscope
+            .canonicalize()
+            .with_context(|| format!("wbscope binary {}", wbscope.display()))?;
+        let root = vm_dir()?;
+        let started = Instant::now();
+        let run_dir = root.join("run");
+        std::fs::create_dir_all(&run_dir)
+            .with_context(|| format!("creating {}", run_dir.display()))?;
+        let image = run_dir.join("root.img");
+        rootimg::build(&wbscope, &image)?;
+        Ok(Base {
+            root,
+            wbscope,
+            image,
+            started,
+        })
+    }
+
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn wbscope(&self) -> &Path {
+        &self.wbscope
+    }
+
+    /// The root image with the base initramfs of `steps` (checks.sh
+    /// groups, space-separated; empty for all) and `scenarios`.
+    pub(crate) fn shared(&self, steps: &str, scenarios: &GuestScenarios) -> anyhow::Result<Shared> {
+        let base_initramfs = initramfs::base(&initramfs::GuestConfig {
+            wbscope: rootimg::GUEST_WBSCOPE,
+            trace_timeout_secs: GUEST_TRACE_SECS,
+            probes_timeout_secs: GUEST_PROBES_SECS,
+            steps,
+            scenarios: scenarios.names,
+            repeat: scenarios.repeat,
+        })?;
+        Ok(Shared {
+            root_image: self.image.clone(),
+            base_initramfs,
+            steps: steps.split_whitespace().map(String::from).collect(),
+        })
+    }
+}
+
+/// The checks of one run, ready to boot: a job per kernel.
+pub(crate) struct Checks<'a> {
+    base: &'a Base,
+    kernels: &'a [&'static kernel::KernelSpec],
+    shared: Shared,
+}
+
+/// One kernel's checks, run and judged on a lane.
+pub(crate) struct KernelRun {
+    outcome: Outcome,
+    /// The job's wall time, from its start on the lane.
+    elapsed: Duration,
+}
+
+impl<'a> Checks<'a> {
+    /// The checks' initramfs beside `base`'s root image; `steps` from
+    /// [`steps_from_env`].
+    pub(crate) fn new(
+        base: &'a Base,
+        kernels: &'a [&'static kernel::KernelSpec],
+        steps: &[String],
+    ) -> anyhow::Result<Checks<'a>> {
+        let shared = base.shared(&steps.join(" "), &GuestScenarios::NONE)?;
+        println!(
+            "vm: shared root image and initramfs built in {:.1}s",
+            base.started.elapsed().as_secs_f64()
+        );
+        Ok(Checks {
+            base,
+            kernels,
+            shared,
+        })
+    }
+
+    pub(crate) fn kernel(&self, i: usize) -> &'static kernel::KernelSpec {
+        self.kernels[i]
+    }
+
+    /// A job per kernel, in the matrix's order: boot, then judge what the
+    /// guest wrote.
+    pub(crate) fn jobs(&self) -> Vec<crate::lanes::Job<'_, KernelRun>> {
+        self.kernels
+            .iter()
+            .map(|spec| {
+                Box::new(move || {
+                    let t0 = Instant::now();
+                    let outcome = run_one(spec, &self.base.root, &self.shared)?;
+                    Ok(KernelRun {
+                        outcome,
+                        elapsed: t0.elapsed(),
+                    })
+                }) as crate::lanes::Job<'_, KernelRun>
+            })
+            .collect()
+    }
+
+    /// After every job: the boot-limit check, the summary line, and the
+    /// verdict.
+    pub(crate) fn finish(&self, mut tally: Tally) -> anyhow::Result<()> {
+        // The time limits themselves, once: a guest that cannot boot in
+        // time is a one-line failure naming its serial log, and no qemu is
+        // left. Its guest reuses the first kernel's work dir that has a
+        // guest's initramfs, after that guest.
+        if let Some(spec) = self
+            .kernels
+            .iter()
+            .find(|k| !tally.broken.contains(&k.label))
+        {
+            let check = boot_limit_check(spec, &self.base.root, &self.shared);
+            println!("vm {} {check}", spec.label);
+            if !check.pass {
+                tally.failed += 1;
             }
+        }
+        println!(
+            "vm: {} check(s) failed, {} kernel(s) could not be tested, {:.1}s",
+            tally.failed,
+            tally.broken.len(),
+            self.base.started.elapsed().as_secs_f64()
+        );
+        if tally.failed > 0 || !tally.broken.is_empty() {
+            bail!("vm-test failed");
+        }
+        Ok(())
+    }
+}
+
+/// The checks' verdicts so far.
+#[derive(Default)]
+pub(crate) struct Tally {
+    failed: usize,
+    broken: Vec<&'static str>,
+}
+
+impl Tally {
+    /// Prints one kernel's lines, all at once: a line per check, then the
+    /// kernel's times (and its serial log when a check failed), or the
+    /// error that kept its guest from being judged.
+    pub(crate) fn report(&mut self, spec: &kernel::KernelSpec, run: anyhow::Result<KernelRun>) {
+        let run = match run {
+            Ok(run) => run,
             Err(e) => {
                 println!("vm {} error: {e:#}", spec.label);
-                broken.push(spec.label);
+                self.broken.push(spec.label);
+                return;
+            }
+        };
+        let outcome = &run.outcome;
+        let mut failed_here = 0usize;
+        for check in &outcome.checks {
+            println!("vm {} {check}", spec.label);
+            if !check.pass {
+                failed_here += 1;
             }
         }
-    }
-    // The time limits themselves, once: a guest that cannot boot in time
-    // is a one-line failure naming its serial log, and no qemu is left.
-    if let Some(spec) = kernels.iter().find(|k| !broken.contains(&k.label)) {
-        let check = boot_limit_check(spec, &root, &shared);
-        println!("vm {} {check}", spec.label);
-        if !check.pass {
-            failed += 1;
+        self.failed += failed_here;
+        let steps: Vec<String> = outcome
+            .run
+            .steps
+            .iter()
+            .map(|(name, d)| format!("{name} {:.1}s", d.as_secs_f64()))
+            .collect();
+        println!(
+            "vm {} kernel {}: {:.1}s in all (prepare {:.1}s; {})",
+            spec.label,
+            outcome.release,
+            run.elapsed.as_secs_f64(),
+            outcome.prepare.as_secs_f64(),
+            steps.join(", ")
+        );
+        if failed_here > 0 {
+            println!(
+                "vm {} serial log: {}",
+                spec.label,
+                outcome.run.log.display()
+            );
         }
     }
-    println!(
-        "vm: {} check(s) failed, {} kernel(s) could not be tested, {:.1}s",
-        failed,
-        broken.len(),
-        started.elapsed().as_secs_f64()
-    );
-    if failed > 0 || !broken.is_empty() {
-        bail!("vm-test failed");
-    }
-    Ok(())
 }
 
 struct Outcome {
@@ -204,8 +373,8 @@ struct Outcome {
     checks: Vec<checks::Check>,
 }
 
-/// What every kernel's guest shares: the root image and the base
-/// initramfs.
+/// What every kernel's guest of one kind shares: the root image and the
+/// base initramfs.
 pub(crate) struct Shared {
     root_image: PathBuf,
     base_initramfs: Vec<u8>,
@@ -226,45 +395,36 @@ impl GuestScenarios<'_> {
     };
 }
 
-pub(crate) fn prepare_shared(
-    root: &Path,
-    wbscope: &Path,
-    steps: &str,
-    scenarios: &GuestScenarios,
-) -> anyhow::Result<Shared> {
-    let run_dir = root.join("run");
-    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-    let root_image = run_dir.join("root.img");
-    rootimg::build(wbscope, &root_image)?;
-    let base_initramfs = initramfs::base(&initramfs::GuestConfig {
-        wbscope: rootimg::GUEST_WBSCOPE,
-        trace_timeout_secs: GUEST_TRACE_SECS,
-        probes_timeout_secs: GUEST_PROBES_SECS,
-        steps,
-        scenarios: scenarios.names,
-        repeat: scenarios.repeat,
-    })?;
-    Ok(Shared {
-        root_image,
-        base_initramfs,
-        steps: steps.split_whitespace().map(String::from).collect(),
-    })
-}
-
 /// Size of the image the guest writes its results to (a tar archive of
 /// text files; the traces' JSON lines are the largest, a few MiB).
 const OUT_IMAGE_BYTES: u64 = 128 << 20;
 
 /// The test disk's size and the host's limit on one guest step.
 pub(crate) struct GuestPlan {
+    /// What the guests are for, in their work dir's and serial log's
+    /// names ([`guest_name`]); empty for the checks.
+    pub(crate) kind: &'static str,
     pub(crate) disk_bytes: u64,
     pub(crate) step_limit: Duration,
+}
+
+/// The name of `label`'s guest of `kind` ([`GuestPlan::kind`]): its work
+/// dir is `run/<name>`, its serial log `logs/<name>-serial.log`. Unique
+/// per kernel and kind, so that guests of one kernel for the checks and
+/// for the scenarios can run at the same time in different lanes.
+pub(crate) fn guest_name(label: &str, kind: &str) -> String {
+    if kind.is_empty() {
+        label.to_string()
+    } else {
+        format!("{label}-{kind}")
+    }
 }
 
 /// The checks' guests: 512 MiB sparse, room for one file at a time (the
 /// cgroup doctor step's 320 MiB the largest) plus the journal, and above
 /// mkfs.xfs's 300 MB minimum for the xfs runs.
 const CHECKS_PLAN: GuestPlan = GuestPlan {
+    kind: "",
     disk_bytes: 512 << 20,
     step_limit: Duration::from_secs(HOST_STEP_SECS),
 };
@@ -313,7 +473,8 @@ pub(crate) fn boot(
 ) -> anyhow::Result<Booted> {
     let t0 = Instant::now();
     let tree = kernel::ensure(spec, root)?;
-    let work = root.join("run").join(spec.label);
+    let name = guest_name(spec.label, plan.kind);
+    let work = root.join("run").join(&name);
     // Fresh per run: stale outputs must never be judged.
     if work.exists() {
         std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
@@ -328,7 +489,7 @@ pub(crate) fn boot(
     sparse_file(&out_image, OUT_IMAGE_BYTES)?;
     let prepare = t0.elapsed();
 
-    let log = root.join("logs").join(format!("{}-serial.log", spec.label));
+    let log = root.join("logs").join(format!("{name}-serial.log"));
     let run = qemu::run_guest(&qemu::GuestSpec {
         kernel: &tree.vmlinuz,
         initrd: &initrd,
@@ -378,19 +539,25 @@ fn unpack_results(image: &Path, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// [`boot_limit_check`]'s guest, in [`guest_name`]'s terms.
+const BOOT_LIMIT_KIND: &str = "boot-limit";
+
 /// Boots `spec`'s guest of the run just made with a 1 s boot limit, which
 /// no TCG boot meets (5-10 s here).
 fn boot_limit_check(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> checks::Check {
     const NAME: &str = "boot-limit-enforced";
-    let work = root.join("run").join(spec.label);
+    let work = root
+        .join("run")
+        .join(guest_name(spec.label, CHECKS_PLAN.kind));
     let tree = match kernel::ensure(spec, root) {
         Ok(tree) => tree,
         Err(e) => return checks::Check::new(NAME, false, format!("{e:#}")),
     };
     let out = work.join("out-boot-limit.img");
-    let log = root
-        .join("logs")
-        .join(format!("{}-boot-limit-serial.log", spec.label));
+    let log = root.join("logs").join(format!(
+        "{}-serial.log",
+        guest_name(spec.label, BOOT_LIMIT_KIND)
+    ));
     let disk = work.join("disk.img");
     if let Err(e) = sparse_file(&out, 1 << 20).and_then(|()| sparse_file(&disk, 1 << 20)) {
         return checks::Check::new(NAME, false, format!("{e:#}"));
@@ -448,4 +615,43 @@ fn qemu_processes_using(path: &Path) -> usize {
 /// apart from the temporary files of apt and dpkg).
 pub(crate) fn vm_dir() -> anyhow::Result<PathBuf> {
     Ok(xtask::target_dir()?.join("vm"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_default_to_the_cpus_up_to_two() {
+        assert_eq!(lanes_of(None, 1).unwrap(), 1);
+        assert_eq!(lanes_of(None, 2).unwrap(), 2);
+        assert_eq!(lanes_of(None, 16).unwrap(), 2);
+        assert_eq!(lanes_of(Some("1"), 16).unwrap(), 1);
+        assert_eq!(lanes_of(Some(" 4 "), 2).unwrap(), 4);
+        for bad in ["0", "", "two", "-1"] {
+            let e = lanes_of(Some(bad), 2).unwrap_err().to_string();
+            assert!(e.contains(JOBS_VAR), "{e}");
+        }
+    }
+
+    /// No two guests that may run at once share a work dir or a serial
+    /// log: every kernel's checks, scenario and boot-limit guests.
+    #[test]
+    fn guest_names_are_unique_per_kernel_and_kind() {
+        let kinds = [
+            CHECKS_PLAN.kind,
+            crate::scenario::GUEST_KIND,
+            BOOT_LIMIT_KIND,
+        ];
+        let mut names: Vec<String> = KERNELS
+            .iter()
+            .flat_map(|k| kinds.iter().map(|kind| guest_name(k.label, kind)))
+            .collect();
+        let all = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all, "{names:?}");
+        // The root image sits beside the work dirs.
+        assert!(!names.iter().any(|n| n == "root.img"));
+    }
 }

@@ -4,7 +4,7 @@
 //! `save_status`), beside the line it printed about the drop. On kernels
 //! before 5.19 with `kernel.unprivileged_bpf_disabled` set (Debian 11 and
 //! 12) the kernel refuses map reads without CAP_BPF, so that one
-//! capability may stay (writeback-user's tracer/privileges.rs,
+//! capability may stay (crates/tracer/src/privileges.rs,
 //! `map_access`); everything else is checked the same on every kernel.
 use std::{collections::HashMap, path::Path};
 

@@ -11,7 +11,7 @@
 //! answers.
 use std::{
     fmt::Write as _,
-    path::Path,
+    path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
 };
@@ -19,11 +19,9 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use wbscope_programs as programs;
-
 use crate::{
     kernel::KernelSpec,
-    matrix::{self, GuestPlan, GuestScenarios},
+    matrix::{self, GuestPlan, GuestScenarios, Shared},
 };
 
 /// What `cargo xtask vm-scenario` was asked.
@@ -37,6 +35,11 @@ pub(crate) struct ScenarioOptions {
     pub(crate) repeat: u32,
 }
 
+/// The scenario guests' [`GuestPlan::kind`]: their work dirs are
+/// `run/<label>-scenario`, apart from the checks' guests of the same
+/// kernel, which may run at the same time.
+pub(crate) const GUEST_KIND: &str = "scenario";
+
 /// The scenario guests: a 4 GiB sparse test disk (tiny scale makes one
 /// 1 GiB sparse image per filesystem in /var/tmp, and writes up to 256 MiB
 /// a run); a step is one whole scenario, up to five minutes a round of
@@ -44,6 +47,7 @@ pub(crate) struct ScenarioOptions {
 /// 10-20 s under TCG here), so that a guest that hangs is stopped.
 fn plan(repeat: u32) -> GuestPlan {
     GuestPlan {
+        kind: GUEST_KIND,
         disk_bytes: 4 << 30,
         step_limit: Duration::from_secs(300 * u64::from(repeat)),
     }
@@ -73,28 +77,43 @@ const FIGURES: &[&str] = &[
 const TOTALS: &[&str] = &["write_mb_s", "durable_mb_s", "elapsed_s"];
 
 /// `cargo xtask vm-scenario`: with a release wbscope (or
-/// `WBSCOPE_VM_BINARY`), as the guests of `vm-test` run.
+/// `WBSCOPE_VM_BINARY`), as the guests of `vm-test` run; the kernels'
+/// guests in [`matrix::lanes`].
 pub(crate) fn vm_scenario(opts: &ScenarioOptions) -> anyhow::Result<()> {
     validate(opts)?;
     xtask::setup::ensure_tools(xtask::setup::Scope::Vm)?;
-    run(opts, &matrix::wbscope_binary()?).map(|_| ())
+    let wbscope = matrix::wbscope_binary()?;
+    check_names(opts, &wbscope)?;
+    let lanes = matrix::lanes()?;
+    let base = matrix::Base::new(&wbscope)?;
+    let scenario = Scenario::new(opts, &base)?;
+    let mut guests: Vec<Option<anyhow::Result<String>>> =
+        scenario.specs.iter().map(|_| None).collect();
+    crate::lanes::run(lanes, scenario.jobs(), |i, r| guests[i] = Some(r));
+    scenario.finish(guests).map(|_| ())
 }
 
-/// What `cargo xtask test` runs after the VM checks, with the debug
+/// What `cargo xtask test` runs beside the VM checks, with the debug
 /// wbscope it tested: the command end to end on two kernels of the suite
-/// (6.12 and its PREEMPT_RT build, already downloaded for the checks),
-/// two scenarios, two runs each; the table must have both scenarios and
-/// a figure row per kernel. 276 s here with the debug wbscope.
-pub(crate) fn smoke(wbscope: &Path) -> anyhow::Result<()> {
-    let opts = ScenarioOptions {
+/// (6.12 and its PREEMPT_RT build, downloaded for the checks too), two
+/// scenarios, two runs each. 276 s here with the debug wbscope, one guest
+/// after the other.
+pub(crate) fn smoke_options() -> ScenarioOptions {
+    ScenarioOptions {
         kernels: vec!["6.12".into(), "6.12-rt".into()],
         scenarios: vec!["single-stream".into(), "package-unpack".into()],
         repeat: 2,
-    };
-    validate(&opts)?;
-    let text = run(&opts, wbscope)?;
+    }
+}
+
+/// The smoke run's verdict on its table ([`Scenario::finish`]'s): both
+/// scenarios' sections and a figure row per kernel.
+pub(crate) fn smoke_verdict(opts: &ScenarioOptions, text: &str) -> anyhow::Result<()> {
     for name in &opts.scenarios {
-        if !text.contains(&format!("### {name} (2 runs per case on the base)")) {
+        if !text.contains(&format!(
+            "### {name} ({} runs per case on the base)",
+            opts.repeat
+        )) {
             bail!("vm-scenario: the table has no {name} section:\n{text}");
         }
     }
@@ -105,14 +124,30 @@ pub(crate) fn smoke(wbscope: &Path) -> anyhow::Result<()> {
     if rows < 2 {
         bail!("vm-scenario: {rows} write_mb_s rows in the table:\n{text}");
     }
-    println!("vm-scenario: 6.12 against 6.12-rt, {rows} write_mb_s rows: ok");
+    println!(
+        "vm-scenario: {} against {}, {rows} write_mb_s rows: ok",
+        opts.kernels[0],
+        opts.kernels[1..].join(", ")
+    );
     Ok(())
 }
 
 /// The options' own errors, before anything is built or booted.
-fn validate(opts: &ScenarioOptions) -> anyhow::Result<()> {
+pub(crate) fn validate(opts: &ScenarioOptions) -> anyhow::Result<()> {
     if opts.kernels.len() < 2 {
         bail!("name at least two kernels (the first is the base), e.g. --kernels 6.12,newest");
+    }
+    if let Some((i, k)) = opts
+        .kernels
+        .iter()
+        .enumerate()
+        .find(|(i, k)| opts.kernels[..*i].contains(k))
+    {
+        bail!(
+            "{k:?} is named twice (kernel {} of --kernels): name each kernel once (its guest's \
+             work dir and documents are named by its label)",
+            i + 1
+        );
     }
     if opts.scenarios.iter().any(|s| s == "sync-after-write") {
         bail!("sync-after-write has no --repeat (one sync per document): choose other scenarios");
@@ -133,48 +168,76 @@ fn specs(opts: &ScenarioOptions) -> anyhow::Result<Vec<&'static KernelSpec>> {
         .collect()
 }
 
-/// Boots the kernels, runs the scenarios, prints and returns the table.
-fn run(opts: &ScenarioOptions, wbscope: &Path) -> anyhow::Result<String> {
-    let specs = specs(opts)?;
-    if !matrix::qemu_available() {
-        bail!(
-            "{} not found: cargo xtask setup installs it",
-            programs::QEMU.name
-        );
-    }
-    let wbscope = wbscope
-        .canonicalize()
-        .with_context(|| format!("the wbscope binary {}", wbscope.display()))?;
-    // A name the guests' wbscope would refuse, said before a guest boots.
-    let known = scenario_names(&wbscope)?;
+/// A name the guests' wbscope would refuse, said before anything is
+/// built or booted.
+pub(crate) fn check_names(opts: &ScenarioOptions, wbscope: &Path) -> anyhow::Result<()> {
+    let known = scenario_names(wbscope)?;
     if let Some(bad) = opts.scenarios.iter().find(|s| !known.contains(s)) {
         bail!("unknown scenario {bad:?}: choose from {}", known.join(", "));
     }
-    let root = matrix::vm_dir()?;
-    let names = opts.scenarios.join(" ");
-    let shared = matrix::prepare_shared(
-        &root,
-        &wbscope,
-        "scenario",
-        &GuestScenarios {
-            names: &names,
-            repeat: opts.repeat,
-        },
-    )?;
-    let results = root.join("scenario");
-    let started = Instant::now();
-    let mut releases = Vec::new();
-    for spec in &specs {
+    Ok(())
+}
+
+/// A vm-scenario ready to boot: a job per kernel, then the table.
+pub(crate) struct Scenario<'a> {
+    opts: &'a ScenarioOptions,
+    specs: Vec<&'static KernelSpec>,
+    base: &'a matrix::Base,
+    shared: Shared,
+    /// target/vm/scenario: a directory of documents per kernel, the table.
+    results: PathBuf,
+    started: Instant,
+}
+
+impl<'a> Scenario<'a> {
+    /// The scenario guests' initramfs beside `base`'s root image.
+    pub(crate) fn new(opts: &'a ScenarioOptions, base: &'a matrix::Base) -> anyhow::Result<Self> {
+        let specs = specs(opts)?;
+        let shared = base.shared(
+            "scenario",
+            &GuestScenarios {
+                names: &opts.scenarios.join(" "),
+                repeat: opts.repeat,
+            },
+        )?;
+        Ok(Scenario {
+            opts,
+            specs,
+            base,
+            shared,
+            results: base.root().join("scenario"),
+            started: Instant::now(),
+        })
+    }
+
+    /// A job per kernel, the base first: boot, run the scenarios, copy
+    /// their documents to `results/<label>/`; each gives the kernel's
+    /// release.
+    pub(crate) fn jobs(&self) -> Vec<crate::lanes::Job<'_, String>> {
+        self.specs
+            .iter()
+            .map(|spec| Box::new(move || self.guest(spec)) as crate::lanes::Job<'_, String>)
+            .collect()
+    }
+
+    fn guest(&self, spec: &KernelSpec) -> anyhow::Result<String> {
         let t0 = Instant::now();
         eprintln!(
             "xtask: vm-scenario: {} ({} x {} runs per variant)…",
-            spec.label, names, opts.repeat
+            spec.label,
+            self.opts.scenarios.join(" "),
+            self.opts.repeat
         );
-        let booted = matrix::boot(spec, &root, &shared, &plan(opts.repeat))
-            .with_context(|| format!("kernel {}", spec.label))?;
-        let dir = results.join(spec.label);
+        let booted = matrix::boot(
+            spec,
+            self.base.root(),
+            &self.shared,
+            &plan(self.opts.repeat),
+        )
+        .with_context(|| format!("kernel {}", spec.label))?;
+        let dir = self.results.join(spec.label);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        for name in &opts.scenarios {
+        for name in &self.opts.scenarios {
             collect(&booted.out, name, &dir.join(format!("{name}.json")))
                 .with_context(|| format!("kernel {} ({})", spec.label, booted.release))?;
         }
@@ -184,32 +247,58 @@ fn run(opts: &ScenarioOptions, wbscope: &Path) -> anyhow::Result<String> {
             booted.release,
             t0.elapsed().as_secs_f64()
         );
-        releases.push(booted.release);
+        Ok(booted.release)
     }
-    let mut text = String::new();
-    for name in &opts.scenarios {
-        let base = results.join(specs[0].label).join(format!("{name}.json"));
-        let diffs = specs[1..]
-            .iter()
-            .map(|s| {
-                diff(
-                    &wbscope,
-                    &base,
-                    &results.join(s.label).join(format!("{name}.json")),
-                )
-            })
-            .collect::<anyhow::Result<Vec<Value>>>()?;
-        text.push_str(&table(name, &releases, &diffs));
+
+    /// After every guest (`guests[i]` what [`Self::jobs`]' job `i` gave):
+    /// asks `wbscope diff` for each later kernel against the first,
+    /// prints and returns the table; fails naming every guest that did
+    /// not give its documents.
+    pub(crate) fn finish(
+        &self,
+        guests: Vec<Option<anyhow::Result<String>>>,
+    ) -> anyhow::Result<String> {
+        let mut releases = Vec::new();
+        let mut errors = Vec::new();
+        for (spec, guest) in self.specs.iter().zip(guests) {
+            match guest {
+                Some(Ok(release)) => releases.push(release),
+                Some(Err(e)) => errors.push(format!("{e:#}")),
+                None => errors.push(format!("kernel {}: its guest did not run", spec.label)),
+            }
+        }
+        if !errors.is_empty() {
+            bail!("{}", errors.join("; "));
+        }
+        let wbscope = self.base.wbscope();
+        let results = &self.results;
+        let mut text = String::new();
+        for name in &self.opts.scenarios {
+            let base = results
+                .join(self.specs[0].label)
+                .join(format!("{name}.json"));
+            let diffs = self.specs[1..]
+                .iter()
+                .map(|s| {
+                    diff(
+                        wbscope,
+                        &base,
+                        &results.join(s.label).join(format!("{name}.json")),
+                    )
+                })
+                .collect::<anyhow::Result<Vec<Value>>>()?;
+            text.push_str(&table(name, &releases, &diffs));
+        }
+        let md = results.join("table.md");
+        std::fs::write(&md, &text).with_context(|| format!("writing {}", md.display()))?;
+        println!("{text}");
+        eprintln!(
+            "xtask: vm-scenario: {:.0} s; the table is in {}, each kernel's documents beside it",
+            self.started.elapsed().as_secs_f64(),
+            md.display()
+        );
+        Ok(text)
     }
-    let md = results.join("table.md");
-    std::fs::write(&md, &text).with_context(|| format!("writing {}", md.display()))?;
-    println!("{text}");
-    eprintln!(
-        "xtask: vm-scenario: {:.0} s; the table is in {}, each kernel's documents beside it",
-        started.elapsed().as_secs_f64(),
-        md.display()
-    );
-    Ok(text)
 }
 
 /// The scenario names `wbscope scenario --help` lists.
@@ -502,6 +591,19 @@ mod tests {
             Options:\n          Possible values:\n          - tiny:  Under a minute\n";
         assert_eq!(possible_values(help), ["single-stream", "package-unpack"]);
         assert!(possible_values("no list").is_empty());
+    }
+
+    #[test]
+    fn a_kernel_named_twice_is_refused() {
+        let opts = |kernels: &[&str]| ScenarioOptions {
+            kernels: kernels.iter().map(|k| k.to_string()).collect(),
+            scenarios: vec!["single-stream".into()],
+            repeat: 2,
+        };
+        let e = validate(&opts(&["6.12", "6.1", "6.12"])).unwrap_err();
+        assert!(e.to_string().contains("\"6.12\" is named twice"), "{e}");
+        validate(&opts(&["6.12", "6.12-rt"])).unwrap();
+        validate(&smoke_options()).unwrap();
     }
 
     #[test]
