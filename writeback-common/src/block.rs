@@ -37,13 +37,13 @@ pub mod block_hist {
     pub const FLUSH_LATENCY_NS: u16 = 2;
     /// log2 buckets per histogram (0..=63).
     pub const BUCKETS: usize = 64;
-    /// Device slots of [`BlockSlots`], a power of two.
+    /// Device slots of [`super::BlockSlots`], a power of two.
     pub const SLOTS: u32 = 16;
     /// Slots a device tries, from its hash on (linear probing), before it
     /// goes to the overflow hash.
     pub const PROBES: u32 = 8;
 
-    /// The `probe`-th slot of [`BlockSlots`] device `dev` may use
+    /// The `probe`-th slot of [`super::BlockSlots`] device `dev` may use
     /// (Fibonacci hashing: kernel dev_t numbers cluster in their low bits).
     pub const fn slot_of(dev: u32, probe: u32) -> u32 {
         ((dev.wrapping_mul(0x9E37_79B1) >> (32 - SLOTS.trailing_zeros())) + probe) & (SLOTS - 1)
@@ -87,7 +87,7 @@ impl Default for BlockSlots {
 
 /// What the BTF-typed block programs read (`tp_btf/block_rq_issue`,
 /// `block_rq_complete`, `block_bio_queue`), resolved from the kernel's BTF
-/// apart from [`KernelMembers`] so that a kernel lacking one of these
+/// apart from [`crate::KernelMembers`] so that a kernel lacking one of these
 /// refuses only the block hooks.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

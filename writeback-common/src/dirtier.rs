@@ -131,7 +131,7 @@ pub struct InodeDirtying {
 }
 
 /// What the BTF dirty-time program reads, resolved from the kernel's BTF
-/// apart from [`KernelMembers`] (indexed by [`dirtier_members`]).
+/// apart from [`crate::KernelMembers`] (indexed by [`dirtier_members`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirtierMembers {

@@ -51,7 +51,7 @@ pub mod sync_flags {
     pub const XFS: u32 = 1 << 3;
     /// A function hook saw the thread wait for its pages' writeback inside
     /// (`file_write_and_wait_range()` or `filemap_fdatawait_range()`):
-    /// [`SyncSpan::wait_start_ns`] and `wait_end_ns` are measured.
+    /// [`super::SyncSpan::wait_start_ns`] and `wait_end_ns` are measured.
     pub const WAIT_HOOKED: u32 = 1 << 4;
     /// A function hook saw it wait for a journal commit
     /// (`jbd2_log_wait_commit()`): `journal_*` are measured.

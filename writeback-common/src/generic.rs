@@ -27,7 +27,7 @@ pub mod boundary {
     pub const DRAIN: u32 = 4;
 }
 
-/// Bits of [`GenericCall::flags`] (the first four as in [`call_flags`]).
+/// Bits of [`GenericCall::flags`] (the first four as in [`crate::call_flags`]).
 pub mod generic_flags {
     pub const FOR_KUPDATE: u32 = 1 << 0;
     pub const RANGE_CYCLIC: u32 = 1 << 1;
@@ -120,7 +120,7 @@ pub struct GenericCall {
     pub sync_mode: u32,
     /// [`generic_flags`].
     pub flags: u32,
-    /// [`cause`].
+    /// [`crate::cause`].
     pub cause: u32,
     /// `enum wb_reason` + 1 of the flusher work, 0 outside it.
     pub work_reason: u32,

@@ -11,6 +11,9 @@ mod dist;
 // Test-only: the crates' dependencies against the layers.
 #[cfg(test)]
 mod crate_graph;
+// Test-only: no import circle among a crate's modules.
+#[cfg(test)]
+mod module_graph;
 mod suite;
 
 use std::{os::unix::process::CommandExt as _, process::ExitCode};

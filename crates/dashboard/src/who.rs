@@ -4,7 +4,7 @@
 //! who pane draws ([`WhoModel`], part of the `Model`), fed by each
 //! interval's `owners` whether the interval was built live or read back
 //! from a recording.
-use std::{collections::BTreeMap, ops::Deref};
+use std::collections::BTreeMap;
 
 use wbscope_model::{
     CallRecord,
@@ -82,32 +82,18 @@ impl LiveWho {
 }
 
 /// One process's totals since start (or the last reset): its owner lines
-/// added up by the model's sum ([`OwnerTotal::add`], the report's too),
-/// read through `Deref` as the total's fields, as the who pane reads them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct WhoRow {
-    total: OwnerTotal,
+/// added up by the model's sum ([`OwnerTotal::add`], the report's too).
+pub(crate) type WhoRow = OwnerTotal;
+
+/// Pages of its own a process wrote back itself (fsync,
+/// sync_file_range, or throttled into writeback).
+pub(crate) fn by_self(r: &WhoRow) -> u64 {
+    r.written.saturating_sub(r.by_others)
 }
 
-impl Deref for WhoRow {
-    type Target = OwnerTotal;
-
-    fn deref(&self) -> &OwnerTotal {
-        &self.total
-    }
-}
-
-impl WhoRow {
-    /// Pages of its own it wrote back itself (fsync, sync_file_range,
-    /// or throttled into writeback).
-    pub(crate) fn by_self(&self) -> u64 {
-        self.written.saturating_sub(self.by_others)
-    }
-
-    /// Pages another process's sync wrote: others but not the flusher.
-    pub(crate) fn by_others_sync(&self) -> u64 {
-        self.by_others.saturating_sub(self.by_flusher)
-    }
+/// Pages another process's sync wrote: others but not the flusher.
+pub(crate) fn by_others_sync(r: &WhoRow) -> u64 {
+    r.by_others.saturating_sub(r.by_flusher)
 }
 
 /// Per process (tgid) since start: the who pane's slice of the state.
@@ -139,7 +125,7 @@ impl WhoModel {
                     self.evicted += 1;
                 }
             }
-            let row = &mut self.rows.entry(o.pid).or_default().total;
+            let row = &mut self.rows.entry(o.pid).or_default();
             if row.comm != o.comm {
                 row.comm.clone_from(&o.comm);
             }
@@ -154,8 +140,8 @@ impl WhoModel {
         let mut groups: BTreeMap<u64, (WhoRow, usize)> = BTreeMap::new();
         for r in self.rows.values() {
             let g = groups.entry(r.cgroup_id).or_default();
-            g.0.total.cgroup_id = r.cgroup_id;
-            g.0.total.add(r);
+            g.0.cgroup_id = r.cgroup_id;
+            g.0.add(r);
             g.1 += 1;
         }
         groups
@@ -243,7 +229,7 @@ mod tests {
         let p1 = &m.rows[&1];
         assert_eq!((p1.dirtied, p1.written, p1.by_others), (200, 100, 50));
         assert_eq!(
-            (p1.by_self(), p1.by_flusher, p1.by_others_sync()),
+            (by_self(p1), p1.by_flusher, by_others_sync(p1)),
             (50, 25, 25)
         );
         assert_eq!(p1.throttle_pauses, 2);

@@ -89,7 +89,7 @@ pub(crate) fn t_quantile(conf: f64, dof: usize) -> Option<f64> {
 
 /// Change of `b`'s mean against `a`'s, per cent: +10 when b is 10% above.
 /// `Some(0)` when both are zero; `None` when only `a`'s is (a change from
-/// nothing has no percentage: [`Change::signed`] makes it ±infinity).
+/// nothing has no percentage: [`signed_change`] makes it ±infinity).
 pub(crate) fn change_pct(a: &Summary, b: &Summary) -> Option<f64> {
     if a.mean == 0.0 {
         return (b.mean == 0.0).then_some(0.0);

@@ -392,7 +392,10 @@ fn who_live_attribution_from_samples() {
     assert_eq!(owners.len(), 1, "{owners:?}");
     let dd = &app.model.who.rows[&4242];
     assert_eq!((dd.dirtied, dd.written, dd.by_flusher), (1000, 300, 300));
-    assert_eq!((dd.by_self(), dd.by_others_sync()), (0, 0));
+    assert_eq!(
+        (crate::who::by_self(dd), crate::who::by_others_sync(dd)),
+        (0, 0)
+    );
     assert_eq!((dd.throttle_pauses, dd.throttle_ms), (1, 10));
     assert_eq!((dd.comm.as_str(), dd.cgroup_id), ("dd", 7001));
 }

@@ -13,7 +13,7 @@ use ratatui::{
 
 use super::{empty_pane, pane_block, theme};
 use crate::app::WhoSort;
-use crate::who::{WhoModel, WhoRow};
+use crate::who::{WhoModel, WhoRow, by_others_sync, by_self};
 use wbscope_model::units;
 use wbscope_model::units::page_size;
 
@@ -41,9 +41,9 @@ fn figures(r: &WhoRow, page: u64) -> [String; 5] {
     let b = |pages: u64| units::bytes(pages * page);
     [
         b(r.dirtied),
-        b(r.by_self()),
+        b(by_self(r)),
         b(r.by_flusher),
-        b(r.by_others_sync()),
+        b(by_others_sync(r)),
         format!("{}/{}ms", r.throttle_pauses, r.throttle_ms),
     ]
 }

@@ -137,7 +137,7 @@ fn malformed(msg: impl Into<String>) -> BtfError {
 /// Otherwise the member is a bitfield held in that naturally aligned
 /// 1/2/4/8-byte unit: its value is
 /// `(unit >> bit_offset) & ((1 << bit_size) - 1)` (all ones for 64 bits);
-/// see [`MemberLayout::read_from`]. The unit is the smallest 1/2/4/8-byte
+/// see `MemberLayout::read_from` (test code). The unit is the smallest 1/2/4/8-byte
 /// one aligned (relative to the struct's start) that holds every bit; in a
 /// packed struct it may extend past the struct's last byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
