@@ -2,7 +2,7 @@
 //!
 //! No kernel struct layout is compiled in: every tracepoint field is read
 //! through a [`TracepointLayout`] global that userspace fills from the
-//! tracefs `format` file before loading (writeback-user/src/tracefs.rs).
+//! tracefs `format` file before loading (crates/tracer/src/tracefs.rs).
 //! Programs carry no tracepoint name in their section: userspace attaches
 //! each to whichever candidate tracepoint its probe plan chose.
 //!

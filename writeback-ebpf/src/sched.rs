@@ -6,7 +6,7 @@
 //! the scheduler's events. The `sched_switch` programs below, which run
 //! on every context switch of the machine, are no candidate of the probe
 //! plan: they stay for the test that checks the one method against the
-//! other (writeback-user/tests/kernel_probes.rs).
+//! other (writeback-user/tests/suite/kernel_probes.rs).
 use aya_ebpf::{
     helpers::bpf_get_smp_processor_id,
     macros::{btf_tracepoint, tracepoint},

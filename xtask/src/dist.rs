@@ -1,6 +1,6 @@
 //! `cargo xtask dist`: the single binary to copy to hosts without Rust.
 //!
-//! The eBPF object is already inside (writeback-user/build.rs embeds it);
+//! The eBPF object is already inside (crates/tracer/build.rs embeds it);
 //! this strips the debug info of the userspace code, checks that the
 //! binary needs nothing beyond the C library, and writes a checksum.
 use std::{
