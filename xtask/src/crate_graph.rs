@@ -98,11 +98,7 @@ const PLAIN: &[&str] = &["wbscope-model"];
 type Deps = BTreeMap<String, Vec<(String, String)>>;
 
 fn workspace_deps() -> Deps {
-    let out = xtask::cargo_metadata()
-        .output()
-        .expect("running cargo metadata");
-    assert!(out.status.success(), "cargo metadata failed");
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    let meta = xtask::workspace_metadata().expect("cargo metadata");
     let mut deps = Deps::new();
     for package in meta["packages"].as_array().expect("packages") {
         let name = package["name"].as_str().expect("name").to_string();

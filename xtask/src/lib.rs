@@ -13,7 +13,7 @@ pub mod setup;
 mod spawns;
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::OnceLock,
 };
@@ -69,6 +69,36 @@ pub fn cargo_metadata() -> Command {
         "--offline",
     ]);
     cmd
+}
+
+/// `cargo metadata` of this workspace, parsed.
+pub fn workspace_metadata() -> anyhow::Result<serde_json::Value> {
+    let out = cargo_metadata()
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!("cargo metadata failed ({})", out.status);
+    }
+    serde_json::from_slice(&out.stdout).context("cargo metadata printed no JSON")
+}
+
+/// The `.rs` files under `dir`, in the directories `descend` accepts
+/// (each directory below `dir` is asked, `dir` itself is not).
+pub fn rust_files(dir: &Path, descend: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for path in entries.flatten().map(|e| e.path()) {
+        if path.is_dir() {
+            if descend(&path) {
+                out.extend(rust_files(&path, descend));
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// `target_directory` of `cargo metadata`'s JSON.

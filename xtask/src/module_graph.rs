@@ -14,23 +14,6 @@ use std::{
 /// `src/report/data.rs`; the crate root is empty.
 type ModPath = Vec<String>;
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for path in entries.flatten().map(|e| e.path()) {
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        if path.is_dir() {
-            // Test modules in their own directories.
-            if name != "tests" && name != "snapshots" {
-                rust_files(&path, out);
-            }
-        } else if name.ends_with(".rs") && !name.ends_with("tests.rs") {
-            out.push(path);
-        }
-    }
-}
-
 fn module_of(src: &Path, file: &Path) -> ModPath {
     let rel = file.strip_prefix(src).unwrap_or(file).with_extension("");
     let mut parts: ModPath = rel
@@ -226,8 +209,12 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 /// `PARENT: a <-> b <-> …` for each circle among sibling modules of the
 /// crate whose sources are under `src`.
 fn circles(src: &Path) -> Vec<String> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
+    // Test modules in their own directories and files are left out.
+    let descend = |dir: &Path| !dir.ends_with("tests") && !dir.ends_with("snapshots");
+    let files: Vec<PathBuf> = xtask::rust_files(src, &descend)
+        .into_iter()
+        .filter(|f| !f.to_string_lossy().ends_with("tests.rs"))
+        .collect();
     let modules: BTreeSet<ModPath> = files.iter().map(|f| module_of(src, f)).collect();
     // Edges between siblings under each parent module.
     let mut by_parent: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
@@ -268,8 +255,7 @@ fn circles(src: &Path) -> Vec<String> {
 #[test]
 fn no_crate_has_an_import_circle() {
     let root = xtask::workspace_root();
-    let out = xtask::cargo_metadata().output().expect("cargo metadata");
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    let meta = xtask::workspace_metadata().expect("cargo metadata");
     let mut found = Vec::new();
     let mut dirs = BTreeSet::new();
     for package in meta["packages"].as_array().expect("packages") {

@@ -13,23 +13,17 @@ const SPAWNERS: [&str; 2] = [concat!("Command::new", "("), concat!("which::which
 /// `dev/programs` (where the names are written down); FILE relative to
 /// `root`.
 fn literal_spawns(root: &Path, dir: &Path, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for path in entries.flatten().map(|e| e.path()) {
+    let descend = |path: &Path| {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
-        if path.is_dir() {
-            if name != "target" && !name.starts_with('.') && path != root.join("dev/programs") {
-                literal_spawns(root, &path, out);
-            }
-            continue;
-        }
+        name != "target" && !name.starts_with('.') && path != root.join("dev/programs")
+    };
+    for path in crate::rust_files(dir, &descend) {
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
         for (at, spawner) in SPAWNERS.iter().flat_map(|s| text.match_indices(s)) {
             let arg = text[at + spawner.len()..].trim_start();
-            if name.ends_with(".rs") && ["\"", "r\"", "r#"].iter().any(|q| arg.starts_with(q)) {
+            if ["\"", "r\"", "r#"].iter().any(|q| arg.starts_with(q)) {
                 let line = text[..at].matches('\n').count() + 1;
                 let code = text[at..].lines().next().unwrap_or_default();
                 let file = path.strip_prefix(root).unwrap_or(&path).display();
