@@ -24,7 +24,7 @@ use writeback_common::{
 
 use crate::{
     CURRENT, EVENTS, FILTER, bump,
-    in_call::in_ext4_call,
+    in_call::in_call,
     read::{current_tid, field, now_ns},
     writepages::filtered_out,
 };
@@ -376,9 +376,11 @@ pub fn handle_stats(ctx: TracePointContext) -> u32 {
     let l = &HANDLE_STATS_LAYOUT;
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    let ino = if in_ext4_call(tid) {
+    // A call drawn into the sample (one left out has no entry of its own:
+    // the thread's entry still holds its call before).
+    let ino = if in_call(tid) {
         // SAFETY: the key is copied out at once.
-        unsafe { CURRENT.get(&tid) }.map_or(0, |c| c.key.ino)
+        unsafe { CURRENT.get(&tid) }.map_or(0, |c| c.inode())
     } else {
         0
     };

@@ -17,6 +17,7 @@ use writeback_common::{
 
 use crate::{
     AGG, DIRTY, GLOBAL_THRESH, INODE_PASS, THROTTLED, WORK, add,
+    in_call::set_flusher_work,
     members::KERNEL_MEMBERS,
     read::{Typed, current_tid, field, member, raw_arg},
     writepages::{filtered_out, inode_key},
@@ -65,7 +66,10 @@ pub fn wb_start(ctx: TracePointContext) -> u32 {
         reason: reason_slot(reason) + 1,
         for_background: field(&ctx, layout, wb_work::FOR_BACKGROUND) as u32,
     };
-    let _ = WORK.insert(&current_tid(), &work, 0);
+    let tid = current_tid();
+    if WORK.insert(&tid, &work, 0).is_ok() {
+        set_flusher_work(tid, true);
+    }
     0
 }
 
@@ -74,6 +78,7 @@ pub fn wb_start(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn wb_written(ctx: TracePointContext) -> u32 {
     let tid = current_tid();
+    set_flusher_work(tid, false);
     // SAFETY: value copied out at once.
     let Some(work) = (unsafe { WORK.get(&tid) }).copied() else {
         return 0;

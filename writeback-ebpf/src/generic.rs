@@ -38,7 +38,7 @@ use writeback_common::{
 
 use crate::{
     CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, barrier, bump,
-    in_call::in_ext4_call,
+    in_call::{in_ext4_call, in_flusher_work},
     members::KERNEL_MEMBERS,
     read::{Access, Typed, current_tid, member, member_ptr, now_ns, raw_arg},
     sched::{offcpu_since, run_clock},
@@ -293,8 +293,13 @@ pub(crate) fn open<A: Access>(
     writeback_index_before: u64,
 ) {
     let tid = pid_tgid as u32;
-    // SAFETY: copied out at once.
-    let work = unsafe { WORK.get(&tid) }.copied();
+    // Only a flusher thread has a WORK entry to find (in_call.rs).
+    let work = if in_flusher_work(tid) {
+        // SAFETY: copied out at once.
+        unsafe { WORK.get(&tid) }.copied()
+    } else {
+        None
+    };
     if CONFIG.get(0).copied() == Some(cpu_time::TASK_RUNTIME) {
         let run = run_clock::<A>();
         c.start_cpu = run.cpu;

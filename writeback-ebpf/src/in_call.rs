@@ -5,7 +5,7 @@
 use aya_ebpf::{macros::map, maps::Array};
 
 /// One byte per thread id, non-zero while the thread is inside a
-/// writepages call (has an entry in CURRENT); eight threads to an array
+/// writepages call (its entry in CURRENT holds the call); eight threads to an array
 /// entry. Array lookups are inlined by the verifier, a hash lookup is a
 /// helper call (about 90 ns here, `wbscope probes --cost`), and
 /// the per-bio and per-folio hooks ask on every event whether a thread
@@ -21,20 +21,50 @@ static IN_CALL: Array<u64> = Array::with_max_entries((4 << 20) / 8, 0);
 /// thread's next `do_writepages()` hook clears it), 0 otherwise.
 pub(crate) const IN_EXT4_CALL: u8 = 1;
 pub(crate) const EXT4_CALL_ENDED: u8 = 2;
-/// Inside an ext4 call the CPU budget's sample left out: no CURRENT or
-/// INFLIGHT entry, and not "in a call" for the hooks inside one
+/// Inside an ext4 call the CPU budget's sample left out: its thread's
+/// CURRENT entry still holds the call before, and it is not "in a call"
+/// for the hooks inside one
 /// ([`in_call`] tests [`IN_EXT4_CALL`] only).
 pub(crate) const SAMPLED_OUT_CALL: u8 = 4;
+/// A bit beside the call state: the thread runs flusher work
+/// (`writeback_start` seen, `writeback_written` not yet), so it has a
+/// `WORK` entry. A call's start asks this byte, an inlined array load,
+/// before the hash lookup, which most calls (fsync, sync_file_range,
+/// any call outside the flushers) would make only to miss: about 200 ns
+/// of a 2.3 µs start program under an fsync storm (the ablation in
+/// docs/bench-log/fsync-storm.md).
+const IN_FLUSHER_WORK: u8 = 8;
 
+/// The whole byte, the flusher-work bit included.
 #[inline(always)]
-pub(crate) fn call_byte(tid: u32) -> u8 {
+fn whole_byte(tid: u32) -> u8 {
     IN_CALL
         .get(tid >> 3)
         .map_or(0, |word| (*word >> ((tid & 7) * 8)) as u8)
 }
 
+/// `tid`'s call state: [`IN_EXT4_CALL`], [`EXT4_CALL_ENDED`],
+/// [`SAMPLED_OUT_CALL`] or 0.
+#[inline(always)]
+pub(crate) fn call_byte(tid: u32) -> u8 {
+    whole_byte(tid) & !IN_FLUSHER_WORK
+}
+
+/// Whether `tid` runs flusher work (see [`IN_FLUSHER_WORK`]).
+#[inline(always)]
+pub(crate) fn in_flusher_work(tid: u32) -> bool {
+    whole_byte(tid) & IN_FLUSHER_WORK != 0
+}
+
+/// Marks `tid` as running flusher work or not; called only by `tid`.
+#[inline(always)]
+pub(crate) fn set_flusher_work(tid: u32, on: bool) {
+    let state = call_byte(tid);
+    write_byte(tid, if on { state | IN_FLUSHER_WORK } else { state });
+}
+
 /// Whether thread `tid` is inside a writepages call drawn into the sample
-/// (IN_CALL), with its CURRENT and INFLIGHT entries.
+/// (IN_CALL), its CURRENT entry holding that call.
 #[inline(always)]
 pub(crate) fn in_call(tid: u32) -> bool {
     call_byte(tid) & IN_EXT4_CALL != 0
@@ -47,9 +77,16 @@ pub(crate) fn in_ext4_call(tid: u32) -> bool {
     call_byte(tid) & (IN_EXT4_CALL | SAMPLED_OUT_CALL) != 0
 }
 
-/// Sets `tid`'s byte of IN_CALL; called only by `tid` itself.
+/// Sets `tid`'s call state, keeping its flusher-work bit; called only by
+/// `tid` itself, so the read and the write of its byte cannot interleave
+/// with another writer's.
 #[inline(always)]
 pub(crate) fn set_call_byte(tid: u32, value: u8) {
+    write_byte(tid, (whole_byte(tid) & IN_FLUSHER_WORK) | value);
+}
+
+#[inline(always)]
+fn write_byte(tid: u32, value: u8) {
     if let Some(word) = IN_CALL.get_ptr_mut(tid >> 3) {
         // SAFETY: a byte inside the 8-byte array value, owned by `tid`.
         unsafe { *word.cast::<u8>().add((tid & 7) as usize) = value };

@@ -36,8 +36,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use writeback_common::{
-    BlockHistKey, BlockSlots, CurrentCall, DevCounterKey, Filter, FlusherWork, InflightCall,
-    InflightKey, PausedBy, RequestKey, agg, dirty, global_thresh, sampling, stat,
+    BlockHistKey, BlockSlots, DevCounterKey, Filter, FlusherWork, PausedBy, RequestKey, agg, dirty,
+    global_thresh, sampling, stat,
 };
 
 /// Per-call records to userspace. 4 MiB holds ~17000 records of 240 bytes:
@@ -52,33 +52,32 @@ const EVENTS_BYTES: u32 = 4 << 20;
 /// the buffer is waiting.
 pub const WAKEUP_AT_BYTES: u64 = (EVENTS_BYTES / 4) as u64;
 
-/// Calls in flight, keyed by (inode, thread, device). LRU so that a start
-/// whose end never comes (probe detached mid-call) cannot fill it for good.
-#[map]
-static INFLIGHT: LruHashMap<InflightKey, InflightCall> = LruHashMap::with_max_entries(16384, 0);
-
-/// The call each thread is inside and what the hooks firing many times in
-/// it counted (`CurrentCall`: bios, scan passes, extents), for hooks that
+/// The ext4 writepages call each thread is inside, or was last: its
+/// start-side values and what the hooks firing many times in it counted
+/// ([`writepages::ThreadCall`]), for the call's end and for hooks that
 /// know the thread but not the inode (bios, wbc_writepage, the scan
-/// kprobes) and for those that know both (ext4's folios and extent
-/// tracepoints check the key). A plain hash, not LRU: LRU lookups cost
-/// more; entries are removed at the end of each call.
+/// kprobes) or both (ext4's folios and extent tracepoints check the key).
+/// Whether the thread is inside a call is its IN_CALL byte (in_call.rs).
 ///
-/// Sized to stay in the kernel's direct map: `bpf_map_area_alloc()`
-/// (kernel/bpf/syscall.c) kmallocs an area of up to 32 KiB (PAGE_SIZE <<
-/// PAGE_ALLOC_COSTLY_ORDER) and vmallocs a larger one, whose 4 KiB pages
-/// each take a TLB entry. The elements are preallocated in one area: 256
-/// plus one per possible CPU (`htab_has_extra_elems()`,
-/// kernel/bpf/hashtab.c), each a 48-byte `struct htab_elem`, the 8-byte
-/// key and the 64-byte value: 30,960 bytes on this 2-CPU machine; a host
-/// with more than 17 possible CPUs gets it vmalloc'd, which costs time,
-/// not figures. A lookup by thread id measured 235 ns where 16384
-/// entries took 297 (`wbscope probes --cost 3`, five runs each, the
-/// empty program 97-112 ns). 256 threads inside writepages calls at the
-/// same instant are far more than flushers and fsyncs make; a start that
-/// finds it full is counted (`stat::INFLIGHT_FULL`).
+/// One entry per thread, written in place by each of its calls: a
+/// lookup at the start and one at the end. The map operations that make
+/// and drop entries cost several times more than a lookup under an fsync
+/// storm (docs/bench-log/fsync-storm.md: an insert 0.5 µs, an LRU insert
+/// 1.0-1.2 µs, where the empty program on the event costs 0.16 µs), so a
+/// thread's entry is made once, at its first call, and left for the
+/// next; LRU, so that the entries of threads long gone make room. One
+/// entry per thread, not per call keyed by (inode, thread, device): a
+/// thread is inside one ext4 call at a time (ext4 writes back nothing
+/// from reclaim, which runs GFP_NOFS under it).
+///
+/// 8,192 threads that made writepages calls recently, at 232 bytes an
+/// element (a 48-byte `struct htab_elem`, the 8-byte key, the 176-byte
+/// value; kernel/bpf/hashtab.c), preallocated: 1.8 MiB. An entry evicted
+/// while its call is in flight makes that call's end unmatched, counted
+/// (`unmatched_results`); a start that finds no room is counted
+/// (`stat::INFLIGHT_FULL`).
 #[map]
-static CURRENT: HashMap<u32, CurrentCall> = HashMap::with_max_entries(256, 0);
+static CURRENT: LruHashMap<u32, writepages::ThreadCall> = LruHashMap::with_max_entries(8192, 0);
 
 /// When a thread inside a call was switched out (sched_switch, only in
 /// the cross-check test's tracer).

@@ -12,9 +12,9 @@ use writeback_common::{
 };
 
 use crate::{
-    AGG, INFLIGHT, add,
+    AGG, add,
     read::{Access, Typed, current_tid, field, member_at, raw_arg},
-    writepages::{call_of, current_call, current_entry, inode_key},
+    writepages::{call_of, current_call, current_entry, in_flight, inode_key},
 };
 
 #[unsafe(no_mangle)]
@@ -45,13 +45,10 @@ fn scan_started(call: *mut CurrentCall, start_pos: i64) {
     // writes it.
     unsafe {
         if (*call).scan_iterations == 0 {
-            // Before the first pass ends: once per call, so the in-flight
-            // state it goes to may cost a lookup.
-            let key = (*call).key;
-            if let Some(start) = INFLIGHT.get_ptr_mut(&key) {
-                (*start).scan_first_pos = start_pos;
-                (*start).flags |= call_flags::SCAN_SEEN;
-            }
+            // Before the first pass ends: once per call.
+            let start = in_flight(call);
+            (*start).scan_first_pos = start_pos;
+            (*start).flags |= call_flags::SCAN_SEEN;
         }
         (*call).scan_iter_start = start_pos;
     }

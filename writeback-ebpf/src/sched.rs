@@ -17,7 +17,7 @@ use writeback_common::{
 };
 
 use crate::{
-    CURRENT, INFLIGHT, OFFCPU_SINCE,
+    CURRENT, OFFCPU_SINCE,
     in_call::in_call,
     members::KERNEL_MEMBERS,
     read::{Access, Typed, current_tid, field, member, now_ns, raw_arg},
@@ -116,11 +116,8 @@ fn switched(prev: u32, next: u32) {
         return;
     };
     let _ = OFFCPU_SINCE.remove(&next);
-    // SAFETY: as above.
-    if let Some(key) = unsafe { CURRENT.get(&next) }.map(|c| c.key)
-        && let Some(call) = INFLIGHT.get_ptr_mut(&key)
-    {
+    if let Some(t) = CURRENT.get_ptr_mut(&next) {
         // SAFETY: the call's thread is switched out: nobody else writes it.
-        unsafe { (*call).offcpu_ns += now.saturating_sub(since) };
+        unsafe { (*t).call_mut().offcpu_ns += now.saturating_sub(since) };
     }
 }

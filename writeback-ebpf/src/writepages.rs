@@ -20,8 +20,11 @@ use writeback_common::{
 };
 
 use crate::{
-    AGG, CONFIG, CURRENT, EVENTS, FILTER, INFLIGHT, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, add, bump,
-    in_call::{EXT4_CALL_ENDED, IN_EXT4_CALL, SAMPLED_OUT_CALL, call_byte, in_call, set_call_byte},
+    AGG, CONFIG, CURRENT, EVENTS, FILTER, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, add, bump,
+    in_call::{
+        EXT4_CALL_ENDED, IN_EXT4_CALL, SAMPLED_OUT_CALL, call_byte, in_call, in_flusher_work,
+        set_call_byte,
+    },
     members::KERNEL_MEMBERS,
     read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns, raw_arg},
     sched::{offcpu_since, run_clock},
@@ -99,13 +102,26 @@ pub(crate) fn filtered_out(dev: u32, ino: u64, tgid: u32, cgroup_id: u64) -> boo
             && !crate::dirtier::dirtied_by_filter(dev, ino))
 }
 
+/// Whether the `--cgroup` filter is set.
+#[inline(always)]
+fn cgroup_filtered() -> bool {
+    // SAFETY: .rodata global, see read::field.
+    unsafe { core::ptr::read_volatile(&FILTER.cgroup_id) != 0 }
+}
+
 /// `A` reads the calling thread's run time (the hook's own access for
 /// function hooks and tp_btf; classic tracepoints read through the helper).
 #[inline(always)]
 fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: plain helper call.
-    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    // The start keeps no cgroup (the end records it): read only for the
+    // `--cgroup` filter, four dependent loads from the task saved.
+    let cgroup_id = if cgroup_filtered() {
+        // SAFETY: plain helper call.
+        unsafe { bpf_get_current_cgroup_id() }
+    } else {
+        0
+    };
     if filtered_out(s.key.dev, s.key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
         bump(stat::FILTERED);
         return Ok(0);
@@ -144,8 +160,14 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     // start values in a map slot the match is no longer folded, and LLVM
     // spilled the `None` case's undefined payload, which 6.1's verifier
     // refuses ("R4 !read_ok").
-    // SAFETY: the value is read at once.
-    let (in_work, work_background, work_reason) = match unsafe { WORK.get(&s.key.tid) } {
+    // Only a flusher thread has a WORK entry to find (in_call.rs).
+    let work = if in_flusher_work(s.key.tid) {
+        // SAFETY: the value is read at once.
+        unsafe { WORK.get(&s.key.tid) }
+    } else {
+        None
+    };
+    let (in_work, work_background, work_reason) = match work {
         Some(w) => (true, w.for_background != 0, w.reason),
         None => (false, false, 0),
     };
@@ -167,13 +189,15 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     } else {
         cause::DIRECT
     };
-    // Built in a per-CPU scratch slot, not on the 512-byte BPF stack that
-    // the function-hook programs already fill with member reads.
-    let Some(call) = SCRATCH.get_ptr_mut(0) else {
+    // Written in place, in the thread's entry (made at its first call).
+    let Some(slot) = thread_entry(s.key.tid) else {
+        // No log line here: aya-log's formatting code multiplies the
+        // paths 6.1's verifier walks past its 1M-instruction limit. The
+        // counter is printed in every summary.
+        bump(stat::INFLIGHT_FULL);
         return Err(0);
     };
-    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
-    let call = unsafe { &mut *call };
+    let call = &mut slot.call;
     let run = if cpu_method == cpu_time::TASK_RUNTIME {
         Some(run_clock::<A>())
     } else {
@@ -221,41 +245,98 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
         exec_start: _,
         uncounted_start: _,
     } = call;
-    // No log line here: aya-log's formatting code multiplies the paths
-    // 6.1's verifier walks past its 1M-instruction limit. The counter is
-    // printed in every summary.
-    if INFLIGHT.insert(&s.key, &*call, 0).is_err() {
-        bump(stat::INFLIGHT_FULL);
-        return Err(0);
-    }
-    let current = CurrentCall {
-        key: s.key,
-        ..CurrentCall::default()
-    };
-    if CURRENT.insert(&s.key.tid, &current, 0).is_ok() {
-        mark_in_call(s.key.tid, true);
-    } else {
-        bump(stat::INFLIGHT_FULL);
-    }
+    let current = &mut slot.current;
+    current.key = s.key;
+    zero(&mut current.bio_bytes);
+    zero(&mut current.bios);
+    zero(&mut current.scan_iterations);
+    zero(&mut current.extents);
+    zero(&mut current.extent_blocks);
+    zero(&mut current.scan_bytes);
+    zero(&mut current.scan_last_pos);
+    zero(&mut current.scan_iter_start);
+    let CurrentCall {
+        key: _,
+        bio_bytes: _,
+        bios: _,
+        scan_iterations: _,
+        extents: _,
+        extent_blocks: _,
+        scan_bytes: _,
+        scan_last_pos: _,
+        scan_iter_start: _,
+    } = current;
+    // Last: the hooks inside the call read the entry once this says so.
+    mark_in_call(s.key.tid, true);
     Ok(0)
 }
 
-/// What the hooks inside the call `key` counted in its thread's
-/// `CURRENT` entry (bios, scan passes, extents), read before the entry
-/// goes; zeros when the entry is another call's or missing.
+/// Thread `tid`'s `CURRENT` entry, made on its first call: a lookup, and
+/// only for a thread new to the map an insert (of whatever this CPU's
+/// scratch slot holds: the caller writes every field) and a second
+/// lookup.
 #[inline(always)]
-fn counted_in(key: &InflightKey) -> CurrentCall {
-    // SAFETY: the value is copied out at once.
-    call_of(key).map_or_else(CurrentCall::default, |c| unsafe { *c })
+fn thread_entry(tid: u32) -> Option<&'static mut ThreadCall> {
+    let entry = match CURRENT.get_ptr_mut(&tid) {
+        Some(entry) => entry,
+        None => {
+            let scratch = SCRATCH.get_ptr(0)?;
+            // SAFETY: this CPU's slot, a valid value to copy.
+            CURRENT.insert(&tid, unsafe { &*scratch }, 0).ok()?;
+            CURRENT.get_ptr_mut(&tid)?
+        }
+    };
+    // SAFETY: the thread's own entry: only the thread writes it (and
+    // sched.rs while the thread is switched out).
+    Some(unsafe { &mut *entry })
+}
+
+/// The state of the ext4 call a thread is inside (its `CURRENT` entry):
+/// what the hooks inside it count, then its start-side values. `current`
+/// comes first, so a pointer to it is a pointer to the whole
+/// ([`in_flight`]).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ThreadCall {
+    current: CurrentCall,
+    call: InflightCall,
+}
+
+impl ThreadCall {
+    /// The call's inode number.
+    #[inline(always)]
+    pub fn inode(&self) -> u64 {
+        self.current.key.ino
+    }
+
+    /// The start-side values, for the off-CPU time sched.rs adds.
+    #[inline(always)]
+    pub fn call_mut(&mut self) -> &mut InflightCall {
+        &mut self.call
+    }
+}
+
+/// The start-side values of the call whose counters `current` points to.
+#[inline(always)]
+pub fn in_flight(current: *mut CurrentCall) -> *mut InflightCall {
+    // SAFETY: every `*mut CurrentCall` handed out here ([`call_of`],
+    // [`current_entry`]) points to the first field of a `ThreadCall` in
+    // `CURRENT` (repr(C)), so the cast and the field offset stay inside
+    // that map value.
+    unsafe { core::ptr::addr_of_mut!((*current.cast::<ThreadCall>()).call) }
 }
 
 /// The `CURRENT` entry of the call `key` names, if it is the one its
 /// thread is inside: for hooks that know the inode as well as the thread.
 #[inline(always)]
 pub fn call_of(key: &InflightKey) -> Option<*mut CurrentCall> {
+    if !in_call(key.tid) {
+        return None;
+    }
     let call = CURRENT.get_ptr_mut(&key.tid)?;
     // SAFETY: the key is read at once.
-    (unsafe { (*call).key } == *key).then_some(call)
+    (unsafe { (*call).current.key } == *key)
+        .then(|| unsafe { core::ptr::addr_of_mut!((*call).current) })
 }
 
 /// A store of zero the compiler cannot merge with its neighbours.
@@ -295,20 +376,23 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     let key = e.key;
     // SAFETY: plain helper call.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    // SAFETY: the value is copied out before the entry is removed.
-    let start = unsafe { INFLIGHT.get(&key) }.copied();
-    let counted = counted_in(&key);
-    // The thread's call is over whether or not its start is still in
-    // INFLIGHT (an LRU eviction would otherwise leave the thread marked
-    // in a call, and every switch of it on the slow path).
-    let _ = CURRENT.remove(&key.tid);
+    // The thread's entry, if it holds this call: its IN_CALL byte says a
+    // call drawn into the sample started (a start the kernel skipped
+    // leaves the byte of the thread's call before, ended), and the key is
+    // this call's. The entry stays for the thread's next call.
+    let (start, counted) = match call_of(&key) {
+        Some(c) => {
+            // SAFETY: this thread's own entry, copied out at once.
+            let t = unsafe { *c.cast::<ThreadCall>() };
+            (Some(t.call), t.current)
+        }
+        None => (None, CurrentCall::default()),
+    };
     mark_in_call(key.tid, false);
     if start.is_some_and(|s| s.cpu_method == cpu_time::SCHED_SWITCH) {
         let _ = OFFCPU_SINCE.remove(&key.tid);
     }
-    if start.is_some() {
-        let _ = INFLIGHT.remove(&key);
-    } else if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
+    if start.is_none() && filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
         return Ok(0);
     } else {
         bump(stat::UNMATCHED_RESULTS);
@@ -571,9 +655,10 @@ pub fn fexit_writepages(ctx: FExitContext) -> u32 {
     )
 }
 
-/// Scratch space for building an in-flight entry off the stack.
+/// The value a thread's first `CURRENT` entry is inserted with (its
+/// fields are written after), off the 512-byte stack.
 #[map]
-static SCRATCH: PerCpuArray<InflightCall> = PerCpuArray::with_max_entries(1, 0);
+static SCRATCH: PerCpuArray<ThreadCall> = PerCpuArray::with_max_entries(1, 0);
 
 /// `nr_to_write` at the start of a function-hooked call the sample left
 /// out, for its end ([`sampled_out_end`]).
@@ -609,9 +694,7 @@ pub fn kretprobe_writepages(ctx: RetProbeContext) -> u32 {
 /// call that know the thread only).
 #[inline(always)]
 pub fn current_call() -> Option<*mut InflightCall> {
-    // SAFETY: the key is copied out at once.
-    let key = unsafe { (*current_entry()?).key };
-    INFLIGHT.get_ptr_mut(&key)
+    current_entry().map(in_flight)
 }
 
 /// The current thread's `CURRENT` entry while it is inside a call: one
@@ -623,7 +706,9 @@ pub fn current_entry() -> Option<*mut CurrentCall> {
     if !in_call(tid) {
         return None;
     }
-    CURRENT.get_ptr_mut(&tid)
+    let t = CURRENT.get_ptr_mut(&tid)?;
+    // SAFETY: a field of the live map value.
+    Some(unsafe { core::ptr::addr_of_mut!((*t).current) })
 }
 
 /// Marks `tid` inside an ext4 call, or its call as ended: the
