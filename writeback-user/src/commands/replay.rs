@@ -79,11 +79,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                 }
                 Frame::Interval(line) => {
                     if args.json {
-                        writeln!(
-                            out,
-                            "{}",
-                            wbscope_sys::escape::escape_json_line(&line.to_string())
-                        )?;
+                        wbscope_sys::escape::write_json_line(&mut out, &line)?;
                     }
                 }
                 Frame::Summary(s) => summary = Some(s),
@@ -141,11 +137,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if args.json || args.summary {
-        writeln!(
-            out,
-            "{}",
-            wbscope_sys::escape::escape_json_line(&summary.to_string())
-        )?;
+        wbscope_sys::escape::write_json_line(&mut out, &summary)?;
     } else {
         writeln!(
             out,
@@ -352,8 +344,7 @@ fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) ->
         return Ok(());
     }
     if args.json {
-        let line = serde_json::to_string(&CallLine::from(call)).map_err(io::Error::other)?;
-        writeln!(out, "{}", wbscope_sys::escape::escape_json_line(&line))
+        wbscope_sys::escape::write_json_line(out, &CallLine::from(call))
     } else {
         writeln!(out, "{}", text::call_row(call))
     }
