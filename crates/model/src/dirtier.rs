@@ -212,7 +212,7 @@ pub struct Attribution {
     seen: HashMap<(u32, u64, u32), Seen, foldhash::fast::RandomState>,
     /// The generation of the last whole reading.
     last_whole: u64,
-    inodes: HashMap<(u32, u64), InodeState>,
+    inodes: HashMap<(u32, u64), InodeState, foldhash::fast::RandomState>,
     identities: HashMap<u32, Identity>,
     interval: BTreeMap<u32, OwnerLine>,
     throttle_seen: HashMap<u32, (u64, u64)>,

@@ -16,6 +16,12 @@
 //! marked dirty). Docs: docs/trace-json.md, "dirtiers".
 use std::collections::HashMap;
 
+/// foldhash's fast seeded hasher: these tables are updated once per inode
+/// dirtying and looked up once per writepages call, 10,000 times a
+/// second each under an fsync storm, where std's SipHash showed in the
+/// profile (docs/bench-log/fsync-storm.md).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Changes of dirtier remembered per inode, newest last: a call is
 /// charged to the newest that came before its start. Dirtyings by the
 /// process that made it dirty last extend its run instead of taking a
@@ -76,9 +82,9 @@ struct History {
 /// The per-inode attribution state.
 #[derive(Clone, Debug, Default)]
 pub(super) struct ByInode {
-    inodes: HashMap<(u32, u64), History>,
+    inodes: FastMap<(u32, u64), History>,
     /// Last count of pages dirtied per process.
-    tasks: HashMap<u32, u64>,
+    tasks: FastMap<u32, u64>,
     generation: u64,
 }
 
@@ -133,7 +139,8 @@ impl ByInode {
             return Vec::new();
         };
         let mut grown = Vec::new();
-        let mut seen: HashMap<u32, u64> = HashMap::with_capacity(tasks.len());
+        let mut seen: FastMap<u32, u64> =
+            FastMap::with_capacity_and_hasher(tasks.len(), Default::default());
         for t in tasks {
             // A process that started after the previous reading counts
             // from zero, even under a pid read before (reused); a count
