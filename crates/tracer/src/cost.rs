@@ -397,6 +397,20 @@ pub fn table(costs: &[FloorCost], on: On, measured: Duration) -> String {
             c.program, c.invocations, avg, c.does
         );
     }
+    if on == On::Hooks {
+        // What to hold each figure against: the trace's own program on
+        // the event, in the `run_time` of its summary under the same load.
+        out += "\nThe trace's program on each event (its `run_time` under the same load, \
+                against the figure above; goal: at most 2x):\n";
+        for c in costs {
+            if let Some((_, p)) = writeback_common::DEFAULT_HOOKS
+                .iter()
+                .find(|(event, _)| *event == c.program)
+            {
+                out += &format!("  {:<28} {p}\n", c.program);
+            }
+        }
+    }
     out
 }
 
@@ -416,6 +430,7 @@ mod tests {
         insta::assert_snapshot!(text);
         let hooks = [
             FloorCost::new("writeback_dirty_folio", "empty tp_btf program", 4, 800),
+            FloorCost::new("ext4_writepages", "empty tp_btf program", 10, 1500),
             FloorCost::new("block_rq_issue", "not attached", 0, 0),
         ];
         let text = table(&hooks, On::Hooks, Duration::from_millis(1500));
