@@ -6,7 +6,7 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
-    maps::{HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray},
     programs::{
         BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext,
         TracePointContext,
@@ -379,29 +379,32 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     // The thread's entry, if it holds this call: its IN_CALL byte says a
     // call drawn into the sample started (a start the kernel skipped
     // leaves the byte of the thread's call before, ended), and the key is
-    // this call's. The entry stays for the thread's next call.
-    let (start, counted) = match call_of(&key) {
-        Some(c) => {
-            // SAFETY: this thread's own entry, copied out at once.
-            let t = unsafe { *c.cast::<ThreadCall>() };
-            (Some(t.call), t.current)
-        }
-        None => (None, CurrentCall::default()),
+    // this call's. The entry stays for the thread's next call, so it is
+    // read in place; a call without one reads [`NO_START`]'s zeros. No
+    // copy on the stack: an `Option` of one left bytes the 5.10 verifier
+    // saw read uninitialised ("invalid read from stack", vm-test 5.10).
+    let found = call_of(&key).map(|c| c.cast::<ThreadCall>().cast_const());
+    let matched = found.is_some();
+    let Some(t) = found.or_else(|| NO_START.get_ptr(0)) else {
+        return Err(0);
     };
+    // SAFETY: a live map value: this thread's own entry (only the thread
+    // writes it) or the zeros nobody writes.
+    let (start, counted) = unsafe { (&(*t).call, &(*t).current) };
     mark_in_call(key.tid, false);
-    if start.is_some_and(|s| s.cpu_method == cpu_time::SCHED_SWITCH) {
+    if matched && start.cpu_method == cpu_time::SCHED_SWITCH {
         let _ = OFFCPU_SINCE.remove(&key.tid);
     }
-    if start.is_none() && filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
-        return Ok(0);
-    } else {
+    if !matched {
+        if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
+            return Ok(0);
+        }
         bump(stat::UNMATCHED_RESULTS);
     }
-    let pages_written = match (e.nr_to_write_left, start) {
-        (Some(left), Some(s)) => s.nr_to_write - left,
+    let pages_written = match e.nr_to_write_left {
+        Some(left) if matched => start.nr_to_write - left,
         _ => e.pages_written,
     };
-    let start = start.unwrap_or_default();
 
     let Some(mut entry) = EVENTS.reserve::<WritepagesCall>(0) else {
         bump(stat::LOST_RECORDS);
@@ -654,6 +657,10 @@ pub fn fexit_writepages(ctx: FExitContext) -> u32 {
         ret,
     )
 }
+
+/// Zeros: the start of a call whose start was not seen (never written).
+#[map]
+static NO_START: Array<ThreadCall> = Array::with_max_entries(1, 0);
 
 /// The value a thread's first `CURRENT` entry is inserted with (its
 /// fields are written after), off the 512-byte stack.

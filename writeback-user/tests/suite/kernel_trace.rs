@@ -46,6 +46,18 @@ fn check_summary(lines: &[serde_json::Value]) -> &serde_json::Value {
         .sum();
     assert_eq!(summary["pages_written"], pages);
     assert_eq!(summary["lost_records"], 0, "{summary}");
+    // An end without its start is a call the trace did not see begin (in
+    // flight when it attached): its record says so. Every other call
+    // matched.
+    let unseen = lines
+        .iter()
+        .filter(|l| l["type"] == "call" && l["start_seen"] == false)
+        .count() as u64;
+    let unmatched = summary["unmatched_results"].as_u64().unwrap();
+    assert!(
+        unmatched <= unseen,
+        "{unmatched} unmatched, {unseen} calls without a start: {summary}"
+    );
     summary
 }
 
