@@ -25,7 +25,7 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::{HashMap, PerCpuArray},
+    maps::{LruHashMap, PerCpuArray},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use writeback_common::{GenericCall, boundary, generic_flags as gf, members as m, stat};
@@ -48,9 +48,15 @@ struct HookCall {
     call: GenericCall,
 }
 
-/// Each thread's `do_writepages()` in flight (removed at its exit).
+/// Each thread's `do_writepages()` in flight, or its last one: made at
+/// the thread's first call and written in place by each call after, its
+/// `mapping` 0 once the call ended. A lookup at each end instead of an
+/// insert and a remove, which cost several times more under an fsync
+/// storm (docs/bench-log/fsync-storm.md, the same change to ext4's
+/// `CURRENT`); LRU, so that the entries of threads long gone make room.
+/// 8,192 threads that made writepages calls recently.
 #[map]
-static HOOKED: HashMap<u32, HookCall> = HashMap::with_max_entries(16384, 0);
+static HOOKED: LruHashMap<u32, HookCall> = LruHashMap::with_max_entries(8192, 0);
 
 /// A call being opened, built off the 512-byte stack.
 #[map]
@@ -75,13 +81,11 @@ fn begin<A: Access>(mapping: *const u8, wbc_ptr: *const u8) -> u32 {
         bump(stat::FILTERED);
         return 0;
     }
-    let Some(scratch) = HOOK_SCRATCH.get_ptr_mut(0) else {
+    let Some(h) = thread_entry(tid) else {
+        bump(stat::INFLIGHT_FULL);
         return 0;
     };
-    // SAFETY: this CPU's slot; no other program runs on it meanwhile.
-    let h = unsafe { &mut *scratch };
     let w = read_wbc::<A>(wbc_ptr, tid);
-    h.mapping = mapping as u64;
     open::<A>(
         &mut h.call,
         &key,
@@ -93,10 +97,35 @@ fn begin<A: Access>(mapping: *const u8, wbc_ptr: *const u8) -> u32 {
         member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64,
     );
     h.call.boundary = boundary::HOOK;
-    if HOOKED.insert(&tid, &*h, 0).is_err() {
-        bump(stat::INFLIGHT_FULL);
-    }
+    // Last: the call is open once its mapping is set.
+    h.mapping = mapping as u64;
     0
+}
+
+/// Thread `tid`'s `HOOKED` entry, made on its first call: a lookup, and
+/// only for a thread new to the map an insert (of whatever this CPU's
+/// scratch slot holds, with no mapping: not a call yet) and a second
+/// lookup.
+#[inline(always)]
+fn thread_entry(tid: u32) -> Option<&'static mut HookCall> {
+    let entry = match HOOKED.get_ptr_mut(&tid) {
+        Some(entry) => entry,
+        None => {
+            let scratch = HOOK_SCRATCH.get_ptr_mut(0)?;
+            // SAFETY: this CPU's slot; no other program runs on it
+            // meanwhile.
+            unsafe { (*scratch).mapping = 0 };
+            // SAFETY: as above, a valid value to copy.
+            HOOKED.insert(&tid, unsafe { &*scratch }, 0).ok()?;
+            HOOKED.get_ptr_mut(&tid)?
+        }
+    };
+    // SAFETY: the thread's own entry: only the thread writes it.
+    let entry = unsafe { &mut *entry };
+    // Not open while its fields are written (a nested call's end, or a
+    // kretprobe, finds no call).
+    entry.mapping = 0;
+    Some(entry)
 }
 
 /// fentry on `do_writepages(struct address_space *mapping, struct
@@ -122,12 +151,15 @@ pub fn generic_fexit_writepages(ctx: FExitContext) -> u32 {
 #[inline(always)]
 fn end_typed(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
     let tid = current_tid();
-    let Some(h) = HOOKED.get_ptr(&tid) else {
+    // SAFETY: this thread's own entry, fields copied out at once.
+    let Some((m0, w0)) = HOOKED
+        .get_ptr(&tid)
+        .map(|h| unsafe { ((*h).mapping, (*h).call.wbc) })
+        .filter(|&(m0, _)| m0 != 0)
+    else {
         unstarted(mapping);
         return 0;
     };
-    // SAFETY: this thread's own entry, fields copied out at once.
-    let (m0, w0) = unsafe { ((*h).mapping, (*h).call.wbc) };
     // Only the call whose entry this is closes it (a nested call's entry
     // replaced the outer one's).
     if m0 != mapping as u64 || w0 != wbc as u64 {
@@ -193,7 +225,8 @@ fn end_with<A: Access>(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 {
         close_clock::<A>(c);
         emit(c, boundary::HOOK);
     }
-    let _ = HOOKED.remove(&tid);
+    // Ended: the entry stays for the thread's next call.
+    h.mapping = 0;
     0
 }
 
@@ -215,5 +248,8 @@ pub fn generic_kretprobe_writepages(ctx: RetProbeContext) -> u32 {
     };
     // SAFETY: this thread's own entry, fields copied out at once.
     let (mapping, wbc) = unsafe { ((*h).mapping, (*h).call.wbc) };
+    if mapping == 0 {
+        return 0;
+    }
     end_with::<Probed>(mapping as *const u8, wbc as *const u8, ret as i32)
 }
