@@ -59,9 +59,10 @@ enum Task {
     /// Measure the tracer's overhead (root; writes SIZE MiB per run), or
     /// with `writer`, `wbscope write` against dd and fio.
     ///
-    /// Also `small-writer` (4 KiB writers, untraced against traced) and
-    /// `recorder` (the flight recorder under a budget); `cargo xtask bench
-    /// --help` lists the flags of each.
+    /// Also `small-writer` (4 KiB writers, untraced against traced),
+    /// `fsync-storm` (small files each fdatasync'ed, untraced against
+    /// traced) and `recorder` (the flight recorder under a budget); `cargo
+    /// xtask bench --help` lists the flags of each.
     ///
     /// Example: cargo xtask bench --size-mib 2048 --pairs 5
     ///

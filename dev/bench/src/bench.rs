@@ -32,6 +32,7 @@ use anyhow::{Context as _, bail};
 use scratchfs::{FsType, ScratchFs};
 
 mod figures;
+pub(crate) mod fsync_storm;
 mod map_reading;
 pub(crate) mod recorder;
 pub(crate) mod small_writer;
@@ -416,6 +417,19 @@ pub(crate) fn median_interval(sorted: &[f64]) -> Option<(f64, f64)> {
         ln_pmf += ((n - i) as f64).ln() - ((i + 1) as f64).ln();
     }
     (j >= 1).then(|| (sorted[j - 1], sorted[n - j]))
+}
+
+/// `median [95% interval] (min–max)` of ratios.
+pub(crate) fn spread(v: &[f64]) -> String {
+    let mut s = v.to_vec();
+    let m = median(&mut s);
+    let interval =
+        median_interval(&s).map_or(String::new(), |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]"));
+    format!(
+        "**{m:.3}**{interval} ({:.3}–{:.3})",
+        s.first().copied().unwrap_or(f64::NAN),
+        s.last().copied().unwrap_or(f64::NAN)
+    )
 }
 
 pub(crate) fn median(v: &mut [f64]) -> f64 {

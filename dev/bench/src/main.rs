@@ -90,6 +90,37 @@ enum BenchTarget {
         )]
         observers: Vec<bench::small_writer::Side>,
     },
+    /// An fsync storm: writer threads each creating, writing 4 KiB to
+    /// and fdatasync'ing files, untraced against `wbscope trace --json
+    /// --events` in alternating pairs beside an A/A control; per
+    /// writepages call, each program's BPF time against an empty program
+    /// on its event, and the wbscope process's CPU (root). Report in
+    /// target/bench/fsync-storm.md.
+    ///
+    /// Example: cargo xtask bench fsync-storm --pairs 10 --secs 5
+    ///          cargo xtask bench fsync-storm --fs xfs --writers 16 --barrier
+    FsyncStorm {
+        /// Writer threads.
+        #[arg(long, default_value_t = 8)]
+        writers: usize,
+        /// Seconds of storm per run.
+        #[arg(long, default_value_t = 5.0)]
+        secs: f64,
+        /// Traced/untraced pairs (and as many untraced/untraced).
+        #[arg(long, default_value_t = 10)]
+        pairs: usize,
+        /// KiB written to each file before its fdatasync.
+        #[arg(long, default_value_t = 4)]
+        file_kib: usize,
+        /// Mount with the filesystem's cache flushes (its default)
+        /// instead of without (ext4 barrier=0, btrfs nobarrier; xfs has
+        /// no such option): each fsync then waits for the host disk too.
+        #[arg(long)]
+        barrier: bool,
+        /// The filesystem the storm writes on: ext4, xfs or btrfs.
+        #[arg(long, default_value = "ext4", value_parser = parse_fs)]
+        fs: scratchfs::FsType,
+    },
     /// The flight recorder as a service runs it: `record --store
     /// --max-size --cpu-budget` under a small-files fsync load for minutes;
     /// its memory, CPU and store size sampled as it runs, and the budget
@@ -147,6 +178,18 @@ enum BenchTarget {
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
+}
+
+/// `--fs`: a filesystem the scratch filesystems can make.
+fn parse_fs(name: &str) -> Result<scratchfs::FsType, String> {
+    [
+        scratchfs::FsType::Ext4,
+        scratchfs::FsType::Xfs,
+        scratchfs::FsType::Btrfs,
+    ]
+    .into_iter()
+    .find(|f| f.name() == name)
+    .ok_or_else(|| format!("`{name}`: not ext4, xfs or btrfs"))
 }
 
 fn main() -> ExitCode {
@@ -214,6 +257,38 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
             )?;
             write_report("small-writer.md", &report)
+        }
+        Some(BenchTarget::FsyncStorm {
+            writers,
+            secs,
+            pairs,
+            file_kib,
+            barrier,
+            fs,
+        }) => {
+            if !setup::is_root() {
+                bail!(
+                    "bench fsync-storm mounts a loop filesystem and attaches BPF: run it as root"
+                );
+            }
+            if writers == 0 || pairs == 0 || file_kib == 0 || !secs.is_finite() || secs <= 0.0 {
+                bail!(
+                    "bench fsync-storm: --writers, --pairs, --file-kib and --secs must be positive"
+                );
+            }
+            let binary = xtask::build(true)?;
+            let report = bench::fsync_storm::bench(
+                &binary,
+                &bench::fsync_storm::FsyncStormOptions {
+                    writers,
+                    secs,
+                    pairs,
+                    file_kib,
+                    barrier,
+                    fs,
+                },
+            )?;
+            write_report("fsync-storm.md", &report)
         }
         Some(BenchTarget::Recorder {
             minutes,

@@ -34,7 +34,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use wbscope_programs as programs;
 
-use super::{Tracer, drop_caches, median, median_interval};
+use super::{Tracer, drop_caches, spread};
 
 pub(crate) struct SmallWriterOptions {
     /// MiB each writer writes.
@@ -335,19 +335,6 @@ fn measure(binary: &Path, opts: &SmallWriterOptions, dir: &Path) -> anyhow::Resu
     }
     let _ = fs::remove_file(&file);
     Ok(report(opts, writers, &cells))
-}
-
-/// `median [95% interval] (min–max)` of ratios.
-fn spread(v: &[f64]) -> String {
-    let mut s = v.to_vec();
-    let m = median(&mut s);
-    let interval =
-        median_interval(&s).map_or(String::new(), |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]"));
-    format!(
-        "**{m:.3}**{interval} ({:.3}–{:.3})",
-        s.first().copied().unwrap_or(f64::NAN),
-        s.last().copied().unwrap_or(f64::NAN)
-    )
 }
 
 fn report(opts: &SmallWriterOptions, writers: &[Writer], cells: &[Vec<Cell>]) -> String {

@@ -1,0 +1,502 @@
+//! `cargo xtask bench fsync-storm`: what an fsync storm feels while
+//! wbscope traces it. N writer threads each create a file, write 4 KiB
+//! to it and `fdatasync` it, over and over (a package manager's per-file
+//! fsync, a mail queue, a build cache): every file is one writepages
+//! call, so the default trace pays per call, not per page.
+//!
+//! - The writers' files synced in a fixed time, untraced against traced
+//!   (`wbscope trace --json --events`, its lines to a file as a user
+//!   redirects them), in alternating pairs (the order swapped every
+//!   pair), beside untraced against an empty program on each of the
+//!   default hooks' events (`wbscope probes --cost --on-hooks`: what any
+//!   program there costs the writers) and an A/A control (untraced
+//!   against untraced: how far the measure moves by itself); medians of
+//!   the per-pair ratios.
+//! - Per writepages call, from the traced runs: each program's runs and
+//!   BPF time (kernel BPF statistics), against the empty program on its
+//!   event under the same storm (the empty-program runs of the pairs):
+//!   the goal is each program within 2× of its event's empty program.
+//! - Per call, the wbscope process's own CPU (`/proc/PID/schedstat`)
+//!   over the storm, and the records it lost.
+//!
+//! On a journaled ext4 (or `--fs xfs`, `--fs btrfs`) on a loop device
+//! made for the run (O_DIRECT to its image in /var/tmp), mounted without
+//! cache flushes (`barrier=0`, btrfs `nobarrier`; xfs has no such option)
+//! unless `--barrier`: without a cache flush per fsync the storm is bound
+//! by CPU, so what the tracer takes shows in full (with flushes, the host
+//! disk's flush time varied threefold from one 5 s run to the next here,
+//! and hid it).
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::Write as _,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use scratchfs::{FsType, ScratchFs};
+use writeback_common::DEFAULT_HOOKS;
+
+use super::{Tracer, median, spread};
+
+pub(crate) struct FsyncStormOptions {
+    /// Writer threads.
+    pub(crate) writers: usize,
+    /// Seconds of storm per run.
+    pub(crate) secs: f64,
+    /// Traced/untraced pairs, and as many untraced/untraced ones.
+    pub(crate) pairs: usize,
+    /// KiB written to each file before its fdatasync.
+    pub(crate) file_kib: usize,
+    /// Mount with the cache flushes on (every filesystem's default).
+    pub(crate) barrier: bool,
+    /// The filesystem the storm writes on.
+    pub(crate) fs: FsType,
+}
+
+/// The mount option that turns a filesystem's cache flushes off, if it
+/// has one: xfs dropped `nobarrier` in Linux 4.19 (fs/xfs/xfs_super.c).
+fn no_flush_option(fs: FsType) -> Option<&'static str> {
+    match fs {
+        FsType::Ext4 => Some("barrier=0"),
+        FsType::Btrfs => Some("nobarrier"),
+        FsType::Xfs => None,
+    }
+}
+
+/// The storm: `writers` threads for `secs`, each creating files in a
+/// directory of its own under `dir`, writing `bytes` and `fdatasync`ing
+/// each. Returns the files synced.
+fn storm(dir: &Path, writers: usize, secs: f64, bytes: usize) -> anyhow::Result<u64> {
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let threads: Vec<_> = (0..writers)
+        .map(|w| {
+            let dir = dir.join(format!("w{w}"));
+            std::thread::spawn(move || -> anyhow::Result<u64> {
+                fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                let data = vec![0x5a_u8; bytes];
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let path = dir.join(n.to_string());
+                    let mut f = fs::File::create(&path)
+                        .with_context(|| format!("creating {}", path.display()))?;
+                    f.write_all(&data)?;
+                    f.sync_data()?;
+                    n += 1;
+                }
+                Ok(n)
+            })
+        })
+        .collect();
+    let mut files = 0;
+    for t in threads {
+        files += t
+            .join()
+            .map_err(|_| anyhow::anyhow!("a writer thread panicked"))??;
+    }
+    Ok(files)
+}
+
+/// Removes the storm's files and writes back what their removal dirtied,
+/// so that the next run starts from the same state.
+fn clear(dir: &Path, writers: usize) -> anyhow::Result<()> {
+    for w in 0..writers {
+        let d = dir.join(format!("w{w}"));
+        if d.exists() {
+            fs::remove_dir_all(&d).with_context(|| format!("removing {}", d.display()))?;
+        }
+    }
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    Ok(())
+}
+
+/// CPU time of process `pid` so far, ns (`/proc/PID/schedstat`'s first
+/// field: time on CPU, ns, every thread's).
+fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
+    text.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .context("bad /proc/PID/schedstat")
+}
+
+/// What the traced runs added up.
+#[derive(Default)]
+struct Traced {
+    /// Writepages calls the traces counted, over whole traces.
+    calls: u64,
+    /// Per program: (runs, run time ns), over whole traces.
+    programs: BTreeMap<String, (u64, u64)>,
+    lost: u64,
+    /// The wbscope process's CPU over the storms, ns, and the calls of
+    /// those storms (the files synced: one call each).
+    process_ns: u64,
+    storm_files: u64,
+}
+
+/// One traced run: the storm under `wbscope trace --json --events`.
+fn traced_run(
+    binary: &Path,
+    dir: &Path,
+    out: &Path,
+    opts: &FsyncStormOptions,
+    into: &mut Traced,
+) -> anyhow::Result<u64> {
+    let file = fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let tracer = Tracer::spawn_to(
+        binary,
+        &["trace", "--json", "--events"],
+        file.into(),
+        None,
+        "tracing;",
+    )?;
+    let pid = tracer.child.id();
+    let before = cpu_ns(pid)?;
+    let files = storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
+    let after = cpu_ns(pid)?;
+    let ended = tracer.interrupt()?;
+    if !ended.status.success() {
+        bail!(
+            "wbscope trace ended with {}: {}",
+            ended.status,
+            String::from_utf8_lossy(&ended.stderr).trim()
+        );
+    }
+    let text = fs::read_to_string(out).with_context(|| format!("reading {}", out.display()))?;
+    let _ = fs::remove_file(out);
+    let summary: serde_json::Value = text
+        .lines()
+        .last()
+        .map(serde_json::from_str)
+        .transpose()
+        .context("wbscope's last line")?
+        .filter(|l: &serde_json::Value| l["type"] == "summary")
+        .context("no summary line from wbscope trace")?;
+    into.calls += summary["calls"].as_u64().unwrap_or(0);
+    into.lost += summary["lost_records"].as_u64().unwrap_or(0);
+    for r in summary["run_time"].as_array().into_iter().flatten() {
+        let (Some(name), Some(n), Some(ns)) = (
+            r["program"].as_str(),
+            r["run_count"].as_u64(),
+            r["run_time_ns"].as_u64(),
+        ) else {
+            continue;
+        };
+        let e = into.programs.entry(name.to_string()).or_default();
+        e.0 += n;
+        e.1 += ns;
+    }
+    into.process_ns += after.saturating_sub(before);
+    into.storm_files += files;
+    Ok(files)
+}
+
+/// One run under the empty programs on the default hooks' events
+/// (`wbscope probes --cost --on-hooks`), adding their runs and run time
+/// per event to `into`.
+fn floor_run(
+    binary: &Path,
+    dir: &Path,
+    opts: &FsyncStormOptions,
+    into: &mut BTreeMap<String, (u64, u64)>,
+) -> anyhow::Result<u64> {
+    let floor = Tracer::floor(binary, false)?;
+    let files = storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
+    let runs = floor.stop_floor()?;
+    for r in runs.as_array().into_iter().flatten() {
+        let (Some(event), Some(n), Some(ns)) = (
+            r["program"].as_str(),
+            r["run_count"].as_u64(),
+            r["run_time_ns"].as_u64(),
+        ) else {
+            continue;
+        };
+        let e = into.entry(event.to_string()).or_default();
+        e.0 += n;
+        e.1 += ns;
+    }
+    Ok(files)
+}
+
+/// What observes a run paired with an untraced one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// `wbscope trace --json --events`.
+    Trace,
+    /// Empty programs on the default hooks' events: what any program
+    /// there costs the writers.
+    Floor,
+    /// Nothing: the A/A control.
+    Nothing,
+}
+
+const SIDES: [Side; 3] = [Side::Trace, Side::Floor, Side::Nothing];
+
+pub(crate) fn bench(binary: &Path, opts: &FsyncStormOptions) -> anyhow::Result<String> {
+    let mut builder = ScratchFs::builder(opts.fs, 4096).direct_io(true);
+    if let Some(option) = no_flush_option(opts.fs).filter(|_| !opts.barrier) {
+        builder = builder.mount_args(&["-o", option]);
+    }
+    let fs = builder
+        .create()
+        .context("making the benchmark's loop filesystem")?;
+    let out_dir = tempfile::Builder::new()
+        .prefix("wbscope-fsync-storm.")
+        .tempdir_in("/var/tmp")
+        .context("making the run's directory")?;
+    measure(
+        binary,
+        opts,
+        fs.mountpoint(),
+        &out_dir.path().join("trace.json"),
+    )
+}
+
+fn measure(
+    binary: &Path,
+    opts: &FsyncStormOptions,
+    dir: &Path,
+    out: &Path,
+) -> anyhow::Result<String> {
+    let run_plain = || -> anyhow::Result<u64> {
+        let n = storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
+        clear(dir, opts.writers)?;
+        Ok(n)
+    };
+    // One storm first, not counted: the first run after mkfs made the
+    // journal's and the directories' blocks for the rest.
+    run_plain()?;
+    let mut traced = Traced::default();
+    let mut floor = BTreeMap::new();
+    let mut ratios: [Vec<f64>; 3] = Default::default();
+    let (mut plain_files, mut traced_files) = (Vec::new(), Vec::new());
+    for pair in 0..opts.pairs {
+        for (s, side) in SIDES.into_iter().enumerate() {
+            scratchfs::signal::check_interrupted()?;
+            // Swapped every pair, so that drift favours neither.
+            let observed_first = pair % 2 == 1;
+            let mut files = [0u64; 2];
+            for observed in [observed_first, !observed_first] {
+                files[usize::from(observed)] = match (observed, side) {
+                    (false, _) | (true, Side::Nothing) => run_plain()?,
+                    (true, Side::Trace) => {
+                        let n = traced_run(binary, dir, out, opts, &mut traced)?;
+                        clear(dir, opts.writers)?;
+                        n
+                    }
+                    (true, Side::Floor) => {
+                        let n = floor_run(binary, dir, opts, &mut floor)?;
+                        clear(dir, opts.writers)?;
+                        n
+                    }
+                };
+            }
+            let [plain, with] = files;
+            ratios[s].push(with as f64 / plain.max(1) as f64);
+            if side == Side::Trace {
+                plain_files.push(plain as f64);
+                traced_files.push(with as f64);
+            }
+            eprintln!(
+                "xtask: fsync storm pair {pair}: {}: files synced untraced {plain}, observed \
+                 {with} ({:.3})",
+                side.label(),
+                with as f64 / plain.max(1) as f64
+            );
+        }
+    }
+    let [ratios, floor_ratios, aa] = ratios;
+    Ok(report(
+        opts,
+        &Figures {
+            ratios,
+            floor_ratios,
+            aa,
+            plain_files,
+            traced_files,
+            traced,
+            floor,
+        },
+    ))
+}
+
+impl Side {
+    fn label(self) -> &'static str {
+        match self {
+            Side::Trace => "wbscope trace --json --events",
+            Side::Floor => "empty programs",
+            Side::Nothing => "nothing (A/A)",
+        }
+    }
+}
+
+struct Figures {
+    ratios: Vec<f64>,
+    floor_ratios: Vec<f64>,
+    aa: Vec<f64>,
+    plain_files: Vec<f64>,
+    traced_files: Vec<f64>,
+    traced: Traced,
+    floor: BTreeMap<String, (u64, u64)>,
+}
+
+fn report(opts: &FsyncStormOptions, f: &Figures) -> String {
+    let t = &f.traced;
+    let per_s = |v: &[f64]| median(&mut v.to_vec()) / opts.secs;
+    let mut out = format!(
+        "fsync storm: {} writer threads, each creating a file, writing {} KiB and \
+         fdatasync'ing it, for {} s a run, on {} (loop device, O_DIRECT to its image, {}); \
+         {} pairs each of untraced / `wbscope trace --json --events`, untraced / \
+         empty programs on the default hooks' events (`wbscope probes --cost --on-hooks`) \
+         and untraced / untraced (the A/A control), the order swapped every pair.\n\n\
+         | figure | goal | value |\n|---|---|---|\n\
+         | files synced, traced / untraced: median of pair ratios [95% interval] (min–max) \
+         | ≥ 0.97 | {} |\n\
+         | the same, empty programs on the default hooks' events / untraced | | {} |\n\
+         | the same, untraced / untraced (A/A control) | | {} |\n\
+         | files synced per second, medians: untraced, traced | | {:.0}, {:.0} |\n",
+        opts.writers,
+        opts.file_kib,
+        opts.secs,
+        opts.fs.name(),
+        match no_flush_option(opts.fs) {
+            Some(option) if !opts.barrier => format!("mounted {option}"),
+            _ => "cache flushes on".to_string(),
+        },
+        opts.pairs,
+        spread(&f.ratios),
+        spread(&f.floor_ratios),
+        spread(&f.aa),
+        per_s(&f.plain_files),
+        per_s(&f.traced_files),
+    );
+    let calls = t.calls.max(1) as f64;
+    out.push_str(&format!(
+        "| wbscope process CPU per call (schedstat over the storms / files synced) | ≤ 1 µs \
+         | {:.2} µs |\n\
+         | records lost | 0 | {} |\n\n",
+        t.process_ns as f64 / t.storm_files.max(1) as f64 / 1e3,
+        t.lost,
+    ));
+    out.push_str(
+        "Per writepages call, each default program against an empty program on its event \
+         under the same storm (the empty-program runs of the pairs), kernel BPF \
+         statistics:\n\n\
+         | event | program | runs per call | avg ns | empty program avg ns | program / empty \
+         (goal ≤ 2) |\n|---|---|---|---|---|---|\n",
+    );
+    let (mut ns_per_call, mut floor_per_call) = (0.0, 0.0);
+    for (event, program) in DEFAULT_HOOKS {
+        let Some(&(runs, ns)) = t.programs.get(program) else {
+            continue;
+        };
+        if runs == 0 {
+            continue;
+        }
+        let avg = ns as f64 / runs as f64;
+        let empty = f
+            .floor
+            .get(event)
+            .filter(|(n, _)| *n > 0)
+            .map(|&(n, ns)| ns as f64 / n as f64);
+        ns_per_call += ns as f64 / calls;
+        if let Some(e) = empty {
+            floor_per_call += e * runs as f64 / calls;
+        }
+        out.push_str(&format!(
+            "| {event} | {program} | {:.2} | {avg:.0} | {} | {} |\n",
+            runs as f64 / calls,
+            empty.map_or("-".into(), |e| format!("{e:.0}")),
+            empty.map_or("-".into(), |e| format!("{:.2}", avg / e)),
+        ));
+    }
+    out.push_str(&format!(
+        "| **a call's events together** | | | **{ns_per_call:.0} ns per call** | \
+         **{floor_per_call:.0} ns per call** | **{:.2}** |\n\n",
+        ns_per_call / floor_per_call
+    ));
+    let others: Vec<String> = t
+        .programs
+        .iter()
+        .filter(|(p, (n, _))| *n > 0 && !DEFAULT_HOOKS.iter().any(|(_, d)| d == p))
+        .map(|(p, (n, ns))| {
+            format!(
+                "{p} {:.2} runs, {:.0} ns per call",
+                *n as f64 / calls,
+                *ns as f64 / calls
+            )
+        })
+        .collect();
+    if !others.is_empty() {
+        out.push_str(&format!(
+            "Other programs that ran: {}.\n\n",
+            others.join("; ")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_holds_each_program_against_its_event_s_empty_program() {
+        let opts = FsyncStormOptions {
+            writers: 8,
+            secs: 5.0,
+            pairs: 6,
+            file_kib: 4,
+            barrier: false,
+            fs: FsType::Ext4,
+        };
+        let traced = Traced {
+            calls: 1000,
+            programs: [
+                ("tp_btf_writepages_start".to_string(), (1000, 800_000)),
+                ("tp_btf_writepages_end".to_string(), (1000, 1_000_000)),
+                ("tp_btf_dirty_inode".to_string(), (500, 500_000)),
+                ("generic_pass_end".to_string(), (10, 2_000)),
+                ("wb_written".to_string(), (0, 0)),
+            ]
+            .into(),
+            lost: 0,
+            process_ns: 3_000_000,
+            storm_files: 1000,
+        };
+        let floor = [
+            ("ext4_writepages".to_string(), (2000, 320_000)),
+            ("ext4_writepages_result".to_string(), (2000, 250_000)),
+            ("writeback_dirty_inode_enqueue".to_string(), (1000, 200_000)),
+        ]
+        .into();
+        let ratios = vec![0.95, 0.97, 0.99, 1.0, 0.98, 0.96];
+        let text = report(
+            &opts,
+            &Figures {
+                floor_ratios: ratios.clone(),
+                aa: ratios.clone(),
+                plain_files: vec![5000.0; 6],
+                traced_files: vec![4900.0; 6],
+                ratios,
+                traced,
+                floor,
+            },
+        );
+        for row in [
+            "| ext4_writepages | tp_btf_writepages_start | 1.00 | 800 | 160 | 5.00 |",
+            "| ext4_writepages_result | tp_btf_writepages_end | 1.00 | 1000 | 125 | 8.00 |",
+            "| writeback_dirty_inode_enqueue | tp_btf_dirty_inode | 0.50 | 1000 | 200 | 5.00 |",
+            // 800 + 1000 + 500 ns per call against 160 + 125 + 0.5 × 200.
+            "**2300 ns per call** | **385 ns per call** | **5.97** |",
+            "| wbscope process CPU per call (schedstat over the storms / files synced) | ≤ 1 µs \
+             | 3.00 µs |",
+            "mounted barrier=0",
+            "Other programs that ran: generic_pass_end 0.01 runs, 2 ns per call.",
+        ] {
+            assert!(text.contains(row), "{row:?} not in:\n{text}");
+        }
+    }
+}
