@@ -243,6 +243,28 @@ impl Tracer {
         Ok(lines)
     }
 
+    /// Stops a trace whose stdout went to the file `out` with SIGINT, and
+    /// returns its summary line; `out` is removed.
+    fn stop_to_summary(self, out: &Path) -> anyhow::Result<serde_json::Value> {
+        let ended = self.interrupt()?;
+        if !ended.status.success() {
+            bail!(
+                "wbscope trace ended with {}: {}",
+                ended.status,
+                String::from_utf8_lossy(&ended.stderr).trim()
+            );
+        }
+        let text = fs::read_to_string(out).with_context(|| format!("reading {}", out.display()))?;
+        let _ = fs::remove_file(out);
+        text.lines()
+            .last()
+            .map(serde_json::from_str)
+            .transpose()
+            .context("wbscope's last line")?
+            .filter(|l: &serde_json::Value| l["type"] == "summary")
+            .context("no summary line from wbscope trace")
+    }
+
     /// Stops a [`Tracer::floor`] with SIGINT and returns its figures as
     /// run-time entries (`program` is the event).
     fn stop_floor(self) -> anyhow::Result<serde_json::Value> {

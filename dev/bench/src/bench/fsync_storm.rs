@@ -34,7 +34,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use scratchfs::{FsType, ScratchFs};
 use writeback_common::DEFAULT_HOOKS;
 
@@ -122,6 +122,23 @@ fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
         .context("bad /proc/PID/schedstat")
 }
 
+/// Adds run-time entries (`program`, `run_count`, `run_time_ns`: a
+/// summary's `run_time`, or the floor's per event) to `into`.
+fn add_runs(into: &mut BTreeMap<String, (u64, u64)>, runs: &serde_json::Value) {
+    for r in runs.as_array().into_iter().flatten() {
+        let (Some(name), Some(n), Some(ns)) = (
+            r["program"].as_str(),
+            r["run_count"].as_u64(),
+            r["run_time_ns"].as_u64(),
+        ) else {
+            continue;
+        };
+        let e = into.entry(name.to_string()).or_default();
+        e.0 += n;
+        e.1 += ns;
+    }
+}
+
 /// What the traced runs added up.
 #[derive(Default)]
 struct Traced {
@@ -156,38 +173,10 @@ fn traced_run(
     let before = cpu_ns(pid)?;
     let files = storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
     let after = cpu_ns(pid)?;
-    let ended = tracer.interrupt()?;
-    if !ended.status.success() {
-        bail!(
-            "wbscope trace ended with {}: {}",
-            ended.status,
-            String::from_utf8_lossy(&ended.stderr).trim()
-        );
-    }
-    let text = fs::read_to_string(out).with_context(|| format!("reading {}", out.display()))?;
-    let _ = fs::remove_file(out);
-    let summary: serde_json::Value = text
-        .lines()
-        .last()
-        .map(serde_json::from_str)
-        .transpose()
-        .context("wbscope's last line")?
-        .filter(|l: &serde_json::Value| l["type"] == "summary")
-        .context("no summary line from wbscope trace")?;
+    let summary = tracer.stop_to_summary(out)?;
     into.calls += summary["calls"].as_u64().unwrap_or(0);
     into.lost += summary["lost_records"].as_u64().unwrap_or(0);
-    for r in summary["run_time"].as_array().into_iter().flatten() {
-        let (Some(name), Some(n), Some(ns)) = (
-            r["program"].as_str(),
-            r["run_count"].as_u64(),
-            r["run_time_ns"].as_u64(),
-        ) else {
-            continue;
-        };
-        let e = into.programs.entry(name.to_string()).or_default();
-        e.0 += n;
-        e.1 += ns;
-    }
+    add_runs(&mut into.programs, &summary["run_time"]);
     into.process_ns += after.saturating_sub(before);
     into.storm_files += files;
     Ok(files)
@@ -205,18 +194,7 @@ fn floor_run(
     let floor = Tracer::floor(binary, false)?;
     let files = storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
     let runs = floor.stop_floor()?;
-    for r in runs.as_array().into_iter().flatten() {
-        let (Some(event), Some(n), Some(ns)) = (
-            r["program"].as_str(),
-            r["run_count"].as_u64(),
-            r["run_time_ns"].as_u64(),
-        ) else {
-            continue;
-        };
-        let e = into.entry(event.to_string()).or_default();
-        e.0 += n;
-        e.1 += ns;
-    }
+    add_runs(into, &runs);
     Ok(files)
 }
 

@@ -191,25 +191,7 @@ impl Observer {
                 Ok(Vec::new())
             }
             Observer::Trace(tracer, out) => {
-                let ended = tracer.interrupt()?;
-                if !ended.status.success() {
-                    bail!(
-                        "wbscope trace ended with {}: {}",
-                        ended.status,
-                        String::from_utf8_lossy(&ended.stderr).trim()
-                    );
-                }
-                let text = fs::read_to_string(&out)
-                    .with_context(|| format!("reading {}", out.display()))?;
-                let _ = fs::remove_file(&out);
-                let summary: serde_json::Value = text
-                    .lines()
-                    .last()
-                    .map(serde_json::from_str)
-                    .transpose()
-                    .context("wbscope's last line")?
-                    .filter(|l: &serde_json::Value| l["type"] == "summary")
-                    .context("no summary line from wbscope trace")?;
+                let summary = tracer.stop_to_summary(&out)?;
                 Ok(summary["run_time"]
                     .as_array()
                     .into_iter()
