@@ -704,9 +704,9 @@ pub fn current_call() -> Option<*mut InflightCall> {
     current_entry().map(in_flight)
 }
 
-/// The current thread's `CURRENT` entry while it is inside a call: one
-/// lookup in a map small enough to live in the kernel's direct map (see
-/// `CURRENT`).
+/// The current thread's `CURRENT` entry while it is inside a call: an
+/// array load (its IN_CALL byte) for a thread outside one, which is what
+/// the per-bio and per-folio hooks mostly hear, and one lookup inside.
 #[inline(always)]
 pub fn current_entry() -> Option<*mut CurrentCall> {
     let tid = current_tid();
