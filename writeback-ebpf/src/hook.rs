@@ -25,7 +25,7 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::{LruHashMap, PerCpuArray},
+    maps::{Array, LruHashMap},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use writeback_common::{GenericCall, boundary, generic_flags as gf, members as m, stat};
@@ -36,6 +36,7 @@ use crate::{
     in_call::{EXT4_CALL_ENDED, SAMPLED_OUT_CALL, call_byte, in_ext4_call, set_call_byte},
     members::KERNEL_MEMBERS,
     read::{Access, Probed, Typed, current_tid, member, member_ptr, now_ns, raw_arg},
+    thread_entry,
     writepages::{filtered_out, inode_key},
 };
 
@@ -58,9 +59,10 @@ struct HookCall {
 #[map]
 static HOOKED: LruHashMap<u32, HookCall> = LruHashMap::with_max_entries(8192, 0);
 
-/// A call being opened, built off the 512-byte stack.
+/// Zeros, never written: the value a thread's first `HOOKED` entry is
+/// inserted with (its fields are written after), off the 512-byte stack.
 #[map]
-static HOOK_SCRATCH: PerCpuArray<HookCall> = PerCpuArray::with_max_entries(1, 0);
+static HOOK_ZEROS: Array<HookCall> = Array::with_max_entries(1, 0);
 
 #[inline(always)]
 fn begin<A: Access>(mapping: *const u8, wbc_ptr: *const u8) -> u32 {
@@ -81,10 +83,13 @@ fn begin<A: Access>(mapping: *const u8, wbc_ptr: *const u8) -> u32 {
         bump(stat::FILTERED);
         return 0;
     }
-    let Some(h) = thread_entry(tid) else {
+    let Some(h) = thread_entry(&HOOKED, &HOOK_ZEROS, tid) else {
         bump(stat::INFLIGHT_FULL);
         return 0;
     };
+    // Not open while its fields are written (a nested call's end, or a
+    // kretprobe, finds no call).
+    h.mapping = 0;
     let w = read_wbc::<A>(wbc_ptr, tid);
     open::<A>(
         &mut h.call,
@@ -100,32 +105,6 @@ fn begin<A: Access>(mapping: *const u8, wbc_ptr: *const u8) -> u32 {
     // Last: the call is open once its mapping is set.
     h.mapping = mapping as u64;
     0
-}
-
-/// Thread `tid`'s `HOOKED` entry, made on its first call: a lookup, and
-/// only for a thread new to the map an insert (of whatever this CPU's
-/// scratch slot holds, with no mapping: not a call yet) and a second
-/// lookup.
-#[inline(always)]
-fn thread_entry(tid: u32) -> Option<&'static mut HookCall> {
-    let entry = match HOOKED.get_ptr_mut(&tid) {
-        Some(entry) => entry,
-        None => {
-            let scratch = HOOK_SCRATCH.get_ptr_mut(0)?;
-            // SAFETY: this CPU's slot; no other program runs on it
-            // meanwhile.
-            unsafe { (*scratch).mapping = 0 };
-            // SAFETY: as above, a valid value to copy.
-            HOOKED.insert(&tid, unsafe { &*scratch }, 0).ok()?;
-            HOOKED.get_ptr_mut(&tid)?
-        }
-    };
-    // SAFETY: the thread's own entry: only the thread writes it.
-    let entry = unsafe { &mut *entry };
-    // Not open while its fields are written (a nested call's end, or a
-    // kretprobe, finds no call).
-    entry.mapping = 0;
-    Some(entry)
 }
 
 /// fentry on `do_writepages(struct address_space *mapping, struct

@@ -169,6 +169,33 @@ static FILTER: Filter = Filter {
     cgroup_id: 0,
 };
 
+/// Thread `tid`'s entry in `map`, made on its first call: a lookup, and
+/// only for a thread new to the map an insert (of the `zeros` a
+/// never-written array holds: the caller writes every field it reads)
+/// and a second lookup. For the per-thread call maps written in place (ext4's
+/// `CURRENT`, `do_writepages()`'s `HOOKED`): making and dropping an entry
+/// per call cost several times a lookup under an fsync storm
+/// (docs/bench-log/fsync-storm.md).
+#[inline(always)]
+pub(crate) fn thread_entry<V>(
+    map: &'static LruHashMap<u32, V>,
+    zeros: &'static Array<V>,
+    tid: u32,
+) -> Option<&'static mut V> {
+    let entry = match map.get_ptr_mut(&tid) {
+        Some(entry) => entry,
+        None => {
+            let template = zeros.get_ptr(0)?;
+            // SAFETY: a live array value, a valid value to copy.
+            map.insert(&tid, unsafe { &*template }, 0).ok()?;
+            map.get_ptr_mut(&tid)?
+        }
+    };
+    // SAFETY: the thread's own entry: only the thread writes it (and, for
+    // `CURRENT`, sched.rs while the thread is switched out).
+    Some(unsafe { &mut *entry })
+}
+
 /// Adds to this CPU's counter at `index` of `AGG`-like maps, with a plain
 /// load, add and store: every index is added to by one attached program
 /// (the hook its concept chose), and the kernel never runs a program
@@ -176,9 +203,9 @@ static FILTER: Filter = Filter {
 ///
 /// # Per-CPU state and preemption
 ///
-/// The programs build records in per-CPU slots (writepages.rs `START`
-/// and `SCRATCH`, hook.rs `HOOK_SCRATCH`, generic.rs `GENERIC_SCRATCH`
-/// and `WBC_SEEN`, dirtier.rs `DIRTY_SLOT`) and add to per-CPU counters.
+/// The programs build records in per-CPU slots (writepages.rs `START`,
+/// generic.rs `GENERIC_SCRATCH` and `WBC_SEEN`, dirtier.rs `DIRTY_SLOT`)
+/// and add to per-CPU counters.
 /// A program can lose its CPU halfway: fentry/fexit programs run with
 /// migration disabled, not preemption (`__bpf_prog_enter_recur()`,
 /// kernel/bpf/trampoline.c), and on PREEMPT_RT kernels whose tracepoints

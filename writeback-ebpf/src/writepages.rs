@@ -28,6 +28,7 @@ use crate::{
     members::KERNEL_MEMBERS,
     read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns, raw_arg},
     sched::{offcpu_since, run_clock},
+    thread_entry,
 };
 
 /// Layout of `ext4:ext4_writepages` (or `ext4_da_writepages`).
@@ -190,7 +191,7 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
         cause::DIRECT
     };
     // Written in place, in the thread's entry (made at its first call).
-    let Some(slot) = thread_entry(s.key.tid) else {
+    let Some(slot) = thread_entry(&CURRENT, &NO_START, s.key.tid) else {
         // No log line here: aya-log's formatting code multiplies the
         // paths 6.1's verifier walks past its 1M-instruction limit. The
         // counter is printed in every summary.
@@ -269,26 +270,6 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     // Last: the hooks inside the call read the entry once this says so.
     mark_in_call(s.key.tid, true);
     Ok(0)
-}
-
-/// Thread `tid`'s `CURRENT` entry, made on its first call: a lookup, and
-/// only for a thread new to the map an insert (of whatever this CPU's
-/// scratch slot holds: the caller writes every field) and a second
-/// lookup.
-#[inline(always)]
-fn thread_entry(tid: u32) -> Option<&'static mut ThreadCall> {
-    let entry = match CURRENT.get_ptr_mut(&tid) {
-        Some(entry) => entry,
-        None => {
-            let scratch = SCRATCH.get_ptr(0)?;
-            // SAFETY: this CPU's slot, a valid value to copy.
-            CURRENT.insert(&tid, unsafe { &*scratch }, 0).ok()?;
-            CURRENT.get_ptr_mut(&tid)?
-        }
-    };
-    // SAFETY: the thread's own entry: only the thread writes it (and
-    // sched.rs while the thread is switched out).
-    Some(unsafe { &mut *entry })
 }
 
 /// The state of the ext4 call a thread is inside (its `CURRENT` entry):
@@ -658,14 +639,11 @@ pub fn fexit_writepages(ctx: FExitContext) -> u32 {
     )
 }
 
-/// Zeros: the start of a call whose start was not seen (never written).
-#[map]
-static NO_START: Array<ThreadCall> = Array::with_max_entries(1, 0);
-
-/// The value a thread's first `CURRENT` entry is inserted with (its
+/// Zeros, never written: the start of a call whose start was not seen,
+/// and the value a thread's first `CURRENT` entry is inserted with (its
 /// fields are written after), off the 512-byte stack.
 #[map]
-static SCRATCH: PerCpuArray<ThreadCall> = PerCpuArray::with_max_entries(1, 0);
+static NO_START: Array<ThreadCall> = Array::with_max_entries(1, 0);
 
 /// `nr_to_write` at the start of a function-hooked call the sample left
 /// out, for its end ([`sampled_out_end`]).
