@@ -216,6 +216,17 @@ impl Tracer {
         Ok(ticks / hz)
     }
 
+    /// Time on CPU of the tracer so far, ns, every thread's
+    /// (`/proc/PID/schedstat`'s first field): for figures per call, where
+    /// [`Tracer::cpu_secs`]'s 10 ms ticks are too coarse.
+    fn cpu_ns(&self) -> anyhow::Result<u64> {
+        let text = fs::read_to_string(format!("/proc/{}/schedstat", self.child.id()))?;
+        text.split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .context("bad /proc/PID/schedstat")
+    }
+
     /// Stops with SIGINT and returns its JSON lines, the summary last (for
     /// a recording, `replay --summary` of it alone).
     fn stop(self, binary: &Path) -> anyhow::Result<Vec<serde_json::Value>> {

@@ -112,16 +112,6 @@ fn clear(dir: &Path, writers: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// CPU time of process `pid` so far, ns (`/proc/PID/schedstat`'s first
-/// field: time on CPU, ns, every thread's).
-fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
-    text.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .context("bad /proc/PID/schedstat")
-}
-
 /// Adds run-time entries (`program`, `run_count`, `run_time_ns`: a
 /// summary's `run_time`, or the floor's per event) to `into`.
 fn add_runs(into: &mut BTreeMap<String, (u64, u64)>, runs: &serde_json::Value) {
@@ -169,10 +159,9 @@ fn traced_run(
         None,
         "tracing;",
     )?;
-    let pid = tracer.child.id();
-    let before = cpu_ns(pid)?;
+    let before = tracer.cpu_ns()?;
     let files = storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
-    let after = cpu_ns(pid)?;
+    let after = tracer.cpu_ns()?;
     let summary = tracer.stop_to_summary(out)?;
     into.calls += summary["calls"].as_u64().unwrap_or(0);
     into.lost += summary["lost_records"].as_u64().unwrap_or(0);
@@ -238,14 +227,11 @@ fn measure(
     dir: &Path,
     out: &Path,
 ) -> anyhow::Result<String> {
-    let run_plain = || -> anyhow::Result<u64> {
-        let n = storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
-        clear(dir, opts.writers)?;
-        Ok(n)
-    };
+    let run_plain = || storm(dir, opts.writers, opts.secs, opts.file_kib << 10);
     // One storm first, not counted: the first run after mkfs made the
     // journal's and the directories' blocks for the rest.
     run_plain()?;
+    clear(dir, opts.writers)?;
     let mut traced = Traced::default();
     let mut floor = BTreeMap::new();
     let mut ratios: [Vec<f64>; 3] = Default::default();
@@ -259,17 +245,10 @@ fn measure(
             for observed in [observed_first, !observed_first] {
                 files[usize::from(observed)] = match (observed, side) {
                     (false, _) | (true, Side::Nothing) => run_plain()?,
-                    (true, Side::Trace) => {
-                        let n = traced_run(binary, dir, out, opts, &mut traced)?;
-                        clear(dir, opts.writers)?;
-                        n
-                    }
-                    (true, Side::Floor) => {
-                        let n = floor_run(binary, dir, opts, &mut floor)?;
-                        clear(dir, opts.writers)?;
-                        n
-                    }
+                    (true, Side::Trace) => traced_run(binary, dir, out, opts, &mut traced)?,
+                    (true, Side::Floor) => floor_run(binary, dir, opts, &mut floor)?,
                 };
+                clear(dir, opts.writers)?;
             }
             let [plain, with] = files;
             ratios[s].push(with as f64 / plain.max(1) as f64);
