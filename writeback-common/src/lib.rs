@@ -517,7 +517,18 @@ pub mod stat {
     /// Per-folio `DirtierChanged` records dropped because `DIRTYINGS` was
     /// full: nothing is lost, the next reading reads the whole map.
     pub const LOST_CHANGED: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// Inserts that found their hash map full: a request, pass, pause or
+    /// span start that no figure holds (`BLOCK_HIST`, `INODE_PASS`,
+    /// `THROTTLED`, `RQ_START`, `SYNCING`, `SCAN_ARGS`, `OFFCPU_SINCE`,
+    /// `SAMPLED_NR`, `KPROBE_ARGS`). The LRU maps make room instead.
+    pub const MAP_FULL: u32 = 6;
+    /// Entries made in the LRU maps that evict their oldest when full
+    /// (`THROTTLED`, `HANDLES`, `DIRTIERS`): userspace sets them against
+    /// the entries it finds and removed to count the evicted.
+    pub const THROTTLED_NEW: u32 = 7;
+    pub const HANDLES_NEW: u32 = 8;
+    pub const DIRTIERS_NEW: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// Indexes of the per-CPU interval aggregates in the `AGG` map: counters the

@@ -13,11 +13,11 @@ use writeback_common::{
     BlockHistKey, BlockMembers, FLUSH_REQUEST_KIND, FlushRequest, RequestKey, TracepointLayout,
     block_hist, block_members as bm,
     fields::{bio_queue as bq, rq},
-    flush_class, log2_bucket,
+    flush_class, log2_bucket, stat,
 };
 
 use crate::{
-    BLOCK_HIST, BLOCK_SLOTS, RQ_START, atomic_add,
+    BLOCK_HIST, BLOCK_SLOTS, RQ_START, atomic_add, bump,
     durability::send,
     read::{Access, Typed, field, now_ns, raw_arg},
     writepages::current_entry,
@@ -88,10 +88,11 @@ fn hash_add(dev: u32, kind: u16, bucket: u32) {
     // "Per-CPU state and preemption").
     if let Some(v) = BLOCK_HIST.get_ptr_mut(&key) {
         atomic_add(v, 1);
-    } else if BLOCK_HIST.insert(&key, &1, BPF_NOEXIST as u64).is_err()
-        && let Some(v) = BLOCK_HIST.get_ptr_mut(&key)
-    {
-        atomic_add(v, 1);
+    } else if BLOCK_HIST.insert(&key, &1, BPF_NOEXIST as u64).is_err() {
+        match BLOCK_HIST.get_ptr_mut(&key) {
+            Some(v) => atomic_add(v, 1),
+            None => bump(stat::MAP_FULL),
+        }
     }
 }
 
@@ -103,7 +104,9 @@ fn stamp_issue(dev: u32, sector: u64) {
         dev,
         _pad: 0,
     };
-    let _ = RQ_START.insert(&key, &now_ns(), 0);
+    if RQ_START.insert(&key, &now_ns(), 0).is_err() {
+        bump(stat::MAP_FULL);
+    }
 }
 
 /// Takes the issue time [`stamp_issue`] kept for the request at `sector`

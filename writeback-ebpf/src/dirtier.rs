@@ -200,6 +200,7 @@ fn flush(key: &DirtierKey, pending: &mut DirtierEntry) {
             pending.born_ns = unsafe { bpf_ktime_get_ns() };
             pending.queued = reading;
             if DIRTIERS.insert(key, &*pending, BPF_NOEXIST as u64).is_ok() {
+                bump(stat::DIRTIERS_NEW);
                 pending.born_ns = 0;
                 announce(key);
                 return;

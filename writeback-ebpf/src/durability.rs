@@ -6,7 +6,7 @@
 //!
 //! Record layouts: writeback-common durability.rs.
 use aya_ebpf::{
-    bindings::BPF_RB_NO_WAKEUP,
+    bindings::{BPF_NOEXIST, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::{map, tracepoint},
     maps::{HashMap, LruHashMap},
@@ -134,7 +134,9 @@ fn open_span(call: u32, datasync: u32, dev: u32, ino: u64, flags: u32) -> u32 {
         journal_tid: 0,
         _pad: 0,
     };
-    let _ = SYNCING.insert(&span.tid, &span, 0);
+    if SYNCING.insert(&span.tid, &span, 0).is_err() {
+        bump(stat::MAP_FULL);
+    }
     0
 }
 
@@ -404,7 +406,16 @@ pub fn handle_stats(ctx: TracePointContext) -> u32 {
             blocks,
             comm: bpf_get_current_comm().unwrap_or_default(),
         };
-        let _ = HANDLES.insert(&key, &count, 0);
+        if HANDLES.insert(&key, &count, BPF_NOEXIST as u64).is_ok() {
+            bump(stat::HANDLES_NEW);
+        } else if let Some(c) = HANDLES.get_ptr_mut(&key) {
+            // Another CPU made the entry first: add to it.
+            // SAFETY: as above.
+            unsafe {
+                crate::atomic_add(&raw mut (*c).handles, 1);
+                crate::atomic_add(&raw mut (*c).blocks, blocks);
+            }
+        }
     }
     0
 }

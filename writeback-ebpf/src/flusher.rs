@@ -2,6 +2,7 @@
 //! levels added up in maps for userspace's interval lines.
 use aya_ebpf::{
     EbpfContext,
+    bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_jiffies64,
     },
@@ -12,11 +13,11 @@ use aya_log_ebpf::warn;
 use writeback_common::{
     DevCounterKey, FlusherWork, PausedBy, TracepointLayout, agg, dirty,
     fields::{balance_dirty as bd, single_inode as si, wb_work},
-    global_thresh, inode_pass as ip, log2_bucket, members as m,
+    global_thresh, inode_pass as ip, log2_bucket, members as m, stat,
 };
 
 use crate::{
-    AGG, DIRTY, GLOBAL_THRESH, INODE_PASS, THROTTLED, WORK, add,
+    AGG, DIRTY, GLOBAL_THRESH, INODE_PASS, THROTTLED, WORK, add, atomic_add, bump,
     in_call::set_flusher_work,
     members::KERNEL_MEMBERS,
     read::{Typed, current_tid, field, member, raw_arg},
@@ -124,18 +125,18 @@ pub fn single_inode(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Adds `value` to counter `index` of device `dev` in `INODE_PASS`.
+/// Adds `value` to counter `index` of device `dev` in `INODE_PASS`: an
+/// atomic add to the shared value, or a `BPF_NOEXIST` insert, which a
+/// racing first insert on another CPU makes fail, and then the add.
 #[inline(always)]
 fn dev_add(dev: u32, index: u32, value: u64) {
     let key = DevCounterKey { dev, index };
-    match INODE_PASS.get_ptr_mut(&key) {
-        // SAFETY: this CPU's value; see `add`.
-        Some(v) => unsafe { *v += value },
-        // An update of a per-CPU hash from a program sets this CPU's slot
-        // only (htab_percpu_map_update_elem in kernel/bpf/hashtab.c), so a
-        // racing first insert on another CPU loses nothing.
-        None => {
-            let _ = INODE_PASS.insert(&key, &value, 0);
+    if let Some(v) = INODE_PASS.get_ptr_mut(&key) {
+        atomic_add(v, value);
+    } else if INODE_PASS.insert(&key, &value, BPF_NOEXIST as u64).is_err() {
+        match INODE_PASS.get_ptr_mut(&key) {
+            Some(v) => atomic_add(v, value),
+            None => bump(stat::MAP_FULL),
         }
     }
 }
@@ -296,19 +297,28 @@ fn paused(ctx: &TracePointContext, pause: u64) {
         add(&AGG, slot, pause);
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    match THROTTLED.get_ptr_mut(&tgid) {
-        // SAFETY: this CPU's value of a per-CPU map.
-        Some(v) => unsafe {
-            (*v).pauses += 1;
-            (*v).pause_ms += pause;
-        },
+    let counts = match THROTTLED.get_ptr_mut(&tgid) {
+        Some(v) => v,
         None => {
             let by = PausedBy {
-                pauses: 1,
-                pause_ms: pause,
+                pauses: 0,
+                pause_ms: 0,
                 comm: bpf_get_current_comm().unwrap_or_default(),
             };
-            let _ = THROTTLED.insert(&tgid, &by, 0);
+            // BPF_NOEXIST: a first pause of the process on another CPU
+            // at the same moment keeps its entry, and both add to it.
+            if THROTTLED.insert(&tgid, &by, BPF_NOEXIST as u64).is_ok() {
+                bump(stat::THROTTLED_NEW);
+            }
+            match THROTTLED.get_ptr_mut(&tgid) {
+                Some(v) => v,
+                None => return bump(stat::MAP_FULL),
+            }
         }
+    };
+    // SAFETY: a live entry of the shared map; other CPUs add atomically.
+    unsafe {
+        atomic_add(&raw mut (*counts).pauses, 1);
+        atomic_add(&raw mut (*counts).pause_ms, pause);
     }
 }

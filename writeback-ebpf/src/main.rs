@@ -33,7 +33,7 @@ mod writepages;
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use writeback_common::{
     BlockHistKey, BlockSlots, DevCounterKey, Filter, FlusherWork, PausedBy, RequestKey, agg, dirty,
@@ -101,15 +101,19 @@ static BLOCK_SLOTS: Array<BlockSlots> = Array::with_max_entries(1, 0);
 /// The same histograms, for devices whose slot another device holds, and
 /// every device's latencies of cache-flush requests by class
 /// (`block_hist::FLUSH_LATENCY_NS`: a few classes of a few buckets each).
+/// One value shared by all CPUs, added to atomically: a per-CPU hash
+/// holds a value per *possible* CPU for each of its entries
+/// (`htab_map_alloc()` in kernel/bpf/hashtab.c), 8 MiB at 128 CPUs.
 #[map]
-static BLOCK_HIST: PerCpuHashMap<BlockHistKey, u64> = PerCpuHashMap::with_max_entries(8192, 0);
+static BLOCK_HIST: HashMap<BlockHistKey, u64> = HashMap::with_max_entries(8192, 0);
 
 /// Per-device inode-pass counters and histograms (`writeback_single_inode`
 /// through tp_btf, which sees the inode), keyed by (device,
 /// `writeback_common::inode_pass` index). 4096 entries hold 21 devices
-/// with every bucket of every histogram in use.
+/// with every bucket of every histogram in use. Shared by all CPUs, added
+/// to atomically, for the memory's sake (as `BLOCK_HIST`).
 #[map]
-static INODE_PASS: PerCpuHashMap<DevCounterKey, u64> = PerCpuHashMap::with_max_entries(4096, 0);
+static INODE_PASS: HashMap<DevCounterKey, u64> = HashMap::with_max_entries(4096, 0);
 
 /// Counters indexed by `writeback_common::stat`.
 #[map]
@@ -151,9 +155,12 @@ static DIRTY: Array<u64> = Array::with_max_entries(dirty::COUNT, 0);
 static GLOBAL_THRESH: Array<u64> = Array::with_max_entries(global_thresh::COUNT, 0);
 
 /// Pause ms per process in `balance_dirty_pages` (who was throttled);
-/// LRU so processes long gone make room.
+/// LRU so processes long gone make room (counted: `stat::THROTTLED_NEW`).
+/// Shared by all CPUs, added to atomically, for the memory's sake (as
+/// `BLOCK_HIST`): 8,192 processes at 88 bytes each, room for a host of
+/// a thousand cgroups' throttled writers and their successors.
 #[map]
-static THROTTLED: LruPerCpuHashMap<u32, PausedBy> = LruPerCpuHashMap::with_max_entries(1024, 0);
+static THROTTLED: LruHashMap<u32, PausedBy> = LruHashMap::with_max_entries(8192, 0);
 
 /// Runtime switches written by userspace after attaching: index 0 = how
 /// on-CPU time is measured (`writeback_common::cpu_time`).
@@ -244,7 +251,7 @@ fn add(map: &PerCpuArray<u64>, index: u32, value: u64) {
 /// filtered), which on a kernel that preempts or interrupts one of them
 /// could interleave on one CPU: an atomic add, on paths that run rarely.
 #[inline(always)]
-fn bump(index: u32) {
+pub(crate) fn bump(index: u32) {
     if let Some(counter) = STATS.get_ptr_mut(index) {
         atomic_add(counter, 1);
     }

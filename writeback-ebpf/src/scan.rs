@@ -144,7 +144,9 @@ pub fn kprobe_scan(ctx: ProbeContext) -> u32 {
         return 0;
     };
     if let Some(call) = current_entry() {
-        let _ = SCAN_ARGS.insert(&current_tid(), &mpd, 0);
+        if SCAN_ARGS.insert(&current_tid(), &mpd, 0).is_err() {
+            crate::bump(writeback_common::stat::MAP_FULL);
+        }
         scan_started(call, mpd_pos(mpd, &SCAN_MEMBERS.start));
     }
     0

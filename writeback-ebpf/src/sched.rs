@@ -110,7 +110,9 @@ fn switched(prev: u32, next: u32) {
     }
     let now = now_ns();
     if prev_in_call {
-        let _ = OFFCPU_SINCE.insert(&prev, &now, 0);
+        if OFFCPU_SINCE.insert(&prev, &now, 0).is_err() {
+            crate::bump(writeback_common::stat::MAP_FULL);
+        }
     }
     let Some(since) = next_since else {
         return;

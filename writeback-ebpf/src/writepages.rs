@@ -135,7 +135,9 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     let shift = crate::sampling_shift(sampling::CALLS);
     if !crate::drawn(shift) {
         if s.function_hook {
-            let _ = SAMPLED_NR.insert(&s.key.tid, &s.nr_to_write, 0);
+            if SAMPLED_NR.insert(&s.key.tid, &s.nr_to_write, 0).is_err() {
+                bump(stat::MAP_FULL);
+            }
         }
         set_call_byte(s.key.tid, SAMPLED_OUT_CALL);
         return Ok(0);
@@ -659,7 +661,12 @@ pub fn kprobe_writepages(ctx: ProbeContext) -> u32 {
     let (Some(mapping), Some(wbc)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else {
         return 0;
     };
-    let _ = KPROBE_ARGS.insert(&current_tid(), &[mapping, wbc], 0);
+    if KPROBE_ARGS
+        .insert(&current_tid(), &[mapping, wbc], 0)
+        .is_err()
+    {
+        bump(stat::MAP_FULL);
+    }
     function_begin::<Probed>(mapping as *const u8, wbc as *const u8)
 }
 

@@ -97,6 +97,7 @@ pub struct Metrics {
     device_flushes: Family<DevLabels, Counter>,
     flush_latency: HistFamily<FlushLabels>,
     lost_records: Counter,
+    map_full: Counter,
     bpf_runs: Family<ProgramLabels, Counter>,
     bpf_run_time: Family<ProgramLabels, SecondsCounter>,
     bpf_recursion_misses: Family<ProgramLabels, Counter>,
@@ -148,6 +149,7 @@ impl Metrics {
             device_flushes: Family::default(),
             flush_latency: Family::new_with_constructor(request_latency),
             lost_records: Counter::default(),
+            map_full: Counter::default(),
             bpf_runs: Family::default(),
             bpf_run_time: Family::default(),
             bpf_recursion_misses: Family::default(),
@@ -305,6 +307,12 @@ impl Metrics {
             m.lost_records.clone(),
         );
         r.register(
+            "map_full",
+            "Counts the BPF programs could not keep because a hash map was full \
+             (device requests, inode passes, pauses or span starts no figure holds)",
+            m.map_full.clone(),
+        );
+        r.register(
             "bpf_runs",
             "Runs of the tracer's own BPF programs (BPF_ENABLE_STATS)",
             m.bpf_runs.clone(),
@@ -433,6 +441,7 @@ impl Metrics {
             }
         }
         self.lost_records.inc_by(line.lost_records);
+        self.map_full.inc_by(line.map_full);
         for r in &line.run_time {
             let labels = ProgramLabels {
                 program: r.program.clone(),

@@ -401,6 +401,18 @@ pub struct IntervalLine {
     pub throttle: ThrottleLine,
     pub devices: Vec<DeviceLine>,
     pub lost_records: u64,
+    /// Counts the programs could not keep, a hash map being full
+    /// (`KernelStats::map_full`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub map_full: u64,
+    /// Calls whose start found the in-flight map full
+    /// (`KernelStats::inflight_full`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub inflight_full: u64,
+    /// Entries the LRU maps evicted in the interval
+    /// (`KernelStats::lru_evicted`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lru_evicted: u64,
     pub run_time: Vec<RunTimeLine>,
     /// Per process: pages dirtied, written back (by itself or others),
     /// throttled (model/dirtier.rs); empty without the dirtier hook and
@@ -599,6 +611,12 @@ impl IntervalLine {
                 .stats
                 .lost_records
                 .saturating_sub(prev.stats.lost_records),
+            map_full: cur.stats.map_full.saturating_sub(prev.stats.map_full),
+            inflight_full: cur
+                .stats
+                .inflight_full
+                .saturating_sub(prev.stats.inflight_full),
+            lru_evicted: cur.stats.lru_evicted.saturating_sub(prev.stats.lru_evicted),
             run_time,
             sync_calls: SyncCallsLine {
                 calls_writing: calls.sync_calls_writing,

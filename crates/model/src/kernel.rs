@@ -16,6 +16,15 @@ pub struct KernelStats {
     /// Inode dirtyings the kernel could not queue (`DIRTYINGS` full):
     /// their writeback went to `(unknown)`.
     pub lost_dirtyings: u64,
+    /// Inserts that found a hash map full (`writeback_common::stat::MAP_FULL`):
+    /// requests, passes, pauses or span starts no figure holds.
+    pub map_full: u64,
+    /// Entries made in `THROTTLED` (`stat::THROTTLED_NEW`).
+    pub throttled_new: u64,
+    /// Entries the LRU maps (`THROTTLED`, `HANDLES`, `DIRTIERS`) evicted to
+    /// make room: a process's pauses, a transaction's handles or a
+    /// file's dirtier pages no figure holds.
+    pub lru_evicted: u64,
 }
 
 /// Run time of one attached program (BPF_ENABLE_STATS).

@@ -39,6 +39,15 @@ pub struct SummaryLine<'a> {
     pub attribution: Option<crate::plan::AttributionMode>,
     /// Inode dirtyings lost (the per-inode mode's buffer was full).
     pub(crate) lost_dirtyings: u64,
+    /// Counts the programs could not keep, a hash map being full
+    /// (`KernelStats::map_full`).
+    pub(crate) map_full: u64,
+    /// Calls whose start found the in-flight map full: their bios, folios
+    /// and off-CPU time went uncounted (`KernelStats::inflight_full`).
+    pub(crate) inflight_full: u64,
+    /// Entries the LRU maps evicted to make room
+    /// (`KernelStats::lru_evicted`).
+    pub(crate) lru_evicted: u64,
     /// BPF run time per program over the whole trace (null figures when
     /// the kernel keeps no BPF statistics).
     pub(crate) run_time: Vec<RunTimeLine>,
@@ -79,6 +88,9 @@ impl<'a> SummaryLine<'a> {
             probes,
             attribution: None,
             lost_dirtyings: kernel.lost_dirtyings,
+            map_full: kernel.map_full,
+            inflight_full: kernel.inflight_full,
+            lru_evicted: kernel.lru_evicted,
             run_time: run_times
                 .iter()
                 .map(|r| RunTimeLine {

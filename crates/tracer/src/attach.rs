@@ -30,6 +30,7 @@ use super::{
     privileges, tracefs,
     trials::{Trials, describe},
 };
+use wbscope_model::map_memory::Report;
 use wbscope_model::plan::{Concept, ConceptPlan, HookChoice, HookKind, OFF_BY_DEFAULT, ProbePlan};
 
 /// What the caller wants from the tracer.
@@ -189,15 +190,6 @@ fn scan_members_from(btf: &KernelBtf, page_shift: u32) -> Result<ScanMembers, St
     ))
 }
 
-/// Entries of the IN_CALL map (one byte per thread id, eight to an
-/// entry) for this kernel's pid_max; `None` keeps the object's default,
-/// which covers PID_MAX_LIMIT.
-fn in_call_entries() -> Option<u32> {
-    let text = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok()?;
-    let pid_max: u32 = text.trim().parse().ok()?;
-    Some(pid_max.div_ceil(8).max(1))
-}
-
 /// Entries of the DIRTY_SLOT map, a slot per CPU indexed by CPU number:
 /// the highest possible CPU's number plus one; `None` keeps the object's
 /// one entry (then only CPU 0 has a slot, and other CPUs' folios go
@@ -227,6 +219,31 @@ impl Tracer {
     ) -> anyhow::Result<Tracer> {
         privileges::check()?;
         let tracefs_root = tracefs::ensure_mounted()?;
+        // The maps' sizes for this host and these options, and what they
+        // will take, said before anything is made or parsed (memory.rs).
+        let mut memory = super::memory::memory_plan(options, None)?;
+        if !memory.within_bound() {
+            warn!(
+                "the tracer's maps take {:.1} MiB here, over the {} MiB they keep to by default \
+                 (wbscope probes lists them)",
+                memory.total_bytes as f64 / f64::from(1 << 20),
+                memory.bound_bytes >> 20
+            );
+        }
+        if memory.report != Report::Charged
+            && let Some((cgroup, room)) = super::memory::cgroup_room()
+            && memory.total_bytes > room
+        {
+            anyhow::bail!(
+                "the tracer's maps need {} bytes of kernel memory, which the kernel charges to \
+                 this process's memory cgroup ({cgroup}), and it has {room} left under its \
+                 limit: raise the limit (MemoryMax= in a systemd unit) by at least {} bytes; \
+                 nothing was loaded (`wbscope probes --cpus N` states the maps' memory without \
+                 loading them)",
+                memory.total_bytes,
+                memory.total_bytes - room
+            );
+        }
 
         // Phase 1, before load (globals are fixed at load): tracepoint
         // layouts from tracefs, struct members from BTF. Per concept, the
@@ -419,18 +436,14 @@ impl Tracer {
             .unwrap_or(DirtierMembers::EMPTY);
         loader.override_global("DIRTIER_MEMBERS", &dirtier_members, true);
         loader.override_global("FILTER", &options.filter, true);
-        match cpu_slot_entries() {
-            Some(entries) => {
-                loader.map_max_entries("DIRTY_SLOT", entries);
-            }
-            None => warn!("cannot read the possible CPUs: who-dirtied-it counts CPU 0 only"),
-        }
-        if let Some(entries) = in_call_entries() {
-            loader.map_max_entries("IN_CALL", entries);
+        for m in memory.maps.iter().filter(|m| m.sized.is_some()) {
+            loader.map_max_entries(&m.def.name, m.def.max_entries);
         }
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .context("loading the embedded eBPF object")?;
+        let measured = super::memory::measured(&ebpf);
+        memory.set_measured(|name| measured.get(name).copied());
         let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
             Ok(logger) => Some(logger),
             Err(e) => {
@@ -626,6 +639,7 @@ impl Tracer {
             stats,
             global_thresh: std::sync::Mutex::new(global_thresh),
             plan,
+            memory,
             field_offsets,
             global_dirty_layout,
             attached_programs,

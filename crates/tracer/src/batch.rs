@@ -10,9 +10,11 @@
 //! `__htab_map_lookup_and_delete_batch()`).
 use std::{
     io,
-    os::fd::{AsRawFd as _, BorrowedFd},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd},
 };
 
+use anyhow::Context as _;
+use aya::maps::{Map, MapData};
 use aya_obj::generated::{bpf_attr, bpf_cmd};
 
 /// Entries asked per call: the kernel holds up to this many keys and
@@ -84,6 +86,75 @@ pub(crate) fn hash_entries<K: aya::Pod, V: aya::Pod>(
         position = next;
         first = false;
     }
+}
+
+/// Each entry of the per-CPU array behind `fd` (`entries` u64 values per
+/// CPU, `cpus` possible CPUs), summed over CPUs, in one call: the
+/// per-index lookups it replaces were a system call each, every interval
+/// (`AGG` has 76), each copying a value per possible CPU. `None` where
+/// the kernel lacks the command for arrays (before 5.6): the caller
+/// then reads index by index.
+pub(crate) fn percpu_array_sums(
+    fd: BorrowedFd<'_>,
+    entries: u32,
+    cpus: usize,
+) -> Option<io::Result<Vec<u64>>> {
+    let n = entries as usize;
+    let mut keys: Vec<u32> = vec![0; n];
+    // A per-CPU value is copied as `round_up(value_size, 8)` bytes per
+    // possible CPU (`bpf_percpu_array_copy()`, kernel/bpf/arraymap.c).
+    let mut values: Vec<u64> = vec![0; n * cpus];
+    let mut next = [0u8; 8];
+    // SAFETY: a plain C union; all-zero is valid.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    // The union's `batch` member; no `in_batch`: from the first index.
+    attr.batch.out_batch = next.as_mut_ptr() as u64;
+    attr.batch.keys = keys.as_mut_ptr() as u64;
+    attr.batch.values = values.as_mut_ptr() as u64;
+    attr.batch.count = entries;
+    attr.batch.map_fd = fd.as_raw_fd() as u32;
+    // SAFETY: the buffers hold `entries` keys and `entries` values of
+    // `cpus` u64s, as the kernel writes them; all outlive the call.
+    let ret = unsafe { sys_bpf(bpf_cmd::BPF_MAP_LOOKUP_BATCH, &mut attr) };
+    if ret != 0 {
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            // Every entry in this one batch, and the end reached.
+            Some(libc::ENOENT) => {}
+            Some(e) if unknown_command(e) => return None,
+            _ => return Some(Err(err)),
+        }
+    }
+    // SAFETY: the member set above, updated by the kernel.
+    let got = unsafe { attr.batch.count } as usize;
+    if got != n {
+        return Some(Err(io::Error::other(format!(
+            "a batch read of {n} entries returned {got}"
+        ))));
+    }
+    Some(Ok(values
+        .chunks(cpus.max(1))
+        .map(|per_cpu| per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
+        .collect()))
+}
+
+/// Every entry of the hash map `map` (plain or LRU, not per-CPU), named
+/// `name` in errors: a batch at a time where the kernel can, else one by
+/// one (an entry removed between listing and lookup is skipped).
+pub(crate) fn read_hash<K: aya::Pod, V: aya::Pod>(
+    map: &Map,
+    name: &str,
+) -> anyhow::Result<Vec<(K, V)>> {
+    let fd = match map {
+        Map::LruHashMap(data) | Map::HashMap(data) => data.fd().as_fd(),
+        _ => anyhow::bail!("{name} is not a hash map"),
+    };
+    if let Some(entries) = hash_entries::<K, V>(fd) {
+        return entries.with_context(|| format!("reading {name}"));
+    }
+    let map = aya::maps::HashMap::<&MapData, K, V>::try_from(map)
+        .with_context(|| format!("opening {name}"))?;
+    Ok(map.iter().filter_map(Result::ok).collect())
 }
 
 /// `bpf(2)` with `cmd` and `attr`: the raw calls the tracer makes beside
@@ -200,5 +271,36 @@ mod tests {
         let fd = create(bpf_map_type::BPF_MAP_TYPE_RINGBUF, 0, 0);
         let r = hash_entries::<u64, u64>(fd.as_fd());
         assert!(r.is_none(), "{r:?}");
+    }
+
+    /// Each index's values on every possible CPU, summed, in one read:
+    /// index i holds i + 1000 * cpu on each CPU.
+    #[test]
+    fn per_cpu_arrays_are_read_whole_and_summed() {
+        let cpus = crate::memory::HostShape::this_host().unwrap().possible_cpus as usize;
+        let entries = 76u32;
+        let fd = crate::memory::create_map(bpf_map_type::BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, entries)
+            .expect("creating a per-CPU array (the test needs root)");
+        for i in 0..entries {
+            let value: Vec<u64> = (0..cpus as u64).map(|c| u64::from(i) + 1000 * c).collect();
+            // SAFETY: as in `filled`.
+            let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+            attr.__bindgen_anon_2.map_fd = fd.as_raw_fd() as u32;
+            attr.__bindgen_anon_2.key = std::ptr::from_ref(&i) as u64;
+            attr.__bindgen_anon_2.__bindgen_anon_1.value = value.as_ptr() as u64;
+            // SAFETY: key and value live until the call returns.
+            assert_eq!(
+                unsafe { sys_bpf(bpf_cmd::BPF_MAP_UPDATE_ELEM, &mut attr) },
+                0
+            );
+        }
+        let sums = percpu_array_sums(fd.as_fd(), entries, cpus)
+            .expect("this kernel has batch lookups")
+            .expect("reading the array");
+        let c = cpus as u64;
+        let want: Vec<u64> = (0..u64::from(entries))
+            .map(|i| i * c + 1000 * c * (c - 1) / 2)
+            .collect();
+        assert_eq!(sums, want);
     }
 }

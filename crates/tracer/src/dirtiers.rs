@@ -1,10 +1,10 @@
 //! The dirty-time maps (writeback-ebpf/src/dirtier.rs): the members the
 //! BTF program reads, resolved from the kernel's BTF, and reading
 //! `DIRTIERS` and `THROTTLED` into a [`DirtierSnapshot`].
-use std::{collections::BTreeSet, os::fd::AsFd as _};
+use std::collections::BTreeSet;
 
 use anyhow::Context as _;
-use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuHashMap, RingBuf};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, RingBuf};
 use writeback_common::{
     DIRTIER_CHANGED_KIND, DirtierChanged, DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot,
     INODE_DIRTYING_KIND, InodeDirtying, dirtier_members, sampling, stat,
@@ -46,6 +46,15 @@ pub(crate) struct Dirtyings {
     since_whole: Option<u32>,
     /// `stat::LOST_CHANGED` at the last reading.
     lost_changed: u64,
+    /// `DIRTIERS` pairs the map evicted to make room, as of the last whole
+    /// reading: those made (`stat::DIRTIERS_NEW`) less those found (the
+    /// map's entries are never removed).
+    pub(crate) evicted: u64,
+    /// `stat::DIRTIERS_NEW` and the pairs found at the last whole reading:
+    /// once more pairs may have been made since than the map has room
+    /// for, it may be evicting, and the next reading is whole.
+    made_at_whole: u64,
+    found_at_whole: u64,
     /// The pairs announced to the reading before: looked up again, for a
     /// pair announced before that reading's lookup and grown after it
     /// within the same generation is not announced twice.
@@ -61,6 +70,9 @@ impl Dirtyings {
             generation: 0,
             since_whole: None,
             lost_changed: 0,
+            evicted: 0,
+            made_at_whole: 0,
+            found_at_whole: 0,
             last_changed: Vec::new(),
         }
     }
@@ -233,16 +245,8 @@ impl Tracer {
         }
         // The per-process pauses the findings read too (maps.rs), one
         // map for both.
-        let throttled: PerCpuHashMap<_, u32, writeback_common::PausedBy> = PerCpuHashMap::try_from(
-            self.ebpf
-                .map("THROTTLED")
-                .context("THROTTLED map missing")?,
-        )?;
-        for entry in throttled.iter() {
-            let (tgid, per_cpu) = entry.context("reading THROTTLED")?;
-            let pauses = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(v.pauses));
-            let ms = per_cpu.iter().fold(0u64, |a, v| a.wrapping_add(v.pause_ms));
-            snap.throttled.insert(tgid, (pauses, ms));
+        for (tgid, by) in self.throttled_entries()? {
+            snap.throttled.insert(tgid, (by.pauses, by.pause_ms));
         }
         // After the slots: every page counted was dirtied before this.
         snap.taken_ns = wbscope_sys::monotonic_ns();
@@ -294,8 +298,16 @@ impl Tracer {
         let mut changed = Vec::new();
         reader.drain(snap, &mut changed);
         let lost = self.stat(stat::LOST_CHANGED)?;
+        let made = self.stat(stat::DIRTIERS_NEW)?;
+        let room = self
+            .memory
+            .maps
+            .iter()
+            .find(|m| m.def.name == "DIRTIERS")
+            .map_or(u64::MAX, |m| u64::from(m.def.max_entries));
+        let may_evict = made - reader.made_at_whole.min(made) + reader.found_at_whole > room;
         let whole = match reader.since_whole {
-            Some(n) => n + 1 >= WHOLE_EVERY || lost != reader.lost_changed,
+            Some(n) => n + 1 >= WHOLE_EVERY || lost != reader.lost_changed || may_evict,
             None => true,
         };
         reader.lost_changed = lost;
@@ -318,29 +330,16 @@ impl Tracer {
         };
         if whole {
             snap.whole = true;
-            let fd = match dirtiers {
-                Map::LruHashMap(data) | Map::HashMap(data) => Some(data.fd().as_fd()),
-                _ => None,
-            };
             // A batch at a time where the kernel can (batch.rs: 60,000
             // pairs cost a tenth of a core a second read one by one).
-            match fd.and_then(super::batch::hash_entries::<DirtierKey, DirtierEntry>) {
-                Some(entries) => {
-                    let entries = entries.context("reading DIRTIERS")?;
-                    snap.entries
-                        .extend(entries.iter().map(|(k, v)| reading(k, v)));
-                }
-                None => {
-                    let map: BpfHashMap<_, DirtierKey, DirtierEntry> =
-                        BpfHashMap::try_from(dirtiers)?;
-                    for entry in map.iter() {
-                        // An entry evicted between listing and lookup is
-                        // skipped.
-                        let Ok((k, v)) = entry else { continue };
-                        snap.entries.push(reading(&k, &v));
-                    }
-                }
-            }
+            let entries =
+                super::batch::read_hash::<DirtierKey, DirtierEntry>(dirtiers, "DIRTIERS")?;
+            let found = entries.len() as u64;
+            reader.evicted = reader.evicted.max(made.saturating_sub(found));
+            reader.made_at_whole = made;
+            reader.found_at_whole = found;
+            snap.entries
+                .extend(entries.iter().map(|(k, v)| reading(k, v)));
         } else {
             // The pairs in the CPUs' slots too: a slot's pages are added
             // to its pair's count below, which must then be read.

@@ -1,7 +1,7 @@
 //! The journal handles each process put in each transaction (writeback-ebpf
 //! durability.rs `HANDLES`), read for the transactions that have ended and
 //! removed from the kernel's map as they are read.
-use std::{collections::HashMap as StdMap, os::fd::AsFd as _};
+use std::collections::HashMap as StdMap;
 
 use anyhow::Context as _;
 use aya::{
@@ -15,6 +15,11 @@ use wbscope_model::{DevId, durability::HandleShare};
 pub(crate) struct JournalHandles {
     /// `HANDLES`, an LRU hash map (checked when taken).
     map: Map,
+    /// Entries this reader removed, ever.
+    removed: u64,
+    /// Entries the map evicted to make room, as of the last reading: those
+    /// made (`stat::HANDLES_NEW`) less those removed and those left.
+    pub(crate) evicted: u64,
 }
 
 impl JournalHandles {
@@ -22,15 +27,21 @@ impl JournalHandles {
         let mut map = ebpf.take_map("HANDLES").context("HANDLES map missing")?;
         HashMap::<&mut MapData, HandleKey, HandleCount>::try_from(&mut map)
             .context("HANDLES is not a hash map of its types")?;
-        Ok(JournalHandles { map })
+        Ok(JournalHandles {
+            map,
+            removed: 0,
+            evicted: 0,
+        })
     }
 
     /// The counts of the `ended` transactions, removed from the map with
     /// those of any older transaction of the same journals (a commit whose
     /// end the reader never saw).
+    /// `made` is `stat::HANDLES_NEW` read before the map.
     pub(crate) fn take_ended(
         &mut self,
         ended: &[(DevId, u32)],
+        made: u64,
     ) -> anyhow::Result<Vec<HandleShare>> {
         let mut newest: StdMap<DevId, u32> = StdMap::new();
         for &(dev, t) in ended {
@@ -39,19 +50,13 @@ impl JournalHandles {
                 *e = t;
             }
         }
-        // A batch at a time where the kernel can (batch.rs), else one by
-        // one: each commit leaves a few entries.
-        let fd = match &self.map {
-            Map::LruHashMap(data) | Map::HashMap(data) => Some(data.fd().as_fd()),
-            _ => None,
-        };
-        let batch = fd.and_then(super::batch::hash_entries::<HandleKey, HandleCount>);
+        // A batch at a time where the kernel can (batch.rs): each commit
+        // leaves a few entries.
+        let entries: Vec<(HandleKey, HandleCount)> = super::batch::read_hash(&self.map, "HANDLES")?;
         let mut map = HashMap::<&mut MapData, HandleKey, HandleCount>::try_from(&mut self.map)?;
-        let entries: Vec<(HandleKey, HandleCount)> = match batch {
-            Some(entries) => entries.context("reading HANDLES")?,
-            None => map.iter().filter_map(Result::ok).collect(),
-        };
         let mut out = Vec::new();
+        let found = entries.len() as u64;
+        let mut removed = 0u64;
         for (key, count) in entries {
             let dev = DevId::from_kernel(key.dev);
             let Some(&last) = newest.get(&dev) else {
@@ -71,9 +76,14 @@ impl JournalHandles {
                     comm: wbscope_model::record::comm(&count.comm),
                 });
             }
-            // Gone already (LRU eviction) is fine.
-            let _ = map.remove(&key);
+            // Gone already (evicted since the read) is counted below.
+            if map.remove(&key).is_ok() {
+                removed += 1;
+            }
         }
+        self.removed += removed;
+        let left = found - removed;
+        self.evicted = self.evicted.max(made.saturating_sub(self.removed + left));
         Ok(out)
     }
 }

@@ -14,6 +14,7 @@ mod journal;
 pub mod landlock_dir;
 pub mod maps;
 mod members;
+pub mod memory;
 pub mod mounts;
 pub mod object;
 pub mod plan;
@@ -45,6 +46,9 @@ pub struct Tracer {
     /// lock).
     global_thresh: std::sync::Mutex<Array<MapData, u64>>,
     pub plan: ProbePlan,
+    /// The maps' kernel memory as stated before load, with what the
+    /// kernel said of each once made (memory.rs).
+    pub memory: wbscope_model::map_memory::MemoryPlan,
     /// The field offsets and struct members the programs were loaded with,
     /// for recordings: `{"ext4:ext4_writepages": {"dev": [8, 4, 0], ...},
     /// "btf": {"inode.i_ino": [64, 8, 0, 0], ...}}`.
@@ -97,7 +101,10 @@ impl Tracer {
             .lock()
             .map_err(|_| anyhow::anyhow!("the journal handles' lock is poisoned"))?;
         match journal.as_mut() {
-            Some(j) if !ended.is_empty() => j.take_ended(ended),
+            Some(j) if !ended.is_empty() => {
+                let made = self.stat(writeback_common::stat::HANDLES_NEW)?;
+                j.take_ended(ended, made)
+            }
             _ => Ok(Vec::new()),
         }
     }

@@ -9,7 +9,8 @@ use std::{
 };
 
 use anyhow::Context as _;
-use aya::maps::{Array, PerCpuArray, PerCpuHashMap};
+use aya::maps::{Array, IterableMap as _, MapData, PerCpuArray};
+use std::os::fd::AsFd as _;
 use writeback_common::{
     BlockHistKey, BlockSlots, TracepointLayout, dirty, fields::global_dirty, global_thresh, stat,
 };
@@ -22,19 +23,26 @@ impl Tracer {
     pub fn snapshot(&self) -> anyhow::Result<KernelSnapshot> {
         let vmstat = self.vmstat.read()?;
         self.set_global_thresholds(&vmstat)?;
+        // The counters before the maps they are set against (evictions).
+        let mut stats = self.stats()?;
+        let throttled = self.throttled_entries()?;
+        stats.lru_evicted = self.lru_evicted(&stats, throttled.len() as u64);
         Ok(KernelSnapshot {
             agg: self.aggregates()?,
             block: self.block_histograms()?,
             inode_pass: self.inode_pass_counters()?,
             dirty: self.dirty_levels()?,
-            stats: self.stats()?,
+            stats,
             run_times: self.run_times(),
             vmstat,
             disks: match &self.disks {
                 Some(f) => f.read()?,
                 None => Vec::new(),
             },
-            throttled: self.throttled()?,
+            throttled: throttled
+                .into_iter()
+                .map(|(tgid, by)| (tgid, (by.pause_ms, wbscope_model::record::comm(&by.comm))))
+                .collect(),
         })
     }
 
@@ -53,36 +61,45 @@ impl Tracer {
         Ok(())
     }
 
-    /// Pause ms per process in `balance_dirty_pages` (`THROTTLED`),
-    /// summed over CPUs, with the comm any CPU saw.
-    pub(crate) fn throttled(&self) -> anyhow::Result<HashMap<u32, (u64, String)>> {
-        let map: PerCpuHashMap<_, u32, writeback_common::PausedBy> = PerCpuHashMap::try_from(
-            self.ebpf
-                .map("THROTTLED")
-                .context("THROTTLED map missing")?,
-        )?;
-        let mut out = HashMap::new();
-        for entry in map.iter() {
-            let (tgid, values) = entry.context("reading THROTTLED")?;
-            let ms = values.iter().fold(0u64, |a, v| a.wrapping_add(v.pause_ms));
-            let comm = values
-                .iter()
-                .find(|v| v.comm[0] != 0)
-                .map(|v| wbscope_model::record::comm(&v.comm))
-                .unwrap_or_default();
-            out.insert(tgid, (ms, comm));
-        }
-        Ok(out)
+    /// Entries the LRU maps evicted to make room, as their readers last
+    /// counted them: `THROTTLED`'s from `stats` (read before) and the
+    /// `live` entries found now (userspace never removes one), `DIRTIERS`'
+    /// at its last whole reading, `HANDLES`' at its last.
+    fn lru_evicted(&self, stats: &KernelStats, live: u64) -> u64 {
+        let throttled = stats.throttled_new.saturating_sub(live);
+        let dirtiers = self.dirtyings.lock().map_or(0, |d| d.evicted);
+        let handles = self
+            .journal
+            .lock()
+            .ok()
+            .and_then(|j| j.as_ref().map(|j| j.evicted))
+            .unwrap_or(0);
+        throttled + dirtiers + handles
+    }
+
+    /// Every entry of `THROTTLED`.
+    pub(crate) fn throttled_entries(
+        &self,
+    ) -> anyhow::Result<Vec<(u32, writeback_common::PausedBy)>> {
+        let map = self
+            .ebpf
+            .map("THROTTLED")
+            .context("THROTTLED map missing")?;
+        super::batch::read_hash(map, "THROTTLED")
     }
 
     pub fn stats(&self) -> anyhow::Result<KernelStats> {
-        let sum = |index: u32| self.stat(index);
+        let all = self.percpu_sums(self.stats.map(), "STATS", stat::COUNT, |i| self.stat(i))?;
+        let sum = |index: u32| all.get(index as usize).copied().unwrap_or(0);
         Ok(KernelStats {
-            lost_records: sum(stat::LOST_RECORDS)?,
-            unmatched_results: sum(stat::UNMATCHED_RESULTS)?,
-            inflight_full: sum(stat::INFLIGHT_FULL)?,
-            filtered: sum(stat::FILTERED)?,
-            lost_dirtyings: sum(stat::LOST_DIRTYINGS)?,
+            lost_records: sum(stat::LOST_RECORDS),
+            unmatched_results: sum(stat::UNMATCHED_RESULTS),
+            inflight_full: sum(stat::INFLIGHT_FULL),
+            filtered: sum(stat::FILTERED),
+            lost_dirtyings: sum(stat::LOST_DIRTYINGS),
+            map_full: sum(stat::MAP_FULL),
+            throttled_new: sum(stat::THROTTLED_NEW),
+            lru_evicted: 0,
         })
     }
 
@@ -99,13 +116,28 @@ impl Tracer {
     pub(crate) fn aggregates(&self) -> anyhow::Result<Vec<u64>> {
         let agg: PerCpuArray<_, u64> =
             PerCpuArray::try_from(self.ebpf.map("AGG").context("AGG map missing")?)?;
-        (0..writeback_common::agg::COUNT)
-            .map(|i| {
-                agg.get(&i, 0)
-                    .map(|v| sum_counters(v.iter()))
-                    .with_context(|| format!("reading AGG[{i}]"))
-            })
-            .collect()
+        self.percpu_sums(agg.map(), "AGG", writeback_common::agg::COUNT, |i| {
+            agg.get(&i, 0)
+                .map(|v| sum_counters(v.iter()))
+                .with_context(|| format!("reading AGG[{i}]"))
+        })
+    }
+
+    /// The `entries` counters of the per-CPU array `map` (`name` in
+    /// errors), each summed over CPUs: one batch read where the kernel
+    /// has it, else `one` per index.
+    fn percpu_sums(
+        &self,
+        map: &MapData,
+        name: &str,
+        entries: u32,
+        one: impl Fn(u32) -> anyhow::Result<u64>,
+    ) -> anyhow::Result<Vec<u64>> {
+        let cpus = self.memory.possible_cpus as usize;
+        match super::batch::percpu_array_sums(map.fd().as_fd(), entries, cpus) {
+            Some(sums) => sums.with_context(|| format!("reading {name}")),
+            None => (0..entries).map(one).collect(),
+        }
     }
 
     /// Latest dirty levels, by `writeback_common::dirty` index: the words
@@ -123,9 +155,9 @@ impl Tracer {
     }
 
     /// Per-device block histograms: the shared slots (`BLOCK_SLOTS`) and
-    /// the per-CPU overflow hash (`BLOCK_HIST`), summed over CPUs, together.
+    /// the overflow hash (`BLOCK_HIST`), together.
     pub(crate) fn block_histograms(&self) -> anyhow::Result<HashMap<BlockHistKey, u64>> {
-        let mut out: HashMap<BlockHistKey, u64> = self.per_cpu_sums("BLOCK_HIST")?;
+        let mut out: HashMap<BlockHistKey, u64> = self.counters("BLOCK_HIST")?;
         let slots: Array<_, BlockSlots> = Array::try_from(
             self.ebpf
                 .map("BLOCK_SLOTS")
@@ -136,29 +168,26 @@ impl Tracer {
         Ok(out)
     }
 
-    /// Per-device inode-pass counters (`INODE_PASS`), summed over CPUs.
+    /// Per-device inode-pass counters (`INODE_PASS`).
     pub(crate) fn inode_pass_counters(
         &self,
     ) -> anyhow::Result<HashMap<writeback_common::DevCounterKey, u64>> {
-        self.per_cpu_sums("INODE_PASS")
+        self.counters("INODE_PASS")
     }
 
-    /// Every entry of the per-CPU hash `name`, its values summed over CPUs.
-    fn per_cpu_sums<K: aya::Pod + Eq + std::hash::Hash>(
+    /// Every entry of the counter hash `name` (`BLOCK_HIST`, `INODE_PASS`:
+    /// one value shared by all CPUs).
+    fn counters<K: aya::Pod + Eq + std::hash::Hash>(
         &self,
         name: &str,
     ) -> anyhow::Result<HashMap<K, u64>> {
-        let map: PerCpuHashMap<_, K, u64> = PerCpuHashMap::try_from(
-            self.ebpf
-                .map(name)
-                .with_context(|| format!("{name} map missing"))?,
-        )?;
-        let mut out = HashMap::new();
-        for entry in map.iter() {
-            let (key, values) = entry.with_context(|| format!("reading {name}"))?;
-            out.insert(key, sum_counters(values.iter()));
-        }
-        Ok(out)
+        let map = self
+            .ebpf
+            .map(name)
+            .with_context(|| format!("{name} map missing"))?;
+        Ok(super::batch::read_hash::<K, u64>(map, name)?
+            .into_iter()
+            .collect())
     }
 
     /// Run count and time of each attached program, when the kernel keeps

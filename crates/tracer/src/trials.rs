@@ -18,7 +18,7 @@ use wbscope_model::plan::HookKind;
 
 /// Where the kernel lists its perf event sources; no `kprobe` there means
 /// a kernel built without CONFIG_KPROBES.
-const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
+pub(super) const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 
 /// Trial loads of the empty fentry/kprobe/tp_btf programs, and the
 /// kretprobes made through tracefs (`retprobe.rs`) for the attached

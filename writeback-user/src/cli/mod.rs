@@ -105,11 +105,14 @@ summary (calls, pages written, lost records), whether the trace ends by
 --duration, Ctrl-C or SIGTERM.")]
     Trace(TraceArgs),
     /// Show the probe plan: the hook chosen for each concept, the fields it
-    /// provides, and why every better candidate was refused.
+    /// provides, and why every better candidate was refused; and the kernel
+    /// memory of the tracer's maps.
     #[command(after_help = "\
 Examples:
   wbscope probes
   wbscope probes --json | jq '.concepts[] | {concept, kind}'
+  wbscope probes --json | jq '.memory.total_bytes'
+  wbscope probes --cpus 128      # the maps' kernel memory on a 128-CPU host
   wbscope probes --cost 5        # this machine's floor per BPF program
   wbscope probes --cost 600 --on-hooks  # start your workload; Ctrl-C ends it
   wbscope probes --cost 600 --on-hooks --counting  # ... each adding to one counter
@@ -243,6 +246,12 @@ pub(crate) struct ProbesArgs {
     /// something does there (one line of map memory written).
     #[arg(long, requires = "on_hooks")]
     pub(crate) counting: bool,
+
+    /// State the kernel memory of the tracer's maps for N possible CPUs
+    /// instead of this host's, without loading anything (to plan for
+    /// bigger hosts). The plan always states it for this host.
+    #[arg(long, value_name = "N", conflicts_with = "cost", value_parser = clap::value_parser!(u32).range(1..=8192))]
+    pub(crate) cpus: Option<u32>,
 }
 
 /// Filters applied in the kernel.

@@ -10,8 +10,8 @@ use anyhow::Context as _;
 use crate::cli::ProbesArgs;
 use wbscope_model::plan::HookChoice;
 use wbscope_sys::SignalGuard;
-use wbscope_tracer::cost;
 use wbscope_tracer::{Tracer, TracerOptions};
+use wbscope_tracer::{cost, memory};
 
 pub(crate) fn run(args: &ProbesArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let text = match args.cost {
@@ -51,14 +51,32 @@ pub(crate) fn run(args: &ProbesArgs, hooks: &HookChoice) -> anyhow::Result<ExitC
             }
         }
         None => {
-            let tracer = Tracer::attach(&TracerOptions {
+            let options = TracerOptions {
                 hooks: hooks.clone(),
                 ..TracerOptions::default()
-            })?;
-            if args.json {
-                serde_json::to_string_pretty(&tracer.plan).context("encoding the plan")? + "\n"
+            };
+            if let Some(cpus) = args.cpus {
+                let memory = memory::memory_plan(&options, Some(cpus))?;
+                if args.json {
+                    serde_json::to_string_pretty(&memory).context("encoding the memory")? + "\n"
+                } else {
+                    memory.table()
+                }
             } else {
-                tracer.plan.table()
+                let tracer = Tracer::attach(&options)?;
+                if args.json {
+                    let mut plan =
+                        serde_json::to_value(&tracer.plan).context("encoding the plan")?;
+                    if let Some(o) = plan.as_object_mut() {
+                        o.insert(
+                            "memory".into(),
+                            serde_json::to_value(&tracer.memory).context("encoding the memory")?,
+                        );
+                    }
+                    serde_json::to_string_pretty(&plan).context("encoding the plan")? + "\n"
+                } else {
+                    tracer.plan.table() + "\n" + &tracer.memory.table()
+                }
             }
         }
     };

@@ -654,6 +654,7 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
     let lines = trace.stop(libc::SIGINT);
     let pid = child.pid as u64;
     assert_eq!(owner_total(&lines, pid, "pages_dirtied"), 3100);
+    assert_eq!(lines.last().unwrap()["lru_evicted"], 0, "3,000 pairs fit");
     let readings = lines.iter().filter(|l| l["type"] == "interval").count();
     // Several readings, fewer than 60: only the first read the whole map,
     // the regrowth was found by readings of the changed pairs.
@@ -674,6 +675,48 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
             "file {i}: {calls:#?}"
         );
     }
+}
+
+/// More (inode, process) pairs than `DIRTIERS` holds (65,536): the LRU
+/// map evicts the oldest, and the summary counts what it evicted
+/// (`lru_evicted`, from the entries the kernel made less those found),
+/// where the run above, within the map, counts none.
+#[test]
+fn per_folio_pairs_past_the_map_are_counted_as_evicted() {
+    const FILES: usize = 70_000;
+    let _file = crate::support::file_group(module_path!());
+    let _serial = serial();
+    // One inode per file: mkfs's default of one per 16 KiB is too few.
+    let fs = LoopFs::with_args("ext4", 512, &["-N", "80000"], &[]);
+    let dir = fs.path("many");
+    fs::create_dir(&dir).unwrap();
+    let paths: Vec<_> = (0..FILES).map(|i| dir.join(format!("f{i}"))).collect();
+    let mount = fs.mountpoint.display().to_string();
+    let trace = Tracing::start(&Mode::PerFolio.args(&["--json", "--device", &mount]));
+    let child = Dirtier::fork_files(&paths, Duration::ZERO, 0);
+    child.start();
+    child.wait();
+    // A whole reading of the map after the last page.
+    std::thread::sleep(Duration::from_millis(2500));
+    let lines = trace.stop(libc::SIGINT);
+    let summary = lines.last().unwrap();
+    let evicted = summary["lru_evicted"].as_u64().unwrap();
+    assert!(
+        (FILES as u64 - 65_536..=FILES as u64).contains(&evicted),
+        "{evicted} evicted: {summary}"
+    );
+    let intervals: u64 = lines
+        .iter()
+        .filter_map(|l| {
+            l["lru_evicted"]
+                .as_u64()
+                .filter(|_| l["type"] == "interval")
+        })
+        .sum();
+    assert_eq!(
+        intervals, evicted,
+        "the intervals' evictions add up to the summary's"
+    );
 }
 
 /// `--pid P` keeps the calls that write the pages P dirtied, though the

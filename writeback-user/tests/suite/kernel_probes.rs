@@ -944,3 +944,194 @@ fn scan_passes_and_extents_equal_ext4s_own_trace() {
     assert_eq!(firsts.min(), Some(first), "{mine:?}");
     assert_eq!(lasts.max(), Some(last), "{mine:?}");
 }
+
+/// The maps' kernel memory `probes` states before load equals, map by
+/// map, what the kernel says of the loaded maps (`memlock:` in their
+/// fdinfo), with the default plan and with the opt-ins that size maps
+/// up; `--cpus` states another host's without loading anything.
+#[test]
+fn probes_states_map_memory_as_the_kernel_reports_it() {
+    let _file = crate::support::file_group(module_path!());
+    let possible = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let possible: u64 = possible
+        .trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1,
+            None => 1,
+        })
+        .sum();
+    let memory_of = |args: &[&str]| -> Value {
+        let out = wbscope().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.get("memory").cloned().unwrap_or(v)
+    };
+    let bytes_of = |m: &Value, name: &str| -> u64 {
+        m["maps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {m}"))["bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    let default = memory_of(&["probes", "--json"]);
+    let enabled = memory_of(&[
+        "--enable",
+        "dirty_folio",
+        "--enable",
+        "device_io",
+        "probes",
+        "--json",
+    ]);
+    for m in [&default, &enabled] {
+        assert_eq!(m["possible_cpus"], possible, "{m}");
+        let maps = m["maps"].as_array().unwrap();
+        assert!(maps.len() >= 30, "{m}");
+        for e in maps {
+            assert_eq!(e["measured"], e["bytes"], "{e}");
+        }
+        let sum: u64 = maps.iter().map(|e| e["bytes"].as_u64().unwrap()).sum();
+        assert_eq!(m["total_bytes"], sum);
+        assert!(m["total_bytes"].as_u64().unwrap() <= m["bound_bytes"].as_u64().unwrap());
+    }
+    // Over the bound with both opt-ins, the in-flight maps give way.
+    let shrunk = enabled["maps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "GENERIC")
+        .unwrap();
+    assert!(
+        shrunk["sized"].as_str().unwrap().starts_with("shrunk"),
+        "{shrunk}"
+    );
+    // Unused, a map is made with one entry; asked for, with all of them.
+    assert!(bytes_of(&default, "DIRTIERS") < 8192, "{default}");
+    assert!(bytes_of(&enabled, "DIRTIERS") > 4 << 20, "{enabled}");
+    assert!(bytes_of(&enabled, "RQ_START") > bytes_of(&default, "RQ_START"));
+
+    // Another host's, stated without loading: per-CPU parts grow, the
+    // whole stays within its bound.
+    let at = |cpus: &str| memory_of(&["probes", "--cpus", cpus, "--json"]);
+    let (at2, at128, at256) = (at("2"), at("128"), at("256"));
+    assert_eq!(at128["possible_cpus"], 128);
+    assert!(at128["maps"][0].get("measured").is_none(), "{at128}");
+    assert_eq!(at128["bound_bytes"], 32u64 << 20);
+    assert_eq!(at256["bound_bytes"], 64u64 << 20);
+    for m in [&at128, &at256] {
+        assert!(
+            m["total_bytes"].as_u64() <= m["bound_bytes"].as_u64(),
+            "{m}"
+        );
+    }
+    // 126 more CPUs: a value of each per-CPU array and slot, a spare
+    // element of each plain hash: more, but less than a MiB.
+    let grew = bytes_of(&at128, "AGG") - bytes_of(&at2, "AGG");
+    assert_eq!(grew, 126 * 76 * 8);
+    let whole = at128["total_bytes"].as_u64().unwrap() - at2["total_bytes"].as_u64().unwrap();
+    assert!(whole > 0 && whole < 1 << 20, "{whole}");
+    let table = wbscope()
+        .args(["probes", "--cpus", "128"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(
+        table.starts_with("MAP MEMORY at 128 possible CPUs"),
+        "{table}"
+    );
+    assert!(
+        table.contains("unused without --enable dirty_folio"),
+        "{table}"
+    );
+
+    for bad in ["0", "-1", "x", "9000"] {
+        let out = wbscope().args(["probes", "--cpus", bad]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
+}
+
+/// A memory cgroup made for the test under this process's own (v2 where
+/// its memory controller is, else v1), with `limit` bytes, removed on
+/// drop: the directory and the file to write the limit to.
+fn memory_cgroup(limit: u64) -> (TestCgroup, PathBuf) {
+    let me = std::process::id();
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap();
+    let mounts = fs::read_to_string("/proc/mounts").unwrap();
+    let v2 = cgroup2_root();
+    let v2_path = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or("/");
+    let v2_dir = v2.join(v2_path.trim_start_matches('/'));
+    let (dir, file) = if fs::read_to_string(v2_dir.join("cgroup.controllers"))
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
+    {
+        fs::write(v2_dir.join("cgroup.subtree_control"), "+memory").ok();
+        (v2_dir.join(format!("wbscope-memroom-{me}")), "memory.max")
+    } else {
+        let v1 = mounts
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"cgroup") && f[3].split(',').any(|o| o == "memory"))
+                    .then(|| PathBuf::from(f[1]))
+            })
+            .expect("no memory cgroup controller, v1 or v2");
+        let path = own
+            .lines()
+            .find_map(|l| {
+                let mut p = l.splitn(3, ':');
+                let (_, c, path) = (p.next()?, p.next()?, p.next()?);
+                c.split(',').any(|c| c == "memory").then_some(path)
+            })
+            .unwrap_or("/");
+        (
+            v1.join(path.trim_start_matches('/'))
+                .join(format!("wbscope-memroom-{me}")),
+            "memory.limit_in_bytes",
+        )
+    };
+    fs::create_dir(&dir).unwrap();
+    let cg = TestCgroup(dir.clone());
+    fs::write(dir.join(file), limit.to_string()).unwrap();
+    (cg, dir)
+}
+
+/// A memory cgroup too small for the maps (the kernel charges them to it
+/// since 5.11) gets the plan's answer before anything is loaded, not an
+/// allocation failure mid-attach; one with room attaches.
+#[test]
+fn a_memory_cgroup_too_small_for_the_maps_is_told_before_load() {
+    let _file = crate::support::file_group(module_path!());
+    let run_in = |limit: u64| {
+        let (cg, dir) = memory_cgroup(limit);
+        let script = format!(
+            "echo $$ > {}/cgroup.procs && exec {} probes",
+            dir.display(),
+            env!("CARGO_BIN_EXE_wbscope")
+        );
+        let out = wbscope_programs::SH
+            .command()
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        drop(cg);
+        out
+    };
+    let small = run_in(24 << 20);
+    assert_eq!(small.status.code(), Some(1), "{small:?}");
+    let err = String::from_utf8(small.stderr).unwrap();
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("memory cgroup") && last.contains("wbscope-memroom"),
+        "{err}"
+    );
+    assert!(last.contains("MemoryMax"), "{err}");
+    let roomy = run_in(512 << 20);
+    assert!(roomy.status.success(), "{roomy:?}");
+    let plan = String::from_utf8(roomy.stdout).unwrap();
+    assert!(plan.contains("MAP MEMORY at"), "{plan}");
+}
