@@ -136,6 +136,11 @@ pub struct StructSizes {
     pub array: u64,
     /// `sizeof(struct bpf_ringbuf_map)`.
     pub ringbuf: u64,
+    /// What `htab_map_mem_usage()` adds per possible CPU for each hash
+    /// map's `HASHTAB_MAP_LOCK_COUNT` (8) `int` lock counters: 32 up to
+    /// 6.18 (which still counts them, though it no longer has them), 0
+    /// on 7.3 (measured); kernels between are taken as 7.3.
+    pub hash_locks_per_cpu: u64,
     /// Where they came from: "measured" or the kernel they were read on.
     pub source: &'static str,
 }
@@ -146,6 +151,7 @@ impl StructSizes {
         htab: 832,
         array: 312,
         ringbuf: 304,
+        hash_locks_per_cpu: 32,
         source: "Linux 6.18's (x86_64)",
     };
 
@@ -156,8 +162,19 @@ impl StructSizes {
         htab: 0,
         array: 320,
         ringbuf: 0,
+        hash_locks_per_cpu: 0,
         source: "Linux 5.10's (x86_64)",
     };
+
+    /// The per-CPU lock counters of kernel `major.minor`'s hash maps
+    /// (`hash_locks_per_cpu`).
+    pub fn hash_locks_of_kernel(major: u32, minor: u32) -> u64 {
+        if (major, minor) >= (7, 0) {
+            0
+        } else {
+            4 * MAP_LOCK_COUNT
+        }
+    }
 }
 
 /// `sizeof(struct htab_elem)` on 64-bit kernels: an hlist_nulls_node (16)
@@ -168,7 +185,7 @@ const HTAB_ELEM: u64 = 48;
 /// `sizeof(struct bucket)`: an hlist_nulls_head and a raw spinlock,
 /// without lockdep.
 const BUCKET: u64 = 16;
-/// `HASHTAB_MAP_LOCK_COUNT` per-CPU `int`s of each hash map (5.13+).
+/// `HASHTAB_MAP_LOCK_COUNT`: per-CPU `int`s of each hash map (5.13+).
 const MAP_LOCK_COUNT: u64 = 8;
 
 fn round_up(x: u64, to: u64) -> u64 {
@@ -209,7 +226,7 @@ fn mem_usage(def: &MapDef, cpus: u64, key: u64, value: u64, s: &StructSizes) -> 
             // creation; plain hashes keep one spare per CPU for the
             // update that replaces an element (`htab_has_extra_elems()`).
             let buckets = u64::from(def.max_entries.max(1).next_power_of_two());
-            let mut usage = s.htab + BUCKET * buckets + 4 * cpus * MAP_LOCK_COUNT;
+            let mut usage = s.htab + BUCKET * buckets + s.hash_locks_per_cpu * cpus;
             let extra = !kind.is_percpu() && !kind.is_lru();
             let n = entries + if extra { cpus } else { 0 };
             usage += elem_size(kind, key, value) * n;
@@ -440,6 +457,27 @@ mod tests {
         ];
         for (d, want) in cases {
             assert_eq!(map_bytes(&d, 2, Report::MemUsage, &s), want, "{d:?}");
+        }
+    }
+
+    /// Figures Linux 7.3 (Debian's 7.3.4) printed in a guest of 64
+    /// possible CPUs, with its struct sizes: no lock counters per CPU.
+    #[test]
+    fn mem_usage_equals_what_7_3_reported() {
+        let s = StructSizes {
+            htab: 896,
+            array: 312,
+            ringbuf: 288,
+            hash_locks_per_cpu: StructSizes::hash_locks_of_kernel(7, 3),
+            source: "test",
+        };
+        let cases = [
+            (def(MapKind::Hash, 4, 272, 16384), 5_658_496),
+            (def(MapKind::LruHash, 4, 280, 8192), 2_884_480),
+            (def(MapKind::Ringbuf, 0, 0, 4 << 20), 4_223_288),
+        ];
+        for (d, want) in cases {
+            assert_eq!(map_bytes(&d, 64, Report::MemUsage, &s), want, "{d:?}");
         }
     }
 

@@ -225,8 +225,22 @@ fn fit(
 pub fn memory_plan(options: &TracerOptions, cpus: Option<u32>) -> anyhow::Result<MemoryPlan> {
     let host = HostShape::this_host()?;
     let host = cpus.map_or(host, |c| host.with_cpus(c));
-    let report = kernel_version().map_or(Report::MemUsage, |(a, b)| Report::of_kernel(a, b));
-    let structs = measure_structs(report).unwrap_or(StructSizes::DEFAULT);
+    let version = kernel_version();
+    let report = version.map_or(Report::MemUsage, |(a, b)| Report::of_kernel(a, b));
+    let locks = version.map_or(StructSizes::DEFAULT.hash_locks_per_cpu, |(a, b)| {
+        StructSizes::hash_locks_of_kernel(a, b)
+    });
+    let structs = match measure_structs(report, locks) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!(
+                "cannot measure this kernel's map structs ({e:#}): the maps' memory is stated \
+                 with {}",
+                StructSizes::DEFAULT.source
+            );
+            StructSizes::DEFAULT
+        }
+    };
     Ok(fit(
         map_defs(options, &host)?,
         host.possible_cpus,
@@ -361,7 +375,7 @@ pub(crate) fn create_map(
 /// one entry each: their `memlock:` less what the formula adds for the
 /// entry (`wbscope_model::map_memory`), on 6.4+; 5.11-6.3's report uses
 /// none, and 5.10's one fixed size.
-fn measure_structs(report: Report) -> anyhow::Result<StructSizes> {
+fn measure_structs(report: Report, hash_locks_per_cpu: u64) -> anyhow::Result<StructSizes> {
     match report {
         Report::Footprint => {
             return Ok(StructSizes {
@@ -379,6 +393,7 @@ fn measure_structs(report: Report) -> anyhow::Result<StructSizes> {
         htab: 0,
         array: 0,
         ringbuf: 0,
+        hash_locks_per_cpu,
         source: "measured",
     };
     let mut sizes = zero;
