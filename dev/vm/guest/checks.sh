@@ -83,6 +83,332 @@ start_trace() {
     pid=$!
 }
 
+# The bighost group (`cargo xtask vm-test --big-host`, judged by
+# dev/vm/src/bighost.rs), alone in guests of one online CPU and 64 or 128
+# possible, 2 GiB of memory: `wbscope probes` (the maps' memory for the
+# possible CPUs, stated and measured), then one `wbscope trace --events`
+# over an idle stretch and a busy load, its CPU time and memory sampled
+# every second. The load, sized by the host (/vm.env): BH_WRITERS memory
+# cgroups, each with one writer of BH_FILES files of one page, all dirty
+# at once; and BH_THROTTLED cgroups whose memory.high (BH_HIGH_MIB) and
+# io.max (BH_WBPS bytes/s of writes) make balance_dirty_pages() pause
+# their writers of BH_THROTTLED_MIB each, counted independently by a
+# tracefs histogram; then sync.
+BH=/tmp/bighost
+
+# Every second while wbscope (pid $1) runs: the phase, the uptime, its
+# utime and stime (clock ticks: USER_HZ, 100 on x86), its VmRSS and
+# VmHWM (kB), and the guest's Dirty and Writeback (kB, /proc/meminfo:
+# how far the sync is). Builtins but `sleep`.
+bighost_sample() {
+    phase=start
+    while [ -r "/proc/$1/stat" ]; do
+        # Read while being rewritten, the file can be empty: the phase
+        # stays.
+        read -r now < "$BH/phase" && [ -n "$now" ] && phase=$now
+        read -r up _ < /proc/uptime
+        # Fields 14 and 15 of proc(5); comm is "(wbscope)", no spaces.
+        read -r _ _ _ _ _ _ _ _ _ _ _ _ _ utime stime _ < "/proc/$1/stat" || break
+        rss=- hwm=-
+        while read -r key value _; do
+            case $key in
+                VmRSS:) rss=$value ;;
+                VmHWM:) hwm=$value ;;
+            esac
+        done < "/proc/$1/status"
+        dirty=- writeback=-
+        while read -r key value _; do
+            case $key in
+                Dirty:) dirty=$value ;;
+                Writeback:) writeback=$value ;;
+            esac
+        done < /proc/meminfo
+        echo "$phase $up $utime $stime $rss $hwm $dirty $writeback"
+        sleep 1
+    done 2> /dev/null
+}
+
+# The phase the samples are of, and when it began (ns since the epoch).
+bighost_phase() {
+    echo "$1" > "$BH/phase"
+    echo "$1 $(date +%s%N)" >> "$OUT/bighost-phases"
+}
+
+# Dirty and under-writeback memory now, labelled $1, and what else
+# holds the guest's memory: the page cache, the kernel's per-CPU
+# allocations (each memory cgroup's statistics are per possible CPU) and
+# slabs (inodes, dentries).
+bighost_meminfo() {
+    while read -r key value _; do
+        case $key in
+            Dirty: | Writeback: | MemFree: | Cached: | Percpu: | Slab:)
+                echo "$1 $key $value"
+                ;;
+        esac
+    done < /proc/meminfo >> "$OUT/bighost-meminfo"
+}
+
+# A step line for the host's time limits without step()'s save.
+bighost_step() {
+    echo "WBVM step $*"
+}
+
+# Whether process $1 is alive and not yet reaped (a zombie's /proc entry
+# stays until its parent waits). Builtins only.
+running() {
+    read -r _ _ state _ < "/proc/$1/stat" 2>/dev/null && [ "$state" != Z ]
+}
+
+# One writer, run by busybox sh in its cgroup ($1): BH_FILES files of
+# 4096 bytes in $2, each one builtin printf (no process per file: under
+# TCG starting a program costs more than writing a page).
+BH_WRITER='echo $$ > "$1/cgroup.procs" || exit 1
+i=0
+while [ "$i" -lt "$BH_FILES" ]; do
+    printf %s "$BH_PAGE" > "$2/f$i" || exit 1
+    i=$((i + 1))
+done'
+
+bighost() {
+    mkdir -p "$BH"
+    step bighost-probes
+    cat /sys/devices/system/cpu/possible > "$OUT/bighost-possible"
+    cat /sys/devices/system/cpu/online > "$OUT/bighost-online"
+    # `uname -v`: the preemption model, which decides whether a tracing
+    # program can be preempted halfway (and its next run skipped).
+    cat /proc/sys/kernel/version > "$OUT/bighost-kernel-version"
+    timeout "$PROBES_TIMEOUT" "$WBSCOPE" --log "$OUT/bighost-probes.log" probes --json \
+        > "$OUT/bighost-probes.json" 2> "$OUT/bighost-probes.err"
+    echo $? > "$OUT/bighost-probes.rc"
+
+    step bighost-setup
+    t0=$(date +%s%N)
+    mkfs.ext4 -q -F /dev/vda > "$OUT/mkfs.log" 2>&1 || {
+        echo "WBVM fail mkfs.ext4 /dev/vda failed: $(tail -n 1 "$OUT/mkfs.log")"
+        return 1
+    }
+    mkdir -p "$MNT"
+    mount -t ext4 /dev/vda "$MNT" > "$OUT/mount.log" 2>&1 || {
+        echo "WBVM fail mount /dev/vda failed: $(tail -n 1 "$OUT/mount.log")"
+        return 1
+    }
+    read -r majmin < /sys/block/vda/dev
+    echo "$majmin" > "$OUT/bighost-dev"
+    # Every page stays dirty until the sync: the dirty limits above all
+    # the load (BH_WRITERS x BH_FILES pages and what the throttled ones
+    # keep dirty), and nothing old enough for the periodic writeback.
+    # Free-run below (limit + background) / 2, 650 MiB
+    # (dirty_freerun_ceiling(), mm/page-writeback.c): the unthrottled
+    # writers never enter the pause loop. dirty_bytes first: a background
+    # limit at or over the limit is halved. No periodic wake-up of the
+    # flushers either: each memory cgroup has a writeback of its own,
+    # whose share of the background limit is its share of the recent
+    # writeouts (__wb_calc_thresh()), none for a new one, so a wake-up
+    # finds any of its dirty pages over it (wb_over_bg_thresh()) and
+    # writes them; a throttled writer wakes its own
+    # (balance_dirty_pages()).
+    read -r ratio < /proc/sys/vm/dirty_ratio
+    read -r bg_ratio < /proc/sys/vm/dirty_background_ratio
+    read -r expire < /proc/sys/vm/dirty_expire_centisecs
+    read -r interval < /proc/sys/vm/dirty_writeback_centisecs
+    echo $((700 << 20)) > /proc/sys/vm/dirty_bytes
+    echo $((600 << 20)) > /proc/sys/vm/dirty_background_bytes
+    echo 360000 > /proc/sys/vm/dirty_expire_centisecs
+    echo 360000 > /proc/sys/vm/dirty_writeback_centisecs
+    # cgroup v2 with memory and io: cgroup writeback, a dirty domain and
+    # a writeback per memory cgroup.
+    CG=/tmp/cg
+    mkdir -p "$CG"
+    if ! { mount -t cgroup2 none "$CG" && echo '+memory +io' > "$CG/cgroup.subtree_control"; } \
+        > "$OUT/bighost-cgroup.log" 2>&1; then
+        echo "WBVM fail no cgroup v2 with memory and io: $(tail -n 1 "$OUT/bighost-cgroup.log")"
+        return 1
+    fi
+    # One mkdir for every cgroup and directory (a program start each
+    # would be seconds under TCG).
+    set --
+    n=1
+    while [ "$n" -le "$BH_WRITERS" ]; do
+        set -- "$@" "$CG/w$n" "$MNT/w$n"
+        n=$((n + 1))
+    done
+    n=1
+    while [ "$n" -le "$BH_THROTTLED" ]; do
+        set -- "$@" "$CG/t$n" "$MNT/t$n"
+        n=$((n + 1))
+    done
+    mkdir "$@" 2>> "$OUT/bighost-cgroup.log" || {
+        echo "WBVM fail cannot make the cgroups: $(tail -n 1 "$OUT/bighost-cgroup.log")"
+        return 1
+    }
+    n=1
+    while [ "$n" -le "$BH_THROTTLED" ]; do
+        echo "${BH_HIGH_MIB}M" > "$CG/t$n/memory.high"
+        echo "$majmin wbps=$BH_WBPS" > "$CG/t$n/io.max"
+        n=$((n + 1))
+    done 2>> "$OUT/bighost-cgroup.log"
+    cat "$CG/t1/memory.high" "$CG/t1/io.max" >> "$OUT/bighost-cgroup.log" 2>&1
+    BH_PAGE=x
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12; do
+        BH_PAGE=$BH_PAGE$BH_PAGE
+    done
+    export BH_PAGE
+    echo "setup $(( ($(date +%s%N) - t0) / 1000000 ))" >> "$OUT/bighost-times"
+
+    # From here to the end of the trace the steps save nothing: step()'s
+    # save ends with a sync, which would write the load's pages early.
+    bighost_step bighost-idle
+    bighost_phase start
+    # No --max-event-rate in effect: every call line is wanted.
+    timeout "$TRACE_TIMEOUT" "$WBSCOPE" --log "$OUT/bighost-trace.log" trace --json --events \
+        --interval 1 --max-event-rate 1000000000 > "$BH/trace.jsonl" 2> "$OUT/bighost-trace.err" &
+    pid=$!
+    t0=$(date +%s%N)
+    wait_tracing "$pid" "$OUT/bighost-trace.err"
+    echo "startup $(( ($(date +%s%N) - t0) / 1000000 ))" >> "$OUT/bighost-times"
+    wb=
+    for d in /proc/[0-9]*; do
+        read -r _ comm _ ppid _ < "$d/stat" 2>/dev/null || continue
+        if [ "$ppid" = "$pid" ] && [ "$comm" = "(wbscope)" ]; then
+            wb=${d#/proc/}
+        fi
+    done
+    # The independent count: every balance_dirty_pages event by pid and
+    # pause (its `pause` is <= 0 when the task was not put to sleep:
+    # balance_dirty_pages(), mm/page-writeback.c), in a histogram; where
+    # the kernel has no histograms (Debian's 5.10: no
+    # CONFIG_HIST_TRIGGERS), every event in a trace instance's buffer of
+    # its own, 16 MiB (an event is about 250 bytes as text, a few
+    # thousand of them).
+    H=/sys/kernel/tracing/events/writeback/balance_dirty_pages
+    I=/sys/kernel/tracing/instances/bighost
+    hist=1
+    echo 'hist:keys=common_pid,pause:vals=hitcount:size=8192' > "$H/trigger" \
+        2> "$OUT/bighost-hist.err" || hist=
+    if [ -z "$hist" ]; then
+        { mkdir "$I" && echo 16384 > "$I/buffer_size_kb" &&
+            echo 1 > "$I/events/writeback/balance_dirty_pages/enable"; } \
+            2>> "$OUT/bighost-hist.err"
+    fi
+    bighost_phase idle
+    bighost_sample "$wb" > "$OUT/bighost-samples" &
+    sampler=$!
+    sleep "$BH_IDLE"
+
+    # The throttled writers first: their memcgs' reclaim (memory.high)
+    # wakes every flusher to write everything when it finds only dirty
+    # pages (wakeup_flusher_threads(WB_REASON_VMSCAN) in
+    # shrink_inactive_list(), mm/vmscan.c), which would write the
+    # one-page files before the sync.
+    bighost_step bighost-throttled
+    bighost_phase throttled
+    bighost_meminfo before
+    t0=$(date +%s%N)
+    pids=
+    n=1
+    while [ "$n" -le "$BH_THROTTLED" ]; do
+        sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CG/t$n" \
+            dd if=/dev/zero of="$MNT/t$n/big" bs=1M count="$BH_THROTTLED_MIB" \
+            2> "$BH/dd-$n" &
+        pids="$pids $!"
+        n=$((n + 1))
+    done
+    # shellcheck disable=SC2086
+    wait $pids
+    echo "throttled $(( ($(date +%s%N) - t0) / 1000000 ))" >> "$OUT/bighost-times"
+    bighost_meminfo throttled
+    cat "$CG/t1/memory.stat" > "$OUT/bighost-t1-memory-stat" 2>&1
+
+    bighost_phase writers
+    t0=$(date +%s%N)
+    # Waves of 100 writers: a step each for the host's time limit.
+    n=1
+    while [ "$n" -le "$BH_WRITERS" ]; do
+        bighost_step "bighost-writers-$n"
+        pids=
+        last=$((n + 99))
+        while [ "$n" -le "$BH_WRITERS" ] && [ "$n" -le "$last" ]; do
+            busybox sh -c "$BH_WRITER" writer "$CG/w$n" "$MNT/w$n" 2>> "$OUT/bighost-writers.err" &
+            pids="$pids $!"
+            n=$((n + 1))
+        done
+        # shellcheck disable=SC2086
+        wait $pids
+    done
+    echo "writers $(( ($(date +%s%N) - t0) / 1000000 ))" >> "$OUT/bighost-times"
+    bighost_meminfo writers
+
+    bighost_step bighost-sync
+    bighost_phase sync
+    t0=$(date +%s%N)
+    # In the background, with a limit of the guest's own (BH_SYNC_SECS,
+    # under the host's, a step line every 5 minutes): a sync still
+    # running then is said, and the trace is stopped and saved anyway.
+    sync &
+    syncer=$!
+    waited=0
+    while running "$syncer" && [ "$waited" -lt "$BH_SYNC_SECS" ]; do
+        sleep 1
+        waited=$((waited + 1))
+        if [ $((waited % 300)) = 0 ]; then
+            bighost_step "bighost-sync-${waited}s"
+        fi
+    done
+    unfinished=
+    if running "$syncer"; then
+        unfinished=1
+        echo "sync still running after $waited s" > "$OUT/bighost-sync-unfinished"
+    else
+        wait "$syncer"
+    fi
+    echo "sync $(( ($(date +%s%N) - t0) / 1000000 ))" >> "$OUT/bighost-times"
+    bighost_meminfo synced
+    bighost_phase drain
+    sleep 2
+    if [ -n "$hist" ]; then
+        cat "$H/hist" > "$OUT/bighost-hist" 2>> "$OUT/bighost-hist.err"
+        echo '!hist:keys=common_pid,pause:vals=hitcount:size=8192' > "$H/trigger"
+    else
+        echo 0 > "$I/events/writeback/balance_dirty_pages/enable"
+        gzip -c "$I/trace" > "$OUT/bighost-bdp.trace.gz" 2>> "$OUT/bighost-hist.err"
+        # Events the buffer lost: overrun and dropped events per CPU.
+        cat "$I"/per_cpu/cpu*/stats > "$OUT/bighost-bdp.stats" 2>> "$OUT/bighost-hist.err"
+    fi
+
+    bighost_step bighost-stop
+    bighost_phase stop
+    t0=$(date +%s%N)
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    echo $? > "$OUT/bighost-trace.rc"
+    echo "stop $(( ($(date +%s%N) - t0) / 1000000 ))" >> "$OUT/bighost-times"
+    wait "$sampler"
+
+    # step()'s save ends with a sync, which waits for an unfinished one:
+    # this one flushes the results' device alone (busybox sync FILE:
+    # fsync(2) of /dev/vdc; init.sh's last save does the same).
+    bighost_step bighost-save
+    # Every file's inode number, directory by directory.
+    ls -iR "$MNT" > "$OUT/bighost-files" 2>&1
+    gzip -c "$BH/trace.jsonl" > "$OUT/bighost-trace.jsonl.gz"
+    # The kernel's own word on the run (an OOM kill, a hung task).
+    dmesg > "$OUT/bighost-dmesg" 2>&1
+    rm -f "$BH/trace.jsonl"
+    echo "$ratio" > /proc/sys/vm/dirty_ratio
+    echo "$bg_ratio" > /proc/sys/vm/dirty_background_ratio
+    echo "$expire" > /proc/sys/vm/dirty_expire_centisecs
+    echo "$interval" > /proc/sys/vm/dirty_writeback_centisecs
+    tar -cf /dev/vdc -C "$OUT" . 2>/dev/null
+    busybox sync /dev/vdc
+    [ -n "$unfinished" ] || umount "$MNT"
+    return 0
+}
+
+if named bighost; then
+    bighost
+    exit $?
+fi
+
 step probes
 # Which scan functions this kernel can hook (function hooks need them
 # traceable): the host expects a function hook for scan exactly when one

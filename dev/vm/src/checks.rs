@@ -137,6 +137,7 @@ pub(crate) fn judge(out: &Path, xfs: bool) -> Vec<Check> {
     let functions = scan_functions(&read("functions.txt"));
     checks.push(writepages_function_hook(&probes));
     checks.push(scan_function_hook(&probes, &functions));
+    checks.push(map_memory(&probes));
     for (run, disabled, kinds) in RUNS {
         let trace = TraceRun::parse(
             &read(&format!("{run}.jsonl")),
@@ -414,6 +415,46 @@ fn describe(concept: &Value) -> String {
         format!("chose {kind} ({hook}); nothing rejected")
     } else {
         format!("chose {kind} ({hook}); rejected: {}", rejected.join("; "))
+    }
+}
+
+/// Whether the maps' kernel memory `wbscope probes` stated before load
+/// equals, map by map, what the kernel said of the loaded maps (`memlock:`
+/// in their fdinfo), on this kernel and its possible CPUs.
+pub(crate) fn map_memory(probes: &Result<Value, String>) -> Check {
+    const NAME: &str = "probes-map-memory";
+    let probes = match probes {
+        Ok(p) => p,
+        Err(e) => return check(NAME, false, e.clone()),
+    };
+    let memory = &probes["memory"];
+    let Some(maps) = memory["maps"].as_array().filter(|m| !m.is_empty()) else {
+        return check(NAME, false, "no maps in the plan's memory".into());
+    };
+    let wrong: Vec<String> = maps
+        .iter()
+        .filter(|m| m["measured"].as_u64().is_none() || m["measured"] != m["bytes"])
+        .map(|m| {
+            format!(
+                "{} stated {} measured {}",
+                m["name"], m["bytes"], m["measured"]
+            )
+        })
+        .collect();
+    let summary = format!(
+        "{} maps at {} possible CPUs ({}): stated {} bytes, the kernel says {}",
+        maps.len(),
+        memory["possible_cpus"],
+        memory["report"],
+        memory["total_bytes"],
+        maps.iter()
+            .filter_map(|m| m["measured"].as_u64())
+            .sum::<u64>()
+    );
+    if wrong.is_empty() {
+        check(NAME, true, summary)
+    } else {
+        check(NAME, false, format!("{summary}; {}", wrong.join(", ")))
     }
 }
 

@@ -25,6 +25,8 @@ pub(crate) struct GuestConfig<'a> {
     /// to run, space-separated, and each one's `--repeat`.
     pub(crate) scenarios: &'a str,
     pub(crate) repeat: u32,
+    /// `bighost` group only (`cargo xtask vm-test --big-host`): its load.
+    pub(crate) big_host: Option<&'a crate::bighost::Load>,
 }
 
 /// The archive every kernel's guest starts from.
@@ -62,13 +64,17 @@ pub(crate) fn base(config: &GuestConfig) -> anyhow::Result<Vec<u8>> {
         format!(
             "WBSCOPE='{}'\nTRACE_TIMEOUT={}\nPROBES_TIMEOUT={}\nSTEPS='{}'\n\
              SCENARIOS='{}'\nREPEAT={}\n\
+             {}\
              export WBSCOPE TRACE_TIMEOUT PROBES_TIMEOUT STEPS SCENARIOS REPEAT\n",
             config.wbscope,
             config.trace_timeout_secs,
             config.probes_timeout_secs,
             config.steps,
             config.scenarios,
-            config.repeat
+            config.repeat,
+            config
+                .big_host
+                .map_or_else(String::new, crate::bighost::Load::env)
         )
         .as_bytes(),
     );

@@ -6,11 +6,13 @@
 //! with the shared root image and initramfs (`rootimg.rs`,
 //! `initramfs.rs`, the guest scripts in `dev/vm/guest/`) under qemu
 //! (`qemu.rs`), and judges what each guest wrote (`checks.rs`,
-//! `privileges.rs`, `durability.rs`, `cgroups.rs`, `rt.rs`);
+//! `privileges.rs`, `durability.rs`, `cgroups.rs`, `rt.rs`; the
+//! big-host guests of `vm-test --big-host`: `bighost.rs`);
 //! `scenario.rs` runs `wbscope scenario` in the guests and lays out
 //! `wbscope diff`'s answers as one table. Facts behind each choice are in
 //! docs/toolchain.md, "Other kernels under qemu".
 mod apt;
+mod bighost;
 mod cgroups;
 mod checks;
 mod durability;
@@ -58,9 +60,21 @@ enum Task {
     VmTest {
         /// 5.10, 6.1, 6.12, 6.12-rt, 6.12-cloud, newest, newest-rt; `suite` for the
         /// kernels `cargo xtask test` runs; `all` (the default) for every
-        /// one.
+        /// one; with --big-host the default is 6.12.
         #[arg(long)]
         kernel: Option<String>,
+        /// Instead of the checks: the big-host guests, two per kernel,
+        /// one online vCPU of 64 and of 128 possible CPUs (per-CPU maps
+        /// are sized for every possible CPU) and 2 GiB each: the maps'
+        /// memory as stated and as the kernel reports it, then
+        /// 1,000 memory cgroups writing 100,000 one-page files and 10
+        /// throttled cgroups, all under `wbscope trace --events`, each
+        /// page counted once and each balance_dirty_pages pause as
+        /// tracefs counts it, and wbscope's RSS and CPU idle and busy
+        /// (dev/vm/src/bighost.rs). About 25 minutes for 6.12's two
+        /// guests side by side on a 2-core host.
+        #[arg(long)]
+        big_host: bool,
     },
     /// Run classic scenarios in qemu guests of several kernels (same
     /// virtual disk, memory and CPU) and print Fengguang Wu's table: a
@@ -115,7 +129,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.task {
-        Task::VmTest { kernel } => vm_test(kernel.as_deref()),
+        Task::VmTest { kernel, big_host } => vm_test(kernel.as_deref(), big_host),
         Task::VmScenario {
             kernels,
             scenarios,
@@ -129,8 +143,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// `cargo xtask vm-test [--kernel K]`.
-fn vm_test(kernel: Option<&str>) -> anyhow::Result<()> {
+/// `cargo xtask vm-test [--kernel K] [--big-host]`.
+fn vm_test(kernel: Option<&str>, big_host: bool) -> anyhow::Result<()> {
+    if big_host {
+        let kernels = matrix::select(Some(kernel.unwrap_or(bighost::DEFAULT_KERNEL)))?;
+        xtask::setup::ensure_tools(xtask::setup::Scope::Vm)?;
+        return matrix::run_big_host(&kernels, &matrix::wbscope_binary()?);
+    }
     let kernels = matrix::select(kernel)?;
     xtask::setup::ensure_tools(xtask::setup::Scope::Vm)?;
     matrix::run(&kernels, &matrix::wbscope_binary()?)

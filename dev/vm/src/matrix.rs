@@ -13,7 +13,8 @@
 //! guests at a time (`lanes.rs`), each in its own work dir, and judge
 //! what the guest wrote (`checks.rs`, `cgroups.rs`, `rt.rs`). Facts
 //! behind each choice are in docs/toolchain.md, "Other kernels under
-//! qemu".
+//! qemu". `vm-test --big-host` boots guests of many possible CPUs instead
+//! ([`run_big_host`], `bighost.rs`).
 use std::{
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -23,7 +24,7 @@ use anyhow::{Context as _, bail};
 use wbscope_programs as programs;
 
 use crate::{
-    cgroups, checks, durability, initramfs,
+    bighost, cgroups, checks, durability, initramfs,
     kernel::{self, KERNELS},
     privileges, qemu, rootimg, rt,
 };
@@ -85,8 +86,13 @@ pub(crate) const BINARY_VAR: &str = "WBSCOPE_VM_BINARY";
 /// guests take minutes each under TCG.
 pub(crate) const STEPS_VAR: &str = "WBSCOPE_VM_STEPS";
 
-/// checks.sh's groups (its `want`).
-const STEP_GROUPS: &[&str] = &["traces", "cgroups", "rt", "xfs"];
+/// checks.sh's groups (its `want`; `bighost` only when named, and only in
+/// the guests of `vm-test --big-host`, [`run_big_host`]).
+const STEP_GROUPS: &[&str] = &["traces", "cgroups", "rt", "xfs", BIG_HOST_GROUP];
+
+/// The group of the big-host guests (bighost.rs), which no other guest
+/// runs: its load needs their memory and disk.
+pub(crate) const BIG_HOST_GROUP: &str = "bighost";
 
 /// The groups [`STEPS_VAR`] names, or an error naming the valid ones.
 pub(crate) fn steps_from_env() -> anyhow::Result<Vec<String>> {
@@ -160,6 +166,73 @@ pub(crate) fn run(kernels: &[&'static kernel::KernelSpec], wbscope: &Path) -> an
     checks.finish(tally)
 }
 
+/// `vm-test --big-host`: for each kernel, a guest per plan of
+/// [`bighost::PLANS`] (one online CPU of 64 or 128 possible), each
+/// running only the `bighost` group, judged by bighost.rs and printed as
+/// the checks' guests are; fails if a check failed or a guest could not
+/// be run. [`STEPS_VAR`] is not consulted: these guests run their group
+/// and nothing else.
+pub(crate) fn run_big_host(
+    kernels: &[&'static kernel::KernelSpec],
+    wbscope: &Path,
+) -> anyhow::Result<()> {
+    if std::env::var_os(STEPS_VAR).is_some() {
+        eprintln!("xtask: vm: --big-host runs only its own group; {STEPS_VAR} is not consulted");
+    }
+    let lanes = lanes()?;
+    let base = Base::new(wbscope)?;
+    let shared = base.shared_with(&GuestEnv {
+        steps: BIG_HOST_GROUP,
+        scenarios: &GuestScenarios::NONE,
+        trace_secs: bighost::GUEST_TRACE_SECS,
+        big_host: Some(&bighost::LOAD),
+    })?;
+    println!(
+        "vm: shared root image and initramfs built in {:.1}s",
+        base.started.elapsed().as_secs_f64()
+    );
+    let guests: Vec<(&'static kernel::KernelSpec, &'static GuestPlan)> = kernels
+        .iter()
+        .flat_map(|spec| bighost::PLANS.iter().map(move |plan| (*spec, plan)))
+        .collect();
+    let jobs: Vec<crate::lanes::Job<'_, KernelRun>> = guests
+        .iter()
+        .map(|&(spec, plan)| {
+            let root = &base.root;
+            let shared = &shared;
+            Box::new(move || {
+                let t0 = Instant::now();
+                let booted = boot(spec, root, shared, plan)?;
+                let checks = bighost::judge(&booted.out, plan.max_cpus);
+                Ok(KernelRun {
+                    outcome: Outcome {
+                        release: booted.release,
+                        prepare: booted.prepare,
+                        run: booted.run,
+                        checks,
+                    },
+                    elapsed: t0.elapsed(),
+                })
+            }) as crate::lanes::Job<'_, KernelRun>
+        })
+        .collect();
+    let mut tally = Tally::default();
+    crate::lanes::run(lanes, jobs, |i, r| {
+        let (spec, plan) = guests[i];
+        tally.report_as(&guest_name(spec.label, plan.kind), r);
+    });
+    println!(
+        "vm: big host: {} check(s) failed, {} guest(s) could not be run, {:.1}s",
+        tally.failed,
+        tally.broken.len(),
+        base.started.elapsed().as_secs_f64()
+    );
+    if tally.failed > 0 || !tally.broken.is_empty() {
+        bail!("vm-test --big-host failed");
+    }
+    Ok(())
+}
+
 /// What every guest of a run shares on the host, made before any guest
 /// boots: the wbscope under test and the read-only root image holding it
 /// (`run/root.img`, rebuilt each run).
@@ -210,20 +283,42 @@ impl Base {
     /// The root image with the base initramfs of `steps` (checks.sh
     /// groups, space-separated; empty for all) and `scenarios`.
     pub(crate) fn shared(&self, steps: &str, scenarios: &GuestScenarios) -> anyhow::Result<Shared> {
+        self.shared_with(&GuestEnv {
+            steps,
+            scenarios,
+            trace_secs: GUEST_TRACE_SECS,
+            big_host: None,
+        })
+    }
+
+    /// The root image with the base initramfs of `config`.
+    fn shared_with(&self, config: &GuestEnv) -> anyhow::Result<Shared> {
         let base_initramfs = initramfs::base(&initramfs::GuestConfig {
             wbscope: rootimg::GUEST_WBSCOPE,
-            trace_timeout_secs: GUEST_TRACE_SECS,
+            trace_timeout_secs: config.trace_secs,
             probes_timeout_secs: GUEST_PROBES_SECS,
-            steps,
-            scenarios: scenarios.names,
-            repeat: scenarios.repeat,
+            steps: config.steps,
+            scenarios: config.scenarios.names,
+            repeat: config.scenarios.repeat,
+            big_host: config.big_host,
         })?;
         Ok(Shared {
             root_image: self.image.clone(),
             base_initramfs,
-            steps: steps.split_whitespace().map(String::from).collect(),
+            steps: config.steps.split_whitespace().map(String::from).collect(),
         })
     }
+}
+
+/// What a kind of guest is told in its environment file ([`Base::shared`]).
+struct GuestEnv<'a> {
+    /// checks.sh groups, space-separated; empty for all.
+    steps: &'a str,
+    scenarios: &'a GuestScenarios<'a>,
+    /// Limit of one `wbscope trace` run in the guest.
+    trace_secs: u64,
+    /// The `bighost` group's load.
+    big_host: Option<&'a bighost::Load>,
 }
 
 /// The checks of one run, ready to boot: a job per kernel.
@@ -248,6 +343,12 @@ impl<'a> Checks<'a> {
         kernels: &'a [&'static kernel::KernelSpec],
         steps: &[String],
     ) -> anyhow::Result<Checks<'a>> {
+        if steps.iter().any(|s| s == BIG_HOST_GROUP) {
+            bail!(
+                "{STEPS_VAR}: the {BIG_HOST_GROUP} group runs only in its own guests: \
+                 cargo xtask vm-test --big-host"
+            );
+        }
         let shared = base.shared(&steps.join(" "), &GuestScenarios::NONE)?;
         println!(
             "vm: shared root image and initramfs built in {:.1}s",
@@ -292,7 +393,7 @@ impl<'a> Checks<'a> {
         if let Some(spec) = self
             .kernels
             .iter()
-            .find(|k| !tally.broken.contains(&k.label))
+            .find(|k| !tally.broken.iter().any(|b| b == k.label))
         {
             let check = boot_limit_check(spec, &self.base.root, &self.shared);
             println!("vm {} {check}", spec.label);
@@ -317,7 +418,8 @@ impl<'a> Checks<'a> {
 #[derive(Default)]
 pub(crate) struct Tally {
     failed: usize,
-    broken: Vec<&'static str>,
+    /// The guests that could not be judged, by name.
+    broken: Vec<String>,
 }
 
 impl Tally {
@@ -325,18 +427,24 @@ impl Tally {
     /// kernel's times (and its serial log when a check failed), or the
     /// error that kept its guest from being judged.
     pub(crate) fn report(&mut self, spec: &kernel::KernelSpec, run: anyhow::Result<KernelRun>) {
+        self.report_as(spec.label, run);
+    }
+
+    /// [`Self::report`] for the guest named `name` (its kernel's label,
+    /// or [`guest_name`] for a guest of another kind).
+    fn report_as(&mut self, name: &str, run: anyhow::Result<KernelRun>) {
         let run = match run {
             Ok(run) => run,
             Err(e) => {
-                println!("vm {} error: {e:#}", spec.label);
-                self.broken.push(spec.label);
+                println!("vm {name} error: {e:#}");
+                self.broken.push(name.to_string());
                 return;
             }
         };
         let outcome = &run.outcome;
         let mut failed_here = 0usize;
         for check in &outcome.checks {
-            println!("vm {} {check}", spec.label);
+            println!("vm {name} {check}");
             if !check.pass {
                 failed_here += 1;
             }
@@ -350,18 +458,14 @@ impl Tally {
             .collect();
         println!(
             "vm {} kernel {}: {:.1}s in all (prepare {:.1}s; {})",
-            spec.label,
+            name,
             outcome.release,
             run.elapsed.as_secs_f64(),
             outcome.prepare.as_secs_f64(),
             steps.join(", ")
         );
         if failed_here > 0 {
-            println!(
-                "vm {} serial log: {}",
-                spec.label,
-                outcome.run.log.display()
-            );
+            println!("vm {name} serial log: {}", outcome.run.log.display());
         }
     }
 }
@@ -399,14 +503,22 @@ impl GuestScenarios<'_> {
 /// text files; the traces' JSON lines are the largest, a few MiB).
 const OUT_IMAGE_BYTES: u64 = 128 << 20;
 
-/// The test disk's size and the host's limit on one guest step.
+/// The test disk's size, the host's limit on one guest step, and the
+/// guest's possible CPUs and memory.
 pub(crate) struct GuestPlan {
     /// What the guests are for, in their work dir's and serial log's
     /// names ([`guest_name`]); empty for the checks.
     pub(crate) kind: &'static str,
     pub(crate) disk_bytes: u64,
     pub(crate) step_limit: Duration,
+    /// Possible CPUs, one of them online ([`qemu::GuestSpec::max_cpus`]).
+    pub(crate) max_cpus: u32,
+    /// Guest memory, MiB.
+    pub(crate) memory_mib: u32,
 }
+
+/// Memory of the guests of the checks and scenarios, MiB.
+pub(crate) const GUEST_MEMORY_MIB: u32 = 1024;
 
 /// The name of `label`'s guest of `kind` ([`GuestPlan::kind`]): its work
 /// dir is `run/<name>`, its serial log `logs/<name>-serial.log`. Unique
@@ -427,6 +539,8 @@ const CHECKS_PLAN: GuestPlan = GuestPlan {
     kind: "",
     disk_bytes: 512 << 20,
     step_limit: Duration::from_secs(HOST_STEP_SECS),
+    max_cpus: 1,
+    memory_mib: GUEST_MEMORY_MIB,
 };
 
 fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::Result<Outcome> {
@@ -499,6 +613,8 @@ pub(crate) fn boot(
         log: &log,
         boot_limit: Duration::from_secs(120),
         step_limit: plan.step_limit,
+        max_cpus: plan.max_cpus,
+        memory_mib: plan.memory_mib,
     });
     // What the guest saved is judged even when it failed part-way.
     let unpacked = unpack_results(&out_image, &out);
@@ -571,6 +687,8 @@ fn boot_limit_check(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> 
         log: &log,
         boot_limit: Duration::from_secs(1),
         step_limit: Duration::from_secs(1),
+        max_cpus: CHECKS_PLAN.max_cpus,
+        memory_mib: CHECKS_PLAN.memory_mib,
     });
     let left = qemu_processes_using(&disk);
     let _ = std::fs::remove_file(&out);
@@ -635,14 +753,16 @@ mod tests {
     }
 
     /// No two guests that may run at once share a work dir or a serial
-    /// log: every kernel's checks, scenario and boot-limit guests.
+    /// log: every kernel's checks, scenario, boot-limit and big-host
+    /// guests.
     #[test]
     fn guest_names_are_unique_per_kernel_and_kind() {
-        let kinds = [
+        let mut kinds = vec![
             CHECKS_PLAN.kind,
             crate::scenario::GUEST_KIND,
             BOOT_LIMIT_KIND,
         ];
+        kinds.extend(bighost::PLANS.iter().map(|p| p.kind));
         let mut names: Vec<String> = KERNELS
             .iter()
             .flat_map(|k| kinds.iter().map(|kind| guest_name(k.label, kind)))

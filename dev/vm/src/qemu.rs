@@ -32,6 +32,11 @@ pub(crate) struct GuestSpec<'a> {
     pub(crate) boot_limit: Duration,
     /// For each later stage, from its `WBVM` line to the next.
     pub(crate) step_limit: Duration,
+    /// Possible CPUs; one is online whatever this says ([`smp`]). 1 for
+    /// the guests of the checks and scenarios (`-smp 1`).
+    pub(crate) max_cpus: u32,
+    /// Guest memory, MiB (`-m`).
+    pub(crate) memory_mib: u32,
 }
 
 /// A guest that ran to its `WBVM done` line.
@@ -90,13 +95,20 @@ fn command(spec: &GuestSpec) -> Command {
     // call site, CPU 1 waiting for its IPI (soft lockup, step timed out).
     // One vCPU also puts every program of the RT guest's interleaving
     // step on one CPU.
-    cmd.args(["-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "1"])
+    // More possible CPUs than online ones: [`smp`].
+    let (smp, append) = smp(spec.max_cpus);
+    cmd.args(["-accel", "tcg", "-cpu", "max"])
+        .arg("-m")
+        .arg(spec.memory_mib.to_string())
+        .arg("-smp")
+        .arg(smp)
         .args(["-nographic", "-no-reboot", "-nic", "none"])
         .arg("-kernel")
         .arg(spec.kernel)
         .arg("-initrd")
         .arg(spec.initrd)
-        .args(["-append", "console=ttyS0 panic=-1 loglevel=5"]);
+        .arg("-append")
+        .arg(format!("console=ttyS0 panic=-1 loglevel=5{append}"));
     // Order is the guest's vda, vdb, vdc (virtio-blk enumerates them in
     // PCI slot order, which is command-line order).
     for (file, readonly) in [(spec.disk, false), (spec.root, true), (spec.out, false)] {
@@ -107,6 +119,26 @@ fn command(spec: &GuestSpec) -> Command {
         ));
     }
     cmd
+}
+
+/// `-smp`'s value and what the kernel command line adds, for one online
+/// CPU of `max_cpus` possible. The kernel sizes its per-CPU allocations,
+/// BPF's per-CPU maps among them, for every possible CPU, so a big host's
+/// map memory shows with one vCPU. The CPUs are present and the kernel
+/// brings up one (`maxcpus=1`, kernel/cpu.c `bringup_nonboot_cpus()`):
+/// `-smp 1,maxcpus=N` lists the other CPUs in the MADT as disabled, which
+/// 6.12.118 does not count as possible on what it takes for bare metal
+/// (`acpi_is_processor_usable()`, arch/x86/kernel/acpi/boot.c, counts
+/// them only under a hypervisor it knows, and TCG's CPUID signature is
+/// none of them): "Allowing 1 present CPUs plus 0 hotplug CPUs". The
+/// CPUs never started execute nothing under TCG (their threads wait for
+/// the INIT/SIPI that never comes), and an IPI goes to online CPUs only.
+fn smp(max_cpus: u32) -> (String, &'static str) {
+    if max_cpus <= 1 {
+        ("1".to_string(), "")
+    } else {
+        (max_cpus.to_string(), " maxcpus=1")
+    }
 }
 
 pub(crate) fn run_guest(spec: &GuestSpec) -> anyhow::Result<GuestRun> {
@@ -274,5 +306,12 @@ mod tests {
             Some(Event::Panic(_))
         ));
         assert_eq!(event("random console text"), None);
+    }
+
+    #[test]
+    fn one_online_cpu_and_the_possible_ones() {
+        assert_eq!(smp(1), ("1".to_string(), ""));
+        assert_eq!(smp(0), ("1".to_string(), ""));
+        assert_eq!(smp(128), ("128".to_string(), " maxcpus=1"));
     }
 }

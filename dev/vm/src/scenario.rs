@@ -50,6 +50,8 @@ fn plan(repeat: u32) -> GuestPlan {
         kind: GUEST_KIND,
         disk_bytes: 4 << 30,
         step_limit: Duration::from_secs(300 * u64::from(repeat)),
+        max_cpus: 1,
+        memory_mib: matrix::GUEST_MEMORY_MIB,
     }
 }
 
