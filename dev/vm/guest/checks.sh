@@ -346,12 +346,17 @@ bighost() {
     # running then is said, and the trace is stopped and saved anyway.
     sync &
     syncer=$!
+    read -r started _ < /proc/uptime
+    started=${started%.*}
     waited=0
+    next=300
     while running "$syncer" && [ "$waited" -lt "$BH_SYNC_SECS" ]; do
         sleep 1
-        waited=$((waited + 1))
-        if [ $((waited % 300)) = 0 ]; then
-            bighost_step "bighost-sync-${waited}s"
+        read -r now _ < /proc/uptime
+        waited=$((${now%.*} - started))
+        if [ "$waited" -ge "$next" ]; then
+            bighost_step "bighost-sync-${next}s"
+            next=$((next + 300))
         fi
     done
     unfinished=
