@@ -32,7 +32,7 @@ use wbscope_programs as programs;
 use crate::{
     checks::{self, Check, exit_reason},
     kernel_counts::{EXT4_CALL_PROGRAMS, skipped_runs},
-    matrix::GuestPlan,
+    qemu::GuestPlan,
 };
 
 /// `--kernel`'s default with `--big-host`.

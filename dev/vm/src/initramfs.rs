@@ -25,8 +25,9 @@ pub(crate) struct GuestConfig<'a> {
     /// to run, space-separated, and each one's `--repeat`.
     pub(crate) scenarios: &'a str,
     pub(crate) repeat: u32,
-    /// `bighost` group only (`cargo xtask vm-test --big-host`): its load.
-    pub(crate) big_host: Option<&'a crate::bighost::Load>,
+    /// Lines a group adds to /vm.env, exports included (the `bighost`
+    /// group's load, `cargo xtask vm-test --big-host`); empty for none.
+    pub(crate) extra_env: &'a str,
 }
 
 /// The archive every kernel's guest starts from.
@@ -72,9 +73,7 @@ pub(crate) fn base(config: &GuestConfig) -> anyhow::Result<Vec<u8>> {
             config.steps,
             config.scenarios,
             config.repeat,
-            config
-                .big_host
-                .map_or_else(String::new, crate::bighost::Load::env)
+            config.extra_env
         )
         .as_bytes(),
     );

@@ -26,7 +26,9 @@ use wbscope_programs as programs;
 use crate::{
     bighost, cgroups, checks, durability, initramfs,
     kernel::{self, KERNELS},
-    privileges, qemu, rootimg, rt,
+    privileges,
+    qemu::{self, GuestPlan},
+    rootimg, rt,
 };
 
 /// Seconds one `wbscope trace` run may take inside the guest (its own
@@ -181,11 +183,12 @@ pub(crate) fn run_big_host(
     }
     let lanes = lanes()?;
     let base = Base::new(wbscope)?;
+    let load = bighost::LOAD.env();
     let shared = base.shared_with(&GuestEnv {
         steps: BIG_HOST_GROUP,
         scenarios: &GuestScenarios::NONE,
         trace_secs: bighost::GUEST_TRACE_SECS,
-        big_host: Some(&bighost::LOAD),
+        extra_env: &load,
     })?;
     println!(
         "vm: shared root image and initramfs built in {:.1}s",
@@ -287,7 +290,7 @@ impl Base {
             steps,
             scenarios,
             trace_secs: GUEST_TRACE_SECS,
-            big_host: None,
+            extra_env: "",
         })
     }
 
@@ -300,7 +303,7 @@ impl Base {
             steps: config.steps,
             scenarios: config.scenarios.names,
             repeat: config.scenarios.repeat,
-            big_host: config.big_host,
+            extra_env: config.extra_env,
         })?;
         Ok(Shared {
             root_image: self.image.clone(),
@@ -317,8 +320,8 @@ struct GuestEnv<'a> {
     scenarios: &'a GuestScenarios<'a>,
     /// Limit of one `wbscope trace` run in the guest.
     trace_secs: u64,
-    /// The `bighost` group's load.
-    big_host: Option<&'a bighost::Load>,
+    /// The `bighost` group's load as /vm.env lines; empty for others.
+    extra_env: &'a str,
 }
 
 /// The checks of one run, ready to boot: a job per kernel.
@@ -502,20 +505,6 @@ impl GuestScenarios<'_> {
 /// Size of the image the guest writes its results to (a tar archive of
 /// text files; the traces' JSON lines are the largest, a few MiB).
 const OUT_IMAGE_BYTES: u64 = 128 << 20;
-
-/// The test disk's size, the host's limit on one guest step, and the
-/// guest's possible CPUs and memory.
-pub(crate) struct GuestPlan {
-    /// What the guests are for, in their work dir's and serial log's
-    /// names ([`guest_name`]); empty for the checks.
-    pub(crate) kind: &'static str,
-    pub(crate) disk_bytes: u64,
-    pub(crate) step_limit: Duration,
-    /// Possible CPUs, one of them online ([`qemu::GuestSpec::max_cpus`]).
-    pub(crate) max_cpus: u32,
-    /// Guest memory, MiB.
-    pub(crate) memory_mib: u32,
-}
 
 /// Memory of the guests of the checks and scenarios, MiB.
 pub(crate) const GUEST_MEMORY_MIB: u32 = 1024;

@@ -16,6 +16,20 @@ use std::{
 use anyhow::Context as _;
 use wbscope_programs::QEMU;
 
+/// The test disk's size, the host's limit on one guest step, and the
+/// guest's possible CPUs and memory.
+pub(crate) struct GuestPlan {
+    /// What the guests are for, in their work dir's and serial log's
+    /// names (`matrix::guest_name`); empty for the checks.
+    pub(crate) kind: &'static str,
+    pub(crate) disk_bytes: u64,
+    pub(crate) step_limit: Duration,
+    /// Possible CPUs, one of them online ([`GuestSpec::max_cpus`]).
+    pub(crate) max_cpus: u32,
+    /// Guest memory, MiB.
+    pub(crate) memory_mib: u32,
+}
+
 pub(crate) struct GuestSpec<'a> {
     pub(crate) kernel: &'a Path,
     pub(crate) initrd: &'a Path,

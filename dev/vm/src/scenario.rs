@@ -21,7 +21,8 @@ use serde_json::Value;
 
 use crate::{
     kernel::KernelSpec,
-    matrix::{self, GuestPlan, GuestScenarios, Shared},
+    matrix::{self, GuestScenarios, Shared},
+    qemu::GuestPlan,
 };
 
 /// What `cargo xtask vm-scenario` was asked.
