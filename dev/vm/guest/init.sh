@@ -8,7 +8,8 @@
 # and at the end, which the host unpacks; the console only carries "WBVM
 # <event>" progress lines, which the host uses for its time limits.
 # Whatever happens, the guest powers off (or panics into qemu's
-# -no-reboot exit).
+# -no-reboot exit), without a sync of its own (-n): save() has written
+# the results, and a sync would wait for any writeback still running.
 PATH=/bin
 export PATH
 /bin/busybox --install -s /bin
@@ -25,7 +26,7 @@ save() {
 die() {
     say fail "$*"
     save
-    poweroff -f
+    poweroff -n -f
     exit 1
 }
 
@@ -66,4 +67,4 @@ chroot "$R" /usr/bin/dash /tmp/checks.sh
 status=$?
 save
 say done "$status"
-poweroff -f
+poweroff -n -f
