@@ -187,6 +187,88 @@ pub mod dirtier_members {
     ];
 }
 
+/// Kind word of a [`TaskIo`] record read by the task iterator.
+pub const TASK_IO_LIVE_KIND: u32 = 0x4c49_5645; // "LIVE"
+/// Kind word of a [`TaskIo`] record sent to `DIRTYINGS` when a process
+/// (its last thread) exits.
+pub const TASK_IO_EXIT_KIND: u32 = 0x4558_4954; // "EXIT"
+
+/// A process's I/O counts as the kernel keeps them per task (`struct
+/// task_io_accounting`, include/linux/task_io_accounting.h, the figures
+/// of /proc/PID/io), read by a BPF program instead of /proc: for the
+/// living by the task iterator (one record per thread of a followed
+/// process, the group leader's with the counts its exited threads left in
+/// `signal->ioac`, which `__exit_signal()` in kernel/exit.c adds them to),
+/// and once per process at its exit (its last thread's counts with
+/// `signal->ioac`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskIo {
+    /// [`TASK_IO_LIVE_KIND`] or [`TASK_IO_EXIT_KIND`].
+    pub kind: u32,
+    pub tgid: u32,
+    /// The thread group leader's `start_boottime` (ns of CLOCK_BOOTTIME):
+    /// tells a process from a later one of the same pid.
+    pub start_boottime: u64,
+    /// Bytes passed to write-family system calls (`wchar`).
+    pub wchar: u64,
+    /// Bytes taken from clean to dirty in the page cache
+    /// (`write_bytes`: `folio_account_dirtied()` → `task_io_account_write()`).
+    pub write_bytes: u64,
+    /// Dirty bytes truncated away before writeback
+    /// (`cancelled_write_bytes`).
+    pub cancelled_write_bytes: u64,
+}
+
+/// Where the task programs read a task's counts, resolved from the
+/// kernel's BTF (indexed by [`task_io_members`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskIoMembers {
+    pub members: [MemberSpec; 11],
+}
+
+impl TaskIoMembers {
+    pub const EMPTY: TaskIoMembers = TaskIoMembers {
+        members: [MemberSpec::ABSENT; 11],
+    };
+}
+
+/// [`TaskIoMembers`] slots, with the `(struct, member path)` of each in
+/// [`task_io_members::PATHS`]; all are required.
+pub mod task_io_members {
+    pub const TASK_TGID: usize = 0;
+    pub const TASK_GROUP_LEADER: usize = 1;
+    pub const TASK_START_BOOTTIME: usize = 2;
+    pub const TASK_SIGNAL: usize = 3;
+    pub const TASK_WCHAR: usize = 4;
+    pub const TASK_WRITE_BYTES: usize = 5;
+    pub const TASK_CANCELLED: usize = 6;
+    pub const SIGNAL_LIVE: usize = 7;
+    pub const SIGNAL_WCHAR: usize = 8;
+    pub const SIGNAL_WRITE_BYTES: usize = 9;
+    pub const SIGNAL_CANCELLED: usize = 10;
+    /// Sources: include/linux/sched.h (`task_struct`: `ioac` with
+    /// CONFIG_TASK_XACCT for `wchar` and CONFIG_TASK_IO_ACCOUNTING for the
+    /// byte counts; `start_boottime` since 5.5), include/linux/sched/
+    /// signal.h (`signal_struct`: `live`, the threads not yet exiting, 0
+    /// once the last has passed `do_exit()`'s `group_dead` test; `ioac`,
+    /// the exited threads' sums).
+    pub const PATHS: [(&str, &str); 11] = [
+        ("task_struct", "tgid"),
+        ("task_struct", "group_leader"),
+        ("task_struct", "start_boottime"),
+        ("task_struct", "signal"),
+        ("task_struct", "ioac.wchar"),
+        ("task_struct", "ioac.write_bytes"),
+        ("task_struct", "ioac.cancelled_write_bytes"),
+        ("signal_struct", "live.counter"),
+        ("signal_struct", "ioac.wchar"),
+        ("signal_struct", "ioac.write_bytes"),
+        ("signal_struct", "ioac.cancelled_write_bytes"),
+    ];
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: #[repr(C)] structs of plain integers with explicit padding.
@@ -196,4 +278,6 @@ mod pod {
     unsafe impl aya::Pod for super::InodeKey {}
     unsafe impl aya::Pod for super::InodeDirtying {}
     unsafe impl aya::Pod for super::DirtierMembers {}
+    unsafe impl aya::Pod for super::TaskIo {}
+    unsafe impl aya::Pod for super::TaskIoMembers {}
 }

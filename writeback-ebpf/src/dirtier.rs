@@ -52,7 +52,7 @@ use crate::{
 /// 32,768 changed pairs a reading), a full ring making the next reading
 /// read the whole map.
 #[map]
-static DIRTYINGS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+pub(crate) static DIRTYINGS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 /// The factor a dirtied folio counts for under the sampling in force, or
 /// `None` when this one is not counted.

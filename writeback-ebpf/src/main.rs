@@ -8,7 +8,8 @@
 //!
 //! One record per writepages call crosses the ring buffer; everything that
 //! fires per page or per bio is added up in maps. No program of the probe
-//! plan runs on events that fire without writeback or I/O (the on-CPU
+//! plan runs on events that fire without writeback or I/O but one, a
+//! process's exit (taskio.rs: its last counts, once per exit; the on-CPU
 //! time of a call comes from the thread's own run time, `sched.rs`).
 #![no_std]
 #![no_main]
@@ -28,6 +29,7 @@ mod read;
 mod scan;
 mod sched;
 mod syncwait;
+mod taskio;
 mod trial;
 mod writepages;
 

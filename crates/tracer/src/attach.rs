@@ -14,7 +14,8 @@ use aya::{
 use log::{info, warn};
 use writeback_common::{
     BlockMembers, DirtierMembers, ExtentMembers, FieldSpec, Filter, FolioMembers, KernelMembers,
-    MemberSpec, ScanMembers, TaskMembers, TracepointLayout, block_members, cpu_time, members,
+    MemberSpec, ScanMembers, TaskIoMembers, TaskMembers, TracepointLayout, block_members, cpu_time,
+    members,
 };
 
 use super::{
@@ -30,8 +31,11 @@ use super::{
     privileges, tracefs,
     trials::{Trials, describe},
 };
+use wbscope_model::dirtier::AttributionMode;
 use wbscope_model::map_memory::Report;
-use wbscope_model::plan::{Concept, ConceptPlan, HookChoice, HookKind, OFF_BY_DEFAULT, ProbePlan};
+use wbscope_model::plan::{
+    Concept, ConceptPlan, HookChoice, HookKind, OFF_BY_DEFAULT, OptIn, ProbePlan,
+};
 
 /// What the caller wants from the tracer.
 #[derive(Clone, Debug, Default)]
@@ -390,6 +394,13 @@ impl Tracer {
             }
         }
 
+        // The per-process counts' members (taskio.rs), for the default
+        // attribution only: the per-folio one counts pages itself.
+        let task_io_members = if options.hooks.enabled.contains(&OptIn::DirtyFolio) {
+            Err("the per-folio attribution (--enable dirty_folio) counts its own pages".to_string())
+        } else {
+            vmlinux_btf(&mut vmlinux).and_then(super::taskio::resolve_members)
+        };
         // Several MiB parsed; the tables are resolved.
         drop(vmlinux);
         let mut loader = EbpfLoader::new();
@@ -435,6 +446,11 @@ impl Tracer {
             .and_then(Result::ok)
             .unwrap_or(DirtierMembers::EMPTY);
         loader.override_global("DIRTIER_MEMBERS", &dirtier_members, true);
+        loader.override_global(
+            "TASK_IO_MEMBERS",
+            task_io_members.as_ref().unwrap_or(&TaskIoMembers::EMPTY),
+            true,
+        );
         loader.override_global("FILTER", &options.filter, true);
         for m in memory.maps.iter().filter(|m| m.sized.is_some()) {
             loader.map_max_entries(&m.def.name, m.def.max_entries);
@@ -616,6 +632,20 @@ impl Tracer {
                 .context("GLOBAL_THRESH map missing")?,
         )
         .context("GLOBAL_THRESH map")?;
+        let task_counts = match task_io_members {
+            Ok(_) if AttributionMode::of(&plan) == Some(AttributionMode::PerInode) => {
+                super::taskio::TaskCounts::attach(&mut ebpf)
+            }
+            Ok(_) => Err("the dirtier hook is not the per-inode one".to_string()),
+            Err(e) => Err(e),
+        };
+        match &task_counts {
+            Ok(_) => {
+                info!("per-process counts: task iterator and sched:sched_process_exit");
+                attached_programs.extend(["task_io_iter", "task_io_exit"]);
+            }
+            Err(why) => info!("per-process counts: /proc/PID/io while privileged ({why})"),
+        }
         let dirtyings = RingBuf::try_from(
             ebpf.take_map("DIRTYINGS")
                 .context("DIRTYINGS ring buffer missing")?,
@@ -633,7 +663,10 @@ impl Tracer {
             .transpose()?;
         let tracer = Tracer {
             journal: std::sync::Mutex::new(journal),
-            dirtyings: std::sync::Mutex::new(super::dirtiers::Dirtyings::new(dirtyings)),
+            dirtyings: std::sync::Mutex::new(super::dirtiers::Dirtyings::new(
+                dirtyings,
+                task_counts,
+            )),
             sampling: std::sync::Mutex::new(sampling),
             ebpf,
             stats,

@@ -1,16 +1,21 @@
 //! The dirty-time maps (writeback-ebpf/src/dirtier.rs): the members the
 //! BTF program reads, resolved from the kernel's BTF, and reading
 //! `DIRTIERS` and `THROTTLED` into a [`DirtierSnapshot`].
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use anyhow::Context as _;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, RingBuf};
 use writeback_common::{
     DIRTIER_CHANGED_KIND, DirtierChanged, DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot,
-    INODE_DIRTYING_KIND, InodeDirtying, dirtier_members, sampling, stat,
+    INODE_DIRTYING_KIND, InodeDirtying, TASK_IO_EXIT_KIND, TaskIo, dirtier_members, sampling, stat,
 };
 
-use super::{Tracer, btf::Btf as KernelBtf, members::member_spec};
+use super::{
+    Tracer,
+    btf::Btf as KernelBtf,
+    members::member_spec,
+    taskio::{Counts, TaskCounts},
+};
 use wbscope_model::dirtier::{
     AttributionMode, DirtierReading, DirtierSnapshot, InodeDirtyingReading, TaskReading,
 };
@@ -32,7 +37,8 @@ const WHOLE_EVERY: u32 = 60;
 
 /// The reader of `DIRTYINGS` (writeback-ebpf dirtier.rs): in the default
 /// mode the inode dirtyings, and the processes they name, whose page
-/// counts are read from /proc/TGID/io at each reading; in the per-folio
+/// counts are read at each reading (the task iterator and their exit
+/// records, taskio.rs; /proc/TGID/io where those do not load); in the per-folio
 /// mode the `DIRTIERS` pairs that changed, and when the whole map is due.
 pub(crate) struct Dirtyings {
     ring: RingBuf<MapData>,
@@ -40,6 +46,17 @@ pub(crate) struct Dirtyings {
     /// CLOCK_BOOTTIME of the previous reading, in clock ticks: a process
     /// that started after it counts from zero.
     last_reading_ticks: u64,
+    /// The task iterator and exit program (taskio.rs), or why they are
+    /// not attached: then the counts come from /proc while privileges
+    /// are kept, and are not read after the drop.
+    counts: Result<TaskCounts, String>,
+    /// The last counts of followed processes that exited since the last
+    /// reading of the counts.
+    exits: HashMap<u32, Counts>,
+    /// CLOCK_BOOTTIME ns of the previous reading of the counts.
+    last_reading_ns: u64,
+    /// Whether a process that found `FOLLOWED` full was warned of.
+    unfollowed_said: bool,
     /// The per-folio reading's generation (`sampling::READING`).
     generation: u32,
     /// Per-folio readings since the last whole one (`None`: none yet).
@@ -62,11 +79,15 @@ pub(crate) struct Dirtyings {
 }
 
 impl Dirtyings {
-    pub(super) fn new(ring: RingBuf<MapData>) -> Dirtyings {
+    pub(super) fn new(ring: RingBuf<MapData>, counts: Result<TaskCounts, String>) -> Dirtyings {
         Dirtyings {
             ring,
             tasks: BTreeSet::new(),
             last_reading_ticks: boot_ticks(),
+            counts,
+            exits: HashMap::new(),
+            last_reading_ns: wbscope_sys::boottime_ns(),
+            unfollowed_said: false,
             generation: 0,
             since_whole: None,
             lost_changed: 0,
@@ -83,22 +104,52 @@ impl Dirtyings {
         while let Some(item) = self.ring.next() {
             match decode(&item) {
                 Some(Decoded::Dirtying(d)) => {
-                    if self.tasks.len() < MAX_TASKS || self.tasks.contains(&d.tgid) {
-                        self.tasks.insert(d.tgid);
+                    if self.tasks.len() < MAX_TASKS
+                        && self.tasks.insert(d.tgid)
+                        && let Ok(counts) = &mut self.counts
+                        && !counts.follow(d.tgid)
+                    {
+                        self.tasks.remove(&d.tgid);
+                        if !self.unfollowed_said {
+                            self.unfollowed_said = true;
+                            log::warn!(
+                                "more processes dirtying files at once than FOLLOWED holds: \
+                                 those past it have no pages_dirtied (their writeback is still \
+                                 charged to them)"
+                            );
+                        }
                     }
                     snap.dirtyings.push(d);
                 }
                 Some(Decoded::Changed(key)) => changed.push(key),
+                // After the process's dirtyings in the ring: followed.
+                Some(Decoded::Exit(tgid, counts)) if self.tasks.contains(&tgid) => {
+                    self.exits.insert(tgid, counts);
+                }
+                Some(Decoded::Exit(..)) => {}
                 None => {}
             }
         }
     }
 
     /// Drains the ring into `snap.dirtyings`, then, with `tasks`, reads
-    /// the page counts of every process it has seen into `snap.tasks`; a
-    /// process whose count cannot be read any more (it exited) is dropped.
+    /// the page counts of every process it has seen into `snap.tasks`
+    /// (the task iterator, else /proc); a process whose count cannot be
+    /// read any more (it exited) is dropped.
     fn read(&mut self, snap: &mut DirtierSnapshot, tasks: bool) {
         self.drain(snap, &mut Vec::new());
+        if let Ok(counts) = &mut self.counts {
+            if tasks {
+                Self::read_counts(
+                    counts,
+                    &mut self.tasks,
+                    &mut self.exits,
+                    &mut self.last_reading_ns,
+                    snap,
+                );
+            }
+            return;
+        }
         // After the drop no file may be opened (the seccomp filter kills
         // on `openat`), and another user's /proc/PID/io is refused at every
         // read anyway (`ptrace_may_access()`): the per-process counts are
@@ -131,6 +182,62 @@ impl Dirtyings {
     }
 }
 
+impl Dirtyings {
+    /// The counts of every followed process from the task iterator, and
+    /// of those that exited since the last reading from their exit
+    /// records; a process neither alive nor caught at exit (its record
+    /// was lost to a full ring) is forgotten. A failed iterator read
+    /// leaves the counts unread this time (their bases stay).
+    fn read_counts(
+        counts: &mut TaskCounts,
+        tasks: &mut BTreeSet<u32>,
+        exits: &mut HashMap<u32, Counts>,
+        last_reading_ns: &mut u64,
+        snap: &mut DirtierSnapshot,
+    ) {
+        let now = wbscope_sys::boottime_ns();
+        // The iterator visits every thread of the host (about 0.2 µs
+        // each here): not run while no process is followed.
+        let read = if tasks.is_empty() {
+            Ok(HashMap::new())
+        } else {
+            counts.read()
+        };
+        let live = match read {
+            Ok(live) => live,
+            Err(e) => {
+                log::warn!("per-process counts not read this interval: {e:#}");
+                return;
+            }
+        };
+        snap.tasks_read = true;
+        let page = wbscope_model::units::page_size();
+        let since = std::mem::replace(last_reading_ns, now);
+        tasks.retain(|&tgid| {
+            let (c, alive) = match live.get(&tgid) {
+                Some(c) => (*c, true),
+                None => match exits.get(&tgid) {
+                    Some(c) => (*c, false),
+                    None => {
+                        counts.forget(tgid);
+                        return false;
+                    }
+                },
+            };
+            snap.tasks.push(TaskReading {
+                tgid,
+                pages: c.write_bytes / page,
+                new: c.start_boottime > since,
+            });
+            if !alive {
+                counts.forget(tgid);
+            }
+            alive
+        });
+        exits.clear();
+    }
+}
+
 /// CLOCK_BOOTTIME in clock ticks, the unit of /proc/PID/stat's
 /// `starttime`.
 fn boot_ticks() -> u64 {
@@ -141,6 +248,8 @@ fn boot_ticks() -> u64 {
 enum Decoded {
     Dirtying(InodeDirtyingReading),
     Changed(DirtierKey),
+    /// A followed process's last counts, at its exit.
+    Exit(u32, Counts),
 }
 
 /// One record of `DIRTYINGS`, read with a kind and size check.
@@ -151,6 +260,12 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
         // read_unaligned needs no alignment.
         let c: DirtierChanged = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
         return Some(Decoded::Changed(c.key));
+    }
+    if kind == TASK_IO_EXIT_KIND && bytes.len() >= size_of::<TaskIo>() {
+        // SAFETY: length checked; TaskIo is Pod and read_unaligned needs
+        // no alignment.
+        let t: TaskIo = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        return Some(Decoded::Exit(t.tgid, Counts::of(&t)));
     }
     if bytes.len() < size_of::<InodeDirtying>() {
         return None;

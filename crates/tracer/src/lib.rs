@@ -23,6 +23,7 @@ pub mod privileges;
 mod retprobe;
 pub mod ring;
 pub mod seccomp;
+mod taskio;
 pub mod tracefs;
 mod trials;
 

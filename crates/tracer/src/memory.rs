@@ -118,6 +118,9 @@ pub(crate) fn map_sizes(
     if !enabled(OptIn::DirtyFolio) {
         out.push(("DIRTIERS", 1, "unused without --enable dirty_folio".into()));
     }
+    if enabled(OptIn::DirtyFolio) {
+        out.push(("FOLLOWED", 1, "unused with --enable dirty_folio".into()));
+    }
     if !enabled(OptIn::DeviceIo) {
         out.push(("RQ_START", 1, "unused without --enable device_io".into()));
     }
@@ -497,6 +500,7 @@ mod tests {
         assert_eq!(get("RQ_START"), Some(1));
         assert_eq!(get("FILTER_DIRTIED"), Some(1));
         assert_eq!(get("KPROBE_ARGS"), Some(1));
+        assert_eq!(get("FOLLOWED"), None, "the default attribution's");
         let mut options = TracerOptions::default();
         options.hooks.enabled = vec![OptIn::DirtyFolio, OptIn::DeviceIo];
         options.filter.tgid = 1;
@@ -507,7 +511,10 @@ mod tests {
                 ..host
             },
         );
-        assert!(sizes.iter().all(|s| s.1 != 1), "{sizes:?}");
+        assert!(
+            sizes.iter().all(|s| s.1 != 1 || s.0 == "FOLLOWED"),
+            "{sizes:?}"
+        );
     }
 
     /// The plan from the object itself: every map there, within the
