@@ -214,6 +214,18 @@ fn scanned(ratio_x10: u64) -> impl Fn(usize, &mut IntervalLine) {
     }
 }
 
+/// A wrong figure from the kernel side (a call's `pages_written` near
+/// 2^63) in two lines of the window: judged, not a panic on overflow.
+#[test]
+fn a_huge_pages_written_does_not_overflow_the_scan_finding() {
+    let huge = |_: usize, l: &mut IntervalLine| {
+        l.scan.pages_written = 1 << 62;
+        l.scan.bytes_scanned = u64::MAX / 2;
+        l.calls = 1;
+    };
+    let _ = names(&lines(3, huge));
+}
+
 #[test]
 fn scan_exceeds_written_at_its_edges() {
     assert_eq!(names(&lines(3, scanned(19))), Vec::<&str>::new());
