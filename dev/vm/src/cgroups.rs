@@ -153,8 +153,12 @@ fn owners(jsonl: &str, rc: &str, stderr: &str, writers: &[Writer]) -> Check {
             owners_written += o["pages_written"].as_i64().unwrap_or(0);
             owners_dirtied += o["pages_dirtied"].as_i64().unwrap_or(0);
         }
-        let charged =
-            owned == file.len() && dirtiers == CGROUP_PAGES && owners_written == CGROUP_PAGES;
+        // `pages_dirtied`: the kernel's per-task count, read by the task
+        // iterator and at the writer's exit, true after the drop.
+        let charged = owned == file.len()
+            && dirtiers == CGROUP_PAGES
+            && owners_written == CGROUP_PAGES
+            && owners_dirtied == CGROUP_PAGES;
         // No owner anywhere and nothing charged: the writer's dirtying
         // was not seen at all, which a counted skip accounts for.
         let unseen = owned == 0
