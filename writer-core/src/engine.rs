@@ -31,6 +31,22 @@ use crate::tunables::LiveTunables;
 use crate::uring::{UringFile, write_file_uring};
 use crate::verify::verify_file;
 
+/// The monitor thread's name.
+const MONITOR_THREAD: &str = "wbscope-monitor";
+/// Job threads are named this and their number.
+const JOB_THREAD_PREFIX: &str = "wbscope-job-";
+
+/// Whether a thread of this process is one of the engine's (by its name,
+/// the `comm` of /proc/self/task/TID/stat): a host process that runs the
+/// engine beside other work (the dashboard beside its tracer) counts their
+/// CPU time apart.
+pub fn is_engine_thread(name: &str) -> bool {
+    name == MONITOR_THREAD
+        || name
+            .strip_prefix(JOB_THREAD_PREFIX)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// A writer for one configuration. `run` may be called more than once.
 pub struct Writer {
     cfg: WriterConfig,
@@ -113,7 +129,7 @@ impl Writer {
             // already started are stopped and joined, their files removed.
             let mut spawn_error = None;
             let monitor = thread::Builder::new()
-                .name("wbscope-monitor".into())
+                .name(MONITOR_THREAD.into())
                 .spawn_scoped(s, || {
                     // Large files only: a small-files run has thousands.
                     let files = spec.small_files.is_none().then_some(&created);
@@ -133,7 +149,7 @@ impl Writer {
                 }
                 let shared = &shared;
                 let spawned = thread::Builder::new()
-                    .name(format!("wbscope-job-{job}"))
+                    .name(format!("{JOB_THREAD_PREFIX}{job}"))
                     .stack_size(limits::JOB_STACK)
                     .spawn_scoped(s, move || run_job(job as u32, files, shared));
                 match spawned {
@@ -621,4 +637,20 @@ fn run_small_job(job: u32, files: &[PlannedFile], sh: &Shared<'_>) -> JobResult 
         }
     }
     r
+}
+
+#[cfg(test)]
+mod thread_name_tests {
+    use super::is_engine_thread;
+
+    #[test]
+    fn the_engine_threads_are_told_by_name() {
+        assert!(is_engine_thread("wbscope-monitor"));
+        assert!(is_engine_thread("wbscope-job-0"));
+        assert!(is_engine_thread("wbscope-job-127"));
+        assert!(!is_engine_thread("wbscope-job-"));
+        assert!(!is_engine_thread("wbscope-job-x"));
+        assert!(!is_engine_thread("wbscope-search"));
+        assert!(!is_engine_thread("tokio-runtime-w"));
+    }
 }

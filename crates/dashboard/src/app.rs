@@ -11,7 +11,7 @@ use writer_core::{RunStatus, Strategy};
 
 use crate::fsync::{DurabilityMsg, LiveFsyncs};
 use crate::jump::{Decision, Jump, StoreView, clock};
-use crate::state::{Model, WriterUpdate};
+use crate::state::{Model, OwnCpu, WriterUpdate};
 use crate::who::LiveWho;
 use wbscope_model::dirtier::AttributionMode;
 use wbscope_model::dirtier::DirtierSnapshot;
@@ -211,7 +211,7 @@ pub enum Msg {
         /// the fsync join.
         mono_ns: u64,
         snapshot: Box<KernelSnapshot>,
-        tracer_cpu: Option<f64>,
+        cpu: OwnCpu,
         /// The dirtier maps, read with the snapshot; `None` without the
         /// dirtier hook.
         dirtiers: Option<Box<DirtierSnapshot>>,
@@ -349,10 +349,10 @@ impl App {
                 at,
                 mono_ns,
                 snapshot,
-                tracer_cpu,
+                cpu,
                 dirtiers,
             } => {
-                self.on_sample(at, mono_ns, *snapshot, tracer_cpu, dirtiers.as_deref());
+                self.on_sample(at, mono_ns, *snapshot, cpu, dirtiers.as_deref());
                 self.needs_redraw |= !self.paused();
                 Vec::new()
             }
@@ -371,7 +371,7 @@ impl App {
                 if let (Some(store), Some(t)) = (&mut self.store, unix_ns) {
                     store.seen(t);
                 }
-                self.model.on_interval(*line, kernel, None);
+                self.model.on_interval(*line, kernel, OwnCpu::default());
                 self.needs_redraw |= !self.paused();
                 Vec::new()
             }
@@ -394,7 +394,7 @@ impl App {
         at: Duration,
         mono_ns: u64,
         cur: KernelSnapshot,
-        tracer_cpu: Option<f64>,
+        cpu: OwnCpu,
         dirtiers: Option<&DirtierSnapshot>,
     ) {
         let calls = std::mem::take(&mut self.intervals.calls);
@@ -415,7 +415,7 @@ impl App {
             if let Some(f) = self.live_fsyncs.as_mut() {
                 line.fsyncs = f.interval(mono_ns);
             }
-            self.model.on_interval(line, cur.stats, tracer_cpu);
+            self.model.on_interval(line, cur.stats, cpu);
         }
         self.intervals.prev = Some((at, cur));
     }

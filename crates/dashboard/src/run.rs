@@ -32,7 +32,7 @@ use writer_core::{
 use crate::app::{App, Effect, Msg, WriterSettings};
 use crate::fsync::DurabilityMsg;
 use crate::jump::StoreView;
-use crate::state::{Model, WriterSecond, WriterUpdate};
+use crate::state::{Model, OwnCpu, WriterSecond, WriterUpdate};
 use crate::ui;
 use wbscope_model::Log2Histogram;
 use wbscope_model::kernel::KernelSnapshot;
@@ -311,7 +311,7 @@ async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
     let start = Instant::now();
     let mut tick = tokio::time::interval(SAMPLE);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut prev_cpu: Option<(Instant, u64)> = None;
+    let mut prev_cpu: Option<(Instant, CpuTicks)> = None;
     loop {
         tick.tick().await;
         let snapshot = match &tracer {
@@ -329,15 +329,21 @@ async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
             }
         };
         let now = Instant::now();
-        let cpu = own_cpu_ticks();
-        let tracer_cpu = match (prev_cpu, cpu) {
-            (Some((then, before)), Some(ticks)) => {
+        let ticks = own_cpu_ticks();
+        let cpu = match (prev_cpu, ticks) {
+            (Some((then, before)), Some(after)) => {
                 let secs = now.duration_since(then).as_secs_f64();
-                (secs > 0.0).then(|| ticks.saturating_sub(before) as f64 / clock_ticks() / secs)
+                let share = |a: u64, b: u64| {
+                    (secs > 0.0).then(|| a.saturating_sub(b) as f64 / clock_ticks() / secs)
+                };
+                OwnCpu {
+                    tracer: share(after.tracer, before.tracer),
+                    writer: share(after.writer, before.writer),
+                }
             }
-            _ => None,
+            _ => OwnCpu::default(),
         };
-        prev_cpu = cpu.map(|c| (now, c));
+        prev_cpu = ticks.map(|t| (now, t));
         // Read after the snapshot, like the trace loop's interval: the
         // pages dirtied up to now count in the interval that ends now.
         let dirtiers = match &tracer {
@@ -354,7 +360,7 @@ async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
             at: now.duration_since(start),
             mono_ns: wbscope_sys::monotonic_ns(),
             snapshot: Box::new(snapshot),
-            tracer_cpu,
+            cpu,
             dirtiers,
         };
         if tx.send(msg).is_err() {
@@ -371,8 +377,24 @@ fn clock_ticks() -> f64 {
 
 /// utime + stime of every thread of this process but the writer's, in
 /// clock ticks (proc(5): fields 14 and 15 of /proc/PID/task/TID/stat).
-fn own_cpu_ticks() -> Option<u64> {
-    let mut total = 0;
+/// This process's CPU time so far, in clock ticks, tracer side and
+/// writer apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct CpuTicks {
+    tracer: u64,
+    writer: u64,
+}
+
+/// Whether a thread of ours, by name, is the writer's.
+fn is_writer_thread(name: &str) -> bool {
+    name == WRITER_THREAD || writer_core::engine::is_engine_thread(name)
+}
+
+/// Every thread's user and system time from /proc/self/task/TID/stat,
+/// summed by side (a thread that ended since is left out: its time is in
+/// neither).
+fn own_cpu_ticks() -> Option<CpuTicks> {
+    let mut total = CpuTicks::default();
     for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue; // the thread ended meanwhile
@@ -380,13 +402,15 @@ fn own_cpu_ticks() -> Option<u64> {
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        if &stat[open + 1..close] == WRITER_THREAD {
-            continue;
-        }
         // After the comm: state is field 3, so utime (14) is index 11.
         let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
         let get = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-        total += get(11).unwrap_or(0) + get(12).unwrap_or(0);
+        let ticks = get(11).unwrap_or(0) + get(12).unwrap_or(0);
+        if is_writer_thread(&stat[open + 1..close]) {
+            total.writer += ticks;
+        } else {
+            total.tracer += ticks;
+        }
     }
     Some(total)
 }
@@ -729,4 +753,45 @@ fn display_dir(dir: &Path) -> String {
                 .map(|p| format!("./{}", p.display()))
         })
         .unwrap_or_else(|| dir.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU time of the thread that calls it, ns.
+    fn thread_cpu_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    /// A thread named as writer-core names its jobs burns 400 ms of CPU:
+    /// the writer side grows by that (in clock ticks), whatever the other
+    /// test threads do on the tracer side meanwhile.
+    #[test]
+    fn a_writer_job_threads_cpu_is_counted_on_the_writer_side() {
+        assert!(is_writer_thread(WRITER_THREAD));
+        assert!(!is_writer_thread("wbscope-search"));
+        let before = own_cpu_ticks().expect("/proc/self/task");
+        let spin = std::thread::Builder::new()
+            .name("wbscope-job-0".into())
+            .spawn(|| {
+                let mut x = 0u64;
+                while thread_cpu_ns() < 400_000_000 {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+                // Still alive when read: an ended thread leaves /proc.
+                let after = own_cpu_ticks().expect("/proc/self/task");
+                (x, after)
+            })
+            .expect("spawn");
+        let (_, after) = spin.join().expect("the spinning thread");
+        let grew = (after.writer - before.writer) as f64 / clock_ticks();
+        assert!((0.35..1.0).contains(&grew), "{before:?} -> {after:?}");
+    }
 }

@@ -150,6 +150,17 @@ impl WriterModel {
     }
 }
 
+/// The dashboard process's CPU time over a second, in fractions of one
+/// core: everything but the writer's threads (the tracer, its readers,
+/// the screen), and the writer's threads (writer-core's jobs and monitor
+/// and the thread that runs them), so that each side of the comparison
+/// carries its own cost. `None`: not measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OwnCpu {
+    pub tracer: Option<f64>,
+    pub writer: Option<f64>,
+}
+
 /// What the dashboard shows; one task owns it and feeds it events
 /// ([`Model::on_call`], [`Model::on_interval`], [`Model::on_writer`]),
 /// whatever produced them, so a recording can replay into it.
@@ -178,9 +189,9 @@ pub(crate) struct Model {
     pub(crate) pages_per_sec: f64,
     /// The last completed interval, with every kernel-pane figure.
     pub(crate) last: Option<IntervalLine>,
-    /// The dashboard's own CPU use (fraction of one core), the writer's
-    /// threads excluded.
-    pub(crate) tracer_cpu: Option<f64>,
+    /// The dashboard's own CPU use over the last second, tracer side and
+    /// writer apart.
+    pub(crate) cpu: OwnCpu,
     pub(crate) history: std::collections::VecDeque<HistoryPoint>,
     pub(crate) devices: std::collections::BTreeMap<DevId, TopRow>,
     pub(crate) inodes: std::collections::HashMap<(DevId, u64), TopRow>,
@@ -255,12 +266,7 @@ impl Model {
 
     /// A completed interval: rates, the kernel pane's figures and one
     /// point of the time chart.
-    pub(crate) fn on_interval(
-        &mut self,
-        line: IntervalLine,
-        kernel: KernelStats,
-        tracer_cpu: Option<f64>,
-    ) {
+    pub(crate) fn on_interval(&mut self, line: IntervalLine, kernel: KernelStats, cpu: OwnCpu) {
         // Calls a recorder's call sample left out (a store recorded under
         // `--cpu-budget`): in the totals and rates, in no per-call table.
         self.interval_calls += line.calls_sampled_out;
@@ -269,7 +275,7 @@ impl Model {
         self.totals.pages_written += line.pages_sampled_out;
         self.end_interval(line.interval_s, kernel);
         self.lost_records += line.lost_records;
-        self.tracer_cpu = tracer_cpu;
+        self.cpu = cpu;
         self.history.push_back(HistoryPoint {
             time_s: line.time_s,
             kernel_pages_per_s: self.pages_per_sec,
@@ -435,7 +441,7 @@ mod tests {
         cur.agg[writeback_common::agg::PAGES_SAMPLED_OUT as usize] = 252;
         let line = IntervalLine::new(3.0, 1.0, &calls, &prev, &cur);
         assert_eq!((line.calls, line.pages_written), (64, 256));
-        m.on_interval(line, KernelStats::default(), None);
+        m.on_interval(line, KernelStats::default(), OwnCpu::default());
         assert_eq!(
             (m.totals.calls, m.totals.pages_written),
             (2 + 64, 101 + 256)

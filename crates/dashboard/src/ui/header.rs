@@ -10,7 +10,7 @@ use ratatui::{
 use super::theme;
 use crate::app::App;
 use crate::jump::{self, StoreView};
-use crate::state::Model;
+use crate::state::{Model, WriterPhase};
 use wbscope_model::units;
 
 /// (attached, fallen back, missing, off): fallen back means attached,
@@ -114,10 +114,18 @@ pub(crate) fn header(app: &App, width: u16) -> Paragraph<'static> {
         Span::styled(format!("lost {}", m.lost_records), lost_style),
         Span::raw(format!(
             "  tracer CPU {}  BPF {}/s",
-            units::opt(m.tracer_cpu, |c| format!("{:.1}%", c * 100.0)),
+            units::opt(m.cpu.tracer, |c| format!("{:.1}%", c * 100.0)),
             units::opt(bpf, units::ns)
         )),
     ];
+    // The writer's threads apart, while it runs (or ran this second).
+    if let Some(w) = m
+        .cpu
+        .writer
+        .filter(|&w| w > 0.0 || m.writer.phase == WriterPhase::Running)
+    {
+        second.push(Span::raw(format!("  writer CPU {:.1}%", w * 100.0)));
+    }
     if width >= 100 {
         second.push(Span::styled(
             format!(

@@ -9,7 +9,7 @@ use writer_core::{SyncKind, stats::LatencyHist};
 
 use super::*;
 use crate::app::{App, Msg};
-use crate::state::{Model, WriterSecond, WriterUpdate};
+use crate::state::{Model, OwnCpu, WriterSecond, WriterUpdate};
 use wbscope_model::kernel::{KernelSnapshot, VmStat};
 use wbscope_model::plan::{Concept, ConceptPlan, HookKind, ProbePlan, Rejection};
 use wbscope_model::{CallRecord, Log2Histogram};
@@ -117,7 +117,10 @@ fn busy_app() -> App {
             at: Duration::from_secs(s),
             mono_ns: s * 1_000_000_000,
             snapshot: Box::new(snapshot(s)),
-            tracer_cpu: Some(0.004),
+            cpu: OwnCpu {
+                tracer: Some(0.004),
+                writer: Some(0.352),
+            },
             dirtiers: None,
         });
     }
@@ -189,7 +192,10 @@ fn missing_probes_are_explained() {
             at: Duration::from_secs(s),
             mono_ns: s * 1_000_000_000,
             snapshot: Box::new(snapshot(s)),
-            tracer_cpu: Some(0.001),
+            cpu: OwnCpu {
+                tracer: Some(0.001),
+                writer: None,
+            },
             dirtiers: None,
         });
     }
@@ -372,7 +378,7 @@ fn who_live_attribution_from_samples() {
             at: Duration::from_secs(s),
             mono_ns: s * 1_000_000_000,
             snapshot: Box::new(snapshot(s)),
-            tracer_cpu: None,
+            cpu: OwnCpu::default(),
             dirtiers: Some(Box::new(snap)),
         });
     };
@@ -613,7 +619,7 @@ fn fsync_live_join_from_records() {
             at: Duration::from_secs(s),
             mono_ns: s * 1000 * MS,
             snapshot: Box::new(snapshot(s)),
-            tracer_cpu: None,
+            cpu: OwnCpu::default(),
             dirtiers: Some(Box::default()),
         });
     };
