@@ -2,11 +2,14 @@
 //! for the test: one run per strategy, each with its own kernel calls; bad
 //! input refused with one line and exit code 2 before anything runs.
 
+use std::sync::{PoisonError, RwLock};
+
 use crate::support::{LoopFs, dev_of, wbscope};
 
 #[test]
 fn compare_json_has_one_run_per_strategy_with_kernel_calls() {
     let _file = crate::support::file_group(module_path!());
+    let _drops = DROPPING.read().unwrap_or_else(PoisonError::into_inner);
     let fs = LoopFs::new("ext4", 512);
     let out = wbscope()
         .args(["compare", "--dir"])
@@ -65,6 +68,7 @@ fn compare_json_has_one_run_per_strategy_with_kernel_calls() {
 #[test]
 fn compare_table_has_a_column_per_strategy() {
     let _file = crate::support::file_group(module_path!());
+    let _drops = DROPPING.read().unwrap_or_else(PoisonError::into_inner);
     let fs = LoopFs::new("ext4", 256);
     let plots = tempfile::tempdir_in("/var/tmp").unwrap();
     let svg = plots.path().join("cmp.svg");
@@ -166,6 +170,11 @@ fn bad_input_is_one_line_and_exit_2() {
     }
 }
 
+/// Held for reading by the tests whose runs drop the page cache, and for
+/// writing by the one that counts the drops (`drop_pagecache` in
+/// /proc/vmstat is the machine's): the tests of this file overlap.
+static DROPPING: RwLock<()> = RwLock::new(());
+
 /// `drop_pagecache` of /proc/vmstat: how often the page cache was dropped.
 fn drops() -> u64 {
     std::fs::read_to_string("/proc/vmstat")
@@ -180,6 +189,8 @@ fn drops() -> u64 {
 #[test]
 fn unusable_dirs_are_refused_before_the_page_cache_is_dropped() {
     let _file = crate::support::file_group(module_path!());
+    // Alone: the count is the machine's, and the other tests' runs drop.
+    let _drops = DROPPING.write().unwrap_or_else(PoisonError::into_inner);
     let ro = LoopFs::with_mount_options("ext4", 64, &["-o", "ro"]);
     let small = LoopFs::new("ext4", 32);
     let ro_dir = ro.mountpoint.display().to_string();
@@ -211,6 +222,7 @@ fn unusable_dirs_are_refused_before_the_page_cache_is_dropped() {
 #[test]
 fn a_non_utf8_dir_gives_complete_json_or_exit_2() {
     let _file = crate::support::file_group(module_path!());
+    let _drops = DROPPING.read().unwrap_or_else(PoisonError::into_inner);
     use std::os::unix::ffi::OsStrExt as _;
     let fs = LoopFs::new("ext4", 64);
     let odd = fs.mountpoint.join(std::ffi::OsStr::from_bytes(b"d\xffir"));
@@ -267,6 +279,7 @@ fn a_non_utf8_dir_gives_complete_json_or_exit_2() {
 #[test]
 fn calls_equal_inode_passes_and_fit_the_block_requests_on_xfs_and_btrfs() {
     let _file = crate::support::file_group(module_path!());
+    let _drops = DROPPING.read().unwrap_or_else(PoisonError::into_inner);
     for fstype in ["xfs", "btrfs"] {
         let fs = LoopFs::new(fstype, 512);
         let out = wbscope()
