@@ -459,6 +459,11 @@ impl<'a> Session<'a> {
             .on
             .then(|| AttributionMode::of(&self.tracer.plan))
             .flatten();
+        summary.pages_dirtied_unmeasured = self
+            .who
+            .attribution
+            .dirtied_unmeasured()
+            .map(str::to_string);
         out.summary(&summary)?;
         out.flush()?;
         Ok(())

@@ -1188,12 +1188,14 @@ mod tests {
                 pid: 1,
                 cgroup_id: 9,
                 pages_dirtied: 1,
+                dirtied_unmeasured: false,
                 ..Default::default()
             },
             wbscope_model::dirtier::OwnerLine {
                 pid: 2,
                 cgroup_id: 4,
                 pages_dirtied: 1,
+                dirtied_unmeasured: false,
                 ..Default::default()
             },
         ]);

@@ -162,6 +162,7 @@ mod tests {
             comm: format!("p{pid}"),
             cgroup_id: cgroup,
             pages_dirtied: dirtied,
+            dirtied_unmeasured: false,
             pages_written: written,
             pages_written_by_others: others,
             pages_written_by_flusher: others / 2,

@@ -120,6 +120,11 @@ pub fn summary(l: &SummaryLine<'_>) -> String {
             )),
         }
     }
+    if let Some(why) = &l.pages_dirtied_unmeasured {
+        s.push_str(&format!(
+            "  pages dirtied per process: not measured: {why}\n"
+        ));
+    }
     s
 }
 

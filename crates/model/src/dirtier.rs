@@ -109,30 +109,92 @@ pub struct DirtierSnapshot {
     /// open per process up to twice per drain); an empty `tasks` then
     /// means "not read", not "all exited".
     pub tasks_read: bool,
+    /// Why the per-process counts cannot be read at all in this run (a
+    /// dropped run where the task iterator did not load); `None` when
+    /// they can.
+    pub tasks_unread: Option<String>,
 }
 
 /// `{"pid", "comm", "cgroup_id", ...}` of an interval's `owners`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "OwnerLineJson", from = "OwnerLineJson")]
 pub struct OwnerLine {
     pub pid: u32,
     pub comm: String,
     pub cgroup_id: u64,
-    /// Pages the process dirtied in the interval.
+    /// Pages the process dirtied in the interval (0 when
+    /// `dirtied_unmeasured`).
     pub pages_dirtied: u64,
+    /// `pages_dirtied` could not be measured in this run (the kernel's
+    /// per-process counts were unreadable: [`DirtierSnapshot::tasks_unread`]):
+    /// the figure is absent from the JSON line, not 0.
+    pub dirtied_unmeasured: bool,
     /// Pages of the process's written back in the interval, by anyone.
     pub pages_written: u64,
     /// The part another process wrote (the flusher, someone's sync).
     pub pages_written_by_others: u64,
     /// The part written under flusher work (a kworker).
-    #[serde(default)]
     pub pages_written_by_flusher: u64,
     /// `balance_dirty_pages` pauses of the process, and their sum (ms).
     pub throttle_pauses: u64,
     pub throttle_pause_ms: u64,
     /// 95% half-width of `pages_dirtied` when the per-folio counts were
     /// sampled (the interval's `budget`); absent when exact.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pages_dirtied_error: Option<u64>,
+}
+
+/// [`OwnerLine`] as JSON lines and recordings have it: `pages_dirtied`
+/// absent when it was not measured.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct OwnerLineJson {
+    pid: u32,
+    comm: String,
+    cgroup_id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pages_dirtied: Option<u64>,
+    pages_written: u64,
+    pages_written_by_others: u64,
+    #[serde(default)]
+    pages_written_by_flusher: u64,
+    throttle_pauses: u64,
+    throttle_pause_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pages_dirtied_error: Option<u64>,
+}
+
+impl From<OwnerLine> for OwnerLineJson {
+    fn from(o: OwnerLine) -> OwnerLineJson {
+        OwnerLineJson {
+            pid: o.pid,
+            comm: o.comm,
+            cgroup_id: o.cgroup_id,
+            pages_dirtied: (!o.dirtied_unmeasured).then_some(o.pages_dirtied),
+            pages_written: o.pages_written,
+            pages_written_by_others: o.pages_written_by_others,
+            pages_written_by_flusher: o.pages_written_by_flusher,
+            throttle_pauses: o.throttle_pauses,
+            throttle_pause_ms: o.throttle_pause_ms,
+            pages_dirtied_error: o.pages_dirtied_error,
+        }
+    }
+}
+
+impl From<OwnerLineJson> for OwnerLine {
+    fn from(o: OwnerLineJson) -> OwnerLine {
+        OwnerLine {
+            pid: o.pid,
+            comm: o.comm,
+            cgroup_id: o.cgroup_id,
+            pages_dirtied: o.pages_dirtied.unwrap_or(0),
+            dirtied_unmeasured: o.pages_dirtied.is_none(),
+            pages_written: o.pages_written,
+            pages_written_by_others: o.pages_written_by_others,
+            pages_written_by_flusher: o.pages_written_by_flusher,
+            throttle_pauses: o.throttle_pauses,
+            throttle_pause_ms: o.throttle_pause_ms,
+            pages_dirtied_error: o.pages_dirtied_error,
+        }
+    }
 }
 
 /// Pages of one process outstanding on one inode.
@@ -219,6 +281,10 @@ pub struct Attribution {
     generation: u64,
     mode: AttributionMode,
     by_inode: by_inode::ByInode,
+    /// The last reading said the per-process counts cannot be read.
+    dirtied_unmeasured: bool,
+    /// Why, as the reading said it.
+    unmeasured_why: Option<String>,
 }
 
 /// Kernel `dev_t` of a device number (include/linux/kdev_t.h).
@@ -312,6 +378,10 @@ impl Attribution {
                     cgroup_id: d.cgroup_id,
                 },
             );
+        }
+        self.dirtied_unmeasured = snap.tasks_unread.is_some();
+        if let Some(why) = &snap.tasks_unread {
+            self.unmeasured_why = Some(why.clone());
         }
         let tasks = snap.tasks_read.then_some(snap.tasks.as_slice());
         for (tgid, pages) in self.by_inode.update(&snap.dirtyings, tasks) {
@@ -502,6 +572,12 @@ impl Attribution {
         call.dirtiers = list;
     }
 
+    /// Why the owners' `pages_dirtied` were not measured, if a reading
+    /// said they cannot be.
+    pub fn dirtied_unmeasured(&self) -> Option<&str> {
+        self.unmeasured_why.as_deref()
+    }
+
     /// The interval's `owners`, largest dirtiers first (then largest
     /// written, then most paused), capped with an `(others)` row; resets
     /// the interval.
@@ -513,6 +589,7 @@ impl Attribution {
                     row.comm = id.comm.clone();
                     row.cgroup_id = id.cgroup_id;
                 }
+                row.dirtied_unmeasured = self.dirtied_unmeasured;
                 row
             })
             .filter(|r| r.pages_dirtied + r.pages_written + r.throttle_pauses > 0)
@@ -534,7 +611,9 @@ impl Attribution {
             for r in &rest {
                 others.add(&r.into());
             }
-            rows.push(others.into());
+            let mut others: OwnerLine = others.into();
+            others.dirtied_unmeasured = self.dirtied_unmeasured;
+            rows.push(others);
         }
         rows
     }
@@ -587,6 +666,40 @@ fn cap(mut list: Vec<Dirtier>, max: usize) -> Vec<Dirtier> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unmeasured_pages_dirtied_is_absent_not_zero() {
+        let mut line = OwnerLine {
+            pid: 7,
+            comm: "dd".into(),
+            pages_written: 3,
+            dirtied_unmeasured: true,
+            ..OwnerLine::default()
+        };
+        let json = serde_json::to_value(&line).unwrap();
+        assert!(json.get("pages_dirtied").is_none(), "{json}");
+        assert_eq!(json["pages_written"], 3);
+        assert_eq!(serde_json::from_value::<OwnerLine>(json).unwrap(), line);
+        line.dirtied_unmeasured = false;
+        line.pages_dirtied = 0;
+        let json = serde_json::to_value(&line).unwrap();
+        assert_eq!(json["pages_dirtied"], 0);
+        assert_eq!(serde_json::from_value::<OwnerLine>(json).unwrap(), line);
+    }
+
+    #[test]
+    fn owners_of_a_run_that_cannot_read_the_counts_say_so() {
+        let mut a = Attribution::new(AttributionMode::PerInode);
+        let snap = DirtierSnapshot {
+            throttled: HashMap::from([(9, (2, 30))]),
+            tasks_unread: Some("no task iterator".into()),
+            ..DirtierSnapshot::default()
+        };
+        a.update(&snap);
+        let owners = a.take_owners();
+        assert_eq!(owners.len(), 1);
+        assert!(owners[0].dirtied_unmeasured);
+    }
     use crate::DevId;
 
     const DEV: u32 = (7 << 20) | 3;

@@ -37,6 +37,10 @@ pub struct SummaryLine<'a> {
     /// or `per_folio` (`--enable dirty_folio`); absent without the hook.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attribution: Option<crate::plan::AttributionMode>,
+    /// Why `owners` have no `pages_dirtied` (the per-process counts could
+    /// not be read in this run); absent when they have.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pages_dirtied_unmeasured: Option<String>,
     /// Inode dirtyings lost (the per-inode mode's buffer was full).
     pub(crate) lost_dirtyings: u64,
     /// Counts the programs could not keep, a hash map being full
@@ -87,6 +91,7 @@ impl<'a> SummaryLine<'a> {
             calls_not_written: 0,
             probes,
             attribution: None,
+            pages_dirtied_unmeasured: None,
             lost_dirtyings: kernel.lost_dirtyings,
             map_full: kernel.map_full,
             inflight_full: kernel.inflight_full,

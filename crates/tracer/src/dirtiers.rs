@@ -156,6 +156,12 @@ impl Dirtyings {
         // read only by a run that kept its privileges (docs/production.md).
         if super::privileges::dropped() {
             self.tasks.clear();
+            if let Err(why) = &self.counts {
+                snap.tasks_unread = Some(format!(
+                    "the task iterator is not attached ({why}) and /proc/PID/io of other \
+                     users is closed after the privilege drop (--no-drop reads it)"
+                ));
+            }
             return;
         }
         if !tasks {

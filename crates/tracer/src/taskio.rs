@@ -88,6 +88,13 @@ impl TaskCounts {
     /// Loads and attaches both programs (their members are in the object
     /// already); the reason when this kernel refuses either.
     pub(crate) fn attach(ebpf: &mut Ebpf) -> Result<TaskCounts, String> {
+        // Test-only (the `test-hooks` feature, never in a release build):
+        // a kernel where the programs do not load, so that a test sees
+        // what a dropped run then says.
+        #[cfg(feature = "test-hooks")]
+        if std::env::var_os("WBSCOPE_TEST_NO_TASK_ITERATOR").is_some() {
+            return Err("refused for a test (WBSCOPE_TEST_NO_TASK_ITERATOR)".into());
+        }
         let btf = Btf::from_sys_fs().map_err(|e| format!("the kernel's BTF: {e}"))?;
         let iter: &mut Iter = ebpf
             .program_mut("task_io_iter")

@@ -701,6 +701,66 @@ fn a_process_that_exits_between_readings_is_charged_its_own_count() {
     );
 }
 
+/// Where the task iterator does not load (made so by a test-only switch),
+/// a dropped run cannot read other processes' counts: the owners have no
+/// `pages_dirtied` at all and the summary says why, rather than a 0 that
+/// reads as a fact; with `--no-drop` the counts come from /proc/PID/io.
+#[test]
+fn without_the_task_iterator_a_dropped_run_says_pages_dirtied_are_unmeasured() {
+    let _file = crate::support::file_group(module_path!());
+    let _serial = serial();
+    let fs = LoopFs::new("ext4", 128);
+    let mount = fs.mountpoint.display().to_string();
+    for drop in [true, false] {
+        let mut cmd = crate::support::wbscope();
+        cmd.env("WBSCOPE_TEST_NO_TASK_ITERATOR", "1");
+        let mut args = vec!["--json", "--device", &mount, "--interval", "0.5"];
+        if !drop {
+            args.push("--no-drop");
+        }
+        let trace = Tracing::start_with(cmd, &args);
+        let child = Dirtier::fork(&fs.path(&format!("f{drop}")), vec![(0, 8 * MIB)]);
+        child.start();
+        child.wait();
+        // Its pages written, so that it has an owners row.
+        assert!(
+            wbscope_programs::SYNC
+                .command()
+                .status()
+                .expect("sync")
+                .success()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        let lines = trace.stop(libc::SIGINT);
+        let pid = child.pid as u64;
+        let rows: Vec<&serde_json::Value> = lines
+            .iter()
+            .filter(|l| l["type"] == "interval")
+            .flat_map(|l| l["owners"].as_array().into_iter().flatten())
+            .filter(|o| o["pid"] == pid)
+            .collect();
+        let summary = lines.last().unwrap();
+        if drop {
+            assert!(
+                !rows.is_empty(),
+                "its throttling or writes name it: {lines:?}"
+            );
+            assert!(
+                rows.iter().all(|o| o.get("pages_dirtied").is_none()),
+                "{rows:?}"
+            );
+            let why = summary["pages_dirtied_unmeasured"].as_str().unwrap_or("");
+            assert!(why.contains("WBSCOPE_TEST_NO_TASK_ITERATOR"), "{summary}");
+        } else {
+            assert!(
+                summary.get("pages_dirtied_unmeasured").is_none(),
+                "{summary}"
+            );
+            assert!(rows.iter().all(|o| o["pages_dirtied"].is_u64()), "{rows:?}");
+        }
+    }
+}
+
 /// Per folio, a reading looks up only the pairs announced as changed
 /// (the whole map once a minute): one process writes a page to each of
 /// 3,000 new files, idles through several readings that find those pairs

@@ -294,6 +294,7 @@ fn who_app() -> App {
         comm: comm.into(),
         cgroup_id: cg,
         pages_dirtied: d,
+        dirtied_unmeasured: false,
         pages_written: w,
         pages_written_by_others: o,
         pages_written_by_flusher: f,

@@ -252,6 +252,7 @@ mod tests {
             comm: format!("p{pid}"),
             cgroup_id,
             pages_dirtied: dirtied,
+            dirtied_unmeasured: false,
             ..OwnerLine::default()
         }
     }

@@ -184,6 +184,7 @@ fn fixture_owners(tick: u64) -> Vec<wbscope_model::dirtier::OwnerLine> {
             comm: "dd".into(),
             cgroup_id: 7001,
             pages_dirtied: 3000 * tick,
+            dirtied_unmeasured: false,
             pages_written: 2000 * tick,
             pages_written_by_others: 1500 * tick,
             pages_written_by_flusher: 1200 * tick,
@@ -196,12 +197,14 @@ fn fixture_owners(tick: u64) -> Vec<wbscope_model::dirtier::OwnerLine> {
             comm: "postgres".into(),
             cgroup_id: 7002,
             pages_dirtied: 500,
+            dirtied_unmeasured: false,
             pages_written: 500,
             ..OwnerLine::default()
         },
         OwnerLine {
             comm: OTHERS.into(),
             pages_dirtied: 10,
+            dirtied_unmeasured: false,
             pages_written: 4,
             ..OwnerLine::default()
         },
@@ -529,6 +532,7 @@ fn who_dirtied_lists_the_top_processes_with_who_wrote_their_pages() {
             pid,
             comm: format!("w{pid}"),
             pages_dirtied: u64::from(pid),
+            dirtied_unmeasured: false,
             ..Default::default()
         })
         .collect();

@@ -93,6 +93,7 @@ impl From<OwnerTotal> for OwnerLine {
             comm: t.comm,
             cgroup_id: t.cgroup_id,
             pages_dirtied: t.dirtied,
+            dirtied_unmeasured: false,
             pages_written: t.written,
             pages_written_by_others: t.by_others,
             pages_written_by_flusher: t.by_flusher,
@@ -120,6 +121,7 @@ mod tests {
             throttle_pauses: 2,
             throttle_pause_ms: 20,
             pages_dirtied_error: Some(5),
+            dirtied_unmeasured: false,
         };
         let mut t = OwnerTotal::from(&line);
         t.add(&OwnerTotal::from(&line));
