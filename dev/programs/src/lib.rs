@@ -156,8 +156,9 @@ programs! {
     DATE = "date", "coreutils", [Vm], Base;
     /// Copied into the VM guests' root to run checks.sh
     /// (busybox-static's ash does its arithmetic in 32 bits: "divide by
-    /// zero" on a nanosecond clock).
-    DASH = "dash", "dash", [Vm], Base;
+    /// zero" on a nanosecond clock); the small-writer bench's loop of
+    /// processes.
+    DASH = "dash", "dash", [Vm, Bench], Base;
     /// tar is Essential: yes. The VM harness unpacks what a guest saved.
     TAR = "tar", "tar", [Vm], Base;
     /// Loop devices for scratchfs (tests, benches, and `wbscope scenario`

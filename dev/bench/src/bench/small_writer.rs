@@ -61,6 +61,12 @@ pub(crate) enum Writer {
     /// the default trace and nothing only.
     #[value(name = "dd-1m")]
     DdLarge,
+    /// One process per 4 KiB page: `dd count=1` at a new offset each,
+    /// one after another, 8 per MiB of `--size-mib`: the cost of
+    /// following processes that dirty pages and exit (a task iterator
+    /// read per interval, a program run per exit: tracer/taskio.rs).
+    /// Paired with the default trace and nothing only.
+    Spawn,
 }
 
 impl Writer {
@@ -71,6 +77,10 @@ impl Writer {
                 format!("fio randwrite bs=4k size={size_mib}M fsync=64 (psync)")
             }
             Writer::DdLarge => format!("dd bs=1M count={size_mib} conv=fsync"),
+            Writer::Spawn => format!(
+                "{} processes: dd bs=4k count=1 seek=i, one after another",
+                spawn_count(size_mib)
+            ),
         }
     }
 
@@ -86,6 +96,20 @@ impl Writer {
                     .arg(format!("of={}", file.display()))
                     .args([bs, &format!("count={count}")])
                     .args(["conv=fsync", "status=none"]);
+                c
+            }
+            Writer::Spawn => {
+                // dash, not bash: the loop's own cost is the smallest.
+                let mut c = programs::DASH.command();
+                c.arg("-c")
+                    .arg(
+                        "i=0; while [ $i -lt \"$1\" ]; do \
+                         dd if=/dev/zero of=\"$2\" bs=4k count=1 seek=$i conv=notrunc \
+                         status=none || exit 1; i=$((i + 1)); done",
+                    )
+                    .arg("spawn")
+                    .arg(spawn_count(size_mib).to_string())
+                    .arg(file);
                 c
             }
             Writer::FioRandwrite => {
@@ -207,6 +231,11 @@ impl Observer {
 
 /// One writer's run: wall seconds and its own system seconds (its waited
 /// children's included: fio's job process).
+/// Processes `Writer::Spawn` starts for `size_mib`.
+fn spawn_count(size_mib: u64) -> u64 {
+    size_mib * 8
+}
+
 fn run_writer(writer: Writer, file: &Path, size_mib: u64) -> anyhow::Result<(f64, f64)> {
     let started = Instant::now();
     let child = writer
@@ -268,7 +297,9 @@ fn measure(binary: &Path, opts: &SmallWriterOptions, dir: &Path) -> anyhow::Resu
         for (w, &writer) in writers.iter().enumerate() {
             for (s, &side) in opts.sides.iter().enumerate() {
                 scratchfs::signal::check_interrupted()?;
-                if writer == Writer::DdLarge && !matches!(side, Side::Trace | Side::Nothing) {
+                if matches!(writer, Writer::DdLarge | Writer::Spawn)
+                    && !matches!(side, Side::Trace | Side::Nothing)
+                {
                     continue;
                 }
                 // Swapped every pair, so that drift favours neither.
