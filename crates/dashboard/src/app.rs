@@ -1189,6 +1189,8 @@ mod tests {
                 cgroup_id: 9,
                 pages_dirtied: 1,
                 dirtied_unmeasured: false,
+                write_call_bytes: None,
+                cancelled_bytes: None,
                 ..Default::default()
             },
             wbscope_model::dirtier::OwnerLine {
@@ -1196,6 +1198,8 @@ mod tests {
                 cgroup_id: 4,
                 pages_dirtied: 1,
                 dirtied_unmeasured: false,
+                write_call_bytes: None,
+                cancelled_bytes: None,
                 ..Default::default()
             },
         ]);

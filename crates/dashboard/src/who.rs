@@ -163,6 +163,8 @@ mod tests {
             cgroup_id: cgroup,
             pages_dirtied: dirtied,
             dirtied_unmeasured: false,
+            write_call_bytes: None,
+            cancelled_bytes: None,
             pages_written: written,
             pages_written_by_others: others,
             pages_written_by_flusher: others / 2,

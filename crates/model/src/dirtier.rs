@@ -141,6 +141,14 @@ pub struct OwnerLine {
     /// 95% half-width of `pages_dirtied` when the per-folio counts were
     /// sampled (the interval's `budget`); absent when exact.
     pub pages_dirtied_error: Option<u64>,
+    /// Bytes the process passed to write-family system calls in the
+    /// interval (the kernel's `wchar`: files, pipes and sockets alike),
+    /// and dirty bytes of its that were truncated or deleted before
+    /// writeback (`cancelled_write_bytes`). From the per-process counts
+    /// the default attribution reads; `None` where they are not read
+    /// (`--enable dirty_folio`, or not measurable).
+    pub write_call_bytes: Option<u64>,
+    pub cancelled_bytes: Option<u64>,
 }
 
 /// [`OwnerLine`] as JSON lines and recordings have it: `pages_dirtied`
@@ -160,6 +168,10 @@ struct OwnerLineJson {
     throttle_pause_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pages_dirtied_error: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    write_call_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cancelled_bytes: Option<u64>,
 }
 
 impl From<OwnerLine> for OwnerLineJson {
@@ -175,6 +187,8 @@ impl From<OwnerLine> for OwnerLineJson {
             throttle_pauses: o.throttle_pauses,
             throttle_pause_ms: o.throttle_pause_ms,
             pages_dirtied_error: o.pages_dirtied_error,
+            write_call_bytes: o.write_call_bytes,
+            cancelled_bytes: o.cancelled_bytes,
         }
     }
 }
@@ -193,6 +207,8 @@ impl From<OwnerLineJson> for OwnerLine {
             throttle_pauses: o.throttle_pauses,
             throttle_pause_ms: o.throttle_pause_ms,
             pages_dirtied_error: o.pages_dirtied_error,
+            write_call_bytes: o.write_call_bytes,
+            cancelled_bytes: o.cancelled_bytes,
         }
     }
 }
@@ -384,8 +400,11 @@ impl Attribution {
             self.unmeasured_why = Some(why.clone());
         }
         let tasks = snap.tasks_read.then_some(snap.tasks.as_slice());
-        for (tgid, pages) in self.by_inode.update(&snap.dirtyings, tasks) {
-            self.owner_line(tgid).pages_dirtied += pages;
+        for (tgid, grown) in self.by_inode.update(&snap.dirtyings, tasks) {
+            let line = self.owner_line(tgid);
+            line.pages_dirtied += grown.pages;
+            *line.write_call_bytes.get_or_insert(0) += grown.wchar;
+            *line.cancelled_bytes.get_or_insert(0) += grown.cancelled_bytes;
         }
         for (&tgid, &(pauses, ms)) in &snap.throttled {
             let (p0, m0) = self.throttle_seen.get(&tgid).copied().unwrap_or((0, 0));
@@ -590,9 +609,19 @@ impl Attribution {
                     row.cgroup_id = id.cgroup_id;
                 }
                 row.dirtied_unmeasured = self.dirtied_unmeasured;
+                if self.mode == AttributionMode::PerInode && !self.dirtied_unmeasured {
+                    row.write_call_bytes.get_or_insert(0);
+                    row.cancelled_bytes.get_or_insert(0);
+                }
                 row
             })
-            .filter(|r| r.pages_dirtied + r.pages_written + r.throttle_pauses > 0)
+            .filter(|r| {
+                r.pages_dirtied
+                    + r.pages_written
+                    + r.throttle_pauses
+                    + r.cancelled_bytes.unwrap_or(0)
+                    > 0
+            })
             .collect();
         rows.sort_by(|a, b| {
             (b.pages_dirtied, b.pages_written, b.throttle_pauses, a.pid).cmp(&(

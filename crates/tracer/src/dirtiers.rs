@@ -181,6 +181,8 @@ impl Dirtyings {
             snap.tasks.push(TaskReading {
                 tgid,
                 pages: io.write_bytes / page,
+                wchar: io.wchar,
+                cancelled_bytes: io.cancelled_write_bytes,
                 new: stat.starttime > since,
             });
             true
@@ -233,6 +235,8 @@ impl Dirtyings {
             snap.tasks.push(TaskReading {
                 tgid,
                 pages: c.write_bytes / page,
+                wchar: c.wchar,
+                cancelled_bytes: c.cancelled_write_bytes,
                 new: c.start_boottime > since,
             });
             if !alive {

@@ -701,6 +701,84 @@ fn a_process_that_exits_between_readings_is_charged_its_own_count() {
     );
 }
 
+/// The same per-process counts, the bytes of write calls and those
+/// cancelled: a process writes 8 MiB, truncates the file to nothing
+/// before any writeback and exits between readings. Its `owners` rows
+/// add up to what it read from its own /proc/self/io just before exiting:
+/// 2,048 pages dirtied, 8 MiB cancelled, its write calls' bytes (those
+/// and the pipe write it made after reading: `wchar` counts both).
+#[test]
+fn write_call_and_cancelled_bytes_equal_the_process_own_count() {
+    let _file = crate::support::file_group(module_path!());
+    let _serial = serial();
+    let fs = LoopFs::new("ext4", 128);
+    let path = fs.path("cancelled");
+    let mount = fs.mountpoint.display().to_string();
+    let trace = Tracing::start(&["--json", "--device", &mount, "--interval", "4"]);
+    let mut io_pipe = [0; 2];
+    // SAFETY: a plain syscall.
+    assert_eq!(unsafe { libc::pipe(io_pipe.as_mut_ptr()) }, 0);
+    let [io_read, io_write] = io_pipe;
+    let buf: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8 + 1).collect();
+    let cpath = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let proc_io = CString::new("/proc/self/io").unwrap();
+    let mut text = vec![0u8; 4096];
+    let child = Dirtier::fork_with(move || {
+        // SAFETY: async-signal-safe calls on memory prepared before the
+        // fork.
+        unsafe {
+            let fd = libc::open(cpath.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
+            if fd < 0 {
+                libc::_exit(3);
+            }
+            for i in 0..8i64 {
+                if libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), i << 20) != buf.len() as isize {
+                    libc::_exit(4);
+                }
+            }
+            if libc::ftruncate(fd, 0) != 0 {
+                libc::_exit(6);
+            }
+            let io = libc::open(proc_io.as_ptr(), libc::O_RDONLY);
+            let n = libc::read(io, text.as_mut_ptr().cast(), text.len());
+            if io < 0 || n <= 0 || libc::write(io_write, text.as_ptr().cast(), n as usize) != n {
+                libc::_exit(5);
+            }
+        }
+    });
+    // SAFETY: the parent's copy of the write end.
+    unsafe { libc::close(io_write) };
+    child.start();
+    child.wait();
+    let mut own = String::new();
+    {
+        use std::io::Read as _;
+        // SAFETY: the read end, owned from here on.
+        let mut f = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(io_read) };
+        f.read_to_string(&mut own).unwrap();
+    }
+    let field = |name: &str| -> u64 {
+        own.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {own:?}"))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let lines = trace.stop(libc::SIGINT);
+    let pid = child.pid as u64;
+    assert_eq!(field("cancelled_write_bytes"), 8 * MIB, "{own}");
+    assert_eq!(
+        owner_total(&lines, pid, "pages_dirtied"),
+        field("write_bytes") / PAGE
+    );
+    assert_eq!(owner_total(&lines, pid, "cancelled_bytes"), 8 * MIB);
+    // wchar read before the pipe write, which counts too.
+    assert_eq!(
+        owner_total(&lines, pid, "write_call_bytes"),
+        field("wchar") + own.len() as u64
+    );
+}
+
 /// Where the task iterator does not load (made so by a test-only switch),
 /// a dropped run cannot read other processes' counts: the owners have no
 /// `pages_dirtied` at all and the summary says why, rather than a 0 that

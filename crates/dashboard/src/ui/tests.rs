@@ -295,6 +295,8 @@ fn who_app() -> App {
         cgroup_id: cg,
         pages_dirtied: d,
         dirtied_unmeasured: false,
+        write_call_bytes: None,
+        cancelled_bytes: None,
         pages_written: w,
         pages_written_by_others: o,
         pages_written_by_flusher: f,

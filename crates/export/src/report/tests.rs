@@ -185,6 +185,8 @@ fn fixture_owners(tick: u64) -> Vec<wbscope_model::dirtier::OwnerLine> {
             cgroup_id: 7001,
             pages_dirtied: 3000 * tick,
             dirtied_unmeasured: false,
+            write_call_bytes: None,
+            cancelled_bytes: None,
             pages_written: 2000 * tick,
             pages_written_by_others: 1500 * tick,
             pages_written_by_flusher: 1200 * tick,
@@ -198,6 +200,8 @@ fn fixture_owners(tick: u64) -> Vec<wbscope_model::dirtier::OwnerLine> {
             cgroup_id: 7002,
             pages_dirtied: 500,
             dirtied_unmeasured: false,
+            write_call_bytes: None,
+            cancelled_bytes: None,
             pages_written: 500,
             ..OwnerLine::default()
         },
@@ -205,6 +209,8 @@ fn fixture_owners(tick: u64) -> Vec<wbscope_model::dirtier::OwnerLine> {
             comm: OTHERS.into(),
             pages_dirtied: 10,
             dirtied_unmeasured: false,
+            write_call_bytes: None,
+            cancelled_bytes: None,
             pages_written: 4,
             ..OwnerLine::default()
         },
@@ -533,6 +539,8 @@ fn who_dirtied_lists_the_top_processes_with_who_wrote_their_pages() {
             comm: format!("w{pid}"),
             pages_dirtied: u64::from(pid),
             dirtied_unmeasured: false,
+            write_call_bytes: None,
+            cancelled_bytes: None,
             ..Default::default()
         })
         .collect();

@@ -64,10 +64,35 @@ pub struct TaskReading {
     pub tgid: u32,
     /// Pages it dirtied since it started (`write_bytes` / page size).
     pub pages: u64,
+    /// Bytes it passed to write-family system calls since it started
+    /// (`wchar`), and dirty bytes it truncated away before writeback
+    /// (`cancelled_write_bytes`).
+    pub wchar: u64,
+    pub cancelled_bytes: u64,
     /// It started after the previous reading, so all of `pages` is new;
     /// otherwise its first reading is only the base the next ones count
     /// from.
     pub new: bool,
+}
+
+/// A process's counts, or what they grew by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Counts {
+    pub(super) pages: u64,
+    pub(super) wchar: u64,
+    pub(super) cancelled_bytes: u64,
+}
+
+impl Counts {
+    /// The growth since `before`, each count on its own (a count never
+    /// goes back but under another process with the pid).
+    fn since(&self, before: &Counts) -> Counts {
+        Counts {
+            pages: self.pages.saturating_sub(before.pages),
+            wchar: self.wchar.saturating_sub(before.wchar),
+            cancelled_bytes: self.cancelled_bytes.saturating_sub(before.cancelled_bytes),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -83,20 +108,20 @@ struct History {
 #[derive(Clone, Debug, Default)]
 pub(super) struct ByInode {
     inodes: FastMap<(u32, u64), History>,
-    /// Last count of pages dirtied per process.
-    tasks: FastMap<u32, u64>,
+    /// Last counts per process.
+    tasks: FastMap<u32, Counts>,
     generation: u64,
 }
 
 impl ByInode {
     /// Takes a reading's dirtyings and task counts (`None`: not read this
-    /// time, the bases stay); returns the pages each process dirtied since
-    /// the last reading of the counts.
+    /// time, the bases stay); returns what each process's counts grew by
+    /// since the last reading of them.
     pub(super) fn update(
         &mut self,
         dirtyings: &[InodeDirtyingReading],
         tasks: Option<&[TaskReading]>,
-    ) -> Vec<(u32, u64)> {
+    ) -> Vec<(u32, Counts)> {
         self.generation += 1;
         for d in dirtyings {
             let h = self.inodes.entry((d.dev, d.ino)).or_default();
@@ -139,23 +164,28 @@ impl ByInode {
             return Vec::new();
         };
         let mut grown = Vec::new();
-        let mut seen: FastMap<u32, u64> =
+        let mut seen: FastMap<u32, Counts> =
             FastMap::with_capacity_and_hasher(tasks.len(), Default::default());
         for t in tasks {
+            let now = Counts {
+                pages: t.pages,
+                wchar: t.wchar,
+                cancelled_bytes: t.cancelled_bytes,
+            };
             // A process that started after the previous reading counts
             // from zero, even under a pid read before (reused); a count
             // that went back is another process under the same pid, whose
             // first reading is its base.
             let delta = match self.tasks.get(&t.tgid) {
-                _ if t.new => t.pages,
-                Some(&before) => t.pages.saturating_sub(before),
-                None => 0,
+                _ if t.new => now,
+                Some(before) => now.since(before),
+                None => Counts::default(),
             };
-            if delta > 0 {
+            if delta != Counts::default() {
                 grown.push((t.tgid, delta));
             }
             if seen.len() < MAX_TASKS {
-                seen.insert(t.tgid, t.pages);
+                seen.insert(t.tgid, now);
             }
         }
         // A process not read this time has exited (or its count is no
@@ -262,27 +292,66 @@ mod tests {
     /// does); one that is no longer read is forgotten.
     #[test]
     fn task_counts_are_differenced_from_a_base() {
+        let pages = |g: Vec<(u32, Counts)>| -> Vec<(u32, u64)> {
+            g.into_iter().map(|(t, c)| (t, c.pages)).collect()
+        };
         let mut b = ByInode::default();
-        let t = |tgid, pages, new| TaskReading { tgid, pages, new };
+        let t = |tgid, pages, new| TaskReading {
+            tgid,
+            pages,
+            new,
+            ..TaskReading::default()
+        };
         assert_eq!(
-            b.update(&[], Some(&[t(1, 500, false), t(2, 64, true)])),
+            pages(b.update(&[], Some(&[t(1, 500, false), t(2, 64, true)]))),
             vec![(2, 64)]
         );
         assert_eq!(
-            b.update(&[], Some(&[t(1, 800, false), t(2, 64, false)])),
+            pages(b.update(&[], Some(&[t(1, 800, false), t(2, 64, false)]))),
             vec![(1, 300)]
         );
         // A count that went back (a pid reused by an older process)
         // counts nothing and is the new base.
-        assert_eq!(b.update(&[], Some(&[t(1, 10, false)])), vec![]);
-        assert_eq!(b.update(&[], Some(&[t(1, 30, false)])), vec![(1, 20)]);
+        assert_eq!(pages(b.update(&[], Some(&[t(1, 10, false)]))), vec![]);
+        assert_eq!(
+            pages(b.update(&[], Some(&[t(1, 30, false)]))),
+            vec![(1, 20)]
+        );
         // Reused by a process that started since: all of its count.
-        assert_eq!(b.update(&[], Some(&[t(1, 5, true)])), vec![(1, 5)]);
+        assert_eq!(pages(b.update(&[], Some(&[t(1, 5, true)]))), vec![(1, 5)]);
         // Not read (a batch's re-read): the bases stay.
-        assert_eq!(b.update(&[], None), vec![]);
-        assert_eq!(b.tasks.get(&1), Some(&5));
-        assert_eq!(b.update(&[], Some(&[t(1, 9, false)])), vec![(1, 4)]);
-        assert_eq!(b.update(&[], Some(&[])), vec![]);
+        assert_eq!(pages(b.update(&[], None)), vec![]);
+        assert_eq!(b.tasks.get(&1).map(|c| c.pages), Some(5));
+        assert_eq!(pages(b.update(&[], Some(&[t(1, 9, false)]))), vec![(1, 4)]);
+        assert_eq!(pages(b.update(&[], Some(&[]))), vec![]);
         assert!(b.tasks.is_empty());
+    }
+
+    /// The bytes written by calls and cancelled grow on their own, even
+    /// in a reading where no page was dirtied.
+    #[test]
+    fn write_call_and_cancelled_bytes_are_differenced_too() {
+        let mut b = ByInode::default();
+        let t = |pages, wchar, cancelled_bytes, new| TaskReading {
+            tgid: 3,
+            pages,
+            wchar,
+            cancelled_bytes,
+            new,
+        };
+        let first = b.update(&[], Some(&[t(10, 40960, 0, true)]));
+        assert_eq!(first[0].1.wchar, 40960);
+        let later = b.update(&[], Some(&[t(10, 45056, 8192, false)]));
+        assert_eq!(
+            later,
+            vec![(
+                3,
+                Counts {
+                    pages: 0,
+                    wchar: 4096,
+                    cancelled_bytes: 8192
+                }
+            )]
+        );
     }
 }

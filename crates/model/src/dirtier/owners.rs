@@ -25,6 +25,18 @@ pub struct OwnerTotal {
     /// Its `balance_dirty_pages` pauses, and their sum (ms).
     pub throttle_pauses: u64,
     pub throttle_ms: u64,
+    /// Bytes of its write calls and its dirty bytes cancelled
+    /// ([`OwnerLine::write_call_bytes`]); `None` until a line had them.
+    pub write_call_bytes: Option<u64>,
+    pub cancelled_bytes: Option<u64>,
+}
+
+/// `a + b` where either is known.
+fn add_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        _ => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    }
 }
 
 impl OwnerTotal {
@@ -36,6 +48,8 @@ impl OwnerTotal {
         self.by_flusher += o.by_flusher;
         self.throttle_pauses += o.throttle_pauses;
         self.throttle_ms += o.throttle_ms;
+        self.write_call_bytes = add_known(self.write_call_bytes, o.write_call_bytes);
+        self.cancelled_bytes = add_known(self.cancelled_bytes, o.cancelled_bytes);
     }
 
     /// Written by itself, by the flusher, by other processes: the three
@@ -80,6 +94,8 @@ impl From<&OwnerLine> for OwnerTotal {
             by_flusher: o.pages_written_by_flusher,
             throttle_pauses: o.throttle_pauses,
             throttle_ms: o.throttle_pause_ms,
+            write_call_bytes: o.write_call_bytes,
+            cancelled_bytes: o.cancelled_bytes,
         }
     }
 }
@@ -100,6 +116,8 @@ impl From<OwnerTotal> for OwnerLine {
             throttle_pauses: t.throttle_pauses,
             throttle_pause_ms: t.throttle_ms,
             pages_dirtied_error: None,
+            write_call_bytes: t.write_call_bytes,
+            cancelled_bytes: t.cancelled_bytes,
         }
     }
 }
@@ -122,6 +140,8 @@ mod tests {
             throttle_pause_ms: 20,
             pages_dirtied_error: Some(5),
             dirtied_unmeasured: false,
+            write_call_bytes: Some(4096),
+            cancelled_bytes: None,
         };
         let mut t = OwnerTotal::from(&line);
         t.add(&OwnerTotal::from(&line));
