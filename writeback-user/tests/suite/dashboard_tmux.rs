@@ -10,19 +10,36 @@ use std::{
 
 use crate::support::{LoopFs, run};
 
-struct Session(String);
+/// A tmux session on a server of its own: its socket in a temporary
+/// directory of the test's, so that no user's tmux server is touched and
+/// nothing is left in /tmp/tmux-UID when the test ends.
+struct Session {
+    name: String,
+    dir: tempfile::TempDir,
+}
 
 impl Session {
+    fn new(name: String) -> Session {
+        Session {
+            name,
+            dir: tempfile::tempdir().expect("a directory for the tmux socket"),
+        }
+    }
+
+    /// tmux, talking to this session's own server.
+    fn tmux(&self) -> Command {
+        let mut c = wbscope_programs::TMUX.command();
+        c.arg("-S").arg(self.dir.path().join("socket"));
+        c
+    }
+
     fn capture(&self) -> String {
-        run(wbscope_programs::TMUX
-            .command()
-            .args(["capture-pane", "-p", "-t", &self.0]))
+        run(self.tmux().args(["capture-pane", "-p", "-t", &self.name]))
     }
 
     fn alive(&self) -> bool {
-        wbscope_programs::TMUX
-            .command()
-            .args(["has-session", "-t", &self.0])
+        self.tmux()
+            .args(["has-session", "-t", &self.name])
             .status()
             .is_ok_and(|s| s.success())
     }
@@ -43,10 +60,8 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = wbscope_programs::TMUX
-            .command()
-            .args(["kill-session", "-t", &self.0])
-            .status();
+        // The server is this session's alone.
+        let _ = self.tmux().arg("kill-server").status();
     }
 }
 
@@ -76,11 +91,11 @@ fn start_with(
         log.display(),
         log.display()
     );
-    run(wbscope_programs::TMUX.command().args([
+    run(session.tmux().args([
         "new-session",
         "-d",
         "-s",
-        &session.0,
+        &session.name,
         "-x",
         &w.to_string(),
         "-y",
@@ -92,9 +107,9 @@ fn start_with(
 }
 
 fn keys(session: &Session, keys: &str) {
-    run(wbscope_programs::TMUX
-        .command()
-        .args(["send-keys", "-t", &session.0, keys]));
+    run(session
+        .tmux()
+        .args(["send-keys", "-t", &session.name, keys]));
 }
 
 /// Waits for the session to end (the dashboard exited, so the terminal
@@ -115,7 +130,7 @@ fn wait_gone(session: &Session, log: &std::path::Path) {
 fn dashboard_shows_a_16_mib_fsync_and_quits_on_q() {
     let _file = crate::support::file_group(module_path!());
     let log = tempfile::NamedTempFile::new().unwrap();
-    let session = Session(format!("wbscope-test-{}", std::process::id()));
+    let session = Session::new(format!("wbscope-test-{}", std::process::id()));
     start(&session, log.path(), std::path::Path::new("/"), 100, 30);
     session.wait_for("the attached probes", |s| {
         s.contains(" 0 missing") && !s.contains("probes 0/")
@@ -153,7 +168,7 @@ fn writer_from_keys_loads_the_kernel_and_cleans_up() {
     let _file = crate::support::file_group(module_path!());
     let log = tempfile::NamedTempFile::new().unwrap();
     let fs = LoopFs::new("ext4", 512);
-    let session = Session(format!("wbscope-writer-test-{}", std::process::id()));
+    let session = Session::new(format!("wbscope-writer-test-{}", std::process::id()));
     // Started in the loop filesystem: the writer's default directory is a
     // new temporary directory there.
     start(&session, log.path(), &fs.mountpoint, 120, 40);
@@ -244,7 +259,7 @@ fn replay_opens_a_recording_in_the_dashboard() {
     assert!(record.wait().unwrap().success());
 
     let log = tempfile::NamedTempFile::new().unwrap();
-    let session = Session(format!("wbscope-replay-{}", std::process::id()));
+    let session = Session::new(format!("wbscope-replay-{}", std::process::id()));
     let args = format!("replay {} --speed 4", rec.display());
     start_with(&session, log.path(), dir.path(), 120, 40, &args);
     session.wait_for("the recorded fsync", |s| {
@@ -279,12 +294,12 @@ fn a_live_pipe_into_the_dashboard_shows_a_call_within_a_second() {
         log.display(),
         log.display()
     );
-    let session = Session(format!("wbscope-live-{}", std::process::id()));
-    run(wbscope_programs::TMUX.command().args([
+    let session = Session::new(format!("wbscope-live-{}", std::process::id()));
+    run(session.tmux().args([
         "new-session",
         "-d",
         "-s",
-        &session.0,
+        &session.name,
         "-x",
         "120",
         "-y",
@@ -388,7 +403,7 @@ fn a_store_in_the_dashboard_jumps_to_the_next_finding() {
     assert!(record.wait().unwrap().success(), "{said:?}");
 
     let log = tempfile::NamedTempFile::new().unwrap();
-    let session = Session(format!("wbscope-store-{}", std::process::id()));
+    let session = Session::new(format!("wbscope-store-{}", std::process::id()));
     // A quarter of the recorded pace: the storm is still ahead when `n`
     // is pressed.
     let args = format!("replay {} --speed 0.25", store.display());
