@@ -622,21 +622,29 @@ fn dashboard_replay_needs_no_privilege() {
         status.display()
     );
     let session = format!("wbscope-plain-{}", std::process::id());
+    // A tmux server of the test's own, its socket in a temporary
+    // directory: no user's server touched, nothing left in /tmp/tmux-UID.
+    let socket_dir = tempfile::tempdir().expect("a directory for the tmux socket");
+    let socket = socket_dir.path().join("socket");
     let tmux = |args: &[&str]| {
         let out = wbscope_programs::TMUX
             .command()
+            .arg("-S")
+            .arg(&socket)
             .args(args)
             .output()
             .expect("tmux");
         assert!(out.status.success(), "tmux {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    struct Kill(String);
+    struct Kill(std::path::PathBuf);
     impl Drop for Kill {
         fn drop(&mut self) {
             let _ = wbscope_programs::TMUX
                 .command()
-                .args(["kill-session", "-t", &self.0])
+                .arg("-S")
+                .arg(&self.0)
+                .arg("kill-server")
                 .status();
         }
     }
@@ -651,7 +659,7 @@ fn dashboard_replay_needs_no_privilege() {
         "40",
         &cmd,
     ]);
-    let _kill = Kill(session.clone());
+    let _kill = Kill(socket.clone());
     let wait_for = |what: &str, pred: &dyn Fn(&str) -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
