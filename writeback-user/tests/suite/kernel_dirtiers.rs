@@ -606,20 +606,11 @@ fn charged_to_the_dirtier_while(mode: Mode, sync_meanwhile: bool) {
     assert_eq!(owner_total(&lines, pid, "throttle_pause_ms"), pause_ms);
 }
 
-/// A process dirties 256 MiB and exits well before the next reading,
-/// under the default (dropped) `trace`: its pid is charged what the
-/// kernel counted for it, read by the process itself from /proc/self/io
-/// just before it exits (65,536 pages), and the sync's calls write them
-/// as its pages. Neither /proc/PID/io of another user (refused after the
-/// drop) nor a /proc file at the next reading (gone) can tell this.
-#[test]
-fn a_process_that_exits_between_readings_is_charged_its_own_count() {
-    let _file = crate::support::file_group(module_path!());
-    let _serial = serial();
-    let fs = LoopFs::new("ext4", 512);
-    let path = fs.path("data");
-    let mount = fs.mountpoint.display().to_string();
-    let trace = Tracing::start(&["--json", "--events", "--device", &mount, "--interval", "4"]);
+/// Forks a child that writes `mib` MiB to `path` (truncating it to
+/// nothing after, with `truncate`), reads its own /proc/self/io and sends
+/// it to the parent over a pipe (which dirties no page), then exits;
+/// returns its pid and that text once it has exited.
+fn write_and_report_own_io(path: &Path, mib: i64, truncate: bool) -> (u64, String) {
     let mut io_pipe = [0; 2];
     // SAFETY: a plain syscall.
     assert_eq!(unsafe { libc::pipe(io_pipe.as_mut_ptr()) }, 0);
@@ -630,16 +621,19 @@ fn a_process_that_exits_between_readings_is_charged_its_own_count() {
     let mut text = vec![0u8; 4096];
     let child = Dirtier::fork_with(move || {
         // SAFETY: async-signal-safe calls on memory prepared before the
-        // fork; a pipe's write dirties no page.
+        // fork.
         unsafe {
             let fd = libc::open(cpath.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
             if fd < 0 {
                 libc::_exit(3);
             }
-            for i in 0..256i64 {
+            for i in 0..mib {
                 if libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), i << 20) != buf.len() as isize {
                     libc::_exit(4);
                 }
+            }
+            if truncate && libc::ftruncate(fd, 0) != 0 {
+                libc::_exit(6);
             }
             let io = libc::open(proc_io.as_ptr(), libc::O_RDONLY);
             let n = libc::read(io, text.as_mut_ptr().cast(), text.len());
@@ -659,11 +653,33 @@ fn a_process_that_exits_between_readings_is_charged_its_own_count() {
         let mut f = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(io_read) };
         f.read_to_string(&mut own).unwrap();
     }
-    let own_bytes: u64 = own
-        .lines()
-        .find_map(|l| l.strip_prefix("write_bytes: "))
+    (child.pid as u64, own)
+}
+
+/// Field `name` of a /proc/PID/io text.
+fn io_field(own: &str, name: &str) -> u64 {
+    own.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no write_bytes in {own:?}"));
+        .unwrap_or_else(|| panic!("no {name} in {own:?}"))
+}
+
+/// A process dirties 256 MiB and exits well before the next reading,
+/// under the default (dropped) `trace`: its pid is charged what the
+/// kernel counted for it, read by the process itself from /proc/self/io
+/// just before it exits (65,536 pages), and the sync's calls write them
+/// as its pages. Neither /proc/PID/io of another user (refused after the
+/// drop) nor a /proc file at the next reading (gone) can tell this.
+#[test]
+fn a_process_that_exits_between_readings_is_charged_its_own_count() {
+    let _file = crate::support::file_group(module_path!());
+    let _serial = serial();
+    let fs = LoopFs::new("ext4", 512);
+    let path = fs.path("data");
+    let mount = fs.mountpoint.display().to_string();
+    let trace = Tracing::start(&["--json", "--events", "--device", &mount, "--interval", "4"]);
+    let (pid, own) = write_and_report_own_io(&path, 256, false);
+    let own_bytes = io_field(&own, "write_bytes");
     assert!(
         wbscope_programs::SYNC
             .command()
@@ -675,7 +691,6 @@ fn a_process_that_exits_between_readings_is_charged_its_own_count() {
     let ino = fs::metadata(&path).unwrap().ino();
     let dev = dev_of(&path);
     let lines = trace.stop(libc::SIGINT);
-    let pid = child.pid as u64;
     let pages = 256 * MIB / PAGE;
     assert_eq!(own_bytes, 256 * MIB, "the child's own count: {own}");
     assert_eq!(owner_total(&lines, pid, "pages_dirtied"), own_bytes / PAGE);
@@ -715,57 +730,10 @@ fn write_call_and_cancelled_bytes_equal_the_process_own_count() {
     let path = fs.path("cancelled");
     let mount = fs.mountpoint.display().to_string();
     let trace = Tracing::start(&["--json", "--device", &mount, "--interval", "4"]);
-    let mut io_pipe = [0; 2];
-    // SAFETY: a plain syscall.
-    assert_eq!(unsafe { libc::pipe(io_pipe.as_mut_ptr()) }, 0);
-    let [io_read, io_write] = io_pipe;
-    let buf: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8 + 1).collect();
-    let cpath = CString::new(path.as_os_str().as_bytes()).unwrap();
-    let proc_io = CString::new("/proc/self/io").unwrap();
-    let mut text = vec![0u8; 4096];
-    let child = Dirtier::fork_with(move || {
-        // SAFETY: async-signal-safe calls on memory prepared before the
-        // fork.
-        unsafe {
-            let fd = libc::open(cpath.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
-            if fd < 0 {
-                libc::_exit(3);
-            }
-            for i in 0..8i64 {
-                if libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), i << 20) != buf.len() as isize {
-                    libc::_exit(4);
-                }
-            }
-            if libc::ftruncate(fd, 0) != 0 {
-                libc::_exit(6);
-            }
-            let io = libc::open(proc_io.as_ptr(), libc::O_RDONLY);
-            let n = libc::read(io, text.as_mut_ptr().cast(), text.len());
-            if io < 0 || n <= 0 || libc::write(io_write, text.as_ptr().cast(), n as usize) != n {
-                libc::_exit(5);
-            }
-        }
-    });
-    // SAFETY: the parent's copy of the write end.
-    unsafe { libc::close(io_write) };
-    child.start();
-    child.wait();
-    let mut own = String::new();
-    {
-        use std::io::Read as _;
-        // SAFETY: the read end, owned from here on.
-        let mut f = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(io_read) };
-        f.read_to_string(&mut own).unwrap();
-    }
-    let field = |name: &str| -> u64 {
-        own.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {own:?}"))
-    };
+    let (pid, own) = write_and_report_own_io(&path, 8, true);
+    let field = |name: &str| io_field(&own, name);
     std::thread::sleep(Duration::from_millis(500));
     let lines = trace.stop(libc::SIGINT);
-    let pid = child.pid as u64;
     assert_eq!(field("cancelled_write_bytes"), 8 * MIB, "{own}");
     assert_eq!(
         owner_total(&lines, pid, "pages_dirtied"),
