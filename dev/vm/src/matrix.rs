@@ -225,12 +225,13 @@ pub(crate) fn run_big_host(
         tally.report_as(&guest_name(spec.label, plan.kind), r);
     });
     println!(
-        "vm: big host: {} check(s) failed, {} guest(s) could not be run, {:.1}s",
-        tally.failed,
+        "vm: big host: {} check(s) failed{}, {} guest(s) could not be run, {:.1}s",
+        tally.failed.len(),
+        tally.failed_names(),
         tally.broken.len(),
         base.started.elapsed().as_secs_f64()
     );
-    if tally.failed > 0 || !tally.broken.is_empty() {
+    if !tally.failed.is_empty() || !tally.broken.is_empty() {
         bail!("vm-test --big-host failed");
     }
     Ok(())
@@ -401,16 +402,17 @@ impl<'a> Checks<'a> {
             let check = boot_limit_check(spec, &self.base.root, &self.shared);
             println!("vm {} {check}", spec.label);
             if !check.pass {
-                tally.failed += 1;
+                tally.failed.push(format!("{} {}", spec.label, check.name));
             }
         }
         println!(
-            "vm: {} check(s) failed, {} kernel(s) could not be tested, {:.1}s",
-            tally.failed,
+            "vm: {} check(s) failed{}, {} kernel(s) could not be tested, {:.1}s",
+            tally.failed.len(),
+            tally.failed_names(),
             tally.broken.len(),
             self.base.started.elapsed().as_secs_f64()
         );
-        if tally.failed > 0 || !tally.broken.is_empty() {
+        if !tally.failed.is_empty() || !tally.broken.is_empty() {
             bail!("vm-test failed");
         }
         Ok(())
@@ -420,12 +422,23 @@ impl<'a> Checks<'a> {
 /// The checks' verdicts so far.
 #[derive(Default)]
 pub(crate) struct Tally {
-    failed: usize,
+    /// The failed checks, as "guest check": named again in the summary
+    /// line, the one line a truncated CI log is sure to keep.
+    failed: Vec<String>,
     /// The guests that could not be judged, by name.
     broken: Vec<String>,
 }
 
 impl Tally {
+    /// ` (guest check, …)` when checks failed, else nothing.
+    fn failed_names(&self) -> String {
+        if self.failed.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", self.failed.join(", "))
+        }
+    }
+
     /// Prints one kernel's lines, all at once: a line per check, then the
     /// kernel's times (and its serial log when a check failed), or the
     /// error that kept its guest from being judged.
@@ -450,9 +463,9 @@ impl Tally {
             println!("vm {name} {check}");
             if !check.pass {
                 failed_here += 1;
+                self.failed.push(format!("{name} {}", check.name));
             }
         }
-        self.failed += failed_here;
         let steps: Vec<String> = outcome
             .run
             .steps
