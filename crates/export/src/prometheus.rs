@@ -20,11 +20,13 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
+mod backfill;
 mod cgroups;
 mod fsyncs;
 mod log2;
 mod web;
 
+pub use backfill::{Backfill, BackfillStats, check_label_name};
 pub use web::MAX_CONNECTIONS;
 
 use log2::THROTTLE_PAUSE;
@@ -36,6 +38,20 @@ use wbscope_model::findings::{Finding, RULES};
 use wbscope_model::interval::IntervalLine;
 use wbscope_model::units::page_size;
 use wbscope_model::{CallRecord, cause_name};
+
+/// Every label name of the families below (and their modules'), but a
+/// histogram's `le`: an extra label of a backfill or a push must be none
+/// of them.
+pub(crate) const OWN_LABELS: &[&str] = &[
+    "dev",
+    "cause",
+    "kind",
+    "program",
+    "finding",
+    "part",
+    "cgroup_id",
+    "by",
+];
 
 /// Labels of the per-call metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

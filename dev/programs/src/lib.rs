@@ -182,6 +182,9 @@ programs! {
     SCRIPT = "script", "bsdutils", [Test], Setup;
     /// The exporter's end-to-end test runs the server itself.
     PROMETHEUS = "prometheus", "prometheus", [Test], Setup;
+    /// The backfill test turns `replay --openmetrics` into TSDB blocks
+    /// with it (`tsdb create-blocks-from openmetrics`).
+    PROMTOOL = "promtool", "prometheus", [Test], Setup;
     /// btf.rs's tests cross-check the BTF parser against `bpftool btf
     /// dump`; record_replay counts loaded programs with `bpftool prog
     /// show`.

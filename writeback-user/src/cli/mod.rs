@@ -149,6 +149,8 @@ Examples:
   wbscope replay wb.rec --summary
   wbscope replay /var/lib/wbscope --since 03:10 --until 03:20 --text
   wbscope replay /var/lib/wbscope --since '2h ago' --json
+  wbscope replay /var/lib/wbscope --since '1 day ago' --openmetrics --label instance=db1:9400 \\
+      --label job=wbscope > day.om && promtool tsdb create-blocks-from openmetrics day.om data/
   wbscope replay /var/lib/wbscope       the dashboard over a store: \u{2190}/\u{2192} a minute
                                         back/on, n/N to the next/previous finding
   ssh HOST sudo wbscope record -o - | wbscope replay -    follows it live")]
@@ -423,9 +425,37 @@ pub(crate) struct ReplayArgs {
     #[arg(long)]
     pub(crate) text: bool,
 
+    /// OpenMetrics text for `promtool tsdb create-blocks-from
+    /// openmetrics`: the exporter's metric families as a scrape at each
+    /// interval's close would have had them, each sample stamped
+    /// (docs/prometheus.md, "Backfill").
+    #[arg(long, conflicts_with_all = ["json", "summary", "text"])]
+    pub(crate) openmetrics: bool,
+
+    /// With --openmetrics: a label on every sample (repeat for more);
+    /// `instance` and `job` stand in for what a scrape adds.
+    #[arg(long = "label", value_name = "NAME=VALUE", requires = "openmetrics", value_parser = parse_label)]
+    pub(crate) labels: Vec<(String, String)>,
+
+    /// With --openmetrics: at most one snapshot per this long (15s, 1m),
+    /// and the last; the counters stay exact at each, the levels are
+    /// sampled. Without it, one per recorded interval.
+    #[arg(long, value_name = "AGE", requires = "openmetrics", value_parser = parse_age)]
+    pub(crate) step: Option<Duration>,
+
     /// Dashboard replay speed: 2 plays twice as fast as recorded.
     #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
     pub(crate) speed: f64,
+}
+
+/// A label `NAME=VALUE` for every exported sample; the name as
+/// Prometheus allows it, the value anything.
+pub(crate) fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not NAME=VALUE"))?;
+    wbscope_export::prometheus::check_label_name(name)?;
+    Ok((name.to_string(), value.to_string()))
 }
 
 fn parse_speed(s: &str) -> Result<f64, String> {

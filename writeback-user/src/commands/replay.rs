@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::cli::ReplayArgs;
 use wbscope_dashboard::{self as dashboard, app::Msg};
-use wbscope_export::{json_lines::CallLine, text};
+use wbscope_export::{json_lines::CallLine, prometheus::Backfill, text};
 use wbscope_model::when::TimeWindow;
 use wbscope_model::{
     CallRecord, Totals, findings::WARM_UP_NS, interval::IntervalLine, kernel::KernelStats,
@@ -34,6 +34,9 @@ const FEED_FRAMES: usize = 1024;
 
 pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let window = args.window.window()?;
+    if args.openmetrics {
+        return openmetrics(args, window);
+    }
     if !args.json && !args.summary && !args.text {
         // The file first: a wrong file is the more useful error.
         let reader = open(&args.file, window)?;
@@ -96,21 +99,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         other => other.context("writing to stdout")?,
     }
-    // A read error ends the replay with an error (below); the rest of the
-    // damage is reported and the replay goes on as far as it can.
-    let mut unreadable = None;
-    for damage in &reader.damage {
-        match damage.damage {
-            Damage::Unreadable { .. } => unreadable = Some(damage),
-            _ => eprintln!("wbscope: replay: {damage}"),
-        }
-    }
-    if reader.damage_not_kept > 0 {
-        eprintln!(
-            "wbscope: replay: {} more damaged regions not listed",
-            reader.damage_not_kept
-        );
-    }
+    let unreadable = report_damage(&reader);
     // A recording cut before its summary still gets one, marked as such
     // and computed from the calls that survived.
     // A window has no recorded summary (that is of the whole recording):
@@ -156,6 +145,103 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{}: {damage}", args.file.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says the damage met on stderr, but for a read error, returned: that
+/// ends the replay with an error after what could be read is out; the
+/// rest is said and the replay goes on as far as it can.
+fn report_damage(reader: &StoreReader) -> Option<&wbscope_recording::store::reader::Located> {
+    let mut unreadable = None;
+    for damage in &reader.damage {
+        match damage.damage {
+            Damage::Unreadable { .. } => unreadable = Some(damage),
+            _ => eprintln!("wbscope: replay: {damage}"),
+        }
+    }
+    if reader.damage_not_kept > 0 {
+        eprintln!(
+            "wbscope: replay: {} more damaged regions not listed",
+            reader.damage_not_kept
+        );
+    }
+    unreadable
+}
+
+/// `--openmetrics`: the exporter's families at each interval's close,
+/// stamped, for `promtool tsdb create-blocks-from openmetrics`
+/// (export/prometheus/backfill.rs). A line now and then on a terminal's
+/// stderr says how far it is: a week of a store takes minutes.
+fn openmetrics(args: &ReplayArgs, window: TimeWindow) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal as _;
+    let mut reader = open(&args.file, window)?;
+    let step_ns = args
+        .step
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let out = BufWriter::new(io::stdout().lock());
+    let mut backfill =
+        Backfill::new(out, &args.labels, window.since_ns, step_ns).map_err(UsageError)?;
+    let progress = io::stderr().is_terminal();
+    let mut said = std::time::Instant::now();
+    let mut unreadable_lines = 0u64;
+    let result = (|| -> io::Result<()> {
+        while let Some(frame) = reader.next() {
+            let wall = reader.last_wall_ns();
+            match (frame, wall) {
+                (Frame::Call(call), Some(wall)) => backfill.call(&call, wall),
+                (Frame::Interval(v), Some(wall)) => {
+                    match serde_json::from_value::<IntervalLine>(v) {
+                        Ok(line) => backfill.interval(&line, wall)?,
+                        Err(_) => unreadable_lines += 1,
+                    }
+                }
+                _ => {}
+            }
+            if progress && said.elapsed() >= Duration::from_secs(5) {
+                said = std::time::Instant::now();
+                let s = backfill.stats();
+                eprintln!(
+                    "wbscope: replay: {} snapshots, {} samples so far, at {}",
+                    s.snapshots,
+                    s.samples,
+                    utc(s.last_ns.unwrap_or(0))
+                );
+            }
+        }
+        Ok(())
+    })();
+    let finished = result.and_then(|()| backfill.finish());
+    let stats = match finished {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+            return Err(UsageError(e.to_string()).into());
+        }
+        other => other.context("writing to stdout")?.1,
+    };
+    if unreadable_lines > 0 {
+        eprintln!("wbscope: replay: {unreadable_lines} interval frames unreadable, left out");
+    }
+    let unreadable = report_damage(&reader);
+    match (stats.first_ns, stats.last_ns) {
+        (Some(first), Some(last)) => eprintln!(
+            "wbscope: replay: {} snapshots, {} samples, {} to {}",
+            stats.snapshots,
+            stats.samples,
+            utc(first),
+            utc(last)
+        ),
+        _ => eprintln!("wbscope: replay: nothing in the window: no samples"),
+    }
+    if let Some(damage) = unreadable {
+        anyhow::bail!("{}: {damage}", args.file.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ns` since the epoch as RFC 3339 UTC, to the millisecond.
+fn utc(ns: u64) -> String {
+    jiff::Timestamp::from_nanosecond(i128::from(ns))
+        .map(|t| format!("{t:.3}"))
+        .unwrap_or_else(|_| format!("{ns} ns"))
 }
 
 /// Opens a recording, a store (a directory) or standard input (`-`) and

@@ -6,15 +6,14 @@
 //! metrics. The exporter runs with its privileges dropped meanwhile.
 
 use std::{
-    fs::{self, File},
-    io::{BufRead, BufReader},
-    net::{SocketAddr, TcpListener, TcpStream},
+    fs,
+    net::SocketAddr,
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
-    sync::mpsc,
-    time::{Duration, Instant},
+    process::Output,
+    time::Duration,
 };
 
+use crate::prometheus_server::{Killed, Prometheus, wait_for};
 use crate::support::wbscope;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
@@ -23,16 +22,6 @@ use rcgen::{
 
 const USER: &str = "prometheus";
 const PASSWORD: &str = "correct horse battery staple";
-
-/// Kills and reaps a child process however the test ends.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A certificate authority of the test's own.
 struct Ca {
@@ -83,7 +72,8 @@ impl Ca {
 
 /// The test's certificates and web config in a temporary directory.
 struct Pki {
-    dir: tempfile::TempDir,
+    /// Holds the files below until the test ends.
+    _dir: tempfile::TempDir,
     ca: PathBuf,
     client: (PathBuf, PathBuf),
     stranger: (PathBuf, PathBuf),
@@ -115,7 +105,7 @@ impl Pki {
         )
         .expect("web config");
         Pki {
-            dir,
+            _dir: dir,
             ca,
             client,
             stranger,
@@ -124,41 +114,11 @@ impl Pki {
     }
 }
 
-/// `wbscope trace --prometheus ADDR ARGS`, returned once tracing, with
-/// the address it serves on and its stderr so far.
+/// `wbscope trace --interval 0.5 --prometheus ADDR ARGS`, once tracing.
 fn start_exporter(listen: &str, args: &[&str]) -> (Killed, SocketAddr, Vec<String>) {
-    let mut child = wbscope()
-        .args(["trace", "--interval", "0.5", "--prometheus", listen])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn wbscope");
-    let stderr = child.stderr.take().expect("stderr");
-    let child = Killed(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    loop {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(line) if line.contains("tracing;") => break,
-            Ok(line) => seen.push(line),
-            Err(e) => panic!("wbscope did not start ({e}): {seen:?}"),
-        }
-    }
-    let addr = seen
-        .iter()
-        .find_map(|l| l.strip_prefix("wbscope: metrics on "))
-        .and_then(|rest| rest.split_once("://"))
-        .map(|(_, a)| a.trim_end_matches("/metrics").parse().expect("address"))
-        .unwrap_or_else(|| panic!("no metrics address: {seen:?}"));
-    (child, addr, seen)
+    let mut all = vec!["--interval", "0.5"];
+    all.extend_from_slice(args);
+    crate::prometheus_server::start_exporter(listen, &all)
 }
 
 /// curl against `https://127.0.0.1:PORT/metrics` trusting the test's CA,
@@ -298,19 +258,11 @@ fn web_config_lets_in_only_who_it_should() {
 #[test]
 fn prometheus_scrapes_over_tls_with_basic_auth() {
     let _file = crate::support::file_group(module_path!());
-    let prometheus = "/usr/bin/prometheus";
-    assert!(
-        Path::new(prometheus).exists(),
-        "{prometheus} missing: apt-get install prometheus (cargo xtask setup)"
-    );
     let pki = Pki::new();
     let config = pki.web_config.to_str().expect("path");
     let (exporter, addr, _) = start_exporter("127.0.0.1:0", &["--web-config", config]);
-    let dir = pki.dir.path();
-    let prom_config = dir.join("prometheus.yml");
-    fs::write(
-        &prom_config,
-        format!(
+    let prom = Prometheus::start(
+        &format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
              scrape_configs:\n  - job_name: wbscope\n    scheme: https\n    tls_config:\n      \
              ca_file: {ca}\n      cert_file: {cert}\n      key_file: {key}\n    basic_auth:\n      \
@@ -320,39 +272,22 @@ fn prometheus_scrapes_over_tls_with_basic_auth() {
             cert = pki.client.0.display(),
             key = pki.client.1.display(),
         ),
-    )
-    .expect("prometheus config");
-    let prom_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let log = File::create(dir.join("prometheus.log")).expect("log");
-    let prom = Killed(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", prom_config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={prom_addr}"))
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn prometheus"),
+        None,
     );
-    let prom_log = || fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
     let up = wait_for(Duration::from_secs(40), || {
-        TcpStream::connect(prom_addr).is_ok()
-            && query(prom_addr, r#"up{job="wbscope"}"#) == Some(1.0)
+        prom.query(r#"up{job="wbscope"}"#) == Some(1.0)
     });
     assert!(
         up,
         "prometheus never scraped wbscope over TLS: {}",
-        prom_log()
+        prom.log()
     );
     // What it scraped is wbscope's metrics, not an error page.
     assert!(
-        query(prom_addr, r#"wbscope_intervals_total{job="wbscope"}"#).is_some_and(|v| v >= 1.0),
+        prom.query(r#"wbscope_intervals_total{job="wbscope"}"#)
+            .is_some_and(|v| v >= 1.0),
         "{}",
-        prom_log()
+        prom.log()
     );
     drop(prom);
     drop(exporter);
@@ -411,36 +346,4 @@ fn a_broken_web_config_is_one_line() {
         Some(2),
         "--web-config needs --prometheus"
     );
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    false
-}
-
-/// An instant query against Prometheus's HTTP API: the first sample's
-/// value.
-fn query(prom: SocketAddr, q: &str) -> Option<f64> {
-    let out = wbscope_programs::CURL
-        .command()
-        .args(["--silent", "--max-time", "5", "--get", "--data-urlencode"])
-        .arg(format!("query={q}"))
-        .arg(format!("http://{prom}/api/v1/query"))
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["data"]["result"][0]["value"][1]
-        .as_str()
-        .and_then(|s| s.parse().ok())
 }

@@ -135,6 +135,24 @@ fn store_and_time_window_misuse_is_one_line_and_exit_2() {
             ],
             "--since must be before --until",
         ),
+        (
+            &["replay", file, "--openmetrics", "--label", "1x=y"],
+            "not a label name",
+        ),
+        (
+            &["replay", file, "--openmetrics", "--label", "host"],
+            "is not NAME=VALUE",
+        ),
+        (
+            &["replay", file, "--openmetrics", "--label", "dev=8:0"],
+            "wbscope's own",
+        ),
+        (&["replay", file, "--label", "host=a"], "--openmetrics"),
+        (&["replay", file, "--openmetrics", "--json"], "--json"),
+        (
+            &["replay", file, "--openmetrics", "--step", "0s"],
+            "is not an age",
+        ),
         (&["doctor", "--since", "1h ago"], "--from"),
         (
             &["report", file, "-o", html, "--since", "1h ago"],

@@ -5,33 +5,21 @@
 use std::{
     collections::HashMap,
     fs::{self, File},
-    io::{BufRead, BufReader, ErrorKind, Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
+    io::{ErrorKind, Read, Write},
+    net::{SocketAddr, TcpStream},
     path::Path,
-    process::{Child, Command, Stdio},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        mpsc,
-    },
+    process::Stdio,
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
+use crate::prometheus_server::{Killed, Prometheus, http_get, start_exporter, wait_for};
 use crate::support::{LoopFs, dev_of, wbscope};
 use prometheus_parse::{Scrape, Value};
 
 const PAGE: u64 = 4096;
 const MIB: u64 = 32;
 const PAGES: u64 = (MIB << 20) / PAGE;
-
-/// Kills and reaps a child process however the test ends.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A running `wbscope trace --prometheus 127.0.0.1:0 ...`, with the
 /// address it listens on (read from its stderr).
@@ -42,39 +30,7 @@ struct Exporter {
 
 impl Exporter {
     fn start(extra: &[&str]) -> Exporter {
-        let mut child = wbscope()
-            .args(["trace", "--prometheus", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn wbscope");
-        let stderr = child.stderr.take().expect("stderr");
-        let child = Killed(child);
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut addr = None;
-        let mut seen = Vec::new();
-        loop {
-            match rx.recv_timeout(Duration::from_secs(60)) {
-                Ok(line) if line.contains("tracing;") => break,
-                Ok(line) => {
-                    if let Some(rest) = line.strip_prefix("wbscope: metrics on http://") {
-                        let a = rest.trim_end_matches("/metrics");
-                        addr = Some(a.parse().unwrap_or_else(|e| panic!("{e}: {line}")));
-                    }
-                    seen.push(line);
-                }
-                Err(e) => panic!("wbscope trace did not start ({e}); stderr: {seen:?}"),
-            }
-        }
-        let addr: SocketAddr = addr.unwrap_or_else(|| panic!("no metrics address: {seen:?}"));
+        let (child, addr, _) = start_exporter("127.0.0.1:0", extra);
         assert!(addr.ip().is_loopback(), "{addr}");
         assert_ne!(addr.port(), 0);
         Exporter { child, addr }
@@ -83,23 +39,6 @@ impl Exporter {
     fn pid(&self) -> u32 {
         self.child.0.id()
     }
-}
-
-/// `GET path` over HTTP/1.0; returns the status code, headers and body.
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read response");
-    let raw = String::from_utf8(raw).expect("utf-8 response");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("no header end");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line: {head}"));
-    (status, head.to_string(), body.to_string())
 }
 
 /// Scrapes `/metrics` and parses it with an exposition-format parser.
@@ -261,122 +200,47 @@ fn scrape_during_a_write_counts_its_pages() {
     drop(exporter);
 }
 
-/// A free loopback port (bound, then released for the server to take).
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// An instant query against Prometheus's HTTP API: the single value of
-/// the result vector, if it has one.
-fn query(prom: SocketAddr, q: &str) -> Option<f64> {
-    let (status, head, body) =
-        http_get(prom, &format!("/api/v1/query?query={}", percent_encode(q)));
-    assert_eq!(status, 200, "{head}\n{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).expect("query JSON");
-    assert_eq!(v["status"], "success", "{body}");
-    let result = v["data"]["result"].as_array().expect("result vector");
-    assert!(result.len() <= 1, "{body}");
-    result
-        .first()
-        .and_then(|r| r["value"][1].as_str())
-        .map(|x| x.parse().expect("sample value"))
-}
-
-/// Polls `f` every 500 ms until it returns true, for at most `limit`.
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    false
-}
-
 /// A real Prometheus server scrapes wbscope every second; after a known
 /// write, its API shows that device's pages-written series at exactly the
 /// written pages.
 #[test]
 fn prometheus_server_scrapes_the_written_pages() {
     let _file = crate::support::file_group(module_path!());
-    let prometheus = "/usr/bin/prometheus";
-    assert!(
-        Path::new(prometheus).exists(),
-        "{prometheus} missing: apt-get install prometheus (cargo xtask setup)"
-    );
     // The device is ours before the trace starts: no other test's writes
     // on a reused loop device can land on its series.
     let fs = LoopFs::new("ext4", 128);
     let dev = dev_of(&fs.mountpoint);
     let exporter = Exporter::start(&["--interval", "0.5"]);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let config = dir.path().join("prometheus.yml");
-    fs::write(
-        &config,
-        format!(
+    let prom = Prometheus::start(
+        &format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
              scrape_configs:\n  - job_name: wbscope\n    static_configs:\n      - targets: ['{}']\n",
             exporter.addr
         ),
-    )
-    .expect("config");
-    let prom_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let log = File::create(dir.path().join("prometheus.log")).expect("log");
-    let prom = Killed(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={prom_addr}"))
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn prometheus"),
+        None,
     );
-    let prom_log = || fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
-    let ready = wait_for(Duration::from_secs(30), || {
-        TcpStream::connect(prom_addr).is_ok() && http_get(prom_addr, "/-/ready").0 == 200
-    });
-    assert!(ready, "prometheus not ready: {}", prom_log());
+    let query = |q: &str| prom.query(q);
+    let prom_log = || prom.log();
     // A scrape that fails to parse would leave `up` at 0.
     let up = wait_for(Duration::from_secs(30), || {
-        query(prom_addr, r#"up{job="wbscope"}"#) == Some(1.0)
+        query(r#"up{job="wbscope"}"#) == Some(1.0)
     });
     assert!(up, "wbscope never scraped successfully: {}", prom_log());
 
     let series = format!(r#"sum(wbscope_pages_written_total{{job="wbscope",dev="{dev}"}})"#);
-    assert_eq!(query(prom_addr, &series), None, "{series} before the write");
+    assert_eq!(query(&series), None, "{series} before the write");
     write_and_fsync(&fs.path("data"), MIB);
     let mut last = None;
     let seen = wait_for(Duration::from_secs(30), || {
-        last = query(prom_addr, &series);
+        last = query(&series);
         last.is_some_and(|v| v >= PAGES as f64)
     });
     assert!(seen, "{series} = {last:?} after 30 s: {}", prom_log());
     // One more scrape: nothing beyond the write's pages.
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(query(prom_addr, &series), Some(PAGES as f64), "{series}");
+    assert_eq!(query(&series), Some(PAGES as f64), "{series}");
     let calls = format!(r#"sum(wbscope_writepages_calls_total{{dev="{dev}"}})"#);
-    assert!(
-        query(prom_addr, &calls).is_some_and(|c| c >= 1.0),
-        "{calls}"
-    );
+    assert!(query(&calls).is_some_and(|c| c >= 1.0), "{calls}");
     drop(prom);
     drop(exporter);
 }

@@ -151,7 +151,7 @@ impl StoreReader {
 
     /// Wall clock (ns since the epoch) of the frame returned last: a
     /// call's end, an interval's close; `None` for a summary.
-    pub(crate) fn last_wall_ns(&self) -> Option<u64> {
+    pub fn last_wall_ns(&self) -> Option<u64> {
         self.last_wall_ns
     }
 
