@@ -34,7 +34,7 @@ use log2::{
     HistFamily, Log2Metric, SecondsCounter, pages_per_call, request_bytes, request_latency,
 };
 
-use wbscope_model::findings::{Finding, RULES};
+use wbscope_model::findings::{Finding, RULES, Severity};
 use wbscope_model::interval::IntervalLine;
 use wbscope_model::units::page_size;
 use wbscope_model::{CallRecord, cause_name};
@@ -120,6 +120,7 @@ pub struct Metrics {
     intervals: Counter,
     page_size: u64,
     finding_active: Family<FindingLabels, Gauge>,
+    finding_severity: Family<FindingLabels, Gauge>,
     cgroups: cgroups::CgroupMetrics,
     fsyncs: fsyncs::FsyncMetrics,
 }
@@ -172,6 +173,7 @@ impl Metrics {
             intervals: Counter::default(),
             page_size: page_size(),
             finding_active: Family::default(),
+            finding_severity: Family::default(),
             cgroups: cgroups::CgroupMetrics::new(cgroups::MAX_CGROUP_LABELS),
             fsyncs: fsyncs::FsyncMetrics::new(),
         };
@@ -356,6 +358,11 @@ impl Metrics {
             "1 while the finding holds, else 0 (docs/findings.md; the catalogue's every name)",
             m.finding_active.clone(),
         );
+        r.register(
+            "finding_severity",
+            "The finding's worst severity in the episode holding now: 0 none, 1 info, 2 warning, 3 critical (what the alerts of docs/grafana/wbscope-rules.yml page on)",
+            m.finding_severity.clone(),
+        );
         m.set_findings(std::iter::empty());
         m.cgroups.register(&mut r);
         m.fsyncs.register(&mut r);
@@ -478,14 +485,27 @@ impl Metrics {
     }
 
     /// The findings holding after the last interval: 1 for them, 0 for
-    /// the rest of the catalogue.
+    /// the rest of the catalogue; their severity (1 info, 2 warning, 3
+    /// critical; doctor's exit status 3 is from 2 up), 0 for the rest.
     pub fn set_findings<'a>(&self, active: impl Iterator<Item = &'a Finding>) {
-        let active: Vec<&str> = active.map(|f| f.name).collect();
+        let active: Vec<(&str, Severity)> = active.map(|f| (f.name, f.severity)).collect();
         for rule in RULES {
-            let on = active.contains(&rule.name);
+            let severity = active
+                .iter()
+                .find(|(name, _)| *name == rule.name)
+                .map(|(_, s)| *s);
+            let labels = FindingLabels { finding: rule.name };
             self.finding_active
-                .get_or_create(&FindingLabels { finding: rule.name })
-                .set(i64::from(on));
+                .get_or_create(&labels)
+                .set(i64::from(severity.is_some()));
+            self.finding_severity
+                .get_or_create(&labels)
+                .set(match severity {
+                    None => 0,
+                    Some(Severity::Info) => 1,
+                    Some(Severity::Warning) => 2,
+                    Some(Severity::Critical) => 3,
+                });
         }
     }
 }
@@ -670,6 +690,29 @@ mod tests {
         );
         assert_eq!(
             sample(&text, "wbscope_finding_active{finding=\"fsync-storm\"}"),
+            Some("0")
+        );
+        // 0.9 s of pauses a second is over the warning's 0.25 s/s
+        // (docs/findings.md, dirty-throttled).
+        let severity = engine
+            .active()
+            .next()
+            .map(|f| f.severity)
+            .expect("dirty-throttled holds");
+        assert!(severity >= Severity::Warning, "{severity:?}");
+        assert_eq!(
+            sample(
+                &text,
+                "wbscope_finding_severity{finding=\"dirty-throttled\"}"
+            ),
+            Some(if severity == Severity::Critical {
+                "3"
+            } else {
+                "2"
+            })
+        );
+        assert_eq!(
+            sample(&text, "wbscope_finding_severity{finding=\"fsync-storm\"}"),
             Some("0")
         );
     }
