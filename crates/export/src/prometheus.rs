@@ -24,9 +24,12 @@ mod backfill;
 mod cgroups;
 mod fsyncs;
 mod log2;
+mod remote_write;
+mod samples;
 mod web;
 
 pub use backfill::{Backfill, BackfillStats, check_label_name};
+pub use remote_write::{DEFAULT_QUEUE_BYTES, Push, PushConfig, PushStats};
 pub use web::MAX_CONNECTIONS;
 
 use log2::THROTTLE_PAUSE;
@@ -51,6 +54,7 @@ pub(crate) const OWN_LABELS: &[&str] = &[
     "part",
     "cgroup_id",
     "by",
+    "reason",
 ];
 
 /// Labels of the per-call metrics.
@@ -510,39 +514,97 @@ impl Metrics {
     }
 }
 
-/// A running exporter: the metrics to feed, served on `local_addr`.
-pub struct Exporter {
-    pub metrics: Metrics,
-    pub local_addr: SocketAddr,
-    server: web::Server,
+/// The metrics of a `trace` or a `record` and where they go: served on
+/// `--prometheus`, pushed with `--remote-write`, or both. Fed as the
+/// trace prints: every call, every fsync, every interval line (the
+/// findings judged at its close, then a push of the snapshot).
+pub struct Telemetry {
+    metrics: Metrics,
+    registry: std::sync::Arc<Registry>,
+    findings: wbscope_model::findings::Engine,
+    server: Option<web::Server>,
+    push: Option<Push>,
 }
 
-impl Exporter {
-    /// Binds `addr` and serves `/metrics` on the current tokio runtime,
-    /// behind the TLS and basic auth of `web_config` when given (read
-    /// now: before the privileges are dropped).
+/// Where `--prometheus` serves.
+pub struct Serving {
+    pub scheme: &'static str,
+    pub local_addr: SocketAddr,
+    /// One line to warn with when the metrics reach beyond this host
+    /// without TLS or without authentication.
+    pub warning: Option<String>,
+}
+
+impl Telemetry {
+    /// Binds `serve`'s address (behind the TLS and basic auth of its web
+    /// config, read now) and starts `push`'s sender, on the current tokio
+    /// runtime; `None` when neither is asked for. Everything read from
+    /// files is read here, before the privileges are dropped.
     pub async fn start(
-        addr: SocketAddr,
-        web_config: Option<&std::path::Path>,
-    ) -> anyhow::Result<Exporter> {
-        let (metrics, registry) = Metrics::new();
-        let server = web::Server::start(addr, web_config, registry)?;
-        Ok(Exporter {
+        serve: Option<(SocketAddr, Option<&std::path::Path>)>,
+        push: Option<&PushConfig>,
+    ) -> anyhow::Result<Option<Telemetry>> {
+        if serve.is_none() && push.is_none() {
+            return Ok(None);
+        }
+        let (metrics, mut registry) = Metrics::new();
+        let push = push.map(|c| Push::start(c, &mut registry)).transpose()?;
+        let (server, registry) = match serve {
+            Some((addr, web_config)) => {
+                let server = web::Server::start(addr, web_config, registry)?;
+                let registry = server.registry.clone();
+                (Some(server), registry)
+            }
+            None => (None, std::sync::Arc::new(registry)),
+        };
+        Ok(Some(Telemetry {
             metrics,
-            local_addr: server.local_addr,
+            registry,
+            findings: wbscope_model::findings::Engine::new(),
             server,
+            push,
+        }))
+    }
+
+    pub fn serving(&self) -> Option<Serving> {
+        self.server.as_ref().map(|s| Serving {
+            scheme: s.scheme(),
+            local_addr: s.local_addr,
+            warning: s.exposure_warning(),
         })
     }
 
-    /// `https` with TLS, else `http`.
-    pub fn scheme(&self) -> &'static str {
-        self.server.scheme()
+    /// The receiver's URL, with `--remote-write`.
+    pub fn push_url(&self) -> Option<&str> {
+        self.push.as_ref().map(Push::url)
     }
 
-    /// One line to warn with when the metrics reach beyond this host
-    /// without TLS or without authentication.
-    pub fn exposure_warning(&self) -> Option<String> {
-        self.server.exposure_warning()
+    pub fn call(&self, c: &CallRecord) {
+        self.metrics.observe_call(c);
+    }
+
+    pub fn sync(&self, s: &wbscope_model::durability::SyncRecord) {
+        self.metrics.observe_sync(s);
+    }
+
+    /// An interval line, closed at `wall_ms` (ms since the epoch).
+    pub fn interval(&mut self, line: &IntervalLine, wall_ms: i64) -> anyhow::Result<()> {
+        self.metrics.update_from(line);
+        self.findings.interval(line);
+        self.metrics.set_findings(self.findings.active());
+        if let Some(p) = &self.push {
+            p.snapshot(&self.registry, wall_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Stops serving, and pushes what is queued for at most `grace`.
+    pub async fn finish(self, grace: std::time::Duration) -> Option<PushStats> {
+        drop(self.server);
+        match self.push {
+            Some(p) => Some(p.finish(grace).await),
+            None => None,
+        }
     }
 }
 

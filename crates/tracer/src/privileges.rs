@@ -65,6 +65,9 @@ pub struct DropOptions {
     pub user: Option<String>,
     /// Keep every privilege for the whole run (debugging).
     pub no_drop: bool,
+    /// The run opens TCP connections after the drop (`--remote-write`):
+    /// socket(2) for TCP and connect(2) are allowed.
+    pub outbound: bool,
 }
 
 impl DropOptions {
@@ -352,7 +355,8 @@ pub fn drop_after_attach(
              thread, so the drop must come before any other thread starts"
         );
     }
-    let filter = super::seccomp::filter(dir).context("compiling the seccomp filter")?;
+    let filter =
+        super::seccomp::filter(dir, options.outbound).context("compiling the seccomp filter")?;
     // What is read lazily, once, is read now: aya caches the number of
     // possible CPUs (/sys/devices/system/cpu/possible, for per-CPU maps)
     // per thread at first use, and the run's one thread is this one.
@@ -408,7 +412,7 @@ pub fn drop_after_attach(
         user: account.name,
         uid: account.uid,
         gid: account.gid,
-        syscalls: super::seccomp::allowed_count(dir),
+        syscalls: super::seccomp::allowed_count(dir, options.outbound),
         bounding_cleared,
         kept_bpf,
         beneath,
@@ -566,6 +570,7 @@ mod tests {
         let options = DropOptions {
             user: None,
             no_drop: true,
+            outbound: false,
         };
         let kept = drop_after_attach(&options, None).expect("kept");
         assert_eq!(options.user_ids().expect("ids"), None);

@@ -13,7 +13,9 @@
 //! socket/bind/listen/connect (the listener is bound before), ptrace,
 //! mount, setuid & co., and every `bpf` command that loads or attaches.
 //!
-//! One exception, for `record --store` only ([`WritableDir`]): the store
+//! Two exceptions. For `--remote-write` only ([`OUTBOUND`]): TCP sockets
+//! and connect, for its client's connections to the receiver. For
+//! `record --store` only ([`WritableDir`]): the store
 //! creates, cuts back and deletes segment files and measures its free
 //! space as long as it runs, through the descriptor of its directory
 //! opened before the drop; openat, unlinkat and fstatfs are allowed on
@@ -173,12 +175,40 @@ const WRITABLE_DIR: &[libc::c_long] = &[
     libc::SYS_ftruncate,
 ];
 
+/// For `--remote-write` only: its client opens a TCP connection to the
+/// receiver for each request (the address was resolved before the drop)
+/// and reads the connection's outcome (`SO_ERROR`, tokio's check of a
+/// non-blocking connect). socket(2) only for TCP over IPv4 or IPv6: no
+/// raw, packet, netlink or unix sockets.
+const OUTBOUND: &[libc::c_long] = &[libc::SYS_socket, libc::SYS_connect, libc::SYS_getsockopt];
+
 /// System calls the filter allows (`bpf` and `ioctl` counted once).
-pub(crate) fn allowed_count(dir: Option<WritableDir<'_>>) -> usize {
+pub(crate) fn allowed_count(dir: Option<WritableDir<'_>>, outbound: bool) -> usize {
     GROUPS.iter().map(|(_, calls)| calls.len()).sum::<usize>()
         + NO_EXEC.len()
         + 2
         + dir.map_or(0, |_| WRITABLE_DIR.len())
+        + if outbound { OUTBOUND.len() } else { 0 }
+}
+
+/// The rules of [`OUTBOUND`].
+fn outbound_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, seccompiler::BackendError> {
+    // The type's low bits (SOCK_TYPE_MASK, include/linux/net.h); the
+    // rest are SOCK_NONBLOCK and SOCK_CLOEXEC.
+    let stream = |domain: libc::c_int| -> Result<SeccompRule, seccompiler::BackendError> {
+        SeccompRule::new(vec![
+            int_is(0, u32::MAX, domain as u32)?,
+            int_is(1, 0xf, libc::SOCK_STREAM as u32)?,
+        ])
+    };
+    Ok(vec![
+        (
+            libc::SYS_socket,
+            vec![stream(libc::AF_INET)?, stream(libc::AF_INET6)?],
+        ),
+        (libc::SYS_connect, Vec::new()),
+        (libc::SYS_getsockopt, Vec::new()),
+    ])
 }
 
 /// One condition: argument `arg` (a 32-bit int: a descriptor or flags)
@@ -235,7 +265,7 @@ fn arg_is(arg: u8, mask: u64, value: u64) -> Result<SeccompRule, seccompiler::Ba
 
 /// The compiled filter for this machine's architecture, with the calls
 /// of a directory the run writes in when it has one.
-pub(crate) fn filter(dir: Option<WritableDir<'_>>) -> anyhow::Result<BpfProgram> {
+pub(crate) fn filter(dir: Option<WritableDir<'_>>, outbound: bool) -> anyhow::Result<BpfProgram> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, calls) in GROUPS {
         for &call in *calls {
@@ -264,6 +294,9 @@ pub(crate) fn filter(dir: Option<WritableDir<'_>>) -> anyhow::Result<BpfProgram>
     );
     if let Some(dir) = dir {
         rules.extend(writable_dir_rules(dir)?);
+    }
+    if outbound {
+        rules.extend(outbound_rules()?);
     }
     let arch = TargetArch::try_from(std::env::consts::ARCH)?;
     let filter = SeccompFilter::new(
@@ -315,15 +348,23 @@ mod tests {
             assert!(!seen.contains(&forbidden), "{forbidden} allowed");
         }
         assert!(BPF_COMMANDS.iter().all(|&(cmd, _)| cmd != 0 && cmd != 5));
-        assert_eq!(allowed_count(None), seen.len() + NO_EXEC.len() + 2);
-        filter(None).expect("compiles");
+        assert_eq!(allowed_count(None, false), seen.len() + NO_EXEC.len() + 2);
+        filter(None, false).expect("compiles");
         let file = std::fs::File::open("/").expect("a descriptor");
         let dir = Some(WritableDir { fd: file.as_fd() });
         for call in WRITABLE_DIR {
             assert!(!seen.contains(call), "{call} in the list of every run");
         }
-        assert_eq!(allowed_count(dir), allowed_count(None) + WRITABLE_DIR.len());
-        filter(dir).expect("compiles");
+        assert_eq!(
+            allowed_count(dir, false),
+            allowed_count(None, false) + WRITABLE_DIR.len()
+        );
+        filter(dir, false).expect("compiles");
+        assert_eq!(
+            allowed_count(None, true),
+            allowed_count(None, false) + OUTBOUND.len()
+        );
+        filter(None, true).expect("compiles");
     }
 
     /// What a child process may do under the filter with a writable
@@ -364,7 +405,7 @@ mod tests {
         std::fs::write(dir.path().join("old"), b"x").expect("old file");
         let dir_fd = std::fs::File::open(dir.path()).expect("open dir");
         let other = std::fs::File::open("/").expect("open /");
-        let prog = filter(Some(WritableDir { fd: dir_fd.as_fd() })).expect("filter");
+        let prog = filter(Some(WritableDir { fd: dir_fd.as_fd() }), false).expect("filter");
         let (fd, other) = (dir_fd.as_raw_fd(), other.as_raw_fd());
         let create =
             libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
@@ -419,10 +460,56 @@ mod tests {
             "fstatfs of another descriptor"
         );
         // Without a writable directory, none of it.
-        let plain = filter(None).expect("filter");
+        let plain = filter(None, false).expect("filter");
         assert_eq!(under_filter(&plain, new_file), killed);
         assert!(dir.path().join("old").exists());
         assert!(!dir.path().join("new").exists());
+    }
+
+    /// With `outbound`, a TCP socket over IPv4 or IPv6 can be made and
+    /// connected; a UDP, raw or unix socket still kills; without it, any
+    /// socket does.
+    #[test]
+    fn outbound_allows_tcp_connections_only() {
+        let killed = Err(libc::SIGSYS);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+        let port = listener.local_addr().expect("addr").port();
+        let tcp_connect = move || {
+            // SAFETY: plain socket calls on a socket of our own.
+            unsafe {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                let mut addr: libc::sockaddr_in = std::mem::zeroed();
+                addr.sin_family = libc::AF_INET as libc::sa_family_t;
+                addr.sin_port = port.to_be();
+                addr.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+                let ok = fd >= 0
+                    && libc::connect(
+                        fd,
+                        (&addr as *const libc::sockaddr_in).cast(),
+                        std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                    ) == 0;
+                libc::close(fd);
+                ok
+            }
+        };
+        let open = filter(None, true).expect("filter");
+        assert_eq!(under_filter(&open, tcp_connect), Ok(true));
+        for (domain, kind) in [
+            (libc::AF_INET, libc::SOCK_DGRAM),
+            (libc::AF_INET, libc::SOCK_RAW),
+            (libc::AF_UNIX, libc::SOCK_STREAM),
+            (libc::AF_NETLINK, libc::SOCK_RAW),
+        ] {
+            // SAFETY: socket(2) with constant arguments.
+            let made = move || unsafe { libc::socket(domain, kind, 0) >= 0 };
+            assert_eq!(
+                under_filter(&open, made),
+                killed,
+                "socket({domain}, {kind})"
+            );
+        }
+        let closed = filter(None, false).expect("filter");
+        assert_eq!(under_filter(&closed, tcp_connect), killed);
     }
 
     /// A map opened before the drop is read a batch at a time (batch.rs)
@@ -430,7 +517,7 @@ mod tests {
     #[test]
     fn maps_are_read_in_batches_but_not_made() {
         use crate::batch::{sys_bpf, test_maps::filled};
-        let prog = filter(None).expect("filter");
+        let prog = filter(None, false).expect("filter");
         let killed = Err(libc::SIGSYS);
         let map = filled(aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_HASH, 3);
         let mut keys = [0u64; 8];

@@ -12,6 +12,7 @@ mod compare;
 mod diff;
 mod named;
 mod privileges;
+mod push;
 mod report;
 mod scenario;
 mod when;
@@ -20,6 +21,7 @@ mod write;
 pub(crate) use compare::CompareArgs;
 pub(crate) use diff::DiffArgs;
 pub(crate) use privileges::DropArgs;
+pub(crate) use push::PushArgs;
 pub(crate) use report::ReportArgs;
 pub(crate) use scenario::{FsChoice, Scale, ScenarioArgs, ScenarioName};
 pub(crate) use when::WindowArgs;
@@ -339,6 +341,9 @@ pub(crate) struct RecordArgs {
     pub(crate) filter: FilterArgs,
 
     #[command(flatten)]
+    pub(crate) push: PushArgs,
+
+    #[command(flatten)]
     pub(crate) privileges: DropArgs,
 }
 
@@ -390,6 +395,15 @@ pub(crate) fn parse_store_size(s: &str) -> Result<u64, String> {
     let v = writer_core::size::parse_size(s).map_err(|e| format!("`{s}`: {e}"))?;
     if v < 256 << 10 {
         return Err(format!("`{s}` is under the smallest store, 256KiB"));
+    }
+    Ok(v)
+}
+
+/// `--remote-write-queue`: at least 64 KiB (a few snapshots).
+pub(crate) fn parse_queue_size(s: &str) -> Result<u64, String> {
+    let v = writer_core::size::parse_size(s).map_err(|e| format!("`{s}`: {e}"))?;
+    if v < 64 << 10 {
+        return Err(format!("`{s}` is under the smallest queue, 64KiB"));
     }
     Ok(v)
 }
@@ -510,6 +524,9 @@ pub(crate) struct TraceArgs {
     /// bcrypt hashes; docs/production.md), read before privileges drop.
     #[arg(long, value_name = "FILE", requires = "prometheus")]
     pub(crate) web_config: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub(crate) push: PushArgs,
 
     #[command(flatten)]
     pub(crate) privileges: DropArgs,

@@ -12,7 +12,9 @@ use anyhow::Context as _;
 
 use crate::cli::{self, RecordArgs};
 use wbscope_capture::session::{self, Ending, Limits, SessionOutput};
+use wbscope_export::prometheus::{PushConfig, Telemetry};
 use wbscope_model::CallRecord;
+use wbscope_model::durability::SyncRecord;
 use wbscope_model::interval::IntervalLine;
 use wbscope_model::plan::HookChoice;
 use wbscope_model::summary::SummaryLine;
@@ -77,6 +79,60 @@ impl SessionOutput for StoreOutput {
 }
 
 /// The header of a recording of this tracer and filter.
+/// A record's output, and with `--remote-write` its figures pushed as
+/// they are recorded.
+struct Pushed<O> {
+    inner: O,
+    telemetry: Option<Telemetry>,
+}
+
+impl<O: SessionOutput> SessionOutput for Pushed<O> {
+    fn call(&mut self, call: &CallRecord) -> io::Result<()> {
+        if let Some(t) = &self.telemetry {
+            t.call(call);
+        }
+        self.inner.call(call)
+    }
+
+    fn sync(&mut self, sync: &SyncRecord) -> io::Result<()> {
+        if let Some(t) = &self.telemetry {
+            t.sync(sync);
+        }
+        self.inner.sync(sync)
+    }
+
+    fn interval(&mut self, line: &IntervalLine) -> io::Result<()> {
+        if let Some(t) = &mut self.telemetry {
+            t.interval(line, super::now_ms()).map_err(io_err)?;
+        }
+        self.inner.interval(line)
+    }
+
+    fn summary(&mut self, summary: &SummaryLine<'_>) -> io::Result<()> {
+        self.inner.summary(summary)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<O> Pushed<O> {
+    async fn start(inner: O, push: Option<&PushConfig>) -> anyhow::Result<Pushed<O>> {
+        let telemetry = Telemetry::start(None, push).await?;
+        if let Some(t) = &telemetry {
+            super::say_telemetry(t);
+        }
+        Ok(Pushed { inner, telemetry })
+    }
+
+    async fn finish(&mut self) {
+        if let Some(t) = self.telemetry.take() {
+            super::finish_telemetry(t).await;
+        }
+    }
+}
+
 fn header(tracer: &Tracer, filter: &writeback_common::Filter) -> anyhow::Result<Header> {
     Ok(Header {
         format_version: FORMAT_VERSION,
@@ -164,7 +220,8 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
 
 pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
-    let privileges = super::trace::drop_options(&args.privileges);
+    let push = args.push.config();
+    let privileges = super::trace::drop_options(&args.privileges, push.is_some());
     privileges.check()?;
     let limits = Limits {
         interval: args.interval.unwrap_or(Duration::from_secs(1)),
@@ -191,17 +248,19 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
         if let Some((uid, gid)) = privileges.user_ids()? {
             writer.give_to(uid, gid)?;
         }
+        // Before the drop: the push reads its config and resolves the
+        // receiver.
+        let mut out = Pushed::start(StoreOutput { writer }, push.as_ref()).await?;
         session::drop_privileges(
             &privileges,
             Some(WritableDir {
-                fd: writer.dir_fd(),
+                fd: out.inner.writer.dir_fd(),
             }),
         )?;
-        let mut out = StoreOutput { writer };
-        let ending = session::run(&tracer, &mut collector, &limits, &mut out)
-            .await
-            .with_context(|| format!("recording to {}", dir.display()))?;
-        let s = &out.writer.stats;
+        let ending = session::run(&tracer, &mut collector, &limits, &mut out).await;
+        out.finish().await;
+        let ending = ending.with_context(|| format!("recording to {}", dir.display()))?;
+        let s = &out.inner.writer.stats;
         eprintln!(
             "wbscope: stored {} blocks ({} bytes of frames in {} bytes) in {}; {} segments \
              deleted{}{}",
@@ -230,9 +289,11 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
     };
     check_output(output)?;
     let (tracer, mut collector) = session::attach(filter, hooks)?;
-    let mut out = create(output, &tracer, &filter)?;
+    let mut out = Pushed::start(create(output, &tracer, &filter)?, push.as_ref()).await?;
     session::drop_privileges(&privileges, None)?;
-    let ending = match session::run(&tracer, &mut collector, &limits, &mut out).await {
+    let ending = session::run(&tracer, &mut collector, &limits, &mut out).await;
+    out.finish().await;
+    let ending = match ending {
         Ok(ending) => ending,
         Err(e) if output == Path::new("-") && broken_pipe(&e) => {
             eprintln!("wbscope: the reader of standard output went away; stopped");
@@ -240,7 +301,7 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
         }
         Err(e) => return Err(e).with_context(|| format!("recording to {}", output.display())),
     };
-    let w = &out.writer;
+    let w = &out.inner.writer;
     eprintln!(
         "wbscope: recorded {} frames, {} bytes to {}{}",
         w.frames,

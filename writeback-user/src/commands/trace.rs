@@ -13,7 +13,7 @@ use crate::cli::{DropArgs, TraceArgs};
 use wbscope_capture::session::{self, Limits, SessionOutput};
 use wbscope_export::{
     json_lines::{CallLine, SyncLine},
-    prometheus::Exporter,
+    prometheus::Telemetry,
     text,
 };
 use wbscope_model::CallRecord;
@@ -32,12 +32,12 @@ const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 const OUT_BUFFER: usize = 256 << 10;
 
 /// Lines to stdout, as JSON or a table, and the figures to the Prometheus
-/// exporter when there is one.
+/// exporter and the remote-write push when there are.
 struct TraceOutput {
     json: bool,
     events: bool,
     out: BufWriter<io::Stdout>,
-    exporter: Option<Exporter>,
+    telemetry: Option<Telemetry>,
     /// Findings (model/findings): `{"type":"finding"}` lines with --json
     /// when one opens or closes, and the exporter's finding gauges.
     findings: Engine,
@@ -68,8 +68,8 @@ impl TraceOutput {
 
 impl SessionOutput for TraceOutput {
     fn call(&mut self, call: &CallRecord) -> io::Result<()> {
-        if let Some(x) = &self.exporter {
-            x.metrics.observe_call(call);
+        if let Some(t) = &self.telemetry {
+            t.call(call);
         }
         match (self.events, self.json) {
             (false, _) => Ok(()),
@@ -79,8 +79,8 @@ impl SessionOutput for TraceOutput {
     }
 
     fn sync(&mut self, sync: &SyncRecord) -> io::Result<()> {
-        if let Some(x) = &self.exporter {
-            x.metrics.observe_sync(sync);
+        if let Some(t) = &self.telemetry {
+            t.sync(sync);
         }
         match (self.events, self.json) {
             (false, _) => Ok(()),
@@ -90,8 +90,9 @@ impl SessionOutput for TraceOutput {
     }
 
     fn interval(&mut self, line: &IntervalLine) -> io::Result<()> {
-        if let Some(x) = &self.exporter {
-            x.metrics.update_from(line);
+        if let Some(t) = &mut self.telemetry {
+            t.interval(line, super::now_ms())
+                .map_err(io::Error::other)?;
         }
         if self.json {
             self.json(line)?;
@@ -99,9 +100,6 @@ impl SessionOutput for TraceOutput {
             self.line(&text::interval_row(line))?;
         }
         let events = self.findings.interval(line);
-        if let Some(x) = &self.exporter {
-            x.metrics.set_findings(self.findings.active());
-        }
         self.finding_lines(&events)
     }
 
@@ -122,25 +120,27 @@ impl SessionOutput for TraceOutput {
 }
 
 /// `--user` and `--no-drop` as the tracer's drop takes them (`record`
-/// too).
-pub(super) fn drop_options(args: &DropArgs) -> DropOptions {
+/// too); `outbound` when the run pushes (`--remote-write`).
+pub(super) fn drop_options(args: &DropArgs, outbound: bool) -> DropOptions {
     DropOptions {
         user: args.user.clone(),
         no_drop: args.no_drop,
+        outbound,
     }
 }
 
 pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<ExitCode> {
     let filter = super::filter::resolve(&args.filter)?;
-    let privileges = drop_options(&args.privileges);
+    let push = args.push.config();
+    let privileges = drop_options(&args.privileges, push.is_some());
     privileges.check()?;
     // --prometheus (export/prometheus.rs): listening before the probes are
     // attached, so a scrape right after the "tracing;" line works; stdout
     // output goes on as without it.
-    let exporter = match args.prometheus_listen()? {
-        Some(addr) => Some(Exporter::start(addr, args.web_config.as_deref()).await?),
-        None => None,
-    };
+    let serve = args
+        .prometheus_listen()?
+        .map(|addr| (addr, args.web_config.as_deref()));
+    let telemetry = Telemetry::start(serve, push.as_ref()).await?;
     let (tracer, mut collector) = session::attach(filter, hooks)?;
     for s in tracer.plan.statuses() {
         if let ProbeState::Unavailable(why) = &s.state {
@@ -153,22 +153,15 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
     {
         eprintln!("wbscope: warning: no writepages hook attached; no calls will be seen");
     }
-    if let Some(x) = &exporter {
-        eprintln!(
-            "wbscope: metrics on {}://{}/metrics",
-            x.scheme(),
-            x.local_addr
-        );
-        if let Some(warning) = x.exposure_warning() {
-            eprintln!("wbscope: warning: {warning}");
-        }
+    if let Some(t) = &telemetry {
+        super::say_telemetry(t);
     }
 
     let mut out = TraceOutput {
         json: args.json,
         events: args.events,
         out: BufWriter::with_capacity(OUT_BUFFER, io::stdout()),
-        exporter,
+        telemetry,
         findings: Engine::new(),
     };
     session::drop_privileges(&privileges, None)?;
@@ -192,6 +185,9 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         session::run(&tracer, &mut collector, &limits, &mut out).await
     }
     .await;
+    if let Some(t) = out.telemetry.take() {
+        super::finish_telemetry(t).await;
+    }
     match result {
         Ok(_) => Ok(ExitCode::SUCCESS),
         // A closed pipe ends the trace quietly, like `perf trace | head`.

@@ -27,6 +27,7 @@ mod kernel_trace;
 mod privileges;
 mod prometheus_backfill;
 mod prometheus_exporter;
+mod prometheus_push;
 mod prometheus_rules;
 mod prometheus_server;
 mod record_budget;

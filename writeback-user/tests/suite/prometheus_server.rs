@@ -3,7 +3,7 @@
 //! a temporary directory, asked over its HTTP API, killed and removed
 //! however the test ends.
 use std::{
-    fs::{self, File},
+    fs,
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
     path::Path,
@@ -101,9 +101,11 @@ pub(crate) fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// A running Prometheus server, and the directory of its config, TSDB
 /// and log.
 pub(crate) struct Prometheus {
-    _child: Killed,
+    child: Option<Killed>,
     pub(crate) addr: SocketAddr,
     pub(crate) dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    extra: Vec<String>,
 }
 
 impl Prometheus {
@@ -111,34 +113,64 @@ impl Prometheus {
     /// TSDB `data`, which a backfill may have filled beforehand (else
     /// an empty one in its directory); ready when this returns.
     pub(crate) fn start(config: &str, data: Option<&Path>) -> Prometheus {
+        Prometheus::start_with(config, data, &[])
+    }
+
+    /// [`Self::start`] with more flags (`--web.enable-remote-write-receiver`).
+    pub(crate) fn start_with(config: &str, data: Option<&Path>, extra: &[&str]) -> Prometheus {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config_path = dir.path().join("prometheus.yml");
-        fs::write(&config_path, config).expect("config");
+        fs::write(dir.path().join("prometheus.yml"), config).expect("config");
         let data = data.map_or_else(|| dir.path().join("data"), Path::to_path_buf);
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let log = File::create(dir.path().join("prometheus.log")).expect("log");
-        let child = Killed(
+        let mut prom = Prometheus {
+            child: None,
+            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            dir,
+            data,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        prom.run();
+        prom
+    }
+
+    /// Starts the server (again, after [`Self::stop`]: same address,
+    /// config and TSDB) and waits until it is ready.
+    pub(crate) fn run(&mut self) {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("prometheus.log"))
+            .expect("log");
+        self.child = Some(Killed(
             wbscope_programs::PROMETHEUS
                 .command()
-                .arg(format!("--config.file={}", config_path.display()))
-                .arg(format!("--storage.tsdb.path={}", data.display()))
-                .arg(format!("--web.listen-address={addr}"))
+                .arg(format!(
+                    "--config.file={}",
+                    self.dir.path().join("prometheus.yml").display()
+                ))
+                .arg(format!("--storage.tsdb.path={}", self.data.display()))
+                .arg(format!("--web.listen-address={}", self.addr))
                 .arg("--log.level=warn")
+                .args(&self.extra)
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
                 .expect("spawn prometheus (cargo xtask setup installs it)"),
-        );
-        let prom = Prometheus {
-            _child: child,
-            addr,
-            dir,
-        };
+        ));
+        let addr = self.addr;
         let ready = wait_for(Duration::from_secs(30), || {
             TcpStream::connect(addr).is_ok() && http_get(addr, "/-/ready").0 == 200
         });
-        assert!(ready, "prometheus not ready: {}", prom.log());
-        prom
+        assert!(ready, "prometheus not ready: {}", self.log());
+    }
+
+    /// Stops the server as an operator would (SIGTERM: its TSDB is
+    /// closed cleanly) and waits for it to exit.
+    pub(crate) fn stop(&mut self) {
+        if let Some(mut k) = self.child.take() {
+            // SAFETY: a plain syscall on our own child.
+            unsafe { libc::kill(k.0.id() as i32, libc::SIGTERM) };
+            let _ = k.0.wait();
+        }
     }
 
     pub(crate) fn log(&self) -> String {

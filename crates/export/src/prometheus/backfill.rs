@@ -23,6 +23,7 @@ use std::io::{self, Write};
 use prometheus_client::registry::Registry;
 
 use super::Metrics;
+use super::samples::{escape_value, label_names, split_sample};
 use wbscope_model::CallRecord;
 use wbscope_model::findings::Engine;
 use wbscope_model::interval::IntervalLine;
@@ -92,72 +93,10 @@ pub fn check_label_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// OpenMetrics label value escaping: backslash, double quote, newline.
-fn escape_value(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
-    }
-    s
-}
-
 /// `ns` as OpenMetrics seconds, to the millisecond Prometheus keeps.
 fn seconds(ns: u64) -> String {
     let ms = ns / 1_000_000;
     format!("{}.{:03}", ms / 1000, ms % 1000)
-}
-
-/// A sample line's parts: the metric name, what is inside its braces
-/// (empty without), and the value with anything after it.
-fn split_sample(line: &str) -> Option<(&str, &str, &str)> {
-    let name_end = line.find(['{', ' '])?;
-    let name = &line[..name_end];
-    if line[name_end..].starts_with('{') {
-        // The closing brace outside a quoted value.
-        let body = &line[name_end + 1..];
-        let (mut quoted, mut escaped) = (false, false);
-        for (i, c) in body.char_indices() {
-            match (c, quoted, escaped) {
-                (_, true, true) => escaped = false,
-                ('\\', true, false) => escaped = true,
-                ('"', _, false) => quoted = !quoted,
-                ('}', false, _) => {
-                    let rest = body[i + 1..].trim_start();
-                    return Some((name, &body[..i], rest));
-                }
-                _ => {}
-            }
-        }
-        None
-    } else {
-        Some((name, "", line[name_end..].trim_start()))
-    }
-}
-
-/// The label names of a braces' inside (`a="x",b="y"`).
-fn label_names(inner: &str) -> Vec<&str> {
-    let mut names = Vec::new();
-    let (mut quoted, mut escaped, mut start) = (false, false, Some(0));
-    for (i, c) in inner.char_indices() {
-        match (c, quoted, escaped) {
-            (_, true, true) => escaped = false,
-            ('\\', true, false) => escaped = true,
-            ('"', _, false) => quoted = !quoted,
-            ('=', false, _) => {
-                if let Some(s) = start.take() {
-                    names.push(inner[s..i].trim());
-                }
-            }
-            (',', false, _) => start = Some(i + 1),
-            _ => {}
-        }
-    }
-    names
 }
 
 impl<W: Write> Backfill<W> {
@@ -323,17 +262,6 @@ impl<W: Write> Backfill<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_sample_line_splits_around_quoted_braces() {
-        assert_eq!(
-            split_sample(r#"a_total{x="}{\"",y="b"} 3"#),
-            Some(("a_total", r#"x="}{\"",y="b""#, "3"))
-        );
-        assert_eq!(split_sample("b 4.5"), Some(("b", "", "4.5")));
-        assert_eq!(split_sample(r#"c{x="unclosed} 1"#), None);
-        assert_eq!(label_names(r#"x="a,b=c",y="d""#), vec!["x", "y"]);
-    }
 
     #[test]
     fn label_names_are_checked() {

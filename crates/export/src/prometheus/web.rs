@@ -78,6 +78,8 @@ pub(crate) fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
 /// stops it and every connection.
 pub(crate) struct Server {
     pub(crate) local_addr: SocketAddr,
+    /// What it serves, with the door's counters registered.
+    pub(crate) registry: Arc<Registry>,
     tls: bool,
     auth: bool,
     task: JoinHandle<()>,
@@ -102,9 +104,11 @@ impl Server {
         let (tls, auth) = web.map(|w| (w.tls, w.auth)).unwrap_or_default();
         let door = FrontDoor::new(tls, auth, &mut registry);
         let (tls, auth) = (door.tls.is_some(), door.auth.is_some());
-        let task = tokio::spawn(serve(listener, Arc::new(registry), Arc::new(door)));
+        let registry = Arc::new(registry);
+        let task = tokio::spawn(serve(listener, registry.clone(), Arc::new(door)));
         Ok(Server {
             local_addr,
+            registry,
             tls,
             auth,
             task,
