@@ -8,6 +8,7 @@ use std::{
     net::{SocketAddr, TcpListener, TcpStream},
     path::Path,
     process::{Child, Stdio},
+    thread,
     time::{Duration, Instant},
 };
 
@@ -161,6 +162,23 @@ impl Prometheus {
             TcpStream::connect(addr).is_ok() && http_get(addr, "/-/ready").0 == 200
         });
         assert!(ready, "prometheus not ready: {}", self.log());
+    }
+
+    /// Makes it read its config again (SIGHUP) and waits until the
+    /// reload is done: the next ready answer after it.
+    pub(crate) fn reload(&mut self) {
+        if let Some(k) = &self.child {
+            // SAFETY: a plain syscall on our own child.
+            unsafe { libc::kill(k.0.id() as i32, libc::SIGHUP) };
+        }
+        thread::sleep(Duration::from_millis(500));
+        let addr = self.addr;
+        assert!(
+            wait_for(Duration::from_secs(10), || http_get(addr, "/-/ready").0
+                == 200),
+            "not ready after a reload: {}",
+            self.log()
+        );
     }
 
     /// Stops the server as an operator would (SIGTERM: its TSDB is

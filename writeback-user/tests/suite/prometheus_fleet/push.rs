@@ -45,7 +45,7 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 /// the trace's own summary's, which are the files' pages.
 #[test]
 fn a_pushed_trace_equals_its_own_summary() {
-    let _file = crate::support::file_group(module_path!());
+    let _file = crate::support::file_group(super::GROUP);
     let fs = LoopFs::new("ext4", 128);
     let dev = dev_of(&fs.mountpoint);
     let prom = Prometheus::start_with(CONFIG, None, RECEIVER);
@@ -112,7 +112,7 @@ fn a_pushed_trace_equals_its_own_summary() {
 /// samples after it carry them).
 #[test]
 fn a_receiver_down_for_a_minute_costs_bounded_memory_and_is_said() {
-    let _file = crate::support::file_group(module_path!());
+    let _file = crate::support::file_group(super::GROUP);
     let fs = LoopFs::new("ext4", 128);
     let dev = dev_of(&fs.mountpoint);
     let mut prom = Prometheus::start_with(CONFIG, None, RECEIVER);

@@ -201,7 +201,7 @@ fn the_rules_file_checks_and_every_finding_alerts_from_warning() {
 /// trace.
 #[test]
 fn a_throttled_trace_fires_the_dirty_throttled_alert_in_prometheus() {
-    let _file = crate::support::file_group(module_path!());
+    let _file = crate::support::file_group(super::GROUP);
     let mut fs =
         scratchfs::ScratchFs::new("ext4".parse().expect("ext4"), 2048).expect("scratch ext4");
     fs.limit_dirty(16 << 20).expect("cap");

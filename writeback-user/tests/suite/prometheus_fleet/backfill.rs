@@ -61,7 +61,7 @@ fn last_timestamp(text: &str) -> String {
 /// is the burst's own pages; every series has the labels given.
 #[test]
 fn a_backfilled_store_window_gives_prometheus_the_replay_totals_exactly() {
-    let _file = crate::support::file_group(module_path!());
+    let _file = crate::support::file_group(super::GROUP);
     let fs = LoopFs::new("ext4", 128);
     let dev = dev_of(&fs.mountpoint);
     let tmp = tempfile::tempdir_in("/var/tmp").expect("temp dir");
