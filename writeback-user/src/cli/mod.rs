@@ -98,6 +98,7 @@ Examples:
   wbscope trace --interval 5 --device 8:16
   wbscope trace --events --pid 4242
   wbscope trace --prometheus 0.0.0.0:9464 --listen-any --web-config /etc/wbscope/web.yml
+  wbscope trace --remote-write http://prom:9090/api/v1/write --label instance=$(hostname)
                                   TLS and basic auth (exporter-toolkit format)
   wbscope trace --user wbscope    after attaching, run as user wbscope (default nobody)
   wbscope trace --no-drop         keep root for the whole run (debugging)
@@ -134,6 +135,8 @@ Examples:
   wbscope record --store /var/lib/wbscope --keep 14d --max-size 4GiB --min-free 5
   ssh HOST sudo wbscope record -o - | wbscope replay -    watch a host live
   wbscope record -o /var/tmp/wb.rec --user wbscope   drop to user wbscope after attach
+  wbscope record --store /var/lib/wbscope --remote-write https://prom/api/v1/write \\
+      --remote-write-config /etc/wbscope/push.yml --label instance=db1   also push (docs/prometheus.md)
 
 The file is never overwritten. A recording cut short (crash, full disk,
 kill -9) stays readable up to its last whole frame. A store is a directory

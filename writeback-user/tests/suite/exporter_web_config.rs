@@ -20,8 +20,8 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-const USER: &str = "prometheus";
-const PASSWORD: &str = "correct horse battery staple";
+pub(crate) const USER: &str = "prometheus";
+pub(crate) const PASSWORD: &str = "correct horse battery staple";
 
 /// A certificate authority of the test's own.
 struct Ca {
@@ -70,18 +70,21 @@ impl Ca {
     }
 }
 
-/// The test's certificates and web config in a temporary directory.
-struct Pki {
+/// The test's certificates and web config (exporter-toolkit's format,
+/// which Prometheus's own `--web.config.file` reads too) in a temporary
+/// directory: a server certificate for 127.0.0.1 and localhost, a
+/// client's, a stranger's from another CA, basic auth for [`USER`].
+pub(crate) struct Pki {
     /// Holds the files below until the test ends.
     _dir: tempfile::TempDir,
-    ca: PathBuf,
-    client: (PathBuf, PathBuf),
+    pub(crate) ca: PathBuf,
+    pub(crate) client: (PathBuf, PathBuf),
     stranger: (PathBuf, PathBuf),
-    web_config: PathBuf,
+    pub(crate) web_config: PathBuf,
 }
 
 impl Pki {
-    fn new() -> Pki {
+    pub(crate) fn new() -> Pki {
         let dir = tempfile::tempdir().expect("tempdir");
         let server_ca = Ca::new("wbscope test server CA");
         let client_ca = Ca::new("wbscope test client CA");

@@ -107,6 +107,9 @@ pub(crate) struct Prometheus {
     pub(crate) dir: tempfile::TempDir,
     data: std::path::PathBuf,
     extra: Vec<String>,
+    /// Behind TLS and basic auth (`--web.config.file`): curl's arguments
+    /// to reach it (CA, client certificate, credentials).
+    tls: Option<Vec<String>>,
 }
 
 impl Prometheus {
@@ -128,9 +131,60 @@ impl Prometheus {
             dir,
             data,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls: None,
         };
         prom.run();
         prom
+    }
+
+    /// [`Self::start_with`] behind `web_config` (TLS and basic auth), asked
+    /// through curl with `curl_args` (`--cacert`, `--cert`, `--key`,
+    /// `--user`).
+    pub(crate) fn start_tls(
+        config: &str,
+        extra: &[&str],
+        web_config: &Path,
+        curl_args: &[String],
+    ) -> Prometheus {
+        let dir = tempfile::tempdir().expect("temp dir");
+        fs::write(dir.path().join("prometheus.yml"), config).expect("config");
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        extra.push(format!("--web.config.file={}", web_config.display()));
+        let mut prom = Prometheus {
+            child: None,
+            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            data: dir.path().join("data"),
+            dir,
+            extra,
+            tls: Some(curl_args.to_vec()),
+        };
+        prom.run();
+        prom
+    }
+
+    /// `GET path`: its status and body, over TLS through curl when the
+    /// server has it.
+    fn get(&self, path: &str) -> (u16, String) {
+        let Some(args) = &self.tls else {
+            let (status, _, body) = http_get(self.addr, path);
+            return (status, body);
+        };
+        let out = wbscope_programs::CURL
+            .command()
+            .args([
+                "--silent",
+                "--max-time",
+                "10",
+                "--write-out",
+                "\n%{http_code}",
+            ])
+            .args(args)
+            .arg(format!("https://{}{path}", self.addr))
+            .output()
+            .expect("spawn curl (cargo xtask setup installs it)");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_string())
     }
 
     /// Starts the server (again, after [`Self::stop`]: same address,
@@ -159,7 +213,7 @@ impl Prometheus {
         ));
         let addr = self.addr;
         let ready = wait_for(Duration::from_secs(30), || {
-            TcpStream::connect(addr).is_ok() && http_get(addr, "/-/ready").0 == 200
+            TcpStream::connect(addr).is_ok() && self.get("/-/ready").0 == 200
         });
         assert!(ready, "prometheus not ready: {}", self.log());
     }
@@ -202,8 +256,8 @@ impl Prometheus {
         if let Some(t) = at {
             path.push_str(&format!("&time={t}"));
         }
-        let (status, head, body) = http_get(self.addr, &path);
-        assert_eq!(status, 200, "{q}: {head}\n{body}");
+        let (status, body) = self.get(&path);
+        assert_eq!(status, 200, "{q}: {body}");
         let v: serde_json::Value = serde_json::from_str(&body).expect("query JSON");
         assert_eq!(v["status"], "success", "{body}");
         v["data"]["result"]

@@ -216,3 +216,74 @@ fn a_receiver_down_for_a_minute_costs_bounded_memory_and_is_said() {
         "{counted:?} < {dropped}"
     );
 }
+
+/// A receiver behind TLS with a client certificate and basic auth (a
+/// Prometheus started with its own `--web.config.file`): a trace whose
+/// `--remote-write-config` gives the CA, the client certificate and the
+/// password lands its samples; with a wrong password the receiver's 401
+/// is said once, its samples dropped and counted as refused, not
+/// retried, and the trace still ends well.
+#[test]
+fn a_push_over_tls_with_a_client_certificate_and_basic_auth_lands() {
+    use crate::exporter_web_config::{PASSWORD, Pki, USER};
+    let _file = crate::support::file_group(super::GROUP);
+    let pki = Pki::new();
+    let curl: Vec<String> = [
+        "--cacert".to_string(),
+        pki.ca.display().to_string(),
+        "--cert".to_string(),
+        pki.client.0.display().to_string(),
+        "--key".to_string(),
+        pki.client.1.display().to_string(),
+        "--user".to_string(),
+        format!("{USER}:{PASSWORD}"),
+    ]
+    .to_vec();
+    let prom = Prometheus::start_tls(CONFIG, RECEIVER, &pki.web_config, &curl);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let push = |instance: &str, password: &str| {
+        let pw = dir.path().join(format!("{instance}.pw"));
+        fs::write(&pw, format!("{password}\n")).expect("password file");
+        let config = dir.path().join(format!("{instance}.yml"));
+        fs::write(
+            &config,
+            format!(
+                "basic_auth:\n  username: {USER}\n  password_file: {}\ntls_config:\n  ca_file: {}\n  cert_file: {}\n  key_file: {}\n",
+                pw.display(),
+                pki.ca.display(),
+                pki.client.0.display(),
+                pki.client.1.display()
+            ),
+        )
+        .expect("push config");
+        let out = wbscope()
+            .args(["trace", "--interval", "0.5", "--duration", "2"])
+            .arg("--remote-write")
+            .arg(format!("https://{}/api/v1/write", prom.addr))
+            .arg("--remote-write-config")
+            .arg(&config)
+            .args(["--label", &format!("instance={instance}")])
+            .stdout(Stdio::null())
+            .output()
+            .expect("trace");
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{said}");
+        said
+    };
+    let said = push("tls-good", PASSWORD);
+    assert!(said.contains("none dropped"), "{said}");
+    let landed = prom.query(r#"count({__name__=~"wbscope_.+",instance="tls-good"})"#);
+    assert!(landed.is_some_and(|n| n > 10.0), "{landed:?}; {said}");
+    let said = push("tls-bad", "not the password");
+    let refused: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("answered 401"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{said}");
+    assert!(refused[0].contains("not retried"), "{said}");
+    assert!(said.contains("refused by the receiver"), "{said}");
+    assert_eq!(
+        prom.query(r#"count({__name__=~"wbscope_.+",instance="tls-bad"})"#),
+        None
+    );
+}
