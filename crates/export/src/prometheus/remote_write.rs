@@ -65,11 +65,13 @@ use super::samples::samples;
 pub const DEFAULT_QUEUE_BYTES: usize = 16 << 20;
 /// A request's whole life: connect, TLS, send, answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Retry waits: from 1 s, doubling to 30 s (Prometheus's own queue
-/// manager backs off from 30 ms to 5 s; a push per interval needs no
-/// faster retry, and a receiver down for long gets one try in 30 s).
+/// Retry waits: from 1 s (a push per interval needs no faster retry),
+/// doubling to 5 s, the `max_backoff` of Prometheus's own remote-write
+/// queue (its `queue_config` default): a receiver back from an outage
+/// gets the queue within 5 s, at the cost of one refused connection
+/// every 5 s while it is down.
 const MIN_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// `WriteRequest` of prompb/remote.proto (fields 2 and 3, reserved and
 /// metadata, left out as remote write 1.0 leaves them).

@@ -1,6 +1,7 @@
 //! Prometheus as the fleet's engine: a store backfilled with promtool
-//! ([`backfill`]), samples pushed by remote write ([`push`]), the rules
-//! shipped beside the dashboard ([`rules`]) and the dashboard itself
+//! ([`store_backfill`]), samples pushed by remote write ([`push`], and
+//! with the receiver down for a minute, [`outage`]), the rules shipped
+//! beside the dashboard ([`rules`]) and the dashboard itself
 //! ([`dashboard`]), each against a real Prometheus started by the test.
 //!
 //! One file group (`support::file_group`) for all four: each test reads
@@ -9,10 +10,11 @@
 //! other modules' tests (throttling, dirty levels, the disks' own
 //! counters) is host-wide and would be disturbed by them, so no other
 //! module runs beside them.
-mod backfill;
 mod dashboard;
+mod outage;
 mod push;
 mod rules;
+mod store_backfill;
 
 /// The file group of this module's tests.
 pub(crate) const GROUP: &str = module_path!();
