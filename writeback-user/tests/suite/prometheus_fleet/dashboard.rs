@@ -2,7 +2,8 @@
 //! metric family has a panel, every panel's queries return series from a
 //! real Prometheus after a load that makes them (or the panel says which
 //! option shows it and the run did not have it), and the fleet rows rank
-//! a throttled host above a quiet one.
+//! a throttled host above a quiet one. The same live run has the rules
+//! of wbscope-rules.yml evaluated and their throttle alert firing.
 
 use std::{
     collections::BTreeSet,
@@ -243,13 +244,47 @@ fn fsync_loop(dir: &Path, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
     })
 }
 
+/// Four buffered writers of 384 MiB each on `dir`, run again and again
+/// until stopped: the capped device keeps them throttled however long
+/// the test waits (one run lasts seconds on a fast disk).
+fn throttled_writers(dir: String, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let out = crate::support::wbscope()
+                .args([
+                    "write",
+                    "--dir",
+                    &dir,
+                    "--size",
+                    "384M",
+                    "--jobs",
+                    "4",
+                    "--strategy",
+                    "buffered",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .output()
+                .expect("spawn the writer");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    })
+}
+
 /// A trace with every option a panel names (durability, device_io,
-/// remote write into the same Prometheus) scraped every second while
-/// four writers are throttled on a capped device and a loop fsyncs on
-/// another: each panel gets series from at least one of its queries,
-/// but those whose description says they show with `--web-config`.
+/// remote write into the same Prometheus) scraped every second, the
+/// shipped rules evaluated every second, while four writers are
+/// throttled on a device whose bdi is capped at 16 MiB dirty
+/// (strict_limit) and a loop fsyncs on another: each panel gets series
+/// from at least one of its queries, but those whose description says
+/// they show with `--web-config`; `ALERTS` has `WbscopeDirtyThrottled`
+/// firing, with its finding and a severity of warning or critical.
 #[test]
-fn every_panel_gets_series_from_a_real_prometheus() {
+fn every_panel_gets_series_and_the_throttle_alert_fires_in_a_real_prometheus() {
     let _file = crate::support::file_group(super::GROUP);
     let mut capped =
         scratchfs::ScratchFs::new("ext4".parse().expect("ext4"), 2048).expect("scratch ext4");
@@ -280,50 +315,59 @@ fn every_panel_gets_series_from_a_real_prometheus() {
         prom.dir.path().join("prometheus.yml"),
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: wbscope\n    static_configs:\n      - targets: ['{addr}']\n"
+             rule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: wbscope\n    static_configs:\n      - targets: ['{addr}']\n",
+            super::rules::quoted(super::rules::RULES_FILE)
         ),
     )
     .expect("config");
     // Prometheus reloads its config on SIGHUP.
     prom.reload();
+    let alert = r#"ALERTS{alertname="WbscopeDirtyThrottled",alertstate="firing",job="wbscope"}"#;
+    assert_eq!(prom.query(alert), None, "firing before the load");
     let stop = Arc::new(AtomicBool::new(false));
     let syncer = fsync_loop(&synced.mountpoint, stop.clone());
-    let dir = capped.mountpoint().to_str().expect("utf-8").to_string();
-    let writer = crate::support::wbscope()
-        .args([
-            "write",
-            "--dir",
-            &dir,
-            "--size",
-            "384M",
-            "--jobs",
-            "4",
-            "--strategy",
-            "buffered",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the writer");
+    let writers = throttled_writers(
+        capped.mountpoint().to_str().expect("utf-8").to_string(),
+        stop.clone(),
+    );
     let mut waiting: Vec<(String, String, Vec<String>)> = panels()
         .into_iter()
         .filter(|p| !p.1.contains("Shows with `--web-config`"))
         .collect();
+    waiting.push((
+        "the WbscopeDirtyThrottled alert".into(),
+        String::new(),
+        vec![alert.to_string()],
+    ));
     let deadline = Instant::now() + Duration::from_secs(90);
     while !waiting.is_empty() && Instant::now() < deadline {
         waiting.retain(|(_, _, exprs)| exprs.iter().all(|e| prom.query_at(e, None).is_empty()));
         thread::sleep(Duration::from_secs(2));
     }
+    let firing = prom.query_at(alert, None);
     stop.store(true, Ordering::Relaxed);
     syncer.join().expect("fsync loop");
-    let out = writer.wait_with_output().expect("writer");
-    assert!(out.status.success());
+    writers.join().expect("writers");
     let titles: Vec<&String> = waiting.iter().map(|p| &p.0).collect();
+    let severity = prom.query(
+        r#"max_over_time(wbscope_finding_severity{finding="dirty-throttled",job="wbscope"}[5m])"#,
+    );
     assert!(
         titles.is_empty(),
-        "panels without series: {titles:?}; {}",
+        "without series: {titles:?}; dirty-throttled's severity over 5 min {severity:?}; {}",
         prom.log()
     );
+    // One alert per severity the episode reached while it fired.
+    assert!(!firing.is_empty() && firing.len() <= 2, "{firing:?}");
+    for a in &firing {
+        let labels = &a["metric"];
+        assert_eq!(labels["finding"], "dirty-throttled", "{labels}");
+        assert!(
+            labels["severity"] == "warning" || labels["severity"] == "critical",
+            "{labels}"
+        );
+    }
     // Every family the exporter served in this run is in the docs'
     // tables, which the test above ties to the panels.
     let (status, _, body) = http_get(addr, "/metrics");

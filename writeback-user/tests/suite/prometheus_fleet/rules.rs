@@ -1,17 +1,17 @@
 //! The rules shipped beside the dashboard (docs/grafana/wbscope-rules.yml)
-//! under promtool, and live: `promtool check rules`; `promtool test
-//! rules` on cases made here from the findings catalogue (every finding
-//! has its alert, firing on its warning and critical series and quiet on
-//! info and healthy ones); and a real Prometheus evaluating the file over
-//! a trace that a capped device throttles fires `WbscopeDirtyThrottled`.
+//! under promtool: `promtool check rules`; `promtool test rules` on
+//! cases made here from the findings catalogue (every finding has its
+//! alert, firing on its warning and critical series and quiet on info
+//! and healthy ones). Live, a real Prometheus evaluating the file fires
+//! `WbscopeDirtyThrottled` in the dashboard's test ([`super::dashboard`]),
+//! under the same throttled load.
 
-use std::{fmt::Write as _, fs, path::Path, process::Output, time::Duration};
+use std::{fmt::Write as _, fs, process::Output};
 
-use crate::prometheus_server::{Prometheus, start_exporter, wait_for};
 use serde_norway::Value;
 use wbscope_model::findings::RULES;
 
-const RULES_FILE: &str = concat!(
+pub(super) const RULES_FILE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../docs/grafana/wbscope-rules.yml"
 );
@@ -63,7 +63,7 @@ fn rendered(template: &str, instance: &str) -> String {
 }
 
 /// YAML's double-quoted string.
-fn quoted(s: &str) -> String {
+pub(super) fn quoted(s: &str) -> String {
     serde_json::to_string(s).expect("a JSON string is a YAML one")
 }
 
@@ -192,72 +192,4 @@ fn the_rules_file_checks_and_every_finding_alerts_from_warning() {
     let out = promtool(&["test", "rules", test_file.to_str().expect("utf-8")]);
     assert!(out.status.success(), "{}\n{t}", said(&out));
     assert!(said(&out).contains("SUCCESS"), "{}", said(&out));
-}
-
-/// A real Prometheus scraping a trace every second and evaluating the
-/// shipped rules: four buffered writers on a device whose bdi is capped
-/// at 16 MiB dirty (strict_limit) make `dirty-throttled` at warning or
-/// worse, and `ALERTS` shows `WbscopeDirtyThrottled` firing for that
-/// trace.
-#[test]
-fn a_throttled_trace_fires_the_dirty_throttled_alert_in_prometheus() {
-    let _file = crate::support::file_group(super::GROUP);
-    let mut fs =
-        scratchfs::ScratchFs::new("ext4".parse().expect("ext4"), 2048).expect("scratch ext4");
-    fs.limit_dirty(16 << 20).expect("cap");
-    let dir = fs.mountpoint().to_str().expect("utf-8").to_string();
-    let (_exporter, addr, _) = start_exporter("127.0.0.1:0", &["--interval", "1"]);
-    let rules = Path::new(RULES_FILE);
-    let prom = Prometheus::start(
-        &format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             rule_files:\n  - {}\n\
-             scrape_configs:\n  - job_name: wbscope\n    static_configs:\n      - targets: ['{addr}']\n",
-            quoted(rules.to_str().expect("utf-8"))
-        ),
-        None,
-    );
-    let alert = r#"ALERTS{alertname="WbscopeDirtyThrottled",alertstate="firing",job="wbscope"}"#;
-    assert_eq!(prom.query(alert), None, "firing before the load");
-    let writer = crate::support::wbscope()
-        .args([
-            "write",
-            "--dir",
-            &dir,
-            "--size",
-            "384M",
-            "--jobs",
-            "4",
-            "--strategy",
-            "buffered",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn the writer");
-    let fired = wait_for(Duration::from_secs(60), || prom.query(alert) == Some(1.0));
-    let out = writer.wait_with_output().expect("writer");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let severity =
-        prom.query(r#"max_over_time(wbscope_finding_severity{finding="dirty-throttled"}[2m])"#);
-    assert!(
-        fired,
-        "no firing alert; severity over 2 min {severity:?}: {}",
-        prom.log()
-    );
-    // One alert per severity the episode reached while it fired.
-    let firing = prom.query_at(alert, None);
-    assert!(!firing.is_empty() && firing.len() <= 2, "{firing:?}");
-    for a in &firing {
-        let labels = &a["metric"];
-        assert_eq!(labels["finding"], "dirty-throttled", "{labels}");
-        assert!(
-            labels["severity"] == "warning" || labels["severity"] == "critical",
-            "{labels}"
-        );
-    }
 }
