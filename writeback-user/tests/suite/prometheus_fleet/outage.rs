@@ -1,8 +1,11 @@
-//! A remote-write receiver down for a minute under a recorder: the
-//! queue's bound holds, what was dropped is counted and said, and the
-//! counters are exact once it is back. Its own module so that it sorts
+//! A remote-write receiver down for 30 s under a recorder: the queue's
+//! bound holds, what was dropped is counted and said, and the counters
+//! are exact once it is back. 30 s, not a minute: the 64 KiB queue is
+//! full after about 4 s of 0.2-s snapshots, so the rest of the outage
+//! only repeats the overflow, and each second of it is a second of CI
+//! (within its 1,200 s goal only so). Its own module so that it sorts
 //! first among this group's tests: libtest starts them in name order,
-//! and this minute-long one then overlaps all the others.
+//! and this long one then overlaps all the others.
 
 use std::{
     thread,
@@ -14,7 +17,7 @@ use crate::prometheus_server::{Killed, Prometheus, wait_for};
 use crate::support::{LoopFs, dev_of};
 
 /// `record --store --remote-write` with a 64 KiB queue and 0.2-s
-/// intervals; the receiver stopped for a minute (snapshots of a few KiB
+/// intervals; the receiver stopped for 30 s (snapshots of a few KiB
 /// five times a second overflow the queue) and started again on the
 /// same TSDB. Meanwhile the queue stays within its bound and the
 /// recorder's resident memory grows by less than 4 MiB; it says the receiver went away, then
@@ -23,7 +26,7 @@ use crate::support::{LoopFs, dev_of};
 /// written during the outage (the counters are cumulative, so the
 /// samples after it carry them).
 #[test]
-fn a_receiver_down_for_a_minute_costs_bounded_memory_and_is_said() {
+fn a_receiver_down_for_30_s_costs_bounded_memory_and_is_said() {
     let _file = crate::support::file_group(super::GROUP);
     let fs = LoopFs::new("ext4", 128);
     let dev = dev_of(&fs.mountpoint);
@@ -59,13 +62,13 @@ fn a_receiver_down_for_a_minute_costs_bounded_memory_and_is_said() {
         prom.query(&series),
         prom.log()
     );
-    thread::sleep(Duration::from_secs(2));
+    thread::sleep(Duration::from_millis(500));
     let rss_before = status_kib(pid, "VmRSS:");
     prom.stop();
     let outage = Instant::now();
     let mut rss_most = rss_before;
     let mut wrote = false;
-    while outage.elapsed() < Duration::from_secs(60) {
+    while outage.elapsed() < Duration::from_secs(30) {
         if !wrote && outage.elapsed() > Duration::from_secs(10) {
             fsynced_files(&fs.mountpoint, "during", 8);
             wrote = true;
