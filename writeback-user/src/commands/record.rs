@@ -78,7 +78,6 @@ impl SessionOutput for StoreOutput {
     }
 }
 
-/// The header of a recording of this tracer and filter.
 /// A record's output, and with `--remote-write` its figures pushed as
 /// they are recorded.
 struct Pushed<O> {
@@ -133,6 +132,7 @@ impl<O> Pushed<O> {
     }
 }
 
+/// The header of a recording of this tracer and filter.
 fn header(tracer: &Tracer, filter: &writeback_common::Filter) -> anyhow::Result<Header> {
     Ok(Header {
         format_version: FORMAT_VERSION,
