@@ -167,19 +167,7 @@ fn strict_device_cap_is_named_with_its_writer() {
     let mut fs = scratchfs::ScratchFs::new("ext4".parse().unwrap(), 2048).expect("scratch ext4");
     fs.limit_dirty(16 << 20).expect("cap");
     let dir = fs.mountpoint().to_str().unwrap().to_string();
-    // Four writers share the capped device, so each waits most of its
-    // time: one alone on a fast disk is paced without pausing enough on
-    // a busy host (the finding needs 0.25 s/s).
-    let w = write(&[
-        "--dir",
-        &dir,
-        "--size",
-        "384M",
-        "--jobs",
-        "4",
-        "--strategy",
-        "buffered",
-    ]);
+    let w = crate::support::throttled_writers(&dir);
     let (r, code, pid) = doctor_with("12", None, Some(w));
     assert_eq!(code, 3, "{r}");
     let f = finding(&r, "dirty-throttled");

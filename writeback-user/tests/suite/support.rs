@@ -111,6 +111,27 @@ pub fn wbscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wbscope"))
 }
 
+/// `wbscope write` of four buffered writers of 384 MiB each in `dir`:
+/// on a device with a small strict dirty cap they are throttled most of
+/// their time. Four share the device, so each waits most of its time:
+/// one alone on a fast disk is paced without pausing enough on a busy
+/// host (the dirty-throttled finding needs 0.25 s/s).
+pub fn throttled_writers(dir: &str) -> Command {
+    let mut c = wbscope();
+    c.args([
+        "write",
+        "--dir",
+        dir,
+        "--size",
+        "384M",
+        "--jobs",
+        "4",
+        "--strategy",
+        "buffered",
+    ]);
+    c
+}
+
 /// The lines of `wbscope replay PATH --json` (a recording or a store),
 /// parsed; the replay must succeed.
 pub fn replay_json(path: &Path) -> Vec<serde_json::Value> {

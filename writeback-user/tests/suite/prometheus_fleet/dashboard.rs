@@ -244,24 +244,13 @@ fn fsync_loop(dir: &Path, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
     })
 }
 
-/// Four buffered writers of 384 MiB each on `dir`, run again and again
+/// [`crate::support::throttled_writers`] on `dir`, run again and again
 /// until stopped: the capped device keeps them throttled however long
 /// the test waits (one run lasts seconds on a fast disk).
-fn throttled_writers(dir: String, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+fn writers_until_stopped(dir: String, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
-            let out = crate::support::wbscope()
-                .args([
-                    "write",
-                    "--dir",
-                    &dir,
-                    "--size",
-                    "384M",
-                    "--jobs",
-                    "4",
-                    "--strategy",
-                    "buffered",
-                ])
+            let out = crate::support::throttled_writers(&dir)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .output()
@@ -327,7 +316,7 @@ fn every_panel_gets_series_and_the_throttle_alert_fires_in_a_real_prometheus() {
     assert_eq!(prom.query(alert), None, "firing before the load");
     let stop = Arc::new(AtomicBool::new(false));
     let syncer = fsync_loop(&synced.mountpoint, stop.clone());
-    let writers = throttled_writers(
+    let writers = writers_until_stopped(
         capped.mountpoint().to_str().expect("utf-8").to_string(),
         stop.clone(),
     );
