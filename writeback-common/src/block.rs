@@ -93,7 +93,7 @@ impl Default for BlockSlots {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BlockMembers {
     /// Indexed by [`block_members`].
-    pub members: [MemberSpec; 10],
+    pub members: [MemberSpec; block_members::ALL],
     /// Bit of `QUEUE_FLAG_STATS` in `request_queue.queue_flags`, or
     /// [`BlockMembers::NO_STATS_BIT`] when the kernel's BTF does not name
     /// it (a `#define` before the flags became an enum).
@@ -104,16 +104,24 @@ pub struct BlockMembers {
     /// request's [`flush_class`].
     pub preflush_bit: u32,
     pub fua_bit: u32,
+    /// Bit of `__REQ_META` in `bio.bi_opf`, as the two above.
+    pub meta_bit: u32,
+    /// 1 when every member from [`block_members::LEDGER`] on resolved:
+    /// the bio program then counts the device ledger
+    /// ([`DeviceLedger`]); 0 leaves it to the classic tracepoint's fields.
+    pub ledger: u32,
     pub _pad: u32,
 }
 
 impl BlockMembers {
     pub const NO_STATS_BIT: u32 = 64;
     pub const EMPTY: BlockMembers = BlockMembers {
-        members: [MemberSpec::ABSENT; 10],
+        members: [MemberSpec::ABSENT; block_members::ALL],
         stats_bit: Self::NO_STATS_BIT,
         preflush_bit: Self::NO_STATS_BIT,
         fua_bit: Self::NO_STATS_BIT,
+        meta_bit: Self::NO_STATS_BIT,
+        ledger: 0,
         _pad: 0,
     };
 }
@@ -131,6 +139,20 @@ pub mod block_members {
     pub const QUEUE_FLAGS: usize = 7;
     pub const BIO_SIZE: usize = 8;
     pub const RQ_CMD_FLAGS: usize = 9;
+    /// From here on the members of the device ledger, optional together
+    /// (`BlockMembers::ledger`): the bio's op and flags, its device and
+    /// start sector, and the owner of its first page.
+    pub const LEDGER: usize = 10;
+    pub const BIO_OPF: usize = 10;
+    pub const BIO_BDEV: usize = 11;
+    pub const BDEV_DEV: usize = 12;
+    pub const BIO_SECTOR: usize = 13;
+    pub const BIO_IO_VEC: usize = 14;
+    pub const BVEC_PAGE: usize = 15;
+    pub const PAGE_MAPPING: usize = 16;
+    pub const MAPPING_HOST: usize = 17;
+    pub const INODE_MODE: usize = 18;
+    pub const ALL: usize = 19;
     /// Sources: include/linux/blk-mq.h (struct request), blkdev.h
     /// (request_queue, gendisk). The device is what the block tracepoints
     /// print, `disk_devt(rq->q->disk)` = `disk->part0->bd_dev`, which is
@@ -143,7 +165,17 @@ pub mod block_members {
     /// `bi_iter.bi_size` is what a bio still has to transfer, its whole
     /// size at `block_bio_queue`. `cmd_flags` is the op and flags the
     /// block tracepoints print as `rwbs` (`blk_opf_t`, a u32).
-    pub const PATHS: [(&str, &str, bool); 10] = [
+    ///
+    /// The ledger's: `bi_opf` (`blk_opf_t`), `bi_bdev` (since 5.12; before,
+    /// `bi_disk`, and the ledger is left to the classic tracepoint),
+    /// `bd_dev` (the dev_t the block tracepoints print),
+    /// `bi_iter.bi_sector` (in 512-byte sectors of `bi_bdev`; block/
+    /// blk-core.c remaps a partition's bios to the whole disk before
+    /// `trace_block_bio_queue`), the first `bio_vec`'s page, and that
+    /// page's `mapping->host->i_mode` (include/linux/mm_types.h: a page
+    /// cache page's `mapping` is its file's address_space; an anonymous
+    /// page's has bit 0 set and reads as no inode, see `ledger_class`).
+    pub const PATHS: [(&str, &str, bool); ALL] = [
         ("request", "q", false),
         ("request_queue", "disk", false),
         ("gendisk", "major", false),
@@ -154,7 +186,128 @@ pub mod block_members {
         ("request_queue", "queue_flags", false),
         ("bio", "bi_iter.bi_size", false),
         ("request", "cmd_flags", false),
+        ("bio", "bi_opf", false),
+        ("bio", "bi_bdev", false),
+        ("block_device", "bd_dev", false),
+        ("bio", "bi_iter.bi_sector", false),
+        ("bio", "bi_io_vec", false),
+        ("bio_vec", "bv_page", false),
+        ("page", "mapping", false),
+        ("address_space", "host", false),
+        ("inode", "i_mode", false),
     ];
+}
+
+/// Where the bytes written to a device went, by what the bio carried
+/// (writeback-ebpf block.rs counts each write bio's bytes in one class at
+/// `block_bio_queue`; userspace names them data, journal, metadata and
+/// other: wbscope-model `ledger`).
+pub mod ledger_class {
+    /// Inside the journal (jbd2) or log (xfs) the filesystem's superblock
+    /// places on the device ([`super::DeviceLedger::journal`]).
+    pub const JOURNAL: usize = 0;
+    /// Flagged `REQ_META` by the filesystem (xfs's buffers, btrfs's
+    /// trees, jbd2's checkpoints on kernels whose `JBD2_JOURNAL_REQ_FLAGS`
+    /// carry it).
+    pub const META: usize = 1;
+    /// A page of the block device's own page cache: ext2/3/4's metadata
+    /// buffers written back, or writes to the device node itself.
+    pub const BDEV: usize = 2;
+    /// A page of a file's page cache (buffered data written back).
+    pub const FILE: usize = 3;
+    /// A write whose first page no inode owns: direct I/O from user
+    /// memory, swap.
+    pub const UNOWNED: usize = 4;
+    /// A plain write the classic tracepoint saw (no page to look at).
+    pub const PLAIN: usize = 5;
+    /// A write that carries no data of its own: `REQ_OP_WRITE_ZEROES`,
+    /// secure erase, zone management.
+    pub const NO_DATA: usize = 6;
+    pub const COUNT: usize = 7;
+
+    /// `REQ_OP_WRITE` and `REQ_OP_DISCARD` (include/linux/blk_types.h).
+    pub const REQ_OP_WRITE: u32 = 1;
+    pub const REQ_OP_DISCARD: u32 = 3;
+    /// `S_IFMT` and `S_IFBLK` (include/uapi/linux/stat.h).
+    pub const S_IFMT: u32 = 0o170000;
+    pub const S_IFBLK: u32 = 0o060000;
+
+    /// Whether op `op` counts in the device's sectors written: what
+    /// `op_stat_group()` (include/linux/blkdev.h) files under
+    /// `STAT_WRITE`, every write op (odd, `op_is_write()`) but discard.
+    pub const fn counts_as_written(op: u32) -> bool {
+        op & 1 == 1 && op != REQ_OP_DISCARD
+    }
+
+    /// The class of a write bio from its op, its `REQ_META` flag and the
+    /// mode of the inode owning its first page (0 for none).
+    pub const fn of(op: u32, meta: bool, owner_mode: u32) -> usize {
+        if op != REQ_OP_WRITE {
+            NO_DATA
+        } else if meta {
+            META
+        } else {
+            match owner_mode & S_IFMT {
+                0 => UNOWNED,
+                S_IFBLK => BDEV,
+                _ => FILE,
+            }
+        }
+    }
+
+    /// The class of a bio from the classic tracepoint's `rwbs` (as
+    /// [`super::flush_class::of_rwbs`] reads it): `None` for one that
+    /// writes nothing (reads, discards, flushes, `N` ops such as write
+    /// zeroes, which the classic event cannot tell apart).
+    pub fn of_rwbs(word: u64) -> Option<usize> {
+        let at = |i: u32| ((word >> (i * 8)) & 0xff) as u8;
+        let op = if at(0) == b'F' { 1 } else { 0 };
+        if at(op) != b'W' {
+            return None;
+        }
+        let mut i = op + 1;
+        while i < 8 {
+            if at(i) == b'M' {
+                return Some(META);
+            }
+            i += 1;
+        }
+        Some(PLAIN)
+    }
+}
+
+/// A device's ledger (`DEVICE_LEDGER`, keyed by its dev_t, shared by all
+/// CPUs and added to atomically): where its journal lies, put there by
+/// userspace before the programs load, and the bytes of its write bios
+/// by [`ledger_class`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceLedger {
+    /// `[start, end)` in 512-byte sectors of the device, up to
+    /// [`DeviceLedger::RANGES`] extents; empty ranges are `[0, 0)`.
+    pub journal: [[u64; 2]; DeviceLedger::RANGES],
+    pub bytes: [u64; ledger_class::COUNT],
+}
+
+impl DeviceLedger {
+    /// Extents of a journal: an ext4 journal inode's root holds up to
+    /// four (`EXT4_EXT_ROOT` in i_block, fs/ext4/ext4_extents.h); xfs's
+    /// internal log is one.
+    pub const RANGES: usize = 4;
+
+    /// Whether `sector` lies in the journal.
+    #[inline(always)]
+    pub fn in_journal(&self, sector: u64) -> bool {
+        let mut i = 0;
+        while i < Self::RANGES {
+            let [start, end] = self.journal[i];
+            if sector >= start && sector < end {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
 }
 
 /// The cache-flush classes of block requests, as `biolatency -F`
@@ -313,4 +466,5 @@ mod pod {
     unsafe impl aya::Pod for super::BlockHistKey {}
     unsafe impl aya::Pod for super::BlockSlots {}
     unsafe impl aya::Pod for super::RequestKey {}
+    unsafe impl aya::Pod for super::DeviceLedger {}
 }

@@ -84,7 +84,10 @@ pub mod sched_switch {
 pub mod bio_queue {
     pub const DEV: usize = 0;
     pub const NR_SECTOR: usize = 1;
-    pub const NAMES: [&str; 2] = ["dev", "nr_sector"];
+    pub const SECTOR: usize = 2;
+    /// As [`super::rq::RWBS`].
+    pub const RWBS: usize = 3;
+    pub const NAMES: [&str; 4] = ["dev", "nr_sector", "sector", "rwbs"];
 }
 
 /// `block:block_rq_issue` and `block:block_rq_complete`.

@@ -10,14 +10,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use writeback_common::{
-    BlockHistKey, BlockMembers, FLUSH_REQUEST_KIND, FlushRequest, RequestKey, TracepointLayout,
-    block_hist, block_members as bm,
+    BlockHistKey, BlockMembers, DeviceLedger, FLUSH_REQUEST_KIND, FlushRequest, RequestKey,
+    TracepointLayout, block_hist, block_members as bm,
     fields::{bio_queue as bq, rq},
-    flush_class, log2_bucket, stat,
+    flush_class, ledger_class, log2_bucket, stat,
 };
 
 use crate::{
-    BLOCK_HIST, BLOCK_SLOTS, RQ_START, atomic_add, bump,
+    BLOCK_HIST, BLOCK_SLOTS, DEVICE_LEDGER, RQ_START, atomic_add, bump,
     durability::send,
     read::{Access, Typed, field, now_ns, raw_arg},
     writepages::current_entry,
@@ -151,18 +151,65 @@ fn add_latency(dev: u32, issued: u64, flush: Option<u16>) {
     }
 }
 
+/// Counts `bytes` written by a bio at `sector` of `dev` in the device's
+/// ledger, under `class`, or under the journal when the sector lies in
+/// it. A device first seen here gets an entry of its own (no journal
+/// known): userspace put in those it found a journal on.
+#[inline(always)]
+fn ledger_add(dev: u32, sector: u64, class: usize, bytes: u64) {
+    if dev == 0 {
+        return;
+    }
+    let mut entry = DEVICE_LEDGER.get_ptr_mut(&dev);
+    if entry.is_none() {
+        let _ = DEVICE_LEDGER.insert(&dev, &DeviceLedger::default(), BPF_NOEXIST as u64);
+        entry = DEVICE_LEDGER.get_ptr_mut(&dev);
+    }
+    let Some(ledger) = entry else {
+        bump(stat::MAP_FULL);
+        return;
+    };
+    // SAFETY: a value of the map, alive while the program runs; the
+    // journal's extents are written by userspace before attach only.
+    unsafe {
+        let class = if (*ledger).in_journal(sector) {
+            ledger_class::JOURNAL
+        } else {
+            class
+        };
+        let class = if class < ledger_class::COUNT {
+            class
+        } else {
+            ledger_class::NO_DATA
+        };
+        atomic_add(&raw mut (*ledger).bytes[class], bytes);
+    }
+}
+
 /// `block:block_bio_queue`: fires in the submitter's context, so a bio
 /// queued while a thread is inside a writepages call belongs to that call.
+/// Fires once per bio as submitted (`submit_bio_noacct_nocheck()`, block/
+/// blk-core.c, marks it `BIO_TRACE_COMPLETION`; a split's remainder is
+/// not traced again), so the write bios' bytes sum to what the device
+/// counts as written once they complete.
 #[tracepoint]
 pub fn bio_queue(ctx: TracePointContext) -> u32 {
+    let sectors = field(&ctx, &BIO_QUEUE_LAYOUT, bq::NR_SECTOR) as u64;
     if let Some(call) = current_entry() {
-        let sectors = field(&ctx, &BIO_QUEUE_LAYOUT, bq::NR_SECTOR) as u64;
         // SAFETY: the entry of this thread's own call; only the thread
         // itself writes it.
         unsafe {
             (*call).bios += 1;
             (*call).bio_bytes += sectors * SECTOR_BYTES;
         }
+    }
+    if let Some(class) = ledger_class::of_rwbs(field(&ctx, &BIO_QUEUE_LAYOUT, bq::RWBS) as u64) {
+        ledger_add(
+            field(&ctx, &BIO_QUEUE_LAYOUT, bq::DEV) as u32,
+            field(&ctx, &BIO_QUEUE_LAYOUT, bq::SECTOR) as u64,
+            class,
+            sectors * SECTOR_BYTES,
+        );
     }
     0
 }
@@ -239,15 +286,53 @@ fn stats_on(q: *const u8) -> bool {
 /// (include/trace/events/block.h, since 5.11).
 #[btf_tracepoint(function = "block_bio_queue")]
 pub fn tp_btf_bio_queue(ctx: BtfTracePointContext) -> i32 {
+    let bio = raw_arg(&ctx, 0) as *const u8;
+    let bytes = scalar(bio, bm::BIO_SIZE) as u64;
     if let Some(call) = current_entry() {
-        let bio = raw_arg(&ctx, 0) as *const u8;
-        let bytes = scalar(bio, bm::BIO_SIZE) as u64;
         // SAFETY: as in `bio_queue`.
         unsafe {
             (*call).bios += 1;
             (*call).bio_bytes += bytes;
         }
     }
+    // SAFETY: .rodata globals, see read::field.
+    let (ledger, meta_bit) = unsafe {
+        (
+            core::ptr::read_volatile(&BLOCK_MEMBERS.ledger),
+            core::ptr::read_volatile(&BLOCK_MEMBERS.meta_bit),
+        )
+    };
+    if ledger == 0 {
+        return 0;
+    }
+    let opf = scalar(bio, bm::BIO_OPF) as u32;
+    let op = opf & flush_class::REQ_OP_MASK;
+    if !ledger_class::counts_as_written(op) {
+        return 0;
+    }
+    let meta = meta_bit < 32 && (opf >> (meta_bit & 31)) & 1 != 0;
+    // The owner of the first page only where it can matter: a plain
+    // write without REQ_META. A null pointer anywhere on the way (no
+    // bio_vec, a page no file owns) reads as 0, and so does the host of
+    // an anonymous page's `mapping` (an anon_vma pointer with bit 0 set:
+    // the load lands one byte into the anon_vma, which the JIT's guarded
+    // load reads as 0 where the address is not the kernel's).
+    let mode = if op == ledger_class::REQ_OP_WRITE && !meta {
+        let vec = pointer(bio, bm::BIO_IO_VEC);
+        let page = pointer(vec, bm::BVEC_PAGE);
+        let mapping = pointer(page, bm::PAGE_MAPPING);
+        let host = pointer(mapping, bm::MAPPING_HOST);
+        scalar(host, bm::INODE_MODE) as u32
+    } else {
+        0
+    };
+    let dev = scalar(pointer(bio, bm::BIO_BDEV), bm::BDEV_DEV) as u32;
+    ledger_add(
+        dev,
+        scalar(bio, bm::BIO_SECTOR) as u64,
+        ledger_class::of(op, meta, mode),
+        bytes,
+    );
     0
 }
 

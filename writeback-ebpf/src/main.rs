@@ -38,8 +38,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use writeback_common::{
-    BlockHistKey, BlockSlots, DevCounterKey, Filter, FlusherWork, PausedBy, RequestKey, agg, dirty,
-    global_thresh, sampling, stat,
+    BlockHistKey, BlockSlots, DevCounterKey, DeviceLedger, Filter, FlusherWork, PausedBy,
+    RequestKey, agg, dirty, global_thresh, sampling, stat,
 };
 
 /// Per-call records to userspace. 4 MiB holds ~17000 records of 240 bytes:
@@ -108,6 +108,12 @@ static BLOCK_SLOTS: Array<BlockSlots> = Array::with_max_entries(1, 0);
 /// (`htab_map_alloc()` in kernel/bpf/hashtab.c), 8 MiB at 128 CPUs.
 #[map]
 static BLOCK_HIST: HashMap<BlockHistKey, u64> = HashMap::with_max_entries(8192, 0);
+
+/// Each device's ledger: its journal's extents (from userspace) and the
+/// bytes of its write bios by class (`DeviceLedger`, block.rs). Shared by
+/// all CPUs, added to atomically. 256 devices, each entry 120 bytes.
+#[map]
+static DEVICE_LEDGER: HashMap<u32, DeviceLedger> = HashMap::with_max_entries(256, 0);
 
 /// Per-device inode-pass counters and histograms (`writeback_single_inode`
 /// through tp_btf, which sees the inode), keyed by (device,

@@ -11,6 +11,7 @@ use wbscope_model::dirtier::OwnerLine;
 use wbscope_model::durability::FsyncLine;
 use wbscope_model::interval::{CallAggregate, IntervalLine};
 use wbscope_model::kernel::KernelSnapshot;
+use wbscope_model::ledger::{HandleBlocks, LedgerInputs, LedgerLine};
 
 /// What a line carries beyond its calls and the kernel's counters; each
 /// loop fills what it has attached (a window has no owners or budget).
@@ -22,6 +23,9 @@ pub(crate) struct Decoration {
     pub(crate) fsyncs: Vec<FsyncLine>,
     /// The CPU budget's figures, and the sampling in force (model/budget.rs).
     pub(crate) budget: Option<BudgetLine>,
+    /// Journal blocks per device and pid, for the ledger's shares; `None`
+    /// without the journal's events.
+    pub(crate) handles: Option<HandleBlocks>,
 }
 
 /// The interval a loop is in.
@@ -79,6 +83,16 @@ impl OpenInterval {
         );
         line.owners = decoration.owners;
         line.fsyncs = decoration.fsyncs;
+        // A tracer's snapshot has every disk's counters; none has none.
+        if !cur.written_sectors.is_empty() {
+            line.ledger = Some(LedgerLine::new(&LedgerInputs {
+                prev: &self.prev,
+                cur,
+                owners: &line.owners,
+                handles: decoration.handles.as_ref(),
+                page_size: wbscope_model::units::page_size(),
+            }));
+        }
         line.budget = decoration.budget;
         state_sampling_error(&mut line);
         line

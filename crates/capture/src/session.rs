@@ -16,6 +16,7 @@ use wbscope_model::budget::{BudgetLine, CpuBudget};
 use wbscope_model::dirtier::{Attribution, AttributionMode};
 use wbscope_model::durability::{DeviceFlush, DurabilityJoin, FsyncLine, Phase, Span, SyncRecord};
 use wbscope_model::interval::IntervalLine;
+use wbscope_model::ledger::{HandleBlocks, LedgerLine};
 use wbscope_model::plan::{Concept, HookChoice, ProbeStatus};
 use wbscope_model::summary::SummaryLine;
 use wbscope_model::{CallRecord, Totals};
@@ -303,6 +304,12 @@ impl Durable<'_> {
             .as_mut()
             .map_or_else(Vec::new, DurabilityJoin::take_line)
     }
+
+    /// The journal blocks per device and pid since the last line; `None`
+    /// without the journal's events.
+    fn handle_blocks(&mut self) -> Option<HandleBlocks> {
+        self.join.as_mut().map(DurabilityJoin::take_handle_blocks)
+    }
 }
 
 /// The session loop's state: what it has counted, the interval it is in,
@@ -320,6 +327,8 @@ struct Session<'a> {
     gate: RateGate,
     who: Who<'a>,
     durable: Durable<'a>,
+    /// The intervals' ledgers added, for the summary.
+    ledger: LedgerLine,
     /// Whether stderr was told that the watched pid exited (said once).
     pid_gone_reported: bool,
 }
@@ -359,6 +368,7 @@ impl<'a> Session<'a> {
                     .then(DurabilityJoin::default),
                 last: false,
             },
+            ledger: LedgerLine::default(),
             pid_gone_reported: false,
         })
     }
@@ -399,6 +409,7 @@ impl<'a> Session<'a> {
         let decoration = Decoration {
             owners: self.who.owners(),
             fsyncs: self.durable.line(),
+            handles: self.durable.handle_blocks(),
             budget: self
                 .gate
                 .budget
@@ -407,6 +418,9 @@ impl<'a> Session<'a> {
         };
         let calls = self.interval.calls().calls;
         let line = self.interval.close(self.started, now, cur, decoration);
+        if let Some(l) = &line.ledger {
+            self.ledger.add(l);
+        }
         out.interval(&line)?;
         Ok((calls, line.interval_s))
     }
@@ -459,6 +473,7 @@ impl<'a> Session<'a> {
             .on
             .then(|| AttributionMode::of(&self.tracer.plan))
             .flatten();
+        summary.ledger = Some(std::mem::take(&mut self.ledger));
         summary.pages_dirtied_unmeasured = self
             .who
             .attribution

@@ -39,6 +39,7 @@ use log2::{
 
 use wbscope_model::findings::{Finding, RULES, Severity};
 use wbscope_model::interval::IntervalLine;
+use wbscope_model::ledger::LedgerLine;
 use wbscope_model::units::page_size;
 use wbscope_model::{CallRecord, cause_name};
 
@@ -55,6 +56,7 @@ pub(crate) const OWN_LABELS: &[&str] = &[
     "cgroup_id",
     "by",
     "reason",
+    "class",
 ];
 
 /// Labels of the per-call metrics.
@@ -70,6 +72,14 @@ pub(crate) struct CallLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct DevLabels {
     pub(crate) dev: String,
+}
+
+/// Labels of a device's written bytes of one ledger class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LedgerLabels {
+    pub(crate) dev: String,
+    /// `data`, `journal`, `metadata`, `other` (docs/ledger.md).
+    pub(crate) class: &'static str,
 }
 
 /// Labels of a device's cache-flush requests of one class.
@@ -115,6 +125,8 @@ pub struct Metrics {
     device_requests: Family<DevLabels, Counter>,
     device_bytes: Family<DevLabels, Counter>,
     device_flushes: Family<DevLabels, Counter>,
+    device_written: Family<DevLabels, Counter>,
+    ledger_written: Family<LedgerLabels, Counter>,
     flush_latency: HistFamily<FlushLabels>,
     lost_records: Counter,
     map_full: Counter,
@@ -168,6 +180,8 @@ impl Metrics {
             device_requests: Family::default(),
             device_bytes: Family::default(),
             device_flushes: Family::default(),
+            device_written: Family::default(),
+            ledger_written: Family::default(),
             flush_latency: Family::new_with_constructor(request_latency),
             lost_records: Counter::default(),
             map_full: Counter::default(),
@@ -297,6 +311,19 @@ impl Metrics {
              whose request-size histogram has them)",
             Unit::Bytes,
             m.device_bytes.clone(),
+        );
+        r.register_with_unit(
+            "device_written",
+            "Bytes the device counted as written (/proc/diskstats sectors written), on every run",
+            Unit::Bytes,
+            m.device_written.clone(),
+        );
+        r.register_with_unit(
+            "ledger_device_written",
+            "Bytes of the device's write bios by class: data, journal, metadata, other; over a \
+             run they add up to wbscope_device_written_bytes_total (--enable device_io)",
+            Unit::Bytes,
+            m.ledger_written.clone(),
         );
         r.register(
             "device_flushes",
@@ -467,6 +494,9 @@ impl Metrics {
                     .add_buckets(&f.latency_ns, None);
             }
         }
+        if let Some(ledger) = &line.ledger {
+            self.ledger(ledger);
+        }
         self.lost_records.inc_by(line.lost_records);
         self.map_full.inc_by(line.map_full);
         for r in &line.run_time {
@@ -486,6 +516,32 @@ impl Metrics {
         }
         self.cgroups.update(line.time_s, &line.owners);
         self.intervals.inc();
+    }
+
+    /// The ledger's device rows: a series per device and class only where
+    /// the class was measured.
+    fn ledger(&self, ledger: &LedgerLine) {
+        for d in &ledger.devices {
+            let dev = d.dev.to_string();
+            self.device_written
+                .get_or_create(&DevLabels { dev: dev.clone() })
+                .inc_by(d.written);
+            for (class, bytes) in [
+                ("data", d.data),
+                ("journal", d.journal),
+                ("metadata", d.metadata),
+                ("other", d.other),
+            ] {
+                if let Some(bytes) = bytes {
+                    self.ledger_written
+                        .get_or_create(&LedgerLabels {
+                            dev: dev.clone(),
+                            class,
+                        })
+                        .inc_by(bytes);
+                }
+            }
+        }
     }
 
     /// The findings holding after the last interval: 1 for them, 0 for
@@ -862,5 +918,54 @@ mod tests {
         );
         let flushes = r#"wbscope_device_flush_latency_seconds_count{dev="254:0",kind="flush"}"#;
         assert_eq!(sample(&text, flushes), Some("6"), "{text}");
+    }
+
+    #[test]
+    fn ledger_rows_feed_the_device_counters_only_where_measured() {
+        use wbscope_model::ledger::DeviceLedger;
+        let (m, r) = Metrics::new();
+        let none = KernelSnapshot::default();
+        let mut line = IntervalLine::new(1.0, 1.0, &CallAggregate::default(), &none, &none);
+        let dev = |minor| DevId { major: 7, minor };
+        line.ledger = Some(LedgerLine {
+            devices: vec![
+                DeviceLedger {
+                    dev: dev(0),
+                    written: 12_288,
+                    data: Some(4_096),
+                    direct: Some(0),
+                    journal: Some(8_192),
+                    metadata: Some(0),
+                    other: Some(0),
+                },
+                // Without --enable device_io: the device's counter only.
+                DeviceLedger {
+                    dev: dev(1),
+                    written: 512,
+                    ..DeviceLedger::default()
+                },
+            ],
+            ..LedgerLine::default()
+        });
+        m.update_from(&line);
+        m.update_from(&line);
+        let text = encode(&r).unwrap();
+        let at = |name: &str| sample(&text, name);
+        assert_eq!(
+            at(r#"wbscope_device_written_bytes_total{dev="7:0"}"#),
+            Some("24576")
+        );
+        assert_eq!(
+            at(r#"wbscope_ledger_device_written_bytes_total{dev="7:0",class="journal"}"#),
+            Some("16384")
+        );
+        assert_eq!(
+            at(r#"wbscope_device_written_bytes_total{dev="7:1"}"#),
+            Some("1024")
+        );
+        assert!(
+            !text.contains(r#"wbscope_ledger_device_written_bytes_total{dev="7:1""#),
+            "{text}"
+        );
     }
 }

@@ -197,6 +197,7 @@ mod tests {
             sectors,
             ticks_ms,
             weighted_ms,
+            sectors_written: sectors / 2,
             flushes: requests / 10,
             flush_ms: ticks_ms / 5,
         };

@@ -434,6 +434,10 @@ pub struct IntervalLine {
     /// durability/line.rs); absent without them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fsyncs: Vec<crate::durability::FsyncLine>,
+    /// Where the interval's bytes went (model/ledger.rs); absent in
+    /// recordings made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<crate::ledger::LedgerLine>,
 }
 
 pub(crate) fn is_zero(n: &u64) -> bool {
@@ -627,6 +631,7 @@ impl IntervalLine {
             owners: Vec::new(),
             budget: None,
             fsyncs: Vec::new(),
+            ledger: None,
         }
     }
 }

@@ -69,6 +69,9 @@ pub struct DiskCounters {
     /// (`time_in_queue`): its growth over an interval is the mean number
     /// in flight times the interval (Little's law).
     pub weighted_ms: u64,
+    /// Of `sectors`, those written (field 10, what `op_stat_group()`
+    /// files under writes: discards apart).
+    pub sectors_written: u64,
     /// Cache flush requests completed and the ms they took (fields 16
     /// and 17, Linux 5.5+; 0 before): counted in `requests` and
     /// `ticks_ms` too.
@@ -91,6 +94,14 @@ pub struct KernelSnapshot {
     /// Whole disks' counters, when the devices come from /proc/diskstats
     /// (the default; empty with `--enable device_io`).
     pub disks: Vec<DiskCounters>,
+    /// Every whole disk's sectors written (/proc/diskstats), whatever the
+    /// devices' source: what the ledger's device rows close against.
+    pub written_sectors: HashMap<crate::DevId, u64>,
+    /// Bytes of write bios by `writeback_common::ledger_class` per whole
+    /// disk, since attach (`--enable device_io`); empty otherwise.
+    pub ledger: HashMap<crate::DevId, [u64; writeback_common::ledger_class::COUNT]>,
+    /// Why `ledger` is not counted, when it is not.
+    pub ledger_unmeasured: Option<String>,
     /// Pause ms in `balance_dirty_pages` per tgid since the tracer
     /// attached, and the process's comm.
     pub throttled: HashMap<u32, (u64, String)>,

@@ -11,6 +11,7 @@ pub mod findings;
 pub mod histogram;
 pub mod interval;
 pub mod kernel;
+pub mod ledger;
 pub mod map_memory;
 pub mod plan;
 pub mod record;

@@ -41,6 +41,9 @@ pub struct SummaryLine<'a> {
     /// not be read in this run); absent when they have.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pages_dirtied_unmeasured: Option<String>,
+    /// Where the run's bytes went: its intervals' ledgers added.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<crate::ledger::LedgerLine>,
     /// Inode dirtyings lost (the per-inode mode's buffer was full).
     pub(crate) lost_dirtyings: u64,
     /// Counts the programs could not keep, a hash map being full
@@ -92,6 +95,7 @@ impl<'a> SummaryLine<'a> {
             probes,
             attribution: None,
             pages_dirtied_unmeasured: None,
+            ledger: None,
             lost_dirtyings: kernel.lost_dirtyings,
             map_full: kernel.map_full,
             inflight_full: kernel.inflight_full,

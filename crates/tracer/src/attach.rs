@@ -83,8 +83,22 @@ fn resolve_members(btf: &KernelBtf) -> Result<KernelMembers, String> {
 /// enum) the issue program stamps every request itself.
 fn resolve_block_members(btf: &KernelBtf) -> Result<BlockMembers, String> {
     let mut table = BlockMembers::EMPTY;
-    for (slot, (strukt, name, signed)) in block_members::PATHS.iter().enumerate() {
+    for (slot, (strukt, name, signed)) in block_members::PATHS
+        .iter()
+        .enumerate()
+        .take(block_members::LEDGER)
+    {
         table.members[slot] = member_spec(btf, strukt, name, *signed)?;
+    }
+    // The device ledger's members, all or none: a kernel without one
+    // (`bio.bi_bdev` is from 5.12) keeps the other block figures.
+    let ledger: Result<Vec<MemberSpec>, String> = block_members::PATHS[block_members::LEDGER..]
+        .iter()
+        .map(|(strukt, name, signed)| member_spec(btf, strukt, name, *signed))
+        .collect();
+    if let Ok(specs) = ledger {
+        table.members[block_members::LEDGER..].copy_from_slice(&specs);
+        table.ledger = 1;
     }
     if let Ok(bit) = btf.enum_value("QUEUE_FLAG_STATS")
         && let Ok(bit) = u32::try_from(bit)
@@ -102,6 +116,7 @@ fn resolve_block_members(btf: &KernelBtf) -> Result<BlockMembers, String> {
     };
     table.preflush_bit = bit("__REQ_PREFLUSH");
     table.fua_bit = bit("__REQ_FUA");
+    table.meta_bit = bit("__REQ_META");
     Ok(table)
 }
 
@@ -653,10 +668,12 @@ impl Tracer {
         .context("DIRTYINGS is not a ring buffer")?;
         let sampling = Array::try_from(ebpf.take_map("SAMPLING").context("SAMPLING map missing")?)
             .context("SAMPLING map")?;
-        let disks = plan
-            .devices_from_diskstats()
-            .then(super::diskstats::DiskStatsFile::open)
-            .transpose()?;
+        let disks = super::diskstats::DiskStatsFile::open()?;
+        let devices_from_diskstats = plan.devices_from_diskstats();
+        let ledger = ledger_map(&mut ebpf, &plan, block_members.ledger == 1);
+        if let Err(why) = &ledger {
+            info!("device ledger: bytes by class unmeasured ({why})");
+        }
         let journal = plan
             .attached(Concept::Durability)
             .then(|| super::journal::JournalHandles::take(&mut ebpf))
@@ -678,6 +695,8 @@ impl Tracer {
             attached_programs,
             vmstat: super::VmStatFile::open()?,
             disks,
+            devices_from_diskstats,
+            ledger,
             _stats_fd: stats_fd,
             retprobes: std::sync::Mutex::new(retprobes),
             logger,
@@ -685,6 +704,37 @@ impl Tracer {
         // Before the first pause, not an interval later.
         tracer.set_global_thresholds(&tracer.vmstat.read()?)?;
         Ok(tracer)
+    }
+}
+
+/// `DEVICE_LEDGER`, with the journals put in, where the block programs
+/// count it; else why not.
+fn ledger_map(
+    ebpf: &mut Ebpf,
+    plan: &ProbePlan,
+    btf_members: bool,
+) -> Result<aya::maps::Map, String> {
+    let kind = plan
+        .concept(Concept::DeviceIo)
+        .filter(|c| c.is_attached())
+        .and_then(|c| c.kind);
+    match kind {
+        _ if plan.devices_from_diskstats() => {
+            Err("the devices come from /proc/diskstats: --enable device_io".to_string())
+        }
+        Some(HookKind::TpBtf) if !btf_members => Err(
+            "the kernel's BTF lacks a member the bio program reads (bio.bi_bdev is from Linux 5.12)"
+                .to_string(),
+        ),
+        Some(HookKind::TpBtf | HookKind::Tracepoint) => {
+            let mut map = ebpf
+                .take_map("DEVICE_LEDGER")
+                .ok_or_else(|| "DEVICE_LEDGER map missing".to_string())?;
+            let found = super::ledger::put_journals(&mut map).map_err(|e| format!("{e:#}"))?;
+            info!("device ledger: {found} journal(s) placed");
+            Ok(map)
+        }
+        _ => Err("no block hook attached".to_string()),
     }
 }
 

@@ -62,6 +62,7 @@ fn counters(d: &procfs::DiskStat) -> DiskCounters {
             + d.time_discarding.unwrap_or(0)
             + d.time_flushing.unwrap_or(0),
         weighted_ms: d.weighted_time_in_progress,
+        sectors_written: d.sectors_written,
         flushes: d.flushes.unwrap_or(0),
         flush_ms: d.time_flushing.unwrap_or(0),
     }

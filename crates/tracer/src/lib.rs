@@ -12,6 +12,7 @@ mod dirtiers;
 mod diskstats;
 mod journal;
 pub mod landlock_dir;
+mod ledger;
 pub mod maps;
 mod members;
 pub mod memory;
@@ -62,9 +63,13 @@ pub struct Tracer {
     /// `/proc/vmstat`, opened at attach and read again at each snapshot:
     /// the reads go on after the privileges are dropped, with no open(2).
     vmstat: VmStatFile,
-    /// `/proc/diskstats`, likewise, when the devices come from it
-    /// ([`plan::DISKSTATS`]).
-    disks: Option<diskstats::DiskStatsFile>,
+    /// `/proc/diskstats`, likewise: the devices' lines when they come
+    /// from it ([`plan::DISKSTATS`]), and every disk's sectors written for
+    /// the ledger.
+    disks: diskstats::DiskStatsFile,
+    devices_from_diskstats: bool,
+    /// `DEVICE_LEDGER` where the block programs count it, else why not.
+    ledger: Result<aya::maps::Map, String>,
     /// Keeps BPF run-time statistics on while the tracer lives.
     _stats_fd: Option<OwnedFd>,
     /// kretprobe events of our own (`retprobe.rs`), removed when dropped,

@@ -23,6 +23,7 @@ impl Tracer {
     pub fn snapshot(&self) -> anyhow::Result<KernelSnapshot> {
         let vmstat = self.vmstat.read()?;
         self.set_global_thresholds(&vmstat)?;
+        let disks = self.disks.read()?;
         // The counters before the maps they are set against (evictions).
         let mut stats = self.stats()?;
         let throttled = self.throttled_entries()?;
@@ -35,10 +36,17 @@ impl Tracer {
             stats,
             run_times: self.run_times(),
             vmstat,
-            disks: match &self.disks {
-                Some(f) => f.read()?,
-                None => Vec::new(),
+            written_sectors: disks.iter().map(|d| (d.dev, d.sectors_written)).collect(),
+            disks: if self.devices_from_diskstats {
+                disks
+            } else {
+                Vec::new()
             },
+            ledger: match &self.ledger {
+                Ok(map) => super::ledger::read(map)?,
+                Err(_) => Default::default(),
+            },
+            ledger_unmeasured: self.ledger.as_ref().err().cloned(),
             throttled: throttled
                 .into_iter()
                 .map(|(tgid, by)| (tgid, (by.pause_ms, wbscope_model::record::comm(&by.comm))))

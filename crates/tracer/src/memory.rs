@@ -123,6 +123,11 @@ pub(crate) fn map_sizes(
     }
     if !enabled(OptIn::DeviceIo) {
         out.push(("RQ_START", 1, "unused without --enable device_io".into()));
+        out.push((
+            "DEVICE_LEDGER",
+            1,
+            "unused without --enable device_io".into(),
+        ));
     }
     if options.filter.tgid == 0 && options.filter.cgroup_id == 0 {
         out.push((

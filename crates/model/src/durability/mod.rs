@@ -303,6 +303,9 @@ pub struct DurabilityJoin {
     /// The devices' cache-flush requests, by completion (`--enable
     /// device_io`).
     flushes: VecDeque<DeviceFlush>,
+    /// Journal blocks per device and pid, of the handles read since the
+    /// last [`DurabilityJoin::take_handle_blocks`] (the ledger's shares).
+    handle_blocks: crate::ledger::HandleBlocks,
 }
 
 impl DurabilityJoin {
@@ -399,6 +402,9 @@ impl DurabilityJoin {
 
     pub fn shares(&mut self, shares: Vec<HandleShare>) {
         for s in shares {
+            // Bounded as the handles are: one entry per (device, pid)
+            // with handles in an interval.
+            *self.handle_blocks.entry((s.dev, s.pid)).or_default() += s.blocks;
             if !s.comm.is_empty() {
                 self.name(s.pid, &s.comm);
             }
@@ -412,6 +418,11 @@ impl DurabilityJoin {
     /// line's `fsyncs`.
     pub fn take_line(&mut self) -> Vec<FsyncLine> {
         self.lines.take()
+    }
+
+    /// The journal blocks per device and pid since the last call.
+    pub fn take_handle_blocks(&mut self) -> crate::ledger::HandleBlocks {
+        std::mem::take(&mut self.handle_blocks)
     }
 
     /// How long a span waits before it is joined: [`HOLD_NS`], or the

@@ -15,6 +15,7 @@ mod device;
 mod dirty;
 mod flusher;
 mod fsyncs;
+mod ledger;
 #[cfg(test)]
 mod tests;
 
@@ -138,6 +139,10 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: fsyncs::ENTANGLED,
         check: fsyncs::fsync_entangled,
+    },
+    Rule {
+        name: ledger::WRITE_AMPLIFIED,
+        check: ledger::write_amplified,
     },
 ];
 

@@ -733,3 +733,90 @@ fn fsync_entangled_only_with_an_entangled_fsync() {
     let ls = lines(3, fsyncing(10, 40, 90, false));
     assert_eq!(names(&ls), vec![fsyncs::JOURNAL_BOUND]);
 }
+
+/// Each interval, one process that wrote `calls` bytes, dirtied `dirtied`
+/// and was charged `back` written back and `journal` of the journal.
+fn amplified(
+    calls: u64,
+    dirtied: u64,
+    back: u64,
+    journal: u64,
+) -> impl Fn(usize, &mut IntervalLine) {
+    use crate::ledger::{LedgerLine, ProcessLedger, Stages};
+    move |_, l| {
+        l.ledger = Some(LedgerLine {
+            processes: vec![ProcessLedger {
+                pid: 42,
+                comm: "logger".into(),
+                cgroup_id: 1,
+                stages: Stages {
+                    write_calls: Some(calls),
+                    dirtied: Some(dirtied),
+                    written_back: back,
+                    journal: Some(journal),
+                    metadata: Some(0),
+                    ..Stages::default()
+                },
+            }],
+            ..LedgerLine::default()
+        })
+    }
+}
+
+#[test]
+fn write_amplified_at_its_edges_names_the_stage() {
+    let name = ledger::WRITE_AMPLIFIED;
+    // The journald case's shape: 125 KiB of records a second dirtying
+    // 800 KiB (a page each), with 2.3 MiB of journal: 25x, the journal.
+    let f = only(
+        &lines(5, amplified(125_000, 800 << 10, 800 << 10, 2_300 << 10)),
+        name,
+    )
+    .expect("holds");
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence["stage"], "journal");
+    assert_eq!(f.evidence["over"], "write_calls");
+    assert_eq!(f.evidence["pid"], 42);
+    // Small writes each written back as a whole page: data.
+    let f = only(&lines(5, amplified(700_000, 1 << 20, 2 << 20, 0)), name).expect("holds");
+    assert_eq!(
+        (f.severity, f.evidence["stage"].as_str()),
+        (Severity::Info, Some("data"))
+    );
+    // Under 2x: nothing; 1 MiB in the window is the floor (3 intervals of
+    // 300 KiB dirtied are not enough even at 10x).
+    assert!(
+        only(
+            &lines(5, amplified(1 << 20, 1 << 20, (1 << 20) + (900 << 10), 0)),
+            name
+        )
+        .is_none()
+    );
+    assert!(
+        only(
+            &lines(5, amplified(30_000, 300 << 10, 300 << 10, 3 << 20)),
+            name
+        )
+        .is_none()
+    );
+    // A plain 1 MiB-write streamer: 1x.
+    assert!(
+        only(
+            &lines(5, amplified(8 << 20, 8 << 20, 8 << 20, 40_000)),
+            name
+        )
+        .is_none()
+    );
+    // Without write calls measured, over what it dirtied.
+    let mut mmap = lines(5, amplified(0, 2 << 20, 2 << 20, 8 << 20));
+    for l in &mut mmap {
+        if let Some(p) = l.ledger.as_mut().map(|g| &mut g.processes[0]) {
+            p.stages.write_calls = None;
+        }
+    }
+    let f = only(&mmap, name).expect("holds");
+    assert_eq!(
+        (f.severity, &f.evidence["over"]),
+        (Severity::Warning, &serde_json::json!("dirtied"))
+    );
+}

@@ -1,0 +1,513 @@
+//! Where the bytes go: from the write-family calls to the device, per
+//! device and per process and cgroup (docs/ledger.md).
+//!
+//! A device row splits what the device counted as written (its sectors
+//! written in /proc/diskstats, ×512) into data, journal, metadata and
+//! other, from the write bios the block program classed
+//! (`writeback_common::ledger_class`); the classes come with `--enable
+//! device_io`. A process row carries the kernel's per-task counts
+//! (`wchar`, `write_bytes`, `cancelled_write_bytes`), the pages of its
+//! written back (charged to the dirtier), and its share of each device's
+//! journal and metadata in proportion to the journal blocks its handles
+//! dirtied on that device (`--enable durability`); what no row is
+//! charged is `unattributed`.
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use writeback_common::ledger_class as class;
+
+use crate::{DevId, dirtier::OwnerLine, kernel::KernelSnapshot};
+
+/// Process and cgroup rows kept per line; the rest are summed into one
+/// row named `other`.
+pub const ROWS_KEPT: usize = 10;
+
+/// The `ledger` object of interval lines and the summary.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LedgerLine {
+    pub devices: Vec<DeviceLedger>,
+    pub processes: Vec<ProcessLedger>,
+    pub cgroups: Vec<CgroupLedger>,
+    /// Bytes the devices wrote that no row was charged: the devices'
+    /// classes (or their counters, without classes) less every row's
+    /// `written_back`, `journal` and `metadata`.
+    pub unattributed: u64,
+    /// Why the devices' classes are absent, when they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes_unmeasured: Option<String>,
+    /// Why the rows' journal and metadata shares are absent, when they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares_unmeasured: Option<String>,
+}
+
+/// One device's bytes written in the interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceLedger {
+    pub dev: DevId,
+    /// Growth of the device's own sectors-written counter, in bytes.
+    pub written: u64,
+    /// Page-cache data written back and direct I/O (`direct` is the part
+    /// from pages no file owns: O_DIRECT from user memory, swap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<u64>,
+    /// Inside the filesystem's journal or log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal: Option<u64>,
+    /// Flagged metadata, and the block device's own page cache (ext4's
+    /// inode tables, bitmaps and directory blocks written back after
+    /// their commit, checkpoints, writes to the device node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<u64>,
+    /// Writes that carry no data of their own (write-zeroes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other: Option<u64>,
+}
+
+impl DeviceLedger {
+    /// The four classes together, when measured.
+    pub fn classed(&self) -> Option<u64> {
+        Some(self.data? + self.journal? + self.metadata? + self.other?)
+    }
+}
+
+/// The stages of a process's (or a cgroup's) bytes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stages {
+    /// Bytes passed to write-family system calls (`wchar`: files, pipes
+    /// and sockets alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_calls: Option<u64>,
+    /// Bytes taken from clean to dirty in the page cache (`write_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dirtied: Option<u64>,
+    /// Dirty bytes truncated or deleted before writeback
+    /// (`cancelled_write_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<u64>,
+    /// Its pages written back, by anyone.
+    pub written_back: u64,
+    /// Its share of the devices' journal and metadata bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<u64>,
+    /// Device bytes charged to it over `dirtied`, and over `write_calls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amplification: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amplification_of_write_calls: Option<f64>,
+}
+
+impl Stages {
+    /// Device bytes charged.
+    pub fn charged(&self) -> u64 {
+        self.written_back + self.journal.unwrap_or(0) + self.metadata.unwrap_or(0)
+    }
+
+    pub(crate) fn add(&mut self, o: &Stages) {
+        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.write_calls = add(self.write_calls, o.write_calls);
+        self.dirtied = add(self.dirtied, o.dirtied);
+        self.cancelled = add(self.cancelled, o.cancelled);
+        self.written_back += o.written_back;
+        self.journal = add(self.journal, o.journal);
+        self.metadata = add(self.metadata, o.metadata);
+    }
+
+    fn amplify(&mut self) {
+        let charged = self.charged();
+        let over = |d: Option<u64>| d.filter(|&d| d > 0).map(|d| charged as f64 / d as f64);
+        self.amplification = over(self.dirtied);
+        self.amplification_of_write_calls = over(self.write_calls);
+    }
+
+    /// What sorts rows: the larger of what it dirtied and was charged.
+    fn weight(&self) -> u64 {
+        self.dirtied.unwrap_or(0).max(self.charged())
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessLedger {
+    /// 0 for the `other` row.
+    pub pid: u32,
+    pub comm: String,
+    pub cgroup_id: u64,
+    #[serde(flatten)]
+    pub stages: Stages,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CgroupLedger {
+    /// 0 for the `other` row.
+    pub cgroup_id: u64,
+    #[serde(flatten)]
+    pub stages: Stages,
+}
+
+/// The journal blocks each process's handles dirtied, per device and pid,
+/// in the commits that ended in the interval (`durability::HandleShare`).
+pub type HandleBlocks = BTreeMap<(DevId, u32), u64>;
+
+/// What the ledger of an interval is made from.
+pub struct LedgerInputs<'a> {
+    pub prev: &'a KernelSnapshot,
+    pub cur: &'a KernelSnapshot,
+    pub owners: &'a [OwnerLine],
+    /// `None` without the journal handles (`--enable durability`).
+    pub handles: Option<&'a HandleBlocks>,
+    pub page_size: u64,
+}
+
+impl LedgerLine {
+    pub fn new(i: &LedgerInputs<'_>) -> LedgerLine {
+        let classes_unmeasured = i.cur.ledger_unmeasured.clone();
+        let devices = device_rows(i.prev, i.cur, classes_unmeasured.is_none());
+        let processes: Vec<ProcessLedger> = i
+            .owners
+            .iter()
+            .map(|o| ProcessLedger {
+                pid: o.pid,
+                comm: o.comm.clone(),
+                cgroup_id: o.cgroup_id,
+                stages: Stages {
+                    write_calls: o.write_call_bytes,
+                    dirtied: (!o.dirtied_unmeasured).then(|| o.pages_dirtied * i.page_size),
+                    cancelled: o.cancelled_bytes,
+                    written_back: o.pages_written * i.page_size,
+                    ..Stages::default()
+                },
+            })
+            .collect();
+        let mut line = LedgerLine {
+            devices,
+            processes,
+            cgroups: Vec::new(),
+            unattributed: 0,
+            classes_unmeasured,
+            shares_unmeasured: None,
+        };
+        match (i.handles, line.classes_unmeasured.is_none()) {
+            (Some(h), true) => line.share(h),
+            (None, _) => {
+                line.shares_unmeasured =
+                    Some("the journal handles come with --enable durability".to_string())
+            }
+            (Some(_), false) => {
+                line.shares_unmeasured = Some("the devices' classes are unmeasured".to_string())
+            }
+        }
+        line.finish();
+        line
+    }
+
+    /// Each process's share of each device's journal and metadata, by the
+    /// journal blocks its handles dirtied there.
+    fn share(&mut self, handles: &HandleBlocks) {
+        let mut totals: HashMap<DevId, u64> = HashMap::new();
+        for (&(dev, _), &b) in handles {
+            *totals.entry(dev).or_default() += b;
+        }
+        for p in &mut self.processes {
+            let (mut journal, mut metadata) = (0u64, 0u64);
+            for d in &self.devices {
+                let (Some(&blocks), Some(&all)) =
+                    (handles.get(&(d.dev, p.pid)), totals.get(&d.dev))
+                else {
+                    continue;
+                };
+                let part = |bytes: Option<u64>| {
+                    (u128::from(bytes.unwrap_or(0)) * u128::from(blocks) / u128::from(all.max(1)))
+                        as u64
+                };
+                journal += part(d.journal);
+                metadata += part(d.metadata);
+            }
+            p.stages.journal = Some(journal);
+            p.stages.metadata = Some(metadata);
+        }
+    }
+
+    /// Cgroup rows, amplification, the bound on rows, `unattributed`.
+    fn finish(&mut self) {
+        let mut cgroups: BTreeMap<u64, Stages> = BTreeMap::new();
+        for p in &self.processes {
+            cgroups.entry(p.cgroup_id).or_default().add(&p.stages);
+        }
+        self.cgroups = cgroups
+            .into_iter()
+            .map(|(cgroup_id, stages)| CgroupLedger { cgroup_id, stages })
+            .collect();
+        let device_bytes: u64 = self
+            .devices
+            .iter()
+            .map(|d| d.classed().unwrap_or(d.written))
+            .sum();
+        let charged: u64 = self.processes.iter().map(|p| p.stages.charged()).sum();
+        self.unattributed = device_bytes.saturating_sub(charged);
+        bound(
+            &mut self.processes,
+            |p| &p.stages,
+            |p| p.pid == 0,
+            |rest| ProcessLedger {
+                comm: "other".to_string(),
+                stages: rest,
+                ..ProcessLedger::default()
+            },
+        );
+        bound(
+            &mut self.cgroups,
+            |c| &c.stages,
+            |c| c.cgroup_id == 0,
+            |rest| CgroupLedger {
+                cgroup_id: 0,
+                stages: rest,
+            },
+        );
+        for p in &mut self.processes {
+            p.stages.amplify();
+        }
+        for c in &mut self.cgroups {
+            c.stages.amplify();
+        }
+    }
+
+    /// Adds an interval's ledger into a run's (the summary's).
+    pub fn add(&mut self, o: &LedgerLine) {
+        for d in &o.devices {
+            match self.devices.iter_mut().find(|m| m.dev == d.dev) {
+                Some(m) => {
+                    let add = |a: Option<u64>, b: Option<u64>| Some(a? + b?);
+                    m.written += d.written;
+                    m.data = add(m.data, d.data);
+                    m.direct = add(m.direct, d.direct);
+                    m.journal = add(m.journal, d.journal);
+                    m.metadata = add(m.metadata, d.metadata);
+                    m.other = add(m.other, d.other);
+                }
+                None => self.devices.push(d.clone()),
+            }
+        }
+        self.devices.sort_by_key(|d| d.dev);
+        for p in &o.processes {
+            match self
+                .processes
+                .iter_mut()
+                .find(|m| m.pid == p.pid && m.comm == p.comm)
+            {
+                Some(m) => m.stages.add(&p.stages),
+                None => self.processes.push(p.clone()),
+            }
+        }
+        self.unattributed += o.unattributed;
+        if self.classes_unmeasured.is_none() {
+            self.classes_unmeasured = o.classes_unmeasured.clone();
+        }
+        if self.shares_unmeasured.is_none() {
+            self.shares_unmeasured = o.shares_unmeasured.clone();
+        }
+        let unattributed = self.unattributed;
+        self.finish();
+        self.unattributed = unattributed;
+    }
+}
+
+/// Keeps the [`ROWS_KEPT`] heaviest rows and sums the rest, and any
+/// `other` row already there (`is_other`), into one `other` row.
+fn bound<T>(
+    rows: &mut Vec<T>,
+    stages: impl Fn(&T) -> &Stages,
+    is_other: impl Fn(&T) -> bool,
+    other: impl Fn(Stages) -> T,
+) {
+    let mut rest = Stages::default();
+    let mut any = false;
+    rows.retain(|r| {
+        let keep = !is_other(r);
+        if !keep {
+            rest.add(stages(r));
+            any = true;
+        }
+        keep
+    });
+    rows.sort_by_key(|r| std::cmp::Reverse(stages(r).weight()));
+    if rows.len() > ROWS_KEPT {
+        for r in rows.drain(ROWS_KEPT..) {
+            rest.add(stages(&r));
+        }
+        any = true;
+    }
+    if any {
+        rows.push(other(rest));
+    }
+}
+
+/// The devices that wrote in the interval, by whole disk.
+fn device_rows(prev: &KernelSnapshot, cur: &KernelSnapshot, classed: bool) -> Vec<DeviceLedger> {
+    let mut out: Vec<DeviceLedger> = cur
+        .written_sectors
+        .iter()
+        .filter_map(|(&dev, &sectors)| {
+            let before = prev.written_sectors.get(&dev).copied().unwrap_or(sectors);
+            let written = sectors.saturating_sub(before) * 512;
+            let zero = [0u64; class::COUNT];
+            let now = cur.ledger.get(&dev).unwrap_or(&zero);
+            let then = prev.ledger.get(&dev).unwrap_or(&zero);
+            let d = |c: usize| now[c].wrapping_sub(then[c]);
+            let row = if classed {
+                DeviceLedger {
+                    dev,
+                    written,
+                    data: Some(d(class::FILE) + d(class::UNOWNED) + d(class::PLAIN)),
+                    direct: Some(d(class::UNOWNED)),
+                    journal: Some(d(class::JOURNAL)),
+                    metadata: Some(d(class::META) + d(class::BDEV)),
+                    other: Some(d(class::NO_DATA)),
+                }
+            } else {
+                DeviceLedger {
+                    dev,
+                    written,
+                    ..DeviceLedger::default()
+                }
+            };
+            (row.written > 0 || row.classed().unwrap_or(0) > 0).then_some(row)
+        })
+        .collect();
+    out.sort_by_key(|d| d.dev);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev() -> DevId {
+        DevId { major: 7, minor: 0 }
+    }
+
+    fn snapshot(sectors: u64, bytes: [u64; class::COUNT]) -> KernelSnapshot {
+        KernelSnapshot {
+            written_sectors: HashMap::from([(dev(), sectors)]),
+            ledger: HashMap::from([(dev(), bytes)]),
+            ..KernelSnapshot::default()
+        }
+    }
+
+    fn owner(pid: u32, cgroup_id: u64, dirtied: u64, written: u64) -> OwnerLine {
+        OwnerLine {
+            pid,
+            comm: format!("p{pid}"),
+            cgroup_id,
+            pages_dirtied: dirtied,
+            pages_written: written,
+            write_call_bytes: Some(dirtied * 4096 + 100),
+            cancelled_bytes: Some(0),
+            ..OwnerLine::default()
+        }
+    }
+
+    #[test]
+    fn a_device_row_splits_what_the_device_counted() {
+        let prev = snapshot(1_000, [0; class::COUNT]);
+        // 100 KiB journal, 8 KiB flagged metadata, 4 KiB bdev cache,
+        // 40 KiB file data, 4 KiB direct: 156 KiB = 312 sectors.
+        let cur = snapshot(1_312, [102_400, 8_192, 4_096, 40_960, 4_096, 0, 0]);
+        let handles = HandleBlocks::from([((dev(), 1), 3), ((dev(), 2), 1)]);
+        let owners = [owner(1, 10, 10, 10), owner(2, 10, 0, 0)];
+        let line = LedgerLine::new(&LedgerInputs {
+            prev: &prev,
+            cur: &cur,
+            owners: &owners,
+            handles: Some(&handles),
+            page_size: 4096,
+        });
+        let d = &line.devices[0];
+        assert_eq!(d.written, 312 * 512);
+        assert_eq!(d.classed(), Some(d.written));
+        assert_eq!((d.data, d.direct), (Some(45_056), Some(4_096)));
+        assert_eq!(
+            (d.journal, d.metadata, d.other),
+            (Some(102_400), Some(12_288), Some(0))
+        );
+        // Pid 1 dirtied 3 of the 4 journal blocks: 3/4 of journal and
+        // metadata, its own 40 KiB written back.
+        let p1 = &line.processes[0];
+        assert_eq!(p1.pid, 1);
+        assert_eq!(p1.stages.journal, Some(76_800));
+        assert_eq!(p1.stages.metadata, Some(9_216));
+        let charged = 40_960 + 76_800 + 9_216;
+        assert_eq!(p1.stages.amplification, Some(charged as f64 / 40_960.0));
+        // Pid 2 dirtied nothing: no amplification, not a division by 0.
+        assert_eq!(line.processes[1].stages.amplification, None);
+        // What nobody was charged: the direct 4 KiB, and the rounding.
+        let all_charged: u64 = line.processes.iter().map(|p| p.stages.charged()).sum();
+        assert_eq!(line.unattributed, 159_744 - all_charged);
+        assert_eq!(line.cgroups.len(), 1);
+        assert_eq!(line.cgroups[0].stages.written_back, 40_960);
+        // As JSON: the stages beside the pid, absent figures absent.
+        let json = serde_json::to_value(&line).expect("json");
+        assert_eq!(json["processes"][0]["written_back"], 40_960);
+        assert!(json.get("classes_unmeasured").is_none());
+        let back: LedgerLine = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back.devices, line.devices);
+    }
+
+    #[test]
+    fn unmeasured_classes_and_shares_are_absent_with_their_reasons() {
+        let prev = snapshot(0, [0; class::COUNT]);
+        let mut cur = snapshot(8, [0; class::COUNT]);
+        cur.ledger_unmeasured = Some("--enable device_io".to_string());
+        let line = LedgerLine::new(&LedgerInputs {
+            prev: &prev,
+            cur: &cur,
+            owners: &[],
+            handles: None,
+            page_size: 4096,
+        });
+        let d = &line.devices[0];
+        assert_eq!((d.written, d.data, d.journal), (4096, None, None));
+        // Without classes the device's own counter is what nobody was
+        // charged.
+        assert_eq!(line.unattributed, 4096);
+        let json = serde_json::to_value(&line).expect("json");
+        assert!(json["devices"][0].get("data").is_none());
+        assert_eq!(json["classes_unmeasured"], "--enable device_io");
+        assert!(json["shares_unmeasured"].is_string());
+    }
+
+    #[test]
+    fn rows_past_the_bound_become_one_other_row_and_runs_add_up() {
+        let prev = snapshot(0, [0; class::COUNT]);
+        let cur = snapshot(0, [0; class::COUNT]);
+        let owners: Vec<OwnerLine> = (1..=15)
+            .map(|p| owner(p, u64::from(p), u64::from(p), 0))
+            .collect();
+        let line = LedgerLine::new(&LedgerInputs {
+            prev: &prev,
+            cur: &cur,
+            owners: &owners,
+            handles: None,
+            page_size: 4096,
+        });
+        assert_eq!(line.processes.len(), ROWS_KEPT + 1);
+        assert_eq!(line.processes[0].pid, 15);
+        let other = line.processes.last().expect("other");
+        assert_eq!((other.pid, other.comm.as_str()), (0, "other"));
+        assert_eq!(other.stages.dirtied, Some((1..=5).sum::<u64>() * 4096));
+        assert_eq!(line.cgroups.len(), ROWS_KEPT + 1);
+        // Two intervals make a run: the figures add.
+        let mut run = LedgerLine::default();
+        run.add(&line);
+        run.add(&line);
+        let top = &run.processes[0];
+        assert_eq!((top.pid, top.stages.dirtied), (15, Some(2 * 15 * 4096)));
+        let total: u64 = run.processes.iter().filter_map(|p| p.stages.dirtied).sum();
+        assert_eq!(total, 2 * (1..=15).sum::<u64>() * 4096);
+    }
+}
