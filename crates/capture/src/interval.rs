@@ -26,6 +26,9 @@ pub(crate) struct Decoration {
     /// Journal blocks per device and pid, for the ledger's shares; `None`
     /// without the journal's events.
     pub(crate) handles: Option<HandleBlocks>,
+    /// Pages charged per (process, filesystem device), for the ledger's
+    /// device rows.
+    pub(crate) written_on: std::collections::BTreeMap<(u32, wbscope_model::DevId), u64>,
 }
 
 /// The interval a loop is in.
@@ -90,6 +93,7 @@ impl OpenInterval {
                 cur,
                 owners: &line.owners,
                 handles: decoration.handles.as_ref(),
+                written_on: &decoration.written_on,
                 page_size: wbscope_model::units::page_size(),
             }));
         }

@@ -406,8 +406,10 @@ impl<'a> Session<'a> {
         let now = Instant::now();
         let cur = self.tracer.snapshot()?;
         let wall = now.duration_since(self.interval.from());
+        let owners = self.who.owners();
         let decoration = Decoration {
-            owners: self.who.owners(),
+            owners,
+            written_on: self.who.attribution.take_written_on(),
             fsyncs: self.durable.line(),
             handles: self.durable.handle_blocks(),
             budget: self

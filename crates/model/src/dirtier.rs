@@ -293,6 +293,9 @@ pub struct Attribution {
     inodes: HashMap<(u32, u64), InodeState, foldhash::fast::RandomState>,
     identities: HashMap<u32, Identity>,
     interval: BTreeMap<u32, OwnerLine>,
+    /// Pages charged in the interval per (process, call's device): the
+    /// ledger's device rows, taken with the owners.
+    written_on: BTreeMap<(u32, crate::DevId), u64>,
     throttle_seen: HashMap<u32, (u64, u64)>,
     generation: u64,
     mode: AttributionMode,
@@ -563,6 +566,7 @@ impl Attribution {
         let by_flusher = call.work_reason != 0;
         let mut list: Vec<Dirtier> = Vec::with_capacity(charged.len() + 1);
         for (&tgid, &pages) in &charged {
+            *self.written_on.entry((tgid, call.dev)).or_default() += pages;
             let line = self.owner_line(tgid);
             line.pages_written += pages;
             if tgid != call.tgid {
@@ -589,6 +593,12 @@ impl Attribution {
             });
         }
         call.dirtiers = list;
+    }
+
+    /// The interval's pages charged per (process, call's device); resets
+    /// them.
+    pub fn take_written_on(&mut self) -> BTreeMap<(u32, crate::DevId), u64> {
+        std::mem::take(&mut self.written_on)
     }
 
     /// Why the owners' `pages_dirtied` were not measured, if a reading

@@ -102,6 +102,9 @@ pub struct KernelSnapshot {
     pub ledger: HashMap<crate::DevId, [u64; writeback_common::ledger_class::COUNT]>,
     /// Why `ledger` is not counted, when it is not.
     pub ledger_unmeasured: Option<String>,
+    /// Each mounted filesystem's device (`s_dev`, what calls carry) → the
+    /// whole disk it is on.
+    pub fs_disks: HashMap<crate::DevId, crate::DevId>,
     /// Pause ms in `balance_dirty_pages` per tgid since the tracer
     /// attached, and the process's comm.
     pub throttled: HashMap<u32, (u64, String)>,

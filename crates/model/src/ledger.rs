@@ -28,9 +28,7 @@ pub struct LedgerLine {
     pub devices: Vec<DeviceLedger>,
     pub processes: Vec<ProcessLedger>,
     pub cgroups: Vec<CgroupLedger>,
-    /// Bytes the devices wrote that no row was charged: the devices'
-    /// classes (or their counters, without classes) less every row's
-    /// `written_back`, `journal` and `metadata`.
+    /// The devices' `unattributed`, added.
     pub unattributed: u64,
     /// Why the devices' classes are absent, when they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,6 +61,11 @@ pub struct DeviceLedger {
     /// Writes that carry no data of their own (write-zeroes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other: Option<u64>,
+    /// Of the device's bytes (its classes, or `written` without them),
+    /// those no process row was charged: written back on this device, or
+    /// its share of this device's journal and metadata.
+    #[serde(default)]
+    pub unattributed: u64,
 }
 
 impl DeviceLedger {
@@ -161,6 +164,9 @@ pub struct LedgerInputs<'a> {
     pub owners: &'a [OwnerLine],
     /// `None` without the journal handles (`--enable durability`).
     pub handles: Option<&'a HandleBlocks>,
+    /// Pages charged per (process, filesystem device) in the interval
+    /// (`Attribution::take_written_on`).
+    pub written_on: &'a BTreeMap<(u32, DevId), u64>,
     pub page_size: u64,
 }
 
@@ -184,6 +190,7 @@ impl LedgerLine {
                 },
             })
             .collect();
+        let disk_of = |dev: DevId| i.cur.fs_disks.get(&dev).copied().unwrap_or(dev);
         let mut line = LedgerLine {
             devices,
             processes,
@@ -192,8 +199,9 @@ impl LedgerLine {
             classes_unmeasured,
             shares_unmeasured: None,
         };
+        line.charge_data(i.written_on, &disk_of, i.page_size);
         match (i.handles, line.classes_unmeasured.is_none()) {
-            (Some(h), true) => line.share(h),
+            (Some(h), true) => line.share(h, &disk_of),
             (None, _) => {
                 line.shares_unmeasured =
                     Some("the journal handles come with --enable durability".to_string())
@@ -207,29 +215,45 @@ impl LedgerLine {
     }
 
     /// Each process's share of each device's journal and metadata, by the
-    /// journal blocks its handles dirtied there.
-    fn share(&mut self, handles: &HandleBlocks) {
+    /// journal blocks its handles dirtied there (a handle's device is the
+    /// filesystem's, `disk_of` names its disk).
+    fn share(&mut self, handles: &HandleBlocks, disk_of: &impl Fn(DevId) -> DevId) {
+        let mut blocks: HashMap<(DevId, u32), u64> = HashMap::new();
         let mut totals: HashMap<DevId, u64> = HashMap::new();
-        for (&(dev, _), &b) in handles {
-            *totals.entry(dev).or_default() += b;
+        for (&(dev, pid), &b) in handles {
+            let disk = disk_of(dev);
+            *blocks.entry((disk, pid)).or_default() += b;
+            *totals.entry(disk).or_default() += b;
         }
         for p in &mut self.processes {
             let (mut journal, mut metadata) = (0u64, 0u64);
-            for d in &self.devices {
-                let (Some(&blocks), Some(&all)) =
-                    (handles.get(&(d.dev, p.pid)), totals.get(&d.dev))
+            for d in &mut self.devices {
+                let (Some(&mine), Some(&all)) = (blocks.get(&(d.dev, p.pid)), totals.get(&d.dev))
                 else {
                     continue;
                 };
                 let part = |bytes: Option<u64>| {
-                    (u128::from(bytes.unwrap_or(0)) * u128::from(blocks) / u128::from(all.max(1)))
+                    (u128::from(bytes.unwrap_or(0)) * u128::from(mine) / u128::from(all.max(1)))
                         as u64
                 };
-                journal += part(d.journal);
-                metadata += part(d.metadata);
+                let (j, m) = (part(d.journal), part(d.metadata));
+                d.unattributed = d.unattributed.saturating_sub(j + m);
+                journal += j;
+                metadata += m;
             }
             p.stages.journal = Some(journal);
             p.stages.metadata = Some(metadata);
+        }
+    }
+
+    /// Takes each process's written-back pages off its devices'
+    /// `unattributed`.
+    fn charge_data(&mut self, written_on: &BTreeMap<(u32, DevId), u64>, disk_of: &impl Fn(DevId) -> DevId, page: u64) {
+        for (&(_, dev), &pages) in written_on {
+            let disk = disk_of(dev);
+            if let Some(d) = self.devices.iter_mut().find(|d| d.dev == disk) {
+                d.unattributed = d.unattributed.saturating_sub(pages * page);
+            }
         }
     }
 
@@ -243,13 +267,7 @@ impl LedgerLine {
             .into_iter()
             .map(|(cgroup_id, stages)| CgroupLedger { cgroup_id, stages })
             .collect();
-        let device_bytes: u64 = self
-            .devices
-            .iter()
-            .map(|d| d.classed().unwrap_or(d.written))
-            .sum();
-        let charged: u64 = self.processes.iter().map(|p| p.stages.charged()).sum();
-        self.unattributed = device_bytes.saturating_sub(charged);
+        self.unattributed = self.devices.iter().map(|d| d.unattributed).sum();
         bound(
             &mut self.processes,
             |p| &p.stages,
@@ -289,6 +307,7 @@ impl LedgerLine {
                     m.journal = add(m.journal, d.journal);
                     m.metadata = add(m.metadata, d.metadata);
                     m.other = add(m.other, d.other);
+                    m.unattributed += d.unattributed;
                 }
                 None => self.devices.push(d.clone()),
             }
@@ -304,16 +323,13 @@ impl LedgerLine {
                 None => self.processes.push(p.clone()),
             }
         }
-        self.unattributed += o.unattributed;
         if self.classes_unmeasured.is_none() {
             self.classes_unmeasured = o.classes_unmeasured.clone();
         }
         if self.shares_unmeasured.is_none() {
             self.shares_unmeasured = o.shares_unmeasured.clone();
         }
-        let unattributed = self.unattributed;
         self.finish();
-        self.unattributed = unattributed;
     }
 }
 
@@ -368,6 +384,7 @@ fn device_rows(prev: &KernelSnapshot, cur: &KernelSnapshot, classed: bool) -> Ve
                     journal: Some(d(class::JOURNAL)),
                     metadata: Some(d(class::META) + d(class::BDEV)),
                     other: Some(d(class::NO_DATA)),
+                    unattributed: 0,
                 }
             } else {
                 DeviceLedger {
@@ -376,7 +393,11 @@ fn device_rows(prev: &KernelSnapshot, cur: &KernelSnapshot, classed: bool) -> Ve
                     ..DeviceLedger::default()
                 }
             };
-            (row.written > 0 || row.classed().unwrap_or(0) > 0).then_some(row)
+            let row = DeviceLedger {
+                unattributed: row.classed().unwrap_or(row.written),
+                ..row
+            };
+            (row.written > 0 || row.unattributed > 0).then_some(row)
         })
         .collect();
     out.sort_by_key(|d| d.dev);
@@ -425,6 +446,7 @@ mod tests {
             cur: &cur,
             owners: &owners,
             handles: Some(&handles),
+            written_on: &BTreeMap::from([((1, dev()), 10)]),
             page_size: 4096,
         });
         let d = &line.devices[0];
@@ -445,9 +467,10 @@ mod tests {
         assert_eq!(p1.stages.amplification, Some(charged as f64 / 40_960.0));
         // Pid 2 dirtied nothing: no amplification, not a division by 0.
         assert_eq!(line.processes[1].stages.amplification, None);
-        // What nobody was charged: the direct 4 KiB, and the rounding.
-        let all_charged: u64 = line.processes.iter().map(|p| p.stages.charged()).sum();
-        assert_eq!(line.unattributed, 159_744 - all_charged);
+        // What nobody was charged: the direct 4 KiB (the shares divide
+        // evenly here).
+        assert_eq!(line.devices[0].unattributed, 4_096);
+        assert_eq!(line.unattributed, 4_096);
         assert_eq!(line.cgroups.len(), 1);
         assert_eq!(line.cgroups[0].stages.written_back, 40_960);
         // As JSON: the stages beside the pid, absent figures absent.
@@ -468,6 +491,7 @@ mod tests {
             cur: &cur,
             owners: &[],
             handles: None,
+            written_on: &BTreeMap::new(),
             page_size: 4096,
         });
         let d = &line.devices[0];
@@ -493,6 +517,7 @@ mod tests {
             cur: &cur,
             owners: &owners,
             handles: None,
+            written_on: &BTreeMap::new(),
             page_size: 4096,
         });
         assert_eq!(line.processes.len(), ROWS_KEPT + 1);

@@ -696,6 +696,7 @@ impl Tracer {
             vmstat: super::VmStatFile::open()?,
             disks,
             devices_from_diskstats,
+            fs_names: std::sync::Mutex::new(super::mounts::FsNames::open()),
             ledger,
             _stats_fd: stats_fd,
             retprobes: std::sync::Mutex::new(retprobes),

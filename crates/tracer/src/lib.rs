@@ -68,6 +68,9 @@ pub struct Tracer {
     /// the ledger.
     disks: diskstats::DiskStatsFile,
     devices_from_diskstats: bool,
+    /// The mount table, for the ledger's filesystem → disk map (a lock:
+    /// read through `&self`).
+    fs_names: std::sync::Mutex<mounts::FsNames>,
     /// `DEVICE_LEDGER` where the block programs count it, else why not.
     ledger: Result<aya::maps::Map, String>,
     /// Keeps BPF run-time statistics on while the tracer lives.

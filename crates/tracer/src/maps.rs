@@ -47,6 +47,11 @@ impl Tracer {
                 Err(_) => Default::default(),
             },
             ledger_unmeasured: self.ledger.as_ref().err().cloned(),
+            fs_disks: self
+                .fs_names
+                .lock()
+                .map(|mut f| f.disks())
+                .unwrap_or_default(),
             throttled: throttled
                 .into_iter()
                 .map(|(tgid, by)| (tgid, (by.pause_ms, wbscope_model::record::comm(&by.comm))))

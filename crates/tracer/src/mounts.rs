@@ -81,6 +81,27 @@ impl FsNames {
         out
     }
 
+    /// Each mounted filesystem's `s_dev` → the whole disk it is on (its
+    /// block device, or that partition's disk), read afresh when stale:
+    /// the disk the ledger's device rows name.
+    pub(crate) fn disks(&mut self) -> HashMap<DevId, DevId> {
+        if self.stale() {
+            self.refresh();
+        }
+        self.known
+            .keys()
+            .map(|&fs| {
+                let block = self.backing.get(&fs).copied().unwrap_or(fs);
+                let disk = self
+                    .partitions
+                    .iter()
+                    .find(|(_, parts)| parts.contains(&block))
+                    .map_or(block, |(&disk, _)| disk);
+                (fs, disk)
+            })
+            .collect()
+    }
+
     /// The whole mount table, read now from the held file.
     fn read(&self) -> Option<String> {
         use std::io::{Read as _, Seek as _};
