@@ -89,6 +89,11 @@ pub struct Stages {
     /// (`cancelled_write_bytes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled: Option<u64>,
+    /// `write_calls` less `dirtied`: bytes written into pages that were
+    /// dirty already (rewritten in the cache before their writeback), and
+    /// bytes written to pipes and sockets, which `wchar` counts too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub absorbed: Option<u64>,
     /// Its pages written back, by anyone.
     pub written_back: u64,
     /// Its share of the devices' journal and metadata bytes.
@@ -127,6 +132,10 @@ impl Stages {
         let over = |d: Option<u64>| d.filter(|&d| d > 0).map(|d| charged as f64 / d as f64);
         self.amplification = over(self.dirtied);
         self.amplification_of_write_calls = over(self.write_calls);
+        self.absorbed = self
+            .write_calls
+            .zip(self.dirtied)
+            .map(|(w, d)| w.saturating_sub(d));
     }
 
     /// What sorts rows: the larger of what it dirtied and was charged.
@@ -154,8 +163,13 @@ pub struct CgroupLedger {
 }
 
 /// The journal blocks each process's handles dirtied, per device and pid,
-/// in the commits that ended in the interval (`durability::HandleShare`).
-pub type HandleBlocks = BTreeMap<(DevId, u32), u64>;
+/// in the commits that ended in the interval (`durability::HandleShare`),
+/// and the processes' names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HandleBlocks {
+    pub blocks: BTreeMap<(DevId, u32), u64>,
+    pub names: BTreeMap<u32, String>,
+}
 
 /// What the ledger of an interval is made from.
 pub struct LedgerInputs<'a> {
@@ -199,6 +213,19 @@ impl LedgerLine {
             classes_unmeasured,
             shares_unmeasured: None,
         };
+        // A process that only made journal handles (a rename, a chmod)
+        // dirtied no page: it gets a row for its share all the same.
+        if let Some(h) = i.handles {
+            for &(_, pid) in h.blocks.keys() {
+                if !line.processes.iter().any(|p| p.pid == pid) {
+                    line.processes.push(ProcessLedger {
+                        pid,
+                        comm: h.names.get(&pid).cloned().unwrap_or_default(),
+                        ..ProcessLedger::default()
+                    });
+                }
+            }
+        }
         line.charge_data(i.written_on, &disk_of, i.page_size);
         match (i.handles, line.classes_unmeasured.is_none()) {
             (Some(h), true) => line.share(h, &disk_of),
@@ -220,7 +247,7 @@ impl LedgerLine {
     fn share(&mut self, handles: &HandleBlocks, disk_of: &impl Fn(DevId) -> DevId) {
         let mut blocks: HashMap<(DevId, u32), u64> = HashMap::new();
         let mut totals: HashMap<DevId, u64> = HashMap::new();
-        for (&(dev, pid), &b) in handles {
+        for (&(dev, pid), &b) in &handles.blocks {
             let disk = disk_of(dev);
             *blocks.entry((disk, pid)).or_default() += b;
             *totals.entry(disk).or_default() += b;
@@ -248,7 +275,12 @@ impl LedgerLine {
 
     /// Takes each process's written-back pages off its devices'
     /// `unattributed`.
-    fn charge_data(&mut self, written_on: &BTreeMap<(u32, DevId), u64>, disk_of: &impl Fn(DevId) -> DevId, page: u64) {
+    fn charge_data(
+        &mut self,
+        written_on: &BTreeMap<(u32, DevId), u64>,
+        disk_of: &impl Fn(DevId) -> DevId,
+        page: u64,
+    ) {
         for (&(_, dev), &pages) in written_on {
             let disk = disk_of(dev);
             if let Some(d) = self.devices.iter_mut().find(|d| d.dev == disk) {
@@ -439,7 +471,10 @@ mod tests {
         // 100 KiB journal, 8 KiB flagged metadata, 4 KiB bdev cache,
         // 40 KiB file data, 4 KiB direct: 156 KiB = 312 sectors.
         let cur = snapshot(1_312, [102_400, 8_192, 4_096, 40_960, 4_096, 0, 0]);
-        let handles = HandleBlocks::from([((dev(), 1), 3), ((dev(), 2), 1)]);
+        let handles = HandleBlocks {
+            blocks: BTreeMap::from([((dev(), 1), 3), ((dev(), 2), 1), ((dev(), 3), 4)]),
+            names: BTreeMap::from([(3, "mv".to_string())]),
+        };
         let owners = [owner(1, 10, 10, 10), owner(2, 10, 0, 0)];
         let line = LedgerLine::new(&LedgerInputs {
             prev: &prev,
@@ -457,22 +492,31 @@ mod tests {
             (d.journal, d.metadata, d.other),
             (Some(102_400), Some(12_288), Some(0))
         );
-        // Pid 1 dirtied 3 of the 4 journal blocks: 3/4 of journal and
-        // metadata, its own 40 KiB written back.
+        // Pid 1 dirtied 3 of the 8 journal blocks: 3/8 of journal and
+        // metadata, and its own 40 KiB written back.
         let p1 = &line.processes[0];
         assert_eq!(p1.pid, 1);
-        assert_eq!(p1.stages.journal, Some(76_800));
-        assert_eq!(p1.stages.metadata, Some(9_216));
-        let charged = 40_960 + 76_800 + 9_216;
+        assert_eq!(p1.stages.journal, Some(38_400));
+        assert_eq!(p1.stages.metadata, Some(4_608));
+        let charged = 40_960 + 38_400 + 4_608;
         assert_eq!(p1.stages.amplification, Some(charged as f64 / 40_960.0));
+        // Pid 3 only made handles (a rename): a row of its own, named,
+        // with half of them; its cgroup unknown, so `other`'s.
+        let mv = &line.processes[1];
+        assert_eq!((mv.pid, mv.comm.as_str()), (3, "mv"));
+        assert_eq!(
+            (mv.stages.journal, mv.stages.metadata),
+            (Some(51_200), Some(6_144))
+        );
         // Pid 2 dirtied nothing: no amplification, not a division by 0.
-        assert_eq!(line.processes[1].stages.amplification, None);
+        assert_eq!(line.processes[2].stages.amplification, None);
         // What nobody was charged: the direct 4 KiB (the shares divide
         // evenly here).
         assert_eq!(line.devices[0].unattributed, 4_096);
         assert_eq!(line.unattributed, 4_096);
-        assert_eq!(line.cgroups.len(), 1);
+        assert_eq!(line.cgroups.len(), 2);
         assert_eq!(line.cgroups[0].stages.written_back, 40_960);
+        assert_eq!(line.cgroups[1].cgroup_id, 0);
         // As JSON: the stages beside the pid, absent figures absent.
         let json = serde_json::to_value(&line).expect("json");
         assert_eq!(json["processes"][0]["written_back"], 40_960);

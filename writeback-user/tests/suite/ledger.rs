@@ -1,7 +1,7 @@
 //! The ledger against sources no one here wrote: each loop device's rows
 //! close on its own sectors-written counter (/sys/block/DEV/stat), and the
 //! journal of ext4 equals what bpftrace counts jbd2 submitting to the disk.
-use std::{fs, path::Path, process::Command};
+use std::{fs, path::Path};
 
 use serde_json::Value;
 
@@ -69,14 +69,20 @@ fn workload(fs: &LoopFs) -> u32 {
 fn traced(fstype: &str, bpftrace: Option<&str>) -> (Value, u64, u32, Vec<String>) {
     let fs = LoopFs::new(fstype, 512);
     // Nothing of the mkfs left to write before the counting starts.
-    run(Command::new("sync").arg("-f").arg(&fs.mountpoint));
+    run(wbscope_programs::SYNC
+        .command()
+        .arg("-f")
+        .arg(&fs.mountpoint));
     let dev = majmin(&fs.device);
     let script = bpftrace.map(|s| s.replace("DEV", &kernel_dev(&dev).to_string()));
     let bt = script.as_deref().map(Bpftrace::start);
     let trace = Tracing::start(&["--enable", "device_io,durability", "--json"]);
     let before = sectors_written(&fs.device);
     let pid = workload(&fs);
-    run(Command::new("sync").arg("-f").arg(&fs.mountpoint));
+    run(wbscope_programs::SYNC
+        .command()
+        .arg("-f")
+        .arg(&fs.mountpoint));
     std::thread::sleep(std::time::Duration::from_millis(500));
     let after = sectors_written(&fs.device);
     let lines = trace.stop(libc::SIGINT);
@@ -187,4 +193,167 @@ fn xfs_and_btrfs_rows_close() {
     // btrfs has no journal: its log tree is metadata.
     assert_eq!(u(&row, "journal"), 0, "{row}");
     assert!(u(&row, "metadata") > 0, "{row}");
+}
+
+/// A shell whose own writes are the case (dash's `printf` and
+/// redirections are builtins: the shell itself writes), ending with its
+/// own /proc/PID/io as the kernel counted it, read by `cat` a moment
+/// before the shell exits: the independent figures. The kernel adds a
+/// reaped child's counts to its parent's (`wait_task_zombie()`, kernel/
+/// exit.c), so the shell's `wchar` at its exit is that reading plus what
+/// `cat` wrote: returned as the third figure.
+fn shell_case(script: &str) -> (u32, std::collections::BTreeMap<String, u64>, u64) {
+    let out = wbscope_programs::SH
+        .command()
+        .args([
+            "-c",
+            &format!("{script}\necho pid $$; cat /proc/$$/io; exit 0"),
+        ])
+        .output()
+        .expect("sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (head, io_text) = text.split_once('\n').expect("two parts");
+    let pid = head
+        .strip_prefix("pid ")
+        .and_then(|p| p.trim().parse().ok())
+        .expect("pid");
+    let io = io_text
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_string(), v.trim().parse().expect("count")))
+        .collect();
+    (pid, io, io_text.len() as u64)
+}
+
+/// The summary's process row of `pid`.
+fn process<'a>(summary: &'a Value, pid: u32) -> &'a Value {
+    summary["ledger"]["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("pid {pid} in {}", summary["ledger"]))
+}
+
+#[test]
+fn each_stage_is_counted_as_the_kernel_counted_it() {
+    let _g = file_group(module_path!());
+    let fs = LoopFs::new("ext4", 2048);
+    let dir = fs.mountpoint.display().to_string();
+    let trace = Tracing::start(&["--json"]);
+    // Written then truncated before any writeback: cancelled.
+    let (cancel_pid, cancel_io, cat_wrote) = shell_case(&format!(
+        "i=0; while [ $i -lt 512 ]; do printf '%4096s' x >> {dir}/cancel; i=$((i+1)); done; : > {dir}/cancel"
+    ));
+    // The same 4 KiB rewritten 100,000 times before one writeback:
+    // absorbed (`1<>` opens without truncating).
+    let (absorb_pid, absorb_io, cat_wrote_too) = shell_case(&format!(
+        "i=0; while [ $i -lt 100000 ]; do printf '%4096s' x 1<> {dir}/absorb; i=$((i+1)); done"
+    ));
+    run(wbscope_programs::SYNC
+        .command()
+        .arg("-f")
+        .arg(&fs.mountpoint));
+    // 1 GiB of 1 MiB buffered writes.
+    let mut big = wbscope_programs::DD.command();
+    big.args([
+        "if=/dev/zero",
+        &format!("of={dir}/big"),
+        "bs=1M",
+        "count=1024",
+        "conv=fsync",
+        "status=none",
+    ]);
+    let child = big.spawn().expect("dd");
+    let big_pid = child.id();
+    assert!(child.wait_with_output().expect("dd").status.success());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let lines = trace.stop(libc::SIGINT);
+    let summary = lines.last().expect("summary");
+
+    let p = process(summary, cancel_pid);
+    assert_eq!(u(p, "cancelled"), cancel_io["cancelled_write_bytes"], "{p}");
+    assert_eq!(u(p, "cancelled"), 512 * 4096, "{p}");
+    assert_eq!(u(p, "dirtied"), cancel_io["write_bytes"], "{p}");
+    assert_eq!(u(p, "write_calls"), cancel_io["wchar"] + cat_wrote, "{p}");
+    assert_eq!(u(p, "written_back"), 0, "{p}");
+
+    let p = process(summary, absorb_pid);
+    assert_eq!(
+        u(p, "write_calls"),
+        absorb_io["wchar"] + cat_wrote_too,
+        "{p}"
+    );
+    assert_eq!(u(p, "dirtied"), absorb_io["write_bytes"], "{p}");
+    assert_eq!(u(p, "dirtied"), 4096, "{p}");
+    assert_eq!(u(p, "absorbed"), u(p, "write_calls") - 4096, "{p}");
+    assert!(u(p, "absorbed") >= 100_000 * 4096 - 4096, "{p}");
+    assert_eq!(u(p, "written_back"), 4096, "{p}");
+
+    let p = process(summary, big_pid);
+    assert_eq!(u(p, "dirtied"), 1 << 30, "{p}");
+    assert_eq!(u(p, "written_back"), 1 << 30, "{p}");
+    let x = p["amplification"].as_f64().expect("amplification");
+    eprintln!("ledger: 1 GiB of 1 MiB writes: {p}");
+    assert!((1.0..1.01).contains(&x), "{p}");
+}
+
+#[test]
+fn a_rename_over_the_old_file_is_journal_and_metadata() {
+    let _g = file_group(module_path!());
+    let fs = LoopFs::new("ext4", 512);
+    let dir = fs.mountpoint.display().to_string();
+    run(wbscope_programs::SYNC
+        .command()
+        .arg("-f")
+        .arg(&fs.mountpoint));
+    let trace = Tracing::start(&["--enable", "device_io,durability", "--json"]);
+    // The safe-save idiom, 1,000 times: write a new copy, make it
+    // durable, rename it over the old one.
+    let renames = 1000;
+    run(wbscope_programs::SH.command().args([
+        "-c",
+        &format!(
+            "i=0; while [ $i -lt {renames} ]; do \
+               dd if=/dev/zero of={dir}/f.tmp bs=100 count=1 conv=fsync status=none && \
+               mv {dir}/f.tmp {dir}/f; i=$((i+1)); done"
+        ),
+    ]));
+    run(wbscope_programs::SYNC
+        .command()
+        .arg("-f")
+        .arg(&fs.mountpoint));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let lines = trace.stop(libc::SIGINT);
+    let summary = lines.last().expect("summary");
+    let dev = majmin(&fs.device);
+    let row = summary["ledger"]["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .find(|d| d["dev"] == dev.as_str())
+        .expect("the device's row");
+    let (journal, metadata, data) = (u(row, "journal"), u(row, "metadata"), u(row, "data"));
+    eprintln!(
+        "ledger: per rename: journal {} B, metadata {} B, data {} B ({row})",
+        journal / renames,
+        metadata / renames,
+        data / renames
+    );
+    // Each rename's 100 bytes of data cost a 4 KiB page; its commits more.
+    assert!(journal + metadata > data, "{row}");
+    assert!(data >= renames * 4096, "{row}");
+    // The `mv`s made handles and dirtied nothing: their share is in rows
+    // of their own, and what is left unattributed is the kernel's own
+    // (ext4lazyinit zeroing inode tables: `other`) and the rounding.
+    let written = u(row, "written");
+    assert!(
+        u(row, "unattributed") <= u(row, "other") + written / 100,
+        "{row}"
+    );
 }

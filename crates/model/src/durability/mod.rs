@@ -404,7 +404,13 @@ impl DurabilityJoin {
         for s in shares {
             // Bounded as the handles are: one entry per (device, pid)
             // with handles in an interval.
-            *self.handle_blocks.entry((s.dev, s.pid)).or_default() += s.blocks;
+            *self.handle_blocks.blocks.entry((s.dev, s.pid)).or_default() += s.blocks;
+            if !s.comm.is_empty() {
+                self.handle_blocks
+                    .names
+                    .entry(s.pid)
+                    .or_insert_with(|| s.comm.clone());
+            }
             if !s.comm.is_empty() {
                 self.name(s.pid, &s.comm);
             }
