@@ -231,7 +231,7 @@ fn shell_case(script: &str) -> (u32, std::collections::BTreeMap<String, u64>, u6
 }
 
 /// The summary's process row of `pid`.
-fn process<'a>(summary: &'a Value, pid: u32) -> &'a Value {
+fn process(summary: &Value, pid: u32) -> &Value {
     summary["ledger"]["processes"]
         .as_array()
         .expect("processes")
