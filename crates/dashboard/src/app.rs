@@ -4,7 +4,7 @@
 //! must happen outside (start a writer, change a live tunable, quit) comes
 //! back as [`Effect`]s, so the key handling is tested without threads,
 //! files or a terminal.
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use writer_core::{RunStatus, Strategy};
@@ -18,6 +18,7 @@ use wbscope_model::dirtier::DirtierSnapshot;
 use wbscope_model::interval::{CallAggregate, IntervalLine};
 use wbscope_model::kernel::KernelSnapshot;
 use wbscope_model::kernel::KernelStats;
+use wbscope_model::ledger::{LedgerInputs, LedgerLine};
 use wbscope_model::plan::Concept;
 use wbscope_model::{CallRecord, DevId};
 
@@ -39,10 +40,12 @@ pub(crate) enum Pane {
     Who,
     /// Each process's fsyncs, split.
     Fsync,
+    /// Where the bytes go.
+    Ledger,
 }
 
 impl Pane {
-    const ORDER: [Pane; 7] = [
+    const ORDER: [Pane; 8] = [
         Pane::Kernel,
         Pane::Writer,
         Pane::Histograms,
@@ -50,6 +53,7 @@ impl Pane {
         Pane::Top,
         Pane::Who,
         Pane::Fsync,
+        Pane::Ledger,
     ];
 
     fn step(self, forward: bool) -> Pane {
@@ -409,11 +413,25 @@ impl App {
         if let Some((then, prev)) = &self.intervals.prev {
             let secs = at.saturating_sub(*then).as_secs_f64();
             let mut line = IntervalLine::new(at.as_secs_f64(), secs, &calls, prev, &cur);
+            let mut written_on = BTreeMap::new();
             if dirtiers.is_some() {
                 line.owners = self.live_who.owners();
+                written_on = self.live_who.take_written_on();
             }
-            if let Some(f) = self.live_fsyncs.as_mut() {
+            let handles = self.live_fsyncs.as_mut().map(|f| {
                 line.fsyncs = f.interval(mono_ns);
+                f.handle_blocks()
+            });
+            // A snapshot of a tracer has every disk's counters.
+            if !cur.written_sectors.is_empty() {
+                line.ledger = Some(LedgerLine::new(&LedgerInputs {
+                    prev,
+                    cur: &cur,
+                    owners: &line.owners,
+                    handles: handles.as_ref(),
+                    written_on: &written_on,
+                    page_size: wbscope_model::units::page_size(),
+                }));
             }
             self.model.on_interval(line, cur.stats, cpu);
         }

@@ -46,6 +46,12 @@ impl LiveFsyncs {
         }
     }
 
+    /// The journal blocks per device and pid since the last interval, for
+    /// the ledger's shares.
+    pub(crate) fn handle_blocks(&mut self) -> wbscope_model::ledger::HandleBlocks {
+        self.join.take_handle_blocks()
+    }
+
     /// The fsyncs ready by `now_ns` (CLOCK_MONOTONIC), as the closing
     /// interval's lines.
     pub(crate) fn interval(&mut self, now_ns: u64) -> Vec<FsyncLine> {

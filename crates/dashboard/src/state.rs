@@ -206,6 +206,9 @@ pub(crate) struct Model {
     pub(crate) who: WhoModel,
     /// Each process's fsyncs, from each interval's `fsyncs`.
     pub(crate) fsyncs: crate::fsync::FsyncModel,
+    /// The intervals' ledgers added up since the start (model/ledger.rs);
+    /// `None` before the first line that has one.
+    pub(crate) ledger: Option<wbscope_model::ledger::LedgerLine>,
     interval_calls: u64,
     interval_pages: u64,
 }
@@ -288,6 +291,9 @@ impl Model {
         self.findings.interval(&line);
         self.who.on_owners(&line.owners);
         self.fsyncs.on_lines(&line.fsyncs, line.time_s);
+        if let Some(l) = &line.ledger {
+            self.ledger.get_or_insert_with(Default::default).add(l);
+        }
         self.last = Some(line);
     }
 

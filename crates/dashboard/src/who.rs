@@ -79,6 +79,14 @@ impl LiveWho {
     pub(crate) fn owners(&mut self) -> Vec<OwnerLine> {
         self.attribution.take_owners()
     }
+
+    /// The interval's pages charged per (process, device), for the
+    /// ledger.
+    pub(crate) fn take_written_on(
+        &mut self,
+    ) -> std::collections::BTreeMap<(u32, wbscope_model::DevId), u64> {
+        self.attribution.take_written_on()
+    }
 }
 
 /// One process's totals since start (or the last reset): its owner lines

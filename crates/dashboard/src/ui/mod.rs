@@ -16,6 +16,7 @@ mod fsync_pane;
 mod header;
 mod histograms;
 mod kernel_pane;
+mod ledger_pane;
 mod overlay;
 mod top_table;
 mod who_pane;
@@ -34,6 +35,7 @@ use findings_strip::FindingsStrip;
 use fsync_pane::FsyncPane;
 use histograms::Histograms;
 use kernel_pane::KernelPane;
+use ledger_pane::LedgerPane;
 use top_table::TopTable;
 use who_pane::WhoPane;
 use writer_pane::WriterPane;
@@ -192,6 +194,10 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
         hooked: model.plan.attached(Concept::Durability),
         focused: focus == Pane::Fsync,
     };
+    let ledger = LedgerPane {
+        ledger: model.ledger.as_ref(),
+        focused: focus == Pane::Ledger,
+    };
 
     if body.width >= 120 && roomy {
         let [mid, bottom] =
@@ -200,11 +206,12 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(mid);
         frame.render_widget(histograms, hist);
         frame.render_widget(chart, chart_area);
-        // The who and fsync panes take the top table's place while they
+        // The who, fsync and ledger panes take the top table's place while they
         // have focus.
         match focus {
             Pane::Who => frame.render_widget(who, bottom),
             Pane::Fsync => frame.render_widget(fsync, bottom),
+            Pane::Ledger => frame.render_widget(ledger, bottom),
             _ => frame.render_widget(top, bottom),
         }
     } else {
@@ -215,6 +222,7 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
             Pane::Top => frame.render_widget(top, lower),
             Pane::Who => frame.render_widget(who, lower),
             Pane::Fsync => frame.render_widget(fsync, lower),
+            Pane::Ledger => frame.render_widget(ledger, lower),
             Pane::Histograms | Pane::Kernel | Pane::Writer => {
                 frame.render_widget(histograms, lower);
             }

@@ -702,3 +702,76 @@ fn the_bar_gives_each_part_its_share_and_every_part_a_cell() {
     assert!(bar.starts_with("Ww"), "{bar}");
     assert!(super::fsync_pane::stacked(&l, 0).is_empty());
 }
+
+/// Two intervals of the journald case's shape, Tab to the ledger pane.
+fn ledger_app(with_ledger: bool) -> App {
+    use wbscope_model::interval::{CallAggregate, IntervalLine};
+    use wbscope_model::ledger::{DeviceLedger, LedgerLine, ProcessLedger, Stages};
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    for s in 1..=2u64 {
+        let snap = KernelSnapshot::default();
+        let mut l = IntervalLine::new(s as f64, 1.0, &CallAggregate::default(), &snap, &snap);
+        let row = |pid, comm: &str, calls, dirtied, back, journal, metadata| ProcessLedger {
+            pid,
+            comm: comm.into(),
+            cgroup_id: 1,
+            stages: Stages {
+                write_calls: Some(calls),
+                dirtied: Some(dirtied),
+                cancelled: Some(0),
+                written_back: back,
+                journal: Some(journal),
+                metadata: Some(metadata),
+                ..Stages::default()
+            },
+        };
+        l.ledger = with_ledger.then(|| LedgerLine {
+            devices: vec![
+                DeviceLedger {
+                    dev: wbscope_model::DevId { major: 7, minor: 0 },
+                    written: 8_886_272,
+                    data: Some(5_402_624),
+                    direct: Some(0),
+                    journal: Some(3_471_360),
+                    metadata: Some(12_288),
+                    other: Some(0),
+                    unattributed: 0,
+                },
+                DeviceLedger {
+                    dev: wbscope_model::DevId {
+                        major: 254,
+                        minor: 0,
+                    },
+                    written: 1_048_576,
+                    unattributed: 1_048_576,
+                    ..DeviceLedger::default()
+                },
+            ],
+            processes: vec![
+                row(5822, "dd", 188_000, 1_208_320, 1_208_320, 3_446_277, 12_199),
+                row(5823, "dd", 4_194_304, 4_194_304, 4_194_304, 25_082, 89),
+            ],
+            ..LedgerLine::default()
+        });
+        app.handle(Msg::Interval {
+            line: Box::new(l),
+            kernel: Default::default(),
+            unix_ns: None,
+        });
+    }
+    for _ in 0..5 {
+        app.handle(Msg::Key(KeyEvent::from(KeyCode::Tab)));
+    }
+    assert_eq!(app.view.focus, crate::app::Pane::Ledger);
+    app
+}
+
+/// Each device's classes beside its counter, each process's flow from
+/// write() to the device with its amplification, added since start.
+#[test]
+fn ledger_pane() {
+    let app = ledger_app(true);
+    insta::assert_snapshot!("ledger_80x24", draw(&app, 80, 24).backend());
+    insta::assert_snapshot!("ledger_160x48", draw(&app, 160, 48).backend());
+    insta::assert_snapshot!("ledger_none", draw(&ledger_app(false), 80, 16).backend());
+}
