@@ -3,6 +3,7 @@
 //! recording's length) or a `compare`/`scenario` JSON document (the runs
 //! `model::window::Run` serialises, each with its timeline).
 use std::path::Path;
+use wbscope_model::ledger::LedgerLine;
 
 use serde::Deserialize;
 
@@ -38,6 +39,9 @@ pub struct ReportData {
     /// Who dirtied it: a recording's owners, added up (`None` for
     /// documents, which carry none).
     pub(crate) owners: Option<Owners>,
+    /// Where the bytes went: a recording's ledgers, added up (`None` for
+    /// documents and recordings made before the ledger).
+    pub(crate) ledger: Option<LedgerLine>,
 }
 
 /// One run (or recording) on the time axis, and its distributions.
@@ -281,6 +285,7 @@ fn from_runs(doc: &DocView, ctx: RunContext, what: String, source: &str) -> Repo
         page_size: wbscope_model::units::page_size(),
         warnings: Vec::new(),
         owners: None,
+        ledger: None,
     }
 }
 
@@ -316,6 +321,7 @@ pub struct RecordingFeed {
     /// The doctor's rules over the interval lines, as `doctor --from`.
     engine: Engine,
     owners: Owners,
+    ledger: Option<LedgerLine>,
 }
 
 impl RecordingFeed {
@@ -335,6 +341,7 @@ impl RecordingFeed {
             bad_lines: 0,
             engine: Engine::new(),
             owners: Owners::default(),
+            ledger: None,
         }
     }
 
@@ -369,6 +376,9 @@ impl RecordingFeed {
         self.last_s = self.last_s.max(line.time_s);
         self.engine.interval(&line);
         self.owners.add(&line.owners);
+        if let Some(l) = &line.ledger {
+            self.ledger.get_or_insert_with(LedgerLine::default).add(l);
+        }
         for d in &line.inode_passes_by_device {
             self.passes
                 .get_or_insert_with(Default::default)
@@ -395,6 +405,7 @@ impl RecordingFeed {
             bad_lines,
             mut engine,
             owners,
+            ledger,
         } = self;
         let findings = engine
             .finish()
@@ -460,6 +471,7 @@ impl RecordingFeed {
             page_size: page,
             warnings,
             owners: Some(owners),
+            ledger,
         }
     }
 }

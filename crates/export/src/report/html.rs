@@ -85,6 +85,7 @@ pub(crate) fn page(d: &ReportData) -> String {
     out.push_str("</section>\n");
 
     out.push_str(&super::who::section(d.owners.as_ref(), d.recording));
+    out.push_str(&super::who::ledger_section(d.ledger.as_ref(), d.recording));
     out.push_str("</body>\n</html>\n");
     out
 }

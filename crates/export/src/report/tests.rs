@@ -147,9 +147,46 @@ pub fn fixture_frames() -> Vec<(Vec<CallRecord>, IntervalLine)> {
             );
             line.owners = fixture_owners(tick);
             line.fsyncs = fixture_fsyncs(tick);
+            line.ledger = Some(fixture_ledger(&line.owners, tick));
             (calls, line)
         })
         .collect()
+}
+
+/// Where the recording fixture's bytes went, interval `tick`: one disk
+/// writing 20 MB an interval, 2 MB of it journal, through the model's own
+/// arithmetic from two snapshots.
+fn fixture_ledger(
+    owners: &[wbscope_model::dirtier::OwnerLine],
+    tick: u64,
+) -> wbscope_model::ledger::LedgerLine {
+    use std::collections::{BTreeMap, HashMap};
+    use wbscope_model::ledger::{LedgerInputs, LedgerLine};
+    let dev = wbscope_model::DevId { major: 8, minor: 0 };
+    let snap = |t: u64| KernelSnapshot {
+        written_sectors: HashMap::from([(dev, t * 40_000)]),
+        ledger: HashMap::from([(
+            dev,
+            [
+                t * 2_000_000,
+                t * 100_000,
+                t * 50_000,
+                t * 18_330_000,
+                0,
+                0,
+                0,
+            ],
+        )]),
+        ..KernelSnapshot::default()
+    };
+    LedgerLine::new(&LedgerInputs {
+        prev: &snap(tick - 1),
+        cur: &snap(tick),
+        owners,
+        handles: None,
+        written_on: &BTreeMap::new(),
+        page_size: 4096,
+    })
 }
 
 /// The recording fixture's fsyncs, interval `tick`: one process syncing

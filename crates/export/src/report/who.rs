@@ -7,6 +7,7 @@
 use std::{collections::HashMap, fmt::Write as _};
 
 use wbscope_model::dirtier::{OTHERS, OwnerLine, OwnerTotal};
+use wbscope_model::ledger::LedgerLine;
 
 use super::svg::xml;
 
@@ -123,5 +124,66 @@ pub(crate) fn section(owners: Option<&Owners>, recording: bool) -> String {
         );
     }
     out.push_str("</section>\n");
+    out
+}
+
+/// The `#ledger` section: where a recording's bytes went (model/
+/// ledger.rs, docs/ledger.md), its intervals' ledgers added up: each
+/// device's bytes written by class beside its own counter, then per
+/// process the stages from its write calls to the device.
+pub(crate) fn ledger_section(ledger: Option<&LedgerLine>, recording: bool) -> String {
+    let mut out = String::from("<section id=\"ledger\">\n<h2>Where the bytes go</h2>\n");
+    let Some(l) = ledger.filter(|l| !l.devices.is_empty() || !l.processes.is_empty()) else {
+        let why = if recording {
+            "this recording has no ledger: it was made by a wbscope before it, or nothing was written"
+        } else {
+            "not in a compare/scenario document: the ledger is in recordings (wbscope record)"
+        };
+        let _ = writeln!(out, "<p class=\"muted\">{why}.</p>\n</section>");
+        return out;
+    };
+    let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    out.push_str("<p class=\"muted\">Bytes over the recording (docs/ledger.md): each device's writes by class, which add up to the device's own counter (written); per process, from its write calls to the device, with its share of the journal and metadata and the amplification over its write calls. A dash: not measured (the classes need --enable device_io, the shares --enable durability).</p>\n");
+    out.push_str("<table class=\"who\">\n<tr><th>device</th><th>written</th><th>data</th><th>of it direct</th><th>journal</th><th>metadata</th><th>other</th><th>unattributed</th></tr>\n");
+    for d in &l.devices {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            d.dev,
+            d.written,
+            opt(d.data),
+            opt(d.direct),
+            opt(d.journal),
+            opt(d.metadata),
+            opt(d.other),
+            d.unattributed
+        );
+    }
+    out.push_str("</table>\n<table class=\"who\">\n<tr><th>pid</th><th>command</th><th>write calls</th><th>dirtied</th><th>absorbed</th><th>cancelled</th><th>written back</th><th>journal</th><th>metadata</th><th>amplification</th></tr>\n");
+    for p in &l.processes {
+        let s = &p.stages;
+        let pid = if p.pid == 0 {
+            "-".to_string()
+        } else {
+            p.pid.to_string()
+        };
+        let x = s
+            .amplification_of_write_calls
+            .or(s.amplification)
+            .map_or_else(|| "-".to_string(), |x| format!("{x:.2}×"));
+        let _ = writeln!(
+            out,
+            "<tr><td>{pid}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{x}</td></tr>",
+            xml(&p.comm),
+            opt(s.write_calls),
+            opt(s.dirtied),
+            opt(s.absorbed),
+            opt(s.cancelled),
+            s.written_back,
+            opt(s.journal),
+            opt(s.metadata),
+        );
+    }
+    out.push_str("</table>\n</section>\n");
     out
 }
