@@ -17,6 +17,8 @@
 //! Sides, each paired with an untraced run:
 //! - `trace`: `wbscope trace --json --events`, the default hooks;
 //! - `trace --enable dirty_folio`: with the per-folio attribution;
+//! - `trace --enable device_io`: with the block programs (per request and
+//!   per bio: the device lines' histograms and the ledger's classes);
 //! - `bpftrace`: a one-liner counting `writeback_dirty_folio` (the peer);
 //! - `floor`: `wbscope probes --cost --on-hooks`, an empty program on each
 //!   of the tracer's busiest events (those of the per-folio set).
@@ -131,6 +133,9 @@ pub(crate) enum Side {
     Trace,
     /// the same with --enable dirty_folio
     PerFolio,
+    /// the same with --enable device_io (the block programs per request
+    /// and per bio, the ledger's device classes among them)
+    DeviceIo,
     /// bpftrace counting writeback_dirty_folio (the peer)
     Bpftrace,
     /// empty programs on the tracer's busiest events
@@ -145,6 +150,7 @@ impl Side {
         match self {
             Side::Trace => "wbscope trace (default)",
             Side::PerFolio => "wbscope trace --enable dirty_folio",
+            Side::DeviceIo => "wbscope trace --enable device_io",
             Side::Bpftrace => "bpftrace counting writeback_dirty_folio",
             Side::Floor => "empty programs (probes --cost --on-hooks)",
             Side::Nothing => "nothing (untraced against untraced)",
@@ -165,10 +171,12 @@ enum Observer {
 impl Observer {
     fn start(binary: &Path, side: Side, out: &Path) -> anyhow::Result<Observer> {
         Ok(match side {
-            Side::Trace | Side::PerFolio => {
+            Side::Trace | Side::PerFolio | Side::DeviceIo => {
                 let mut args = vec!["trace", "--json", "--events"];
-                if side == Side::PerFolio {
-                    args.extend(["--enable", "dirty_folio"]);
+                match side {
+                    Side::PerFolio => args.extend(["--enable", "dirty_folio"]),
+                    Side::DeviceIo => args.extend(["--enable", "device_io"]),
+                    _ => {}
                 }
                 let file =
                     fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
