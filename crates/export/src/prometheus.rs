@@ -57,6 +57,7 @@ pub(crate) const OWN_LABELS: &[&str] = &[
     "by",
     "reason",
     "class",
+    "stage",
 ];
 
 /// Labels of the per-call metrics.
@@ -514,7 +515,8 @@ impl Metrics {
                     .inc_by(r.recursion_misses);
             }
         }
-        self.cgroups.update(line.time_s, &line.owners);
+        self.cgroups
+            .update(line.time_s, &line.owners, line.ledger.as_ref());
         self.intervals.inc();
     }
 

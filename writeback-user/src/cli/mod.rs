@@ -69,7 +69,8 @@ pub struct Cli {
     /// GiB written); dirty_folio (who dirtied each folio, exact with
     /// several writers per file; runs once per dirtied folio); device_io
     /// (request size and latency histograms and each call's bios, instead
-    /// of /proc/diskstats means; runs per request and per bio); extents
+    /// of /proc/diskstats means, and the ledger's device bytes by class:
+    /// data, journal, metadata; runs per request and per bio); extents
     /// (each call's extents; runs per extent); durability (each ext4 fsync
     /// split into writeback, wait, journal commit and flush, with who was
     /// in the commit: `sync` lines with --events; runs per fsync, commit

@@ -33,6 +33,7 @@ use prometheus_client::{
 
 use super::SecondsCounter;
 use wbscope_model::dirtier::OwnerLine;
+use wbscope_model::ledger::LedgerLine;
 
 /// Cgroups with series of their own; the rest are `other`. A host's
 /// busy containers fit, and 16 × 6 series stays small beside the per-call
@@ -46,12 +47,22 @@ pub(crate) const OTHER: &str = "other";
 pub(crate) const RETIRE_AFTER_S: f64 = 600.0;
 /// The `by` values of `wbscope_cgroup_pages_written_total`.
 pub(crate) const BY: [&str; 3] = ["self", "flusher", "others"];
+/// The `stage` values of `wbscope_cgroup_ledger_bytes_total`: the
+/// ledger's stages that have no family of their own (docs/ledger.md).
+pub(crate) const STAGES: [&str; 4] = ["write_calls", "cancelled", "journal", "metadata"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CgroupLabels {
     /// cgroup v2 id (the inode number of its directory under
     /// /sys/fs/cgroup), or `"other"`.
     pub(crate) cgroup_id: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CgroupStageLabels {
+    pub(crate) cgroup_id: String,
+    /// One of [`STAGES`].
+    pub(crate) stage: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,6 +81,8 @@ struct Sums {
     written: [u64; 3],
     pauses: u64,
     pause_ms: u64,
+    /// Bytes, indexed like [`STAGES`].
+    stages: [u64; 4],
 }
 
 impl Sums {
@@ -83,6 +96,12 @@ impl Sums {
             written: [own, flusher, others],
             pauses: o.throttle_pauses,
             pause_ms: o.throttle_pause_ms,
+            stages: [
+                o.write_call_bytes.unwrap_or(0),
+                o.cancelled_bytes.unwrap_or(0),
+                0,
+                0,
+            ],
         }
     }
 
@@ -93,6 +112,9 @@ impl Sums {
         }
         self.pauses += s.pauses;
         self.pause_ms += s.pause_ms;
+        for (o, n) in self.stages.iter_mut().zip(s.stages) {
+            *o += n;
+        }
     }
 
     fn active(&self) -> bool {
@@ -115,6 +137,7 @@ pub(crate) struct CgroupMetrics {
     written: Family<CgroupWrittenLabels, Counter>,
     pauses: Family<CgroupLabels, Counter>,
     pause_time: Family<CgroupLabels, SecondsCounter>,
+    stages: Family<CgroupStageLabels, Counter>,
     max_labels: usize,
     /// Labelled cgroup → trace time it was last active.
     labelled: Arc<Mutex<BTreeMap<u64, f64>>>,
@@ -127,6 +150,7 @@ impl CgroupMetrics {
             written: Family::default(),
             pauses: Family::default(),
             pause_time: Family::default(),
+            stages: Family::default(),
             max_labels,
             labelled: Arc::default(),
         };
@@ -157,6 +181,13 @@ impl CgroupMetrics {
             Unit::Seconds,
             self.pause_time.clone(),
         );
+        r.register_with_unit(
+            "cgroup_ledger",
+            "A cgroup's bytes at the ledger's stages: passed to write calls, cancelled before \
+             writeback, and its share of the devices' journal and metadata (docs/ledger.md)",
+            Unit::Bytes,
+            self.stages.clone(),
+        );
     }
 
     fn add(&self, cgroup_id: &str, s: &Sums) {
@@ -176,6 +207,14 @@ impl CgroupMetrics {
         self.pause_time
             .get_or_create(&labels)
             .inc_by_ns(s.pause_ms.saturating_mul(1_000_000));
+        for (stage, n) in STAGES.into_iter().zip(s.stages) {
+            self.stages
+                .get_or_create(&CgroupStageLabels {
+                    cgroup_id: labels.cgroup_id.clone(),
+                    stage,
+                })
+                .inc_by(n);
+        }
     }
 
     fn remove(&self, cgroup_id: u64) {
@@ -191,15 +230,27 @@ impl CgroupMetrics {
         }
         self.pauses.remove(&labels);
         self.pause_time.remove(&labels);
+        for stage in STAGES {
+            self.stages.remove(&CgroupStageLabels {
+                cgroup_id: labels.cgroup_id.clone(),
+                stage,
+            });
+        }
     }
 
-    /// One interval's `owners`, ending at `time_s` (trace seconds). Rows
-    /// without a cgroup (id 0: the `(others)` row past the cap, a process
-    /// whose cgroup was not read) count under `other`.
-    pub(crate) fn update(&self, time_s: f64, owners: &[OwnerLine]) {
+    /// One interval's `owners` and ledger, ending at `time_s` (trace
+    /// seconds). Rows without a cgroup (id 0: the `(others)` row past the
+    /// cap, a process whose cgroup was not read, one the ledger knows only
+    /// by its journal handles) count under `other`.
+    pub(crate) fn update(&self, time_s: f64, owners: &[OwnerLine], ledger: Option<&LedgerLine>) {
         let mut sums: BTreeMap<u64, Sums> = BTreeMap::new();
         for o in owners {
             sums.entry(o.cgroup_id).or_default().add(&Sums::of(o));
+        }
+        for p in ledger.map(|l| l.processes.as_slice()).unwrap_or_default() {
+            let s = sums.entry(p.cgroup_id).or_default();
+            s.stages[2] += p.stages.journal.unwrap_or(0);
+            s.stages[3] += p.stages.metadata.unwrap_or(0);
         }
         sums.retain(|_, s| s.active());
         // A panic while holding the lock leaves a plain map behind.
@@ -298,7 +349,7 @@ mod tests {
                 .map(|c| owner(c as u32 + 1, 100 + c, 10 + c))
                 .collect();
             total += owners.iter().map(|o| o.pages_dirtied).sum::<u64>();
-            m.update(i as f64, &owners);
+            m.update(i as f64, &owners, None);
             let d = dirtied(&r);
             assert!(d.len() <= MAX_CGROUP_LABELS + 1, "{d:?}");
             assert!(d.contains_key(OTHER));
@@ -322,13 +373,13 @@ mod tests {
     #[test]
     fn counters_never_go_down_when_a_bigger_cgroup_arrives() {
         let (m, r) = metrics(2);
-        m.update(1.0, &[owner(1, 11, 5), owner(2, 12, 5)]);
+        m.update(1.0, &[owner(1, 11, 5), owner(2, 12, 5)], None);
         let mut before = samples(&r);
         // Two labels taken; a far busier cgroup arrives, and one that has
         // no id (the `(others)` row).
         let rows = [owner(1, 11, 1), owner(3, 13, 1_000_000), owner(0, 0, 7)];
         for t in 2..6 {
-            m.update(t as f64, &rows);
+            m.update(t as f64, &rows, None);
             let after = samples(&r);
             for (k, v) in &before {
                 let now = after.get(k).copied();
@@ -348,15 +399,15 @@ mod tests {
     #[test]
     fn an_idle_cgroup_gives_its_label_back_without_moving_its_history() {
         let (m, r) = metrics(1);
-        m.update(1.0, &[owner(1, 11, 5)]);
-        m.update(2.0, &[owner(2, 12, 3)]);
+        m.update(1.0, &[owner(1, 11, 5)], None);
+        m.update(2.0, &[owner(2, 12, 3)], None);
         assert_eq!(dirtied(&r).get(OTHER), Some(&3.0));
         // Just under the idle time: still labelled.
-        m.update(1.0 + RETIRE_AFTER_S - 0.5, &[owner(2, 12, 3)]);
+        m.update(1.0 + RETIRE_AFTER_S - 0.5, &[owner(2, 12, 3)], None);
         assert_eq!(dirtied(&r).get("11"), Some(&5.0));
         // Past it: 11's series go, 12 takes the label from this interval
         // on; `other` keeps what it had and gains nothing from 11.
-        m.update(2.0 + RETIRE_AFTER_S, &[owner(2, 12, 4)]);
+        m.update(2.0 + RETIRE_AFTER_S, &[owner(2, 12, 4)], None);
         let d = dirtied(&r);
         assert!(!d.contains_key("11"), "{d:?}");
         assert_eq!(d.get("12"), Some(&4.0));
@@ -378,7 +429,7 @@ mod tests {
             throttle_pause_ms: 250,
             ..owner(1, 11, 0)
         };
-        m.update(1.0, &[row]);
+        m.update(1.0, &[row], None);
         let s = samples(&r);
         let get = |k: &str| s.get(k).copied();
         let w = |by: &str| {
@@ -402,7 +453,46 @@ mod tests {
             throttle_pauses: 1,
             ..owner(2, 12, 0)
         };
-        m.update(2.0, &[paused]);
+        m.update(2.0, &[paused], None);
         assert_eq!(dirtied(&r).get("12"), Some(&0.0));
+    }
+
+    #[test]
+    fn ledger_stages_land_on_the_cgroup_and_handle_only_rows_on_other() {
+        use wbscope_model::ledger::{ProcessLedger, Stages};
+        let (m, r) = metrics(4);
+        let row = OwnerLine {
+            write_call_bytes: Some(752),
+            cancelled_bytes: Some(4096),
+            ..owner(1, 11, 1)
+        };
+        let share = |pid, cgroup_id, journal| ProcessLedger {
+            pid,
+            cgroup_id,
+            stages: Stages {
+                journal: Some(journal),
+                metadata: Some(7),
+                ..Stages::default()
+            },
+            ..ProcessLedger::default()
+        };
+        let ledger = LedgerLine {
+            processes: vec![share(1, 11, 13_824), share(9, 0, 500)],
+            ..LedgerLine::default()
+        };
+        m.update(1.0, &[row], Some(&ledger));
+        let s = samples(&r);
+        let get = |id: &str, stage: &str| {
+            s.get(&format!(
+                "wbscope_cgroup_ledger_bytes_total{{cgroup_id=\"{id}\",stage=\"{stage}\"}}"
+            ))
+            .copied()
+        };
+        assert_eq!(get("11", "write_calls"), Some(752.0));
+        assert_eq!(get("11", "cancelled"), Some(4096.0));
+        assert_eq!(get("11", "journal"), Some(13_824.0));
+        assert_eq!(get("11", "metadata"), Some(7.0));
+        // A rename's mv, known only by its handles: under other.
+        assert_eq!(get(OTHER, "journal"), Some(500.0));
     }
 }
