@@ -11,12 +11,12 @@ use wbscope_model::dirtier::OwnerLine;
 use wbscope_model::durability::FsyncLine;
 use wbscope_model::interval::{CallAggregate, IntervalLine};
 use wbscope_model::kernel::KernelSnapshot;
-use wbscope_model::ledger::{HandleBlocks, LedgerInputs, LedgerLine};
+use wbscope_model::ledger::{HandleBlocks, LedgerInputs, LedgerLine, ShareCarry};
 
 /// What a line carries beyond its calls and the kernel's counters; each
 /// loop fills what it has attached (a window has no owners or budget).
 #[derive(Default)]
-pub(crate) struct Decoration {
+pub(crate) struct Decoration<'a> {
     /// Who dirtied the pages written (model/dirtier.rs).
     pub(crate) owners: Vec<OwnerLine>,
     /// The fsyncs joined in the interval (model/durability.rs).
@@ -29,6 +29,9 @@ pub(crate) struct Decoration {
     /// Pages charged per (process, filesystem device), for the ledger's
     /// device rows.
     pub(crate) written_on: std::collections::BTreeMap<(u32, wbscope_model::DevId), u64>,
+    /// The ledger's journal bytes held over from the interval before
+    /// (the session's; a window has none and makes no ledger).
+    pub(crate) carry: Option<&'a mut ShareCarry>,
 }
 
 /// The interval a loop is in.
@@ -75,7 +78,7 @@ impl OpenInterval {
         started: Instant,
         now: Instant,
         cur: &KernelSnapshot,
-        decoration: Decoration,
+        decoration: Decoration<'_>,
     ) -> IntervalLine {
         let mut line = IntervalLine::new(
             now.duration_since(started).as_secs_f64(),
@@ -87,15 +90,20 @@ impl OpenInterval {
         line.owners = decoration.owners;
         line.fsyncs = decoration.fsyncs;
         // A tracer's snapshot has every disk's counters; none has none.
-        if !cur.written_sectors.is_empty() {
-            line.ledger = Some(LedgerLine::new(&LedgerInputs {
-                prev: &self.prev,
-                cur,
-                owners: &line.owners,
-                handles: decoration.handles.as_ref(),
-                written_on: &decoration.written_on,
-                page_size: wbscope_model::units::page_size(),
-            }));
+        if let Some(carry) = decoration.carry
+            && !cur.written_sectors.is_empty()
+        {
+            line.ledger = Some(LedgerLine::new(
+                &LedgerInputs {
+                    prev: &self.prev,
+                    cur,
+                    owners: &line.owners,
+                    handles: decoration.handles.as_ref(),
+                    written_on: &decoration.written_on,
+                    page_size: wbscope_model::units::page_size(),
+                },
+                carry,
+            ));
         }
         line.budget = decoration.budget;
         state_sampling_error(&mut line);
@@ -109,7 +117,7 @@ impl OpenInterval {
         started: Instant,
         now: Instant,
         cur: KernelSnapshot,
-        decoration: Decoration,
+        decoration: Decoration<'_>,
     ) -> IntervalLine {
         let line = self.line(started, now, &cur, decoration);
         *self = OpenInterval::new(cur, now);

@@ -16,7 +16,7 @@ use wbscope_model::budget::{BudgetLine, CpuBudget};
 use wbscope_model::dirtier::{Attribution, AttributionMode};
 use wbscope_model::durability::{DeviceFlush, DurabilityJoin, FsyncLine, Phase, Span, SyncRecord};
 use wbscope_model::interval::IntervalLine;
-use wbscope_model::ledger::{HandleBlocks, LedgerLine};
+use wbscope_model::ledger::{HandleBlocks, LedgerLine, ShareCarry};
 use wbscope_model::plan::{Concept, HookChoice, ProbeStatus};
 use wbscope_model::summary::SummaryLine;
 use wbscope_model::{CallRecord, Totals};
@@ -329,6 +329,8 @@ struct Session<'a> {
     durable: Durable<'a>,
     /// The intervals' ledgers added, for the summary.
     ledger: LedgerLine,
+    /// Journal bytes held over for the next interval's shares.
+    carry: ShareCarry,
     /// Whether stderr was told that the watched pid exited (said once).
     pid_gone_reported: bool,
 }
@@ -369,6 +371,7 @@ impl<'a> Session<'a> {
                 last: false,
             },
             ledger: LedgerLine::default(),
+            carry: ShareCarry::default(),
             pid_gone_reported: false,
         })
     }
@@ -410,6 +413,7 @@ impl<'a> Session<'a> {
         let decoration = Decoration {
             owners,
             written_on: self.who.attribution.take_written_on(),
+            carry: Some(&mut self.carry),
             fsyncs: self.durable.line(),
             handles: self.durable.handle_blocks(),
             budget: self

@@ -18,7 +18,7 @@ use wbscope_model::dirtier::DirtierSnapshot;
 use wbscope_model::interval::{CallAggregate, IntervalLine};
 use wbscope_model::kernel::KernelSnapshot;
 use wbscope_model::kernel::KernelStats;
-use wbscope_model::ledger::{LedgerInputs, LedgerLine};
+use wbscope_model::ledger::{LedgerInputs, LedgerLine, ShareCarry};
 use wbscope_model::plan::Concept;
 use wbscope_model::{CallRecord, DevId};
 
@@ -287,6 +287,8 @@ pub(crate) struct App {
     intervals: IntervalBuilder,
     /// Who dirtied the pages of the live calls.
     live_who: LiveWho,
+    /// The ledger's journal bytes held over for the next interval.
+    ledger_carry: ShareCarry,
     /// Each live fsync split (`--enable durability`).
     live_fsyncs: Option<Box<LiveFsyncs>>,
     /// A short message for the footer (a refused setting, ...).
@@ -310,6 +312,7 @@ impl App {
             model,
             needs_redraw: true,
             live_who: LiveWho::new(mode),
+            ledger_carry: ShareCarry::default(),
             ..App::default()
         }
     }
@@ -424,14 +427,17 @@ impl App {
             });
             // A snapshot of a tracer has every disk's counters.
             if !cur.written_sectors.is_empty() {
-                line.ledger = Some(LedgerLine::new(&LedgerInputs {
-                    prev,
-                    cur: &cur,
-                    owners: &line.owners,
-                    handles: handles.as_ref(),
-                    written_on: &written_on,
-                    page_size: wbscope_model::units::page_size(),
-                }));
+                line.ledger = Some(LedgerLine::new(
+                    &LedgerInputs {
+                        prev,
+                        cur: &cur,
+                        owners: &line.owners,
+                        handles: handles.as_ref(),
+                        written_on: &written_on,
+                        page_size: wbscope_model::units::page_size(),
+                    },
+                    &mut self.ledger_carry,
+                ));
             }
             self.model.on_interval(line, cur.stats, cpu);
         }

@@ -939,6 +939,7 @@ mod tests {
                     journal: Some(8_192),
                     metadata: Some(0),
                     other: Some(0),
+                    charged: 0,
                     unattributed: 0,
                 },
                 // Without --enable device_io: the device's counter only.

@@ -61,9 +61,14 @@ pub struct DeviceLedger {
     /// Writes that carry no data of their own (write-zeroes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other: Option<u64>,
-    /// Of the device's bytes (its classes, or `written` without them),
-    /// those no process row was charged: written back on this device, or
-    /// its share of this device's journal and metadata.
+    /// Of the device's bytes, those charged to processes: their pages
+    /// written back on this device, and their shares of its journal and
+    /// metadata (a share can come an interval after its bytes: the
+    /// commit's handles are read once it has ended).
+    #[serde(default)]
+    pub charged: u64,
+    /// The device's bytes (its classes, or `written` without them) less
+    /// `charged`.
     #[serde(default)]
     pub unattributed: u64,
 }
@@ -138,9 +143,13 @@ impl Stages {
             .map(|(w, d)| w.saturating_sub(d));
     }
 
-    /// What sorts rows: the larger of what it dirtied and was charged.
+    /// What sorts rows: the largest of what it wrote, dirtied and was
+    /// charged.
     fn weight(&self) -> u64 {
-        self.dirtied.unwrap_or(0).max(self.charged())
+        self.write_calls
+            .unwrap_or(0)
+            .max(self.dirtied.unwrap_or(0))
+            .max(self.charged())
     }
 }
 
@@ -171,6 +180,15 @@ pub struct HandleBlocks {
     pub names: BTreeMap<u32, String>,
 }
 
+/// Journal and metadata bytes of each disk not yet shared: those of an
+/// interval whose commits' handles had not been read by its end, shared
+/// at the next interval that has handles on that disk, or dropped (left
+/// unattributed) after one interval without.
+#[derive(Clone, Debug, Default)]
+pub struct ShareCarry {
+    pending: HashMap<DevId, (u64, u64)>,
+}
+
 /// What the ledger of an interval is made from.
 pub struct LedgerInputs<'a> {
     pub prev: &'a KernelSnapshot,
@@ -185,7 +203,7 @@ pub struct LedgerInputs<'a> {
 }
 
 impl LedgerLine {
-    pub fn new(i: &LedgerInputs<'_>) -> LedgerLine {
+    pub fn new(i: &LedgerInputs<'_>, carry: &mut ShareCarry) -> LedgerLine {
         let classes_unmeasured = i.cur.ledger_unmeasured.clone();
         let devices = device_rows(i.prev, i.cur, classes_unmeasured.is_none());
         let processes: Vec<ProcessLedger> = i
@@ -228,7 +246,7 @@ impl LedgerLine {
         }
         line.charge_data(i.written_on, &disk_of, i.page_size);
         match (i.handles, line.classes_unmeasured.is_none()) {
-            (Some(h), true) => line.share(h, &disk_of),
+            (Some(h), true) => line.share(h, &disk_of, carry),
             (None, _) => {
                 line.shares_unmeasured =
                     Some("the journal handles come with --enable durability".to_string())
@@ -243,8 +261,15 @@ impl LedgerLine {
 
     /// Each process's share of each device's journal and metadata, by the
     /// journal blocks its handles dirtied there (a handle's device is the
-    /// filesystem's, `disk_of` names its disk).
-    fn share(&mut self, handles: &HandleBlocks, disk_of: &impl Fn(DevId) -> DevId) {
+    /// filesystem's, `disk_of` names its disk), with what `carry` held
+    /// over from the interval before; what no handle claims now is held
+    /// over for the next.
+    fn share(
+        &mut self,
+        handles: &HandleBlocks,
+        disk_of: &impl Fn(DevId) -> DevId,
+        carry: &mut ShareCarry,
+    ) {
         let mut blocks: HashMap<(DevId, u32), u64> = HashMap::new();
         let mut totals: HashMap<DevId, u64> = HashMap::new();
         for (&(dev, pid), &b) in &handles.blocks {
@@ -252,29 +277,45 @@ impl LedgerLine {
             *blocks.entry((disk, pid)).or_default() += b;
             *totals.entry(disk).or_default() += b;
         }
-        for p in &mut self.processes {
-            let (mut journal, mut metadata) = (0u64, 0u64);
-            for d in &mut self.devices {
-                let (Some(&mine), Some(&all)) = (blocks.get(&(d.dev, p.pid)), totals.get(&d.dev))
-                else {
+        let mut pending = std::mem::take(&mut carry.pending);
+        for d in &mut self.devices {
+            let (j0, m0) = pending.remove(&d.dev).unwrap_or_default();
+            let (journal, metadata) = (d.journal.unwrap_or(0) + j0, d.metadata.unwrap_or(0) + m0);
+            let Some(&all) = totals.get(&d.dev) else {
+                if journal + metadata > 0 {
+                    carry
+                        .pending
+                        .insert(d.dev, (d.journal.unwrap_or(0), d.metadata.unwrap_or(0)));
+                }
+                continue;
+            };
+            let (mut given_j, mut given_m) = (0, 0);
+            for p in &mut self.processes {
+                let Some(&mine) = blocks.get(&(d.dev, p.pid)) else {
                     continue;
                 };
-                let part = |bytes: Option<u64>| {
-                    (u128::from(bytes.unwrap_or(0)) * u128::from(mine) / u128::from(all.max(1)))
-                        as u64
+                let part = |bytes: u64| {
+                    (u128::from(bytes) * u128::from(mine) / u128::from(all.max(1))) as u64
                 };
-                let (j, m) = (part(d.journal), part(d.metadata));
-                d.unattributed = d.unattributed.saturating_sub(j + m);
-                journal += j;
-                metadata += m;
+                let (j, m) = (part(journal), part(metadata));
+                *p.stages.journal.get_or_insert(0) += j;
+                *p.stages.metadata.get_or_insert(0) += m;
+                given_j += j;
+                given_m += m;
             }
-            p.stages.journal = Some(journal);
-            p.stages.metadata = Some(metadata);
+            d.charged += given_j + given_m;
+            // The rounding's few bytes, shared next time.
+            carry
+                .pending
+                .insert(d.dev, (journal - given_j, metadata - given_m));
+        }
+        for p in &mut self.processes {
+            p.stages.journal.get_or_insert(0);
+            p.stages.metadata.get_or_insert(0);
         }
     }
 
-    /// Takes each process's written-back pages off its devices'
-    /// `unattributed`.
+    /// Charges each process's written-back pages to their disks.
     fn charge_data(
         &mut self,
         written_on: &BTreeMap<(u32, DevId), u64>,
@@ -284,7 +325,7 @@ impl LedgerLine {
         for (&(_, dev), &pages) in written_on {
             let disk = disk_of(dev);
             if let Some(d) = self.devices.iter_mut().find(|d| d.dev == disk) {
-                d.unattributed = d.unattributed.saturating_sub(pages * page);
+                d.charged += pages * page;
             }
         }
     }
@@ -299,6 +340,9 @@ impl LedgerLine {
             .into_iter()
             .map(|(cgroup_id, stages)| CgroupLedger { cgroup_id, stages })
             .collect();
+        for d in &mut self.devices {
+            d.unattributed = d.classed().unwrap_or(d.written).saturating_sub(d.charged);
+        }
         self.unattributed = self.devices.iter().map(|d| d.unattributed).sum();
         bound(
             &mut self.processes,
@@ -339,7 +383,7 @@ impl LedgerLine {
                     m.journal = add(m.journal, d.journal);
                     m.metadata = add(m.metadata, d.metadata);
                     m.other = add(m.other, d.other);
-                    m.unattributed += d.unattributed;
+                    m.charged += d.charged;
                 }
                 None => self.devices.push(d.clone()),
             }
@@ -416,6 +460,7 @@ fn device_rows(prev: &KernelSnapshot, cur: &KernelSnapshot, classed: bool) -> Ve
                     journal: Some(d(class::JOURNAL)),
                     metadata: Some(d(class::META) + d(class::BDEV)),
                     other: Some(d(class::NO_DATA)),
+                    charged: 0,
                     unattributed: 0,
                 }
             } else {
@@ -425,11 +470,7 @@ fn device_rows(prev: &KernelSnapshot, cur: &KernelSnapshot, classed: bool) -> Ve
                     ..DeviceLedger::default()
                 }
             };
-            let row = DeviceLedger {
-                unattributed: row.classed().unwrap_or(row.written),
-                ..row
-            };
-            (row.written > 0 || row.unattributed > 0).then_some(row)
+            (row.written > 0 || row.classed().unwrap_or(0) > 0).then_some(row)
         })
         .collect();
     out.sort_by_key(|d| d.dev);
@@ -476,14 +517,17 @@ mod tests {
             names: BTreeMap::from([(3, "mv".to_string())]),
         };
         let owners = [owner(1, 10, 10, 10), owner(2, 10, 0, 0)];
-        let line = LedgerLine::new(&LedgerInputs {
-            prev: &prev,
-            cur: &cur,
-            owners: &owners,
-            handles: Some(&handles),
-            written_on: &BTreeMap::from([((1, dev()), 10)]),
-            page_size: 4096,
-        });
+        let line = LedgerLine::new(
+            &LedgerInputs {
+                prev: &prev,
+                cur: &cur,
+                owners: &owners,
+                handles: Some(&handles),
+                written_on: &BTreeMap::from([((1, dev()), 10)]),
+                page_size: 4096,
+            },
+            &mut ShareCarry::default(),
+        );
         let d = &line.devices[0];
         assert_eq!(d.written, 312 * 512);
         assert_eq!(d.classed(), Some(d.written));
@@ -530,14 +574,17 @@ mod tests {
         let prev = snapshot(0, [0; class::COUNT]);
         let mut cur = snapshot(8, [0; class::COUNT]);
         cur.ledger_unmeasured = Some("--enable device_io".to_string());
-        let line = LedgerLine::new(&LedgerInputs {
-            prev: &prev,
-            cur: &cur,
-            owners: &[],
-            handles: None,
-            written_on: &BTreeMap::new(),
-            page_size: 4096,
-        });
+        let line = LedgerLine::new(
+            &LedgerInputs {
+                prev: &prev,
+                cur: &cur,
+                owners: &[],
+                handles: None,
+                written_on: &BTreeMap::new(),
+                page_size: 4096,
+            },
+            &mut ShareCarry::default(),
+        );
         let d = &line.devices[0];
         assert_eq!((d.written, d.data, d.journal), (4096, None, None));
         // Without classes the device's own counter is what nobody was
@@ -556,14 +603,17 @@ mod tests {
         let owners: Vec<OwnerLine> = (1..=15)
             .map(|p| owner(p, u64::from(p), u64::from(p), 0))
             .collect();
-        let line = LedgerLine::new(&LedgerInputs {
-            prev: &prev,
-            cur: &cur,
-            owners: &owners,
-            handles: None,
-            written_on: &BTreeMap::new(),
-            page_size: 4096,
-        });
+        let line = LedgerLine::new(
+            &LedgerInputs {
+                prev: &prev,
+                cur: &cur,
+                owners: &owners,
+                handles: None,
+                written_on: &BTreeMap::new(),
+                page_size: 4096,
+            },
+            &mut ShareCarry::default(),
+        );
         assert_eq!(line.processes.len(), ROWS_KEPT + 1);
         assert_eq!(line.processes[0].pid, 15);
         let other = line.processes.last().expect("other");
@@ -578,5 +628,54 @@ mod tests {
         assert_eq!((top.pid, top.stages.dirtied), (15, Some(2 * 15 * 4096)));
         let total: u64 = run.processes.iter().filter_map(|p| p.stages.dirtied).sum();
         assert_eq!(total, 2 * (1..=15).sum::<u64>() * 4096);
+    }
+
+    #[test]
+    fn journal_bytes_before_their_handles_are_shared_an_interval_later() {
+        let mut carry = ShareCarry::default();
+        let owners = [owner(1, 10, 1, 1)];
+        let none = HandleBlocks::default();
+        let handles = HandleBlocks {
+            blocks: BTreeMap::from([((dev(), 1), 2)]),
+            names: BTreeMap::new(),
+        };
+        let mut journal = 0;
+        let mut interval = |sectors: u64, handles: &HandleBlocks, carry: &mut ShareCarry| {
+            let prev = snapshot(journal / 512, [journal, 0, 0, 0, 0, 0, 0]);
+            journal += sectors * 512;
+            let cur = snapshot(journal / 512, [journal, 0, 0, 0, 0, 0, 0]);
+            LedgerLine::new(
+                &LedgerInputs {
+                    prev: &prev,
+                    cur: &cur,
+                    owners: &owners,
+                    handles: Some(handles),
+                    written_on: &BTreeMap::new(),
+                    page_size: 4096,
+                },
+                carry,
+            )
+        };
+        // The commit's 64 KiB go out in one interval, its handles are
+        // read in the next (with 8 KiB of the next commit).
+        let first = interval(128, &none, &mut carry);
+        assert_eq!(first.devices[0].unattributed, 65_536);
+        let second = interval(16, &handles, &mut carry);
+        assert_eq!(second.processes[0].stages.journal, Some(65_536 + 8_192));
+        // Over the run, all of it charged: the summary nets the two.
+        let mut run = LedgerLine::default();
+        run.add(&first);
+        run.add(&second);
+        assert_eq!(run.devices[0].unattributed, 0);
+        assert_eq!(run.devices[0].charged, 73_728);
+        // Bytes no handle claims for two intervals are left unattributed.
+        let third = interval(8, &none, &mut carry);
+        let fourth = interval(0, &none, &mut carry);
+        let fifth = interval(0, &handles, &mut carry);
+        assert_eq!(fifth.processes[0].stages.journal, Some(0));
+        run.add(&third);
+        run.add(&fourth);
+        run.add(&fifth);
+        assert_eq!(run.devices[0].unattributed, 4_096);
     }
 }

@@ -11,7 +11,6 @@ use std::{
     collections::HashMap,
     fs::File,
     io::{Read as _, Seek as _, SeekFrom},
-    path::Path,
 };
 
 use anyhow::Context as _;
@@ -121,19 +120,6 @@ fn partition_start(dev: DevId) -> u64 {
         .unwrap_or(0)
 }
 
-/// The whole disk of `dev` (itself unless it is a partition): the disk
-/// /proc/diskstats and the device lines name.
-pub(crate) fn whole_disk(dev: DevId) -> DevId {
-    let sys = format!("/sys/dev/block/{dev}");
-    if !Path::new(&sys).join("partition").exists() {
-        return dev;
-    }
-    std::fs::read_to_string(format!("{sys}/../dev"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(dev)
-}
-
 /// The journal of each mounted filesystem whose source is a block device
 /// that has one, in the device's sectors, by the device's kernel dev_t.
 /// Read before the privileges are dropped; a device that cannot be read
@@ -189,8 +175,12 @@ pub(crate) fn put_journals(map: &mut Map) -> anyhow::Result<usize> {
     Ok(journals.len())
 }
 
-/// Every device's bytes by class, summed onto its whole disk.
-pub(crate) fn read(map: &Map) -> anyhow::Result<HashMap<DevId, [u64; ledger_class::COUNT]>> {
+/// Every device's bytes by class, summed onto its whole disk
+/// (`whole_disk`: a partition's bios are counted under the partition).
+pub(crate) fn read(
+    map: &Map,
+    whole_disk: impl Fn(DevId) -> DevId,
+) -> anyhow::Result<HashMap<DevId, [u64; ledger_class::COUNT]>> {
     let entries: Vec<(u32, DeviceLedger)> = super::batch::read_hash(map, "DEVICE_LEDGER")?;
     let mut out: HashMap<DevId, [u64; ledger_class::COUNT]> = HashMap::new();
     for (dev, entry) in entries {

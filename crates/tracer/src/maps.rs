@@ -24,6 +24,8 @@ impl Tracer {
         let vmstat = self.vmstat.read()?;
         self.set_global_thresholds(&vmstat)?;
         let disks = self.disks.read()?;
+        // A poisoned lock still holds a whole table.
+        let mut fs_names = self.fs_names.lock().unwrap_or_else(|e| e.into_inner());
         // The counters before the maps they are set against (evictions).
         let mut stats = self.stats()?;
         let throttled = self.throttled_entries()?;
@@ -43,15 +45,11 @@ impl Tracer {
                 Vec::new()
             },
             ledger: match &self.ledger {
-                Ok(map) => super::ledger::read(map)?,
+                Ok(map) => super::ledger::read(map, |d| fs_names.whole_disk(d))?,
                 Err(_) => Default::default(),
             },
             ledger_unmeasured: self.ledger.as_ref().err().cloned(),
-            fs_disks: self
-                .fs_names
-                .lock()
-                .map(|mut f| f.disks())
-                .unwrap_or_default(),
+            fs_disks: fs_names.disks(),
             throttled: throttled
                 .into_iter()
                 .map(|(tgid, by)| (tgid, (by.pause_ms, wbscope_model::record::comm(&by.comm))))

@@ -92,14 +92,19 @@ impl FsNames {
             .keys()
             .map(|&fs| {
                 let block = self.backing.get(&fs).copied().unwrap_or(fs);
-                let disk = self
-                    .partitions
-                    .iter()
-                    .find(|(_, parts)| parts.contains(&block))
-                    .map_or(block, |(&disk, _)| disk);
-                (fs, disk)
+                (fs, self.whole_disk(block))
             })
             .collect()
+    }
+
+    /// The whole disk of block device `dev`: its own number unless it is
+    /// a partition known at open. No I/O: called after the privileges are
+    /// dropped, when sysfs may not be opened.
+    pub(crate) fn whole_disk(&self, dev: DevId) -> DevId {
+        self.partitions
+            .iter()
+            .find(|(_, parts)| parts.contains(&dev))
+            .map_or(dev, |(&disk, _)| disk)
     }
 
     /// The whole mount table, read now from the held file.
@@ -363,6 +368,15 @@ mod tests {
         assert_eq!(on, vec![d("0:52"), d("8:0"), d("8:1"), d("8:2")]);
         assert_eq!(names.devices_on(d("7:3")), vec![d("7:3"), d("0:53")]);
         assert_eq!(names.name(d("0:52")), "btrfs");
+        // The ledger's map: each filesystem onto its whole disk, a
+        // partition's and btrfs's anonymous device alike; no I/O for a
+        // block device's disk.
+        let disks = names.disks();
+        assert_eq!(disks.get(&d("8:1")), Some(&d("8:0")));
+        assert_eq!(disks.get(&d("0:52")), Some(&d("8:0")));
+        assert_eq!(disks.get(&d("0:53")), Some(&d("7:3")));
+        assert_eq!(names.whole_disk(d("8:2")), d("8:0"));
+        assert_eq!(names.whole_disk(d("7:3")), d("7:3"));
     }
 
     #[test]

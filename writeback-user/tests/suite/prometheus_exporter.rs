@@ -184,7 +184,17 @@ fn scrape_during_a_write_counts_its_pages() {
     for s in &after.samples {
         for (k, v) in s.labels.iter() {
             assert!(
-                ["dev", "cause", "program", "finding", "cgroup_id", "by"].contains(&k.as_str()),
+                [
+                    "dev",
+                    "cause",
+                    "program",
+                    "finding",
+                    "cgroup_id",
+                    "by",
+                    "stage",
+                    "class"
+                ]
+                .contains(&k.as_str()),
                 "label {k} on {}",
                 s.metric
             );

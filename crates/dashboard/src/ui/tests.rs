@@ -735,6 +735,7 @@ fn ledger_app(with_ledger: bool) -> App {
                     journal: Some(3_471_360),
                     metadata: Some(12_288),
                     other: Some(0),
+                    charged: 8_886_272,
                     unattributed: 0,
                 },
                 DeviceLedger {

@@ -179,14 +179,17 @@ fn fixture_ledger(
         )]),
         ..KernelSnapshot::default()
     };
-    LedgerLine::new(&LedgerInputs {
-        prev: &snap(tick - 1),
-        cur: &snap(tick),
-        owners,
-        handles: None,
-        written_on: &BTreeMap::new(),
-        page_size: 4096,
-    })
+    LedgerLine::new(
+        &LedgerInputs {
+            prev: &snap(tick - 1),
+            cur: &snap(tick),
+            owners,
+            handles: None,
+            written_on: &BTreeMap::new(),
+            page_size: 4096,
+        },
+        &mut Default::default(),
+    )
 }
 
 /// The recording fixture's fsyncs, interval `tick`: one process syncing
