@@ -276,6 +276,16 @@ pub mod ledger_class {
     }
 }
 
+/// Key of `DIRECT_BYTES`: a process's write bios of pages no file owns
+/// (O_DIRECT from user memory: [`ledger_class::UNOWNED`]), per device,
+/// counted in the submitter's context at `block_bio_queue`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DirectKey {
+    pub tgid: u32,
+    pub dev: u32,
+}
+
 /// A device's ledger (`DEVICE_LEDGER`, keyed by its dev_t, shared by all
 /// CPUs and added to atomically): where its journal lies, put there by
 /// userspace before the programs load, and the bytes of its write bios
@@ -467,4 +477,5 @@ mod pod {
     unsafe impl aya::Pod for super::BlockSlots {}
     unsafe impl aya::Pod for super::RequestKey {}
     unsafe impl aya::Pod for super::DeviceLedger {}
+    unsafe impl aya::Pod for super::DirectKey {}
 }

@@ -6,18 +6,19 @@
 //! tracepoints reading the trace records (everywhere else).
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
+    helpers::bpf_get_current_pid_tgid,
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use writeback_common::{
-    BlockHistKey, BlockMembers, DeviceLedger, FLUSH_REQUEST_KIND, FlushRequest, RequestKey,
-    TracepointLayout, block_hist, block_members as bm,
+    BlockHistKey, BlockMembers, DeviceLedger, DirectKey, FLUSH_REQUEST_KIND, FlushRequest,
+    RequestKey, TracepointLayout, block_hist, block_members as bm,
     fields::{bio_queue as bq, rq},
     flush_class, ledger_class, log2_bucket, stat,
 };
 
 use crate::{
-    BLOCK_HIST, BLOCK_SLOTS, DEVICE_LEDGER, RQ_START, atomic_add, bump,
+    BLOCK_HIST, BLOCK_SLOTS, DEVICE_LEDGER, DIRECT_BYTES, RQ_START, atomic_add, bump,
     durability::send,
     read::{Access, Typed, field, now_ns, raw_arg},
     writepages::current_entry,
@@ -327,13 +328,33 @@ pub fn tp_btf_bio_queue(ctx: BtfTracePointContext) -> i32 {
         0
     };
     let dev = scalar(pointer(bio, bm::BIO_BDEV), bm::BDEV_DEV) as u32;
-    ledger_add(
-        dev,
-        scalar(bio, bm::BIO_SECTOR) as u64,
-        ledger_class::of(op, meta, mode),
-        bytes,
-    );
+    let class = ledger_class::of(op, meta, mode);
+    ledger_add(dev, scalar(bio, bm::BIO_SECTOR) as u64, class, bytes);
+    if class == ledger_class::UNOWNED {
+        direct_add(dev, bytes);
+    }
     0
+}
+
+/// Counts a direct-I/O bio's bytes to the submitting process: direct
+/// writes are submitted in the writer's own context
+/// (`iomap_dio_bio_iter()`, fs/iomap/direct-io.c), so the current task is
+/// the one that wrote.
+#[inline(always)]
+fn direct_add(dev: u32, bytes: u64) {
+    let key = DirectKey {
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        dev,
+    };
+    let mut entry = DIRECT_BYTES.get_ptr_mut(&key);
+    if entry.is_none() {
+        let _ = DIRECT_BYTES.insert(&key, &0, BPF_NOEXIST as u64);
+        entry = DIRECT_BYTES.get_ptr_mut(&key);
+    }
+    match entry {
+        Some(v) => atomic_add(v, bytes),
+        None => bump(stat::MAP_FULL),
+    }
 }
 
 /// `tp_btf/block_rq_issue`: TP_PROTO(struct request *rq). The issue time

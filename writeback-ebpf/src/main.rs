@@ -38,8 +38,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use writeback_common::{
-    BlockHistKey, BlockSlots, DevCounterKey, DeviceLedger, Filter, FlusherWork, PausedBy,
-    RequestKey, agg, dirty, global_thresh, sampling, stat,
+    BlockHistKey, BlockSlots, DevCounterKey, DeviceLedger, DirectKey, Filter, FlusherWork,
+    PausedBy, RequestKey, agg, dirty, global_thresh, sampling, stat,
 };
 
 /// Per-call records to userspace. 4 MiB holds ~17000 records of 240 bytes:
@@ -114,6 +114,15 @@ static BLOCK_HIST: HashMap<BlockHistKey, u64> = HashMap::with_max_entries(8192, 
 /// all CPUs, added to atomically. 256 devices, each entry 120 bytes.
 #[map]
 static DEVICE_LEDGER: HashMap<u32, DeviceLedger> = HashMap::with_max_entries(256, 0);
+
+/// Each process's direct-I/O bytes per device (`DirectKey`, block.rs):
+/// the ledger's `direct` stage. An LRU for the bound (a process that
+/// stopped writing direct long ago gives its place); one value shared by
+/// all CPUs, added to atomically. 1,024 processes writing direct at once:
+/// 80 KiB, where 4,096 would push the fullest plan (every opt-in, a pid
+/// filter) past its 32 MiB bound.
+#[map]
+static DIRECT_BYTES: LruHashMap<DirectKey, u64> = LruHashMap::with_max_entries(1024, 0);
 
 /// Per-device inode-pass counters and histograms (`writeback_single_inode`
 /// through tp_btf, which sees the inode), keyed by (device,

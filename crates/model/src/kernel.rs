@@ -100,6 +100,12 @@ pub struct KernelSnapshot {
     /// Bytes of write bios by `writeback_common::ledger_class` per whole
     /// disk, since attach (`--enable device_io`); empty otherwise.
     pub ledger: HashMap<crate::DevId, [u64; writeback_common::ledger_class::COUNT]>,
+    /// Each process's direct-I/O bytes per whole disk, since attach
+    /// (`--enable device_io`, the BTF bio program); empty otherwise.
+    pub direct: HashMap<(u32, crate::DevId), u64>,
+    /// Whether the bio program sees each bio's pages (the BTF one): the
+    /// ledger's `direct` is measured only then.
+    pub ledger_pages: bool,
     /// Why `ledger` is not counted, when it is not.
     pub ledger_unmeasured: Option<String>,
     /// Each mounted filesystem's device (`s_dev`, what calls carry) → the

@@ -87,7 +87,10 @@ pub struct Stages {
     /// and sockets alike).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_calls: Option<u64>,
-    /// Bytes taken from clean to dirty in the page cache (`write_bytes`).
+    /// Bytes taken from clean to dirty in the page cache: the task's
+    /// `write_bytes`, less its `direct` where that is measured (the kernel
+    /// counts a direct write's bytes there too, at submission:
+    /// `iomap_dio_bio_iter()`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dirtied: Option<u64>,
     /// Dirty bytes truncated or deleted before writeback
@@ -101,6 +104,10 @@ pub struct Stages {
     pub absorbed: Option<u64>,
     /// Its pages written back, by anyone.
     pub written_back: u64,
+    /// Its direct-I/O bytes (O_DIRECT from user memory) that reached the
+    /// devices; with the BTF bio program only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<u64>,
     /// Its share of the devices' journal and metadata bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal: Option<u64>,
@@ -116,7 +123,10 @@ pub struct Stages {
 impl Stages {
     /// Device bytes charged.
     pub fn charged(&self) -> u64 {
-        self.written_back + self.journal.unwrap_or(0) + self.metadata.unwrap_or(0)
+        self.written_back
+            + self.direct.unwrap_or(0)
+            + self.journal.unwrap_or(0)
+            + self.metadata.unwrap_or(0)
     }
 
     pub(crate) fn add(&mut self, o: &Stages) {
@@ -128,6 +138,7 @@ impl Stages {
         self.dirtied = add(self.dirtied, o.dirtied);
         self.cancelled = add(self.cancelled, o.cancelled);
         self.written_back += o.written_back;
+        self.direct = add(self.direct, o.direct);
         self.journal = add(self.journal, o.journal);
         self.metadata = add(self.metadata, o.metadata);
     }
@@ -245,6 +256,9 @@ impl LedgerLine {
             }
         }
         line.charge_data(i.written_on, &disk_of, i.page_size);
+        if i.cur.ledger_pages && line.classes_unmeasured.is_none() {
+            line.charge_direct(i.prev, i.cur);
+        }
         match (i.handles, line.classes_unmeasured.is_none()) {
             (Some(h), true) => line.share(h, &disk_of, carry),
             (None, _) => {
@@ -312,6 +326,44 @@ impl LedgerLine {
         for p in &mut self.processes {
             p.stages.journal.get_or_insert(0);
             p.stages.metadata.get_or_insert(0);
+        }
+    }
+
+    /// Each process's direct bytes in the interval, charged to it and its
+    /// disks, and taken off its `dirtied` (which the kernel's
+    /// `write_bytes` counted them in). A process with direct bytes and no
+    /// row (a reader-writer that dirtied no page) gets one.
+    fn charge_direct(&mut self, prev: &KernelSnapshot, cur: &KernelSnapshot) {
+        for p in &mut self.processes {
+            p.stages.direct = Some(0);
+        }
+        for (&(tgid, disk), &now) in &cur.direct {
+            // An entry the LRU evicted and made again counts from 0.
+            let before = prev.direct.get(&(tgid, disk)).copied().unwrap_or(0);
+            let bytes = if now >= before { now - before } else { now };
+            if bytes == 0 {
+                continue;
+            }
+            if let Some(d) = self.devices.iter_mut().find(|d| d.dev == disk) {
+                d.charged += bytes;
+            }
+            let row = match self.processes.iter().position(|p| p.pid == tgid) {
+                Some(i) => &mut self.processes[i],
+                None => {
+                    self.processes.push(ProcessLedger {
+                        pid: tgid,
+                        stages: Stages {
+                            direct: Some(0),
+                            ..Stages::default()
+                        },
+                        ..ProcessLedger::default()
+                    });
+                    let last = self.processes.len() - 1;
+                    &mut self.processes[last]
+                }
+            };
+            *row.stages.direct.get_or_insert(0) += bytes;
+            row.stages.dirtied = row.stages.dirtied.map(|d| d.saturating_sub(bytes));
         }
     }
 
@@ -452,11 +504,12 @@ fn device_rows(prev: &KernelSnapshot, cur: &KernelSnapshot, classed: bool) -> Ve
             let then = prev.ledger.get(&dev).unwrap_or(&zero);
             let d = |c: usize| now[c].wrapping_sub(then[c]);
             let row = if classed {
+                let pages = cur.ledger_pages;
                 DeviceLedger {
                     dev,
                     written,
                     data: Some(d(class::FILE) + d(class::UNOWNED) + d(class::PLAIN)),
-                    direct: Some(d(class::UNOWNED)),
+                    direct: pages.then(|| d(class::UNOWNED)),
                     journal: Some(d(class::JOURNAL)),
                     metadata: Some(d(class::META) + d(class::BDEV)),
                     other: Some(d(class::NO_DATA)),
@@ -489,6 +542,7 @@ mod tests {
         KernelSnapshot {
             written_sectors: HashMap::from([(dev(), sectors)]),
             ledger: HashMap::from([(dev(), bytes)]),
+            ledger_pages: true,
             ..KernelSnapshot::default()
         }
     }
@@ -677,5 +731,45 @@ mod tests {
         run.add(&fourth);
         run.add(&fifth);
         assert_eq!(run.devices[0].unattributed, 4_096);
+    }
+
+    #[test]
+    fn direct_bytes_are_charged_and_taken_off_what_the_kernel_called_dirtied() {
+        // A 64 KiB O_DIRECT write: the kernel's write_bytes counted it
+        // (16 "dirtied" pages), the bio program saw it unowned.
+        let prev = snapshot(0, [0; class::COUNT]);
+        let mut cur = snapshot(128, [0, 0, 0, 0, 65_536, 0, 0]);
+        cur.direct = HashMap::from([((9, dev()), 65_536), ((8, dev()), 0)]);
+        let owners = [owner(9, 10, 16, 0)];
+        let line = LedgerLine::new(
+            &LedgerInputs {
+                prev: &prev,
+                cur: &cur,
+                owners: &owners,
+                handles: None,
+                written_on: &BTreeMap::new(),
+                page_size: 4096,
+            },
+            &mut ShareCarry::default(),
+        );
+        let p = &line.processes[0];
+        assert_eq!((p.stages.direct, p.stages.dirtied), (Some(65_536), Some(0)));
+        assert_eq!(line.devices[0].direct, Some(65_536));
+        assert_eq!(line.devices[0].unattributed, 0);
+        // Without the pages (the classic bio program), no direct at all.
+        cur.ledger_pages = false;
+        let line = LedgerLine::new(
+            &LedgerInputs {
+                prev: &prev,
+                cur: &cur,
+                owners: &owners,
+                handles: None,
+                written_on: &BTreeMap::new(),
+                page_size: 4096,
+            },
+            &mut ShareCarry::default(),
+        );
+        assert_eq!(line.processes[0].stages.direct, None);
+        assert_eq!(line.devices[0].direct, None);
     }
 }

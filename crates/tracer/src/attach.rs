@@ -714,7 +714,7 @@ fn ledger_map(
     ebpf: &mut Ebpf,
     plan: &ProbePlan,
     btf_members: bool,
-) -> Result<aya::maps::Map, String> {
+) -> Result<super::ledger::LedgerMaps, String> {
     let kind = plan
         .concept(Concept::DeviceIo)
         .filter(|c| c.is_attached())
@@ -733,7 +733,14 @@ fn ledger_map(
                 .ok_or_else(|| "DEVICE_LEDGER map missing".to_string())?;
             let found = super::ledger::put_journals(&mut map).map_err(|e| format!("{e:#}"))?;
             info!("device ledger: {found} journal(s) placed");
-            Ok(map)
+            let direct = ebpf
+                .take_map("DIRECT_BYTES")
+                .ok_or_else(|| "DIRECT_BYTES map missing".to_string())?;
+            Ok(super::ledger::LedgerMaps {
+                classes: map,
+                direct,
+                pages: kind == Some(HookKind::TpBtf),
+            })
         }
         _ => Err("no block hook attached".to_string()),
     }

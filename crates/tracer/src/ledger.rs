@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::Context as _;
 use aya::maps::{HashMap as BpfHash, Map, MapData};
-use writeback_common::{DeviceLedger, ledger_class};
+use writeback_common::{DeviceLedger, DirectKey, ledger_class};
 
 use wbscope_model::DevId;
 
@@ -158,6 +158,17 @@ pub(crate) fn journals() -> Vec<(u32, Vec<(u64, u64)>)> {
     out
 }
 
+/// The ledger's maps, where the block programs count them.
+pub(crate) struct LedgerMaps {
+    /// `DEVICE_LEDGER`: each device's bytes by class.
+    pub(crate) classes: Map,
+    /// `DIRECT_BYTES`: each process's direct bytes per device.
+    pub(crate) direct: Map,
+    /// The BTF bio program counts them, which sees each bio's pages (the
+    /// classic one counts no `direct`).
+    pub(crate) pages: bool,
+}
+
 /// Puts the journals into `DEVICE_LEDGER` before the programs run.
 pub(crate) fn put_journals(map: &mut Map) -> anyhow::Result<usize> {
     let mut ledger = BpfHash::<&mut MapData, u32, DeviceLedger>::try_from(map)
@@ -188,6 +199,21 @@ pub(crate) fn read(
         for (s, b) in sums.iter_mut().zip(entry.bytes) {
             *s = s.wrapping_add(b);
         }
+    }
+    Ok(out)
+}
+
+/// Each process's direct-I/O bytes per whole disk, since attach
+/// (`DIRECT_BYTES`).
+pub(crate) fn read_direct(
+    map: &Map,
+    whole_disk: impl Fn(DevId) -> DevId,
+) -> anyhow::Result<HashMap<(u32, DevId), u64>> {
+    let entries: Vec<(DirectKey, u64)> = super::batch::read_hash(map, "DIRECT_BYTES")?;
+    let mut out: HashMap<(u32, DevId), u64> = HashMap::new();
+    for (key, bytes) in entries {
+        let disk = whole_disk(DevId::from_kernel(key.dev));
+        *out.entry((key.tgid, disk)).or_default() += bytes;
     }
     Ok(out)
 }

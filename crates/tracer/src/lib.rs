@@ -72,7 +72,7 @@ pub struct Tracer {
     /// read through `&self`).
     fs_names: std::sync::Mutex<mounts::FsNames>,
     /// `DEVICE_LEDGER` where the block programs count it, else why not.
-    ledger: Result<aya::maps::Map, String>,
+    ledger: Result<ledger::LedgerMaps, String>,
     /// Keeps BPF run-time statistics on while the tracer lives.
     _stats_fd: Option<OwnedFd>,
     /// kretprobe events of our own (`retprobe.rs`), removed when dropped,

@@ -45,10 +45,15 @@ impl Tracer {
                 Vec::new()
             },
             ledger: match &self.ledger {
-                Ok(map) => super::ledger::read(map, |d| fs_names.whole_disk(d))?,
+                Ok(maps) => super::ledger::read(&maps.classes, |d| fs_names.whole_disk(d))?,
+                Err(_) => Default::default(),
+            },
+            direct: match &self.ledger {
+                Ok(maps) => super::ledger::read_direct(&maps.direct, |d| fs_names.whole_disk(d))?,
                 Err(_) => Default::default(),
             },
             ledger_unmeasured: self.ledger.as_ref().err().cloned(),
+            ledger_pages: self.ledger.as_ref().is_ok_and(|m| m.pages),
             fs_disks: fs_names.disks(),
             throttled: throttled
                 .into_iter()

@@ -128,6 +128,11 @@ pub(crate) fn map_sizes(
             1,
             "unused without --enable device_io".into(),
         ));
+        out.push((
+            "DIRECT_BYTES",
+            1,
+            "unused without --enable device_io".into(),
+        ));
     }
     if options.filter.tgid == 0 && options.filter.cgroup_id == 0 {
         out.push((

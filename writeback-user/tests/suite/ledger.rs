@@ -266,7 +266,7 @@ fn each_stage_is_counted_as_the_kernel_counted_it() {
     let _s = serial();
     let fs = LoopFs::new("ext4", 2048);
     let dir = fs.mountpoint.display().to_string();
-    let trace = Tracing::start(&["--json"]);
+    let trace = Tracing::start(&["--json", "--enable", "device_io"]);
     // Written then truncated before any writeback: cancelled.
     let (cancel_pid, cancel_io, cat_wrote) = shell_case(&format!(
         "i=0; while [ $i -lt 512 ]; do printf '%4096s' x >> {dir}/cancel; i=$((i+1)); done; : > {dir}/cancel"
@@ -293,9 +293,27 @@ fn each_stage_is_counted_as_the_kernel_counted_it() {
     let child = big.spawn().expect("dd");
     let big_pid = child.id();
     assert!(child.wait_with_output().expect("dd").status.success());
+    // 64 MiB of O_DIRECT writes: direct, not dirtied.
+    let mut direct = wbscope_programs::DD.command();
+    direct.args([
+        "if=/dev/zero",
+        &format!("of={dir}/direct"),
+        "bs=1M",
+        "count=64",
+        "oflag=direct",
+        "status=none",
+    ]);
+    let child = direct.spawn().expect("dd");
+    let direct_pid = child.id();
+    assert!(child.wait_with_output().expect("dd").status.success());
     std::thread::sleep(std::time::Duration::from_millis(500));
     let lines = trace.stop(libc::SIGINT);
     let summary = lines.last().expect("summary");
+
+    let p = process(summary, direct_pid);
+    assert_eq!(u(p, "direct"), 64 << 20, "{p}");
+    assert_eq!(u(p, "dirtied"), 0, "{p}");
+    assert_eq!(u(p, "write_calls"), 64 << 20, "{p}");
 
     let p = process(summary, cancel_pid);
     assert_eq!(u(p, "cancelled"), cancel_io["cancelled_write_bytes"], "{p}");
