@@ -37,7 +37,7 @@ fn bulk_writer(fs: &LoopFs) -> Child {
         .command()
         .arg("if=/dev/zero")
         .arg(format!("of={}", fs.path("large").display()))
-        .args(["bs=1M", "count=1500", "status=none"])
+        .args(["bs=1M", "count=6000", "status=none"])
         .stderr(Stdio::piped())
         .spawn()
         .expect("dd")
@@ -56,7 +56,7 @@ fn capped_ext4() -> LoopFs {
     unsafe { libc::sync() };
     let mut fs = LoopFs::with_args(
         "ext4",
-        2048,
+        8192,
         &["-E", "lazy_itable_init=0,lazy_journal_init=0"],
         &[],
     );
