@@ -288,7 +288,7 @@ pub struct DirectKey {
 
 /// A device's ledger (`DEVICE_LEDGER`, keyed by its dev_t, shared by all
 /// CPUs and added to atomically): where its journal lies, put there by
-/// userspace before the programs load, and the bytes of its write bios
+/// userspace once the programs are attached, and the bytes of its write bios
 /// by [`ledger_class`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

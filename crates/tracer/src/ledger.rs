@@ -169,13 +169,16 @@ pub(crate) struct LedgerMaps {
     pub(crate) pages: bool,
 }
 
-/// Puts the journals into `DEVICE_LEDGER` before the programs run.
+/// Puts the journals into `DEVICE_LEDGER`, right after the programs are
+/// attached: the bytes a device's entry counted in between are kept (a
+/// bio counted between the read and the write here is lost, a few
+/// milliseconds' worth at most, once).
 pub(crate) fn put_journals(map: &mut Map) -> anyhow::Result<usize> {
     let mut ledger = BpfHash::<&mut MapData, u32, DeviceLedger>::try_from(map)
         .context("DEVICE_LEDGER is not a hash map of its types")?;
     let journals = journals();
     for (dev, extents) in &journals {
-        let mut entry = DeviceLedger::default();
+        let mut entry = ledger.get(dev, 0).unwrap_or_default();
         for (slot, (s, e)) in entry.journal.iter_mut().zip(extents) {
             *slot = [*s, *e];
         }
