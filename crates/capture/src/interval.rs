@@ -89,11 +89,8 @@ impl OpenInterval {
         );
         line.owners = decoration.owners;
         line.fsyncs = decoration.fsyncs;
-        // A tracer's snapshot has every disk's counters; none has none.
-        if let Some(carry) = decoration.carry
-            && !cur.written_sectors.is_empty()
-        {
-            line.ledger = Some(LedgerLine::new(
+        if let Some(carry) = decoration.carry {
+            line.ledger = LedgerLine::of(
                 &LedgerInputs {
                     prev: &self.prev,
                     cur,
@@ -103,7 +100,7 @@ impl OpenInterval {
                     page_size: wbscope_model::units::page_size(),
                 },
                 carry,
-            ));
+            );
         }
         line.budget = decoration.budget;
         state_sampling_error(&mut line);

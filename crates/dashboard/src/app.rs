@@ -425,20 +425,17 @@ impl App {
                 line.fsyncs = f.interval(mono_ns);
                 f.handle_blocks()
             });
-            // A snapshot of a tracer has every disk's counters.
-            if !cur.written_sectors.is_empty() {
-                line.ledger = Some(LedgerLine::new(
-                    &LedgerInputs {
-                        prev,
-                        cur: &cur,
-                        owners: &line.owners,
-                        handles: handles.as_ref(),
-                        written_on: &written_on,
-                        page_size: wbscope_model::units::page_size(),
-                    },
-                    &mut self.ledger_carry,
-                ));
-            }
+            line.ledger = LedgerLine::of(
+                &LedgerInputs {
+                    prev,
+                    cur: &cur,
+                    owners: &line.owners,
+                    handles: handles.as_ref(),
+                    written_on: &written_on,
+                    page_size: wbscope_model::units::page_size(),
+                },
+                &mut self.ledger_carry,
+            );
             self.model.on_interval(line, cur.stats, cpu);
         }
         self.intervals.prev = Some((at, cur));

@@ -33,6 +33,7 @@ mod by_inode;
 mod owners;
 pub use by_inode::{InodeDirtyingReading, TaskReading};
 pub use owners::OwnerTotal;
+pub(crate) use owners::add_known;
 
 /// Entries a call line lists before the rest go to one `(others)` entry.
 pub(crate) const MAX_CALL_DIRTIERS: usize = 8;

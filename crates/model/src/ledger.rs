@@ -16,7 +16,11 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use writeback_common::ledger_class as class;
 
-use crate::{DevId, dirtier::OwnerLine, kernel::KernelSnapshot};
+use crate::{
+    DevId,
+    dirtier::{OwnerLine, add_known},
+    kernel::KernelSnapshot,
+};
 
 /// Process and cgroup rows kept per line; the rest are summed into one
 /// row named `other`.
@@ -130,10 +134,7 @@ impl Stages {
     }
 
     pub(crate) fn add(&mut self, o: &Stages) {
-        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-        };
+        let add = add_known;
         self.write_calls = add(self.write_calls, o.write_calls);
         self.dirtied = add(self.dirtied, o.dirtied);
         self.cancelled = add(self.cancelled, o.cancelled);
@@ -214,6 +215,13 @@ pub struct LedgerInputs<'a> {
 }
 
 impl LedgerLine {
+    /// The interval's ledger, where `cur` is a tracer's snapshot (which
+    /// has every disk's counters); `None` for one without (a window's, a
+    /// test's).
+    pub fn of(i: &LedgerInputs<'_>, carry: &mut ShareCarry) -> Option<LedgerLine> {
+        (!i.cur.written_sectors.is_empty()).then(|| LedgerLine::new(i, carry))
+    }
+
     pub fn new(i: &LedgerInputs<'_>, carry: &mut ShareCarry) -> LedgerLine {
         let classes_unmeasured = i.cur.ledger_unmeasured.clone();
         let devices = device_rows(i.prev, i.cur, classes_unmeasured.is_none());

@@ -32,7 +32,7 @@ pub struct OwnerTotal {
 }
 
 /// `a + b` where either is known.
-fn add_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+pub(crate) fn add_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (None, None) => None,
         _ => Some(a.unwrap_or(0) + b.unwrap_or(0)),
