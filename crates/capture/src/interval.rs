@@ -98,6 +98,7 @@ impl OpenInterval {
                     handles: decoration.handles.as_ref(),
                     written_on: &decoration.written_on,
                     page_size: wbscope_model::units::page_size(),
+                    interval_s: line.interval_s,
                 },
                 carry,
             );

@@ -433,6 +433,7 @@ impl App {
                     handles: handles.as_ref(),
                     written_on: &written_on,
                     page_size: wbscope_model::units::page_size(),
+                    interval_s: secs,
                 },
                 &mut self.ledger_carry,
             );

@@ -11,7 +11,7 @@
 //! journal and metadata in proportion to the journal blocks its handles
 //! dirtied on that device (`--enable durability`); what no row is
 //! charged is `unattributed`.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use writeback_common::ledger_class as class;
@@ -192,13 +192,65 @@ pub struct HandleBlocks {
     pub names: BTreeMap<u32, String>,
 }
 
-/// Journal and metadata bytes of each disk not yet shared: those of an
-/// interval whose commits' handles had not been read by its end, shared
-/// at the next interval that has handles on that disk, or dropped (left
-/// unattributed) after one interval without.
+/// How long a disk's journal and metadata bytes wait for the handles that
+/// made them before they are left unattributed. A jbd2 commit's handles
+/// are read when the commit ends (`jbd2_end_commit`), after its journal
+/// blocks are written; a commit under heavy writeback takes seconds, and
+/// the kernel wakes the commit every `j_commit_interval` (5 s by default,
+/// `JBD2_DEFAULT_MAX_COMMIT_AGE` in include/linux/jbd2.h), so 30 s holds
+/// several late commits and no longer than a user would wait for a row.
+pub const SHARE_WAIT_S: f64 = 30.0;
+
+/// Journal and metadata bytes of each disk not yet shared: those written
+/// before the handles of their commits were read. They are shared at the
+/// next interval with handles on that disk, or left unattributed once
+/// they have waited [`SHARE_WAIT_S`].
 #[derive(Clone, Debug, Default)]
 pub struct ShareCarry {
-    pending: HashMap<DevId, (u64, u64)>,
+    pending: HashMap<DevId, VecDeque<Held>>,
+}
+
+/// One interval's unshared bytes of a disk and how long they have waited.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    journal: u64,
+    metadata: u64,
+    waited_s: f64,
+}
+
+impl ShareCarry {
+    /// Another interval of `interval_s` has passed: what every disk
+    /// holds has waited that much longer, and what has waited past
+    /// [`SHARE_WAIT_S`] is dropped.
+    fn age(&mut self, interval_s: f64) {
+        for held in self.pending.values_mut() {
+            for h in held.iter_mut() {
+                h.waited_s += interval_s;
+            }
+            held.retain(|h| h.waited_s <= SHARE_WAIT_S);
+        }
+        self.pending.retain(|_, held| !held.is_empty());
+    }
+
+    /// Holds a disk's bytes that no handle claimed yet.
+    fn hold(&mut self, dev: DevId, journal: u64, metadata: u64) {
+        if journal + metadata > 0 {
+            self.pending.entry(dev).or_default().push_back(Held {
+                journal,
+                metadata,
+                waited_s: 0.0,
+            });
+        }
+    }
+
+    /// Everything a disk holds, taken.
+    fn take(&mut self, dev: DevId) -> (u64, u64) {
+        self.pending
+            .remove(&dev)
+            .unwrap_or_default()
+            .iter()
+            .fold((0, 0), |(j, m), h| (j + h.journal, m + h.metadata))
+    }
 }
 
 /// What the ledger of an interval is made from.
@@ -212,6 +264,8 @@ pub struct LedgerInputs<'a> {
     /// (`Attribution::take_written_on`).
     pub written_on: &'a BTreeMap<(u32, DevId), u64>,
     pub page_size: u64,
+    /// The interval's length: how much longer held bytes have waited.
+    pub interval_s: f64,
 }
 
 impl LedgerLine {
@@ -268,7 +322,7 @@ impl LedgerLine {
             line.charge_direct(i.prev, i.cur);
         }
         match (i.handles, line.classes_unmeasured.is_none()) {
-            (Some(h), true) => line.share(h, &disk_of, carry),
+            (Some(h), true) => line.share(h, &disk_of, carry, (i.interval_s, i.cur.ledger_pages)),
             (None, _) => {
                 line.shares_unmeasured =
                     Some("the journal handles come with --enable durability".to_string())
@@ -284,13 +338,14 @@ impl LedgerLine {
     /// Each process's share of each device's journal and metadata, by the
     /// journal blocks its handles dirtied there (a handle's device is the
     /// filesystem's, `disk_of` names its disk), with what `carry` held
-    /// over from the interval before; what no handle claims now is held
-    /// over for the next.
+    /// from the intervals before; what no handle claims now is held for
+    /// the next.
     fn share(
         &mut self,
         handles: &HandleBlocks,
         disk_of: &impl Fn(DevId) -> DevId,
         carry: &mut ShareCarry,
+        (interval_s, pages): (f64, bool),
     ) {
         let mut blocks: HashMap<(DevId, u32), u64> = HashMap::new();
         let mut totals: HashMap<DevId, u64> = HashMap::new();
@@ -299,18 +354,31 @@ impl LedgerLine {
             *blocks.entry((disk, pid)).or_default() += b;
             *totals.entry(disk).or_default() += b;
         }
-        let mut pending = std::mem::take(&mut carry.pending);
+        carry.age(interval_s);
+        // A disk that wrote nothing this interval but held bytes whose
+        // handles came now gets a row to charge them on.
+        for &dev in totals.keys() {
+            if carry.pending.contains_key(&dev) && !self.devices.iter().any(|d| d.dev == dev) {
+                self.devices.push(DeviceLedger {
+                    dev,
+                    data: Some(0),
+                    direct: pages.then_some(0),
+                    journal: Some(0),
+                    metadata: Some(0),
+                    other: Some(0),
+                    ..DeviceLedger::default()
+                });
+            }
+        }
+        self.devices.sort_by_key(|d| d.dev);
         for d in &mut self.devices {
-            let (j0, m0) = pending.remove(&d.dev).unwrap_or_default();
-            let (journal, metadata) = (d.journal.unwrap_or(0) + j0, d.metadata.unwrap_or(0) + m0);
+            let (now_j, now_m) = (d.journal.unwrap_or(0), d.metadata.unwrap_or(0));
             let Some(&all) = totals.get(&d.dev) else {
-                if journal + metadata > 0 {
-                    carry
-                        .pending
-                        .insert(d.dev, (d.journal.unwrap_or(0), d.metadata.unwrap_or(0)));
-                }
+                carry.hold(d.dev, now_j, now_m);
                 continue;
             };
+            let (j0, m0) = carry.take(d.dev);
+            let (journal, metadata) = (now_j + j0, now_m + m0);
             let (mut given_j, mut given_m) = (0, 0);
             for p in &mut self.processes {
                 let Some(&mine) = blocks.get(&(d.dev, p.pid)) else {
@@ -327,9 +395,7 @@ impl LedgerLine {
             }
             d.charged += given_j + given_m;
             // The rounding's few bytes, shared next time.
-            carry
-                .pending
-                .insert(d.dev, (journal - given_j, metadata - given_m));
+            carry.hold(d.dev, journal - given_j, metadata - given_m);
         }
         for p in &mut self.processes {
             p.stages.journal.get_or_insert(0);
@@ -587,6 +653,7 @@ mod tests {
                 handles: Some(&handles),
                 written_on: &BTreeMap::from([((1, dev()), 10)]),
                 page_size: 4096,
+                interval_s: 1.0,
             },
             &mut ShareCarry::default(),
         );
@@ -644,6 +711,7 @@ mod tests {
                 handles: None,
                 written_on: &BTreeMap::new(),
                 page_size: 4096,
+                interval_s: 1.0,
             },
             &mut ShareCarry::default(),
         );
@@ -673,6 +741,7 @@ mod tests {
                 handles: None,
                 written_on: &BTreeMap::new(),
                 page_size: 4096,
+                interval_s: 1.0,
             },
             &mut ShareCarry::default(),
         );
@@ -693,7 +762,7 @@ mod tests {
     }
 
     #[test]
-    fn journal_bytes_before_their_handles_are_shared_an_interval_later() {
+    fn journal_bytes_before_their_handles_wait_for_them() {
         let mut carry = ShareCarry::default();
         let owners = [owner(1, 10, 1, 1)];
         let none = HandleBlocks::default();
@@ -702,43 +771,62 @@ mod tests {
             names: BTreeMap::new(),
         };
         let mut journal = 0;
-        let mut interval = |sectors: u64, handles: &HandleBlocks, carry: &mut ShareCarry| {
-            let prev = snapshot(journal / 512, [journal, 0, 0, 0, 0, 0, 0]);
-            journal += sectors * 512;
-            let cur = snapshot(journal / 512, [journal, 0, 0, 0, 0, 0, 0]);
-            LedgerLine::new(
-                &LedgerInputs {
-                    prev: &prev,
-                    cur: &cur,
-                    owners: &owners,
-                    handles: Some(handles),
-                    written_on: &BTreeMap::new(),
-                    page_size: 4096,
-                },
-                carry,
-            )
-        };
-        // The commit's 64 KiB go out in one interval, its handles are
-        // read in the next (with 8 KiB of the next commit).
-        let first = interval(128, &none, &mut carry);
-        assert_eq!(first.devices[0].unattributed, 65_536);
-        let second = interval(16, &handles, &mut carry);
-        assert_eq!(second.processes[0].stages.journal, Some(65_536 + 8_192));
-        // Over the run, all of it charged: the summary nets the two.
+        let mut interval =
+            |sectors: u64, handles: &HandleBlocks, secs: f64, carry: &mut ShareCarry| {
+                let prev = snapshot(journal / 512, [journal, 0, 0, 0, 0, 0, 0]);
+                journal += sectors * 512;
+                let cur = snapshot(journal / 512, [journal, 0, 0, 0, 0, 0, 0]);
+                LedgerLine::new(
+                    &LedgerInputs {
+                        prev: &prev,
+                        cur: &cur,
+                        owners: &owners,
+                        handles: Some(handles),
+                        written_on: &BTreeMap::new(),
+                        page_size: 4096,
+                        interval_s: secs,
+                    },
+                    carry,
+                )
+            };
+        // A commit's 64 KiB go out in one interval; a slow commit's
+        // handles are read three intervals later (with 8 KiB of the next
+        // commit).
         let mut run = LedgerLine::default();
+        let first = interval(128, &none, 1.0, &mut carry);
+        assert_eq!(first.devices[0].unattributed, 65_536);
         run.add(&first);
-        run.add(&second);
+        for _ in 0..2 {
+            run.add(&interval(0, &none, 1.0, &mut carry));
+        }
+        let fourth = interval(16, &handles, 1.0, &mut carry);
+        assert_eq!(fourth.processes[0].stages.journal, Some(65_536 + 8_192));
+        // Over the run, all of it charged: the summary nets the intervals.
+        run.add(&fourth);
         assert_eq!(run.devices[0].unattributed, 0);
         assert_eq!(run.devices[0].charged, 73_728);
-        // Bytes no handle claims for two intervals are left unattributed.
-        let third = interval(8, &none, &mut carry);
-        let fourth = interval(0, &none, &mut carry);
-        let fifth = interval(0, &handles, &mut carry);
-        assert_eq!(fifth.processes[0].stages.journal, Some(0));
-        run.add(&third);
-        run.add(&fourth);
-        run.add(&fifth);
+        // Bytes no handle claims for longer than SHARE_WAIT_S are left
+        // unattributed; those written since still wait.
+        run.add(&interval(8, &none, 10.0, &mut carry));
+        run.add(&interval(0, &none, 10.0, &mut carry));
+        run.add(&interval(2, &none, 10.0, &mut carry));
+        let last = interval(0, &handles, 10.1, &mut carry);
+        assert_eq!(last.processes[0].stages.journal, Some(1_024));
+        run.add(&last);
         assert_eq!(run.devices[0].unattributed, 4_096);
+    }
+
+    #[test]
+    fn held_bytes_are_bounded_by_age_not_count() {
+        // One disk that never gets handles (an xfs log) for an hour of
+        // 100 ms intervals holds at most SHARE_WAIT_S of them.
+        let mut carry = ShareCarry::default();
+        for _ in 0..36_000 {
+            carry.age(0.1);
+            carry.hold(dev(), 4_096, 0);
+        }
+        let held = carry.pending.get(&dev()).map_or(0, VecDeque::len);
+        assert!((300..=302).contains(&held), "{held}");
     }
 
     #[test]
@@ -757,6 +845,7 @@ mod tests {
                 handles: None,
                 written_on: &BTreeMap::new(),
                 page_size: 4096,
+                interval_s: 1.0,
             },
             &mut ShareCarry::default(),
         );
@@ -774,6 +863,7 @@ mod tests {
                 handles: None,
                 written_on: &BTreeMap::new(),
                 page_size: 4096,
+                interval_s: 1.0,
             },
             &mut ShareCarry::default(),
         );

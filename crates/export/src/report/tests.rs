@@ -187,6 +187,7 @@ fn fixture_ledger(
             handles: None,
             written_on: &BTreeMap::new(),
             page_size: 4096,
+            interval_s: 1.0,
         },
         &mut Default::default(),
     )
