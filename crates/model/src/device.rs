@@ -1,5 +1,6 @@
 //! Each device's requests in an interval: from the block programs'
-//! histograms (`--enable device_io`), or from /proc/diskstats.
+//! histograms (`--enable device_io`) with /proc/diskstats means beside
+//! them, or from /proc/diskstats alone.
 use std::{borrow::Cow, collections::BTreeMap};
 
 use serde::{Deserialize, Serialize};
@@ -12,8 +13,9 @@ use crate::{
 };
 
 /// One device's requests in an interval: histograms from the block
-/// tracepoints (`--enable device_io`), or counts and means from
-/// /proc/diskstats (the default), whose requests are those completed.
+/// tracepoints (`--enable device_io`, their requests those issued), and
+/// counts and means from /proc/diskstats (alone by default, their
+/// requests those completed).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeviceLine {
     pub dev: DevId,
@@ -127,7 +129,8 @@ impl DeviceLine {
 }
 
 /// The interval's device lines: one per device the block programs counted
-/// requests of, then one per whole disk whose /proc/diskstats counters grew.
+/// requests of, with its /proc/diskstats means where it has them, then one
+/// per other whole disk whose /proc/diskstats counters grew.
 pub(crate) fn device_lines(
     prev: &KernelSnapshot,
     cur: &KernelSnapshot,
@@ -156,7 +159,7 @@ pub(crate) fn device_lines(
                 .push(slot),
         }
     }
-    devices
+    let mut lines: Vec<DeviceLine> = devices
         .into_iter()
         .map(|(dev, (mut sizes, mut lat, flush))| {
             sizes.sort_unstable();
@@ -177,11 +180,22 @@ pub(crate) fn device_lines(
                     .collect(),
             }
         })
-        .chain(cur.disks.iter().filter_map(|d| {
-            let before = prev.disks.iter().find(|p| p.dev == d.dev);
-            DeviceLine::from_diskstats(before, d, interval_s)
-        }))
-        .collect()
+        .collect();
+    // The request programs key a request by its disk (`block_rq_issue`'s
+    // `dev` is the request queue's disk, include/trace/events/block.h), as
+    // /proc/diskstats lists disks: a disk both count is one line, with the
+    // histograms and the means (bytes and flushes come from the means).
+    for d in &cur.disks {
+        let before = prev.disks.iter().find(|p| p.dev == d.dev);
+        let Some(means) = DeviceLine::from_diskstats(before, d, interval_s) else {
+            continue;
+        };
+        match lines.iter_mut().find(|l| l.dev == d.dev) {
+            Some(l) => l.diskstats = means.diskstats,
+            None => lines.push(means),
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -232,5 +246,48 @@ mod tests {
         ))
         .expect("a line from before the field");
         assert!(back.diskstats.is_none());
+    }
+
+    #[test]
+    fn a_disk_the_tracepoints_saw_has_its_diskstats_means_too() {
+        let (sda, sdb) = (
+            DevId { major: 8, minor: 0 },
+            DevId {
+                major: 8,
+                minor: 16,
+            },
+        );
+        let key = |bucket| writeback_common::BlockHistKey {
+            dev: (8 << 20),
+            kind: block_hist::ISSUE_BYTES,
+            bucket,
+        };
+        let disk = |dev, requests| DiskCounters {
+            dev,
+            requests,
+            sectors: requests * 8,
+            sectors_written: requests * 8,
+            ..DiskCounters::default()
+        };
+        let prev = KernelSnapshot {
+            disks: vec![disk(sda, 100), disk(sdb, 10)],
+            ..KernelSnapshot::default()
+        };
+        let cur = KernelSnapshot {
+            block: [(key(13), 40)].into_iter().collect(),
+            disks: vec![disk(sda, 140), disk(sdb, 30)],
+            ..KernelSnapshot::default()
+        };
+        let lines = device_lines(&prev, &cur, 1.0);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        let a = lines.iter().find(|l| l.dev == sda).expect("sda");
+        assert_eq!((a.requests, a.request_bytes.len()), (40, 1));
+        assert_eq!(a.diskstats.as_ref().map(|m| m.bytes), Some(40 * 8 * 512));
+        let b = lines.iter().find(|l| l.dev == sdb).expect("sdb");
+        assert!(b.request_bytes.is_empty());
+        assert_eq!(
+            (b.requests, b.diskstats.map(|m| m.bytes)),
+            (20, Some(20 * 8 * 512))
+        );
     }
 }

@@ -91,12 +91,10 @@ pub struct KernelSnapshot {
     pub stats: KernelStats,
     pub run_times: Vec<ProgramRunTime>,
     pub vmstat: VmStat,
-    /// Whole disks' counters, when the devices come from /proc/diskstats
-    /// (the default; empty with `--enable device_io`).
+    /// Every whole disk's counters (/proc/diskstats), whatever the
+    /// devices' source: the device lines' means and what the ledger's
+    /// device rows close against.
     pub disks: Vec<DiskCounters>,
-    /// Every whole disk's sectors written (/proc/diskstats), whatever the
-    /// devices' source: what the ledger's device rows close against.
-    pub written_sectors: HashMap<crate::DevId, u64>,
     /// Bytes of write bios by `writeback_common::ledger_class` per whole
     /// disk, since attach (`--enable device_io`); empty otherwise.
     pub ledger: HashMap<crate::DevId, [u64; writeback_common::ledger_class::COUNT]>,

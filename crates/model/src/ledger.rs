@@ -273,7 +273,7 @@ impl LedgerLine {
     /// has every disk's counters); `None` for one without (a window's, a
     /// test's).
     pub fn of(i: &LedgerInputs<'_>, carry: &mut ShareCarry) -> Option<LedgerLine> {
-        (!i.cur.written_sectors.is_empty()).then(|| LedgerLine::new(i, carry))
+        (!i.cur.disks.is_empty()).then(|| LedgerLine::new(i, carry))
     }
 
     pub fn new(i: &LedgerInputs<'_>, carry: &mut ShareCarry) -> LedgerLine {
@@ -568,10 +568,15 @@ fn bound<T>(
 /// The devices that wrote in the interval, by whole disk.
 fn device_rows(prev: &KernelSnapshot, cur: &KernelSnapshot, classed: bool) -> Vec<DeviceLedger> {
     let mut out: Vec<DeviceLedger> = cur
-        .written_sectors
+        .disks
         .iter()
-        .filter_map(|(&dev, &sectors)| {
-            let before = prev.written_sectors.get(&dev).copied().unwrap_or(sectors);
+        .filter_map(|disk| {
+            let (dev, sectors) = (disk.dev, disk.sectors_written);
+            let before = prev
+                .disks
+                .iter()
+                .find(|p| p.dev == dev)
+                .map_or(sectors, |p| p.sectors_written);
             let written = sectors.saturating_sub(before) * 512;
             let zero = [0u64; class::COUNT];
             let now = cur.ledger.get(&dev).unwrap_or(&zero);
@@ -607,6 +612,7 @@ fn device_rows(prev: &KernelSnapshot, cur: &KernelSnapshot, classed: bool) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::DiskCounters;
 
     fn dev() -> DevId {
         DevId { major: 7, minor: 0 }
@@ -614,7 +620,11 @@ mod tests {
 
     fn snapshot(sectors: u64, bytes: [u64; class::COUNT]) -> KernelSnapshot {
         KernelSnapshot {
-            written_sectors: HashMap::from([(dev(), sectors)]),
+            disks: vec![DiskCounters {
+                dev: dev(),
+                sectors_written: sectors,
+                ..DiskCounters::default()
+            }],
             ledger: HashMap::from([(dev(), bytes)]),
             ledger_pages: true,
             ..KernelSnapshot::default()

@@ -77,6 +77,10 @@ impl OptIn {
     /// for their cost on scattered writes, on where wbscope runs its own
     /// workload and the figures are the point (`compare`, `scenario`).
     pub(crate) const ANATOMY: [OptIn; 3] = [OptIn::DeviceIo, OptIn::Extents, OptIn::Durability];
+    /// What `doctor` turns on: the fsync rules need the fsync anatomy,
+    /// `write-amplified` the device bytes by class and the journal's
+    /// handles.
+    pub(crate) const DOCTOR: [OptIn; 2] = [OptIn::DeviceIo, OptIn::Durability];
 }
 
 impl OptIn {
@@ -118,22 +122,22 @@ pub struct HookChoice {
 }
 
 impl HookChoice {
-    /// The same choice with the fsync anatomy on ([`OptIn::Durability`]):
-    /// `doctor` watches for a bounded time and names the fsync rules from
-    /// it.
-    pub fn with_durability(&self) -> HookChoice {
-        let mut out = self.clone();
-        if !out.enabled.contains(&OptIn::Durability) {
-            out.enabled.push(OptIn::Durability);
-        }
-        out
+    /// The same choice with what `doctor`'s rules judge on:
+    /// [`OptIn::DOCTOR`]. A watch is bounded and asked for, so it carries
+    /// the per-request and per-fsync programs a default trace leaves off.
+    pub fn for_doctor(&self) -> HookChoice {
+        self.with_all(&OptIn::DOCTOR)
     }
 
     /// The same choice with the per-call I/O anatomy on
     /// ([`OptIn::ANATOMY`]).
     pub fn with_anatomy(&self) -> HookChoice {
+        self.with_all(&OptIn::ANATOMY)
+    }
+
+    fn with_all(&self, opt_ins: &[OptIn]) -> HookChoice {
         let mut out = self.clone();
-        for o in OptIn::ANATOMY {
+        for &o in opt_ins {
             if !out.enabled.contains(&o) {
                 out.enabled.push(o);
             }

@@ -669,7 +669,6 @@ impl Tracer {
         let sampling = Array::try_from(ebpf.take_map("SAMPLING").context("SAMPLING map missing")?)
             .context("SAMPLING map")?;
         let disks = super::diskstats::DiskStatsFile::open()?;
-        let devices_from_diskstats = plan.devices_from_diskstats();
         let ledger = ledger_map(&mut ebpf, &plan, block_members.ledger == 1);
         if let Err(why) = &ledger {
             info!("device ledger: bytes by class unmeasured ({why})");
@@ -695,7 +694,6 @@ impl Tracer {
             attached_programs,
             vmstat: super::VmStatFile::open()?,
             disks,
-            devices_from_diskstats,
             fs_names: std::sync::Mutex::new(super::mounts::FsNames::open()),
             ledger,
             _stats_fd: stats_fd,

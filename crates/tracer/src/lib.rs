@@ -63,11 +63,9 @@ pub struct Tracer {
     /// `/proc/vmstat`, opened at attach and read again at each snapshot:
     /// the reads go on after the privileges are dropped, with no open(2).
     vmstat: VmStatFile,
-    /// `/proc/diskstats`, likewise: the devices' lines when they come
-    /// from it ([`plan::DISKSTATS`]), and every disk's sectors written for
-    /// the ledger.
+    /// `/proc/diskstats`, likewise: every disk's counters, for the device
+    /// lines' means and the ledger's sectors written.
     disks: diskstats::DiskStatsFile,
-    devices_from_diskstats: bool,
     /// The mount table, for the ledger's filesystem → disk map (a lock:
     /// read through `&self`).
     fs_names: std::sync::Mutex<mounts::FsNames>,

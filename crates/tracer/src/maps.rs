@@ -38,12 +38,7 @@ impl Tracer {
             stats,
             run_times: self.run_times(),
             vmstat,
-            written_sectors: disks.iter().map(|d| (d.dev, d.sectors_written)).collect(),
-            disks: if self.devices_from_diskstats {
-                disks
-            } else {
-                Vec::new()
-            },
+            disks,
             ledger: match &self.ledger {
                 Ok(maps) => super::ledger::read(&maps.classes, |d| fs_names.whole_disk(d))?,
                 Err(_) => Default::default(),

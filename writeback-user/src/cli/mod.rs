@@ -75,7 +75,8 @@ pub struct Cli {
     /// split into writeback, wait, journal commit and flush, with who was
     /// in the commit: `sync` lines with --events; runs per fsync, commit
     /// phase and journal handle). `compare` and `scenario` turn device_io,
-    /// extents and durability on themselves, `doctor` durability.
+    /// extents and durability on themselves, `doctor` device_io and
+    /// durability.
     #[arg(long, value_name = "HOOKS", value_delimiter = ',', global = true, value_parser = named::parser::<wbscope_model::plan::OptIn>())]
     pub(crate) enable: Vec<wbscope_model::plan::OptIn>,
 

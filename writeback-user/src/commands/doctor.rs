@@ -103,8 +103,7 @@ pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result
                 ))
                 .into());
             }
-            // The fsync rules need the fsync anatomy: on for the watch.
-            let (tracer, mut collector) = session::attach(filter, &hooks.with_durability())?;
+            let (tracer, mut collector) = session::attach(filter, &hooks.for_doctor())?;
             let record = match &args.record {
                 Some(path) => Some(super::record::create(path, &tracer, &filter)?),
                 None => None,

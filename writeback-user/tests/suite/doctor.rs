@@ -7,19 +7,20 @@
 
 use std::{
     process::{Child, Command, Output, Stdio},
-    sync::Mutex,
+    sync::{Mutex, mpsc::Receiver},
     time::Duration,
 };
 
-use crate::support::wbscope;
+use crate::support::{lines_of, wbscope};
 
 /// The watches run one at a time: each sees the whole machine.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// `doctor --duration SECS --json --record REC [--device DEV]` started,
-/// and the time its probes need to attach waited out.
-fn watch(secs: &str, rec: &std::path::Path, device: Option<&str>) -> Child {
-    let child = wbscope()
+/// returned once it says its probes are live (its "tracing;" line), with
+/// the lines it says on stderr from then on.
+fn watch(secs: &str, rec: &std::path::Path, device: Option<&str>) -> (Child, Receiver<String>) {
+    let mut child = wbscope()
         .args(["doctor", "--json", "--duration", secs, "--record"])
         .arg(rec)
         .args(device.map(|d| ["--device", d]).iter().flatten())
@@ -27,13 +28,26 @@ fn watch(secs: &str, rec: &std::path::Path, device: Option<&str>) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn doctor");
-    std::thread::sleep(Duration::from_secs(3));
-    child
+    let rx = lines_of(child.stderr.take().expect("stderr"));
+    let mut said = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line.contains("tracing;") => break,
+            Ok(line) => said.push(line),
+            Err(e) => panic!("doctor did not start ({e}): {said:?}"),
+        }
+    }
+    (child, rx)
 }
 
 /// The report and the exit status of a finished watch.
 fn report(out: Output) -> (serde_json::Value, i32) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    report_said(out, &stderr)
+}
+
+/// [`report`], with what the watch said on stderr read apart.
+fn report_said(out: Output, stderr: &str) -> (serde_json::Value, i32) {
     let code = out.status.code().expect("exit status");
     assert!(code == 0 || code == 3, "doctor failed ({code}): {stderr}");
     let r: serde_json::Value = serde_json::from_slice(&out.stdout)
@@ -89,7 +103,7 @@ fn doctor_with(
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let rec = dir.path().join("watch.rec");
-    let child = watch(secs, &rec, device);
+    let (child, said) = watch(secs, &rec, device);
     let pid = workload.map(|mut w| {
         let out = w
             .stdout(Stdio::null())
@@ -105,7 +119,9 @@ fn doctor_with(
         );
         pid
     });
-    let (live, code) = report(child.wait_with_output().expect("doctor"));
+    let out = child.wait_with_output().expect("doctor");
+    let stderr: Vec<String> = said.iter().collect();
+    let (live, code) = report_said(out, &stderr.join("\n"));
     let (back, back_code) = replayed(&rec);
     assert_eq!(back, live, "findings from the recording differ from live");
     assert_eq!(back_code, code);
@@ -211,7 +227,7 @@ fn a_light_device_cap_is_named_as_what_acted() {
 /// write waits for a journal commit and its cache flush, which the loop
 /// device serves with an fsync of its image) keeps the device flushing:
 /// doctor names `flush-bound` on that device, with the flushes' rate and
-/// mean time from /proc/diskstats.
+/// mean time from /proc/diskstats, and `write-amplified` by the journal.
 #[test]
 fn a_sync_per_write_is_named_flush_bound() {
     let _file = crate::support::file_group(module_path!());
@@ -226,7 +242,7 @@ fn a_sync_per_write_is_named_flush_bound() {
         "status=none",
     ])
     .arg(format!("of={dir}/synced"));
-    let (r, _, _) = doctor_with("8", Some(&dir), Some(dd));
+    let (r, _, pid) = doctor_with("8", Some(&dir), Some(dd));
     let f = finding(&r, "flush-bound");
     // The loop device itself (its disk line in /proc/diskstats).
     let name = std::path::Path::new(&fs.device).file_name().unwrap();
@@ -240,6 +256,16 @@ fn a_sync_per_write_is_named_flush_bound() {
     );
     assert!(
         f["evidence"]["flushes_per_s"].as_f64().unwrap() > 0.0,
+        "{f}"
+    );
+    // Doctor turns the device classes and the journal's handles on: each
+    // 4 KiB synced write costs its page and a journal commit's blocks
+    // (2.5 times its bytes here), and the journal is named.
+    let f = finding(&r, "write-amplified");
+    assert_eq!(f["evidence"]["pid"], pid.unwrap(), "{f}");
+    assert_eq!(f["evidence"]["stage"], "journal", "{f}");
+    assert!(
+        f["evidence"]["amplification"].as_f64().unwrap() >= 2.0,
         "{f}"
     );
 }

@@ -164,7 +164,11 @@ fn fixture_ledger(
     use wbscope_model::ledger::{LedgerInputs, LedgerLine};
     let dev = wbscope_model::DevId { major: 8, minor: 0 };
     let snap = |t: u64| KernelSnapshot {
-        written_sectors: HashMap::from([(dev, t * 40_000)]),
+        disks: vec![wbscope_model::kernel::DiskCounters {
+            dev,
+            sectors_written: t * 40_000,
+            ..Default::default()
+        }],
         ledger: HashMap::from([(
             dev,
             [
