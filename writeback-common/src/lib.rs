@@ -407,7 +407,10 @@ pub mod sampling {
     /// (writeback-ebpf dirtier.rs `DirtierChanged`), bumped by userspace
     /// at each reading.
     pub const READING: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// Not a shift: non-zero while the CPU budget sheds `device_io`; the
+    /// block programs (block.rs) then return at once.
+    pub const DEVICE_IO: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Why a writepages call happened, as far as the kernel tells.

@@ -14,7 +14,7 @@ use writeback_common::{
     BlockHistKey, BlockMembers, DeviceLedger, DirectKey, FLUSH_REQUEST_KIND, FlushRequest,
     RequestKey, TracepointLayout, block_hist, block_members as bm,
     fields::{bio_queue as bq, rq},
-    flush_class, ledger_class, log2_bucket, stat,
+    flush_class, ledger_class, log2_bucket, sampling, stat,
 };
 
 use crate::{
@@ -95,6 +95,15 @@ fn hash_add(dev: u32, kind: u16, bucket: u32) {
             None => bump(stat::MAP_FULL),
         }
     }
+}
+
+/// Whether the CPU budget sheds `device_io` now (`sampling::DEVICE_IO`):
+/// every block program then returns at once, but for the completion's
+/// taking of an issue stamp made before, so that RQ_START keeps no
+/// request the shedding left behind.
+#[inline(always)]
+fn shed() -> bool {
+    crate::sampling_shift(sampling::DEVICE_IO) != 0
 }
 
 /// Remembers when the request at `sector` of `dev` was issued.
@@ -195,6 +204,9 @@ fn ledger_add(dev: u32, sector: u64, class: usize, bytes: u64) {
 /// counts as written once they complete.
 #[tracepoint]
 pub fn bio_queue(ctx: TracePointContext) -> u32 {
+    if shed() {
+        return 0;
+    }
     let sectors = field(&ctx, &BIO_QUEUE_LAYOUT, bq::NR_SECTOR) as u64;
     if let Some(call) = current_entry() {
         // SAFETY: the entry of this thread's own call; only the thread
@@ -218,6 +230,9 @@ pub fn bio_queue(ctx: TracePointContext) -> u32 {
 /// `block:block_rq_issue`: request handed to the driver.
 #[tracepoint]
 pub fn rq_issue(ctx: TracePointContext) -> u32 {
+    if shed() {
+        return 0;
+    }
     let layout = &RQ_ISSUE_LAYOUT;
     let dev = field(&ctx, layout, rq::DEV) as u32;
     add_issue(dev, field(&ctx, layout, rq::BYTES) as u64);
@@ -238,7 +253,9 @@ pub fn rq_complete(ctx: TracePointContext) -> u32 {
         u64::MAX => 0,
         s => s,
     };
-    if let Some(issued) = take_issue_stamp(dev, sector) {
+    if let Some(issued) = take_issue_stamp(dev, sector)
+        && !shed()
+    {
         let flush = flush_class::of_rwbs(field(&ctx, layout, rq::RWBS) as u64);
         add_latency(dev, issued, flush);
     }
@@ -287,6 +304,9 @@ fn stats_on(q: *const u8) -> bool {
 /// (include/trace/events/block.h, since 5.11).
 #[btf_tracepoint(function = "block_bio_queue")]
 pub fn tp_btf_bio_queue(ctx: BtfTracePointContext) -> i32 {
+    if shed() {
+        return 0;
+    }
     let bio = raw_arg(&ctx, 0) as *const u8;
     let bytes = scalar(bio, bm::BIO_SIZE) as u64;
     if let Some(call) = current_entry() {
@@ -363,6 +383,9 @@ fn direct_add(dev: u32, bytes: u64) {
 /// instead, and the request costs no hash operation at all.
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn tp_btf_rq_issue(ctx: BtfTracePointContext) -> i32 {
+    if shed() {
+        return 0;
+    }
     let rq = raw_arg(&ctx, 0) as *const u8;
     let q = pointer(rq, bm::RQ_QUEUE);
     let dev = queue_dev(q);
@@ -387,7 +410,9 @@ pub fn tp_btf_rq_complete(ctx: BtfTracePointContext) -> i32 {
     } else {
         take_issue_stamp(dev, scalar(rq, bm::RQ_SECTOR) as u64)
     };
-    if let Some(issued) = issued {
+    if let Some(issued) = issued
+        && !shed()
+    {
         // SAFETY: .rodata globals, see read::field.
         let (preflush, fua) = unsafe {
             (

@@ -99,6 +99,7 @@ impl OpenInterval {
                     written_on: &decoration.written_on,
                     page_size: wbscope_model::units::page_size(),
                     interval_s: line.interval_s,
+                    device_io_shed: decoration.budget.as_ref().is_some_and(|b| b.device_io_shed),
                 },
                 carry,
             );

@@ -12,7 +12,7 @@ use std::{
 use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 
-use wbscope_model::budget::{BudgetLine, CpuBudget};
+use wbscope_model::budget::{BudgetLine, CpuBudget, Sheddable};
 use wbscope_model::dirtier::{Attribution, AttributionMode};
 use wbscope_model::durability::{DeviceFlush, DurabilityJoin, FsyncLine, Phase, Span, SyncRecord};
 use wbscope_model::interval::IntervalLine;
@@ -72,9 +72,12 @@ struct Budgeted {
 
 impl Budgeted {
     fn new(pct: f64, tracer: &Tracer, snap: &wbscope_model::kernel::KernelSnapshot) -> Budgeted {
-        let per_folio = AttributionMode::of(&tracer.plan) == Some(AttributionMode::PerFolio);
+        let attached = Sheddable {
+            device_io: !tracer.plan.devices_from_diskstats(),
+            per_folio: AttributionMode::of(&tracer.plan) == Some(AttributionMode::PerFolio),
+        };
         Budgeted {
-            budget: CpuBudget::new(pct, per_folio),
+            budget: CpuBudget::new(pct, attached),
             bpf_ns: bpf_ns(snap),
             cpu_ns: wbscope_sys::process_cpu_ns(),
             skipped: 0,
@@ -113,6 +116,9 @@ impl Budgeted {
         }
         if let Err(e) = tracer.set_call_sampling(self.budget.calls_shift()) {
             log::warn!("setting the call sampling: {e:#}");
+        }
+        if let Err(e) = tracer.set_device_io_shed(self.budget.device_io_shed()) {
+            log::warn!("shedding the block programs: {e:#}");
         }
         line
     }

@@ -434,6 +434,7 @@ impl App {
                     written_on: &written_on,
                     page_size: wbscope_model::units::page_size(),
                     interval_s: secs,
+                    device_io_shed: false,
                 },
                 &mut self.ledger_carry,
             );

@@ -11,6 +11,15 @@
 //! is met in one interval, not three (Run R3, docs/bench-log/recorder.md,
 //! climbed one step an interval and spent its first six intervals over, up
 //! to 8.73%):
+//! 0. with `--enable device_io`, the block programs are shed whole (one
+//!    step): they return at once, the devices' lines come from
+//!    /proc/diskstats alone, and the ledger's device classes are
+//!    unmeasured while shed. First because they run per request and per
+//!    bio — under a small random writer about four runs per page written
+//!    (docs/bench-log/small-writer.md, Run S1), against one for the
+//!    per-folio program — and because what they add has a coarser
+//!    source that stays (/proc/diskstats), where sampling the others
+//!    turns exact counts into estimates;
 //! 1. with `--enable dirty_folio`, the per-folio dirtier program counts
 //!    one dirtied folio in 2, 4, … 64 (chosen at random in the kernel, and
 //!    counted as that many): the program that runs once per write of a
@@ -54,6 +63,10 @@ pub struct BudgetLine {
     /// One call in this many was traced (drawn into the kernel's sample,
     /// or for generic calls written) as a `call` line (1: all).
     pub(crate) calls_1_in: u32,
+    /// The block programs (`device_io`) were shed: the interval's devices
+    /// are /proc/diskstats's alone and the ledger's classes unmeasured.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub device_io_shed: bool,
     /// Over the budget with every step of the ladder in force: what is
     /// left is what the programs cost at their least per event (a draw,
     /// two adds, an early return: Run R3, docs/bench-log/recorder.md) at
@@ -63,43 +76,64 @@ pub struct BudgetLine {
     pub at_floor: bool,
 }
 
+/// The optional programs attached, whose steps come before the calls'.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sheddable {
+    /// The block programs (`--enable device_io`).
+    pub device_io: bool,
+    /// The per-folio dirtier program (`--enable dirty_folio`).
+    pub per_folio: bool,
+}
+
+impl Sheddable {
+    fn device_steps(self) -> u32 {
+        u32::from(self.device_io)
+    }
+
+    fn folio_steps(self) -> u32 {
+        if self.per_folio { DIRTY_FOLIO_STEPS } else { 0 }
+    }
+}
+
 /// The budget's state between intervals.
 #[derive(Clone, Debug)]
 pub struct CpuBudget {
     budget_pct: f64,
-    /// Whether the per-folio program is attached (its steps come first).
-    per_folio: bool,
+    attached: Sheddable,
     level: u32,
     calm: u32,
 }
 
 impl CpuBudget {
-    pub fn new(budget_pct: f64, per_folio: bool) -> CpuBudget {
+    pub fn new(budget_pct: f64, attached: Sheddable) -> CpuBudget {
         CpuBudget {
             budget_pct,
-            per_folio,
+            attached,
             level: 0,
             calm: 0,
         }
     }
 
     fn max_level(&self) -> u32 {
-        CALL_STEPS + if self.per_folio { DIRTY_FOLIO_STEPS } else { 0 }
+        self.attached.device_steps() + self.attached.folio_steps() + CALL_STEPS
+    }
+
+    /// Whether the block programs are shed.
+    pub fn device_io_shed(&self) -> bool {
+        self.attached.device_io && self.level >= 1
     }
 
     /// log2 of the per-folio sampling in force.
     pub fn dirty_folio_shift(&self) -> u32 {
-        if self.per_folio {
-            self.level.min(DIRTY_FOLIO_STEPS)
-        } else {
-            0
-        }
+        self.level
+            .saturating_sub(self.attached.device_steps())
+            .min(self.attached.folio_steps())
     }
 
     /// log2 of the call-record sampling in force.
     pub fn calls_shift(&self) -> u32 {
-        let folio_steps = if self.per_folio { DIRTY_FOLIO_STEPS } else { 0 };
-        self.level.saturating_sub(folio_steps)
+        self.level
+            .saturating_sub(self.attached.device_steps() + self.attached.folio_steps())
     }
 
     /// Closes an interval of `wall_ns` in which the programs ran `bpf_ns`
@@ -118,6 +152,7 @@ impl CpuBudget {
             bpf_pct: pct(bpf_ns),
             dirty_folio_1_in: 1 << self.dirty_folio_shift(),
             calls_1_in: 1 << self.calls_shift(),
+            device_io_shed: self.device_io_shed(),
             at_floor: self.level == self.max_level() && cpu_pct > self.budget_pct,
         };
         if line.cpu_pct > self.budget_pct {
@@ -154,10 +189,14 @@ mod tests {
     use super::*;
 
     const SEC: u64 = 1_000_000_000;
+    const FOLIO: Sheddable = Sheddable {
+        device_io: false,
+        per_folio: true,
+    };
 
     #[test]
     fn over_the_budget_sheds_the_per_folio_program_first_then_calls() {
-        let mut b = CpuBudget::new(2.0, true);
+        let mut b = CpuBudget::new(2.0, FOLIO);
         // 3% of a core: one step an interval.
         for step in 1..=DIRTY_FOLIO_STEPS {
             let line = b.interval(SEC / 50, SEC / 100, SEC).unwrap();
@@ -180,7 +219,7 @@ mod tests {
 
     #[test]
     fn without_the_per_folio_program_calls_are_shed_first() {
-        let mut b = CpuBudget::new(1.0, false);
+        let mut b = CpuBudget::new(1.0, Sheddable::default());
         b.interval(SEC / 80, 0, SEC);
         assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (0, 1));
     }
@@ -189,7 +228,7 @@ mod tests {
     /// 12.5% against 2% is 6.25 times, ⌈log2 6.25⌉ = 3 steps.
     #[test]
     fn far_over_the_budget_steps_as_far_as_needed_at_once() {
-        let mut b = CpuBudget::new(2.0, true);
+        let mut b = CpuBudget::new(2.0, FOLIO);
         assert!(!b.interval(SEC / 8, 0, SEC).unwrap().at_floor, "steps left");
         assert_eq!(b.dirty_folio_shift(), 3);
         // Exactly twice the budget: one halving.
@@ -210,7 +249,7 @@ mod tests {
     /// between starts the count again; at or near the budget nothing moves.
     #[test]
     fn takes_work_back_when_calm_with_hysteresis() {
-        let mut b = CpuBudget::new(2.0, true);
+        let mut b = CpuBudget::new(2.0, FOLIO);
         // 3%: one step each.
         b.interval(SEC * 3 / 100, 0, SEC);
         b.interval(SEC * 3 / 100, 0, SEC);
@@ -233,6 +272,48 @@ mod tests {
         }
         assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (0, 0));
         assert_eq!(b.interval(0, 0, 0), None);
+    }
+
+    /// With the block programs attached they are shed first, whole, and
+    /// taken back last; the samplings' steps come after them.
+    #[test]
+    fn device_io_is_shed_first_and_taken_back_last() {
+        let mut b = CpuBudget::new(
+            2.0,
+            Sheddable {
+                device_io: true,
+                per_folio: true,
+            },
+        );
+        let line = b.interval(SEC * 3 / 100, 0, SEC).unwrap();
+        assert!(!line.device_io_shed, "the line says what was in force");
+        assert!(b.device_io_shed());
+        assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (0, 0));
+        let line = b.interval(SEC * 3 / 100, 0, SEC).unwrap();
+        assert!(line.device_io_shed && line.dirty_folio_1_in == 1);
+        assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (1, 0));
+        // The whole ladder: one more step than without device_io.
+        for _ in 0..20 {
+            b.interval(SEC, 0, SEC);
+        }
+        assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (6, CALL_STEPS));
+        assert!(b.interval(SEC, 0, SEC).unwrap().at_floor);
+        // Calm: the samplings go first, device_io last.
+        let calm = SEC / 200;
+        for _ in 0..3 * (DIRTY_FOLIO_STEPS + CALL_STEPS) {
+            b.interval(calm, 0, SEC);
+        }
+        assert_eq!((b.dirty_folio_shift(), b.calls_shift()), (0, 0));
+        assert!(b.device_io_shed());
+        for _ in 0..3 {
+            b.interval(calm, 0, SEC);
+        }
+        assert!(!b.device_io_shed());
+        // Without the block programs nothing is said shed.
+        let mut b = CpuBudget::new(2.0, FOLIO);
+        b.interval(SEC, 0, SEC);
+        assert!(!b.device_io_shed());
+        assert!(!b.interval(SEC, 0, SEC).unwrap().device_io_shed);
     }
 
     #[test]

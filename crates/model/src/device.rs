@@ -20,12 +20,13 @@ use crate::{
 pub struct DeviceLine {
     pub dev: DevId,
     pub requests: u64,
-    /// Empty when the device's figures come from /proc/diskstats.
+    /// Empty when the device's figures come from /proc/diskstats alone.
     pub request_bytes: Vec<Bucket>,
-    /// Empty when the device's figures come from /proc/diskstats.
+    /// Empty when the device's figures come from /proc/diskstats alone.
     pub latency_ns: Vec<Bucket>,
-    /// The /proc/diskstats means; absent with the block tracepoints and
-    /// in recordings made before it.
+    /// The /proc/diskstats means; absent for a device the block
+    /// tracepoints saw that /proc/diskstats does not list, and in
+    /// recordings made before them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diskstats: Option<DiskMeans>,
     /// With the block tracepoints: the completed requests that carried a

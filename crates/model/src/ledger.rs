@@ -266,7 +266,14 @@ pub struct LedgerInputs<'a> {
     pub page_size: u64,
     /// The interval's length: how much longer held bytes have waited.
     pub interval_s: f64,
+    /// The CPU budget shed the block programs in the interval
+    /// (`BudgetLine::device_io_shed`): the classes did not count it.
+    pub device_io_shed: bool,
 }
+
+/// Why the classes of an interval the budget shed `device_io` in are
+/// absent.
+pub const SHED: &str = "the CPU budget shed device_io in this interval (budget.device_io_shed)";
 
 impl LedgerLine {
     /// The interval's ledger, where `cur` is a tracer's snapshot (which
@@ -277,7 +284,10 @@ impl LedgerLine {
     }
 
     pub fn new(i: &LedgerInputs<'_>, carry: &mut ShareCarry) -> LedgerLine {
-        let classes_unmeasured = i.cur.ledger_unmeasured.clone();
+        let classes_unmeasured = match i.cur.ledger_unmeasured.clone() {
+            None if i.device_io_shed => Some(SHED.to_string()),
+            why => why,
+        };
         let devices = device_rows(i.prev, i.cur, classes_unmeasured.is_none());
         let processes: Vec<ProcessLedger> = i
             .owners
@@ -664,6 +674,7 @@ mod tests {
                 written_on: &BTreeMap::from([((1, dev()), 10)]),
                 page_size: 4096,
                 interval_s: 1.0,
+                device_io_shed: false,
             },
             &mut ShareCarry::default(),
         );
@@ -722,6 +733,7 @@ mod tests {
                 written_on: &BTreeMap::new(),
                 page_size: 4096,
                 interval_s: 1.0,
+                device_io_shed: false,
             },
             &mut ShareCarry::default(),
         );
@@ -752,6 +764,7 @@ mod tests {
                 written_on: &BTreeMap::new(),
                 page_size: 4096,
                 interval_s: 1.0,
+                device_io_shed: false,
             },
             &mut ShareCarry::default(),
         );
@@ -795,6 +808,7 @@ mod tests {
                         written_on: &BTreeMap::new(),
                         page_size: 4096,
                         interval_s: secs,
+                        device_io_shed: false,
                     },
                     carry,
                 )
@@ -856,6 +870,7 @@ mod tests {
                 written_on: &BTreeMap::new(),
                 page_size: 4096,
                 interval_s: 1.0,
+                device_io_shed: false,
             },
             &mut ShareCarry::default(),
         );
@@ -874,6 +889,7 @@ mod tests {
                 written_on: &BTreeMap::new(),
                 page_size: 4096,
                 interval_s: 1.0,
+                device_io_shed: false,
             },
             &mut ShareCarry::default(),
         );

@@ -395,6 +395,17 @@ impl Tracer {
         self.set_sampling(sampling::CALLS, shift)
     }
 
+    /// Stops (`true`) or restarts the block programs' work from now on:
+    /// shed, they return at once, and the devices' lines come from
+    /// /proc/diskstats alone. Nothing to do unless `device_io` is
+    /// attached.
+    pub fn set_device_io_shed(&self, shed: bool) -> anyhow::Result<()> {
+        if self.plan.devices_from_diskstats() {
+            return Ok(());
+        }
+        self.set_sampling(sampling::DEVICE_IO, u32::from(shed))
+    }
+
     fn set_sampling(&self, slot: u32, shift: u32) -> anyhow::Result<()> {
         let mut map = self.sampling.lock().unwrap_or_else(|e| e.into_inner());
         map.set(slot, shift, 0)

@@ -245,11 +245,8 @@ fn a_sync_per_write_is_named_flush_bound() {
     let (r, _, pid) = doctor_with("8", Some(&dir), Some(dd));
     let f = finding(&r, "flush-bound");
     // The loop device itself (its disk line in /proc/diskstats).
-    let name = std::path::Path::new(&fs.device).file_name().unwrap();
-    let devno =
-        std::fs::read_to_string(std::path::Path::new("/sys/block").join(name).join("dev")).unwrap();
-    let (major, minor) = devno.trim().split_once(':').unwrap();
-    assert_eq!(f["evidence"]["device"], format!("{major}:{minor}"), "{f}");
+    let disk = crate::support::disk_majmin(&fs.device);
+    assert_eq!(f["evidence"]["device"], disk.as_str(), "{f}");
     assert!(
         f["evidence"]["flush_s_per_s"].as_f64().unwrap() >= 0.1,
         "{f}"

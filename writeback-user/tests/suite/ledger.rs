@@ -9,7 +9,7 @@ use std::{
 
 use serde_json::Value;
 
-use super::support::{Bpftrace, LoopFs, Tracing, file_group, kernel_dev, run};
+use super::support::{Bpftrace, LoopFs, Tracing, disk_majmin, file_group, kernel_dev, run};
 
 /// One test of this file at a time: a trace sees the whole host, and
 /// each test's rows and unattributed bytes are those of its own writers
@@ -30,17 +30,6 @@ fn sectors_written(device: &str) -> u64 {
         .nth(6)
         .and_then(|f| f.parse().ok())
         .expect("sectors written")
-}
-
-fn majmin(device: &str) -> String {
-    let name = Path::new(device)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("device name");
-    fs::read_to_string(format!("/sys/block/{name}/dev"))
-        .expect("dev")
-        .trim()
-        .to_string()
 }
 
 fn u(v: &Value, k: &str) -> u64 {
@@ -102,7 +91,7 @@ fn traced(fstype: &str, bpftrace: Option<&str>, more: &[&str]) -> (Value, u64, u
         .command()
         .arg("-f")
         .arg(&fs.mountpoint));
-    let dev = majmin(&fs.device);
+    let dev = disk_majmin(&fs.device);
     let script = bpftrace.map(|s| s.replace("DEV", &kernel_dev(&dev).to_string()));
     let bt = script.as_deref().map(Bpftrace::start);
     let mut args = vec!["--enable", "device_io,durability", "--json"];
@@ -388,7 +377,7 @@ fn a_rename_over_the_old_file_is_journal_and_metadata() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     let lines = trace.stop(libc::SIGINT);
     let summary = lines.last().expect("summary");
-    let dev = majmin(&fs.device);
+    let dev = disk_majmin(&fs.device);
     let row = summary["ledger"]["devices"]
         .as_array()
         .expect("devices")

@@ -200,3 +200,84 @@ fn the_kernel_samples_the_calls_and_the_totals_stay_exact() {
     }
     eprintln!("{calls} calls, {left_out} left out of the sample, {records} records, {pages} pages");
 }
+
+/// The block programs are the ladder's first step: under a budget no
+/// recorder keeps, a recorder with `--enable device_io` sheds them at the
+/// end of its first interval. Each interval they were shed in says so;
+/// its device lines are /proc/diskstats's alone — no histogram, though
+/// the writer's disk had requests in it: the programs counted nothing —
+/// and its ledger has no device classes, with the reason.
+#[test]
+fn a_tight_budget_sheds_the_block_programs_first_and_says_so() {
+    let _file = crate::support::file_group(module_path!());
+    let fs = LoopFs::new("ext4", 512);
+    let store = fs.path("store");
+    let data = fs.path("data");
+    let mount = fs.mountpoint.display().to_string();
+    let store_arg = store.display().to_string();
+    let mut rec = start_record(&[
+        "--store",
+        &store_arg,
+        "--enable",
+        "device_io",
+        "--cpu-budget",
+        "0.01",
+        "--interval",
+        "0.5",
+        "--device",
+        &mount,
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let dd = wbscope_programs::DD
+        .command()
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", data.display()))
+        .args(["bs=1M", "count=64", "conv=fsync", "status=none"])
+        .output()
+        .expect("dd");
+    assert!(dd.status.success());
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: plain syscall on our own child.
+    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
+    assert!(rec.wait().expect("record").success());
+
+    let intervals: Vec<Value> = replay_json(&store)
+        .into_iter()
+        .filter(|l| l["type"] == "interval")
+        .collect();
+    // The first interval ran with the programs: its line says what was
+    // in force, not the step taken at its end.
+    assert!(
+        intervals[0]["budget"].get("device_io_shed").is_none(),
+        "{}",
+        intervals[0]
+    );
+    let shed: Vec<&Value> = intervals
+        .iter()
+        .filter(|l| l["budget"]["device_io_shed"] == true)
+        .collect();
+    assert!(shed.len() >= 4, "{intervals:#?}");
+    let disk = crate::support::disk_majmin(&fs.device);
+    let mut disk_written = 0;
+    for l in &shed {
+        let why = l["ledger"]["classes_unmeasured"].as_str().unwrap_or("");
+        assert!(why.contains("CPU budget"), "{l}");
+        for d in l["devices"].as_array().expect("devices") {
+            assert_eq!(d["request_bytes"], serde_json::json!([]), "{l}");
+            assert!(d["diskstats"].is_object(), "{l}");
+            if d["dev"] == disk.as_str() {
+                disk_written += d["diskstats"]["bytes"].as_u64().unwrap_or(0);
+            }
+        }
+        let row = l["ledger"]["devices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["dev"] == disk.as_str());
+        if let Some(row) = row {
+            assert!(row.get("journal").is_none(), "{row}");
+        }
+    }
+    // The 64 MiB reached the disk while the programs were shed.
+    assert!(disk_written >= 64 << 20, "{disk_written} bytes: {shed:#?}");
+}

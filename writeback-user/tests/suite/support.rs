@@ -401,6 +401,19 @@ impl Bpftrace {
     }
 }
 
+/// `MAJ:MIN` of a whole disk by its device node (`/dev/loop3`), from
+/// /sys/block/NAME/dev: how wbscope's lines name a device.
+pub fn disk_majmin(device: &str) -> String {
+    let name = Path::new(device)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("device name");
+    fs::read_to_string(format!("/sys/block/{name}/dev"))
+        .expect("dev")
+        .trim()
+        .to_string()
+}
+
 /// Kernel `dev_t` (`MKDEV`: major << 20 | minor, include/linux/kdev_t.h)
 /// of a `MAJ:MIN` string, as block tracepoints and bpftrace's `args.dev`
 /// give it.

@@ -192,6 +192,7 @@ fn fixture_ledger(
             written_on: &BTreeMap::new(),
             page_size: 4096,
             interval_s: 1.0,
+            device_io_shed: false,
         },
         &mut Default::default(),
     )
