@@ -561,7 +561,9 @@ cgroup_owners() {
 
 # Dirty-throttled by a memcg: a buffered writer in a cgroup of
 # 64 MiB (its own dirty domain, balance_dirty_pages()' mdtc) writes
-# 192 MiB while doctor watches. io.max holds the cgroup's writeback to
+# 128 MiB while doctor watches (about 10 s of pauses under TCG), and the
+# watch is stopped with SIGINT two seconds after the writer ends (its
+# report and exit status are a finished watch's; --duration 25 bounds it). io.max holds the cgroup's writeback to
 # 8 MiB/s: without it 6.1's writer never reached its memcg's free-run
 # ceiling (reclaim in the cgroup kept pace), so nothing throttled. The
 # watch is also recorded and replayed to JSON lines: the host reports the
@@ -584,9 +586,11 @@ cgroup_doctor() {
     pid=$!
     wait_tracing "$pid" "$OUT/$name.err"
     t0=$(date +%s%N)
-    in_cgroup small dd if=/dev/zero of="$MNT/cg-small" bs=1M count=192 2> "$OUT/$name.dd"
+    in_cgroup small dd if=/dev/zero of="$MNT/cg-small" bs=1M count=128 2> "$OUT/$name.dd"
     echo "$(( ($(date +%s%N) - t0) / 1000000 ))" > "$OUT/$name.dd-ms"
     cat "$CG/small/memory.stat" > "$OUT/$name.memory-stat" 2>&1
+    sleep 2
+    kill -INT "$pid" 2>/dev/null
     wait "$pid"
     echo $? > "$OUT/$name.rc"
     "$WBSCOPE" replay --json /tmp/cg-doctor.rec > "$OUT/$name.jsonl" 2> "$OUT/$name.replay-err"

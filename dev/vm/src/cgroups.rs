@@ -207,7 +207,7 @@ fn memcg_throttled(json: &str, rc: &str, stderr: &str, dd_ms: &str, pauses: &Pau
         Err(e) => return Check::new(NAME, false, format!("wbscope doctor --json: {e}")),
     };
     let writer = match dd_ms.trim().parse::<f64>() {
-        Ok(ms) => format!("192 MiB written in {:.1} s; {pauses}", ms / 1000.0),
+        Ok(ms) => format!("128 MiB written in {:.1} s; {pauses}", ms / 1000.0),
         Err(_) => format!("writer's time not recorded; {pauses}"),
     };
     let names: Vec<&str> = report["findings"]
@@ -437,7 +437,7 @@ mod tests {
         assert!(c.pass, "{c}");
         assert!(
             c.detail.ends_with(
-                "192 MiB written in 20.0 s; 2 interval(s) recorded: 300 ms of pauses \
+                "128 MiB written in 20.0 s; 2 interval(s) recorded: 300 ms of pauses \
                  (global 0, bdi 100, memcg 200), peak 0.60 s/s"
             ),
             "{c}"
