@@ -92,33 +92,34 @@ fn write(args: &[&str]) -> Command {
     c
 }
 
-/// Runs a watch of `secs` with `workload` started once it is attached;
-/// returns the live report and exit status after checking the replay of
-/// its recording gives the same.
+/// Runs a watch of `secs` with `workloads` run one after the other once
+/// it is attached; returns the live report, the exit status and the last
+/// workload's pid, after checking the replay of its recording gives the
+/// same.
 fn doctor_with(
     secs: &str,
     device: Option<&str>,
-    workload: Option<Command>,
+    workloads: Vec<Command>,
 ) -> (serde_json::Value, i32, Option<u32>) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let rec = dir.path().join("watch.rec");
     let (child, said) = watch(secs, &rec, device);
-    let pid = workload.map(|mut w| {
+    let mut pid = None;
+    for mut w in workloads {
         let out = w
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn writer");
-        let pid = out.id();
+        pid = Some(out.id());
         let out = out.wait_with_output().expect("writer");
         assert!(
             out.status.success(),
             "writer: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        pid
-    });
+    }
     let out = child.wait_with_output().expect("doctor");
     let stderr: Vec<String> = said.iter().collect();
     let (live, code) = report_said(out, &stderr.join("\n"));
@@ -137,25 +138,16 @@ fn idle_machine_yields_no_warning() {
     let _file = crate::support::file_group(module_path!());
     let fs = crate::support::LoopFs::new("ext4", 256);
     let dir = fs.mountpoint.to_str().unwrap().to_string();
-    let (r, code, _) = doctor_with("4", Some(&dir), None);
+    let (r, code, _) = doctor_with("4", Some(&dir), vec![]);
     assert_eq!(alarms(&r), Vec::<String>::new());
     assert_eq!(code, 0);
     assert!(r["intervals"].as_u64().unwrap() >= 3, "{r}");
 }
 
+/// An O_DIRECT writer, then a buffered one far under the dirty limits,
+/// in one watch: neither is a warning.
 #[test]
-fn direct_writer_yields_no_warning() {
-    let _file = crate::support::file_group(module_path!());
-    let fs = crate::support::LoopFs::new("ext4", 1024);
-    let dir = fs.mountpoint.to_str().unwrap().to_string();
-    let w = write(&["--dir", &dir, "--size", "256M", "--strategy", "direct"]);
-    let (r, code, _) = doctor_with("8", Some(&dir), Some(w));
-    assert_eq!(alarms(&r), Vec::<String>::new());
-    assert_eq!(code, 0);
-}
-
-#[test]
-fn buffered_writer_under_the_limits_yields_no_warning() {
+fn direct_and_buffered_writers_under_the_limits_yield_no_warning() {
     let _file = crate::support::file_group(module_path!());
     // 128 MiB against the machine's background threshold (vmstat): far
     // under it unless the machine has under ~1.3 GiB available.
@@ -171,8 +163,9 @@ fn buffered_writer_under_the_limits_yields_no_warning() {
     );
     let fs = crate::support::LoopFs::new("ext4", 1024);
     let dir = fs.mountpoint.to_str().unwrap().to_string();
-    let w = write(&["--dir", &dir, "--size", "128M", "--strategy", "buffered"]);
-    let (r, code, _) = doctor_with("8", Some(&dir), Some(w));
+    let direct = write(&["--dir", &dir, "--size", "256M", "--strategy", "direct"]);
+    let buffered = write(&["--dir", &dir, "--size", "128M", "--strategy", "buffered"]);
+    let (r, code, _) = doctor_with("8", Some(&dir), vec![direct, buffered]);
     assert_eq!(alarms(&r), Vec::<String>::new());
     assert_eq!(code, 0);
 }
@@ -184,7 +177,7 @@ fn strict_device_cap_is_named_with_its_writer() {
     fs.limit_dirty(16 << 20).expect("cap");
     let dir = fs.mountpoint().to_str().unwrap().to_string();
     let w = crate::support::throttled_writers(&dir);
-    let (r, code, pid) = doctor_with("12", None, Some(w));
+    let (r, code, pid) = doctor_with("12", None, vec![w]);
     assert_eq!(code, 3, "{r}");
     let f = finding(&r, "dirty-throttled");
     assert_eq!(f["evidence"]["limit"], "bdi", "{f}");
@@ -211,7 +204,7 @@ fn a_light_device_cap_is_named_as_what_acted() {
     let mut dd = wbscope_programs::DD.command();
     dd.args(["if=/dev/zero", "bs=1M", "count=1024", "status=none"])
         .arg(format!("of={}", fs.mountpoint().join("big").display()));
-    let (r, code, pid) = doctor_with("10", None, Some(dd));
+    let (r, code, pid) = doctor_with("10", None, vec![dd]);
     let f = finding(&r, "dirty-throttled");
     assert_eq!(f["evidence"]["limit"], "bdi", "{f}");
     assert!(
@@ -242,7 +235,7 @@ fn a_sync_per_write_is_named_flush_bound() {
         "status=none",
     ])
     .arg(format!("of={dir}/synced"));
-    let (r, _, pid) = doctor_with("8", Some(&dir), Some(dd));
+    let (r, _, pid) = doctor_with("8", Some(&dir), vec![dd]);
     let f = finding(&r, "flush-bound");
     // The loop device itself (its disk line in /proc/diskstats).
     let disk = crate::support::disk_majmin(&fs.device);
