@@ -12,6 +12,40 @@ use serde_json::Value;
 /// 256 MiB in 4 KiB pages.
 const PAGES: u64 = 65536;
 
+/// `record --store STORE --interval 0.5 --device MOUNT EXTRA` on `fs`,
+/// `work` run after `settle` (intervals over the budget before it), then
+/// stopped with SIGINT a second after: the store's interval lines.
+fn recorded(
+    fs: &LoopFs,
+    store: &std::path::Path,
+    extra: &[&str],
+    settle: Duration,
+    work: impl FnOnce(),
+) -> Vec<Value> {
+    let mount = fs.mountpoint.display().to_string();
+    let store_arg = store.display().to_string();
+    let mut args = vec![
+        "--store",
+        &store_arg,
+        "--interval",
+        "0.5",
+        "--device",
+        &mount,
+    ];
+    args.extend_from_slice(extra);
+    let mut rec = start_record(&args);
+    std::thread::sleep(settle);
+    work();
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: plain syscall on our own child.
+    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
+    assert!(rec.wait().expect("record").success());
+    replay_json(store)
+        .into_iter()
+        .filter(|l| l["type"] == "interval")
+        .collect()
+}
+
 /// The shed figures are marked in every interval (`budget`: what was
 /// sampled and at what rate; each owner's `pages_dirtied_error`), every
 /// interval over the budget raised the sampling for the next one (by as
@@ -25,40 +59,20 @@ fn a_tight_budget_samples_the_per_folio_counts_and_says_so() {
     let fs = LoopFs::new("ext4", 512);
     let store = fs.path("store");
     let data = fs.path("data");
-    let mount = fs.mountpoint.display().to_string();
-    let store_arg = store.display().to_string();
-    let mut rec = start_record(&[
-        "--store",
-        &store_arg,
-        "--enable",
-        "dirty_folio",
-        "--cpu-budget",
-        "0.2",
-        "--interval",
-        "0.5",
-        "--device",
-        &mount,
-    ]);
+    let mut dd_pid = 0;
     // A few intervals over the budget before the write: sampling is on.
-    std::thread::sleep(Duration::from_secs(2));
-    let dd = wbscope_programs::DD
-        .command()
-        .arg("if=/dev/zero")
-        .arg(format!("of={}", data.display()))
-        .args(["bs=4k", &format!("count={PAGES}"), "status=none"])
-        .spawn()
-        .expect("dd");
-    let dd_pid = u64::from(dd.id());
-    assert!(dd.wait_with_output().expect("dd").status.success());
-    std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: plain syscall on our own child.
-    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
-    assert!(rec.wait().expect("record").success());
-
-    let intervals: Vec<Value> = replay_json(&store)
-        .into_iter()
-        .filter(|l| l["type"] == "interval")
-        .collect();
+    let extra = ["--enable", "dirty_folio", "--cpu-budget", "0.2"];
+    let intervals = recorded(&fs, &store, &extra, Duration::from_secs(2), || {
+        let dd = wbscope_programs::DD
+            .command()
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", data.display()))
+            .args(["bs=4k", &format!("count={PAGES}"), "status=none"])
+            .spawn()
+            .expect("dd");
+        dd_pid = u64::from(dd.id());
+        assert!(dd.wait_with_output().expect("dd").status.success());
+    });
     assert!(intervals.len() >= 6, "{intervals:#?}");
     let mut estimate = 0u64;
     let mut variance = 0f64;
@@ -213,38 +227,17 @@ fn a_tight_budget_sheds_the_block_programs_first_and_says_so() {
     let fs = LoopFs::new("ext4", 512);
     let store = fs.path("store");
     let data = fs.path("data");
-    let mount = fs.mountpoint.display().to_string();
-    let store_arg = store.display().to_string();
-    let mut rec = start_record(&[
-        "--store",
-        &store_arg,
-        "--enable",
-        "device_io",
-        "--cpu-budget",
-        "0.01",
-        "--interval",
-        "0.5",
-        "--device",
-        &mount,
-    ]);
-    std::thread::sleep(Duration::from_millis(1500));
-    let dd = wbscope_programs::DD
-        .command()
-        .arg("if=/dev/zero")
-        .arg(format!("of={}", data.display()))
-        .args(["bs=1M", "count=64", "conv=fsync", "status=none"])
-        .output()
-        .expect("dd");
-    assert!(dd.status.success());
-    std::thread::sleep(Duration::from_secs(1));
-    // SAFETY: plain syscall on our own child.
-    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
-    assert!(rec.wait().expect("record").success());
-
-    let intervals: Vec<Value> = replay_json(&store)
-        .into_iter()
-        .filter(|l| l["type"] == "interval")
-        .collect();
+    let extra = ["--enable", "device_io", "--cpu-budget", "0.01"];
+    let intervals = recorded(&fs, &store, &extra, Duration::from_millis(1500), || {
+        let dd = wbscope_programs::DD
+            .command()
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", data.display()))
+            .args(["bs=1M", "count=64", "conv=fsync", "status=none"])
+            .output()
+            .expect("dd");
+        assert!(dd.status.success());
+    });
     // The first interval ran with the programs: its line says what was
     // in force, not the step taken at its end.
     assert!(
