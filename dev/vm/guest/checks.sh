@@ -578,6 +578,7 @@ cgroup_doctor() {
     step "$name"
     echo 64M > "$CG/small/memory.high"
     echo 512M > "$CG/small/memory.max"
+    stat -c '%i' "$CG/small" > "$OUT/cg-small.id"
     read -r majmin < /sys/block/vda/dev
     echo "$majmin wbps=8388608" > "$CG/small/io.max" 2>> "$OUT/cgroup.log"
     cat "$CG/small/io.max" > "$OUT/$name.io-max" 2>&1

@@ -60,6 +60,7 @@ pub(crate) fn judge(out: &Path) -> Vec<Check> {
             &read("cg-doctor.err"),
             &read("cg-doctor.dd-ms"),
             &Pauses::parse(&read("cg-doctor.jsonl")),
+            &read("cg-small.id"),
         ),
     ]
 }
@@ -193,10 +194,17 @@ fn owners(jsonl: &str, rc: &str, stderr: &str, writers: &[Writer]) -> Check {
 }
 
 /// Dirty-throttled by a memcg: doctor's report has `dirty-throttled` with `limit` "memcg" for
-/// a writer in a 64 MiB cgroup. Without the programs' split (a kernel whose
+/// a writer in a 64 MiB cgroup, and names that cgroup (`memcg_id`, the id the guest read). Without the programs' split (a kernel whose
 /// tracepoint has no `limit`) it can only say `bdi-or-memcg`, which then
 /// passes and says so.
-fn memcg_throttled(json: &str, rc: &str, stderr: &str, dd_ms: &str, pauses: &Pauses) -> Check {
+fn memcg_throttled(
+    json: &str,
+    rc: &str,
+    stderr: &str,
+    dd_ms: &str,
+    pauses: &Pauses,
+    memcg_id: &str,
+) -> Check {
     const NAME: &str = "doctor-memcg-throttled";
     // doctor exits 3 when it saw a warning or critical finding.
     if !matches!(rc.trim(), "0" | "3") {
@@ -229,8 +237,21 @@ fn memcg_throttled(json: &str, rc: &str, stderr: &str, dd_ms: &str, pauses: &Pau
     };
     let ev = &found["evidence"];
     let limit = ev["limit"].as_str().unwrap_or("none");
+    let named = ev["memcg_cgroup_id"].as_u64();
     let (pass, why) = match limit {
-        "memcg" => (true, String::new()),
+        // Which memcg: the writer's cgroup (its directory's inode number
+        // is the cgroup id on cgroup v2).
+        "memcg" if named.is_some() && named == memcg_id.trim().parse().ok() => {
+            (true, format!(" (cgroup id {})", memcg_id.trim()))
+        }
+        "memcg" => (
+            false,
+            format!(
+                " naming cgroup {:?}, the writer's is {}",
+                named,
+                memcg_id.trim()
+            ),
+        ),
         "bdi-or-memcg" => (
             true,
             " (no split: this kernel's tracepoint gives no limit)".to_string(),
@@ -424,7 +445,7 @@ mod tests {
     fn doctor_must_name_the_memcg_limit() {
         let report = |limit: &str| {
             format!(
-                r#"{{"duration_s":25,"findings":[{{"name":"dirty-throttled","severity":"critical","evidence":{{"limit":"{limit}","pause_s_per_s":0.9,"pause_ms_by_limit":{{"global":0,"bdi":10,"memcg":900}}}}}}]}}"#
+                r#"{{"duration_s":25,"findings":[{{"name":"dirty-throttled","severity":"critical","evidence":{{"limit":"{limit}","memcg_cgroup_id":61,"pause_s_per_s":0.9,"pause_ms_by_limit":{{"global":0,"bdi":10,"memcg":900}}}}}}]}}"#
             )
         };
         let lines = [
@@ -433,7 +454,7 @@ mod tests {
         ]
         .join("\n");
         let pauses = Pauses::parse(&lines);
-        let c = memcg_throttled(&report("memcg"), "3\n", "", "20000\n", &pauses);
+        let c = memcg_throttled(&report("memcg"), "3\n", "", "20000\n", &pauses, "61\n");
         assert!(c.pass, "{c}");
         assert!(
             c.detail.ends_with(
@@ -443,19 +464,22 @@ mod tests {
             "{c}"
         );
         let quiet = Pauses::default();
-        let c = memcg_throttled(&report("bdi-or-memcg"), "3", "", "", &quiet);
+        let c = memcg_throttled(&report("bdi-or-memcg"), "3", "", "", &quiet, "61");
         assert!(c.pass && c.detail.contains("no split"), "{c}");
-        assert!(!memcg_throttled(&report("global"), "3", "", "", &quiet).pass);
-        assert!(!memcg_throttled(&report("bdi"), "3", "", "", &quiet).pass);
+        assert!(!memcg_throttled(&report("global"), "3", "", "", &quiet, "61").pass);
+        assert!(!memcg_throttled(&report("bdi"), "3", "", "", &quiet, "61").pass);
+        // Another cgroup named, or none: fails.
+        let c = memcg_throttled(&report("memcg"), "3", "", "", &quiet, "23");
+        assert!(!c.pass && c.detail.contains("the writer's is 23"), "{c}");
         let other = r#"{"findings":[{"name":"page-cache-cliff"}]}"#;
-        let none = memcg_throttled(other, "3", "", "", &pauses);
+        let none = memcg_throttled(other, "3", "", "", &pauses, "61");
         assert!(
             !none.pass
                 && none.detail.contains("[page-cache-cliff]")
                 && none.detail.contains("peak 0.60"),
             "{none}"
         );
-        let failed = memcg_throttled("", "1", "wbscope: no BTF\n", "", &quiet);
+        let failed = memcg_throttled("", "1", "wbscope: no BTF\n", "", &quiet, "61");
         assert!(
             !failed.pass && failed.detail.ends_with("no BTF"),
             "{failed}"

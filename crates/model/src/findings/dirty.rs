@@ -160,19 +160,35 @@ fn throttle_advice(limit: &str) -> String {
     }
 }
 
-/// The tasks paused most over the lines, most first (at most 5).
-fn paused_tasks<'a>(lines: impl Iterator<Item = &'a IntervalLine>) -> serde_json::Value {
+/// The tasks paused most over the lines, most first (at most 5), each
+/// with its cgroup where an owner row of the lines names the process
+/// (on cgroup v2 its memory cgroup: the memcg domain its pauses were
+/// judged in, `mem_cgroup_wb_domain()`, mm/memcontrol.c).
+fn paused_tasks<'a>(lines: impl Iterator<Item = &'a IntervalLine> + Clone) -> serde_json::Value {
     let mut by: BTreeMap<(u32, &str), u64> = BTreeMap::new();
-    for l in lines {
+    for l in lines.clone() {
         for t in &l.throttle.paused {
             *by.entry((t.tgid, t.comm.as_str())).or_default() += t.pause_ms;
         }
     }
+    let cgroup_of = |tgid: u32| {
+        lines
+            .clone()
+            .flat_map(|l| &l.owners)
+            .find(|o| o.pid == tgid)
+            .map(|o| o.cgroup_id)
+    };
     let mut v: Vec<_> = by.into_iter().collect();
     v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     v.truncate(5);
     v.into_iter()
-        .map(|((tgid, comm), ms)| json!({"tgid": tgid, "comm": comm, "pause_ms": ms}))
+        .map(|((tgid, comm), ms)| {
+            let mut t = json!({"tgid": tgid, "comm": comm, "pause_ms": ms});
+            if let Some(id) = cgroup_of(tgid) {
+                t["cgroup_id"] = json!(id);
+            }
+            t
+        })
         .collect()
 }
 
@@ -199,7 +215,14 @@ pub(crate) fn throttled(ctx: &Ctx<'_>) -> Option<Verdict> {
         json!(lines.clone().map(|l| l.throttle.pauses).sum::<u64>()),
     );
     evidence.insert("window_s", round3(secs));
-    evidence.insert("paused", paused_tasks(lines));
+    let paused = paused_tasks(lines);
+    // Which memory cgroup: the most-paused task's, when it is known.
+    if limit == "memcg"
+        && let Some(id) = paused[0].get("cgroup_id")
+    {
+        evidence.insert("memcg_cgroup_id", id.clone());
+    }
+    evidence.insert("paused", paused);
     Some(Verdict {
         severity,
         evidence,

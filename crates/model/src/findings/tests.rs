@@ -138,6 +138,36 @@ fn dirty_throttled_names_the_limit_and_who() {
     // cp: 100 + 300 + 500 = 900 ms, dd 900 ms: ties by tgid.
     assert_eq!(f.evidence["paused"][0]["comm"], "dd");
     assert_eq!(f.evidence["paused"][1]["pause_ms"], 900);
+    assert!(
+        !f.evidence.contains_key("memcg_cgroup_id"),
+        "{:?}",
+        f.evidence
+    );
+    // A memcg's limit: the most-paused task's cgroup names the memcg
+    // (from the owner rows), and each paused task carries its own.
+    let ls = lines(3, |_, l| {
+        throttled(500)(0, l);
+        l.throttle.limits = Some(ThrottleLimits {
+            global_ms: 0,
+            bdi_ms: 0,
+            memcg_ms: 500,
+        });
+        l.throttle.paused = vec![PausedTask {
+            tgid: 7,
+            comm: "dd".into(),
+            pause_ms: 500,
+        }];
+        l.owners = vec![crate::dirtier::OwnerLine {
+            pid: 7,
+            comm: "dd".into(),
+            cgroup_id: 4242,
+            ..Default::default()
+        }];
+    });
+    let f = only(&ls, dirty::THROTTLED).unwrap();
+    assert_eq!(f.evidence["limit"], "memcg");
+    assert_eq!(f.evidence["memcg_cgroup_id"], 4242);
+    assert_eq!(f.evidence["paused"][0]["cgroup_id"], 4242);
     let ls = lines(3, |_, l| {
         throttled(500)(0, l);
         l.throttle.limits = Some(ThrottleLimits {
