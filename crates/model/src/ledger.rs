@@ -199,7 +199,7 @@ pub struct HandleBlocks {
 /// the kernel wakes the commit every `j_commit_interval` (5 s by default,
 /// `JBD2_DEFAULT_MAX_COMMIT_AGE` in include/linux/jbd2.h), so 30 s holds
 /// several late commits and no longer than a user would wait for a row.
-pub const SHARE_WAIT_S: f64 = 30.0;
+pub(crate) const SHARE_WAIT_S: f64 = 30.0;
 
 /// Journal and metadata bytes of each disk not yet shared: those written
 /// before the handles of their commits were read. They are shared at the
@@ -273,7 +273,8 @@ pub struct LedgerInputs<'a> {
 
 /// Why the classes of an interval the budget shed `device_io` in are
 /// absent.
-pub const SHED: &str = "the CPU budget shed device_io in this interval (budget.device_io_shed)";
+pub(crate) const SHED: &str =
+    "the CPU budget shed device_io in this interval (budget.device_io_shed)";
 
 impl LedgerLine {
     /// The interval's ledger, where `cur` is a tracer's snapshot (which
@@ -332,7 +333,7 @@ impl LedgerLine {
             line.charge_direct(i.prev, i.cur);
         }
         match (i.handles, line.classes_unmeasured.is_none()) {
-            (Some(h), true) => line.share(h, &disk_of, carry, (i.interval_s, i.cur.ledger_pages)),
+            (Some(h), true) => line.share(h, &disk_of, carry, i.interval_s, i.cur.ledger_pages),
             (None, _) => {
                 line.shares_unmeasured =
                     Some("the journal handles come with --enable durability".to_string())
@@ -348,14 +349,16 @@ impl LedgerLine {
     /// Each process's share of each device's journal and metadata, by the
     /// journal blocks its handles dirtied there (a handle's device is the
     /// filesystem's, `disk_of` names its disk), with what `carry` held
-    /// from the intervals before; what no handle claims now is held for
-    /// the next.
+    /// from the intervals before (aged by `interval_s`); what no handle
+    /// claims now is held for the next. `pages`: whether the bio program
+    /// sees pages (a row made here then has a measured `direct`).
     fn share(
         &mut self,
         handles: &HandleBlocks,
         disk_of: &impl Fn(DevId) -> DevId,
         carry: &mut ShareCarry,
-        (interval_s, pages): (f64, bool),
+        interval_s: f64,
+        pages: bool,
     ) {
         let mut blocks: HashMap<(DevId, u32), u64> = HashMap::new();
         let mut totals: HashMap<DevId, u64> = HashMap::new();
