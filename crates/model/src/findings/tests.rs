@@ -97,6 +97,15 @@ fn dirty_throttled_at_the_share_edges() {
     assert_eq!(r.findings[0].last_seen_s, 5.0);
 }
 
+/// The programs' split of an interval's pauses: global, bdi, memcg ms.
+fn split(global_ms: u64, bdi_ms: u64, memcg_ms: u64) -> Option<ThrottleLimits> {
+    Some(ThrottleLimits {
+        global_ms,
+        bdi_ms,
+        memcg_ms,
+    })
+}
+
 #[test]
 fn dirty_throttled_names_the_limit_and_who() {
     // Global dirty under the free-run ceiling and no split from the
@@ -110,11 +119,7 @@ fn dirty_throttled_names_the_limit_and_who() {
     // The programs' split decides when there is one.
     let ls = lines(3, |i, l| {
         throttled(500)(0, l);
-        l.throttle.limits = Some(ThrottleLimits {
-            global_ms: 100,
-            bdi_ms: 400,
-            memcg_ms: 0,
-        });
+        l.throttle.limits = split(100, 400, 0);
         l.throttle.paused = vec![
             PausedTask {
                 tgid: 7,
@@ -147,11 +152,7 @@ fn dirty_throttled_names_the_limit_and_who() {
     // (from the owner rows), and each paused task carries its own.
     let ls = lines(3, |_, l| {
         throttled(500)(0, l);
-        l.throttle.limits = Some(ThrottleLimits {
-            global_ms: 0,
-            bdi_ms: 0,
-            memcg_ms: 500,
-        });
+        l.throttle.limits = split(0, 0, 500);
         l.throttle.paused = vec![PausedTask {
             tgid: 7,
             comm: "dd".into(),
@@ -170,11 +171,7 @@ fn dirty_throttled_names_the_limit_and_who() {
     assert_eq!(f.evidence["paused"][0]["cgroup_id"], 4242);
     let ls = lines(3, |_, l| {
         throttled(500)(0, l);
-        l.throttle.limits = Some(ThrottleLimits {
-            global_ms: 100,
-            bdi_ms: 0,
-            memcg_ms: 400,
-        });
+        l.throttle.limits = split(100, 0, 400);
     });
     assert_eq!(
         only(&ls, dirty::THROTTLED).unwrap().evidence["limit"],
