@@ -88,6 +88,15 @@ pub struct DiskMeans {
 }
 
 impl DeviceLine {
+    /// The /proc/diskstats means, when they are the line's only figures
+    /// (the default source); with the block tracepoints' histograms beside
+    /// them the histograms speak for the requests.
+    pub(crate) fn diskstats_alone(&self) -> Option<&DiskMeans> {
+        self.diskstats
+            .as_ref()
+            .filter(|_| self.latency_ns.is_empty())
+    }
+
     /// From a whole disk's counters at the interval's start and end;
     /// `None` when it completed nothing or was not there at the start.
     pub(crate) fn from_diskstats(

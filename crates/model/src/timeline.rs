@@ -189,7 +189,10 @@ impl TimeBin {
         for d in line.devices.iter().filter(|d| keep(d.dev)) {
             self.request_latency_ns = merge_buckets(&self.request_latency_ns, &d.latency_ns);
             self.request_bytes = merge_buckets(&self.request_bytes, &d.request_bytes);
-            if let Some(m) = &d.diskstats {
+            // The means of a line with histograms beside them are left
+            // out: its `requests` are the tracepoints' (issued), not the
+            // means' (completed).
+            if let Some(m) = d.diskstats_alone() {
                 self.disk.add(&DiskSums {
                     requests: d.requests,
                     bytes: m.bytes,

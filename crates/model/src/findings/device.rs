@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{Ctx, Evidence, Verdict, band, round3};
 use crate::{
     DevId, Log2Histogram,
-    interval::{DeviceLine, DiskMeans, IntervalLine, quantile_bucket},
+    interval::{DeviceLine, IntervalLine, quantile_bucket},
 };
 
 pub(crate) const SATURATED: &str = "device-saturated";
@@ -61,12 +61,6 @@ fn bucket_index(lo: u64) -> u32 {
     if lo == 0 { 0 } else { lo.trailing_zeros() + 1 }
 }
 
-/// The device's /proc/diskstats means, when they are its only figures
-/// (the default source; the block tracepoints give histograms instead).
-fn disk_means(d: &DeviceLine) -> Option<&DiskMeans> {
-    d.diskstats.as_ref().filter(|_| d.latency_ns.is_empty())
-}
-
 /// The median latency's bucket; by default, with /proc/diskstats and
 /// no histogram, the mean's bucket stands for it (a mean over a median
 /// moves with the slow tail, which saturation lengthens too).
@@ -74,7 +68,7 @@ fn p50(d: &DeviceLine) -> Option<[u64; 2]> {
     if d.requests < MIN_REQUESTS {
         return None;
     }
-    match disk_means(d) {
+    match d.diskstats_alone() {
         Some(m) => Some(
             Log2Histogram::bucket_bounds(Log2Histogram::bucket_of(m.latency_ns_mean as u64)).into(),
         ),
@@ -101,7 +95,7 @@ impl Baselines {
 /// Mean requests in flight over the interval, from the latency buckets'
 /// midpoints (or /proc/diskstats' weighted time).
 fn in_flight(d: &DeviceLine, interval_s: f64) -> f64 {
-    if let Some(m) = disk_means(d) {
+    if let Some(m) = d.diskstats_alone() {
         return m.in_flight_mean;
     }
     let busy_ns: f64 = d
@@ -163,7 +157,7 @@ pub(crate) fn device_saturated(ctx: &Ctx<'_>) -> Option<Verdict> {
     let from_diskstats = line
         .devices
         .iter()
-        .any(|d| d.dev == dev && disk_means(d).is_some());
+        .any(|d| d.dev == dev && d.diskstats_alone().is_some());
     evidence.insert(
         "latency_from",
         json!(if from_diskstats {
