@@ -6,38 +6,23 @@
 //! from the recording the watch wrote equal the findings seen live.
 
 use std::{
-    process::{Child, Command, Output, Stdio},
-    sync::{Mutex, mpsc::Receiver},
-    time::Duration,
+    process::{Command, Output, Stdio},
+    sync::Mutex,
 };
 
-use crate::support::{lines_of, wbscope};
+use crate::support::{Tracing, wbscope};
 
 /// The watches run one at a time: each sees the whole machine.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// `doctor --duration SECS --json --record REC [--device DEV]` started,
-/// returned once it says its probes are live (its "tracing;" line), with
-/// the lines it says on stderr from then on.
-fn watch(secs: &str, rec: &std::path::Path, device: Option<&str>) -> (Child, Receiver<String>) {
-    let mut child = wbscope()
-        .args(["doctor", "--json", "--duration", secs, "--record"])
+/// returned once it says its probes are live (its "tracing;" line).
+fn watch(secs: &str, rec: &std::path::Path, device: Option<&str>) -> Tracing {
+    let mut cmd = wbscope();
+    cmd.args(["doctor", "--json", "--duration", secs, "--record"])
         .arg(rec)
-        .args(device.map(|d| ["--device", d]).iter().flatten())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn doctor");
-    let rx = lines_of(child.stderr.take().expect("stderr"));
-    let mut said = Vec::new();
-    loop {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(line) if line.contains("tracing;") => break,
-            Ok(line) => said.push(line),
-            Err(e) => panic!("doctor did not start ({e}): {said:?}"),
-        }
-    }
-    (child, rx)
+        .args(device.map(|d| ["--device", d]).iter().flatten());
+    Tracing::spawn(cmd, "tracing;")
 }
 
 /// The report and the exit status of a finished watch.
@@ -104,7 +89,7 @@ fn doctor_with(
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let rec = dir.path().join("watch.rec");
-    let (child, said) = watch(secs, &rec, device);
+    let doctor = watch(secs, &rec, device);
     let mut pid = None;
     for mut w in workloads {
         let out = w
@@ -120,8 +105,7 @@ fn doctor_with(
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let out = child.wait_with_output().expect("doctor");
-    let stderr: Vec<String> = said.iter().collect();
+    let (out, stderr) = doctor.output();
     let (live, code) = report_said(out, &stderr.join("\n"));
     let (back, back_code) = replayed(&rec);
     assert_eq!(back, live, "findings from the recording differ from live");

@@ -273,10 +273,16 @@ impl Tracing {
         self.finish()
     }
 
+    /// Waits for the command to end by itself: its output (stdout and
+    /// status) and the lines it said on stderr after it was ready.
+    pub fn output(self) -> (std::process::Output, Vec<String>) {
+        let out = self.child.wait_with_output().expect("wait");
+        (out, self.stderr.try_iter().collect())
+    }
+
     /// Waits for the trace to end by itself.
     pub fn finish(self) -> Vec<serde_json::Value> {
-        let out = self.child.wait_with_output().expect("wait");
-        let stderr: Vec<String> = self.stderr.try_iter().collect();
+        let (out, stderr) = self.output();
         assert!(out.status.success(), "wbscope failed: {stderr:?}");
         String::from_utf8(out.stdout)
             .expect("utf-8")
