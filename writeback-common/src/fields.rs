@@ -232,6 +232,14 @@ pub mod xfs_file {
     pub const LOG_FORCE_NAMES: [&str; 1] = ["dev"];
 }
 
+/// `syscalls:sys_enter_write`, `_pwrite64`, `_writev`, `_pwritev` and
+/// `_pwritev2`: the file descriptor (`unsigned int fd` for write and
+/// pwrite64, `unsigned long fd` for the vector calls).
+pub mod sys_enter_fd {
+    pub const FD: usize = 0;
+    pub const NAMES: [&str; 1] = ["fd"];
+}
+
 /// `syscalls:sys_enter_msync` and `sys_enter_sync_file_range`: their
 /// `flags`.
 pub mod sys_enter_flags {

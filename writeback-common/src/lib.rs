@@ -738,6 +738,8 @@ mod pod {
     unsafe impl aya::Pod for super::InflightCall {}
     unsafe impl aya::Pod for super::FlusherWork {}
     unsafe impl aya::Pod for super::DevCounterKey {}
+    unsafe impl aya::Pod for super::FileMembers {}
+    unsafe impl aya::Pod for super::WriteCall {}
 }
 
 mod generic;
@@ -750,6 +752,8 @@ mod runclock;
 pub use runclock::*;
 mod durability;
 pub use durability::*;
+mod writes;
+pub use writes::*;
 
 #[cfg(test)]
 mod tests {

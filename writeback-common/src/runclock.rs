@@ -4,6 +4,7 @@
 //! no kernel access, so that host tests pin every branch.
 
 /// The thread's run clock as read at one moment.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunClock {
     /// `se.sum_exec_runtime`: run time as of the last `update_curr()`.

@@ -13,7 +13,7 @@ use aya_log_ebpf::warn;
 use writeback_common::{
     DevCounterKey, FlusherWork, PausedBy, TracepointLayout, agg, dirty,
     fields::{balance_dirty as bd, single_inode as si, wb_work},
-    global_thresh, inode_pass as ip, log2_bucket, members as m, stat,
+    global_thresh, inode_pass as ip, log2_bucket, members as m, stat, write_domain,
 };
 
 use crate::{
@@ -295,6 +295,14 @@ fn paused(ctx: &TracePointContext, pause: u64) {
             }
         };
         add(&AGG, slot, pause);
+        let domain = match slot {
+            agg::THROTTLE_BDI_MS => write_domain::BDI,
+            agg::THROTTLE_MEMCG_MS => write_domain::MEMCG,
+            _ => write_domain::GLOBAL,
+        };
+        crate::writes::paused(domain, pause);
+    } else {
+        crate::writes::paused(0, pause);
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let counts = match THROTTLED.get_ptr_mut(&tgid) {

@@ -32,6 +32,7 @@ mod syncwait;
 mod taskio;
 mod trial;
 mod writepages;
+mod writes;
 
 use aya_ebpf::{
     macros::map,

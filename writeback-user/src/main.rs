@@ -169,7 +169,7 @@ mod tests {
         let line = line_of(&["wbscope", "--enable", "bogus", "probes"]);
         assert_eq!(
             line,
-            "invalid value 'bogus' for '--enable <HOOKS>' [possible values: global_dirty_state, dirty_folio, device_io, extents, durability]"
+            "invalid value 'bogus' for '--enable <HOOKS>' [possible values: global_dirty_state, dirty_folio, device_io, extents, durability, writes]"
         );
         let line = line_of(&["wbscope", "--disable", "uprobe", "probes"]);
         assert!(

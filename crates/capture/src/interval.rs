@@ -21,6 +21,8 @@ pub(crate) struct Decoration<'a> {
     pub(crate) owners: Vec<OwnerLine>,
     /// The fsyncs joined in the interval (model/durability.rs).
     pub(crate) fsyncs: Vec<FsyncLine>,
+    /// The write system calls of the interval (model/writes.rs).
+    pub(crate) writes: Vec<wbscope_model::writes::WriteLine>,
     /// The CPU budget's figures, and the sampling in force (model/budget.rs).
     pub(crate) budget: Option<BudgetLine>,
     /// Journal blocks per device and pid, for the ledger's shares; `None`
@@ -89,6 +91,7 @@ impl OpenInterval {
         );
         line.owners = decoration.owners;
         line.fsyncs = decoration.fsyncs;
+        line.writes = decoration.writes;
         if let Some(carry) = decoration.carry {
             line.ledger = LedgerLine::of(
                 &LedgerInputs {

@@ -19,6 +19,7 @@ use wbscope_model::interval::IntervalLine;
 use wbscope_model::ledger::{HandleBlocks, LedgerLine, ShareCarry};
 use wbscope_model::plan::{Concept, HookChoice, ProbeStatus};
 use wbscope_model::summary::SummaryLine;
+use wbscope_model::writes::{SlowWrite, Write, WriteTally};
 use wbscope_model::{CallRecord, Totals};
 use wbscope_tracer::privileges::DropOptions;
 use wbscope_tracer::ring::{RingCollector, RingRecord};
@@ -35,6 +36,11 @@ pub trait SessionOutput {
     /// One fsync, split (`--enable durability`); dropped by outputs that
     /// keep no such line yet.
     fn sync(&mut self, _sync: &SyncRecord) -> io::Result<()> {
+        Ok(())
+    }
+    /// One slow write system call, split (`--enable writes`); dropped by
+    /// outputs that keep no such line.
+    fn write(&mut self, _write: &SlowWrite) -> io::Result<()> {
         Ok(())
     }
     /// Called after every drain and interval: make what was written
@@ -56,6 +62,9 @@ pub struct Limits {
     /// % of one core the programs and the recorder may use together
     /// (model/budget.rs); `None`: no budget.
     pub cpu_budget: Option<f64>,
+    /// Write system calls this long or longer are written one by one
+    /// (`--enable writes`).
+    pub slow_write: Duration,
 }
 
 /// The CPU budget in the loop: what the programs and this process had used
@@ -245,6 +254,7 @@ struct Batch {
     spans: Vec<Span>,
     phases: Vec<Phase>,
     flushes: Vec<DeviceFlush>,
+    writes: Vec<Write>,
 }
 
 impl Batch {
@@ -254,6 +264,7 @@ impl Batch {
             RingRecord::Sync(s) => self.spans.push(s),
             RingRecord::Commit(p) => self.phases.push(p),
             RingRecord::Flush(f) => self.flushes.push(f),
+            RingRecord::Write(w) => self.writes.push(w),
         }
     }
 }
@@ -333,6 +344,8 @@ struct Session<'a> {
     gate: RateGate,
     who: Who<'a>,
     durable: Durable<'a>,
+    /// The write spans of the interval (`--enable writes`).
+    writes: Option<WriteTally>,
     /// The intervals' ledgers added, for the summary.
     ledger: LedgerLine,
     /// Journal bytes held over for the next interval's shares.
@@ -376,6 +389,9 @@ impl<'a> Session<'a> {
                     .then(DurabilityJoin::default),
                 last: false,
             },
+            writes: tracer.plan.attached(Concept::Writes).then(|| {
+                WriteTally::new(u64::try_from(limits.slow_write.as_nanos()).unwrap_or(u64::MAX))
+            }),
             ledger: LedgerLine::default(),
             carry: ShareCarry::default(),
             pid_gone_reported: false,
@@ -388,6 +404,14 @@ impl<'a> Session<'a> {
     fn take(&mut self, mut batch: Batch, out: &mut dyn SessionOutput) -> io::Result<()> {
         self.who.charge(&mut batch.calls);
         self.durable.take(&batch, out)?;
+        if let Some(tally) = self.writes.as_mut() {
+            for w in &batch.writes {
+                tally.add(w);
+            }
+            for slow in tally.take_slow() {
+                out.write(&slow)?;
+            }
+        }
         for call in batch.calls {
             if self.totals.calls >= self.max {
                 break;
@@ -421,6 +445,10 @@ impl<'a> Session<'a> {
             written_on: self.who.attribution.take_written_on(),
             carry: Some(&mut self.carry),
             fsyncs: self.durable.line(),
+            writes: self
+                .writes
+                .as_mut()
+                .map_or_else(Vec::new, WriteTally::take_lines),
             handles: self.durable.handle_blocks(),
             budget: self
                 .gate

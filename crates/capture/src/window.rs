@@ -299,6 +299,8 @@ fn durable_take(join: &mut Option<DurabilityJoin>, r: RingRecord) -> Option<Call
             None
         }
         (RingRecord::Sync(_) | RingRecord::Commit(_) | RingRecord::Flush(_), None) => None,
+        // compare and scenario attach no write spans.
+        (RingRecord::Write(_), _) => None,
     }
 }
 

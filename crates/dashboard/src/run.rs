@@ -279,6 +279,9 @@ async fn pump(mut collector: RingCollector, tracer: Arc<Tracer>, tx: UnboundedSe
                 RingRecord::Call(call) => Msg::Call(Box::new(call)),
                 RingRecord::Sync(span) => Msg::Durability(DurabilityMsg::Sync(Box::new(span))),
                 RingRecord::Flush(f) => Msg::Durability(DurabilityMsg::Flush(f)),
+                // The dashboard has no write pane yet: `trace --enable
+                // writes` shows them.
+                RingRecord::Write(_) => continue,
                 RingRecord::Commit(phase) => {
                     if phase.phase == writeback_common::phase::END {
                         ended.push((phase.dev, phase.transaction));

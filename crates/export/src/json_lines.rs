@@ -23,6 +23,24 @@ impl<'a> From<&'a wbscope_model::durability::SyncRecord> for SyncLine<'a> {
     }
 }
 
+/// `{"type":"write", ...}`: one slow write system call, split
+/// (`--enable writes`).
+#[derive(Debug, Serialize)]
+pub struct WriteLine<'a> {
+    pub(crate) r#type: &'static str,
+    #[serde(flatten)]
+    pub(crate) write: &'a wbscope_model::writes::SlowWrite,
+}
+
+impl<'a> From<&'a wbscope_model::writes::SlowWrite> for WriteLine<'a> {
+    fn from(write: &'a wbscope_model::writes::SlowWrite) -> WriteLine<'a> {
+        WriteLine {
+            r#type: "write",
+            write,
+        }
+    }
+}
+
 /// `{"type":"call", ...}`: one writepages call.
 #[derive(Debug, Serialize)]
 pub struct CallLine<'a> {

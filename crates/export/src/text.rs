@@ -37,6 +37,42 @@ pub fn call_row(c: &CallRecord) -> String {
 /// One fsync, split (`--enable durability`): `fsync pid comm dev ino
 /// total = writeback + wait + journal + flush + other (ms)`, and the
 /// commit it waited on with its largest contributor.
+/// One slow write, split: `write PID COMM DEV INO: 212.40 ms = throttle
+/// ... + other ...; 4096 bytes; paused 3 times by bdi`.
+pub fn write_row(w: &wbscope_model::writes::SlowWrite) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let p = &w.parts;
+    let mut row = format!(
+        "{} {} {} {} {}: {:.2} ms = throttle {:.2} + stable {:.2} + reclaim {:.2} + blocked \
+         {:.2} + other {:.2}; {} {}",
+        w.call,
+        w.pid,
+        escape_controls(&w.comm),
+        w.dev,
+        w.ino,
+        ms(p.total_ns),
+        ms(p.throttle_ns),
+        ms(p.stable_ns),
+        ms(p.reclaim_ns),
+        ms(p.blocked_ns),
+        ms(p.other_ns),
+        w.ret,
+        if w.ret < 0 { "(error)" } else { "bytes" },
+    );
+    if w.pauses > 0 {
+        row.push_str(&format!(
+            "; paused {} times by {}",
+            w.pauses,
+            if w.throttled_by.is_empty() {
+                "an unknown limit".to_string()
+            } else {
+                w.throttled_by.join(" and ")
+            }
+        ));
+    }
+    row
+}
+
 pub fn sync_row(s: &wbscope_model::durability::SyncRecord) -> String {
     let ms = |ns: u64| ns as f64 / 1e6;
     let flush = s

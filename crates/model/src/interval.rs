@@ -434,6 +434,10 @@ pub struct IntervalLine {
     /// durability/line.rs); absent without them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fsyncs: Vec<crate::durability::FsyncLine>,
+    /// Each process's write system calls, split (`--enable writes`;
+    /// model/writes.rs); absent without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writes: Vec<crate::writes::WriteLine>,
     /// Where the interval's bytes went (model/ledger.rs); absent in
     /// recordings made before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -631,6 +635,7 @@ impl IntervalLine {
             owners: Vec::new(),
             budget: None,
             fsyncs: Vec::new(),
+            writes: Vec::new(),
             ledger: None,
         }
     }

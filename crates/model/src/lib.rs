@@ -21,6 +21,7 @@ pub mod timeline;
 pub mod units;
 pub mod when;
 pub mod window;
+pub mod writes;
 
 pub use histogram::Log2Histogram;
 pub use record::{CallRecord, DevId, ScanFigures};

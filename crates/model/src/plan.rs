@@ -70,6 +70,10 @@ pub enum OptIn {
     /// The ext4 fsync spans and jbd2 commits: per fsync, per
     /// commit phase and per journal handle.
     Durability,
+    /// Each buffered write system call's span and its parts: the write
+    /// system calls' tracepoints fire for every write on the host,
+    /// sockets and pipes too (filtered in the kernel before any work).
+    Writes,
 }
 
 impl OptIn {
@@ -79,18 +83,19 @@ impl OptIn {
     pub(crate) const ANATOMY: [OptIn; 3] = [OptIn::DeviceIo, OptIn::Extents, OptIn::Durability];
     /// What `doctor` turns on: the fsync rules need the fsync anatomy,
     /// `write-amplified` the device bytes by class and the journal's
-    /// handles.
-    pub(crate) const DOCTOR: [OptIn; 2] = [OptIn::DeviceIo, OptIn::Durability];
+    /// handles, `write-stalled` the write spans.
+    pub(crate) const DOCTOR: [OptIn; 3] = [OptIn::DeviceIo, OptIn::Durability, OptIn::Writes];
 }
 
 impl OptIn {
     /// Every optional hook, in the order `--help` lists them.
-    pub const ALL: [OptIn; 5] = [
+    pub const ALL: [OptIn; 6] = [
         OptIn::GlobalDirtyState,
         OptIn::DirtyFolio,
         OptIn::DeviceIo,
         OptIn::Extents,
         OptIn::Durability,
+        OptIn::Writes,
     ];
 
     /// The hook's name, as `--enable` takes it and lines print it.
@@ -101,6 +106,7 @@ impl OptIn {
             OptIn::DeviceIo => "device_io",
             OptIn::Extents => "extents",
             OptIn::Durability => "durability",
+            OptIn::Writes => "writes",
         }
     }
 }
@@ -173,10 +179,13 @@ pub enum Concept {
     /// Each fsync's wait for a journal commit and its transaction,
     /// measured by a function hook on jbd2.
     JournalWait,
+    /// Each buffered write system call's span, split by what it waited
+    /// for.
+    Writes,
 }
 
 impl Concept {
-    pub const ALL: [Concept; 15] = [
+    pub const ALL: [Concept; 16] = [
         Concept::WritepagesCall,
         Concept::Scan,
         Concept::PerPageWrite,
@@ -192,6 +201,7 @@ impl Concept {
         Concept::Durability,
         Concept::SyncWaits,
         Concept::JournalWait,
+        Concept::Writes,
     ];
 
     pub fn name(self) -> &'static str {
@@ -211,6 +221,7 @@ impl Concept {
             Concept::Durability => "durability",
             Concept::SyncWaits => "sync_waits",
             Concept::JournalWait => "journal_wait",
+            Concept::Writes => "writes",
         }
     }
 }

@@ -13,9 +13,9 @@ use aya::{
 };
 use log::{info, warn};
 use writeback_common::{
-    BlockMembers, DirtierMembers, ExtentMembers, FieldSpec, Filter, FolioMembers, KernelMembers,
-    MemberSpec, ScanMembers, TaskIoMembers, TaskMembers, TracepointLayout, block_members, cpu_time,
-    members,
+    BlockMembers, DirtierMembers, ExtentMembers, FieldSpec, FileMembers, Filter, FolioMembers,
+    KernelMembers, MemberSpec, ScanMembers, TaskIoMembers, TaskMembers, TracepointLayout,
+    block_members, cpu_time, members,
 };
 
 use super::{
@@ -142,6 +142,44 @@ fn resolve_task_members(btf: &KernelBtf) -> Result<TaskMembers, String> {
         table.rq_clock_task = *clock_task;
     }
     Ok(table)
+}
+
+/// What the write spans read to find a descriptor's file
+/// (`FileMembers`): every member, or the spans cannot tell a regular
+/// file from a socket.
+fn resolve_file_members(btf: &KernelBtf) -> Result<FileMembers, String> {
+    let specs: Vec<MemberSpec> = FileMembers::PATHS
+        .iter()
+        .map(|(strukt, name)| member_spec(btf, strukt, name, false))
+        .collect::<Result<_, _>>()?;
+    let [
+        task_files,
+        files_fdt,
+        fdt_max_fds,
+        fdt_fd,
+        file_inode,
+        file_flags,
+        inode_mode,
+        inode_ino,
+        inode_sb,
+        sb_dev,
+    ] = specs[..]
+    else {
+        return Err("the file members did not resolve".to_string());
+    };
+    Ok(FileMembers {
+        task_files,
+        files_fdt,
+        fdt_max_fds,
+        fdt_fd,
+        file_inode,
+        file_flags,
+        inode_mode,
+        inode_ino,
+        inode_sb,
+        sb_dev,
+        o_direct: libc::O_DIRECT as u64,
+    })
 }
 
 /// What the BTF extent program reads of `struct ext4_map_blocks`.
@@ -272,6 +310,7 @@ impl Tracer {
         let mut scan_members: Option<Result<ScanMembers, String>> = None;
         let mut block_members: Option<Result<BlockMembers, String>> = None;
         let mut task_members: Option<Result<TaskMembers, String>> = None;
+        let mut file_members: Option<Result<FileMembers, String>> = None;
         let mut extent_members: Option<Result<ExtentMembers, String>> = None;
         let mut folio_members: Option<FolioMembers> = None;
         let mut dirtier_members: Option<Result<DirtierMembers, String>> = None;
@@ -295,6 +334,26 @@ impl Tracer {
                         format!("{OFF_BY_DEFAULT}: {why}; --enable {opt_in} attaches it"),
                     );
                     continue;
+                }
+                // The write spans read the descriptor's file and the
+                // thread's run clock (writeback-ebpf writes.rs).
+                if concept == Concept::Writes {
+                    let files = file_members
+                        .get_or_insert_with(|| {
+                            vmlinux_btf(&mut vmlinux).and_then(resolve_file_members)
+                        })
+                        .as_ref()
+                        .map(|_| ());
+                    let clock = task_members
+                        .get_or_insert_with(|| {
+                            vmlinux_btf(&mut vmlinux).and_then(resolve_task_members)
+                        })
+                        .as_ref()
+                        .map(|_| ());
+                    if let Err(reason) = files.and(clock) {
+                        refused.insert((concept, candidate.label()), reason.clone());
+                        continue;
+                    }
                 }
                 match &candidate {
                     Candidate::Tracepoints(attaches) if !have_tracepoint => {
@@ -450,6 +509,10 @@ impl Tracer {
             .and_then(Result::ok)
             .unwrap_or(TaskMembers::EMPTY);
         loader.override_global("TASK_MEMBERS", &task_members, true);
+        let file_members = file_members
+            .and_then(Result::ok)
+            .unwrap_or(FileMembers::EMPTY);
+        loader.override_global("FILE_MEMBERS", &file_members, true);
         let steal_taken_out = task_members.cfs_rq.present != 0;
         let extent_members = extent_members
             .and_then(Result::ok)

@@ -134,6 +134,9 @@ pub(crate) fn map_sizes(
             "unused without --enable device_io".into(),
         ));
     }
+    if !enabled(OptIn::Writes) {
+        out.push(("WRITING", 1, "unused without --enable writes".into()));
+    }
     if options.filter.tgid == 0 && options.filter.cgroup_id == 0 {
         out.push((
             "FILTER_DIRTIED",
@@ -190,6 +193,7 @@ fn kernel_version() -> Option<(u32, u32)> {
 const IN_FLIGHT: &[&str] = &[
     "GENERIC",
     "SYNCING",
+    "WRITING",
     "OFFCPU_SINCE",
     "SCAN_ARGS",
     "SAMPLED_NR",
@@ -451,10 +455,10 @@ mod tests {
     /// and say so, down to their floor; past it the plan stays over.
     #[test]
     fn over_the_bound_the_in_flight_maps_shrink_and_say_so() {
-        let mut options = TracerOptions::default();
-        options.hooks.enabled = vec![OptIn::DirtyFolio, OptIn::DeviceIo];
-        options.filter.tgid = 1;
-        let plan_at = |pid_max| {
+        let plan_with = |pid_max, enabled: &[OptIn]| {
+            let mut options = TracerOptions::default();
+            options.hooks.enabled = enabled.to_vec();
+            options.filter.tgid = 1;
             let host = HostShape {
                 possible_cpus: 2,
                 cpu_slots: 2,
@@ -464,6 +468,7 @@ mod tests {
             let defs = map_defs(&options, &host).expect("object parses");
             fit(defs, 2, Report::MemUsage, StructSizes::DEFAULT)
         };
+        let plan_at = |pid_max| plan_with(pid_max, &[OptIn::DirtyFolio, OptIn::DeviceIo]);
         let entries = |plan: &MemoryPlan, name: &str| {
             let m = plan.maps.iter().find(|m| m.def.name == name).unwrap();
             (m.def.max_entries, m.sized.clone().unwrap_or_default())
@@ -476,7 +481,11 @@ mod tests {
         assert_eq!(entries(&plan, "DIRTIERS").0, 65536);
         // systemd's pid_max: a byte per thread id more, every in-flight
         // map at its floor, and the plan says it is over.
-        let plan = plan_at(4 << 20);
+        // With the write spans too, the fullest plan.
+        let plan = plan_with(
+            4 << 20,
+            &[OptIn::DirtyFolio, OptIn::DeviceIo, OptIn::Writes],
+        );
         assert!(!plan.within_bound(), "{}", plan.table());
         for name in IN_FLIGHT {
             assert_eq!(entries(&plan, name).0, IN_FLIGHT_FLOOR, "{name}");
@@ -510,9 +519,10 @@ mod tests {
         assert_eq!(get("RQ_START"), Some(1));
         assert_eq!(get("FILTER_DIRTIED"), Some(1));
         assert_eq!(get("KPROBE_ARGS"), Some(1));
+        assert_eq!(get("WRITING"), Some(1));
         assert_eq!(get("FOLLOWED"), None, "the default attribution's");
         let mut options = TracerOptions::default();
-        options.hooks.enabled = vec![OptIn::DirtyFolio, OptIn::DeviceIo];
+        options.hooks.enabled = vec![OptIn::DirtyFolio, OptIn::DeviceIo, OptIn::Writes];
         options.filter.tgid = 1;
         let sizes = map_sizes(
             &options,

@@ -42,6 +42,7 @@ mod tests {
             "SCAN_MEMBERS",
             "BLOCK_MEMBERS",
             "TASK_MEMBERS",
+            "FILE_MEMBERS",
             "EXTENT_MEMBERS",
             "FILTER",
             "trial_fentry",

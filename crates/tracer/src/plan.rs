@@ -101,6 +101,9 @@ impl Candidate {
         if durability::is_wait_hook(self) {
             return Some((OptIn::Durability, durability::WAITS_WHY_OFF));
         }
+        if *self == writes::CANDIDATE {
+            return Some((OptIn::Writes, writes::WHY_OFF));
+        }
         let per_folio = *self == TP_BTF_DIRTY_FOLIO
             || *self == Candidate::Tracepoints(DIRTY_FOLIO_TP)
             || *self == Candidate::Tracepoints(DIRTY_PAGE_TP);
@@ -125,6 +128,7 @@ impl Candidate {
                 FIRES
                     .iter()
                     .chain(durability::FIRES)
+                    .chain(writes::FIRES)
                     .find(|(needle, _)| label.contains(needle))
                     .map_or("per writeback event", |(_, rate)| rate)
             }
@@ -680,6 +684,7 @@ pub(crate) fn is_generic(attaches: &[BtfAttach]) -> bool {
 
 mod dirtier;
 mod durability;
+mod writes;
 pub(crate) use dirtier::{DIRTY_FOLIO, DIRTY_INODE};
 use dirtier::{
     DIRTY_FOLIO_TP, DIRTY_INODE_TP, DIRTY_PAGE_TP, FIRES, TP_BTF_DIRTY_FOLIO, TP_BTF_DIRTY_INODE,
@@ -772,6 +777,8 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
             durability::FENTRY_JOURNAL_WAIT,
             durability::KPROBE_JOURNAL_WAIT,
         ],
+        // Only when asked (`--enable writes`).
+        Concept::Writes => vec![writes::CANDIDATE],
     }
 }
 
@@ -848,9 +855,9 @@ mod tests {
                             "{c:?}"
                         ),
                         OptIn::DeviceIo => assert_eq!(default, Some(&DISKSTATS), "{c:?}"),
-                        // Nothing else sees a call's extents, or an
-                        // fsync's span and commits.
-                        OptIn::Extents | OptIn::Durability => {
+                        // Nothing else sees a call's extents, an
+                        // fsync's span and commits, or a write's span.
+                        OptIn::Extents | OptIn::Durability | OptIn::Writes => {
                             assert_eq!(default, None, "{c:?}")
                         }
                     }

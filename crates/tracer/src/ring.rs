@@ -10,13 +10,15 @@ use aya::maps::{HashMap, MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use writeback_common::{
     COMMIT_PHASE_KIND, CommitPhase, FLUSH_REQUEST_KIND, FlushRequest, GENERIC_CALL_KIND,
-    GenericCall, SYNC_SPAN_KIND, SyncSpan, WritepagesCall, boundary, record_kind,
+    GenericCall, SYNC_SPAN_KIND, SyncSpan, WRITE_CALL_KIND, WriteCall, WritepagesCall, boundary,
+    record_kind,
 };
 
 use super::{Tracer, mounts::FsNames};
 use wbscope_model::{
     CallRecord,
     durability::{DeviceFlush, Phase, Span},
+    writes::Write,
 };
 
 /// How long a generic call may go without a folio before it is taken as
@@ -43,6 +45,8 @@ pub enum RingRecord {
     Commit(Phase),
     /// A completed cache-flush request (`--enable device_io`).
     Flush(DeviceFlush),
+    /// A write system call's span (`--enable writes`).
+    Write(Write),
 }
 
 impl RingRecord {
@@ -50,7 +54,10 @@ impl RingRecord {
     pub fn into_call(self) -> Option<CallRecord> {
         match self {
             RingRecord::Call(c) => Some(c),
-            RingRecord::Sync(_) | RingRecord::Commit(_) | RingRecord::Flush(_) => None,
+            RingRecord::Sync(_)
+            | RingRecord::Commit(_)
+            | RingRecord::Flush(_)
+            | RingRecord::Write(_) => None,
         }
     }
 }
@@ -107,6 +114,12 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
             let raw: FlushRequest =
                 unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<FlushRequest>()) };
             Ok(RingRecord::Flush(DeviceFlush::from(&raw)))
+        }
+        WRITE_CALL_KIND if bytes.len() >= size_of::<WriteCall>() => {
+            // SAFETY: as above; WriteCall is Pod.
+            let raw: WriteCall =
+                unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<WriteCall>()) };
+            Ok(RingRecord::Write(Write::from(&raw)))
         }
         _ => Err(DecodeError::Unknown {
             kind,

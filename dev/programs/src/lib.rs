@@ -171,6 +171,9 @@ programs! {
     /// scratchfs' xfs (tests); copied into the VM guests' root for their
     /// xfs runs.
     MKFS_XFS = "mkfs.xfs", "xfsprogs", [Test, Vm], Setup;
+    /// The write-span tests rewrite pages under writeback
+    /// (`sync_range -w`, then `pwrite`).
+    XFS_IO = "xfs_io", "xfsprogs", [Test], Setup;
     /// scratchfs makes btrfs filesystems too (its tests and the
     /// scenarios).
     MKFS_BTRFS = "mkfs.btrfs", "btrfs-progs", [Test], Setup;

@@ -74,9 +74,13 @@ pub struct Cli {
     /// (each call's extents; runs per extent); durability (each ext4 fsync
     /// split into writeback, wait, journal commit and flush, with who was
     /// in the commit: `sync` lines with --events; runs per fsync, commit
-    /// phase and journal handle). `compare` and `scenario` turn device_io,
-    /// extents and durability on themselves, `doctor` device_io and
-    /// durability.
+    /// phase and journal handle); writes (each buffered write system call
+    /// to a file split into throttle, stable-page wait, reclaim, blocked
+    /// and other: interval lines' `writes` per process, a `write` line per
+    /// call of --slow-write or more; runs per write system call of the
+    /// host, filtered in the kernel). `compare` and `scenario` turn
+    /// device_io, extents and durability on themselves, `doctor`
+    /// device_io, durability and writes.
     #[arg(long, value_name = "HOOKS", value_delimiter = ',', global = true, value_parser = named::parser::<wbscope_model::plan::OptIn>())]
     pub(crate) enable: Vec<wbscope_model::plan::OptIn>,
 
@@ -227,6 +231,41 @@ pub(crate) struct DoctorArgs {
     /// device figures stay system-wide).
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
+
+    #[command(flatten)]
+    pub(crate) spans: SpanArgs,
+}
+
+/// What the write spans (`--enable writes`) write one by one.
+#[derive(Debug, Args)]
+pub(crate) struct SpanArgs {
+    /// With --enable writes: a write system call this long or longer
+    /// (milliseconds, fractions allowed; default 10) is a slow write: a
+    /// `write` line of its own with what it waited for.
+    #[arg(long, value_name = "MS", value_parser = parse_millis)]
+    pub(crate) slow_write: Option<Duration>,
+}
+
+/// The default `--slow-write`: bcc's fileslower and ext4slower default
+/// to 10 ms too.
+pub(crate) const DEFAULT_SLOW_WRITE: Duration = Duration::from_millis(10);
+
+impl SpanArgs {
+    pub(crate) fn slow_write(&self) -> Duration {
+        self.slow_write.unwrap_or(DEFAULT_SLOW_WRITE)
+    }
+}
+
+/// Milliseconds, 0 or more (0: every write is written).
+pub(crate) fn parse_millis(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of milliseconds"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("`{s}` is not a number of milliseconds, 0 or more"));
+    }
+    Duration::try_from_secs_f64(v / 1e3).map_err(|e| format!("`{s}`: {e}"))
 }
 
 #[derive(Debug, Args)]
@@ -344,6 +383,9 @@ pub(crate) struct RecordArgs {
 
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
+
+    #[command(flatten)]
+    pub(crate) spans: SpanArgs,
 
     #[command(flatten)]
     pub(crate) push: PushArgs,
@@ -507,6 +549,9 @@ pub(crate) struct TraceArgs {
 
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
+
+    #[command(flatten)]
+    pub(crate) spans: SpanArgs,
 
     /// Stop after SECONDS (a positive number, fractions allowed); without it,
     /// trace until Ctrl-C or SIGTERM.

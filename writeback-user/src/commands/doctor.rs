@@ -115,6 +115,7 @@ pub(crate) async fn run(args: &DoctorArgs, hooks: &HookChoice) -> anyhow::Result
                 watch_pid: args.filter.pid,
                 max_event_rate: DEFAULT_MAX_EVENT_RATE,
                 cpu_budget: None,
+                slow_write: args.spans.slow_write(),
             };
             let mut out = Doctor {
                 engine: Engine::new(),

@@ -230,6 +230,7 @@ pub(crate) async fn run(args: &RecordArgs, hooks: &HookChoice) -> anyhow::Result
         watch_pid: args.filter.pid,
         max_event_rate: args.max_event_rate,
         cpu_budget: args.cpu_budget,
+        slow_write: args.spans.slow_write(),
     };
     if let Some(dir) = &args.store {
         if dir.exists() && !dir.is_dir() {

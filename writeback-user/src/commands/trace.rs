@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::cli::{DropArgs, TraceArgs};
 use wbscope_capture::session::{self, Limits, SessionOutput};
 use wbscope_export::{
-    json_lines::{CallLine, SyncLine},
+    json_lines::{CallLine, SyncLine, WriteLine},
     prometheus::Telemetry,
     text,
 };
@@ -20,6 +20,7 @@ use wbscope_model::CallRecord;
 use wbscope_model::durability::SyncRecord;
 use wbscope_model::findings::{Engine, FindingEvent};
 use wbscope_model::plan::{HookChoice, ProbeState};
+use wbscope_model::writes::SlowWrite;
 use wbscope_model::{interval::IntervalLine, summary::SummaryLine};
 use wbscope_tracer::privileges::DropOptions;
 
@@ -86,6 +87,14 @@ impl SessionOutput for TraceOutput {
             (false, _) => Ok(()),
             (true, true) => self.json(&SyncLine::from(sync)),
             (true, false) => self.line(&text::sync_row(sync)),
+        }
+    }
+
+    fn write(&mut self, write: &SlowWrite) -> io::Result<()> {
+        if self.json {
+            self.json(&WriteLine::from(write))
+        } else {
+            self.line(&text::write_row(write))
         }
     }
 
@@ -177,6 +186,7 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         watch_pid: args.filter.pid,
         max_event_rate: args.max_event_rate,
         cpu_budget: None,
+        slow_write: args.spans.slow_write(),
     };
     let result = async {
         if !args.json {

@@ -42,24 +42,6 @@ fn pin_to(cpu: usize) {
     }
 }
 
-/// The kernel's tick in ns, from CONFIG_HZ in /proc/config.gz; without
-/// it, the longest tick Linux can be built with (HZ=100,
-/// kernel/Kconfig.hz).
-fn tick_ns() -> u64 {
-    let hz = wbscope_programs::ZCAT
-        .command()
-        .arg("/proc/config.gz")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find_map(|l| l.strip_prefix("CONFIG_HZ=")?.parse::<u64>().ok())
-        })
-        .unwrap_or(100);
-    1_000_000_000 / hz
-}
-
 /// Time the CPUs' task clocks did not count, summed over all CPUs, in
 /// ns, and the most one reading can be short by. The scheduler's
 /// `clock_task` leaves out steal and, with CONFIG_IRQ_TIME_ACCOUNTING,
@@ -355,7 +337,7 @@ async fn write_and_compare(
         let start = a.start_ns.min(b.start_ns);
         let end = (a.start_ns + a.duration_ns).max(b.start_ns + b.duration_ns);
         let stolen = uncounted_between(&samples, unit, start, end).unwrap_or(whole);
-        let bound = tick_ns() + stolen + PROGRAMS_NS;
+        let bound = crate::support::tick_ns() + stolen + PROGRAMS_NS;
         assert!(
             y <= x + bound,
             "run time {x} ns vs sched_switch {y} ns (bound {bound} ns): {a:?} / {b:?}"
@@ -367,7 +349,7 @@ async fn write_and_compare(
         // the tick that bounds each end's staleness comes late by the
         // steal around it. Without the run queue's clocks, a 1.5 s call
         // with 8 ms on the CPU counted 189 ms.
-        let over = 2 * tick_ns() + PROGRAMS_NS;
+        let over = 2 * crate::support::tick_ns() + PROGRAMS_NS;
         assert!(
             x <= y + over,
             "run time {x} ns vs sched_switch {y} ns: more than {over} ns over \
@@ -384,7 +366,7 @@ async fn write_and_compare(
         }
         // On the CPU for more than a tick by sched_switch's count: the
         // run time advanced too (the bound alone may exceed the figure).
-        if y > tick_ns() {
+        if y > crate::support::tick_ns() {
             assert!(x > 0, "{a:?} / {b:?}");
         }
     }

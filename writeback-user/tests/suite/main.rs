@@ -24,6 +24,7 @@ mod kernel_fallback;
 mod kernel_generic;
 mod kernel_probes;
 mod kernel_trace;
+mod kernel_writes;
 mod ledger;
 mod privileges;
 mod prometheus_exporter;

@@ -427,3 +427,21 @@ pub fn kernel_dev(majmin: &str) -> u64 {
     let (maj, min) = majmin.split_once(':').expect("MAJ:MIN");
     (maj.parse::<u64>().expect("major") << 20) | min.parse::<u64>().expect("minor")
 }
+
+/// The kernel's tick in ns, from CONFIG_HZ in /proc/config.gz; without
+/// it, the longest tick Linux can be built with (HZ=100,
+/// kernel/Kconfig.hz).
+pub fn tick_ns() -> u64 {
+    let hz = wbscope_programs::ZCAT
+        .command()
+        .arg("/proc/config.gz")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("CONFIG_HZ=")?.parse::<u64>().ok())
+        })
+        .unwrap_or(100);
+    1_000_000_000 / hz
+}
