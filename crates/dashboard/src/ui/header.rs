@@ -1,6 +1,6 @@
 //! The header lines: where we are, what is attached, what the tracer
-//! itself costs; replaying a store, a third: its span and where in it the
-//! view is.
+//! itself costs (and, apart, the bundled writer); replaying a store, a
+//! third: its span and where in it the view is.
 use ratatui::{
     style::{Modifier, Style},
     text::{Line, Span},
@@ -109,23 +109,22 @@ pub(crate) fn header(app: &App, width: u16) -> Paragraph<'static> {
     } else {
         Style::new()
     };
+    let pct = |c: f64| format!("{:.1}%", c * 100.0);
     let mut second = vec![
         Span::raw(format!(" records/s {}  ", units::si(m.calls_per_sec))),
         Span::styled(format!("lost {}", m.lost_records), lost_style),
-        Span::raw(format!(
-            "  tracer CPU {}  BPF {}/s",
-            units::opt(m.cpu.tracer, |c| format!("{:.1}%", c * 100.0)),
-            units::opt(bpf, units::ns)
-        )),
+        Span::raw(format!("  tracer CPU {}", units::opt(m.cpu.tracer, pct))),
     ];
-    // The writer's threads apart, while it runs (or ran this second).
-    if let Some(w) = m
-        .cpu
-        .writer
-        .filter(|&w| w > 0.0 || m.writer.phase == WriterPhase::Running)
-    {
-        second.push(Span::raw(format!("  writer CPU {:.1}%", w * 100.0)));
+    // The writer's threads apart, beside the tracer's, from its first run
+    // on: between runs it reads 0.0% rather than vanishing, so the line
+    // keeps its shape and the tracer's figure is never taken for both.
+    if m.writer.phase != WriterPhase::Idle {
+        second.push(Span::raw(format!(
+            "  writer CPU {}",
+            units::opt(m.cpu.writer, pct)
+        )));
     }
+    second.push(Span::raw(format!("  BPF {}/s", units::opt(bpf, units::ns))));
     if width >= 100 {
         second.push(Span::styled(
             format!(

@@ -202,6 +202,64 @@ fn missing_probes_are_explained() {
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
 }
 
+/// The header's second line (its figures), `w` columns wide; the first
+/// depends on the probe plan, which other tests cover.
+fn draw_header(app: &App, w: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(w, header::height(app))).unwrap();
+    terminal
+        .draw(|f| f.render_widget(header::header(app, w), f.area()))
+        .unwrap();
+    let lines = terminal.backend().to_string();
+    lines.lines().nth(1).unwrap().to_string()
+}
+
+/// The header's CPU figures from a process at 77.7 % of a core, 74.6 of
+/// them the writer's (the tracer's 3.1 is the rest): before any run the
+/// tracer's alone; while a run goes, and once it has ended (at 0 %), the
+/// writer's beside it.
+#[test]
+fn header_tracer_and_writer_cpu_apart() {
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    let sample = |app: &mut App, s: u64, cpu: OwnCpu| {
+        app.handle(Msg::Sample {
+            at: Duration::from_secs(s),
+            mono_ns: s * 1_000_000_000,
+            snapshot: Box::new(snapshot(s)),
+            cpu,
+            dirtiers: None,
+        });
+    };
+    sample(&mut app, 0, OwnCpu::default());
+    sample(&mut app, 1, OwnCpu::split(1.0, 2_000_000, 0));
+    let before = draw_header(&app, 80);
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('w'))));
+    app.handle(Msg::Writer(WriterUpdate::Started {
+        run: 1,
+        dir: "./.wbscope-test".into(),
+        file_size: 1 << 30,
+    }));
+    sample(&mut app, 2, OwnCpu::split(1.0, 777_000_000, 746_000_000));
+    let running = draw_header(&app, 80);
+    app.handle(Msg::Writer(WriterUpdate::Ended {
+        run: 1,
+        outcome: writer_core::RunOutcome::failed("stopped"),
+    }));
+    sample(&mut app, 3, OwnCpu::split(1.0, 2_400_000, 0));
+    let ended = draw_header(&app, 80);
+    assert!(!before.contains("writer CPU"), "{before}");
+    assert!(
+        running.contains("tracer CPU 3.1%  writer CPU 74.6%"),
+        "{running}"
+    );
+    assert!(
+        ended.contains("tracer CPU 0.2%  writer CPU 0.0%"),
+        "{ended}"
+    );
+    insta::assert_snapshot!(format!(
+        "before a run:   {before}\nwhile it runs:  {running}\nafter it ended: {ended}"
+    ));
+}
+
 #[test]
 fn tiny_and_empty_areas_do_not_panic() {
     let mut app = busy_app();
