@@ -13,6 +13,7 @@ use crate::fsync::{DurabilityMsg, LiveFsyncs};
 use crate::jump::{Decision, Jump, StoreView, clock};
 use crate::state::{Model, OwnCpu, WriterUpdate};
 use crate::who::LiveWho;
+use crate::writes::LiveWrites;
 use wbscope_model::dirtier::AttributionMode;
 use wbscope_model::dirtier::DirtierSnapshot;
 use wbscope_model::interval::{CallAggregate, IntervalLine};
@@ -42,10 +43,14 @@ pub(crate) enum Pane {
     Fsync,
     /// Where the bytes go.
     Ledger,
+    /// Each process's write system calls, split (also `W`).
+    Writes,
 }
 
 impl Pane {
-    const ORDER: [Pane; 8] = [
+    // Writes last, so that the panes before keep their places in the
+    // Tab order (docs/ledger.md: "Tab past the fsync pane").
+    const ORDER: [Pane; 9] = [
         Pane::Kernel,
         Pane::Writer,
         Pane::Histograms,
@@ -54,6 +59,7 @@ impl Pane {
         Pane::Who,
         Pane::Fsync,
         Pane::Ledger,
+        Pane::Writes,
     ];
 
     fn step(self, forward: bool) -> Pane {
@@ -207,6 +213,10 @@ pub enum Msg {
     /// An fsync's span, a commit's phase, or the journal handles of the
     /// commits that ended (`--enable durability`).
     Durability(DurabilityMsg),
+    /// The write system calls of one drained batch (`--enable writes`):
+    /// a batch per message, since a small-block writer makes hundreds of
+    /// thousands of them a second.
+    Writes(Vec<wbscope_model::writes::Write>),
     /// The once-a-second sample of the kernel maps and /proc, with the
     /// dashboard's own CPU use over the second.
     Sample {
@@ -291,6 +301,8 @@ pub(crate) struct App {
     ledger_carry: ShareCarry,
     /// Each live fsync split (`--enable durability`).
     live_fsyncs: Option<Box<LiveFsyncs>>,
+    /// Each live write system call split (`--enable writes`).
+    live_writes: Option<Box<LiveWrites>>,
     /// A short message for the footer (a refused setting, ...).
     pub(crate) status: Option<String>,
     /// Whether the screen changed since the last frame (a redraw is
@@ -309,6 +321,7 @@ impl App {
         let mode = AttributionMode::of(&model.plan).unwrap_or_default();
         App {
             live_fsyncs: model.plan.attached(Concept::Durability).then(Box::default),
+            live_writes: model.plan.attached(Concept::Writes).then(Box::default),
             model,
             needs_redraw: true,
             live_who: LiveWho::new(mode),
@@ -369,6 +382,13 @@ impl App {
                 }
                 Vec::new()
             }
+            Msg::Writes(writes) => {
+                if let Some(w) = self.live_writes.as_mut() {
+                    w.add(&writes);
+                }
+                // Like calls, they show with the next interval.
+                Vec::new()
+            }
             Msg::Writer(update) => self.on_writer(update),
             Msg::Interval {
                 line,
@@ -425,6 +445,9 @@ impl App {
                 line.fsyncs = f.interval(mono_ns);
                 f.handle_blocks()
             });
+            if let Some(w) = self.live_writes.as_mut() {
+                line.writes = w.interval();
+            }
             line.ledger = LedgerLine::of(
                 &LedgerInputs {
                     prev,
@@ -651,6 +674,7 @@ impl App {
             }
             KeyCode::Char('o') => self.view.sort = self.view.sort.next(),
             KeyCode::Char('g') => self.view.who_by_cgroup = !self.view.who_by_cgroup,
+            KeyCode::Char('W') => self.view.focus = Pane::Writes,
             KeyCode::Left => return self.handle(Msg::Jump(Jump::MinuteBack)),
             KeyCode::Right => return self.handle(Msg::Jump(Jump::MinuteForward)),
             KeyCode::Char('n') => return self.handle(Msg::Jump(Jump::NextFinding)),
@@ -797,6 +821,7 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
         "who pane: sort / next cgroup (when it has focus)",
     ),
     ("g", "who pane: per process / per cgroup"),
+    ("W", "write pane: each process's write calls, split"),
     ("p", "pause / resume the display (collection goes on)"),
     ("r", "reset counters, histograms and the top table"),
     ("P", "probe plan (j/k or arrows scroll)"),
@@ -881,6 +906,27 @@ mod tests {
         assert_eq!(app.model.totals.calls, 2, "collection goes on");
         app.handle(key('p'));
         assert_eq!(app.shown().totals.calls, 2);
+    }
+
+    #[test]
+    fn upper_w_focuses_the_write_pane_even_replaying() {
+        let mut app = App {
+            replay: Some("rec".into()),
+            ..App::default()
+        };
+        assert!(app.handle(key('W')).is_empty());
+        assert_eq!(app.view.focus, Pane::Writes);
+        assert_eq!(app.status, None, "a view key, not a refused writer key");
+        app.handle(code(KeyCode::Tab));
+        assert_eq!(
+            app.view.focus,
+            Pane::Kernel,
+            "the last pane of the Tab order"
+        );
+        let mut app = App::default();
+        app.handle(key('W'));
+        assert_eq!(app.run_state, RunState::Idle, "W does not start the writer");
+        assert!(KEYS.iter().any(|(k, _)| *k == "W"), "the help says it");
     }
 
     #[test]

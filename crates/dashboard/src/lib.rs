@@ -7,3 +7,4 @@ pub mod run;
 pub mod state;
 pub mod ui;
 pub mod who;
+pub(crate) mod writes;

@@ -276,14 +276,17 @@ async fn pump(mut collector: RingCollector, tracer: Arc<Tracer>, tx: UnboundedSe
             return;
         }
         let mut ended = Vec::new();
+        let mut writes = Vec::new();
         for record in batch {
             let msg = match record {
                 RingRecord::Call(call) => Msg::Call(Box::new(call)),
                 RingRecord::Sync(span) => Msg::Durability(DurabilityMsg::Sync(Box::new(span))),
                 RingRecord::Flush(f) => Msg::Durability(DurabilityMsg::Flush(f)),
-                // The dashboard has no write pane yet: `trace --enable
-                // writes` shows them.
-                RingRecord::Write(_) => continue,
+                // Sent as one message after the batch (Msg::Writes).
+                RingRecord::Write(w) => {
+                    writes.push(w);
+                    continue;
+                }
                 RingRecord::Commit(phase) => {
                     if phase.phase == writeback_common::phase::END {
                         ended.push((phase.dev, phase.transaction));
@@ -294,6 +297,9 @@ async fn pump(mut collector: RingCollector, tracer: Arc<Tracer>, tx: UnboundedSe
             if tx.send(msg).is_err() {
                 return;
             }
+        }
+        if !writes.is_empty() && tx.send(Msg::Writes(writes)).is_err() {
+            return;
         }
         match tracer.journal_handles(&ended) {
             Ok(shares) if !shares.is_empty() => {

@@ -226,6 +226,8 @@ pub(crate) struct Model {
     pub(crate) who: WhoModel,
     /// Each process's fsyncs, from each interval's `fsyncs`.
     pub(crate) fsyncs: crate::fsync::FsyncModel,
+    /// Each process's write system calls, from each interval's `writes`.
+    pub(crate) writes: crate::writes::WritesModel,
     /// The intervals' ledgers added up since the start (model/ledger.rs);
     /// `None` before the first line that has one.
     pub(crate) ledger: Option<wbscope_model::ledger::LedgerLine>,
@@ -311,6 +313,8 @@ impl Model {
         self.findings.interval(&line);
         self.who.on_owners(&line.owners);
         self.fsyncs.on_lines(&line.fsyncs, line.time_s);
+        self.writes
+            .on_lines(&line.writes, line.time_s, line.interval_s);
         if let Some(l) = &line.ledger {
             self.ledger.get_or_insert_with(Default::default).add(l);
         }

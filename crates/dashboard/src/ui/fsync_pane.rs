@@ -10,7 +10,7 @@ use ratatui::{
     widgets::{Cell, Paragraph, Row, Table, Widget},
 };
 
-use super::{empty_pane, pane_block, theme};
+use super::{bar_cells, empty_pane, pane_block, theme};
 use crate::fsync::FsyncModel;
 use wbscope_model::{durability::FsyncLine, units};
 
@@ -26,8 +26,7 @@ pub(crate) struct FsyncPane<'a> {
 /// The parts' letters, in the order they happen.
 const PARTS: [char; 5] = ['W', 'w', 'J', 'F', '.'];
 
-/// `width` cells split among the parts by their share of the time; every
-/// part with any time gets at least one cell while there is room.
+/// The line's parts as `width` letters ([`bar_cells`]).
 pub(crate) fn stacked(l: &FsyncLine, width: usize) -> String {
     let parts = [
         l.writeback_ns,
@@ -36,27 +35,9 @@ pub(crate) fn stacked(l: &FsyncLine, width: usize) -> String {
         l.flush_ns,
         l.other_ns,
     ];
-    let total: u64 = parts.iter().sum();
-    if total == 0 || width == 0 {
-        return String::new();
-    }
-    let mut cells: Vec<usize> = parts
-        .iter()
-        .map(|&p| ((p as f64 / total as f64) * width as f64).round() as usize)
-        .collect();
-    for (i, &p) in parts.iter().enumerate() {
-        if p > 0 && cells[i] == 0 {
-            cells[i] = 1;
-        }
-    }
-    // Back to `width`: take from the largest.
-    while cells.iter().sum::<usize>() > width {
-        let i = (0..cells.len()).max_by_key(|&i| cells[i]).unwrap_or(0);
-        cells[i] -= 1;
-    }
     PARTS
         .iter()
-        .zip(cells)
+        .zip(bar_cells(&parts, width))
         .flat_map(|(&c, n)| std::iter::repeat_n(c, n))
         .collect()
 }

@@ -8,8 +8,8 @@
 //! its span and where the view is); the findings strip; the
 //! kernel and writer panes side by side; then the histograms, the time chart and the top table
 //! when there is room (160 columns and 40 rows), or the one Tab focuses
-//! (80x24); the who pane takes the top table's place while focused; one
-//! footer line of keys.
+//! (80x24); the who, fsync, ledger and write panes take the top table's
+//! place while focused; one footer line of keys.
 mod chart;
 mod findings_strip;
 mod fsync_pane;
@@ -21,6 +21,7 @@ mod overlay;
 mod top_table;
 mod who_pane;
 mod writer_pane;
+mod writes_pane;
 
 use ratatui::{
     Frame,
@@ -39,6 +40,7 @@ use ledger_pane::LedgerPane;
 use top_table::TopTable;
 use who_pane::WhoPane;
 use writer_pane::WriterPane;
+use writes_pane::WritesPane;
 
 use crate::app::{App, Pane};
 use wbscope_model::plan::Concept;
@@ -80,14 +82,17 @@ pub(crate) mod theme {
 /// A bordered pane; the focused one has a thick border and a bold title,
 /// which shows without colour.
 pub(crate) fn pane_block(title: &str, focused: bool) -> Block<'static> {
-    let block = Block::bordered().title(Span::styled(
-        title.to_string(),
-        if focused {
-            theme::value()
-        } else {
-            Style::new()
-        },
-    ));
+    pane_block_line(Line::raw(title.to_string()), focused)
+}
+
+/// [`pane_block`] with a title of styled spans (a legend), made bold as
+/// a whole when focused.
+pub(crate) fn pane_block_line(title: Line<'static>, focused: bool) -> Block<'static> {
+    let block = Block::bordered().title(if focused {
+        title.patch_style(theme::value())
+    } else {
+        title
+    });
     if focused {
         block.border_type(BorderType::Thick)
     } else {
@@ -107,6 +112,32 @@ pub(crate) fn empty_pane(
         .style(theme::dim())
         .block(block)
         .render(area, buf);
+}
+
+/// A stacked bar's cells: `width` split among `parts` by their share of
+/// the whole; every part with any time gets at least one cell while
+/// there is room, so a small part still shows. All 0 when there is
+/// nothing to split.
+pub(crate) fn bar_cells(parts: &[u64], width: usize) -> Vec<usize> {
+    let total: u64 = parts.iter().sum();
+    if total == 0 || width == 0 {
+        return vec![0; parts.len()];
+    }
+    let mut cells: Vec<usize> = parts
+        .iter()
+        .map(|&p| ((p as f64 / total as f64) * width as f64).round() as usize)
+        .collect();
+    for (c, &p) in cells.iter_mut().zip(parts) {
+        if p > 0 && *c == 0 {
+            *c = 1;
+        }
+    }
+    // Back to `width`: take from the largest.
+    while cells.iter().sum::<usize>() > width {
+        let i = (0..cells.len()).max_by_key(|&i| cells[i]).unwrap_or(0);
+        cells[i] -= 1;
+    }
+    cells
 }
 
 /// Below this the dashboard only says that the window is too small.
@@ -198,6 +229,11 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
         ledger: model.ledger.as_ref(),
         focused: focus == Pane::Ledger,
     };
+    let writes = WritesPane {
+        writes: &model.writes,
+        hooked: model.plan.attached(Concept::Writes),
+        focused: focus == Pane::Writes,
+    };
 
     if body.width >= 120 && roomy {
         let [mid, bottom] =
@@ -206,12 +242,13 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
             Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(mid);
         frame.render_widget(histograms, hist);
         frame.render_widget(chart, chart_area);
-        // The who, fsync and ledger panes take the top table's place while they
-        // have focus.
+        // The who, fsync, ledger and write panes take the top table's
+        // place while they have focus.
         match focus {
             Pane::Who => frame.render_widget(who, bottom),
             Pane::Fsync => frame.render_widget(fsync, bottom),
             Pane::Ledger => frame.render_widget(ledger, bottom),
+            Pane::Writes => frame.render_widget(writes, bottom),
             _ => frame.render_widget(top, bottom),
         }
     } else {
@@ -223,6 +260,7 @@ fn render_body(app: &App, frame: &mut Frame, body: Rect) {
             Pane::Who => frame.render_widget(who, lower),
             Pane::Fsync => frame.render_widget(fsync, lower),
             Pane::Ledger => frame.render_widget(ledger, lower),
+            Pane::Writes => frame.render_widget(writes, lower),
             Pane::Histograms | Pane::Kernel | Pane::Writer => {
                 frame.render_widget(histograms, lower);
             }

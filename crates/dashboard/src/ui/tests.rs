@@ -265,7 +265,8 @@ fn tiny_and_empty_areas_do_not_panic() {
     let mut app = busy_app();
     for overlay in ['?', 'P', 'x'] {
         app.handle(Msg::Key(KeyEvent::from(KeyCode::Char(overlay))));
-        for focus in 0..6 {
+        // Every pane of the Tab order, from the histograms round again.
+        for focus in 0..9 {
             for (w, h) in [
                 (0, 0),
                 (1, 1),
@@ -833,4 +834,111 @@ fn ledger_pane() {
     insta::assert_snapshot!("ledger_80x24", draw(&app, 80, 24).backend());
     insta::assert_snapshot!("ledger_160x48", draw(&app, 160, 48).backend());
     insta::assert_snapshot!("ledger_none", draw(&ledger_app(false), 80, 16).backend());
+}
+
+/// Three seconds of the live path (`Msg::Writes` then the second's
+/// sample), the write pane focused by `W`: dd throttled by its bdi, cp
+/// waiting on pages under writeback, a database in reclaim.
+fn writes_app() -> App {
+    use wbscope_model::writes::Write;
+    use writeback_common::{write_call, write_domain};
+    const MS: u64 = 1_000_000;
+    let mut app = App::new(Model::with_plan(plan(), "testhost".into()));
+    let w = |pid: u32, comm: &str, total_us: u64, parts_us: [u64; 4]| {
+        let [throttle, stable, reclaim, blocked] = parts_us.map(|p| p * 1000);
+        Write {
+            pid,
+            tid: pid,
+            comm: comm.into(),
+            call: write_call::WRITE,
+            ret: 1 << 20,
+            start_ns: 1_000 * MS,
+            end_ns: 1_000 * MS + total_us * 1000,
+            throttle_ns: throttle,
+            stable_ns: stable,
+            reclaim_ns: reclaim,
+            blocked_ns: blocked,
+            pauses: if throttle > 0 { 3 } else { 0 },
+            domains: if throttle > 0 { write_domain::BDI } else { 0 },
+            ..Write::default()
+        }
+    };
+    for s in 0..=3u64 {
+        if s > 0 {
+            let mut batch = Vec::new();
+            for i in 0..200u64 {
+                batch.push(w(812, "dd", 300 + i, [0, 0, 0, 20]));
+            }
+            // dd's slow one, in the last interval.
+            if s == 3 {
+                batch.push(w(812, "dd", 212_400, [208_000, 0, 0, 1_200]));
+            }
+            for _ in 0..40 {
+                batch.push(w(4242, "cp", 2_000, [0, 1_500, 0, 100]));
+            }
+            for _ in 0..12 {
+                batch.push(w(517, "postgres", 900, [0, 0, 400, 0]));
+            }
+            app.handle(Msg::Writes(batch));
+        }
+        app.handle(Msg::Sample {
+            at: Duration::from_secs(s),
+            mono_ns: s * 1_000 * MS,
+            snapshot: Box::new(snapshot(s)),
+            cpu: OwnCpu::default(),
+            dirtiers: None,
+        });
+    }
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('W'))));
+    assert_eq!(app.view.focus, crate::app::Pane::Writes);
+    app
+}
+
+/// Per process: writes/s, p50/p99/max and the parts as one bar; the last
+/// slow write (a throttled one) with what it waited for and who paused it.
+#[test]
+fn writes_pane() {
+    let app = writes_app();
+    insta::assert_snapshot!("writes_80x24", draw(&app, 80, 24).backend());
+    insta::assert_snapshot!("writes_160x48", draw(&app, 160, 48).backend());
+}
+
+#[test]
+fn writes_pane_without_its_hooks() {
+    let plan = ProbePlan::unavailable("6.18".into(), "no BTF");
+    let mut app = App::new(Model::with_plan(plan, "testhost".into()));
+    app.handle(Msg::Key(KeyEvent::from(KeyCode::Char('W'))));
+    insta::assert_snapshot!("writes_no_hook", draw(&app, 80, 16).backend());
+}
+
+/// Each part's cells in its own colour: the snapshots show letters, so
+/// the styles are checked here.
+#[test]
+fn the_write_bar_gives_each_part_its_share_in_its_own_style() {
+    use ratatui::style::Color;
+    use wbscope_model::writes::{WriteLine, WriteParts};
+    let l = WriteLine {
+        parts: WriteParts {
+            total_ns: 100,
+            throttle_ns: 60,
+            stable_ns: 20,
+            reclaim_ns: 0,
+            blocked_ns: 1,
+            other_ns: 19,
+        },
+        ..WriteLine::default()
+    };
+    let bar = super::writes_pane::stacked(&l, 20);
+    let text: String = bar.spans.iter().map(|s| s.content.as_ref()).collect();
+    assert_eq!(text, "TTTTTTTTTTTSSSSB....", "{text}");
+    let colours: Vec<_> = bar.spans.iter().map(|s| s.style.fg).collect();
+    assert_eq!(
+        colours,
+        [Color::Red, Color::Blue, Color::Cyan, Color::Green].map(Some)
+    );
+    assert!(
+        super::writes_pane::stacked(&WriteLine::default(), 20)
+            .spans
+            .is_empty()
+    );
 }
