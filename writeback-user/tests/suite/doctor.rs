@@ -151,6 +151,15 @@ fn direct_and_buffered_writers_under_the_limits_yield_no_warning() {
     let buffered = write(&["--dir", &dir, "--size", "128M", "--strategy", "buffered"]);
     let (r, code, _) = doctor_with("8", Some(&dir), vec![direct, buffered]);
     assert_eq!(alarms(&r), Vec::<String>::new());
+    // Unthrottled buffered writes are fast: no write-stalled at all.
+    assert!(
+        r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["name"] != "write-stalled"),
+        "{r}"
+    );
     assert_eq!(code, 0);
 }
 
@@ -172,6 +181,16 @@ fn strict_device_cap_is_named_with_its_writer() {
     // Who: the writer's process, most paused.
     assert_eq!(f["evidence"]["paused"][0]["tgid"], pid.unwrap(), "{f}");
     assert!(f["advice"].as_str().unwrap().contains("strict_limit"));
+    // Its writes, spanned (doctor turns the spans on): slow, asleep in
+    // the device's throttle.
+    let f = finding(&r, "write-stalled");
+    assert_eq!(f["evidence"]["pid"], pid.unwrap(), "{f}");
+    assert_eq!(f["evidence"]["part"], "throttle", "{f}");
+    assert_eq!(
+        f["evidence"]["throttled_by"],
+        serde_json::json!(["bdi"]),
+        "{f}"
+    );
 }
 
 /// A cap a user set on purpose: one `dd` of 1 GiB into a loop ext4 whose

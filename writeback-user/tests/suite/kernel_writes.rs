@@ -4,10 +4,22 @@
 //! tracepoints (the write system call's enter and exit, the pauses of
 //! `balance_dirty_pages`, the waits for pages under writeback, memory
 //! cgroup reclaim).
-use std::{fs, path::PathBuf, process::Command};
+use std::{
+    fs,
+    path::PathBuf,
+    process::Command,
+    sync::{Mutex, MutexGuard, PoisonError},
+};
 
 use crate::support::{Bpftrace, LoopFs, Tracing};
 use serde_json::Value;
+
+/// One test of this file at a time: each tells its writer from others
+/// by its name (`dd`, `xfs_io`), and bpftrace counts by that name.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The run's `write` lines (one per slow write) and interval lines'
 /// `writes` of processes named `comm`.
@@ -24,6 +36,16 @@ fn of_comm(lines: &[Value], comm: &str) -> (Vec<Value>, Vec<Value>) {
         .filter(|w| w["comm"] == comm)
         .collect();
     (slow, per_interval)
+}
+
+/// The `write-stalled` finding the trace opened for `comm`, if any.
+fn stalled(lines: &[Value], comm: &str) -> Option<Value> {
+    lines
+        .iter()
+        .find(|l| {
+            l["type"] == "finding" && l["name"] == "write-stalled" && l["evidence"]["comm"] == comm
+        })
+        .cloned()
 }
 
 fn sum(values: &[Value], key: &str) -> u64 {
@@ -112,6 +134,7 @@ impl Drop for QueueKnob {
 #[test]
 fn a_throttled_writers_calls_equal_bpftrace_and_their_pauses_are_the_devices() {
     let _file = crate::support::file_group(module_path!());
+    let _serial = serial();
     let mut fs = LoopFs::new("ext4", 2048);
     fs.scratch().limit_dirty(16 << 20).expect("cap");
     let peer = Bpftrace::start(
@@ -223,6 +246,7 @@ fn a_throttled_writers_calls_equal_bpftrace_and_their_pauses_are_the_devices() {
 #[test]
 fn rewriting_pages_under_writeback_is_named_stable() {
     let _file = crate::support::file_group(module_path!());
+    let _serial = serial();
     let fs = LoopFs::new("ext4", 256);
     let _stable = QueueKnob::set(&fs.device, "stable_writes", "1");
     // A superblock takes the device's stable-writes flag when mounted
@@ -282,23 +306,31 @@ fn rewriting_pages_under_writeback_is_named_stable() {
     for w in &waited {
         assert_eq!(w["waited_for"], "stable", "{w}");
     }
+    let f = stalled(&lines, "xfs_io").expect("write-stalled");
+    assert_eq!(f["evidence"]["part"], "stable", "{f}");
+    assert!(
+        f["advice"].as_str().unwrap().contains("stable_writes"),
+        "{f}"
+    );
 }
 
-/// A writer in a memory cgroup (v1) whose limit is a quarter of what it
-/// writes reclaims its own page cache inside its writes: the reclaim
+/// A writer in a memory cgroup (v1) of 12 MiB writing 128 MiB reclaims
+/// its own page cache inside its writes, most of their time: the reclaim
 /// part is the time between bpftrace's `mm_vmscan_memcg_reclaim_begin`
 /// and `_end` in that writer (within 10%: reclaim outside a write, in
-/// dd's read of /dev/zero, is not a write's).
+/// dd's read of /dev/zero, is not a write's), and `write-stalled` names
+/// it.
 #[test]
 fn a_writer_over_its_memory_limit_is_named_reclaim() {
     let _file = crate::support::file_group(module_path!());
+    let _serial = serial();
     if !std::path::Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists() {
         eprintln!("no cgroup v1 memory controller here: the VM guests check reclaim");
         return;
     }
     let fs = LoopFs::new("ext4", 512);
     let small = Cgroup::new("memory", "reclaim");
-    small.set("memory.limit_in_bytes", &(32u64 << 20).to_string());
+    small.set("memory.limit_in_bytes", &(12u64 << 20).to_string());
     let peer = Bpftrace::start(
         r#"tracepoint:vmscan:mm_vmscan_memcg_reclaim_begin /comm == "dd"/ { @start[tid] = nsecs; }
            tracepoint:vmscan:mm_vmscan_memcg_reclaim_end /@start[tid]/ {
@@ -329,4 +361,6 @@ fn a_writer_over_its_memory_limit_is_named_reclaim() {
         reclaim <= peer_ns * 1.001 && reclaim >= peer_ns * 0.9,
         "reclaim {reclaim} ns in writes against bpftrace's {peer_ns} ns"
     );
+    let f = stalled(&lines, "dd").expect("write-stalled");
+    assert_eq!(f["evidence"]["part"], "reclaim", "{f}");
 }

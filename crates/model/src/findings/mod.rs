@@ -18,6 +18,7 @@ mod fsyncs;
 mod ledger;
 #[cfg(test)]
 mod tests;
+mod writes;
 
 /// How bad a finding is. `warning` and `critical` make `wbscope doctor`
 /// exit 3.
@@ -143,6 +144,10 @@ pub const RULES: &[Rule] = &[
     Rule {
         name: ledger::WRITE_AMPLIFIED,
         check: ledger::write_amplified,
+    },
+    Rule {
+        name: writes::STALLED,
+        check: writes::write_stalled,
     },
 ];
 

@@ -847,3 +847,88 @@ fn write_amplified_at_its_edges_names_the_stage() {
         (Severity::Warning, &serde_json::json!("dirtied"))
     );
 }
+
+/// One process's writes in every interval: `n` of `p99_ms`, `part` of the
+/// slowest one's time the `throttle` (the rest `other`).
+fn writing(n: u64, p99_ms: u64, throttle_share: f64) -> impl Fn(usize, &mut IntervalLine) {
+    use crate::writes::{SlowWrite, WriteLine, WriteParts};
+    move |_, l| {
+        let total = p99_ms * 1_000_000;
+        let throttle = (total as f64 * throttle_share) as u64;
+        let parts = WriteParts {
+            total_ns: total,
+            throttle_ns: throttle,
+            other_ns: total - throttle,
+            ..WriteParts::default()
+        };
+        l.writes = vec![WriteLine {
+            pid: 42,
+            comm: "dd".into(),
+            writes: n,
+            p50_ns: 20_000,
+            p99_ns: total,
+            max_ns: total,
+            parts,
+            pauses: u64::from(throttle > 0),
+            throttled_by: if throttle > 0 {
+                vec!["bdi".into()]
+            } else {
+                Vec::new()
+            },
+            slowest: Some(SlowWrite {
+                pid: 42,
+                tid: 42,
+                comm: "dd".into(),
+                cgroup_id: 1,
+                dev: DevId::default(),
+                ino: 12,
+                call: "write".into(),
+                ret: 65536,
+                start_ns: 0,
+                parts,
+                pauses: u32::from(throttle > 0),
+                stable_waits: 0,
+                throttled_by: Vec::new(),
+                waited_for: parts.dominant().0.into(),
+            }),
+            ..WriteLine::default()
+        }];
+    }
+}
+
+#[test]
+fn write_stalled_names_the_dominant_part_banded_on_the_p99() {
+    let f = only(&lines(3, writing(50, 150, 0.9)), writes::STALLED).unwrap();
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.evidence["part"], "throttle");
+    assert_eq!(f.evidence["pid"], 42);
+    assert_eq!(f.evidence["throttled_by"], serde_json::json!(["bdi"]));
+    assert!(f.advice.contains("bdi"), "{}", f.advice);
+    assert!(f.advice.contains("max_bytes"), "{}", f.advice);
+    // At the edges of its bands.
+    let sev =
+        |p99: u64| only(&lines(3, writing(50, p99, 0.9)), writes::STALLED).map(|f| f.severity);
+    assert_eq!(sev(9), None);
+    assert_eq!(sev(10), Some(Severity::Info));
+    assert_eq!(sev(99), Some(Severity::Info));
+    assert_eq!(sev(1000), Some(Severity::Critical));
+    // Slow on the CPU: named `other`, with its own advice.
+    let f = only(&lines(3, writing(50, 30, 0.0)), writes::STALLED).unwrap();
+    assert_eq!(f.evidence["part"], "other");
+    assert!(f.advice.contains("on the CPU"), "{}", f.advice);
+}
+
+#[test]
+fn write_stalled_needs_slow_writes_and_enough_of_them() {
+    // Fast writes: nothing, whatever their number.
+    assert!(only(&lines(5, writing(100_000, 1, 0.0)), writes::STALLED).is_none());
+    // Two slow writes in the window are too few to have a p99.
+    let ls = lines(3, |i, l| {
+        if i == 2 {
+            writing(2, 500, 1.0)(i, l);
+        }
+    });
+    assert!(only(&ls, writes::STALLED).is_none());
+    // No write spans (the default trace): nothing.
+    assert!(only(&lines(5, |_, _| {}), writes::STALLED).is_none());
+}
