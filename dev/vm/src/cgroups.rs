@@ -194,7 +194,8 @@ fn owners(jsonl: &str, rc: &str, stderr: &str, writers: &[Writer]) -> Check {
 }
 
 /// Dirty-throttled by a memcg: doctor's report has `dirty-throttled` with `limit` "memcg" for
-/// a writer in a 64 MiB cgroup, and names that cgroup (`memcg_id`, the id the guest read). Without the programs' split (a kernel whose
+/// a writer in a 64 MiB cgroup, `write-stalled` on its writes' throttle by
+/// that memcg, and names that cgroup (`memcg_id`, the id the guest read). Without the programs' split (a kernel whose
 /// tracepoint has no `limit`) it can only say `bdi-or-memcg`, which then
 /// passes and says so.
 fn memcg_throttled(
@@ -258,12 +259,39 @@ fn memcg_throttled(
         ),
         _ => (false, String::new()),
     };
+    // The writer's write calls (doctor spans them): slow, asleep in the
+    // memcg's throttle, where the programs split the pauses.
+    let stalled = report["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["name"] == "write-stalled"));
+    let (writes_pass, writes) = match stalled {
+        None => (false, "no write-stalled".to_string()),
+        Some(w) => {
+            let ev = &w["evidence"];
+            let by: Vec<&str> = ev["throttled_by"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let pass = ev["part"] == "throttle" && (limit != "memcg" || by.contains(&"memcg"));
+            (
+                pass,
+                format!(
+                    "write-stalled {} part {} ({}), p99 {} ms, throttled by [{}]",
+                    w["severity"].as_str().unwrap_or("?"),
+                    ev["part"].as_str().unwrap_or("?"),
+                    ev["part_share"],
+                    ev["p99_ms"],
+                    by.join(", ")
+                ),
+            )
+        }
+    };
     Check::new(
         NAME,
-        pass,
+        pass && writes_pass,
         format!(
             "dirty-throttled {} limit {limit}{why}, pause_s_per_s {}, pause_ms_by_limit {}, dirty \
-             {} MiB of global threshold {} MiB; {writer}",
+             {} MiB of global threshold {} MiB; {writes}; {writer}",
             found["severity"].as_str().unwrap_or("?"),
             ev["pause_s_per_s"],
             ev["pause_ms_by_limit"],
