@@ -10,7 +10,8 @@
 //! ([`Metrics::update_from`]), so a scrape and the JSON lines agree.
 //! Labels are the device (`"maj:min"`), the call's cause and, for the
 //! tracer's own run time, the program name: bounded sets, never an inode
-//! or a pid; per cgroup (cgroups.rs), at most 16 cgroup ids and `other`.
+//! or a pid; per cgroup (cgroups.rs), at most 16 cgroup ids and `other`;
+//! the write spans (writes.rs) by `part` and dirty `limit` only.
 //! Metric names, types and units: docs/prometheus.md.
 use std::net::SocketAddr;
 
@@ -27,6 +28,7 @@ mod log2;
 mod remote_write;
 mod samples;
 mod web;
+mod writes;
 
 pub use backfill::{Backfill, BackfillStats, check_label_name};
 pub use remote_write::{DEFAULT_QUEUE_BYTES, Push, PushConfig, PushStats};
@@ -58,6 +60,7 @@ pub(crate) const OWN_LABELS: &[&str] = &[
     "reason",
     "class",
     "stage",
+    "limit",
 ];
 
 /// Labels of the per-call metrics.
@@ -140,6 +143,7 @@ pub struct Metrics {
     finding_severity: Family<FindingLabels, Gauge>,
     cgroups: cgroups::CgroupMetrics,
     fsyncs: fsyncs::FsyncMetrics,
+    writes: writes::WriteMetrics,
 }
 
 /// Labels of `wbscope_finding_active`: a finding of docs/findings.md.
@@ -195,6 +199,7 @@ impl Metrics {
             finding_severity: Family::default(),
             cgroups: cgroups::CgroupMetrics::new(cgroups::MAX_CGROUP_LABELS),
             fsyncs: fsyncs::FsyncMetrics::new(),
+            writes: writes::WriteMetrics::new(),
         };
         let mut r = Registry::with_prefix("wbscope");
         r.register(
@@ -398,6 +403,7 @@ impl Metrics {
         m.set_findings(std::iter::empty());
         m.cgroups.register(&mut r);
         m.fsyncs.register(&mut r);
+        m.writes.register(&mut r);
         (m, r)
     }
 
@@ -517,6 +523,7 @@ impl Metrics {
         }
         self.cgroups
             .update(line.time_s, &line.owners, line.ledger.as_ref());
+        self.writes.update(&line.writes);
         self.intervals.inc();
     }
 
@@ -920,6 +927,61 @@ mod tests {
         );
         let flushes = r#"wbscope_device_flush_latency_seconds_count{dev="254:0",kind="flush"}"#;
         assert_eq!(sample(&text, flushes), Some("6"), "{text}");
+    }
+
+    #[test]
+    fn interval_lines_feed_the_write_spans_by_part_with_labels_of_ours() {
+        use wbscope_model::writes::{WriteLine, WriteParts};
+        let (m, r) = Metrics::new();
+        let none = KernelSnapshot::default();
+        let mut line = IntervalLine::new(1.0, 1.0, &CallAggregate::default(), &none, &none);
+        m.update_from(&line);
+        assert!(
+            !encode(&r).unwrap().contains("wbscope_write_"),
+            "none without writes"
+        );
+        // One writer throttled by its device 0.6 of its 0.75 s of writes.
+        line.writes = vec![WriteLine {
+            pid: 812,
+            comm: "dd".into(),
+            writes: 30,
+            bytes: 30 << 20,
+            p99_ns: 40_000_000,
+            max_ns: 41_000_000,
+            parts: WriteParts {
+                total_ns: 750_000_000,
+                throttle_ns: 600_000_000,
+                blocked_ns: 100_000_000,
+                other_ns: 50_000_000,
+                ..WriteParts::default()
+            },
+            pauses: 30,
+            throttled_by: vec!["bdi".into()],
+            ..WriteLine::default()
+        }];
+        m.update_from(&line);
+        m.update_from(&line);
+        let text = encode(&r).unwrap();
+        for (name, value) in [
+            ("wbscope_write_calls_total", "60"),
+            (r#"wbscope_write_seconds_total{part="throttle"}"#, "1.2"),
+            (r#"wbscope_write_seconds_total{part="stable"}"#, "0.0"),
+            (
+                r#"wbscope_write_throttled_intervals_total{limit="bdi"}"#,
+                "2",
+            ),
+            ("wbscope_write_p99_seconds", "0.04"),
+            ("wbscope_intervals_total", "3"),
+        ] {
+            assert_eq!(sample(&text, name), Some(value), "{name} in\n{text}");
+        }
+        // Every label is one a backfill or a push refuses as extra.
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let (_, inner, _) = samples::split_sample(l).expect("a sample");
+            for name in samples::label_names(inner) {
+                assert!(name == "le" || OWN_LABELS.contains(&name), "{name} of {l}");
+            }
+        }
     }
 
     #[test]

@@ -18,7 +18,10 @@ use wbscope_model::{
 };
 use wbscope_sys::UsageError;
 
-use super::who::Owners;
+use super::{
+    who::Owners,
+    writes::{WriteBins, WriteSums},
+};
 
 /// Everything a report shows.
 #[derive(Clone, Debug, Default)]
@@ -69,6 +72,9 @@ pub(crate) struct Segment {
     /// The input says what the findings were (documents from before
     /// doctor do not).
     pub(crate) findings_known: bool,
+    /// The write spans (`--enable writes`), bin by bin of `timeline`;
+    /// empty without them (documents: compare and scenario trace none).
+    pub(crate) writes: Vec<WriteSums>,
 }
 
 /// Length of a compare/scenario window's interval lines, which the
@@ -253,6 +259,7 @@ fn from_runs(doc: &DocView, ctx: RunContext, what: String, source: &str) -> Repo
                     .flatten()
                     .map(|f| f.clone().starting(DOCUMENT_LINE_S))
                     .collect(),
+                writes: Vec::new(),
             }
         })
         .collect();
@@ -322,15 +329,18 @@ pub struct RecordingFeed {
     engine: Engine,
     owners: Owners,
     ledger: Option<LedgerLine>,
+    writes: WriteBins,
 }
 
 impl RecordingFeed {
     /// `interval_s`: the recording's first interval (a first pass finds
     /// it), so that the bins are its intervals from the start.
     pub fn new(facts: RecordingFacts, interval_s: Option<f64>) -> RecordingFeed {
+        let timeline = Timeline::new(interval_s.unwrap_or(TICK_S));
         RecordingFeed {
             facts,
-            timeline: Timeline::new(interval_s.unwrap_or(TICK_S)),
+            writes: WriteBins::new(timeline.bin_s),
+            timeline,
             per_call: Log2Histogram::default(),
             calls: 0,
             scan_bytes: 0,
@@ -372,6 +382,7 @@ impl RecordingFeed {
         self.timeline.coarsen_to(line.interval_s);
         let mid = line.time_s - line.interval_s / 2.0;
         self.timeline.at(mid).add_interval(&line, |_| true);
+        self.writes.add(self.timeline.bin_s, mid, &line.writes);
         self.timeline.extend_to(line.time_s);
         self.last_s = self.last_s.max(line.time_s);
         self.engine.interval(&line);
@@ -406,6 +417,7 @@ impl RecordingFeed {
             mut engine,
             owners,
             ledger,
+            writes,
         } = self;
         let findings = engine
             .finish()
@@ -418,6 +430,7 @@ impl RecordingFeed {
         let span = summary_s.unwrap_or(0.0).max(last_s);
         timeline.extend_to(span);
         timeline.span_s = span;
+        let writes = writes.finish(timeline.bin_s, timeline.bins.len());
         if bad_lines > 0 {
             warnings.push(format!(
                 "{bad_lines} interval frames not understood, left out"
@@ -446,6 +459,7 @@ impl RecordingFeed {
                 .then(|| scan_bytes as f64 / page as f64 / scan_pages as f64),
             findings,
             findings_known: true,
+            writes,
         };
         let esc = |s: &str| wbscope_sys::escape::escape_controls(s).into_owned();
         ReportData {

@@ -3,7 +3,12 @@
 //! external fonts, styles or images.
 use std::fmt::Write as _;
 
-use super::{data::ReportData, dists::dist_panels, panels::time_panels, svg::xml};
+use super::{
+    data::ReportData,
+    dists::dist_panels,
+    panels::{time_panels, writes_missing},
+    svg::xml,
+};
 
 /// The page's style, shared with `wbscope diff`'s page.
 pub(crate) const CSS: &str = "\
@@ -75,6 +80,15 @@ pub(crate) fn page(d: &ReportData) -> String {
     out.push_str("<section id=\"time\">\n<h2>On one time axis: the writer and the kernel</h2>\n");
     for svg in time_panels(d) {
         out.push_str(&svg);
+    }
+    // The write panels, when the input has no write spans, stand as one
+    // sentence saying how to get them.
+    if let Some(missing) = writes_missing(d) {
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\" id=\"writes-missing\">{}</p>",
+            xml(missing)
+        );
     }
     out.push_str(
         "</section>\n<section id=\"distributions\">\n<h2>Below the axis: per call, per run</h2>\n",

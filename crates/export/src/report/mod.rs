@@ -33,6 +33,7 @@ pub(crate) mod svg;
 #[cfg_attr(not(test), allow(dead_code, unused_imports))]
 pub mod tests;
 mod who;
+mod writes;
 
 use std::{io::Write as _, path::Path};
 

@@ -16,13 +16,19 @@ use super::{
         segment_axis, x_layout,
     },
     svg::{Anchor, Canvas, GRID, INK, MUTED, STYLES, Style, n, tick_label, ticks},
+    writes::WriteSums,
 };
 
 const PLOT_H: f64 = 150.0;
 const MIB: f64 = 1048576.0;
 
-/// A value of one bin of one segment, given the bin's length in seconds.
-type Value<'a> = Box<dyn Fn(&Segment, &TimeBin, f64) -> Option<f64> + 'a>;
+/// One series' points, segment by segment, bin by bin: (x, value), or
+/// `None` where it has no value.
+type Points = Vec<Vec<Option<(f64, f64)>>>;
+
+/// A value of one bin of one segment, given the bin's index and its
+/// length in seconds.
+type Value<'a> = Box<dyn Fn(&Segment, usize, &TimeBin, f64) -> Option<f64> + 'a>;
 
 struct Series<'a> {
     name: String,
@@ -44,6 +50,9 @@ struct Spec<'a> {
     notes: Vec<String>,
     /// The min..max band over the writer's jobs.
     job_band: bool,
+    /// Each series is drawn on top of the ones before it (their values
+    /// added), the band under it filled: parts of one whole.
+    stacked: bool,
 }
 
 fn attached(d: &ReportData, c: Concept) -> bool {
@@ -86,7 +95,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         series.push(Series {
             name: "written by the writer (all jobs)".into(),
             style: STYLES[0],
-            value: Box::new(|s, b, len| {
+            value: Box::new(|s, _, b, len| {
                 (!b.writer_bytes.is_empty() || s.timeline.jobs() > 0)
                     .then(|| b.writer_bytes.iter().sum::<u64>() as f64 / 1e6 / len)
             }),
@@ -95,7 +104,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
     series.push(Series {
         name: "pages dirtied (all processes)".into(),
         style: STYLES[1],
-        value: Box::new(move |_, b, len| Some(b.pages_dirtied as f64 * page / 1e6 / len)),
+        value: Box::new(move |_, _, b, len| Some(b.pages_dirtied as f64 * page / 1e6 / len)),
     });
     out.push(Spec {
         id: "writer",
@@ -121,6 +130,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
             }
         )],
         job_band: !d.recording,
+        stacked: false,
     });
 
     // Kernel writeback by cause.
@@ -142,7 +152,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         .map(|(i, cause): (usize, &'static str)| Series {
             name: (*cause).to_string(),
             style: STYLES[i % STYLES.len()],
-            value: Box::new(move |s: &Segment, b: &TimeBin, len| {
+            value: Box::new(move |s: &Segment, _, b: &TimeBin, len| {
                 (s.calls > 0 || b.calls > 0).then(|| {
                     b.pages_written_by_cause.get(cause).copied().unwrap_or(0) as f64 * page
                         / 1e6
@@ -177,11 +187,12 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         }),
         notes: vec!["each call counted where it ended".into()],
         job_band: false,
+        stacked: false,
     });
 
     // Dirty and writeback levels.
     let level = |f: fn(&TimeBin) -> Option<u64>| -> Value<'_> {
-        Box::new(move |_, b, _| f(b).map(|p| p as f64 * page / MIB))
+        Box::new(move |_, _, b, _| f(b).map(|p| p as f64 * page / MIB))
     };
     out.push(Spec {
         id: "levels",
@@ -216,6 +227,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         }),
         notes: vec!["levels: the highest sample in each bin".into()],
         job_band: false,
+        stacked: false,
     });
 
     // Throttling.
@@ -228,7 +240,9 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         series: vec![Series {
             name: "pause time per second".into(),
             style: STYLES[0],
-            value: Box::new(move |_, b, len| throttled.then(|| b.throttle_pause_ms as f64 / len)),
+            value: Box::new(move |_, _, b, len| {
+                throttled.then(|| b.throttle_pause_ms as f64 / len)
+            }),
         }],
         empty: if throttled {
             "empty: no bins in this input".into()
@@ -240,6 +254,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         }),
         notes: vec!["0 = no dirtier was made to pause".into()],
         job_band: false,
+        stacked: false,
     });
 
     // fsyncs (`--enable durability`): the longest, the mean, and the
@@ -255,19 +270,19 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
             Series {
                 name: "longest fsync".into(),
                 style: STYLES[0],
-                value: Box::new(move |_, b, _| (b.fsync.count > 0).then(|| ms(b.fsync.max_ns))),
+                value: Box::new(move |_, _, b, _| (b.fsync.count > 0).then(|| ms(b.fsync.max_ns))),
             },
             Series {
                 name: "mean fsync".into(),
                 style: STYLES[1],
-                value: Box::new(move |_, b, _| {
+                value: Box::new(move |_, _, b, _| {
                     (b.fsync.count > 0).then(|| ms(b.fsync.total_ns) / b.fsync.count as f64)
                 }),
             },
             Series {
                 name: "of which waiting on the journal".into(),
                 style: STYLES[2],
-                value: Box::new(move |_, b, _| {
+                value: Box::new(move |_, _, b, _| {
                     (b.fsync.count > 0).then(|| ms(b.fsync.journal_ns) / b.fsync.count as f64)
                 }),
             },
@@ -286,7 +301,15 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
                 .into(),
         ],
         job_band: false,
+        stacked: false,
     });
+
+    // Write calls (`--enable writes`): their time by part, stacked, and
+    // their latency beside it (ms per second and ms do not share an
+    // axis).
+    if writes_shown(d) {
+        out.extend(write_specs(d));
+    }
 
     // Device latency and sizes: quantiles of the block tracepoints'
     // histograms (`--enable device_io`), or the /proc/diskstats means
@@ -299,7 +322,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         no_hook(Concept::DeviceIo)
     };
     let q = |f: fn(&TimeBin) -> &Vec<Bucket>, q: f64, scale: f64| -> Value<'_> {
-        Box::new(move |_, b, _| quantile_mid(f(b), q).map(|v| v / scale))
+        Box::new(move |_, _, b, _| quantile_mid(f(b), q).map(|v| v / scale))
     };
     let quantiles = |f: fn(&TimeBin) -> &Vec<Bucket>, scale: f64| {
         vec![
@@ -316,7 +339,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         ]
     };
     let mean_of = |pick: fn((f64, f64)) -> f64, scale: f64| -> Value<'_> {
-        Box::new(move |_, b, _| b.disk.means().map(|m| pick(m) / scale))
+        Box::new(move |_, _, b, _| b.disk.means().map(|m| pick(m) / scale))
     };
     let mean = |pick: fn((f64, f64)) -> f64, scale: f64| {
         vec![Series {
@@ -350,6 +373,7 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         }),
         notes: notes(diskstats),
         job_band: false,
+        stacked: false,
     });
     out.push(Spec {
         id: "sizes",
@@ -367,8 +391,127 @@ fn specs(d: &ReportData) -> Vec<Spec<'_>> {
         }),
         notes: notes(diskstats),
         job_band: false,
+        stacked: false,
     });
     out
+}
+
+/// Whether the write panels are drawn: the input traced write calls
+/// (its plan attached them, or its lines carry some). Without them the
+/// page says how to get them ([`writes_missing`]) instead of two empty
+/// panels, since most recordings and every compare document have none.
+fn writes_shown(d: &ReportData) -> bool {
+    d.plan.as_ref().is_some_and(|p| p.attached(Concept::Writes))
+        || d.segments.iter().any(|s| !s.writes.is_empty())
+}
+
+/// The sentence that stands for the write panels when they are not
+/// drawn.
+pub(crate) fn writes_missing(d: &ReportData) -> Option<&'static str> {
+    if writes_shown(d) {
+        None
+    } else if d.recording {
+        Some(
+            "Write calls: not traced in this recording. `wbscope record --enable writes` \
+             splits each buffered write call to a file by what it waited for (throttle, \
+             stable, reclaim, blocked, other); `doctor` turns it on.",
+        )
+    } else {
+        Some(
+            "Write calls: compare and scenario trace none. Record the workload with \
+             `wbscope record --enable writes` and report the recording to see each write \
+             call split by what it waited for.",
+        )
+    }
+}
+
+/// The write panels: time in write calls per second by part, stacked;
+/// the longest call, the slowest process's p99, and the mean.
+fn write_specs(d: &ReportData) -> Vec<Spec<'_>> {
+    use wbscope_model::writes::PART_NAMES;
+    let empty = if d.plan.as_ref().is_none_or(|p| p.attached(Concept::Writes)) {
+        "empty: no buffered write call to a file in this input".to_string()
+    } else {
+        no_hook(Concept::Writes)
+    };
+    // A segment that traced writes shows 0 in its bins without any: the
+    // stacked parts stay a whole; one without a single write is "none".
+    let parts = PART_NAMES
+        .iter()
+        .enumerate()
+        .map(|(k, name)| Series {
+            name: (*name).to_string(),
+            style: STYLES[k],
+            value: Box::new(move |s: &Segment, i: usize, _: &TimeBin, len: f64| {
+                (!s.writes.is_empty()).then(|| {
+                    let ns = s
+                        .writes
+                        .get(i)
+                        .map_or(0, |w: &WriteSums| w.parts.values()[k]);
+                    ns as f64 / 1e6 / len
+                })
+            }) as Value<'_>,
+        })
+        .collect();
+    let of = |f: fn(&WriteSums) -> f64| -> Value<'_> {
+        Box::new(move |s, i, _, _| s.writes.get(i).filter(|w| w.writes > 0).map(|w| f(w) / 1e6))
+    };
+    let segment_empty = || -> Box<dyn Fn(&Segment) -> String + '_> {
+        Box::new(|s| format!("{}: no write calls", s.name))
+    };
+    vec![
+        Spec {
+            id: "writes",
+            title: "Write calls: time in buffered write calls, by what it waited for (stacked)",
+            unit: "ms/s",
+            log: false,
+            series: parts,
+            empty: empty.clone(),
+            segment_empty: segment_empty(),
+            notes: vec![
+                "each line tops its part: the highest is all the write time; processes add up \
+                 (1000 ms/s = one writer always in a write call)"
+                    .into(),
+                "throttle: balance_dirty_pages pauses; stable: a page under writeback; reclaim: \
+                 direct or memcg; blocked: other sleeps; other: on the CPU"
+                    .into(),
+            ],
+            job_band: false,
+            stacked: true,
+        },
+        Spec {
+            id: "write-latency",
+            title: "Write calls: the longest, the slowest process's p99, and the mean",
+            unit: "ms",
+            log: true,
+            series: vec![
+                Series {
+                    name: "longest write".into(),
+                    style: STYLES[0],
+                    value: of(|w| w.max_ns as f64),
+                },
+                Series {
+                    name: "p99 (of the slowest process)".into(),
+                    style: STYLES[1],
+                    value: of(|w| w.p99_ns as f64),
+                },
+                Series {
+                    name: "mean write".into(),
+                    style: STYLES[2],
+                    value: of(|w| w.parts.total_ns as f64 / w.writes as f64),
+                },
+            ],
+            empty,
+            segment_empty: segment_empty(),
+            notes: vec![
+                "log scale; p99: the largest of the processes' exact p99s in the bin, at or \
+                 above the p99 of all its writes"
+                    .into(),
+            ],
+            job_band: false,
+            stacked: false,
+        },
+    ]
 }
 
 /// The y axis: linear from 0, or log10.
@@ -479,7 +622,6 @@ pub(crate) fn time_drawn(d: &ReportData) -> Vec<Drawn> {
 
 fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
     // Values of every series in every bin of every segment: (x, value).
-    type Points = Vec<Vec<Option<(f64, f64)>>>;
     let mut values: Vec<Points> = Vec::new();
     for series in &spec.series {
         let mut per_segment = Vec::new();
@@ -493,12 +635,15 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
                     }
                     let mid = i as f64 * s.timeline.bin_s + len / 2.0;
                     let x = x0 + (x1 - x0) * (mid / span).min(1.0);
-                    Some((series.value)(s, &s.timeline.bins[i], len).map(|v| (x, v)))
+                    Some((series.value)(s, i, &s.timeline.bins[i], len).map(|v| (x, v)))
                 })
                 .collect();
             per_segment.push(pts);
         }
         values.push(per_segment);
+    }
+    if spec.stacked {
+        stack(&mut values);
     }
     let mut all: Vec<f64> = values
         .iter()
@@ -600,6 +745,14 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
             ));
         }
     }
+    if spec.stacked {
+        for (k, (series, per_segment)) in spec.series.iter().zip(&values).enumerate() {
+            for (seg, top) in per_segment.iter().enumerate() {
+                let below = k.checked_sub(1).map(|j| &values[j][seg]);
+                band_under(&mut c, top, below, &to_y, series.style);
+            }
+        }
+    }
     for (series, per_segment) in spec.series.iter().zip(&values) {
         for pts in per_segment {
             let pts: Vec<Option<(f64, f64)>> =
@@ -634,6 +787,68 @@ fn draw(d: &ReportData, layout: &XLayout, spec: Spec<'_>) -> Drawn {
         points,
         empty,
     }
+}
+
+/// Each series' values on top of the ones before it, bin by bin (a bin
+/// a series has no value in keeps none).
+pub(super) fn stack(values: &mut [Points]) {
+    for k in 1..values.len() {
+        let (done, rest) = values.split_at_mut(k);
+        let below = &done[k - 1];
+        for (seg, pts) in rest[0].iter_mut().enumerate() {
+            for (j, p) in pts.iter_mut().enumerate() {
+                let under = below.get(seg).and_then(|b| b.get(j)).copied().flatten();
+                if let (Some((_, v)), Some((_, u))) = (p.as_mut(), under) {
+                    *v += u;
+                }
+            }
+        }
+    }
+}
+
+/// The band between a stacked series (`top`) and the one under it
+/// (`below`, the axis for the first), filled light in its colour, for
+/// each run of bins where both have values.
+fn band_under(
+    c: &mut Canvas,
+    top: &[Option<(f64, f64)>],
+    below: Option<&Vec<Option<(f64, f64)>>>,
+    to_y: &dyn Fn(f64) -> f64,
+    style: Style,
+) {
+    let mut run: Vec<(f64, f64, f64)> = Vec::new();
+    let mut flush = |run: &mut Vec<(f64, f64, f64)>| {
+        if run.len() >= 2 {
+            let mut d = String::new();
+            for (k, (x, hi, _)) in run.iter().enumerate() {
+                d.push_str(&format!(
+                    "{}{},{} ",
+                    if k == 0 { "M" } else { "L" },
+                    n(*x),
+                    n(to_y(*hi))
+                ));
+            }
+            for (x, _, lo) in run.iter().rev() {
+                d.push_str(&format!("L{},{} ", n(*x), n(to_y(*lo))));
+            }
+            c.raw(&format!(
+                "<path d=\"{}Z\" fill=\"{}\" fill-opacity=\"0.18\" stroke=\"none\"/>\n",
+                d, style.colour
+            ));
+        }
+        run.clear();
+    };
+    for (j, p) in top.iter().enumerate() {
+        let lo = match below {
+            None => Some(0.0),
+            Some(b) => b.get(j).copied().flatten().map(|(_, v)| v),
+        };
+        match (p, lo) {
+            (Some((x, hi)), Some(lo)) => run.push((*x, *hi, lo)),
+            _ => flush(&mut run),
+        }
+    }
+    flush(&mut run);
 }
 
 /// Per bin of a multi-job writer: (x, slowest job, fastest job), MB/s.

@@ -28,9 +28,11 @@ pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report")
 }
 
-fn plan() -> serde_json::Value {
+/// The fixtures' probe plan; the recording's has the write spans too
+/// (compare and scenario trace none).
+fn plan(writes: bool) -> serde_json::Value {
     let c = |concept: &str, hook: &str, kind: &str| serde_json::json!({"concept": concept, "hook": hook, "kind": kind, "fields": [], "rejected": []});
-    serde_json::json!({
+    let mut plan = serde_json::json!({
         "kernel": "6.18.0-fixture",
         "concepts": [
             c("writepages_call", "tp_btf ext4_writepages + ext4_writepages_result", "tp_btf"),
@@ -41,7 +43,15 @@ fn plan() -> serde_json::Value {
             c("device_io", "tp_btf block_rq_issue + block_rq_complete", "tp_btf"),
             c("durability", "tracepoint syscalls:sys_enter_fsync + syscalls:sys_exit_fsync", "tracepoint"),
         ]
-    })
+    });
+    if writes && let Some(concepts) = plan["concepts"].as_array_mut() {
+        concepts.push(c(
+            "writes",
+            "tracepoint syscalls:sys_enter_write + syscalls:sys_exit_write",
+            "tracepoint",
+        ));
+    }
+    plan
 }
 
 const DEV: u32 = (254 << 20) | 1;
@@ -103,7 +113,7 @@ pub fn fixture_header() -> RecordingFacts {
         kernel: "6.18.0-fixture".into(),
         start_unix_ns: 1_767_225_600_000_000_000,
         start_monotonic_ns: T0,
-        probe_plan: plan(),
+        probe_plan: plan(true),
         filter: serde_json::json!({"dev": 0, "tgid": 0, "ino": 0, "cgroup_id": 0}),
     }
 }
@@ -147,6 +157,7 @@ pub fn fixture_frames() -> Vec<(Vec<CallRecord>, IntervalLine)> {
             );
             line.owners = fixture_owners(tick);
             line.fsyncs = fixture_fsyncs(tick);
+            line.writes = fixture_writes(tick);
             line.ledger = Some(fixture_ledger(&line.owners, tick));
             (calls, line)
         })
@@ -217,6 +228,67 @@ fn fixture_fsyncs(tick: u64) -> Vec<wbscope_model::durability::FsyncLine> {
         pages: 5,
         ..Default::default()
     }]
+}
+
+/// The recording fixture's write calls, interval `tick` (0.5 s): dd's
+/// hundred 1-MiB writes, paused by its device's limit more each interval
+/// from the fourth on (as the kernel's throttling is), and postgres's
+/// small ones. Every p99 stays under 10 ms, so that the doctor's
+/// write-stalled keeps out of the fixture's findings.
+fn fixture_writes(tick: u64) -> Vec<wbscope_model::writes::WriteLine> {
+    use wbscope_model::writes::{WriteLine, WriteParts};
+    let ms = 1_000_000;
+    let throttled = tick.saturating_sub(3);
+    let dd = WriteParts {
+        throttle_ns: throttled * 80 * ms,
+        stable_ns: (2 + throttled) * ms,
+        reclaim_ns: if tick >= 5 { 2 * ms } else { 0 },
+        blocked_ns: (8 + throttled) * ms,
+        other_ns: 30 * ms,
+        total_ns: 0,
+    };
+    let dd = WriteParts {
+        total_ns: dd.values().iter().sum(),
+        ..dd
+    };
+    let pg = WriteParts {
+        other_ns: 4 * ms,
+        blocked_ns: ms,
+        total_ns: 5 * ms,
+        ..WriteParts::default()
+    };
+    vec![
+        WriteLine {
+            pid: 4242,
+            comm: "dd".into(),
+            writes: 100,
+            bytes: 100 << 20,
+            p50_ns: ms / 4 + throttled * ms,
+            p99_ns: ms + 2 * throttled * ms,
+            max_ns: ms * 3 / 2 + 3 * throttled * ms,
+            percentiles_of: 100,
+            parts: dd,
+            pauses: throttled * 20,
+            throttled_by: if throttled > 0 {
+                vec!["bdi".into()]
+            } else {
+                Vec::new()
+            },
+            ..WriteLine::default()
+        },
+        WriteLine {
+            pid: 5151,
+            comm: "postgres".into(),
+            writes: 50,
+            bytes: 50 * 8192,
+            p50_ns: ms / 20,
+            p99_ns: ms / 4,
+            max_ns: ms / 2,
+            percentiles_of: 50,
+            parts: pg,
+            ..WriteLine::default()
+        },
+    ]
 }
 
 /// Who dirtied the recording fixture's pages, interval `tick`: a writer
@@ -354,7 +426,7 @@ pub(crate) fn fixture_compare() -> String {
             "host": "fixture", "kernel": "6.18.0-fixture",
             "command": "wbscope compare --dir /mnt/data --size 128M --report cmp.html",
             "wbscope_version": "0.1.0", "started_unix_s": 1_767_225_600u64,
-            "probes": plan(),
+            "probes": plan(false),
         }
     })
     .to_string()
@@ -607,4 +679,86 @@ fn greyscale_every_series_in_a_panel_has_its_own_dash_and_marker() {
             assert!(a.dash != b.dash && a.marker != b.marker);
         }
     }
+}
+
+/// The write spans' panels (`--enable writes`).
+const WRITE_PANELS: [&str; 2] = ["writes", "write-latency"];
+
+#[test]
+fn write_calls_are_stacked_by_part_where_the_input_traced_them() {
+    // The recording: both write panels, with data, every note drawn.
+    let r = recording_data();
+    let drawn = time_drawn(&r);
+    for id in WRITE_PANELS {
+        let p = drawn.iter().find(|p| p.id == id).expect(id);
+        assert!(p.points > 0 && p.empty.is_none(), "{id}: {:?}", p.empty);
+    }
+    let h = html(&r);
+    assert!(!h.contains("id=\"writes-missing\""), "shown, not missing");
+    for note in [
+        "each line tops its part: the highest is all the write time",
+        "throttle: balance_dirty_pages pauses;",
+        "log scale; p99: the largest of the processes",
+    ] {
+        assert!(h.contains(note), "{note}");
+    }
+    // The last 0.5 s bin: dd's 288 ms (240 of them throttled) and
+    // postgres's 5 ms; the p99 is dd's 7 ms, the largest of the two.
+    let w = &r.segments[0].writes;
+    assert_eq!(w.len(), r.segments[0].timeline.bins.len());
+    let ms = 1_000_000;
+    let last = w.last().expect("a bin");
+    assert_eq!(last.writes, 150);
+    assert_eq!(last.parts.total_ns, 293 * ms);
+    assert_eq!(last.parts.throttle_ns, 240 * ms);
+    assert_eq!(last.p99_ns, 7 * ms);
+    assert_eq!(w[0].parts.throttle_ns, 0);
+
+    // A compare document traces none: no panels, a sentence instead.
+    let c = compare_data();
+    assert!(time_drawn(&c).iter().all(|p| !WRITE_PANELS.contains(&p.id)));
+    assert!(html(&c).contains(
+        "<p class=\"muted\" id=\"writes-missing\">Write calls: compare and scenario trace none."
+    ));
+
+    // A recording without them: the same, with how to record them.
+    let mut quiet = r.clone();
+    quiet.segments[0].writes.clear();
+    if let Some(p) = &mut quiet.plan {
+        p.concepts
+            .retain(|c| c.concept != wbscope_model::plan::Concept::Writes);
+    }
+    assert!(
+        time_drawn(&quiet)
+            .iter()
+            .all(|p| !WRITE_PANELS.contains(&p.id))
+    );
+    assert!(html(&quiet).contains("`wbscope record --enable writes` splits each buffered write"));
+
+    // Traced, and no write in it: the panels say so.
+    let mut idle = r.clone();
+    idle.segments[0].writes.clear();
+    let empties: Vec<Option<String>> = time_drawn(&idle)
+        .into_iter()
+        .filter(|p| WRITE_PANELS.contains(&p.id))
+        .map(|p| p.empty)
+        .collect();
+    assert_eq!(
+        empties,
+        vec![Some("empty: no buffered write call to a file in this input".to_string()); 2]
+    );
+}
+
+#[test]
+fn stacked_series_add_up_where_both_have_values() {
+    let mut values = vec![
+        vec![vec![Some((1.0, 2.0)), Some((2.0, 3.0)), None]],
+        vec![vec![Some((1.0, 1.0)), None, Some((3.0, 4.0))]],
+        vec![vec![Some((1.0, 5.0)), Some((2.0, 1.0)), Some((3.0, 1.0))]],
+    ];
+    super::panels::stack(&mut values);
+    assert_eq!(
+        values[2][0],
+        vec![Some((1.0, 8.0)), Some((2.0, 1.0)), Some((3.0, 5.0))]
+    );
 }

@@ -293,7 +293,7 @@ fn every_panel_gets_series_and_the_throttle_alert_fires_in_a_real_prometheus() {
             "--interval",
             "1",
             "--enable",
-            "durability,device_io",
+            "durability,device_io,writes",
             "--remote-write",
             &url,
             "--label",
