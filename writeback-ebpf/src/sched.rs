@@ -40,6 +40,24 @@ pub(crate) fn run_clock<A: Access>() -> RunClock {
     }
 }
 
+/// [`run_clock`] without the run queue's clocks (`uncounted` 0): two
+/// reads where it takes six, for the write spans, which read it at each
+/// write's enter and exit; time stolen from the CPU then stays in a
+/// segment's on-CPU time (`off_cpu_ns` takes out no steal when both
+/// readings have none).
+#[inline(always)]
+pub(crate) fn task_clock<A: Access>() -> RunClock {
+    let task = A::current_task();
+    // SAFETY: plain helper call.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    RunClock {
+        sum: A::scalar(task, &TASK_MEMBERS.sum_exec_runtime) as u64,
+        exec_start: A::scalar(task, &TASK_MEMBERS.exec_start) as u64,
+        uncounted: 0,
+        cpu,
+    }
+}
+
 /// `rq.clock - rq.clock_task` of the run queue `task` is on: the time
 /// stolen from that CPU (and its IRQ time, where the kernel accounts it
 /// apart) since boot, as of the queue's last clock update

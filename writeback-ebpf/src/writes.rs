@@ -28,7 +28,7 @@ use crate::{
     FILTER, bump,
     durability::send,
     read::{Access, Probed, current_tid, field, now_ns, read_u64},
-    sched::run_clock,
+    sched::task_clock,
     thread_entry,
 };
 
@@ -144,7 +144,7 @@ fn enter(ctx: &TracePointContext, call: u32) -> u32 {
     c.domains = 0;
     w.segment = segment::PLAIN;
     w.segment_start_ns = now;
-    w.segment_clock = run_clock::<Probed>();
+    w.segment_clock = task_clock::<Probed>();
     0
 }
 
@@ -161,7 +161,7 @@ fn open_write() -> Option<&'static mut OpenWrite> {
 /// of `next`.
 #[inline(always)]
 fn next_segment(w: &mut OpenWrite, next: u32, now: u64) {
-    let clock = run_clock::<Probed>();
+    let clock = task_clock::<Probed>();
     let wall = now.saturating_sub(w.segment_start_ns);
     let off = off_cpu_ns(&w.segment_clock, &clock, wall);
     match w.segment {

@@ -12,7 +12,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use writeback_common::{WriteCall, write_call, write_domain};
 
-use crate::{DevId, durability::PROCESSES_KEPT, record::comm};
+use crate::{
+    DevId, Log2Histogram,
+    durability::PROCESSES_KEPT,
+    histogram::{Bucket, histogram_buckets, merge_buckets},
+    record::comm,
+};
 
 /// Each process's write times kept per interval for its exact
 /// percentiles: 65,536 calls (512 KiB); past them the percentiles are of
@@ -231,6 +236,67 @@ pub struct WriteLine {
     pub slow: u64,
     /// Its slowest write.
     pub slowest: Option<SlowWrite>,
+    /// Each call's time and its parts' in log2 buckets of ns (the
+    /// exporter's histograms); absent in recordings made before them.
+    #[serde(default, skip_serializing_if = "WriteHistograms::is_empty")]
+    pub histograms: WriteHistograms,
+}
+
+/// Per-call times, ns, in log2 buckets (`model::histogram`): the whole
+/// call and each part, every call counted in each (a call that did not
+/// wait in a part counts in its 0 bucket).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteHistograms {
+    pub total: Vec<Bucket>,
+    pub throttle: Vec<Bucket>,
+    pub stable: Vec<Bucket>,
+    pub reclaim: Vec<Bucket>,
+    pub blocked: Vec<Bucket>,
+    pub other: Vec<Bucket>,
+}
+
+impl WriteHistograms {
+    pub fn is_empty(&self) -> bool {
+        self.total.is_empty()
+    }
+
+    /// `("total", ...)` then the parts in [`PART_NAMES`] order.
+    pub fn by_name(&self) -> [(&'static str, &[Bucket]); 6] {
+        [
+            ("total", &self.total),
+            ("throttle", &self.throttle),
+            ("stable", &self.stable),
+            ("reclaim", &self.reclaim),
+            ("blocked", &self.blocked),
+            ("other", &self.other),
+        ]
+    }
+
+    fn of(h: &[Log2Histogram; 6]) -> WriteHistograms {
+        let [total, throttle, stable, reclaim, blocked, other] =
+            h.each_ref().map(histogram_buckets);
+        WriteHistograms {
+            total,
+            throttle,
+            stable,
+            reclaim,
+            blocked,
+            other,
+        }
+    }
+
+    fn merge(&mut self, o: &WriteHistograms) {
+        for (mine, theirs) in [
+            (&mut self.total, &o.total),
+            (&mut self.throttle, &o.throttle),
+            (&mut self.stable, &o.stable),
+            (&mut self.reclaim, &o.reclaim),
+            (&mut self.blocked, &o.blocked),
+            (&mut self.other, &o.other),
+        ] {
+            *mine = merge_buckets(mine, theirs);
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -238,6 +304,8 @@ struct Acc {
     line: WriteLine,
     domains: u32,
     latencies: Vec<u64>,
+    /// The call, then its parts ([`WriteHistograms`]).
+    hists: [Log2Histogram; 6],
 }
 
 /// The writes of the interval in progress, and the slow ones to write out.
@@ -281,6 +349,10 @@ impl WriteTally {
         l.stable_waits += u64::from(w.stable_waits);
         acc.domains |= w.domains;
         l.max_ns = l.max_ns.max(parts.total_ns);
+        acc.hists[0].record(parts.total_ns);
+        for (h, v) in acc.hists[1..].iter_mut().zip(parts.values()) {
+            h.record(v);
+        }
         if acc.latencies.len() < LATENCIES_KEPT {
             acc.latencies.push(parts.total_ns);
         }
@@ -323,6 +395,7 @@ impl WriteTally {
                 acc.line.p50_ns = at(0.5);
                 acc.line.p99_ns = at(0.99);
                 acc.line.percentiles_of = acc.latencies.len() as u64;
+                acc.line.histograms = WriteHistograms::of(&acc.hists);
                 acc.line.throttled_by = domain_names(acc.domains)
                     .into_iter()
                     .map(str::to_string)
@@ -360,6 +433,7 @@ fn others(rest: Vec<WriteLine>) -> WriteLine {
         o.stable_waits += l.stable_waits;
         o.slow += l.slow;
         o.percentiles_of += l.percentiles_of;
+        o.histograms.merge(&l.histograms);
         o.p50_ns = o.p50_ns.max(l.p50_ns);
         o.p99_ns = o.p99_ns.max(l.p99_ns);
         o.max_ns = o.max_ns.max(l.max_ns);
@@ -448,6 +522,27 @@ mod tests {
         assert_eq!(l.slow, 52);
         assert_eq!(l.slowest.as_ref().map(|s| s.parts.total_ns), Some(1_000));
         assert_eq!(l.throttled_by, vec!["bdi".to_string()]);
+        // Every call in each histogram; the 1,000-ns call's 900 ns of
+        // throttle in [512, 1023], the other 100 calls' none in bucket 0.
+        let count = |b: &[Bucket]| b.iter().map(|b| b.count).sum::<u64>();
+        for (name, b) in l.histograms.by_name() {
+            assert_eq!(count(b), 101, "{name}");
+        }
+        assert_eq!(
+            l.histograms.throttle,
+            vec![
+                Bucket {
+                    lo: 0,
+                    hi: 0,
+                    count: 100
+                },
+                Bucket {
+                    lo: 512,
+                    hi: 1023,
+                    count: 1
+                }
+            ]
+        );
         assert!(t.take_lines().is_empty(), "a fresh start");
     }
 

@@ -125,6 +125,105 @@ impl Drop for QueueKnob {
     }
 }
 
+/// The machine's dirty limits, set for a test and put back on drop:
+/// writing `dirty_bytes` zeroes `dirty_ratio` and the other way round
+/// (mm/page-writeback.c `dirty_bytes_handler()`), so whichever of each
+/// pair was in force is written back.
+struct GlobalDirty {
+    was: Vec<(&'static str, String)>,
+}
+
+impl GlobalDirty {
+    const KNOBS: [&'static str; 4] = [
+        "dirty_bytes",
+        "dirty_ratio",
+        "dirty_background_bytes",
+        "dirty_background_ratio",
+    ];
+
+    fn set_bytes(dirty: u64, background: u64) -> GlobalDirty {
+        let read = |k: &str| {
+            fs::read_to_string(format!("/proc/sys/vm/{k}"))
+                .expect("vm knob")
+                .trim()
+                .to_string()
+        };
+        let was = Self::KNOBS.iter().map(|&k| (k, read(k))).collect();
+        let guard = GlobalDirty { was };
+        fs::write(
+            "/proc/sys/vm/dirty_background_bytes",
+            background.to_string(),
+        )
+        .expect("set");
+        fs::write("/proc/sys/vm/dirty_bytes", dirty.to_string()).expect("set");
+        guard
+    }
+}
+
+impl Drop for GlobalDirty {
+    fn drop(&mut self) {
+        // The pair member that was non-zero is the one in force.
+        for pair in self.was.chunks(2) {
+            let [(bytes_knob, bytes), (ratio_knob, ratio)] = pair else {
+                continue;
+            };
+            let (knob, value) = if bytes != "0" {
+                (bytes_knob, bytes)
+            } else {
+                (ratio_knob, ratio)
+            };
+            let _ = fs::write(format!("/proc/sys/vm/{knob}"), value);
+        }
+    }
+}
+
+/// A `dd` under a machine-wide `dirty_bytes` of 32 MiB, on a device with
+/// no limit of its own: its pauses are the global domain's, and its
+/// throttle part is the tracepoint's pauses.
+#[test]
+fn a_writer_under_the_global_dirty_bytes_is_throttled_by_global() {
+    let _file = crate::support::file_group(module_path!());
+    let _serial = serial();
+    let fs = LoopFs::new("ext4", 1024);
+    // SAFETY: plain syscall: what earlier tests left dirty is written
+    // first, so the limit meets this writer's pages only.
+    unsafe { libc::sync() };
+    let _limits = GlobalDirty::set_bytes(32 << 20, 16 << 20);
+    let peer = Bpftrace::start(
+        r#"tracepoint:writeback:balance_dirty_pages /comm == "dd" && args->pause > 0/ {
+               @pauses = count(); @pause_ms = sum(args->pause); }"#,
+    );
+    let trace = Tracing::start(&["--json", "--enable", "writes", "--slow-write", "2"]);
+    let dd = crate::support::run(
+        wbscope_programs::DD
+            .command()
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", fs.path("dd").display()))
+            .args(["bs=64k", "count=4096", "status=none"]),
+    );
+    assert!(dd.is_empty(), "{dd}");
+    let lines = trace.stop(libc::SIGINT);
+    let peer = peer.stop();
+    let (_, per_interval) = of_comm(&lines, "dd");
+    assert_eq!(sum(&per_interval, "writes"), 4096);
+    let pauses = sum(&per_interval, "pauses");
+    assert!(pauses > 5, "dd was throttled: {pauses} pauses");
+    assert_eq!(pauses, peer_count(&peer, "pauses"), "{peer:?}");
+    for l in per_interval
+        .iter()
+        .filter(|l| l["pauses"].as_u64() > Some(0))
+    {
+        assert_eq!(l["throttled_by"], serde_json::json!(["global"]), "{l}");
+    }
+    let throttle = sum(&per_interval, "throttle_ns");
+    let announced = peer_count(&peer, "pause_ms") * 1_000_000;
+    assert!(throttle <= announced, "{throttle} ns > {announced} ns");
+    assert!(
+        announced - throttle <= pauses * crate::support::tick_ns(),
+        "throttle {throttle} ns, announced {announced} ns in {pauses} pauses"
+    );
+}
+
 /// A `dd` of 64 KiB writes on a device with a 16 MiB strict dirty cap,
 /// beside a writer of its own: its write system calls as wbscope spans
 /// them equal bpftrace's on `sys_enter_write`/`sys_exit_write` (count
@@ -343,8 +442,9 @@ fn a_writer_over_its_memory_limit_is_named_reclaim() {
         &[
             "if=/dev/zero".into(),
             format!("of={}", fs.path("big").display()),
-            "bs=1M".into(),
-            "count=128".into(),
+            // 4 MiB a call: each reclaims a third of its cgroup.
+            "bs=4M".into(),
+            "count=32".into(),
             "status=none".into(),
         ],
     );
@@ -352,8 +452,8 @@ fn a_writer_over_its_memory_limit_is_named_reclaim() {
     let lines = trace.stop(libc::SIGINT);
     let peer = peer.stop();
     let (_, per_interval) = of_comm(&lines, "dd");
-    // 128 writes of 1 MiB, and the shell's of its pid into cgroup.procs.
-    assert_eq!(sum(&per_interval, "writes"), 129);
+    // 32 writes of 4 MiB, and the shell's of its pid into cgroup.procs.
+    assert_eq!(sum(&per_interval, "writes"), 33);
     let reclaim = sum(&per_interval, "reclaim_ns") as f64;
     let peer_ns = peer_count(&peer, "ns") as f64;
     assert!(peer_count(&peer, "reclaims") > 0, "{peer:?}");

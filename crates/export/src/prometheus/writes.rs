@@ -9,12 +9,14 @@
 //! and the longest write.
 //!
 //! No pid or comm label: the lines are per process, but only summed
-//! figures leave this module. No histogram of the calls' durations
-//! either: the interval lines carry each process's p50, p99 and max,
-//! not every call's time, so a histogram made from them would be
-//! invented. The p99 gauge is the largest per-process p99, which bounds
-//! the p99 of all the writes from above (each process has 99% of its
-//! writes at or under it, so all processes together do too).
+//! figures leave this module. The calls' durations, whole and by part,
+//! are a histogram (`wbscope_write_call_seconds{part}`) of the log2
+//! buckets each line carries (every call counted, model/writes.rs
+//! `WriteHistograms`), so `histogram_quantile()` gives the host's p99
+//! to within its bucket; the p99 gauge is the largest per-process exact
+//! p99, which bounds the p99 of all the writes from above (each process
+//! has 99% of its writes at or under it, so all processes together do
+//! too).
 //!
 //! Every family is created at the first line with writes: a trace
 //! without `--enable writes` serves none of these series, rather than
@@ -28,6 +30,7 @@ use prometheus_client::{
 };
 
 use super::SecondsCounter;
+use super::log2::{HistFamily, request_latency};
 use wbscope_model::writes::{PART_NAMES, WriteLine};
 
 /// The dirty limits a write can be paused by, as `throttled_by` names
@@ -72,6 +75,7 @@ pub(crate) struct WriteMetrics {
     throttled_intervals: Family<LimitLabels, Counter>,
     p99: Family<Unlabelled, Seconds>,
     max: Family<Unlabelled, Seconds>,
+    call_seconds: HistFamily<PartLabels>,
 }
 
 impl WriteMetrics {
@@ -87,6 +91,8 @@ impl WriteMetrics {
             throttled_intervals: Family::default(),
             p99: Family::default(),
             max: Family::default(),
+            // The request latency's buckets: about 1 µs to 17 s.
+            call_seconds: Family::new_with_constructor(request_latency),
         }
     }
 
@@ -144,6 +150,13 @@ impl WriteMetrics {
             self.p99.clone(),
         );
         r.register_with_unit(
+            "write_call",
+            "Each write call's time (part=\"total\") and each of its parts' (throttle, stable, \
+             reclaim, blocked, other; a call that did not wait in a part counts at 0)",
+            Unit::Seconds,
+            self.call_seconds.clone(),
+        );
+        r.register_with_unit(
             "write_max",
             "The longest write call of the last interval (0 in an interval without writes)",
             Unit::Seconds,
@@ -180,6 +193,14 @@ impl WriteMetrics {
             }
             p99_ns = p99_ns.max(l.p99_ns);
             max_ns = max_ns.max(l.max_ns);
+            let sums = std::iter::once(l.parts.total_ns).chain(l.parts.values());
+            for ((part, buckets), sum) in l.histograms.by_name().into_iter().zip(sums) {
+                if !buckets.is_empty() {
+                    self.call_seconds
+                        .get_or_create(&PartLabels { part })
+                        .add_buckets(buckets, Some(sum));
+                }
+            }
         }
         self.calls.get_or_create(&Unlabelled).inc_by(calls);
         self.bytes.get_or_create(&Unlabelled).inc_by(bytes);
@@ -212,7 +233,8 @@ impl WriteMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wbscope_model::writes::WriteParts;
+    use wbscope_model::histogram::Bucket;
+    use wbscope_model::writes::{WriteHistograms, WriteParts};
 
     fn line(pid: u32, writes: u64, parts: [u64; 5], p99_ns: u64, by: &[&str]) -> WriteLine {
         let [throttle_ns, stable_ns, reclaim_ns, blocked_ns, other_ns] = parts;
@@ -239,7 +261,47 @@ mod tests {
             throttled_by: by.iter().map(|s| (*s).to_string()).collect(),
             slow: 1,
             slowest: None,
+            histograms: WriteHistograms {
+                // Every call 1-2 µs in all, 0 in each part but `other`.
+                total: vec![Bucket {
+                    lo: 1024,
+                    hi: 2047,
+                    count: writes,
+                }],
+                other: vec![Bucket {
+                    lo: 1024,
+                    hi: 2047,
+                    count: writes,
+                }],
+                ..WriteHistograms::default()
+            },
         }
+    }
+
+    #[test]
+    fn each_lines_buckets_feed_the_call_histogram_by_part() {
+        let (m, r) = registered();
+        m.update(&[line(1, 100, [0, 0, 0, 0, 150_000], 2_000, &[])]);
+        m.update(&[line(1, 60, [0, 0, 0, 0, 90_000], 2_000, &[])]);
+        let text = encode(&r);
+        assert!(
+            text.contains("wbscope_write_call_seconds_count{part=\"total\"} 160"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wbscope_write_call_seconds_count{part=\"other\"} 160"),
+            "{text}"
+        );
+        // The sums are the parts' exact times.
+        assert!(
+            text.contains("wbscope_write_call_seconds_sum{part=\"other\"} 0.00024"),
+            "{text}"
+        );
+        // No series for a part no line had buckets of.
+        assert!(
+            !text.contains("wbscope_write_call_seconds_count{part=\"throttle\"}"),
+            "{text}"
+        );
     }
 
     fn registered() -> (WriteMetrics, Registry) {
