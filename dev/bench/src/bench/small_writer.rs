@@ -136,6 +136,9 @@ pub(crate) enum Side {
     /// the same with --enable device_io (the block programs per request
     /// and per bio, the ledger's device classes among them)
     DeviceIo,
+    /// the same with --enable writes (each write system call spanned:
+    /// programs on every write of the host)
+    Writes,
     /// bpftrace counting writeback_dirty_folio (the peer)
     Bpftrace,
     /// empty programs on the tracer's busiest events
@@ -151,6 +154,7 @@ impl Side {
             Side::Trace => "wbscope trace (default)",
             Side::PerFolio => "wbscope trace --enable dirty_folio",
             Side::DeviceIo => "wbscope trace --enable device_io",
+            Side::Writes => "wbscope trace --enable writes",
             Side::Bpftrace => "bpftrace counting writeback_dirty_folio",
             Side::Floor => "empty programs (probes --cost --on-hooks)",
             Side::Nothing => "nothing (untraced against untraced)",
@@ -171,11 +175,12 @@ enum Observer {
 impl Observer {
     fn start(binary: &Path, side: Side, out: &Path) -> anyhow::Result<Observer> {
         Ok(match side {
-            Side::Trace | Side::PerFolio | Side::DeviceIo => {
+            Side::Trace | Side::PerFolio | Side::DeviceIo | Side::Writes => {
                 let mut args = vec!["trace", "--json", "--events"];
                 match side {
                     Side::PerFolio => args.extend(["--enable", "dirty_folio"]),
                     Side::DeviceIo => args.extend(["--enable", "device_io"]),
+                    Side::Writes => args.extend(["--enable", "writes"]),
                     _ => {}
                 }
                 let file =
