@@ -14,7 +14,7 @@ use writeback_common::{WriteCall, write_call, write_domain};
 
 use crate::{
     DevId, Log2Histogram,
-    durability::PROCESSES_KEPT,
+    durability::{keep_top, nearest_rank},
     histogram::{Bucket, histogram_buckets, merge_buckets},
     record::comm,
 };
@@ -380,7 +380,7 @@ impl WriteTally {
     }
 
     /// The interval's lines, largest write time first (past
-    /// [`PROCESSES_KEPT`], the rest added into one), and a fresh start.
+    /// [`crate::durability::PROCESSES_KEPT`], the rest added into one), and a fresh start.
     pub fn take_lines(&mut self) -> Vec<WriteLine> {
         self.slow_not_written = 0;
         self.slow_written = 0;
@@ -388,12 +388,8 @@ impl WriteTally {
             .into_values()
             .map(|mut acc| {
                 acc.latencies.sort_unstable();
-                let at = |q: f64| {
-                    let i = ((acc.latencies.len() as f64 * q).ceil() as usize).saturating_sub(1);
-                    acc.latencies.get(i).copied().unwrap_or(0)
-                };
-                acc.line.p50_ns = at(0.5);
-                acc.line.p99_ns = at(0.99);
+                acc.line.p50_ns = nearest_rank(&acc.latencies, 0.5);
+                acc.line.p99_ns = nearest_rank(&acc.latencies, 0.99);
                 acc.line.percentiles_of = acc.latencies.len() as u64;
                 acc.line.histograms = WriteHistograms::of(&acc.hists);
                 acc.line.throttled_by = domain_names(acc.domains)
@@ -409,15 +405,11 @@ impl WriteTally {
                 .cmp(&a.parts.total_ns)
                 .then(a.pid.cmp(&b.pid))
         });
-        if lines.len() > PROCESSES_KEPT {
-            let rest = lines.split_off(PROCESSES_KEPT - 1);
-            lines.push(others(rest));
-        }
-        lines
+        keep_top(lines, others)
     }
 }
 
-/// The processes past [`PROCESSES_KEPT`] in one line: counts and sums add;
+/// The processes past [`crate::durability::PROCESSES_KEPT`] in one line: counts and sums add;
 /// the p50/p99 given are the largest of theirs, the max is exact.
 fn others(rest: Vec<WriteLine>) -> WriteLine {
     let mut o = WriteLine {
@@ -564,7 +556,7 @@ mod tests {
             t.add(&write(pid, u64::from(pid) + 1, 0, 0, 0));
         }
         let lines = t.take_lines();
-        assert_eq!(lines.len(), PROCESSES_KEPT);
+        assert_eq!(lines.len(), crate::durability::PROCESSES_KEPT);
         let others = lines.last().expect("an others line");
         assert_eq!(others.comm, "(others)");
         assert_eq!(lines.iter().map(|l| l.writes).sum::<u64>(), 40);

@@ -13,7 +13,7 @@ use wbscope_model::plan::{Concept, DISKSTATS_SOURCE, HookKind, OptIn};
 
 mod tracepoint;
 pub use tracepoint::TracepointAttach;
-use tracepoint::tp;
+use tracepoint::{bare, sys_exit, tp};
 
 /// One BTF-typed program (tp_btf, fentry, kprobe) and what it attaches to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

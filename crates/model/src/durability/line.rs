@@ -166,22 +166,31 @@ impl FsyncLines {
             .into_values()
             .map(|mut acc| {
                 acc.latencies.sort_unstable();
-                let at = |q: f64| {
-                    let i = ((acc.latencies.len() as f64 * q).ceil() as usize).saturating_sub(1);
-                    acc.latencies.get(i).copied().unwrap_or(0)
-                };
-                acc.line.p50_ns = at(0.5);
-                acc.line.p99_ns = at(0.99);
+                acc.line.p50_ns = nearest_rank(&acc.latencies, 0.5);
+                acc.line.p99_ns = nearest_rank(&acc.latencies, 0.99);
                 acc.line
             })
             .collect();
         lines.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
-        if lines.len() > PROCESSES_KEPT {
-            let rest = lines.split_off(PROCESSES_KEPT - 1);
-            lines.push(others(rest));
-        }
-        lines
+        keep_top(lines, others)
     }
+}
+
+/// The exact `q` quantile (0 < q <= 1) of ascending values: the
+/// nearest-rank one, the `ceil(q * n)`-th; 0 when there are none.
+pub(crate) fn nearest_rank(sorted: &[u64], q: f64) -> u64 {
+    let i = ((sorted.len() as f64 * q).ceil() as usize).saturating_sub(1);
+    sorted.get(i).copied().unwrap_or(0)
+}
+
+/// Ordered per-process lines kept to [`PROCESSES_KEPT`], the rest folded
+/// into one last line by `fold`.
+pub(crate) fn keep_top<T>(mut lines: Vec<T>, fold: impl FnOnce(Vec<T>) -> T) -> Vec<T> {
+    if lines.len() > PROCESSES_KEPT {
+        let rest = lines.split_off(PROCESSES_KEPT - 1);
+        lines.push(fold(rest));
+    }
+    lines
 }
 
 /// The processes past [`PROCESSES_KEPT`], added into one line: counts and

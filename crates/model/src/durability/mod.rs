@@ -794,6 +794,7 @@ use measured::{EMPTY, Window};
 pub use line::{
     FsyncFigures, FsyncLine, FsyncLines, MOSTLY, PROCESSES_KEPT, SMALL_PAGES, SlowFsync,
 };
+pub(crate) use line::{keep_top, nearest_rank};
 
 #[cfg(test)]
 mod tests;

@@ -6,25 +6,13 @@
 //! filesystems (writeback-ebpf durability.rs).
 use writeback_common::fields;
 
-use super::{BtfAttach, Candidate, HookKind, TracepointAttach, tp};
+use super::{BtfAttach, Candidate, HookKind, TracepointAttach, bare, sys_exit, tp};
 
 /// An event the candidate works without (its module not loaded).
 const fn optional(a: TracepointAttach) -> TracepointAttach {
     TracepointAttach {
         optional: true,
         ..a
-    }
-}
-
-/// A program that reads no field of its event.
-const fn bare(
-    program: &'static str,
-    system: &'static str,
-    event: &'static str,
-) -> TracepointAttach {
-    TracepointAttach {
-        layout_global: None,
-        ..tp(program, system, event, "", &[], &[])
     }
 }
 
@@ -41,17 +29,6 @@ const fn commit(
         &fields::jbd2_commit::NAMES,
         &["dev", "transaction"],
     ))
-}
-
-const fn sys_exit(program: &'static str, global: &'static str) -> TracepointAttach {
-    tp(
-        program,
-        "syscalls",
-        program,
-        global,
-        &fields::sys_exit::NAMES,
-        &fields::sys_exit::NAMES,
-    )
 }
 
 const fn sys_flags(program: &'static str, global: &'static str) -> TracepointAttach {

@@ -44,3 +44,27 @@ pub(super) const fn tp(
         optional: false,
     }
 }
+
+/// A program that reads no field of its event.
+pub(super) const fn bare(
+    program: &'static str,
+    system: &'static str,
+    event: &'static str,
+) -> TracepointAttach {
+    TracepointAttach {
+        layout_global: None,
+        ..tp(program, system, event, "", &[], &[])
+    }
+}
+
+/// A system call's exit tracepoint (its `ret`), as `program` names it.
+pub(super) const fn sys_exit(program: &'static str, global: &'static str) -> TracepointAttach {
+    tp(
+        program,
+        "syscalls",
+        program,
+        global,
+        &writeback_common::fields::sys_exit::NAMES,
+        &writeback_common::fields::sys_exit::NAMES,
+    )
+}

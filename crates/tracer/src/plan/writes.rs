@@ -5,7 +5,7 @@
 //! program marks the pauses). writeback-ebpf writes.rs.
 use writeback_common::fields;
 
-use super::{Candidate, TracepointAttach, tp};
+use super::{Candidate, TracepointAttach, bare, sys_exit, tp};
 
 const fn enter(program: &'static str) -> TracepointAttach {
     tp(
@@ -19,26 +19,7 @@ const fn enter(program: &'static str) -> TracepointAttach {
 }
 
 const fn exit(program: &'static str) -> TracepointAttach {
-    tp(
-        program,
-        "syscalls",
-        program,
-        "WRITE_EXIT_LAYOUT",
-        &fields::sys_exit::NAMES,
-        &fields::sys_exit::NAMES,
-    )
-}
-
-/// A program that reads no field of its event.
-const fn bare(
-    program: &'static str,
-    system: &'static str,
-    event: &'static str,
-) -> TracepointAttach {
-    TracepointAttach {
-        layout_global: None,
-        ..tp(program, system, event, "", &[], &[])
-    }
+    sys_exit(program, "WRITE_EXIT_LAYOUT")
 }
 
 /// The spans and their parts.
