@@ -14,6 +14,10 @@
 //!   `mm_vmscan_memcg_reclaim_begin/end`), on the CPU or not;
 //! - `blocked`: asleep anywhere else (a folio or inode lock, a journal
 //!   handle's start, the run queue) — no tracepoint marks those waits;
+//!   where function hooks load, the part of it inside `__folio_lock()`
+//!   (mm/filemap.c: a contended folio lock) is `lock_ns` and inside
+//!   `jbd2__journal_start()` (fs/jbd2/transaction.c: waiting for room in
+//!   the running transaction, or for a locked one's commit) `journal_ns`;
 //! - `other`: the rest, on the CPU: the copy into the page cache and the
 //!   filesystem's own work.
 //!
@@ -50,6 +54,12 @@ pub mod segment {
     pub const STABLE: u32 = 2;
     /// Inside reclaim: all of its wall time is `reclaim`.
     pub const RECLAIM: u32 = 3;
+    /// Inside `__folio_lock()`: time off the CPU is `blocked`, and
+    /// `lock_ns`.
+    pub const LOCK: u32 = 4;
+    /// Inside `jbd2__journal_start()`: time off the CPU is `blocked`, and
+    /// `journal_ns`.
+    pub const JOURNAL: u32 = 5;
 }
 
 /// Bits of [`WriteCall::domains`]: the limits whose pauses throttled the
@@ -92,6 +102,13 @@ pub struct WriteCall {
     pub stable_waits: u32,
     /// [`write_domain`] bits.
     pub domains: u32,
+    /// Of `blocked_ns`, asleep in a contended folio lock and in a journal
+    /// handle's start (function hooks; 0 where they do not load).
+    pub lock_ns: u64,
+    pub journal_ns: u64,
+    /// Contended folio locks and journal handles started inside.
+    pub locks: u32,
+    pub journal_starts: u32,
 }
 
 /// A thread's write in flight: the record being filled and its open

@@ -15,9 +15,9 @@
 //! look the thread up and do nothing unless it is inside a traced write.
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::{map, tracepoint},
+    macros::{fentry, fexit, kprobe, kretprobe, map, tracepoint},
     maps::{Array, LruHashMap},
-    programs::TracePointContext,
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext, TracePointContext},
 };
 use writeback_common::{
     FileMembers, Filter, OpenWrite, TracepointLayout, WRITE_CALL_KIND, fields::sys_enter_fd,
@@ -142,6 +142,10 @@ fn enter(ctx: &TracePointContext, call: u32) -> u32 {
     c.blocked_ns = 0;
     c.stable_waits = 0;
     c.domains = 0;
+    c.lock_ns = 0;
+    c.journal_ns = 0;
+    c.locks = 0;
+    c.journal_starts = 0;
     w.segment = segment::PLAIN;
     w.segment_start_ns = now;
     w.segment_clock = task_clock::<Probed>();
@@ -172,6 +176,14 @@ fn next_segment(w: &mut OpenWrite, next: u32, now: u64) {
         }
         segment::STABLE => w.call.stable_ns += off,
         segment::RECLAIM => w.call.reclaim_ns += wall,
+        segment::LOCK => {
+            w.call.blocked_ns += off;
+            w.call.lock_ns += off;
+        }
+        segment::JOURNAL => {
+            w.call.blocked_ns += off;
+            w.call.journal_ns += off;
+        }
         _ => w.call.blocked_ns += off,
     }
     w.segment = next;
@@ -216,6 +228,17 @@ pub(crate) fn paused(domain: u32, pause_ms: u64) {
 /// rewriting it).
 #[tracepoint]
 pub fn write_wait_writeback(_ctx: TracePointContext) -> u32 {
+    stable_wait()
+}
+
+/// `writeback:wait_on_page_writeback`, its name before 5.17.
+#[tracepoint]
+pub fn write_wait_page_writeback(_ctx: TracePointContext) -> u32 {
+    stable_wait()
+}
+
+#[inline(always)]
+fn stable_wait() -> u32 {
     let Some(w) = open_write() else {
         return 0;
     };
@@ -267,6 +290,79 @@ pub fn write_memcg_reclaim_begin(_ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn write_memcg_reclaim_end(_ctx: TracePointContext) -> u32 {
     reclaim_end()
+}
+
+/// The thread entered a function that may sleep for `kind` (a folio
+/// lock, a journal handle's start). A pause or a stable-page wait before
+/// it is over (the thread runs again); reclaim nests it, and neither
+/// nests the other.
+#[inline(always)]
+fn wait_entered(kind: u32) -> u32 {
+    if let Some(w) = open_write()
+        && !matches!(
+            w.segment,
+            segment::RECLAIM | segment::LOCK | segment::JOURNAL
+        )
+    {
+        next_segment(w, kind, now_ns());
+        if kind == segment::LOCK {
+            w.call.locks += 1;
+        } else {
+            w.call.journal_starts += 1;
+        }
+    }
+    0
+}
+
+/// It returned from it.
+#[inline(always)]
+fn wait_left(kind: u32) -> u32 {
+    if let Some(w) = open_write()
+        && w.segment == kind
+    {
+        next_segment(w, segment::PLAIN, now_ns());
+    }
+    0
+}
+
+#[fentry(function = "__folio_lock")]
+pub fn fentry_write_folio_lock(_ctx: FEntryContext) -> u32 {
+    wait_entered(segment::LOCK)
+}
+
+#[fexit(function = "__folio_lock")]
+pub fn fexit_write_folio_lock(_ctx: FExitContext) -> u32 {
+    wait_left(segment::LOCK)
+}
+
+#[kprobe]
+pub fn kprobe_write_folio_lock(_ctx: ProbeContext) -> u32 {
+    wait_entered(segment::LOCK)
+}
+
+#[kretprobe]
+pub fn kretprobe_write_folio_lock(_ctx: RetProbeContext) -> u32 {
+    wait_left(segment::LOCK)
+}
+
+#[fentry(function = "jbd2__journal_start")]
+pub fn fentry_write_journal_start(_ctx: FEntryContext) -> u32 {
+    wait_entered(segment::JOURNAL)
+}
+
+#[fexit(function = "jbd2__journal_start")]
+pub fn fexit_write_journal_start(_ctx: FExitContext) -> u32 {
+    wait_left(segment::JOURNAL)
+}
+
+#[kprobe]
+pub fn kprobe_write_journal_start(_ctx: ProbeContext) -> u32 {
+    wait_entered(segment::JOURNAL)
+}
+
+#[kretprobe]
+pub fn kretprobe_write_journal_start(_ctx: RetProbeContext) -> u32 {
+    wait_left(segment::JOURNAL)
 }
 
 #[tracepoint]

@@ -59,6 +59,13 @@ pub fn write_row(w: &wbscope_model::writes::SlowWrite) -> String {
         w.ret,
         if w.ret < 0 { "(error)" } else { "bytes" },
     );
+    if p.lock_ns + p.journal_ns > 0 {
+        row.push_str(&format!(
+            "; blocked in lock {:.2}, journal {:.2}",
+            ms(p.lock_ns),
+            ms(p.journal_ns)
+        ));
+    }
     if w.pauses > 0 {
         row.push_str(&format!(
             "; paused {} times by {}",

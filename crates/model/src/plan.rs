@@ -182,10 +182,16 @@ pub enum Concept {
     /// Each buffered write system call's span, split by what it waited
     /// for.
     Writes,
+    /// Each write's wait for a contended folio lock, measured by a
+    /// function hook (else in its `blocked` part).
+    WriteLock,
+    /// Each write's wait to start a journal handle, measured by a
+    /// function hook on jbd2 (else in its `blocked` part).
+    WriteJournal,
 }
 
 impl Concept {
-    pub const ALL: [Concept; 16] = [
+    pub const ALL: [Concept; 18] = [
         Concept::WritepagesCall,
         Concept::Scan,
         Concept::PerPageWrite,
@@ -202,6 +208,8 @@ impl Concept {
         Concept::SyncWaits,
         Concept::JournalWait,
         Concept::Writes,
+        Concept::WriteLock,
+        Concept::WriteJournal,
     ];
 
     pub fn name(self) -> &'static str {
@@ -222,6 +230,8 @@ impl Concept {
             Concept::SyncWaits => "sync_waits",
             Concept::JournalWait => "journal_wait",
             Concept::Writes => "writes",
+            Concept::WriteLock => "write_lock",
+            Concept::WriteJournal => "write_journal",
         }
     }
 }

@@ -50,6 +50,12 @@ pub struct Write {
     pub stable_waits: u32,
     /// writeback_common [`write_domain`] bits.
     pub domains: u32,
+    /// Of `blocked_ns`: in a contended folio lock, in a journal handle's
+    /// start (function hooks; 0 without them).
+    pub lock_ns: u64,
+    pub journal_ns: u64,
+    pub locks: u32,
+    pub journal_starts: u32,
 }
 
 impl From<&WriteCall> for Write {
@@ -72,6 +78,10 @@ impl From<&WriteCall> for Write {
             pauses: w.pauses,
             stable_waits: w.stable_waits,
             domains: w.domains,
+            lock_ns: w.lock_ns,
+            journal_ns: w.journal_ns,
+            locks: w.locks,
+            journal_starts: w.journal_starts,
         }
     }
 }
@@ -85,6 +95,13 @@ pub struct WriteParts {
     pub reclaim_ns: u64,
     pub blocked_ns: u64,
     pub other_ns: u64,
+    /// Of `blocked_ns`: in a contended folio lock (`__folio_lock()`) and in
+    /// a journal handle's start (`jbd2__journal_start()`), where function
+    /// hooks load (the plan's `write_lock`, `write_journal`); 0 elsewhere.
+    #[serde(default)]
+    pub lock_ns: u64,
+    #[serde(default)]
+    pub journal_ns: u64,
 }
 
 /// The parts by name, in the order lines and panes show them.
@@ -104,6 +121,11 @@ impl WriteParts {
             }
         }
         let [throttle_ns, stable_ns, reclaim_ns, blocked_ns] = measured;
+        // Lock and journal are of blocked: at most it, scaled with it.
+        let of_blocked = |ns: u64| {
+            (u128::from(ns.min(w.blocked_ns)) * u128::from(blocked_ns)
+                / u128::from(w.blocked_ns.max(1))) as u64
+        };
         WriteParts {
             total_ns: total,
             throttle_ns,
@@ -111,6 +133,8 @@ impl WriteParts {
             reclaim_ns,
             blocked_ns,
             other_ns: total.saturating_sub(measured.iter().sum()),
+            lock_ns: of_blocked(w.lock_ns),
+            journal_ns: of_blocked(w.journal_ns),
         }
     }
 
@@ -121,6 +145,18 @@ impl WriteParts {
         self.reclaim_ns += o.reclaim_ns;
         self.blocked_ns += o.blocked_ns;
         self.other_ns += o.other_ns;
+        self.lock_ns += o.lock_ns;
+        self.journal_ns += o.journal_ns;
+    }
+
+    /// What most of `blocked` was, where the hooks measured it: `lock`
+    /// or `journal` when it holds half of it or more.
+    pub fn blocked_in(&self) -> Option<&'static str> {
+        [("lock", self.lock_ns), ("journal", self.journal_ns)]
+            .into_iter()
+            .filter(|&(_, ns)| ns > 0 && 2 * ns >= self.blocked_ns)
+            .max_by_key(|&(_, ns)| ns)
+            .map(|(n, _)| n)
     }
 
     /// The parts in [`PART_NAMES`] order.
@@ -176,6 +212,12 @@ pub struct SlowWrite {
     pub parts: WriteParts,
     pub pauses: u32,
     pub stable_waits: u32,
+    /// Contended folio locks and journal handles started inside (with the
+    /// function hooks; 0 without them).
+    #[serde(default)]
+    pub locks: u32,
+    #[serde(default)]
+    pub journal_starts: u32,
     /// The limits that paused it: `global`, `memcg`, `bdi`.
     pub throttled_by: Vec<String>,
     /// Its largest part.
@@ -202,6 +244,8 @@ impl SlowWrite {
             parts,
             pauses: w.pauses,
             stable_waits: w.stable_waits,
+            locks: w.locks,
+            journal_starts: w.journal_starts,
             throttled_by: domain_names(w.domains)
                 .into_iter()
                 .map(str::to_string)
@@ -231,6 +275,10 @@ pub struct WriteLine {
     pub parts: WriteParts,
     pub pauses: u64,
     pub stable_waits: u64,
+    #[serde(default)]
+    pub locks: u64,
+    #[serde(default)]
+    pub journal_starts: u64,
     pub throttled_by: Vec<String>,
     /// Its writes at or over the slow threshold.
     pub slow: u64,
@@ -347,6 +395,8 @@ impl WriteTally {
         l.parts.add(&parts);
         l.pauses += u64::from(w.pauses);
         l.stable_waits += u64::from(w.stable_waits);
+        l.locks += u64::from(w.locks);
+        l.journal_starts += u64::from(w.journal_starts);
         acc.domains |= w.domains;
         l.max_ns = l.max_ns.max(parts.total_ns);
         acc.hists[0].record(parts.total_ns);
@@ -423,6 +473,8 @@ fn others(rest: Vec<WriteLine>) -> WriteLine {
         o.parts.add(&l.parts);
         o.pauses += l.pauses;
         o.stable_waits += l.stable_waits;
+        o.locks += l.locks;
+        o.journal_starts += l.journal_starts;
         o.slow += l.slow;
         o.percentiles_of += l.percentiles_of;
         o.histograms.merge(&l.histograms);
@@ -472,6 +524,30 @@ mod tests {
         assert_eq!(p.values(), [60, 10, 0, 5, 25]);
         assert_eq!(p.values().iter().sum::<u64>(), p.total_ns);
         assert_eq!(p.dominant(), ("throttle", 60));
+    }
+
+    #[test]
+    fn lock_and_journal_are_of_blocked_and_scaled_with_it() {
+        let mut w = write(1, 100, 0, 0, 80);
+        w.journal_ns = 60;
+        w.lock_ns = 10;
+        let p = WriteParts::of(&w);
+        assert_eq!((p.blocked_ns, p.journal_ns, p.lock_ns), (80, 60, 10));
+        assert_eq!(
+            p.values().iter().sum::<u64>(),
+            100,
+            "not parts of their own"
+        );
+        assert_eq!(p.blocked_in(), Some("journal"));
+        // Past the call: blocked scaled to 50, its journal with it.
+        let mut w = write(1, 100, 100, 0, 100);
+        w.journal_ns = 100;
+        let p = WriteParts::of(&w);
+        assert_eq!((p.blocked_ns, p.journal_ns), (50, 50));
+        // A lock of a third of blocked does not name it.
+        let mut w = write(1, 100, 0, 0, 90);
+        w.lock_ns = 30;
+        assert_eq!(WriteParts::of(&w).blocked_in(), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use wbscope_model::plan::{Concept, DISKSTATS_SOURCE, HookKind, OptIn};
 
 mod tracepoint;
 pub use tracepoint::TracepointAttach;
-use tracepoint::{bare, sys_exit, tp};
+use tracepoint::{bare, optional, sys_exit, tp};
 
 /// One BTF-typed program (tp_btf, fentry, kprobe) and what it attaches to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +103,9 @@ impl Candidate {
         }
         if *self == writes::CANDIDATE {
             return Some((OptIn::Writes, writes::WHY_OFF));
+        }
+        if writes::is_wait_hook(self) {
+            return Some((OptIn::Writes, writes::WAITS_WHY_OFF));
         }
         let per_folio = *self == TP_BTF_DIRTY_FOLIO
             || *self == Candidate::Tracepoints(DIRTY_FOLIO_TP)
@@ -779,6 +782,9 @@ pub fn candidates(concept: Concept) -> Vec<Candidate> {
         ],
         // Only when asked (`--enable writes`).
         Concept::Writes => vec![writes::CANDIDATE],
+        // Measured where function hooks load, else in `blocked`.
+        Concept::WriteLock => vec![writes::FENTRY_LOCK, writes::KPROBE_LOCK],
+        Concept::WriteJournal => vec![writes::FENTRY_JOURNAL, writes::KPROBE_JOURNAL],
     }
 }
 
@@ -801,7 +807,11 @@ mod tests {
             assert!(
                 matches!(
                     c,
-                    Concept::GenericCall | Concept::SyncWaits | Concept::JournalWait
+                    Concept::GenericCall
+                        | Concept::SyncWaits
+                        | Concept::JournalWait
+                        | Concept::WriteLock
+                        | Concept::WriteJournal
                 ) || matches!(
                     cands.last(),
                     Some(

@@ -486,7 +486,7 @@ durability_run() {
     # What earlier steps left dirty goes first: the window below is the
     # dd's flushes only.
     sync
-    start_trace "$name" --enable durability,device_io
+    start_trace "$name" --enable durability,device_io,writes
     wait_tracing "$pid" "$OUT/$name.err"
     # vda's own flush counter around the writes (field 16 of
     # Documentation/block/stat.rst, Linux 5.5+) and its MAJ:MIN.

@@ -471,11 +471,12 @@ mod tests {
 
     #[test]
     fn doctor_must_name_the_memcg_limit() {
-        let report = |limit: &str| {
+        let with_writes = |limit: &str, part: &str| {
             format!(
-                r#"{{"duration_s":25,"findings":[{{"name":"dirty-throttled","severity":"critical","evidence":{{"limit":"{limit}","memcg_cgroup_id":61,"pause_s_per_s":0.9,"pause_ms_by_limit":{{"global":0,"bdi":10,"memcg":900}}}}}}]}}"#
+                r#"{{"duration_s":25,"findings":[{{"name":"dirty-throttled","severity":"critical","evidence":{{"limit":"{limit}","memcg_cgroup_id":61,"pause_s_per_s":0.9,"pause_ms_by_limit":{{"global":0,"bdi":10,"memcg":900}}}}}},{{"name":"write-stalled","severity":"critical","evidence":{{"part":"{part}","part_share":0.9,"p99_ms":700.0,"throttled_by":["memcg"]}}}}]}}"#
             )
         };
+        let report = |limit: &str| with_writes(limit, "throttle");
         let lines = [
             r#"{"type":"interval","interval_s":1.0,"throttle":{"pause_ms_total":0,"limits":null}}"#,
             r#"{"type":"interval","interval_s":0.5,"throttle":{"pause_ms_total":300,"limits":{"global_ms":0,"bdi_ms":100,"memcg_ms":200}}}"#,
@@ -492,6 +493,9 @@ mod tests {
             "{c}"
         );
         let quiet = Pauses::default();
+        // The writes stalled in something else than the throttle: fails.
+        let c = memcg_throttled(&with_writes("memcg", "other"), "3", "", "", &quiet, "61");
+        assert!(!c.pass && c.detail.contains("part other"), "{c}");
         let c = memcg_throttled(&report("bdi-or-memcg"), "3", "", "", &quiet, "61");
         assert!(c.pass && c.detail.contains("no split"), "{c}");
         assert!(!memcg_throttled(&report("global"), "3", "", "", &quiet, "61").pass);

@@ -25,6 +25,7 @@ use crate::{
 const NAME: &str = "durability-fsyncs-split";
 const FLUSH_NAME: &str = "device-flushes-by-class";
 const WAITS_NAME: &str = "durability-waits-measured";
+const WRITES_NAME: &str = "writes-journal-hooked";
 /// What checks.sh makes: O_DSYNC writes, and fsync(2) calls.
 const DSYNC_WRITES: usize = 20;
 const FSYNCS: usize = 1;
@@ -64,7 +65,7 @@ fn judge_run(jsonl: &str, rc: &str, stderr: &str, dev: &str, stats: [&str; 2]) -
     let lines = match parse_lines(jsonl, rc, stderr) {
         Ok(lines) => lines,
         Err(why) => {
-            return [NAME, WAITS_NAME, FLUSH_NAME]
+            return [NAME, WAITS_NAME, FLUSH_NAME, WRITES_NAME]
                 .iter()
                 .map(|name| Check::new(name, false, why.clone()))
                 .collect();
@@ -78,7 +79,48 @@ fn judge_run(jsonl: &str, rc: &str, stderr: &str, dev: &str, stats: [&str; 2]) -
         split(&lines, &dd),
         waits(&lines, &dd),
         flushes(&lines, dev, stats),
+        writes(&lines),
     ]
+}
+
+/// The write spans of the same run (`--enable writes`): the two dd's
+/// write calls, at least their 24 appends (20 O_DSYNC writes of 4 KiB, 4
+/// of 1 MiB; their status lines to stderr, a file here, are writes too),
+/// whose new sizes and times dirty the inode through journal handles
+/// (`ext4_dirty_inode()`, fs/ext4/inode.c): where the journal hook loads
+/// (`write_journal`, a kprobe on jbd2's module) it marks handles started
+/// inside them, and the parts of lock and journal stay within blocked.
+fn writes(lines: &[Value]) -> Check {
+    let summary = &lines[lines.len() - 1];
+    let dd: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "interval")
+        .flat_map(|l| l["writes"].as_array().into_iter().flatten())
+        .filter(|w| w["comm"] == "dd")
+        .collect();
+    let sum = |key: &str| dd.iter().map(|w| w[key].as_u64().unwrap_or(0)).sum::<u64>();
+    let (writes, starts) = (sum("writes"), sum("journal_starts"));
+    let within = dd.iter().all(|w| {
+        w["lock_ns"].as_u64().unwrap_or(0) + w["journal_ns"].as_u64().unwrap_or(0)
+            <= w["blocked_ns"].as_u64().unwrap_or(0)
+    });
+    let hook = hook_of(summary, "write_journal");
+    let lock = hook_of(summary, "write_lock").unwrap_or_else(|why| why);
+    let figures = format!(
+        "{writes} dd write calls, {starts} journal handles started inside ({} ms waiting), {} \
+         contended folio locks ({} ms); write_lock {lock}",
+        sum("journal_ns") as f64 / 1e6,
+        sum("locks"),
+        sum("lock_ns") as f64 / 1e6,
+    );
+    match hook {
+        Err(why) => Check::not_given(WRITES_NAME, format!("{why}; {figures}")),
+        Ok(hook) => Check::new(
+            WRITES_NAME,
+            writes >= 24 && starts > 0 && within,
+            format!("write_journal {hook}: {figures}"),
+        ),
+    }
 }
 
 /// The hook the trace's summary names for `concept`, or why none.

@@ -925,6 +925,7 @@ fn the_write_bar_gives_each_part_its_share_in_its_own_style() {
             reclaim_ns: 0,
             blocked_ns: 1,
             other_ns: 19,
+            ..WriteParts::default()
         },
         ..WriteLine::default()
     };

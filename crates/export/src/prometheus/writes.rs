@@ -255,9 +255,12 @@ mod tests {
                 reclaim_ns,
                 blocked_ns,
                 other_ns,
+                ..WriteParts::default()
             },
             pauses: 3,
             stable_waits: 2,
+            locks: 0,
+            journal_starts: 0,
             throttled_by: by.iter().map(|s| (*s).to_string()).collect(),
             slow: 1,
             slowest: None,

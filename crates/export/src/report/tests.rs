@@ -246,6 +246,7 @@ fn fixture_writes(tick: u64) -> Vec<wbscope_model::writes::WriteLine> {
         blocked_ns: (8 + throttled) * ms,
         other_ns: 30 * ms,
         total_ns: 0,
+        ..WriteParts::default()
     };
     let dd = WriteParts {
         total_ns: dd.values().iter().sum(),

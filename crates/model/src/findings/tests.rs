@@ -888,6 +888,8 @@ fn writing(n: u64, p99_ms: u64, throttle_share: f64) -> impl Fn(usize, &mut Inte
                 parts,
                 pauses: u32::from(throttle > 0),
                 stable_waits: 0,
+                locks: 0,
+                journal_starts: 0,
                 throttled_by: Vec::new(),
                 waited_for: parts.dominant().0.into(),
             }),
@@ -931,4 +933,23 @@ fn write_stalled_needs_slow_writes_and_enough_of_them() {
     assert!(only(&ls, writes::STALLED).is_none());
     // No write spans (the default trace): nothing.
     assert!(only(&lines(5, |_, _| {}), writes::STALLED).is_none());
+}
+
+#[test]
+fn write_stalled_in_blocked_names_the_journal_where_the_hooks_measured_it() {
+    let ls = lines(3, |i, l| {
+        writing(50, 200, 0.0)(i, l);
+        let w = &mut l.writes[0];
+        let total = w.parts.total_ns;
+        w.parts.other_ns = total / 10;
+        w.parts.blocked_ns = total - total / 10;
+        w.parts.journal_ns = w.parts.blocked_ns * 3 / 4;
+        if let Some(s) = w.slowest.as_mut() {
+            s.parts = w.parts;
+        }
+    });
+    let f = only(&ls, writes::STALLED).unwrap();
+    assert_eq!(f.evidence["part"], "blocked");
+    assert_eq!(f.evidence["blocked_in"], "journal");
+    assert!(f.advice.contains("jbd2__journal_start"), "{}", f.advice);
 }

@@ -29,8 +29,30 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-/// What to try when `part` dominates.
-fn advice(part: &str, throttled_by: &[String]) -> String {
+/// What to try when `part` dominates (`blocked_in`: what the hooks
+/// measured most of `blocked` in).
+fn advice(part: &str, throttled_by: &[String], blocked_in: Option<&str>) -> String {
+    match (part, blocked_in) {
+        ("blocked", Some("journal")) => "the writes wait to start a journal handle \
+             (jbd2__journal_start(), fs/jbd2/transaction.c): the running transaction is full \
+             or being committed, so a write that moves the file's size or time waits for the \
+             commit. Commits that take long are the cause (see journal-bound and \
+             fsync-entangled): fewer fsyncs by others on the filesystem, a larger journal \
+             (tune2fs -J size=), the journal on a faster device, preallocated files \
+             (fallocate) so that appends change less metadata, lazytime"
+            .into(),
+        ("blocked", Some("lock")) => "the writes wait for a folio lock \
+             (__folio_lock(), mm/filemap.c): another thread holds the page they write, \
+             writeback submitting it, a reader or a fault on a mapping of it. Write \
+             different pages from different threads, and do not rewrite a page the flusher \
+             is writing out"
+            .into(),
+        _ => advice_by_part(part, throttled_by),
+    }
+}
+
+/// What to try when `part` dominates, whatever blocked was.
+fn advice_by_part(part: &str, throttled_by: &[String]) -> String {
     match part {
         "throttle" => format!(
             "the writes sleep in balance_dirty_pages(): the dirty limit of {} paused them \
@@ -125,6 +147,10 @@ pub(crate) fn write_stalled(ctx: &Ctx<'_>) -> Option<Verdict> {
         .collect();
     evidence.insert("parts_ms", serde_json::Value::Object(by_part));
     evidence.insert("throttled_by", json!(worst.throttled_by));
+    let blocked_in = judged.blocked_in();
+    if part == "blocked" {
+        evidence.insert("blocked_in", json!(blocked_in));
+    }
     if let Some(s) = &worst.slowest {
         evidence.insert("slowest", json!(s));
     }
@@ -132,6 +158,6 @@ pub(crate) fn write_stalled(ctx: &Ctx<'_>) -> Option<Verdict> {
     Some(Verdict {
         severity,
         evidence,
-        advice: advice(part, &worst.throttled_by),
+        advice: advice(part, &worst.throttled_by, blocked_in),
     })
 }

@@ -6,15 +6,7 @@
 //! filesystems (writeback-ebpf durability.rs).
 use writeback_common::fields;
 
-use super::{BtfAttach, Candidate, HookKind, TracepointAttach, bare, sys_exit, tp};
-
-/// An event the candidate works without (its module not loaded).
-const fn optional(a: TracepointAttach) -> TracepointAttach {
-    TracepointAttach {
-        optional: true,
-        ..a
-    }
-}
+use super::{BtfAttach, Candidate, HookKind, TracepointAttach, bare, optional, sys_exit, tp};
 
 const fn commit(
     program: &'static str,

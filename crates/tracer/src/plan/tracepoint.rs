@@ -68,3 +68,13 @@ pub(super) const fn sys_exit(program: &'static str, global: &'static str) -> Tra
         &writeback_common::fields::sys_exit::NAMES,
     )
 }
+
+/// An event the candidate works without (a module not loaded, or an
+/// event this kernel names otherwise): where tracefs lacks it, its
+/// program is left out and the log says so.
+pub(super) const fn optional(a: TracepointAttach) -> TracepointAttach {
+    TracepointAttach {
+        optional: true,
+        ..a
+    }
+}
