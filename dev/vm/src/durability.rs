@@ -26,6 +26,7 @@ const NAME: &str = "durability-fsyncs-split";
 const FLUSH_NAME: &str = "device-flushes-by-class";
 const WAITS_NAME: &str = "durability-waits-measured";
 const WRITES_NAME: &str = "writes-journal-hooked";
+const JOURNAL_WAIT_NAME: &str = "writes-journal-wait-caused";
 /// What checks.sh makes: O_DSYNC writes, and fsync(2) calls.
 const DSYNC_WRITES: usize = 20;
 const FSYNCS: usize = 1;
@@ -121,6 +122,82 @@ fn writes(lines: &[Value]) -> Check {
             format!("write_journal {hook}: {figures}"),
         ),
     }
+}
+
+/// The caused journal wait (checks.sh, the `journal` group): the
+/// appending dd (512 bytes a write) waits to start journal handles
+/// inside its writes, measured by the journal hook, within `blocked`.
+pub(crate) fn judge_journal(out: &Path) -> Vec<Check> {
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    if !out.join("writes-journal.rc").exists() {
+        return vec![Check::new(
+            JOURNAL_WAIT_NAME,
+            false,
+            "the guest made no writes-journal run (its ext4 with a small journal failed?)"
+                .to_string(),
+        )];
+    }
+    let lines = match parse_lines(
+        &read("writes-journal.jsonl"),
+        &read("writes-journal.rc"),
+        &read("writes-journal.err"),
+    ) {
+        Ok(lines) => lines,
+        Err(why) => return vec![Check::new(JOURNAL_WAIT_NAME, false, why)],
+    };
+    vec![journal_wait(&lines)]
+}
+
+/// The appender's write calls (the process whose calls wrote 512 bytes
+/// each): journal waits measured inside, at most its `blocked`.
+fn journal_wait(lines: &[Value]) -> Check {
+    let summary = &lines[lines.len() - 1];
+    let hook = match hook_of(summary, "write_journal") {
+        Ok(h) => h,
+        Err(why) => return Check::not_given(JOURNAL_WAIT_NAME, why),
+    };
+    let mut per: std::collections::BTreeMap<u64, [u64; 5]> = std::collections::BTreeMap::new();
+    for w in lines
+        .iter()
+        .filter(|l| l["type"] == "interval")
+        .flat_map(|l| l["writes"].as_array().into_iter().flatten())
+        .filter(|w| w["comm"] == "dd")
+    {
+        let e = per.entry(w["pid"].as_u64().unwrap_or(0)).or_default();
+        for (i, k) in [
+            "writes",
+            "bytes",
+            "journal_starts",
+            "journal_ns",
+            "blocked_ns",
+        ]
+        .iter()
+        .enumerate()
+        {
+            e[i] += w[*k].as_u64().unwrap_or(0);
+        }
+    }
+    let Some([writes, _, starts, journal_ns, blocked_ns]) = per
+        .values()
+        .find(|[writes, bytes, ..]| *writes >= 6000 && *bytes == writes * 512)
+        .copied()
+    else {
+        return Check::new(
+            JOURNAL_WAIT_NAME,
+            false,
+            format!("no dd wrote 6,000 calls of 512 bytes: {per:?}"),
+        );
+    };
+    Check::new(
+        JOURNAL_WAIT_NAME,
+        journal_ns > 0 && starts > 0 && journal_ns <= blocked_ns,
+        format!(
+            "write_journal {hook}: the appender's {writes} write calls started {starts} journal \
+             handles and waited {:.1} ms in them, of {:.1} ms blocked",
+            journal_ns as f64 / 1e6,
+            blocked_ns as f64 / 1e6
+        ),
+    )
 }
 
 /// The hook the trace's summary names for `concept`, or why none.

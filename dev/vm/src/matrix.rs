@@ -90,7 +90,19 @@ pub(crate) const STEPS_VAR: &str = "WBSCOPE_VM_STEPS";
 
 /// checks.sh's groups (its `want`; `bighost` only when named, and only in
 /// the guests of `vm-test --big-host`, [`run_big_host`]).
-const STEP_GROUPS: &[&str] = &["traces", "cgroups", "rt", "xfs", BIG_HOST_GROUP];
+const STEP_GROUPS: &[&str] = &[
+    "traces",
+    "cgroups",
+    "rt",
+    "xfs",
+    JOURNAL_GROUP,
+    BIG_HOST_GROUP,
+];
+
+/// The write spans' caused journal wait (checks.sh), only when named: a
+/// minute of a syncing writer per guest, which `cargo xtask test` does
+/// not spend.
+pub(crate) const JOURNAL_GROUP: &str = "journal";
 
 /// The group of the big-host guests (bighost.rs), which no other guest
 /// runs: its load needs their memory and disk.
@@ -562,6 +574,9 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::R
     }
     if wanted("rt") {
         checks.extend(rt::judge(out, spec.meta == "linux-image-rt-amd64"));
+    }
+    if shared.steps.iter().any(|s| s == JOURNAL_GROUP) {
+        checks.extend(durability::judge_journal(out));
     }
     Ok(Outcome {
         release: booted.release,

@@ -15,7 +15,9 @@ use crate::support::{Bpftrace, LoopFs, Tracing};
 use serde_json::Value;
 
 /// One test of this file at a time: each tells its writer from others
-/// by its name (`dd`, `xfs_io`), and bpftrace counts by that name.
+/// by its name (`dd`, `xfs_io`) for bpftrace, one sets the machine's
+/// dirty limits, and another's writer would change the dirty levels a
+/// pause is judged against.
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
@@ -199,22 +201,38 @@ fn a_writer_under_the_global_dirty_bytes_is_throttled_by_global() {
             .command()
             .arg("if=/dev/zero")
             .arg(format!("of={}", fs.path("dd").display()))
-            .args(["bs=64k", "count=4096", "status=none"]),
+            .args(["bs=64k", "count=2048", "status=none"]),
     );
     assert!(dd.is_empty(), "{dd}");
     let lines = trace.stop(libc::SIGINT);
     let peer = peer.stop();
     let (_, per_interval) = of_comm(&lines, "dd");
-    assert_eq!(sum(&per_interval, "writes"), 4096);
+    assert_eq!(sum(&per_interval, "writes"), 2048);
     let pauses = sum(&per_interval, "pauses");
     assert!(pauses > 5, "dd was throttled: {pauses} pauses");
     assert_eq!(pauses, peer_count(&peer, "pauses"), "{peer:?}");
+    // Named global: in the calls' limits, and for nearly all the pause
+    // time by the interval lines' split (a pause near the free-run
+    // ceiling can read as the device's, docs/findings.md "Which limit").
     for l in per_interval
         .iter()
         .filter(|l| l["pauses"].as_u64() > Some(0))
     {
-        assert_eq!(l["throttled_by"], serde_json::json!(["global"]), "{l}");
+        let by = l["throttled_by"].as_array().expect("throttled_by");
+        assert!(by.iter().any(|b| b == "global"), "{l}");
     }
+    let limits = |key: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|l| l["type"] == "interval")
+            .map(|l| l["throttle"]["limits"][key].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let (global, all) = (
+        limits("global_ms"),
+        limits("global_ms") + limits("bdi_ms") + limits("memcg_ms"),
+    );
+    assert!(global * 10 >= all * 9, "global {global} of {all} ms");
     let throttle = sum(&per_interval, "throttle_ns");
     let announced = peer_count(&peer, "pause_ms") * 1_000_000;
     assert!(throttle <= announced, "{throttle} ns > {announced} ns");
@@ -364,7 +382,16 @@ fn rewriting_pages_under_writeback_is_named_stable() {
         r#"tracepoint:writeback:folio_wait_writeback /comm == "xfs_io"/ { @waits = count(); }
            tracepoint:syscalls:sys_enter_pwrite64 /comm == "xfs_io"/ { @calls = count(); }"#,
     );
-    let trace = Tracing::start(&["--json", "--enable", "writes", "--slow-write", "0"]);
+    // Only this filesystem's writes.
+    let trace = Tracing::start(&[
+        "--json",
+        "--enable",
+        "writes",
+        "--slow-write",
+        "0",
+        "--device",
+        &mount,
+    ]);
     let mut args: Vec<String> = vec!["-f".into()];
     for _ in 0..4 {
         for c in ["pwrite -q -b 1m 0 8m", "sync_range -w 0 8m"] {
@@ -379,9 +406,9 @@ fn rewriting_pages_under_writeback_is_named_stable() {
     let peer = peer.stop();
 
     let (slow, per_interval) = of_comm(&lines, "xfs_io");
-    // 4 × 8 writes of 1 MiB, and the write of its pid into cgroup.procs
-    // (a regular file of cgroupfs) by the shell it was before its exec.
-    assert_eq!(sum(&per_interval, "writes"), 33);
+    // 4 × 8 writes of 1 MiB on the traced device (the shell's write of
+    // its pid into cgroup.procs, before the exec, is on cgroupfs).
+    assert_eq!(sum(&per_interval, "writes"), 32);
     assert_eq!(peer_count(&peer, "calls"), 32, "{peer:?}");
     let waits = sum(&per_interval, "stable_waits");
     assert!(waits >= 3, "{waits} stable-page waits");
@@ -458,7 +485,9 @@ fn a_writer_over_its_memory_limit_is_named_reclaim() {
     let peer_ns = peer_count(&peer, "ns") as f64;
     assert!(peer_count(&peer, "reclaims") > 0, "{peer:?}");
     assert!(
-        reclaim <= peer_ns * 1.001 && reclaim >= peer_ns * 0.9,
+        // Each reclaim is timed by two programs on the same events as
+        // bpftrace's, its clock read a few µs apart: 1% over at most.
+        reclaim <= peer_ns * 1.01 && reclaim >= peer_ns * 0.9,
         "reclaim {reclaim} ns in writes against bpftrace's {peer_ns} ns"
     );
     let f = stalled(&lines, "dd").expect("write-stalled");
