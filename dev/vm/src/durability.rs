@@ -148,8 +148,8 @@ pub(crate) fn judge_journal(out: &Path) -> Vec<Check> {
     vec![journal_wait(&lines)]
 }
 
-/// The appender's write calls (the process whose calls wrote 512 bytes
-/// each): journal waits measured inside, at most its `blocked`.
+/// The appender's write calls (the dd of 6,000 calls, 512 bytes each):
+/// journal waits measured inside, at most its `blocked`.
 fn journal_wait(lines: &[Value]) -> Check {
     let summary = &lines[lines.len() - 1];
     let hook = match hook_of(summary, "write_journal") {
@@ -177,23 +177,34 @@ fn journal_wait(lines: &[Value]) -> Check {
             e[i] += w[*k].as_u64().unwrap_or(0);
         }
     }
+    // Its 6,000 appends (and dd's status lines to stderr, a file), less
+    // the calls whose enter or exit program the kernel skipped as already
+    // running on the CPU (kernel/trace/bpf_trace.c `trace_call_bpf`:
+    // counted, `recursion_misses`; dozens on the newest kernels' TCG
+    // guests): the dd with the most calls, far more than the syncing one's
+    // 1,500.
     let Some([writes, _, starts, journal_ns, blocked_ns]) = per
         .values()
-        .find(|[writes, bytes, ..]| *writes >= 6000 && *bytes == writes * 512)
+        .filter(|[writes, bytes, ..]| *writes >= 5000 && *bytes < writes * 1024)
+        .max_by_key(|[writes, ..]| *writes)
         .copied()
     else {
         return Check::new(
             JOURNAL_WAIT_NAME,
             false,
-            format!("no dd wrote 6,000 calls of 512 bytes: {per:?}"),
+            format!("no dd wrote 5,000 calls or more of 512 bytes: {per:?}"),
         );
     };
+    let skipped = skipped_runs(Some(summary), &|p| {
+        p == "sys_enter_write" || p == "sys_exit_write"
+    });
     Check::new(
         JOURNAL_WAIT_NAME,
         journal_ns > 0 && starts > 0 && journal_ns <= blocked_ns,
         format!(
             "write_journal {hook}: the appender's {writes} write calls started {starts} journal \
-             handles and waited {:.1} ms in them, of {:.1} ms blocked",
+             handles and waited {:.1} ms in them, of {:.1} ms blocked; {skipped} runs of the \
+             write programs skipped by the kernel",
             journal_ns as f64 / 1e6,
             blocked_ns as f64 / 1e6
         ),
