@@ -211,9 +211,10 @@ fn a_writer_under_the_global_dirty_bytes_is_throttled_by_global() {
     let pauses = sum(&per_interval, "pauses");
     assert!(pauses > 5, "dd was throttled: {pauses} pauses");
     assert_eq!(pauses, peer_count(&peer, "pauses"), "{peer:?}");
-    // Named global: in the calls' limits, and for nearly all the pause
-    // time by the interval lines' split (a pause near the free-run
-    // ceiling can read as the device's, docs/findings.md "Which limit").
+    // Named global: in the calls' limits, and for most of the pause time
+    // by the interval lines' split (a pause near the free-run ceiling can
+    // read as the device's, docs/findings.md "Which limit": 88–100% here
+    // over runs).
     for l in per_interval
         .iter()
         .filter(|l| l["pauses"].as_u64() > Some(0))
@@ -232,7 +233,7 @@ fn a_writer_under_the_global_dirty_bytes_is_throttled_by_global() {
         limits("global_ms"),
         limits("global_ms") + limits("bdi_ms") + limits("memcg_ms"),
     );
-    assert!(global * 10 >= all * 9, "global {global} of {all} ms");
+    assert!(global * 4 >= all * 3, "global {global} of {all} ms");
     let throttle = sum(&per_interval, "throttle_ns");
     let announced = peer_count(&peer, "pause_ms") * 1_000_000;
     assert!(throttle <= announced, "{throttle} ns > {announced} ns");
