@@ -68,6 +68,19 @@ fn vmlinux_btf(cache: &mut Option<Result<KernelBtf, String>>) -> Result<&KernelB
         .map_err(Clone::clone)
 }
 
+/// The table in `slot`, resolved from the kernel's BTF at its first use:
+/// `Ok` once it is, else why not (the candidate's rejection reason).
+fn resolved<T>(
+    slot: &mut Option<Result<T, String>>,
+    vmlinux: &mut Option<Result<KernelBtf, String>>,
+    resolve: fn(&KernelBtf) -> Result<T, String>,
+) -> Result<(), String> {
+    slot.get_or_insert_with(|| vmlinux_btf(vmlinux).and_then(resolve))
+        .as_ref()
+        .map(|_| ())
+        .map_err(Clone::clone)
+}
+
 /// Offsets of the struct members the BTF-typed programs read, from the
 /// running kernel's BTF. Errors are the rejection reason.
 fn resolve_members(btf: &KernelBtf) -> Result<KernelMembers, String> {
@@ -338,20 +351,10 @@ impl Tracer {
                 // The write spans read the descriptor's file and the
                 // thread's run clock (writeback-ebpf writes.rs).
                 if concept == Concept::Writes {
-                    let files = file_members
-                        .get_or_insert_with(|| {
-                            vmlinux_btf(&mut vmlinux).and_then(resolve_file_members)
-                        })
-                        .as_ref()
-                        .map(|_| ());
-                    let clock = task_members
-                        .get_or_insert_with(|| {
-                            vmlinux_btf(&mut vmlinux).and_then(resolve_task_members)
-                        })
-                        .as_ref()
-                        .map(|_| ());
+                    let files = resolved(&mut file_members, &mut vmlinux, resolve_file_members);
+                    let clock = resolved(&mut task_members, &mut vmlinux, resolve_task_members);
                     if let Err(reason) = files.and(clock) {
-                        refused.insert((concept, candidate.label()), reason.clone());
+                        refused.insert((concept, candidate.label()), reason);
                         continue;
                     }
                 }
@@ -387,10 +390,10 @@ impl Tracer {
                     Candidate::BtfPrograms { attaches, .. }
                         if attaches.iter().any(|a| a.target == BLOCK_RQ_ISSUE) =>
                     {
-                        if let Err(reason) = block_members.get_or_insert_with(|| {
-                            vmlinux_btf(&mut vmlinux).and_then(resolve_block_members)
-                        }) {
-                            refused.insert((concept, candidate.label()), reason.clone());
+                        if let Err(reason) =
+                            resolved(&mut block_members, &mut vmlinux, resolve_block_members)
+                        {
+                            refused.insert((concept, candidate.label()), reason);
                         }
                     }
                     // The extent program reads the inode (KernelMembers)
@@ -398,28 +401,17 @@ impl Tracer {
                     Candidate::BtfPrograms { attaches, .. }
                         if attaches.iter().any(|a| a.target == EXT4_EXTENT_EVENT) =>
                     {
-                        let inode = members
-                            .get_or_insert_with(|| {
-                                vmlinux_btf(&mut vmlinux).and_then(resolve_members)
-                            })
-                            .as_ref()
-                            .map(|_| ());
-                        let map = extent_members
-                            .get_or_insert_with(|| {
-                                vmlinux_btf(&mut vmlinux).and_then(resolve_extent_members)
-                            })
-                            .as_ref()
-                            .map(|_| ());
+                        let inode = resolved(&mut members, &mut vmlinux, resolve_members);
+                        let map =
+                            resolved(&mut extent_members, &mut vmlinux, resolve_extent_members);
                         if let Err(reason) = inode.and(map) {
-                            refused.insert((concept, candidate.label()), reason.clone());
+                            refused.insert((concept, candidate.label()), reason);
                         }
                     }
                     // The generic-call programs read folios too.
                     Candidate::BtfPrograms { attaches, .. } if is_generic(attaches) => {
-                        if let Err(reason) = members.get_or_insert_with(|| {
-                            vmlinux_btf(&mut vmlinux).and_then(resolve_members)
-                        }) {
-                            refused.insert((concept, candidate.label()), reason.clone());
+                        if let Err(reason) = resolved(&mut members, &mut vmlinux, resolve_members) {
+                            refused.insert((concept, candidate.label()), reason);
                         } else if folio_members.is_none()
                             && let Ok(btf) = vmlinux_btf(&mut vmlinux)
                         {
@@ -450,17 +442,15 @@ impl Tracer {
                         }
                     }
                     Candidate::BtfPrograms { .. } => {
-                        if let Err(reason) = members.get_or_insert_with(|| {
-                            vmlinux_btf(&mut vmlinux).and_then(resolve_members)
-                        }) {
-                            refused.insert((concept, candidate.label()), reason.clone());
+                        if let Err(reason) = resolved(&mut members, &mut vmlinux, resolve_members) {
+                            refused.insert((concept, candidate.label()), reason);
                         }
                     }
                     Candidate::WithCall { .. } => {
-                        if let Err(reason) = task_members.get_or_insert_with(|| {
-                            vmlinux_btf(&mut vmlinux).and_then(resolve_task_members)
-                        }) {
-                            refused.insert((concept, candidate.label()), reason.clone());
+                        if let Err(reason) =
+                            resolved(&mut task_members, &mut vmlinux, resolve_task_members)
+                        {
+                            refused.insert((concept, candidate.label()), reason);
                         }
                     }
                     _ => {}
