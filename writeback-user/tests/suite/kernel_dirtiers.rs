@@ -35,6 +35,25 @@ fn calls_on<'a>(lines: &'a [serde_json::Value], dev: &str, ino: u64) -> Vec<&'a 
         .collect()
 }
 
+/// The call lines on `dev`, by inode: one pass over the lines for a test
+/// that looks up thousands of files ([`calls_on`] scans them all each
+/// time).
+fn calls_by_ino<'a>(
+    lines: &'a [serde_json::Value],
+    dev: &str,
+) -> HashMap<u64, Vec<&'a serde_json::Value>> {
+    let mut out: HashMap<u64, Vec<&serde_json::Value>> = HashMap::new();
+    for l in lines
+        .iter()
+        .filter(|l| l["type"] == "call" && l["dev"] == dev)
+    {
+        if let Some(ino) = l["ino"].as_u64() {
+            out.entry(ino).or_default().push(l);
+        }
+    }
+    out
+}
+
 /// Pages charged per (pid, comm) over `calls`.
 fn charged(calls: &[&serde_json::Value]) -> HashMap<(u64, String), u64> {
     let mut out = HashMap::new();
@@ -860,8 +879,9 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
         (5..60).contains(&readings),
         "{readings} intervals: the first whole, then the changes"
     );
+    let by_ino = calls_by_ino(&lines, &dev);
     for (i, &ino) in inos.iter().enumerate() {
-        let calls = calls_on(&lines, &dev, ino);
+        let calls = by_ino.get(&ino).cloned().unwrap_or_default();
         let by_pid: HashMap<u64, u64> = charged(&calls)
             .into_iter()
             .map(|((pid, _), pages)| (pid, pages))
