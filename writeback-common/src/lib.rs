@@ -682,7 +682,6 @@ pub struct FlusherWork {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InflightCall {
     pub start_ns: u64,
-    pub offcpu_ns: u64,
     pub nr_to_write: i64,
     pub pages_skipped: i64,
     pub range_start: i64,

@@ -23,7 +23,7 @@ use writeback_common::{
 };
 
 use crate::{
-    CURRENT, EVENTS, FILTER, bump,
+    EVENTS, FILTER, bump,
     in_call::in_call,
     read::{current_tid, field, now_ns},
     writepages::filtered_out,
@@ -381,8 +381,7 @@ pub fn handle_stats(ctx: TracePointContext) -> u32 {
     // A call drawn into the sample (one left out has no entry of its own:
     // the thread's entry still holds its call before).
     let ino = if in_call(tid) {
-        // SAFETY: the key is copied out at once.
-        unsafe { CURRENT.get(&tid) }.map_or(0, |c| c.inode())
+        crate::writepages::thread_call(tid, false).map_or(0, |c| c.inode())
     } else {
         0
     };

@@ -8,7 +8,7 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use writeback_common::TracepointLayout;
 
 use crate::{
-    CURRENT,
+    OFFCPU_SINCE,
     read::{current_tid, field, now_ns},
     trial::count_on_this_cpu,
 };
@@ -33,7 +33,7 @@ pub fn floor_count(_ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn floor_lookup(_ctx: TracePointContext) -> u32 {
     // SAFETY: presence test only.
-    unsafe { CURRENT.get(&current_tid()) }.is_some() as u32 & 0
+    unsafe { OFFCPU_SINCE.get(&current_tid()) }.is_some() as u32 & 0
 }
 
 /// One tracepoint field read the way every wbscope tracepoint program

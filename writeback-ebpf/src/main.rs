@@ -29,6 +29,7 @@ mod read;
 mod scan;
 mod sched;
 mod syncwait;
+mod task_local;
 mod taskio;
 mod trial;
 mod writepages;
@@ -62,30 +63,31 @@ pub const WAKEUP_AT_BYTES: u64 = (EVENTS_BYTES / 4) as u64;
 /// kprobes) or both (ext4's folios and extent tracepoints check the key).
 /// Whether the thread is inside a call is its IN_CALL byte (in_call.rs).
 ///
-/// One entry per thread, written in place by each of its calls: a
-/// lookup at the start and one at the end. The map operations that make
-/// and drop entries cost several times more than a lookup under an fsync
-/// storm (docs/bench-log/fsync-storm.md: an insert 0.5 µs, an LRU insert
-/// 1.0-1.2 µs, where the empty program on the event costs 0.16 µs), so a
-/// thread's entry is made once, at its first call, and left for the
-/// next; LRU, so that the entries of threads long gone make room. One
-/// entry per thread, not per call keyed by (inode, thread, device): a
-/// thread is inside one ext4 call at a time (ext4 writes back nothing
-/// from reclaim, which runs GFP_NOFS under it).
+/// One value per thread, hung on its task (task_local.rs) and written in
+/// place by each of its calls: found at the start and at the end. Under
+/// an fsync storm a map operation per call is a large share of the
+/// programs' time (docs/bench-log/fsync-storm.md: an LRU hash insert
+/// 1.0-1.2 µs, a lookup about 0.15 µs, where the empty program on the
+/// event costs 0.1-0.16 µs); task storage finds the value through the
+/// task's own cache, without hashing. Made at the thread's first call,
+/// freed by the kernel when the task exits. A thread is inside one ext4
+/// call at a time (ext4 writes back nothing from reclaim, which runs
+/// GFP_NOFS under it).
 ///
-/// 8,192 threads that made writepages calls recently, at 232 bytes an
-/// element (a 48-byte `struct htab_elem`, the 8-byte key, the 176-byte
-/// value; kernel/bpf/hashtab.c), preallocated: 1.8 MiB. An entry evicted
-/// while its call is in flight makes that call's end unmatched, counted
-/// (`unmatched_results`); a start that finds no room is counted
-/// (`stat::INFLIGHT_FULL`).
-#[map]
-static CURRENT: LruHashMap<u32, writepages::ThreadCall> = LruHashMap::with_max_entries(8192, 0);
+/// Before 5.12 the loader makes it an LRU hash of 8,192 threads keyed by
+/// thread id, preallocated: 1.8 MiB at 232 bytes an element (a 48-byte
+/// `struct htab_elem`, the 8-byte key, the 176-byte value;
+/// kernel/bpf/hashtab.c). An entry evicted while its call is in flight
+/// makes that call's end unmatched, counted (`unmatched_results`); a
+/// start that finds no room is counted (`stat::INFLIGHT_FULL`).
+#[aya_ebpf::macros::btf_map]
+static CURRENT: task_local::TaskStorage<writepages::ThreadCall> = task_local::TaskStorage::new();
 
-/// When a thread inside a call was switched out (sched_switch, only in
-/// the cross-check test's tracer).
+/// When a thread inside a call was switched out, and how long it has
+/// been switched out in the call so far (sched_switch, only in the
+/// cross-check test's tracer).
 #[map]
-static OFFCPU_SINCE: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
+static OFFCPU_SINCE: HashMap<u32, [u64; 2]> = HashMap::with_max_entries(16384, 0);
 
 /// Flusher work each flusher thread is running.
 #[map]

@@ -17,7 +17,7 @@ use writeback_common::{
 };
 
 use crate::{
-    CURRENT, OFFCPU_SINCE,
+    OFFCPU_SINCE,
     in_call::in_call,
     members::KERNEL_MEMBERS,
     read::{Access, Typed, current_tid, field, member, now_ns, raw_arg},
@@ -114,30 +114,42 @@ pub fn tp_btf_sched_switch(ctx: BtfTracePointContext) -> i32 {
 }
 
 /// Two array lookups per switch (IN_CALL); hashes and the clock only when
-/// a thread inside a writepages call is involved.
+/// a thread inside a writepages call is involved. A thread's
+/// `OFFCPU_SINCE` entry holds when it was switched out inside its call
+/// (0 while it runs) and the time it spent switched out so far, which
+/// the call's end takes: the call's own entry hangs on its task
+/// (`CURRENT`), out of reach from here, where only `next`'s id is known.
 #[inline(always)]
 fn switched(prev: u32, next: u32) {
     let prev_in_call = in_call(prev);
     if !prev_in_call && !in_call(next) {
         return;
     }
-    // SAFETY: value copied out at once.
-    let next_since = unsafe { OFFCPU_SINCE.get(&next) }.copied();
-    if !prev_in_call && next_since.is_none() {
+    let next_off = OFFCPU_SINCE.get_ptr_mut(&next);
+    // SAFETY: a live map value, read at once.
+    let next_since = next_off.map_or(0, |o| unsafe { (*o)[0] });
+    if !prev_in_call && next_since == 0 {
         return;
     }
     let now = now_ns();
     if prev_in_call {
-        if OFFCPU_SINCE.insert(&prev, &now, 0).is_err() {
-            crate::bump(writeback_common::stat::MAP_FULL);
+        match OFFCPU_SINCE.get_ptr_mut(&prev) {
+            // SAFETY: `prev`'s entry; only its switches write it.
+            Some(o) => unsafe { (*o)[0] = now },
+            None => {
+                if OFFCPU_SINCE.insert(&prev, &[now, 0], 0).is_err() {
+                    crate::bump(writeback_common::stat::MAP_FULL);
+                }
+            }
         }
     }
-    let Some(since) = next_since else {
-        return;
-    };
-    let _ = OFFCPU_SINCE.remove(&next);
-    if let Some(t) = CURRENT.get_ptr_mut(&next) {
-        // SAFETY: the call's thread is switched out: nobody else writes it.
-        unsafe { (*t).call_mut().offcpu_ns += now.saturating_sub(since) };
+    if let Some(o) = next_off
+        && next_since != 0
+    {
+        // SAFETY: `next`'s entry; it is switched out, nobody else writes it.
+        unsafe {
+            (*o)[1] += now.saturating_sub(next_since);
+            (*o)[0] = 0;
+        }
     }
 }

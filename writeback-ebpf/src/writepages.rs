@@ -28,7 +28,6 @@ use crate::{
     members::KERNEL_MEMBERS,
     read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns, raw_arg},
     sched::{offcpu_since, run_clock},
-    thread_entry,
 };
 
 /// Layout of `ext4:ext4_writepages` (or `ext4_da_writepages`).
@@ -193,7 +192,7 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
         cause::DIRECT
     };
     // Written in place, in the thread's entry (made at its first call).
-    let Some(slot) = thread_entry(&CURRENT, &NO_START, s.key.tid) else {
+    let Some(slot) = thread_call(s.key.tid, true) else {
         // No log line here: aya-log's formatting code multiplies the
         // paths 6.1's verifier walks past its 1M-instruction limit. The
         // counter is printed in every summary.
@@ -224,14 +223,12 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     // stores: LLVM merges plain zero stores (or `..Default::default()`)
     // into calls of compiler_builtins' memset, BPF-to-BPF calls with a
     // frame of their own on top of the program's.
-    zero(&mut call.offcpu_ns);
     zero(&mut call.scan_first_pos);
     zero(&mut call.folios_written);
     // Every field set above: adding one to InflightCall fails to compile
     // here until it is (no code is generated for this).
     let InflightCall {
         start_ns: _,
-        offcpu_ns: _,
         nr_to_write: _,
         pages_skipped: _,
         range_start: _,
@@ -274,6 +271,17 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     Ok(0)
 }
 
+/// The current thread's (`tid`'s) `CURRENT` entry; with `create`, made
+/// at its first call. Only the thread writes it.
+#[inline(always)]
+pub(crate) fn thread_call(tid: u32, create: bool) -> Option<&'static mut ThreadCall> {
+    let zeros = || NO_START.get_ptr(0);
+    // SAFETY: the thread's own entry, live for the program's run.
+    CURRENT
+        .current(tid, create, zeros)
+        .map(|p| unsafe { &mut *p })
+}
+
 /// The state of the ext4 call a thread is inside (its `CURRENT` entry):
 /// what the hooks inside it count, then its start-side values. `current`
 /// comes first, so a pointer to it is a pointer to the whole
@@ -290,12 +298,6 @@ impl ThreadCall {
     #[inline(always)]
     pub fn inode(&self) -> u64 {
         self.current.key.ino
-    }
-
-    /// The start-side values, for the off-CPU time sched.rs adds.
-    #[inline(always)]
-    pub fn call_mut(&mut self) -> &mut InflightCall {
-        &mut self.call
     }
 }
 
@@ -316,10 +318,8 @@ pub fn call_of(key: &InflightKey) -> Option<*mut CurrentCall> {
     if !in_call(key.tid) {
         return None;
     }
-    let call = CURRENT.get_ptr_mut(&key.tid)?;
-    // SAFETY: the key is read at once.
-    (unsafe { (*call).current.key } == *key)
-        .then(|| unsafe { core::ptr::addr_of_mut!((*call).current) })
+    let call = thread_call(key.tid, false)?;
+    (call.current.key == *key).then(|| core::ptr::addr_of_mut!(call.current))
 }
 
 /// A store of zero the compiler cannot merge with its neighbours.
@@ -375,9 +375,16 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     // writes it) or the zeros nobody writes.
     let (start, counted) = unsafe { (&(*t).call, &(*t).current) };
     mark_in_call(key.tid, false);
-    if matched && start.cpu_method == cpu_time::SCHED_SWITCH {
+    // The context switches' count of the call's time switched out
+    // (sched.rs), taken with its entry.
+    let switched_out = if matched && start.cpu_method == cpu_time::SCHED_SWITCH {
+        // SAFETY: the value is copied out at once.
+        let total = unsafe { OFFCPU_SINCE.get(&key.tid) }.map_or(0, |o| o[1]);
         let _ = OFFCPU_SINCE.remove(&key.tid);
-    }
+        total
+    } else {
+        0
+    };
     if !matched {
         if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
             return Ok(0);
@@ -407,7 +414,7 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
         };
         offcpu_since::<A>(&clock, duration_ns)
     } else {
-        start.offcpu_ns
+        switched_out
     };
     entry.write(WritepagesCall {
         kind: record_kind::WRITEPAGES_CALL,
@@ -698,9 +705,8 @@ pub fn current_entry() -> Option<*mut CurrentCall> {
     if !in_call(tid) {
         return None;
     }
-    let t = CURRENT.get_ptr_mut(&tid)?;
-    // SAFETY: a field of the live map value.
-    Some(unsafe { core::ptr::addr_of_mut!((*t).current) })
+    let t = thread_call(tid, false)?;
+    Some(core::ptr::addr_of_mut!(t.current))
 }
 
 /// Marks `tid` inside an ext4 call, or its call as ended: the

@@ -37,6 +37,10 @@ pub enum MapKind {
     LruHash,
     LruPercpuHash,
     Ringbuf,
+    /// Task-local storage: the map itself; each task's value is
+    /// allocated when the task first asks for it and is not in the
+    /// kernel's report.
+    TaskStorage,
     /// Any other type: stated as 0, and said.
     Other(u32),
 }
@@ -52,6 +56,7 @@ impl MapKind {
             9 => MapKind::LruHash,
             10 => MapKind::LruPercpuHash,
             27 => MapKind::Ringbuf,
+            29 => MapKind::TaskStorage,
             t => MapKind::Other(t),
         }
     }
@@ -65,6 +70,7 @@ impl MapKind {
             MapKind::LruHash => "lru_hash",
             MapKind::LruPercpuHash => "lru_percpu_hash",
             MapKind::Ringbuf => "ringbuf",
+            MapKind::TaskStorage => "task_storage",
             MapKind::Other(_) => "other",
         }
     }
@@ -136,6 +142,8 @@ pub struct StructSizes {
     pub array: u64,
     /// `sizeof(struct bpf_ringbuf_map)`.
     pub ringbuf: u64,
+    /// `sizeof(struct bpf_local_storage_map)` (task storage).
+    pub local_storage: u64,
     /// What `htab_map_mem_usage()` adds per possible CPU for each hash
     /// map's `HASHTAB_MAP_LOCK_COUNT` (8) `int` lock counters: 32 up to
     /// 6.18 (which still counts them, though it no longer has them), 0
@@ -151,6 +159,7 @@ impl StructSizes {
         htab: 832,
         array: 312,
         ringbuf: 304,
+        local_storage: 480,
         hash_locks_per_cpu: 32,
         source: "Linux 6.18's (x86_64)",
     };
@@ -162,6 +171,7 @@ impl StructSizes {
         htab: 0,
         array: 320,
         ringbuf: 0,
+        local_storage: 0,
         hash_locks_per_cpu: 0,
         source: "Linux 5.10's (x86_64)",
     };
@@ -248,6 +258,16 @@ fn mem_usage(def: &MapDef, cpus: u64, key: u64, value: u64, s: &StructSizes) -> 
             let data = entries / PAGE;
             let meta = 3;
             s.ringbuf + (meta + data) * PAGE + (meta + 2 * data) * 8
+        }
+        MapKind::TaskStorage => {
+            // The map and its buckets, a power of two at least the
+            // possible CPUs and at least 2
+            // (`bpf_local_storage_map_alloc()`,
+            // `bpf_local_storage_map_mem_usage()` in
+            // kernel/bpf/bpf_local_storage.c); the values hung on tasks
+            // are not counted there.
+            let buckets = cpus.next_power_of_two().max(2);
+            s.local_storage + BUCKET * buckets
         }
         _ => 0,
     }
@@ -454,6 +474,7 @@ mod tests {
             (def(MapKind::PercpuArray, 4, 8, 76), 2_136),
             (def(MapKind::Ringbuf, 0, 0, 4 << 20), 4_223_304),
             (def(MapKind::Ringbuf, 0, 0, 128 << 10), 144_200),
+            (def(MapKind::TaskStorage, 4, 168, 0), 512),
         ];
         for (d, want) in cases {
             assert_eq!(map_bytes(&d, 2, Report::MemUsage, &s), want, "{d:?}");
@@ -468,6 +489,7 @@ mod tests {
             htab: 896,
             array: 312,
             ringbuf: 288,
+            local_storage: 480,
             hash_locks_per_cpu: StructSizes::hash_locks_of_kernel(7, 3),
             source: "test",
         };
@@ -479,6 +501,18 @@ mod tests {
         for (d, want) in cases {
             assert_eq!(map_bytes(&d, 64, Report::MemUsage, &s), want, "{d:?}");
         }
+    }
+
+    /// Task storage: the map's buckets follow the possible CPUs (a power
+    /// of two, at least 2); the values hung on tasks are not reported.
+    #[test]
+    fn task_storage_is_its_map_and_a_bucket_per_cpu() {
+        let s = StructSizes::DEFAULT;
+        let d = def(MapKind::TaskStorage, 4, 168, 0);
+        let at = |c| map_bytes(&d, c, Report::MemUsage, &s);
+        assert_eq!(at(1), 480 + 2 * 16);
+        assert_eq!(at(100), 480 + 128 * 16);
+        assert_eq!(map_bytes(&d, 64, Report::Footprint, &s), 0);
     }
 
     #[test]

@@ -22,7 +22,6 @@ use super::{
     Tracer,
     btf::Btf as KernelBtf,
     members::member_spec,
-    object::EBPF_OBJECT,
     plan::{
         BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, DIRTY_INODE, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
         TASK_RUNTIME_STEAL_FIELD, TracepointAttach, candidates, is_generic,
@@ -523,9 +522,7 @@ impl Tracer {
         for m in memory.maps.iter().filter(|m| m.sized.is_some()) {
             loader.map_max_entries(&m.def.name, m.def.max_entries);
         }
-        let mut ebpf = loader
-            .load(EBPF_OBJECT)
-            .context("loading the embedded eBPF object")?;
+        let mut ebpf = super::object::load(&mut loader)?;
         let measured = super::memory::measured(&ebpf);
         memory.set_measured(|name| measured.get(name).copied());
         let logger = match aya_log::EbpfLogger::init(&mut ebpf) {

@@ -27,7 +27,7 @@ use aya::{
 };
 use serde::Serialize;
 
-use super::{attach::cpu_slot_entries, object::EBPF_OBJECT, privileges, tracefs};
+use super::{attach::cpu_slot_entries, object, privileges, tracefs};
 use wbscope_sys as sys;
 
 /// `(program, what it does)`, cheapest first.
@@ -112,9 +112,7 @@ impl Hook {
     /// program attached: a tp_btf program is bound to its target when loaded, and
     /// each hook's figures need a program of their own.
     fn attach(self, btf: &Btf, counting: bool) -> anyhow::Result<(Ebpf, Link)> {
-        let mut ebpf = loader()
-            .load(EBPF_OBJECT)
-            .context("loading the embedded eBPF object")?;
+        let mut ebpf = object::load(&mut loader())?;
         let prog = self.program(counting);
         let program = ebpf
             .program_mut(prog)
@@ -336,10 +334,7 @@ pub fn measure(
     let (layout, _) = tracefs::read_format(&root, EVENT.0, EVENT.1)?
         .layout(&["next_pid"])
         .context("sched_switch's next_pid")?;
-    let mut ebpf = loader()
-        .override_global("FLOOR_LAYOUT", &layout, true)
-        .load(EBPF_OBJECT)
-        .context("loading the embedded eBPF object")?;
+    let mut ebpf = object::load(loader().override_global("FLOOR_LAYOUT", &layout, true))?;
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling BPF run-time statistics (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)")?;
     let mut links = Vec::new();

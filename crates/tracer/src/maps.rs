@@ -368,8 +368,7 @@ mod tests {
     #[test]
     fn recursion_misses_of_a_loaded_program_are_read() {
         use std::os::fd::AsFd as _;
-        let mut ebpf = aya::EbpfLoader::new()
-            .load(super::super::object::EBPF_OBJECT)
+        let mut ebpf = super::super::object::load(&mut aya::EbpfLoader::new())
             .expect("load the embedded object");
         let program: &mut aya::programs::TracePoint = ebpf
             .program_mut("dirty_inode")

@@ -18,7 +18,7 @@ use wbscope_model::{
     plan::{HookKind, OptIn},
 };
 
-use super::{TracerOptions, batch::sys_bpf, object::EBPF_OBJECT};
+use super::{TracerOptions, batch::sys_bpf};
 
 /// What of this host decides the maps' sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +34,9 @@ pub struct HostShape {
     /// Whether the kernel has kprobes (their argument map is made
     /// only then).
     pub kprobes: bool,
+    /// Whether tracing programs may use task storage (else its map is
+    /// an LRU hash, `object::task_storage_usable`).
+    pub task_storage: bool,
 }
 
 /// Where the kernel lists its possible CPUs.
@@ -59,6 +62,7 @@ impl HostShape {
             cpu_slots,
             pid_max,
             kprobes: std::path::Path::new(super::trials::KPROBE_PMU).exists(),
+            task_storage: super::object::task_storage_usable(),
         })
     }
 
@@ -144,6 +148,14 @@ pub(crate) fn map_sizes(
             "unused without --pid or --cgroup".into(),
         ));
     }
+    if !host.task_storage {
+        out.push((
+            super::object::TASK_STORAGE_MAP,
+            super::object::FALLBACK_THREADS,
+            "an LRU hash of threads: tracing programs have no task storage before Linux 5.12"
+                .into(),
+        ));
+    }
     if !host.kprobes || options.hooks.disabled.contains(&HookKind::Kprobe) {
         out.push(("KPROBE_ARGS", 1, "unused without kprobes".into()));
     }
@@ -156,7 +168,9 @@ fn map_defs(
     options: &TracerOptions,
     host: &HostShape,
 ) -> anyhow::Result<Vec<(MapDef, Option<String>)>> {
-    let object = aya_obj::Object::parse(EBPF_OBJECT).context("parsing the embedded eBPF object")?;
+    let bytes = super::object::object_for(host.task_storage)?;
+    let object =
+        aya_obj::Object::parse(bytes.bytes()).context("parsing the embedded eBPF object")?;
     let sizes = map_sizes(options, host);
     let mut out: Vec<(MapDef, Option<String>)> = object
         .maps
@@ -180,7 +194,7 @@ fn map_defs(
 }
 
 /// The running kernel's `major.minor`.
-fn kernel_version() -> Option<(u32, u32)> {
+pub(crate) fn kernel_version() -> Option<(u32, u32)> {
     let release = wbscope_sys::kernel_release();
     let mut parts = release.split(['.', '-']);
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
@@ -348,7 +362,9 @@ pub(crate) fn measured(ebpf: &Ebpf) -> HashMap<String, u64> {
                 | aya::maps::Map::LruHashMap(d)
                 | aya::maps::Map::PerCpuHashMap(d)
                 | aya::maps::Map::PerCpuLruHashMap(d)
-                | aya::maps::Map::RingBuf(d) => d.fd().as_fd().as_raw_fd(),
+                | aya::maps::Map::RingBuf(d)
+                // Task storage: a type aya 0.14 has no wrapper for.
+                | aya::maps::Map::Unsupported(d) => d.fd().as_fd().as_raw_fd(),
                 _ => return None,
             };
             Some((name.to_string(), memlock(fd).ok()?))
@@ -406,10 +422,16 @@ fn measure_structs(report: Report, hash_locks_per_cpu: u64) -> anyhow::Result<St
         Report::MemUsage => {}
     }
     let host = HostShape::this_host()?;
+    // Task storage's struct from the kernel's own BTF: making one needs
+    // a BTF blob for its key and value.
+    let local_storage = crate::btf::Btf::from_kernel(None)
+        .and_then(|btf| btf.struct_size("bpf_local_storage_map"))
+        .unwrap_or(StructSizes::DEFAULT.local_storage);
     let zero = StructSizes {
         htab: 0,
         array: 0,
         ringbuf: 0,
+        local_storage,
         hash_locks_per_cpu,
         source: "measured",
     };
@@ -464,6 +486,7 @@ mod tests {
                 cpu_slots: 2,
                 pid_max,
                 kprobes: true,
+                task_storage: true,
             };
             let defs = map_defs(&options, &host).expect("object parses");
             fit(defs, 2, Report::MemUsage, StructSizes::DEFAULT)
@@ -510,6 +533,7 @@ mod tests {
             cpu_slots: 128,
             pid_max: 4_194_304,
             kprobes: false,
+            task_storage: true,
         };
         let sizes = map_sizes(&TracerOptions::default(), &host);
         let get = |n: &str| sizes.iter().find(|s| s.0 == n).map(|s| s.1);
@@ -528,6 +552,7 @@ mod tests {
             &options,
             &HostShape {
                 kprobes: true,
+                task_storage: true,
                 ..host
             },
         );
@@ -546,6 +571,7 @@ mod tests {
             cpu_slots: 2,
             pid_max: 4_194_304,
             kprobes: true,
+            task_storage: true,
         };
         for cpus in [2, 16, 64, 128, 256] {
             let host = host.with_cpus(cpus);
@@ -562,5 +588,38 @@ mod tests {
                 plan.table()
             );
         }
+    }
+
+    /// Where tracing programs have no task storage (before 5.12), the
+    /// per-thread call map is stated as the LRU hash the loader makes of
+    /// it, with its entries and why.
+    #[test]
+    fn without_task_storage_the_call_map_is_stated_as_an_lru_hash() {
+        let host = HostShape {
+            possible_cpus: 2,
+            cpu_slots: 2,
+            pid_max: 32_768,
+            kprobes: false,
+            task_storage: false,
+        };
+        let defs = map_defs(&TracerOptions::default(), &host).expect("object parses");
+        let (current, why) = defs
+            .iter()
+            .find(|(d, _)| d.name == "CURRENT")
+            .expect("CURRENT");
+        assert_eq!(current.kind, MapKind::LruHash);
+        assert_eq!(current.max_entries, 8192);
+        assert!(why.as_deref().unwrap_or("").contains("5.12"), "{why:?}");
+        let with = HostShape {
+            task_storage: true,
+            ..host
+        };
+        let defs = map_defs(&TracerOptions::default(), &with).expect("object parses");
+        let (current, _) = defs
+            .iter()
+            .find(|(d, _)| d.name == "CURRENT")
+            .expect("CURRENT");
+        assert_eq!(current.kind, MapKind::TaskStorage);
+        assert_eq!(current.max_entries, 0);
     }
 }

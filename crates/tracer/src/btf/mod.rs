@@ -602,6 +602,66 @@ impl Btf {
         }
     }
 
+    /// `sizeof(struct name)` (or union); several same-named ones must
+    /// agree.
+    pub(crate) fn struct_size(&self, name: &str) -> Result<u64, BtfError> {
+        let mut size = None;
+        for id in 1..self.starts.len() {
+            let ty = self.ty(id as u32)?;
+            if !ty.is_composite() || !self.name_is(ty.name_off, name) {
+                continue;
+            }
+            let this = u64::from(ty.size_or_type);
+            match size {
+                Some(s) if s != this => {
+                    return Err(malformed(format!(
+                        "two definitions of {name} of {s} and {this} bytes"
+                    )));
+                }
+                _ => size = Some(this),
+            }
+        }
+        size.ok_or_else(|| BtfError::NoSuchStruct(name.to_owned()))
+    }
+
+    /// The word of this standalone blob's type section that holds a BTF
+    /// map definition's number: variable `var` (in `.maps`) is a struct
+    /// whose `member` points to an array of that many elements (the
+    /// convention libbpf reads, `__uint(name, val)` in bpf_helpers.h), and
+    /// the word is that array's `nelems` (`struct btf_array`). The
+    /// index counts from the type section's first word.
+    pub(crate) fn map_def_word(&self, var: &str, member: &str) -> Result<usize, BtfError> {
+        let def = (1..self.starts.len())
+            .map(|id| self.ty(id as u32))
+            .find(|t| {
+                t.as_ref()
+                    .is_ok_and(|t| t.kind() == KIND_VAR && self.name_is(t.name_off, var))
+            })
+            .ok_or_else(|| malformed(format!("no variable {var}")))??;
+        let def = self.skip_modifiers(def.size_or_type)?;
+        if def.kind() != KIND_STRUCT {
+            return Err(malformed(format!("{var} is not a struct")));
+        }
+        let field = def
+            .extra
+            .chunks_exact(3)
+            .find(|m| self.name_is(m[0], member))
+            .ok_or_else(|| BtfError::NoSuchMember {
+                kind: "struct",
+                struct_name: var.to_owned(),
+                member: member.to_owned(),
+            })?;
+        let ptr = self.ty(field[1])?;
+        let array = self.ty(ptr.size_or_type)?;
+        if ptr.kind() != KIND_PTR || array.kind() != KIND_ARRAY {
+            return Err(malformed(format!(
+                "{var}.{member} is not a pointer to an array"
+            )));
+        }
+        // `struct btf_array { __u32 type; __u32 index_type; __u32 nelems; }`
+        Ok(self.starts[array.id as usize] + BTF_TYPE_WORDS + 2)
+    }
+
     /// Used by the tests (the layouts and parameters they check).
     #[cfg(test)]
     /// Parameter names, in order, of function `name` (a `BTF_KIND_FUNC`).
