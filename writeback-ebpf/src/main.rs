@@ -75,11 +75,13 @@ pub const WAKEUP_AT_BYTES: u64 = (EVENTS_BYTES / 4) as u64;
 /// GFP_NOFS under it).
 ///
 /// Before 5.12 the loader makes it an LRU hash of 8,192 threads keyed by
-/// thread id, preallocated: 1.8 MiB at 232 bytes an element (a 48-byte
-/// `struct htab_elem`, the 8-byte key, the 176-byte value;
+/// thread id, preallocated: 1.8 MiB at 224 bytes an element (a 48-byte
+/// `struct htab_elem`, the 8-byte key, the 168-byte value;
 /// kernel/bpf/hashtab.c). An entry evicted while its call is in flight
 /// makes that call's end unmatched, counted (`unmatched_results`); a
-/// start that finds no room is counted (`stat::INFLIGHT_FULL`).
+/// start that finds no room, or whose task-storage lookup the kernel
+/// refuses (another under way on the CPU), is counted
+/// (`stat::INFLIGHT_FULL`).
 #[aya_ebpf::macros::btf_map]
 static CURRENT: task_local::TaskStorage<writepages::ThreadCall> = task_local::TaskStorage::new();
 

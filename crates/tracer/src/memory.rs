@@ -602,23 +602,21 @@ mod tests {
             kprobes: false,
             task_storage: false,
         };
-        let defs = map_defs(&TracerOptions::default(), &host).expect("object parses");
-        let (current, why) = defs
-            .iter()
-            .find(|(d, _)| d.name == "CURRENT")
-            .expect("CURRENT");
-        assert_eq!(current.kind, MapKind::LruHash);
-        assert_eq!(current.max_entries, 8192);
+        let current = |host: &HostShape| {
+            map_defs(&TracerOptions::default(), host)
+                .expect("object parses")
+                .into_iter()
+                .find(|(d, _)| d.name == "CURRENT")
+                .expect("CURRENT")
+        };
+        let (without, why) = current(&host);
+        assert_eq!(without.kind, MapKind::LruHash);
+        assert_eq!(without.max_entries, 8192);
         assert!(why.as_deref().unwrap_or("").contains("5.12"), "{why:?}");
-        let with = HostShape {
+        let (current, _) = current(&HostShape {
             task_storage: true,
             ..host
-        };
-        let defs = map_defs(&TracerOptions::default(), &with).expect("object parses");
-        let (current, _) = defs
-            .iter()
-            .find(|(d, _)| d.name == "CURRENT")
-            .expect("CURRENT");
+        });
         assert_eq!(current.kind, MapKind::TaskStorage);
         assert_eq!(current.max_entries, 0);
     }

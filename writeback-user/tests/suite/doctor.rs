@@ -189,16 +189,7 @@ fn strict_device_cap_is_named_with_its_writer() {
     // their time waiting for a CPU (`blocked`) can outweigh the pauses
     // (1,221 against 1,092 ms in one CI run): the pauses are a quarter
     // of their time or more, and the largest wait a tracepoint names.
-    let parts = &f["evidence"]["parts_ms"];
-    let ms = |p: &str| parts[p].as_f64().unwrap();
-    let total: f64 = ["throttle", "stable", "reclaim", "blocked", "other"]
-        .iter()
-        .map(|p| ms(p))
-        .sum();
-    assert!(ms("throttle") >= total / 4.0, "{f}");
-    assert!(ms("throttle") > ms("stable").max(ms("reclaim")), "{f}");
-    let part = f["evidence"]["part"].as_str().unwrap();
-    assert!(part == "throttle" || part == "blocked", "{f}");
+    crate::support::assert_named_wait(f, "throttle");
     assert_eq!(
         f["evidence"]["throttled_by"],
         serde_json::json!(["bdi"]),

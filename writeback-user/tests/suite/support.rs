@@ -102,6 +102,26 @@ impl LoopFs {
 }
 
 /// `major:minor` of the filesystem holding `path`, as wbscope prints it.
+/// Asserts that a `write-stalled` finding shows `part` as a quarter or
+/// more of the writes' time and the largest of the waits a tracepoint
+/// names (throttle, stable, reclaim), and names it or `blocked` (time
+/// off the CPU no tracepoint marks, which CPU contention or preemption
+/// can make as large) as the dominant part.
+pub fn assert_named_wait(f: &serde_json::Value, part: &str) {
+    let parts = &f["evidence"]["parts_ms"];
+    let ms = |p: &str| parts[p].as_f64().unwrap();
+    let total: f64 = ["throttle", "stable", "reclaim", "blocked", "other"]
+        .iter()
+        .map(|p| ms(p))
+        .sum();
+    assert!(ms(part) >= total / 4.0, "{f}");
+    for other in ["throttle", "stable", "reclaim"] {
+        assert!(other == part || ms(part) > ms(other), "{f}");
+    }
+    let dominant = f["evidence"]["part"].as_str().unwrap();
+    assert!(dominant == part || dominant == "blocked", "{f}");
+}
+
 pub fn dev_of(path: &Path) -> String {
     let dev = fs::metadata(path).expect("stat").dev();
     format!("{}:{}", libc::major(dev), libc::minor(dev))
