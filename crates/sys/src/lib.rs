@@ -26,6 +26,19 @@ pub fn kernel_release() -> String {
     proc_line("/proc/sys/kernel/osrelease")
 }
 
+/// The running kernel's `(major, minor)`, if its release says.
+pub fn kernel_version() -> Option<(u32, u32)> {
+    release_version(&kernel_release())
+}
+
+/// `(major, minor)` of a release string ("5.10.0-46-amd64": (5, 10)).
+pub fn release_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    Some((parts.next()?, parts.next()?))
+}
+
 fn proc_line(path: &str) -> String {
     fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -78,4 +91,18 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     // SAFETY: valid pointer to a timespec.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_gives_its_major_and_minor() {
+        assert_eq!(release_version("5.10.0-46-amd64"), Some((5, 10)));
+        assert_eq!(release_version("6.12.118+deb13-rt-amd64"), Some((6, 12)));
+        assert_eq!(release_version("7.3"), Some((7, 3)));
+        assert_eq!(release_version("unknown"), None);
+        assert_eq!(release_version("6"), None);
+    }
 }

@@ -193,13 +193,6 @@ fn map_defs(
     Ok(out)
 }
 
-/// The running kernel's `major.minor`.
-pub(crate) fn kernel_version() -> Option<(u32, u32)> {
-    let release = wbscope_sys::kernel_release();
-    let mut parts = release.split(['.', '-']);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
-
 /// The maps keyed by thread that hold a thread only while it is inside a
 /// call (a writeback call, an fsync, a scan pass, off CPU in a call):
 /// what [`fit`] shrinks when the maps would pass their bound. A thread
@@ -256,7 +249,7 @@ fn fit(
 pub fn memory_plan(options: &TracerOptions, cpus: Option<u32>) -> anyhow::Result<MemoryPlan> {
     let host = HostShape::this_host()?;
     let host = cpus.map_or(host, |c| host.with_cpus(c));
-    let version = kernel_version();
+    let version = wbscope_sys::kernel_version();
     let report = version.map_or(Report::MemUsage, |(a, b)| Report::of_kernel(a, b));
     let locks = version.map_or(StructSizes::DEFAULT.hash_locks_per_cpu, |(a, b)| {
         StructSizes::hash_locks_of_kernel(a, b)

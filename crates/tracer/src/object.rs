@@ -12,7 +12,7 @@ pub(crate) static EBPF_OBJECT: &[u8] =
 /// does not, [`object_for`] rewrites the task-storage map into an LRU
 /// hash keyed by thread id and [`prepare`] tells the programs so.
 pub(crate) fn task_storage_usable() -> bool {
-    crate::memory::kernel_version().is_some_and(|v| v >= (5, 12))
+    wbscope_sys::kernel_version().is_some_and(|v| v >= (5, 12))
 }
 
 /// The object's task-storage map (writeback-ebpf main.rs, task_local.rs).

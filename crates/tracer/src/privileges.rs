@@ -308,10 +308,7 @@ fn map_access() -> MapAccess {
 /// [`map_access`] for a kernel of `release` ("5.10.0-46-amd64") with
 /// `unprivileged_bpf_disabled` at `disabled`.
 fn access_on(release: &str, disabled: u32) -> MapAccess {
-    let mut parts = release
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|p| p.parse::<u32>().ok());
-    let (Some(major), Some(minor)) = (parts.next(), parts.next()) else {
+    let Some((major, minor)) = wbscope_sys::release_version(release) else {
         return MapAccess::Open;
     };
     if disabled == 0 || (major, minor) >= (5, 19) {
