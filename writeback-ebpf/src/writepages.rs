@@ -154,6 +154,11 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     if cpu_method != cpu_time::OFF {
         flags |= call_flags::CPU_TRACKED;
     }
+    if cpu_method == cpu_time::SCHED_SWITCH {
+        // A total left by a call whose end was not seen is not this
+        // call's (sched.rs adds to it while the thread is switched out).
+        let _ = OFFCPU_SINCE.remove(&s.key.tid);
+    }
     // Cause, most specific first: WB_SYNC_ALL is a sync whoever asks;
     // for_kupdate is periodic; otherwise the flusher work this thread runs
     // (writeback_start..writeback_written) says background or why; outside
