@@ -128,7 +128,7 @@ fn check_patch(patched: &[u8]) -> anyhow::Result<()> {
         .collect();
     anyhow::ensure!(
         after == expected,
-        "rewriting {TASK_STORAGE_MAP} into an LRU hash changed other maps: {after:?}"
+        "rewriting {TASK_STORAGE_MAP} into an LRU hash gave other maps than expected: {after:?}"
     );
     Ok(())
 }
