@@ -201,10 +201,11 @@ static FILTER: Filter = Filter {
 /// Thread `tid`'s entry in `map`, made on its first call: a lookup, and
 /// only for a thread new to the map an insert (of the `zeros` a
 /// never-written array holds: the caller writes every field it reads)
-/// and a second lookup. For the per-thread call maps written in place (ext4's
-/// `CURRENT`, `do_writepages()`'s `HOOKED`): making and dropping an entry
-/// per call cost several times a lookup under an fsync storm
-/// (docs/bench-log/fsync-storm.md).
+/// and a second lookup. For the per-thread maps written in place
+/// (`do_writepages()`'s `HOOKED`, the write spans' `WRITING`; ext4's
+/// `CURRENT` is task storage, task_local.rs, with this same path before
+/// 5.12): making and dropping an entry per call cost several times a
+/// lookup under an fsync storm (docs/bench-log/fsync-storm.md).
 #[inline(always)]
 pub(crate) fn thread_entry<V>(
     map: &'static LruHashMap<u32, V>,
@@ -220,8 +221,7 @@ pub(crate) fn thread_entry<V>(
             map.get_ptr_mut(&tid)?
         }
     };
-    // SAFETY: the thread's own entry: only the thread writes it (and, for
-    // `CURRENT`, sched.rs while the thread is switched out).
+    // SAFETY: the thread's own entry: only the thread writes it.
     Some(unsafe { &mut *entry })
 }
 
