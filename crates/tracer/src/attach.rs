@@ -288,9 +288,16 @@ impl Tracer {
     ) -> anyhow::Result<Tracer> {
         privileges::check()?;
         let tracefs_root = tracefs::ensure_mounted()?;
+        // The kernel's BTF, parsed once at its first use: by the memory
+        // statement (6.4+) or by phase 1's member tables.
+        let mut vmlinux: Option<Result<KernelBtf, String>> = None;
         // The maps' sizes for this host and these options, and what they
         // will take, said before anything is made or parsed (memory.rs).
-        let mut memory = super::memory::memory_plan(options, None)?;
+        let mut memory = super::memory::plan_with_btf(options, None, || {
+            vmlinux_btf(&mut vmlinux)
+                .ok()
+                .and_then(super::memory::local_storage_size)
+        })?;
         if !memory.within_bound() {
             warn!(
                 "the tracer's maps take {:.1} MiB here, over the {} MiB they keep to by default \
@@ -326,7 +333,6 @@ impl Tracer {
         let mut extent_members: Option<Result<ExtentMembers, String>> = None;
         let mut folio_members: Option<FolioMembers> = None;
         let mut dirtier_members: Option<Result<DirtierMembers, String>> = None;
-        let mut vmlinux: Option<Result<KernelBtf, String>> = None;
         let mut refused: HashMap<(Concept, String), String> = HashMap::new();
         let mut prepared: Vec<Prepared> = Vec::new();
         for &concept in &Concept::ALL {

@@ -247,6 +247,22 @@ fn fit(
 /// else 6.4+'s report with [`StructSizes::DEFAULT`]. Its maps' entries are
 /// the ones to load them with.
 pub fn memory_plan(options: &TracerOptions, cpus: Option<u32>) -> anyhow::Result<MemoryPlan> {
+    plan_with_btf(options, cpus, || {
+        crate::btf::Btf::from_kernel(None)
+            .ok()
+            .and_then(|btf| local_storage_size(&btf))
+    })
+}
+
+/// [`memory_plan`], asking `local_storage` for [`local_storage_size`]
+/// only if the kernel's report needs it: the tracer's attach answers from
+/// the BTF it parses for its programs anyway (a parse is about 12 ms
+/// here).
+pub(crate) fn plan_with_btf(
+    options: &TracerOptions,
+    cpus: Option<u32>,
+    local_storage: impl FnOnce() -> Option<u64>,
+) -> anyhow::Result<MemoryPlan> {
     let host = HostShape::this_host()?;
     let host = cpus.map_or(host, |c| host.with_cpus(c));
     let version = wbscope_sys::kernel_version();
@@ -254,7 +270,7 @@ pub fn memory_plan(options: &TracerOptions, cpus: Option<u32>) -> anyhow::Result
     let locks = version.map_or(StructSizes::DEFAULT.hash_locks_per_cpu, |(a, b)| {
         StructSizes::hash_locks_of_kernel(a, b)
     });
-    let structs = match measure_structs(report, locks) {
+    let structs = match measure_structs(report, locks, local_storage) {
         Ok(s) => s,
         Err(e) => {
             log::warn!(
@@ -397,11 +413,22 @@ pub(crate) fn create_map(
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// `sizeof(struct bpf_local_storage_map)` (task storage) from the
+/// kernel's BTF: making such a map to measure it, as the others are,
+/// needs a BTF blob for its key and value.
+pub(crate) fn local_storage_size(vmlinux: &crate::btf::Btf) -> Option<u64> {
+    vmlinux.struct_size("bpf_local_storage_map").ok()
+}
+
 /// The running kernel's struct sizes behind a map, from three maps of
 /// one entry each: their `memlock:` less what the formula adds for the
 /// entry (`wbscope_model::map_memory`), on 6.4+; 5.11-6.3's report uses
 /// none, and 5.10's one fixed size.
-fn measure_structs(report: Report, hash_locks_per_cpu: u64) -> anyhow::Result<StructSizes> {
+fn measure_structs(
+    report: Report,
+    hash_locks_per_cpu: u64,
+    local_storage: impl FnOnce() -> Option<u64>,
+) -> anyhow::Result<StructSizes> {
     match report {
         Report::Footprint => {
             return Ok(StructSizes {
@@ -415,11 +442,7 @@ fn measure_structs(report: Report, hash_locks_per_cpu: u64) -> anyhow::Result<St
         Report::MemUsage => {}
     }
     let host = HostShape::this_host()?;
-    // Task storage's struct from the kernel's own BTF: making one needs
-    // a BTF blob for its key and value.
-    let local_storage = crate::btf::Btf::from_kernel(None)
-        .and_then(|btf| btf.struct_size("bpf_local_storage_map"))
-        .unwrap_or(StructSizes::DEFAULT.local_storage);
+    let local_storage = local_storage().unwrap_or(StructSizes::DEFAULT.local_storage);
     let zero = StructSizes {
         htab: 0,
         array: 0,
