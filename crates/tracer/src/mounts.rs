@@ -67,7 +67,7 @@ impl FsNames {
         // Only when stale: a whole disk whose partitions are mounted is
         // no mount of its own, and must not re-read the table per flush.
         if self.stale() {
-            self.refresh();
+            self.refresh_if_changed();
         }
         let mut out = vec![disk];
         out.extend(self.partitions.get(&disk).into_iter().flatten());
@@ -86,7 +86,7 @@ impl FsNames {
     /// the disk the ledger's device rows name.
     pub(crate) fn disks(&mut self) -> HashMap<DevId, DevId> {
         if self.stale() {
-            self.refresh();
+            self.refresh_if_changed();
         }
         self.known
             .keys()
@@ -122,8 +122,8 @@ impl FsNames {
     pub(crate) fn name(&mut self, dev: DevId) -> &str {
         let age = self.read_at.map(|t| t.elapsed());
         let retry = !self.known.contains_key(&dev) && age.is_none_or(|a| a > RETRY);
-        if self.stale() || retry {
-            self.refresh();
+        if age.is_none_or(|a| a > FRESH) || retry {
+            self.refresh_if_changed();
         }
         self.known.get(&dev).map_or("", String::as_str)
     }
@@ -131,6 +131,43 @@ impl FsNames {
     /// Whether the table was read more than [`FRESH`] ago, or never.
     fn stale(&self) -> bool {
         self.read_at.is_none_or(|t| t.elapsed() > FRESH)
+    }
+
+    /// Reads the table again if it changed since the last read, else
+    /// only marks it fresh: rendering the table is the costly part (an
+    /// fsync storm's call records asked for a name 10,000 times a second,
+    /// and its re-reads every [`FRESH`] were a seventh of the process's
+    /// time), and mountinfo says when it changed.
+    fn refresh_if_changed(&mut self) {
+        if self.read_at.is_none() || self.changed() {
+            self.refresh();
+        } else {
+            self.read_at = Some(Instant::now());
+        }
+    }
+
+    /// Whether the mount table changed since the held file last read or
+    /// polled it: a mount or unmount in the namespace makes the file
+    /// poll as a priority event, once (`mounts_poll()` in
+    /// fs/proc_namespace.c, proc(5)). True when that cannot be asked.
+    fn changed(&self) -> bool {
+        use std::os::fd::AsRawFd as _;
+        let Some(file) = &self.file else {
+            return true;
+        };
+        let mut fds = [libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        }];
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: one pollfd of a descriptor this struct holds open, a
+        // valid timeout and no signal mask.
+        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), 1, &zero, std::ptr::null()) };
+        n != 0
     }
 
     /// Reads the mount table again: each device's type, and the block
@@ -462,5 +499,10 @@ mod tests {
         let rc = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
         assert_eq!(rc, 0);
         assert_eq!(name, "tmpfs");
+        // The unmount is seen too, once the name is no longer fresh: the
+        // table is read again only when it changed.
+        std::thread::sleep(FRESH * 2);
+        assert_eq!(names.name(dev), "", "an unmounted filesystem still named");
+        assert!(!names.name(root).is_empty());
     }
 }

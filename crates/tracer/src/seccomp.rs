@@ -75,11 +75,13 @@ const GROUPS: &[(&str, &[libc::c_long])] = &[
         // the sockets) and timers (epoll timeouts: the interval, the
         // ring's 100 ms drain, the exporter's timeouts); futex for locks;
         // clock_gettime when the vDSO cannot answer; epoll_pwait is the
-        // only epoll wait of some architectures.
+        // only epoll wait of some architectures. ppoll, without waiting:
+        // whether /proc/self/mountinfo changed (mounts.rs).
         "async runtime",
         &[
             libc::SYS_epoll_wait,
             libc::SYS_epoll_pwait,
+            libc::SYS_ppoll,
             libc::SYS_epoll_ctl,
             libc::SYS_clock_gettime,
             libc::SYS_futex,
