@@ -67,9 +67,19 @@ pub fn write_json_line<W: std::io::Write + ?Sized, T: serde::Serialize + ?Sized>
     out: &mut W,
     value: &T,
 ) -> std::io::Result<()> {
-    let mut ser = serde_json::Serializer::with_formatter(&mut *out, TerminalSafe);
-    value.serialize(&mut ser).map_err(std::io::Error::other)?;
+    write_json_value(&mut *out, value)?;
     out.write_all(b"\n")
+}
+
+/// `value` as [`write_json_line`] writes it, without the line's end: for
+/// a line put together by hand (wbscope-export's call line), whose
+/// strings and nested values must come out as serde's would.
+pub fn write_json_value<W: std::io::Write + ?Sized, T: serde::Serialize + ?Sized>(
+    out: &mut W,
+    value: &T,
+) -> std::io::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(&mut *out, TerminalSafe);
+    value.serialize(&mut ser).map_err(std::io::Error::other)
 }
 
 /// serde_json's compact format, with [`drives_terminal`] characters in

@@ -430,7 +430,9 @@ fn print_call(out: &mut impl io::Write, args: &ReplayArgs, call: &CallRecord) ->
         return Ok(());
     }
     if args.json {
-        wbscope_sys::escape::write_json_line(out, &CallLine::from(call))
+        let mut line = Vec::with_capacity(1024);
+        CallLine::from(call).write_line(&mut line)?;
+        out.write_all(&line)
     } else {
         writeln!(out, "{}", text::call_row(call))
     }
@@ -451,7 +453,7 @@ async fn feed_recording(
     while let Some((unix_ns, frame)) = frames.recv().await {
         let msg = match frame {
             Frame::Call(mut call) => {
-                call.comm = escape_controls(&call.comm).into_owned();
+                call.comm = escape_controls(&call.comm).as_ref().into();
                 Msg::Call(call)
             }
             Frame::Interval(mut value) => {

@@ -42,6 +42,9 @@ struct TraceOutput {
     /// Findings (model/findings): `{"type":"finding"}` lines with --json
     /// when one opens or closes, and the exporter's finding gauges.
     findings: Engine,
+    /// A call line's bytes, put together before they go to `out` in one
+    /// write (kept between calls: no allocation per line).
+    call_line: Vec<u8>,
 }
 
 impl TraceOutput {
@@ -74,7 +77,11 @@ impl SessionOutput for TraceOutput {
         }
         match (self.events, self.json) {
             (false, _) => Ok(()),
-            (true, true) => self.json(&CallLine::from(call)),
+            (true, true) => {
+                self.call_line.clear();
+                CallLine::from(call).write_line(&mut self.call_line)?;
+                self.out.write_all(&self.call_line)
+            }
             (true, false) => self.line(&text::call_row(call)),
         }
     }
@@ -172,6 +179,7 @@ pub(crate) async fn run(args: &TraceArgs, hooks: &HookChoice) -> anyhow::Result<
         out: BufWriter::with_capacity(OUT_BUFFER, io::stdout()),
         telemetry,
         findings: Engine::new(),
+        call_line: Vec::with_capacity(1024),
     };
     session::drop_privileges(&privileges, None)?;
     let header = if args.events {
