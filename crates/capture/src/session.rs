@@ -267,6 +267,17 @@ impl Batch {
             RingRecord::Write(w) => self.writes.push(w),
         }
     }
+
+    /// Empties the batch, keeping its room for the next drain: a storm's
+    /// drain holds thousands of calls, and growing a new list to that
+    /// each time copied them over and over.
+    fn clear(&mut self) {
+        self.calls.clear();
+        self.spans.clear();
+        self.phases.clear();
+        self.flushes.clear();
+        self.writes.clear();
+    }
 }
 
 /// Each fsync split into its parts (model/durability.rs), with
@@ -401,9 +412,9 @@ impl<'a> Session<'a> {
     /// Writes the fsyncs a batch ended, then counts its calls (up to `max`
     /// in all) and writes them out one by one unless the rate gate is
     /// closed.
-    fn take(&mut self, mut batch: Batch, out: &mut dyn SessionOutput) -> io::Result<()> {
+    fn take(&mut self, batch: &mut Batch, out: &mut dyn SessionOutput) -> io::Result<()> {
         self.who.charge(&mut batch.calls);
-        self.durable.take(&batch, out)?;
+        self.durable.take(batch, out)?;
         if let Some(tally) = self.writes.as_mut() {
             for w in &batch.writes {
                 tally.add(w);
@@ -412,7 +423,7 @@ impl<'a> Session<'a> {
                 out.write(&slow)?;
             }
         }
-        for call in batch.calls {
+        for call in batch.calls.drain(..) {
             if self.totals.calls >= self.max {
                 break;
             }
@@ -493,7 +504,7 @@ impl<'a> Session<'a> {
         // Generic calls whose end no event marked are closed now.
         collector.close_open_calls(|r| rest.push(r));
         self.durable.last = true;
-        self.take(rest, out)?;
+        self.take(&mut rest, out)?;
         self.end_interval(out)?;
         // The counters the last interval ended with.
         let cur = self.interval.prev();
@@ -571,8 +582,9 @@ pub async fn run(
     );
     let deadline = limits.duration.map(|d| tokio::time::Instant::now() + d);
     eprintln!("wbscope: tracing; Ctrl-C to stop");
+    let mut batch = Batch::default();
     let ending = loop {
-        let mut batch = Batch::default();
+        batch.clear();
         tokio::select! {
             drained = collector.wait_and_drain(|r| batch.push(r)) => {
                 drained?;
@@ -588,7 +600,7 @@ pub async fn run(
                 }
             } => break Ending::Duration,
         }
-        session.take(batch, out)?;
+        session.take(&mut batch, out)?;
         out.flush()?;
         if session.totals.calls >= session.max {
             break Ending::MaxRecords;

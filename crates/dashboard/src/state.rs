@@ -53,7 +53,8 @@ impl TopRow {
             self.scan_pages_written += pages;
         }
         if self.comm != call.comm {
-            self.comm.clone_from(&call.comm);
+            self.comm.clear();
+            self.comm.push_str(&call.comm);
         }
     }
 

@@ -24,6 +24,7 @@
 //! outstanding: charges take a process's oldest pages first.
 use std::collections::{BTreeMap, HashMap};
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::CallRecord;
@@ -59,7 +60,8 @@ const RECENT_READINGS: usize = 16;
 pub struct Dirtier {
     /// Process (thread group) id; 0 for `(others)` and `(unknown)`.
     pub pid: u32,
-    pub comm: String,
+    /// Inline, as a call record's (one per call).
+    pub comm: CompactString,
     /// cgroup v2 id of the dirtier; 0 for `(others)` and `(unknown)`.
     pub cgroup_id: u64,
     pub pages: u64,
@@ -277,7 +279,7 @@ struct Seen {
 /// Who a tgid is, as last seen dirtying.
 #[derive(Clone, Debug, Default)]
 struct Identity {
-    comm: String,
+    comm: CompactString,
     cgroup_id: u64,
 }
 
@@ -292,7 +294,7 @@ pub struct Attribution {
     /// The generation of the last whole reading.
     last_whole: u64,
     inodes: HashMap<(u32, u64), InodeState, foldhash::fast::RandomState>,
-    identities: HashMap<u32, Identity>,
+    identities: HashMap<u32, Identity, foldhash::fast::RandomState>,
     interval: BTreeMap<u32, OwnerLine>,
     /// Pages charged in the interval per (process, call's device): the
     /// ledger's device rows, taken with the owners.
@@ -358,7 +360,7 @@ impl Attribution {
             self.identities.insert(
                 e.tgid,
                 Identity {
-                    comm: e.comm.clone(),
+                    comm: e.comm.as_str().into(),
                     cgroup_id: e.cgroup_id,
                 },
             );
@@ -391,13 +393,13 @@ impl Attribution {
             self.last_whole = generation;
         }
         for d in &snap.dirtyings {
-            self.identities.insert(
-                d.tgid,
-                Identity {
-                    comm: d.comm.clone(),
-                    cgroup_id: d.cgroup_id,
-                },
-            );
+            // One per inode dirtied: the name is copied only when it
+            // changed (an fsync storm's writers dirty 10,000 a second).
+            let id = self.identities.entry(d.tgid).or_default();
+            if id.comm != d.comm {
+                id.comm.clone_from(&d.comm);
+            }
+            id.cgroup_id = d.cgroup_id;
         }
         self.dirtied_unmeasured = snap.tasks_unread.is_some();
         if let Some(why) = &snap.tasks_unread {
@@ -516,7 +518,14 @@ impl Attribution {
                 }
             }
         }
-        let mut charged: BTreeMap<u32, u64> = BTreeMap::new();
+        // Pages charged per process: a handful at most (the inode's
+        // dirtiers), one under an fsync storm: a list, not a map whose
+        // node is one more allocation per call.
+        let mut charged: Vec<(u32, u64)> = Vec::new();
+        let mut charge_to = |tgid: u32, pages: u64| match charged.iter_mut().find(|c| c.0 == tgid) {
+            Some(c) => c.1 += pages,
+            None => charged.push((tgid, pages)),
+        };
         if self.mode == AttributionMode::PerInode
             && written > 0
             && let Some((tgid, owner_cgroup)) = self.by_inode.dirtier(
@@ -525,7 +534,7 @@ impl Attribution {
                 if call.start_seen { call.start_ns } else { 0 },
             )
         {
-            charged.insert(tgid, written);
+            charge_to(tgid, written);
             if owner_cgroup != 0 {
                 owner = Some(owner_cgroup);
             }
@@ -542,10 +551,10 @@ impl Attribution {
                 .and_then(|s| s.dirtiers.get_mut(i))
             {
                 o.take(share);
-                *charged.entry(o.tgid).or_default() += share;
+                charge_to(o.tgid, share);
             }
         }
-        let unknown = written - charged.values().sum::<u64>();
+        let unknown = written - charged.iter().map(|c| c.1).sum::<u64>();
         let whole_file_sync = call.sync_mode == 1
             && call.start_seen
             && call.ret == 0
@@ -566,7 +575,7 @@ impl Attribution {
         }
         let by_flusher = call.work_reason != 0;
         let mut list: Vec<Dirtier> = Vec::with_capacity(charged.len() + 1);
-        for (&tgid, &pages) in &charged {
+        for &(tgid, pages) in &charged {
             *self.written_on.entry((tgid, call.dev)).or_default() += pages;
             let line = self.owner_line(tgid);
             line.pages_written += pages;
@@ -576,11 +585,16 @@ impl Attribution {
             if by_flusher {
                 line.pages_written_by_flusher += pages;
             }
-            let id = self.identities.get(&tgid).cloned().unwrap_or_default();
+            let (comm, cgroup_id) = self
+                .identities
+                .get(&tgid)
+                .map_or((CompactString::default(), 0), |id| {
+                    (id.comm.clone(), id.cgroup_id)
+                });
             list.push(Dirtier {
                 pid: tgid,
-                comm: id.comm,
-                cgroup_id: id.cgroup_id,
+                comm,
+                cgroup_id,
                 pages,
             });
         }
@@ -616,7 +630,7 @@ impl Attribution {
             .into_values()
             .map(|mut row| {
                 if let Some(id) = self.identities.get(&row.pid) {
-                    row.comm = id.comm.clone();
+                    row.comm = id.comm.to_string();
                     row.cgroup_id = id.cgroup_id;
                 }
                 row.dirtied_unmeasured = self.dirtied_unmeasured;

@@ -3,6 +3,7 @@
 //! running totals over calls.
 use std::fmt;
 
+use compact_str::CompactString;
 use serde::Serialize;
 use writeback_common::{
     FOLIO_HIST_BUCKETS, GenericCall, WritepagesCall, boundary, call_flags, cause,
@@ -140,7 +141,9 @@ pub struct CallRecord {
     pub ino: u64,
     pub tgid: u32,
     pub tid: u32,
-    pub comm: String,
+    /// Inline: no allocation per call for a name of up to 24 bytes (every
+    /// kernel `comm` of ASCII: TASK_COMM_LEN is 16).
+    pub comm: CompactString,
     pub start_ns: u64,
     pub duration_ns: u64,
     pub nr_to_write: i64,
@@ -192,7 +195,7 @@ pub struct CallRecord {
     /// frame keeps its layout; recordings carry them after it
     /// (`recording::CallExt`).
     #[serde(skip)]
-    pub fs: String,
+    pub fs: CompactString,
     /// [`boundary_name`] code: how the call's end was found. Non-zero
     /// for the tracepoint-derived calls of other filesystems.
     #[serde(skip)]
@@ -241,7 +244,7 @@ impl CallRecord {
             ino: g.ino,
             tgid: g.tgid,
             tid: g.tid,
-            comm: comm(&g.comm),
+            comm: compact_comm(&g.comm),
             start_ns: g.start_ns,
             duration_ns: end.saturating_sub(g.start_ns),
             nr_to_write: g.nr_to_write,
@@ -273,7 +276,7 @@ impl CallRecord {
             folios_written: g.folios,
             bios: 0,
             bio_bytes: 0,
-            fs: String::new(),
+            fs: CompactString::default(),
             boundary: how,
             folio_hist: g.folio_hist[..hist_len].to_vec(),
             dirtiers: Vec::new(),
@@ -304,6 +307,17 @@ pub fn comm(raw: &[u8]) -> String {
     String::from_utf8_lossy(&raw[..len]).into_owned()
 }
 
+/// [`comm`] without an allocation (a call record's, one per call).
+pub fn compact_comm(raw: &[u8]) -> CompactString {
+    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    // Valid UTF-8 (every name of ASCII) is copied as it is; the lossy
+    // conversion, byte by byte, only for the rest.
+    match std::str::from_utf8(&raw[..len]) {
+        Ok(name) => CompactString::from(name),
+        Err(_) => CompactString::from_utf8_lossy(&raw[..len]),
+    }
+}
+
 impl From<&WritepagesCall> for CallRecord {
     fn from(c: &WritepagesCall) -> Self {
         let start_seen = c.flags & call_flags::START_SEEN != 0;
@@ -312,7 +326,7 @@ impl From<&WritepagesCall> for CallRecord {
             ino: c.ino,
             tgid: c.tgid,
             tid: c.tid,
-            comm: comm(&c.comm),
+            comm: compact_comm(&c.comm),
             start_ns: c.start_ns,
             duration_ns: c.duration_ns,
             nr_to_write: c.nr_to_write,
@@ -348,7 +362,7 @@ impl From<&WritepagesCall> for CallRecord {
             folios_written: c.folios_written,
             bios: c.bios,
             bio_bytes: c.bio_bytes,
-            fs: String::new(),
+            fs: CompactString::default(),
             boundary: boundary::HOOK,
             folio_hist: Vec::new(),
             dirtiers: Vec::new(),
@@ -379,6 +393,21 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The inline name is the text [`comm`] makes, whatever the bytes.
+    #[test]
+    fn compact_names_are_the_names() {
+        for raw in [
+            &b"python3\0\0\0\0\0\0\0\0\0"[..],
+            b"kworker/u8:2+flush-7:0",
+            b"caf\xc3\xa9\0x",
+            b"bad\xff\xfe name\0",
+            b"",
+        ] {
+            assert_eq!(compact_comm(raw).as_str(), comm(raw), "{raw:?}");
+        }
+        assert_eq!(compact_comm(b"bad\xffname"), "bad\u{fffd}name");
+    }
 
     #[test]
     fn only_the_uncached_writers_direct_calls_become_uncached() {

@@ -103,7 +103,7 @@ pub(crate) struct CallExt {
 impl CallExt {
     pub(crate) fn of(call: &wbscope_model::CallRecord) -> CallExt {
         CallExt {
-            fs: call.fs.clone(),
+            fs: call.fs.to_string(),
             boundary: call.boundary,
             folio_hist: call.folio_hist.clone(),
         }
@@ -115,7 +115,7 @@ impl CallExt {
         if self.folio_hist.len() > writeback_common::FOLIO_HIST_BUCKETS {
             return None;
         }
-        call.fs = self.fs;
+        call.fs = self.fs.into();
         call.boundary = self.boundary;
         call.folio_hist = self.folio_hist;
         Some(())

@@ -1359,7 +1359,7 @@ mod tests {
         let (old_who, rest) = postcard::take_from_bytes::<CallRecord>(payloads[1]).unwrap();
         let who_frame: super::super::WhoFrame = postcard::from_bytes(rest).unwrap();
         let without = |c: &CallRecord| CallRecord {
-            fs: String::new(),
+            fs: Default::default(),
             boundary: 0,
             folio_hist: Vec::new(),
             dirtiers: Vec::new(),

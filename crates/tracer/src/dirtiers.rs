@@ -19,7 +19,7 @@ use super::{
 use wbscope_model::dirtier::{
     AttributionMode, DirtierReading, DirtierSnapshot, InodeDirtyingReading, TaskReading,
 };
-use wbscope_model::record::comm;
+use wbscope_model::record::{comm, compact_comm};
 
 /// Processes followed at most for their dirtied-page counts; past it a
 /// new one is not followed (its `pages_dirtied` stay 0; its writeback is
@@ -76,6 +76,8 @@ pub(crate) struct Dirtyings {
     /// pair announced before that reading's lookup and grown after it
     /// within the same generation is not announced twice.
     last_changed: Vec<DirtierKey>,
+    /// Dirtyings the last drain took.
+    last_drained: usize,
 }
 
 impl Dirtyings {
@@ -95,12 +97,18 @@ impl Dirtyings {
             made_at_whole: 0,
             found_at_whole: 0,
             last_changed: Vec::new(),
+            last_drained: 0,
         }
     }
 
     /// Drains the ring: inode dirtyings into `snap.dirtyings`, changed
     /// pairs into `changed`.
     fn drain(&mut self, snap: &mut DirtierSnapshot, changed: &mut Vec<DirtierKey>) {
+        // Room for as many as the last drain took: an fsync storm's
+        // thousands a drain, grown from nothing each time, were copied
+        // over and over.
+        snap.dirtyings.reserve(self.last_drained);
+        let before = snap.dirtyings.len();
         while let Some(item) = self.ring.next() {
             match decode(&item) {
                 Some(Decoded::Dirtying(d)) => {
@@ -130,6 +138,7 @@ impl Dirtyings {
                 None => {}
             }
         }
+        self.last_drained = snap.dirtyings.len() - before;
     }
 
     /// Drains the ring into `snap.dirtyings`, then, with `tasks`, reads
@@ -289,7 +298,7 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
             ino: d.ino,
             at_ns: d.at_ns,
             tgid: d.tgid,
-            comm: comm(&d.comm),
+            comm: compact_comm(&d.comm),
             cgroup_id: d.cgroup_id,
             owner_cgroup_id: d.owner_cgroup_id,
         })

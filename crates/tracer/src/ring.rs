@@ -176,7 +176,7 @@ impl RingCollector {
             }
             if self.open_calls.remove(&tid).is_ok() {
                 let mut rec = CallRecord::from_generic(&call, how);
-                rec.fs = self.fs_names.name(rec.dev).to_string();
+                rec.fs = self.fs_names.name(rec.dev).into();
                 sink(RingRecord::Call(rec));
             }
         }
@@ -250,7 +250,7 @@ fn drain_into(
     while let Some(item) = ring.next() {
         match decode(&item) {
             Ok(RingRecord::Call(mut call)) => {
-                call.fs = fs_names.name(call.dev).to_string();
+                call.fs = fs_names.name(call.dev).into();
                 sink(RingRecord::Call(call));
                 n += 1;
             }

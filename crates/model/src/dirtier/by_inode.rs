@@ -45,7 +45,8 @@ pub struct InodeDirtyingReading {
     /// CLOCK_MONOTONIC ns, the clock of a call's `start_ns`.
     pub at_ns: u64,
     pub tgid: u32,
-    pub comm: String,
+    /// Inline: one reading per inode dirtied.
+    pub comm: compact_str::CompactString,
     pub cgroup_id: u64,
     pub owner_cgroup_id: u64,
 }
@@ -98,8 +99,10 @@ impl Counts {
 #[derive(Clone, Debug, Default)]
 struct History {
     /// `(at_ns, tgid)` of each run of dirtyings by one process (its
-    /// first), oldest first.
-    dirtyings: Vec<(u64, u32)>,
+    /// first), oldest first. Most inodes have one dirtier all their life
+    /// (an fsync storm's files: a new inode per call), so the first is
+    /// kept in place, without an allocation per inode.
+    dirtyings: smallvec::SmallVec<[(u64, u32); 1]>,
     owner_cgroup_id: u64,
     touched: u64,
 }
@@ -223,7 +226,7 @@ mod tests {
             ino,
             at_ns,
             tgid,
-            comm: format!("p{tgid}"),
+            comm: format!("p{tgid}").into(),
             ..InodeDirtyingReading::default()
         }
     }
@@ -263,7 +266,7 @@ mod tests {
         b.update(&[dirtying(1, 50, 7)], Some(&[]));
         let many: Vec<_> = (0..100).map(|i| dirtying(1, 100 + i, 10)).collect();
         b.update(&many, Some(&[]));
-        assert_eq!(b.inodes[&(7, 1)].dirtyings, vec![(50, 7), (100, 10)]);
+        assert_eq!(b.inodes[&(7, 1)].dirtyings.as_slice(), [(50, 7), (100, 10)]);
         assert_eq!(b.dirtier(7, 1, 101), Some((10, 0)));
         assert_eq!(b.dirtier(7, 1, 99), Some((7, 0)));
     }

@@ -312,7 +312,7 @@ impl DurabilityJoin {
     pub fn call(&mut self, c: &CallRecord) {
         self.name(c.tgid, &c.comm);
         if !c.fs.is_empty() && !self.fs.contains_key(&c.dev) && self.fs.len() < MAX_INODES {
-            self.fs.insert(c.dev, c.fs.clone());
+            self.fs.insert(c.dev, c.fs.to_string());
         }
         for d in &c.dirtiers {
             if d.pid != 0 {
