@@ -501,11 +501,36 @@ durability_run() {
     rm -f "$MNT/dsync" "$MNT/fsynced"
 }
 
+# An fsync storm in small, under the default hooks: STORM_FILES files of
+# one page, each written and fsync'ed by its own dd (one writepages call
+# each); each file's st_dev and inode for the host, which counts the
+# programs' runs per call and each file's page (dev/vm/src/storm.rs).
+STORM_FILES=20
+storm_run() {
+    name=storm
+    step "trace-$name"
+    sync
+    start_trace "$name"
+    wait_tracing "$pid" "$OUT/$name.err"
+    : > "$OUT/$name.stat"
+    i=0
+    while [ "$i" -lt "$STORM_FILES" ]; do
+        dd if=/dev/zero of="$MNT/storm-$i" bs=4k count=1 conv=fsync 2>> "$OUT/$name.dd"
+        stat -c '%d %i' "$MNT/storm-$i" >> "$OUT/$name.stat"
+        i=$((i + 1))
+    done
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    echo $? > "$OUT/$name.rc"
+    rm -f "$MNT"/storm-*
+}
+
 if want traces; then
     trace_run default ""
     trace_run no-fentry fentry
     trace_run tracepoints-only fentry,kprobe,tp_btf
     durability_run
+    storm_run
 fi
 
 # cgroup v2 with the memory and io controllers (cgroup writeback): the

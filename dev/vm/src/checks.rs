@@ -161,6 +161,7 @@ pub(crate) fn judge(out: &Path, xfs: bool) -> Vec<Check> {
         }
         checks.push(kind_of_run(run, disabled, kinds, &trace, &probes));
     }
+    checks.extend(super::storm::judge(out));
     if out.join("xfs-fentry.rc").exists() {
         let mut hook_calls = None;
         for (run, kind) in XFS_RUNS {
@@ -610,7 +611,7 @@ impl TraceRun {
 }
 
 /// `stat -c '%d %i'` → ("major:minor", ino); st_dev is glibc's encoding.
-fn parse_stat(text: &str) -> Option<(String, u64)> {
+pub(super) fn parse_stat(text: &str) -> Option<(String, u64)> {
     let mut it = text.split_whitespace();
     let dev: u64 = it.next()?.parse().ok()?;
     let ino: u64 = it.next()?.parse().ok()?;

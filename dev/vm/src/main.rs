@@ -26,6 +26,7 @@ mod qemu;
 mod rootimg;
 mod rt;
 mod scenario;
+mod storm;
 
 use std::{process::ExitCode, time::Instant};
 
