@@ -33,7 +33,8 @@ use aya_ebpf::{
 };
 use writeback_common::{
     FOLIO_HIST_BUCKETS, FlusherWork, FolioMembers, GENERIC_CALL_KIND, GenericCall, InflightKey,
-    RunClock, boundary, cause, cpu_time, generic_flags as gf, log2_bucket, members as m, stat,
+    RunClock, boundary, cause, cpu_time, generic_flags as gf, log2_bucket, members as m,
+    off_cpu_ns, stat,
 };
 
 use crate::{
@@ -41,7 +42,7 @@ use crate::{
     in_call::{in_ext4_call, in_flusher_work},
     members::KERNEL_MEMBERS,
     read::{Access, Typed, current_tid, member, member_ptr, now_ns, raw_arg},
-    sched::{offcpu_since, run_clock},
+    sched::run_clock_at,
     writepages::{filtered_out, inode_key},
 };
 
@@ -300,8 +301,10 @@ pub(crate) fn open<A: Access>(
     } else {
         None
     };
+    let mut start_ns = now;
     if CONFIG.get(0).copied() == Some(cpu_time::TASK_RUNTIME) {
-        let run = run_clock::<A>();
+        let (run, at) = run_clock_at::<A>();
+        start_ns = at;
         c.start_cpu = run.cpu;
         c.run_start = run.sum;
         c.exec_start = run.exec_start;
@@ -317,7 +320,7 @@ pub(crate) fn open<A: Access>(
     c.dev = key.dev;
     c.ino = key.ino;
     c.wbc = w.wbc;
-    c.start_ns = now;
+    c.start_ns = start_ns;
     c.last_ns = now;
     c.end_ns = 0;
     c.cgroup_id = cgroup_id;
@@ -383,8 +386,9 @@ pub(crate) fn open<A: Access>(
     } = c;
 }
 
-/// The call ends now on its own thread, `end_ns` set: the time it spent
-/// switched out since it opened, where the run clock was read then.
+/// The call ends now on its own thread: its end (`end_ns`, read again
+/// here) and the time it spent switched out since it opened, where the
+/// run clock was read then, as of one moment.
 #[inline(always)]
 pub(crate) fn close_clock<A: Access>(c: &mut GenericCall) {
     if c.flags & gf::RUN_CLOCK == 0 {
@@ -396,7 +400,10 @@ pub(crate) fn close_clock<A: Access>(c: &mut GenericCall) {
         uncounted: c.uncounted_start,
         cpu: c.start_cpu,
     };
-    c.offcpu_ns = offcpu_since::<A>(&start, c.end_ns.saturating_sub(c.start_ns));
+    // The end as of the run clock's reading (sched.rs `run_clock_at`).
+    let (end, now) = run_clock_at::<A>();
+    c.end_ns = now;
+    c.offcpu_ns = off_cpu_ns(&start, &end, c.end_ns.saturating_sub(c.start_ns));
     c.flags |= gf::OFF_CPU;
 }
 

@@ -13,7 +13,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use writeback_common::{
-    RunClock, TaskMembers, TracepointLayout, fields::sched_switch as ss, members as m, off_cpu_ns,
+    RunClock, TaskMembers, TracepointLayout, fields::sched_switch as ss, members as m,
 };
 
 use crate::{
@@ -27,20 +27,51 @@ use crate::{
 #[unsafe(no_mangle)]
 static TASK_MEMBERS: TaskMembers = TaskMembers::EMPTY;
 
+/// The thread's run clock and the clock ([`now_ns`]) as of one moment, for a
+/// call's start or end: its wall time and its time off the CPU must
+/// span the same interval. A program can be interrupted between reads
+/// (by the tick, whose `update_curr()` moves the run clock) and, on
+/// PREEMPT_RT, where tracing programs run with migration disabled only,
+/// switched out and in: the time away then counted on one side only,
+/// and a CI run gave a 6.12-rt guest's xfs call 0 ns on the CPU.
+/// `exec_start` moves at each of those (`update_curr()`,
+/// `set_next_entity()` in kernel/sched/fair.c), so it is read first and
+/// again last, and the whole is read once more if it moved.
 #[inline(always)]
-pub(crate) fn run_clock<A: Access>() -> RunClock {
-    let task = A::current_task();
-    // SAFETY: plain helper call.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    RunClock {
-        sum: A::scalar(task, &TASK_MEMBERS.sum_exec_runtime) as u64,
-        exec_start: A::scalar(task, &TASK_MEMBERS.exec_start) as u64,
-        uncounted: uncounted::<A>(task),
-        cpu,
+pub(crate) fn run_clock_at<A: Access>() -> (RunClock, u64) {
+    let (first, now, moved) = read_run_clock_at::<A>();
+    if !moved {
+        return (first, now);
     }
+    let (second, now, _) = read_run_clock_at::<A>();
+    (second, now)
 }
 
-/// [`run_clock`] without the run queue's clocks (`uncounted` 0): two
+/// One reading for [`run_clock_at`], and whether `exec_start` moved
+/// across it.
+#[inline(always)]
+fn read_run_clock_at<A: Access>() -> (RunClock, u64, bool) {
+    let task = A::current_task();
+    let exec_start = A::scalar(task, &TASK_MEMBERS.exec_start) as u64;
+    let sum = A::scalar(task, &TASK_MEMBERS.sum_exec_runtime) as u64;
+    let uncounted = uncounted::<A>(task);
+    // SAFETY: plain helper call.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let now = now_ns();
+    let moved = A::scalar(task, &TASK_MEMBERS.exec_start) as u64 != exec_start;
+    (
+        RunClock {
+            sum,
+            exec_start,
+            uncounted,
+            cpu,
+        },
+        now,
+        moved,
+    )
+}
+
+/// [`run_clock_at`]'s run clock without the run queue's clocks (`uncounted` 0): two
 /// reads where it takes six, for the write spans, which read it at each
 /// write's enter and exit; time stolen from the CPU then stays in a
 /// segment's on-CPU time (`off_cpu_ns` takes out no steal when both
@@ -75,14 +106,6 @@ fn uncounted<A: Access>(task: *const u8) -> u64 {
     }
     (A::scalar(rq, &TASK_MEMBERS.rq_clock) as u64)
         .wrapping_sub(A::scalar(rq, &TASK_MEMBERS.rq_clock_task) as u64)
-}
-
-/// Time the thread spent off the CPU since `start` stored the run clock,
-/// out of `wall` ns of the call, read at the call's end: the arithmetic
-/// and its reasons are [`off_cpu_ns`]'s, host-tested in writeback-common.
-#[inline(always)]
-pub(crate) fn offcpu_since<A: Access>(start: &RunClock, wall: u64) -> u64 {
-    off_cpu_ns(start, &run_clock::<A>(), wall)
 }
 
 #[unsafe(no_mangle)]

@@ -16,7 +16,7 @@ use writeback_common::{
     CurrentCall, Filter, InflightCall, InflightKey, RunClock, TracepointLayout, WritepagesCall,
     agg, call_flags, cause, cpu_time,
     fields::{writepages as wp, writepages_result as wpr},
-    members as m, record_kind, sampling, stat,
+    members as m, off_cpu_ns, record_kind, sampling, stat,
 };
 
 use crate::{
@@ -27,7 +27,7 @@ use crate::{
     },
     members::KERNEL_MEMBERS,
     read::{Access, Probed, Typed, current_tid, field, member, member_ptr, now_ns, raw_arg},
-    sched::{offcpu_since, run_clock},
+    sched::run_clock_at,
 };
 
 /// Layout of `ext4:ext4_writepages` (or `ext4_da_writepages`).
@@ -205,12 +205,13 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
         return Err(0);
     };
     let call = &mut slot.call;
-    let run = if cpu_method == cpu_time::TASK_RUNTIME {
-        Some(run_clock::<A>())
+    let (run, start_ns) = if cpu_method == cpu_time::TASK_RUNTIME {
+        let (run, now) = run_clock_at::<A>();
+        (Some(run), now)
     } else {
-        None
+        (None, now_ns())
     };
-    call.start_ns = now_ns();
+    call.start_ns = start_ns;
     call.cpu_method = cpu_method;
     call.start_cpu = run.as_ref().map_or(0, |r| r.cpu);
     call.run_start = run.as_ref().map_or(0, |r| r.sum);
@@ -359,7 +360,6 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     if call_byte(e.key.tid) == SAMPLED_OUT_CALL {
         return Ok(sampled_out_end(&e));
     }
-    let now = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
     let key = e.key;
     // SAFETY: plain helper call.
@@ -379,6 +379,13 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     // SAFETY: a live map value: this thread's own entry (only the thread
     // writes it) or the zeros nobody writes.
     let (start, counted) = unsafe { (&(*t).call, &(*t).current) };
+    // The end's clock, with its run clock where the start read one.
+    let (end_clock, now) = if start.cpu_method == cpu_time::TASK_RUNTIME {
+        let (run, now) = run_clock_at::<A>();
+        (Some(run), now)
+    } else {
+        (None, now_ns())
+    };
     mark_in_call(key.tid, false);
     // The context switches' count of the call's time switched out
     // (sched.rs), taken with its entry.
@@ -410,16 +417,17 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     } else {
         0
     };
-    let offcpu_ns = if start.cpu_method == cpu_time::TASK_RUNTIME {
-        let clock = RunClock {
-            sum: start.run_start,
-            exec_start: start.exec_start,
-            uncounted: start.uncounted_start,
-            cpu: start.start_cpu,
-        };
-        offcpu_since::<A>(&clock, duration_ns)
-    } else {
-        switched_out
+    let offcpu_ns = match end_clock {
+        Some(end) => {
+            let clock = RunClock {
+                sum: start.run_start,
+                exec_start: start.exec_start,
+                uncounted: start.uncounted_start,
+                cpu: start.start_cpu,
+            };
+            off_cpu_ns(&clock, &end, duration_ns)
+        }
+        None => switched_out,
     };
     entry.write(WritepagesCall {
         kind: record_kind::WRITEPAGES_CALL,
