@@ -161,7 +161,6 @@ pub(crate) fn judge(out: &Path, xfs: bool) -> Vec<Check> {
         }
         checks.push(kind_of_run(run, disabled, kinds, &trace, &probes));
     }
-    checks.extend(super::storm::judge(out));
     if out.join("xfs-fentry.rc").exists() {
         let mut hook_calls = None;
         for (run, kind) in XFS_RUNS {

@@ -28,7 +28,7 @@ use crate::{
     kernel::{self, KERNELS},
     privileges,
     qemu::{self, GuestPlan},
-    rootimg, rt,
+    rootimg, rt, storm,
 };
 
 /// Seconds one `wbscope trace` run may take inside the guest (its own
@@ -568,6 +568,7 @@ fn run_one(spec: &kernel::KernelSpec, root: &Path, shared: &Shared) -> anyhow::R
     if wanted("traces") {
         checks.extend(privileges::judge(out));
         checks.extend(durability::judge(out));
+        checks.extend(storm::judge(out));
     }
     if wanted("cgroups") {
         checks.extend(cgroups::judge(out));
