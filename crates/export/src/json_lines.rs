@@ -482,7 +482,8 @@ mod tests {
                     cgroup_id: 0,
                     pages: u64::MAX,
                 },
-            ],
+            ]
+            .into(),
             owner_cgroup_id: Some(5),
             ..CallRecord::default()
         };

@@ -67,6 +67,10 @@ pub struct Dirtier {
     pub pages: u64,
 }
 
+/// A call's dirtiers: one in place (a file has one writer, mostly), so
+/// that charging a call allocates nothing.
+pub type Dirtiers = smallvec::SmallVec<[Dirtier; 1]>;
+
 /// One (inode, process) entry of the kernel's `DIRTIERS` map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DirtierReading {
@@ -521,7 +525,7 @@ impl Attribution {
         // Pages charged per process: a handful at most (the inode's
         // dirtiers), one under an fsync storm: a list, not a map whose
         // node is one more allocation per call.
-        let mut charged: Vec<(u32, u64)> = Vec::new();
+        let mut charged: smallvec::SmallVec<[(u32, u64); 2]> = smallvec::SmallVec::new();
         let mut charge_to = |tgid: u32, pages: u64| match charged.iter_mut().find(|c| c.0 == tgid) {
             Some(c) => c.1 += pages,
             None => charged.push((tgid, pages)),
@@ -574,7 +578,7 @@ impl Attribution {
             }
         }
         let by_flusher = call.work_reason != 0;
-        let mut list: Vec<Dirtier> = Vec::with_capacity(charged.len() + 1);
+        let mut list = Dirtiers::new();
         for &(tgid, pages) in &charged {
             *self.written_on.entry((tgid, call.dev)).or_default() += pages;
             let line = self.owner_line(tgid);
@@ -704,14 +708,15 @@ fn split(n: u64, weights: &[u64]) -> Vec<u64> {
 
 /// The first `max - 1` entries and one `(others)` entry for the rest,
 /// when there are more than `max`.
-fn cap(mut list: Vec<Dirtier>, max: usize) -> Vec<Dirtier> {
+fn cap(mut list: Dirtiers, max: usize) -> Dirtiers {
     if list.len() <= max {
         return list;
     }
-    let rest = list.split_off(max - 1);
+    let rest = list[max - 1..].iter().map(|d| d.pages).sum();
+    list.truncate(max - 1);
     list.push(Dirtier {
         comm: OTHERS.into(),
-        pages: rest.iter().map(|d| d.pages).sum(),
+        pages: rest,
         ..Dirtier::default()
     });
     list

@@ -182,7 +182,7 @@ pub struct CallRecord {
     /// in a frame of its own (recording/mod.rs), so the postcard call
     /// frame keeps its layout and old recordings still decode.
     #[serde(skip)]
-    pub dirtiers: Vec<crate::dirtier::Dirtier>,
+    pub dirtiers: crate::dirtier::Dirtiers,
     /// The cgroup the kernel charges the inode's writeback to, when
     /// cgroup writeback is on.
     #[serde(skip)]
@@ -279,7 +279,7 @@ impl CallRecord {
             fs: CompactString::default(),
             boundary: how,
             folio_hist: g.folio_hist[..hist_len].to_vec(),
-            dirtiers: Vec::new(),
+            dirtiers: Default::default(),
             owner_cgroup_id: None,
             sampled: false,
         }
@@ -365,7 +365,7 @@ impl From<&WritepagesCall> for CallRecord {
             fs: CompactString::default(),
             boundary: boundary::HOOK,
             folio_hist: Vec::new(),
-            dirtiers: Vec::new(),
+            dirtiers: Default::default(),
             owner_cgroup_id: None,
             sampled: c.flags & call_flags::SAMPLED != 0,
         }

@@ -236,7 +236,7 @@ fn decode(kind: FrameKind, payload: &[u8]) -> Option<Frame> {
             let (mut call, mut rest) = postcard::take_from_bytes::<CallRecord>(payload).ok()?;
             if kind == FrameKind::CallWho {
                 let (who, after) = postcard::take_from_bytes::<super::WhoFrame>(rest).ok()?;
-                call.dirtiers = who.dirtiers;
+                call.dirtiers = who.dirtiers.into();
                 call.owner_cgroup_id = who.owner_cgroup_id;
                 rest = after;
             }
@@ -1307,7 +1307,8 @@ mod tests {
             comm: "dd".into(),
             cgroup_id: 3,
             pages: 1,
-        }];
+        }]
+        .into();
         who.owner_cgroup_id = Some(9);
         let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
         w.call(&who).unwrap();
@@ -1335,7 +1336,8 @@ mod tests {
             comm: "dd".into(),
             cgroup_id: 3,
             pages: 35,
-        }];
+        }]
+        .into();
         let mut w = RecordingWriter::new(Vec::new(), &header()).unwrap();
         w.call(&plain).unwrap();
         w.call(&who).unwrap();
@@ -1362,12 +1364,12 @@ mod tests {
             fs: Default::default(),
             boundary: 0,
             folio_hist: Vec::new(),
-            dirtiers: Vec::new(),
+            dirtiers: Default::default(),
             ..c.clone()
         };
         assert_eq!(old_plain, without(&plain));
         assert_eq!(old_who, without(&who));
-        assert_eq!(who_frame.dirtiers, who.dirtiers);
+        assert_eq!(who_frame.dirtiers, who.dirtiers.as_slice());
 
         // A frame as written before the extension.
         let mut old = RecordingWriter::new(Vec::new(), &header())

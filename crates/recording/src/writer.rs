@@ -31,7 +31,7 @@ pub(crate) fn call_payload(call: &CallRecord) -> io::Result<(FrameKind, Vec<u8>)
         FrameKind::Call
     } else {
         let who = super::WhoFrame {
-            dirtiers: call.dirtiers.clone(),
+            dirtiers: call.dirtiers.to_vec(),
             owner_cgroup_id: call.owner_cgroup_id,
         };
         payload.extend(postcard::to_stdvec(&who).map_err(io::Error::other)?);

@@ -120,7 +120,13 @@ impl FsNames {
     /// The type of the filesystem on `dev`, or "" when nothing mounted
     /// has it (unmounted before the record was read).
     pub(crate) fn name(&mut self, dev: DevId) -> &str {
-        let age = self.read_at.map(|t| t.elapsed());
+        self.name_at(dev, Instant::now())
+    }
+
+    /// [`FsNames::name`] as of `now`: a drain of the ring reads the clock
+    /// once for all its records, not once per call.
+    pub(crate) fn name_at(&mut self, dev: DevId, now: Instant) -> &str {
+        let age = self.read_at.map(|t| now.saturating_duration_since(t));
         let retry = !self.known.contains_key(&dev) && age.is_none_or(|a| a > RETRY);
         if age.is_none_or(|a| a > FRESH) || retry {
             self.refresh_if_changed();

@@ -322,7 +322,7 @@ impl DurabilityJoin {
         if !c.dirtiers.is_empty()
             && (self.dirtiers.len() < MAX_INODES || self.dirtiers.contains_key(&(c.dev, c.ino)))
         {
-            self.dirtiers.insert((c.dev, c.ino), c.dirtiers.clone());
+            self.dirtiers.insert((c.dev, c.ino), c.dirtiers.to_vec());
         }
         if self.calls.len() >= MAX_CALLS {
             self.calls.pop_front();
