@@ -303,8 +303,7 @@ pub struct ScanFigures {
 /// A task's `comm` as the kernel hands it (`bpf_get_current_comm()`:
 /// NUL-padded, at most 16 bytes), as text.
 pub fn comm(raw: &[u8]) -> String {
-    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-    String::from_utf8_lossy(&raw[..len]).into_owned()
+    compact_comm(raw).into_string()
 }
 
 /// [`comm`] without an allocation (a call record's, one per call).
@@ -394,7 +393,8 @@ impl Totals {
 mod tests {
     use super::*;
 
-    /// The inline name is the text [`comm`] makes, whatever the bytes.
+    /// A name is the bytes before the first NUL, as UTF-8 with invalid
+    /// bytes replaced, whatever the bytes.
     #[test]
     fn compact_names_are_the_names() {
         for raw in [
@@ -404,7 +404,10 @@ mod tests {
             b"bad\xff\xfe name\0",
             b"",
         ] {
-            assert_eq!(compact_comm(raw).as_str(), comm(raw), "{raw:?}");
+            let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+            let lossy = String::from_utf8_lossy(&raw[..len]);
+            assert_eq!(compact_comm(raw).as_str(), lossy, "{raw:?}");
+            assert_eq!(comm(raw), lossy, "{raw:?}");
         }
         assert_eq!(compact_comm(b"bad\xffname"), "bad\u{fffd}name");
     }
