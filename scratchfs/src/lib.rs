@@ -264,8 +264,13 @@ impl ScratchFs {
             }
         };
         fs::create_dir(&fs.mountpoint).context("creating the mount point")?;
+        // The type is named, not probed: blkid once found a second
+        // signature on a just-made filesystem ("more filesystems detected
+        // on /dev/loop0"), most likely a previous binding's superblock
+        // still cached for the loop device, which mkfs did not overwrite.
         run(programs::MOUNT
             .command()
+            .args(["-t", b.fstype.name()])
             .args(&b.mount_args)
             .arg(&device)
             .arg(&fs.mountpoint))?;

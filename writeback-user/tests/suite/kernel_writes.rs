@@ -372,7 +372,11 @@ fn rewriting_pages_under_writeback_is_named_stable() {
     // device requires them.
     let mount = fs.mountpoint.display().to_string();
     crate::support::run(wbscope_programs::UMOUNT.command().arg(&mount));
-    crate::support::run(wbscope_programs::MOUNT.command().args([&fs.device, &mount]));
+    crate::support::run(
+        wbscope_programs::MOUNT
+            .command()
+            .args(["-t", "ext4", &fs.device, &mount]),
+    );
     let slow_device = Cgroup::new("blkio", "stable");
     let disk = crate::support::disk_majmin(&fs.device);
     slow_device.set(
