@@ -408,10 +408,6 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
         _ => e.pages_written,
     };
 
-    let Some(mut entry) = EVENTS.reserve::<WritepagesCall>(0) else {
-        bump(stat::LOST_RECORDS);
-        return Err(0);
-    };
     let duration_ns = if start.start_ns != 0 {
         now.saturating_sub(start.start_ns)
     } else {
@@ -428,6 +424,14 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
             off_cpu_ns(&clock, &end, duration_ns)
         }
         None => switched_out,
+    };
+    // Reserved after the arithmetic above: 6.18.44's verifier, walking
+    // that arithmetic with the reservation held, failed its own
+    // precision bookkeeping ("verifier bug: stack slot 24, total slots
+    // 22", EFAULT) once a branch was added to `off_cpu_ns`.
+    let Some(mut entry) = EVENTS.reserve::<WritepagesCall>(0) else {
+        bump(stat::LOST_RECORDS);
+        return Err(0);
     };
     entry.write(WritepagesCall {
         kind: record_kind::WRITEPAGES_CALL,

@@ -183,18 +183,16 @@ fn tp_btf_and_classic_tracepoint_paths_agree() {
     let dev = dev_of(&path);
     let (btf, classic) = (btf.stop(libc::SIGINT), classic.stop(libc::SIGINT));
 
-    let hook = |lines: &[serde_json::Value]| -> String {
-        lines.last().unwrap()["probes"][0]["hook"]
-            .as_str()
-            .unwrap()
-            .to_string()
+    // The whole plan of the call's concept in the message: what was tried
+    // and why it was refused.
+    let hook = |lines: &[serde_json::Value]| -> (String, String) {
+        let plan = &lines.last().unwrap()["probes"][0];
+        (plan["hook"].as_str().unwrap().to_string(), plan.to_string())
     };
-    assert!(hook(&btf).starts_with("tp_btf "), "{}", hook(&btf));
-    assert!(
-        hook(&classic).starts_with("tracepoint "),
-        "{}",
-        hook(&classic)
-    );
+    let (btf_hook, btf_plan) = hook(&btf);
+    assert!(btf_hook.starts_with("tp_btf "), "{btf_plan}");
+    let (classic_hook, classic_plan) = hook(&classic);
+    assert!(classic_hook.starts_with("tracepoint "), "{classic_plan}");
 
     let sync_call = |lines: &[serde_json::Value]| -> serde_json::Value {
         let mine = calls_for(lines, &dev, ino);
