@@ -83,6 +83,14 @@ struct End {
     /// pages written is then the budget consumed, exactly what
     /// `ext4_writepages_result` reports (`nr_to_write - wbc->nr_to_write`).
     nr_to_write_left: Option<i64>,
+    /// Function-exit hooks: `wbc->range_start` and `range_end` now, which
+    /// ext4 leaves as they were at the start (fs/ext4/inode.c). Checked
+    /// against the start's: with its end and the next call's start both
+    /// skipped by the kernel (a program's recursion guard, hit on
+    /// PREEMPT_RT), a call's end would otherwise take the call before's
+    /// start, and pages written from its `nr_to_write`.
+    range_start: i64,
+    range_end: i64,
     pages_skipped: i64,
     writeback_index: u64,
     ret: i32,
@@ -371,7 +379,14 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     // read in place; a call without one reads [`NO_START`]'s zeros. No
     // copy on the stack: an `Option` of one left bytes the 5.10 verifier
     // saw read uninitialised ("invalid read from stack", vm-test 5.10).
-    let found = call_of(&key).map(|c| c.cast::<ThreadCall>().cast_const());
+    let found = call_of(&key)
+        .map(|c| c.cast::<ThreadCall>().cast_const())
+        .filter(|t| {
+            // SAFETY: a live map value, as below.
+            let start = unsafe { &(**t).call };
+            e.nr_to_write_left.is_none()
+                || (start.range_start == e.range_start && start.range_end == e.range_end)
+        });
     let matched = found.is_some();
     let Some(t) = found.or_else(|| NO_START.get_ptr(0)) else {
         return Err(0);
@@ -402,6 +417,11 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
             return Ok(0);
         }
         bump(stat::UNMATCHED_RESULTS);
+        // A function hook's end sees the budget left, not the pages
+        // written: without its start there is no call to report.
+        if e.nr_to_write_left.is_some() {
+            return Ok(0);
+        }
     }
     let pages_written = match e.nr_to_write_left {
         Some(left) if matched => start.nr_to_write - left,
@@ -517,6 +537,8 @@ pub fn writepages_end(ctx: TracePointContext) -> u32 {
         },
         pages_written: field(&ctx, l, wpr::PAGES_WRITTEN),
         nr_to_write_left: None,
+        range_start: 0,
+        range_end: 0,
         pages_skipped: field(&ctx, l, wpr::PAGES_SKIPPED),
         writeback_index: field(&ctx, l, wpr::WRITEBACK_INDEX) as u64,
         ret: field(&ctx, l, wpr::RET) as i32,
@@ -605,6 +627,8 @@ pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
         key: inode_key::<Typed>(inode),
         pages_written: pages_written as i64,
         nr_to_write_left: None,
+        range_start: 0,
+        range_end: 0,
         pages_skipped: member::<Typed>(wbc, k, m::WBC_PAGES_SKIPPED),
         writeback_index: writeback_index::<Typed>(inode),
         ret,
@@ -639,6 +663,8 @@ fn function_end<A: Access>(mapping: *const u8, wbc: *const u8, ret: i32) -> u32 
         key: inode_key::<A>(inode),
         pages_written: 0,
         nr_to_write_left: Some(member::<A>(wbc, k, m::WBC_NR_TO_WRITE)),
+        range_start: member::<A>(wbc, k, m::WBC_RANGE_START),
+        range_end: member::<A>(wbc, k, m::WBC_RANGE_END),
         pages_skipped: member::<A>(wbc, k, m::WBC_PAGES_SKIPPED),
         writeback_index: member::<A>(mapping, k, m::MAPPING_WRITEBACK_INDEX) as u64,
         ret,
