@@ -188,7 +188,13 @@ fn folio(slot: u32, inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64
     let key = inode_key::<Typed>(inode);
     let now = now_ns();
     let bucket = log2_bucket(pages, FOLIO_HIST_BUCKETS as u32 - 1) as usize;
-    if let Some(c) = GENERIC.get_ptr_mut(&tid) {
+    // The thread's entry, if it has one: a call that goes on takes the
+    // folio; one that does not is sent and the new call opened in its
+    // place. Written in place, not removed and inserted again: under an
+    // fsync storm every call's first folio did both, a hash remove and
+    // insert, about half the program's time (docs/bench-log/fsync-storm.md).
+    let entry = GENERIC.get_ptr_mut(&tid);
+    if let Some(c) = entry {
         // SAFETY: this thread's own entry; only this thread writes it
         // (userspace removes only entries idle for a second).
         let open = unsafe { &mut *c };
@@ -206,22 +212,31 @@ fn folio(slot: u32, inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64
             return;
         }
         emit(c, boundary::NEXT_CALL);
-        let _ = GENERIC.remove(&tid);
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: plain helper call.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
         bump(stat::FILTERED);
+        if entry.is_some() {
+            // Sent above: userspace must not close it again.
+            let _ = GENERIC.remove(&tid);
+        }
         return;
     }
-    let Some(scratch) = GENERIC_SCRATCH.get_ptr_mut(slot) else {
-        return;
+    // The thread's first call (or its first since its entry was closed)
+    // is built in this CPU's scratch slot and inserted.
+    let target = match entry {
+        Some(c) => c,
+        None => match GENERIC_SCRATCH.get_ptr_mut(slot) {
+            Some(scratch) => scratch,
+            None => return,
+        },
     };
-    // SAFETY: this CPU's slot of the calling program, which the kernel
-    // does not run twice at once on one CPU (main.rs, "Per-CPU state and
-    // preemption").
-    let c = unsafe { &mut *scratch };
+    // SAFETY: the thread's own entry, or this CPU's slot of the calling
+    // program, which the kernel does not run twice at once on one CPU
+    // (main.rs, "Per-CPU state and preemption").
+    let c = unsafe { &mut *target };
     let w = wbc.unwrap_or(WbcSeen {
         tid: 0,
         sync_mode: 0,
@@ -253,7 +268,7 @@ fn folio(slot: u32, inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64
     if let Some(n) = c.folio_hist.get_mut(bucket) {
         *n = 1;
     }
-    if GENERIC.insert(&tid, &*c, 0).is_err() {
+    if entry.is_none() && GENERIC.insert(&tid, &*c, 0).is_err() {
         bump(stat::INFLIGHT_FULL);
     }
 }
