@@ -379,12 +379,17 @@ pub mod call_flags {
 /// docs/bench-log/small-writer.md),
 /// then the per-call and per-inode events (a few per fsync;
 /// `writeback_start`, a classic tracepoint there, once per chunk of
-/// flusher work). What `wbscope probes --cost --on-hooks` measures its
-/// floor on (crates/tracer/src/cost.rs), and what `cargo xtask bench`
-/// sets the tracer's programs against (xtask bench/figures.rs): one list,
-/// so that the two cannot drift apart. The opt-in concepts' events are
-/// measured by `wbscope probes --cost` on their own.
-pub const DEFAULT_HOOKS: [(&str, &str); 7] = [
+/// flusher work). Then the per-folio events other filesystems' calls are
+/// put together from where no function hook on `do_writepages()` loads
+/// (writeback-ebpf generic.rs): `writeback_iter()`'s, iomap's (xfs) and
+/// btrfs' own, once per folio written. An event with two programs is
+/// listed once for each. What `wbscope probes --cost --on-hooks`
+/// measures its floor on (crates/tracer/src/cost.rs), and what `cargo
+/// xtask bench` sets the tracer's programs against (xtask
+/// bench/figures.rs): one list, so that the two cannot drift apart. The
+/// opt-in concepts' events are measured by `wbscope probes --cost` on
+/// their own.
+pub const DEFAULT_HOOKS: &[(&str, &str)] = &[
     ("ext4_da_write_folios_start", "tp_btf_folios_start"),
     ("ext4_da_write_folios_end", "tp_btf_folios_end"),
     ("ext4_writepages", "tp_btf_writepages_start"),
@@ -392,6 +397,11 @@ pub const DEFAULT_HOOKS: [(&str, &str); 7] = [
     ("writeback_dirty_inode_enqueue", "tp_btf_dirty_inode"),
     ("writeback_single_inode", "tp_btf_single_inode"),
     ("writeback:writeback_start", "wb_start"),
+    ("writeback_single_inode", "generic_pass_end"),
+    ("wbc_writepage", "tp_btf_wbc_writepage"),
+    ("wbc_writepage", "generic_wbc_writepage"),
+    ("iomap_writeback_folio", "generic_iomap_folio"),
+    ("extent_writepage", "generic_btrfs_folio"),
 ];
 
 /// Slots of the `SAMPLING` array map: log2 of the one-in-N sampling the

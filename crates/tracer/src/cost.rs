@@ -74,9 +74,14 @@ enum Hook {
 /// with a `category:` is a classic tracepoint: what a writer pays for
 /// `wbscope trace` as it ships.
 fn hooks() -> impl Iterator<Item = Hook> {
-    writeback_common::DEFAULT_HOOKS
+    let events = writeback_common::DEFAULT_HOOKS
         .iter()
-        .map(|&(event, _)| match event.contains(':') {
+        .map(|&(event, _)| event);
+    // One empty program per event, however many of ours run there.
+    let mut seen = std::collections::HashSet::new();
+    events
+        .filter(move |event| seen.insert(*event))
+        .map(|event| match event.contains(':') {
             true => Hook::Tracepoint(event),
             false => Hook::TpBtf(event),
         })
@@ -398,11 +403,13 @@ pub fn table(costs: &[FloorCost], on: On, measured: Duration) -> String {
         out += "\nThe trace's program on each event (its `run_time` under the same load, \
                 against the figure above; goal: at most 2x):\n";
         for c in costs {
-            if let Some((_, p)) = writeback_common::DEFAULT_HOOKS
+            let ours: Vec<&str> = writeback_common::DEFAULT_HOOKS
                 .iter()
-                .find(|(event, _)| *event == c.program)
-            {
-                out += &format!("  {:<28} {p}\n", c.program);
+                .filter(|(event, _)| *event == c.program)
+                .map(|&(_, program)| program)
+                .collect();
+            if !ours.is_empty() {
+                out += &format!("  {:<28} {}\n", c.program, ours.join(", "));
             }
         }
     }

@@ -10,7 +10,7 @@ use super::median;
 
 /// The tracer's program on each event [`super::Side::Floor`] measures:
 /// the list `probes --cost --on-hooks` attaches its floor to.
-pub(super) const FLOOR_EVENTS: [(&str, &str); 7] = writeback_common::DEFAULT_HOOKS;
+pub(super) const FLOOR_EVENTS: &[(&str, &str)] = writeback_common::DEFAULT_HOOKS;
 
 /// Whether `program` came after the overhead budget was set (the budget
 /// counts the programs that existed then; newer ones report their own
@@ -97,7 +97,7 @@ fn mean_with_floor_at(runs: &[serde_json::Value], base: &[serde_json::Value]) ->
     let (n, ns) = all_programs(&traced);
     let mut replaced = false;
     let mut total = ns as f64;
-    for (event, program) in FLOOR_EVENTS {
+    for &(event, program) in FLOOR_EVENTS {
         let (tc, tns) = traced.get(program).copied().unwrap_or_default();
         if let Some(b) = mean_of(&base, event) {
             total += tc as f64 * b - tns as f64;
@@ -198,7 +198,7 @@ pub(super) fn floor_comparison(
         _ => "-".into(),
     };
     let (mut n_all, mut ns_all, mut floor_ns_all, mut count_ns_all) = (0u64, 0u64, 0f64, 0f64);
-    for (event, program) in FLOOR_EVENTS {
+    for &(event, program) in FLOOR_EVENTS {
         let (fc, fns) = floor.get(event).copied().unwrap_or_default();
         let (cc, cns) = counting.get(event).copied().unwrap_or_default();
         let (tc, tns) = traced.get(program).copied().unwrap_or_default();
