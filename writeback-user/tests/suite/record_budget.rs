@@ -252,11 +252,16 @@ fn a_tight_budget_sheds_the_block_programs_first_and_says_so() {
     assert!(shed.len() >= 4, "{intervals:#?}");
     let disk = crate::support::disk_majmin(&fs.device);
     let mut disk_written = 0;
-    for l in &shed {
+    for (i, l) in shed.iter().enumerate() {
         let why = l["ledger"]["classes_unmeasured"].as_str().unwrap_or("");
         assert!(why.contains("CPU budget"), "{l}");
         for d in l["devices"].as_array().expect("devices") {
-            assert_eq!(d["request_bytes"], serde_json::json!([]), "{l}");
+            // The shed is written after the interval before was read
+            // (capture session.rs): requests completed in between are
+            // counted, and read with the first shed interval.
+            if i > 0 {
+                assert_eq!(d["request_bytes"], serde_json::json!([]), "{l}");
+            }
             assert!(d["diskstats"].is_object(), "{l}");
             if d["dev"] == disk.as_str() {
                 disk_written += d["diskstats"]["bytes"].as_u64().unwrap_or(0);
