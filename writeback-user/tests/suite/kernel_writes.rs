@@ -509,6 +509,9 @@ fn a_writer_over_its_memory_limit_is_named_reclaim() {
     // match it: 32.4 against 32.3 ms in one run. So reclaim is the
     // largest named part and a quarter of the writes' time or more; the
     // dominant part is reclaim or blocked.
-    let f = stalled(&lines, "dd").expect("write-stalled");
+    // Without the finding, dd's write lines say why (its p99 under the
+    // finding's 10 ms, or too few writes in the window).
+    let f = stalled(&lines, "dd")
+        .unwrap_or_else(|| panic!("no write-stalled finding; dd's writes: {per_interval:?}"));
     crate::support::assert_named_wait(&f, "reclaim");
 }
