@@ -192,7 +192,10 @@ fn folio(slot: u32, inode: *const u8, wbc: Option<WbcSeen>, pages: u64, pos: i64
     // folio; one that does not is sent and the new call opened in its
     // place. Written in place, not removed and inserted again: under an
     // fsync storm every call's first folio did both, a hash remove and
-    // insert, about half the program's time (docs/bench-log/fsync-storm.md).
+    // insert, a third of the program's time (docs/bench-log/fsync-storm.md).
+    // Userspace closing the entry as idle at the very moment a call opens
+    // in it after a second's quiet reads a mix of the two calls, where a
+    // remove and insert lost the new call and sent the old one twice.
     let entry = GENERIC.get_ptr_mut(&tid);
     if let Some(c) = entry {
         // SAFETY: this thread's own entry; only this thread writes it
