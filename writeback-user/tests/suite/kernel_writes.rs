@@ -458,7 +458,8 @@ fn rewriting_pages_under_writeback_is_named_stable() {
 /// part is the time between bpftrace's `mm_vmscan_memcg_reclaim_begin`
 /// and `_end` in that writer (within 10%: reclaim outside a write, in
 /// dd's read of /dev/zero, is not a write's), and `write-stalled` shows
-/// it as the largest wait a tracepoint names.
+/// it as the largest wait a tracepoint names (its write lines do, where
+/// its p99 stays under the finding's threshold).
 #[test]
 fn a_writer_over_its_memory_limit_is_named_reclaim() {
     let _file = crate::support::file_group(module_path!());
@@ -509,9 +510,29 @@ fn a_writer_over_its_memory_limit_is_named_reclaim() {
     // match it: 32.4 against 32.3 ms in one run. So reclaim is the
     // largest named part and a quarter of the writes' time or more; the
     // dominant part is reclaim or blocked.
-    // Without the finding, dd's write lines say why (its p99 under the
-    // finding's 10 ms, or too few writes in the window).
-    let f = stalled(&lines, "dd")
-        .unwrap_or_else(|| panic!("no write-stalled finding; dd's writes: {per_interval:?}"));
-    crate::support::assert_named_wait(&f, "reclaim");
+    // The finding starts at a p99 of 10 ms (model findings/writes.rs
+    // INFO_MS). On a quiet host each 4 MiB write's reclaim can take 1-4
+    // ms, the p99 stays under it and there is no finding (7 runs of 12
+    // one afternoon): the write lines' parts must then name reclaim
+    // the same way.
+    let p99 = per_interval
+        .iter()
+        .map(|l| l["p99_ns"].as_u64().unwrap_or(0))
+        .max();
+    match stalled(&lines, "dd") {
+        Some(f) => crate::support::assert_named_wait(&f, "reclaim"),
+        None => {
+            assert!(
+                p99 < Some(10_000_000),
+                "no write-stalled finding: {per_interval:?}"
+            );
+            let part = |name: &str| sum(&per_interval, &format!("{name}_ns"));
+            let named = part("reclaim");
+            assert!(named * 4 >= part("total"), "{per_interval:?}");
+            assert!(
+                named > part("throttle") && named > part("stable"),
+                "{per_interval:?}"
+            );
+        }
+    }
 }
