@@ -10,7 +10,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Condvar, Mutex, mpsc},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 /// Which module's tests run now, and how many of them.
@@ -416,12 +416,28 @@ impl Bpftrace {
     /// Stops it (SIGINT, which prints its maps) and returns what it
     /// printed after attaching.
     pub fn stop(mut self) -> Vec<String> {
-        // SAFETY: plain syscall on our own child.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) },
-            0
-        );
-        let status = self.child.wait().expect("wait bpftrace");
+        // bpftrace can miss a SIGINT that comes just after it said it is
+        // attaching: a CI run found it 10 minutes later in epoll_wait,
+        // nothing pending, and a second SIGINT ended it. So the signal
+        // is sent again every 5 s until it exits.
+        let status = loop {
+            // SAFETY: plain syscall on our own child.
+            assert_eq!(
+                unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) },
+                0
+            );
+            let sent = Instant::now();
+            let exited = loop {
+                match self.child.try_wait().expect("wait bpftrace") {
+                    Some(status) => break Some(status),
+                    None if sent.elapsed() >= Duration::from_secs(5) => break None,
+                    None => std::thread::sleep(Duration::from_millis(20)),
+                }
+            };
+            if let Some(status) = exited {
+                break status;
+            }
+        };
         assert!(status.success(), "bpftrace: {status}");
         self.stdout.iter().collect()
     }
