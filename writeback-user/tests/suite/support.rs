@@ -419,24 +419,31 @@ impl Bpftrace {
         // bpftrace can miss a SIGINT that comes just after it said it is
         // attaching: a CI run found it 10 minutes later in epoll_wait,
         // nothing pending, and a second SIGINT ended it. So the signal
-        // is sent again every 5 s until it exits.
-        let status = loop {
+        // is sent again every 5 s, three times at most: one that ignores
+        // them all is killed and fails the test instead of hanging it.
+        let mut status = None;
+        for _ in 0..3 {
             // SAFETY: plain syscall on our own child.
             assert_eq!(
                 unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) },
                 0
             );
             let sent = Instant::now();
-            let exited = loop {
-                match self.child.try_wait().expect("wait bpftrace") {
-                    Some(status) => break Some(status),
-                    None if sent.elapsed() >= Duration::from_secs(5) => break None,
-                    None => std::thread::sleep(Duration::from_millis(20)),
+            while sent.elapsed() < Duration::from_secs(5) {
+                status = self.child.try_wait().expect("wait bpftrace");
+                if status.is_some() {
+                    break;
                 }
-            };
-            if let Some(status) = exited {
-                break status;
+                std::thread::sleep(Duration::from_millis(20));
             }
+            if status.is_some() {
+                break;
+            }
+        }
+        let Some(status) = status else {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!("bpftrace ignored 3 SIGINTs, 5 s apart");
         };
         assert!(status.success(), "bpftrace: {status}");
         self.stdout.iter().collect()
