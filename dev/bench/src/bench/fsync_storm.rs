@@ -168,9 +168,13 @@ impl Traced {
     fn process_us_per_call(&self) -> (f64, f64) {
         let files = self.storm_files.max(1) as f64;
         let all = self.process_ns as f64 / files / 1e3;
-        let idle_rate = self.idle_ns as f64 / self.idle_secs.max(f64::MIN_POSITIVE);
-        let beyond = (self.process_ns as f64 - idle_rate * self.storm_secs).max(0.0);
+        let beyond = (self.process_ns as f64 - self.idle_ns_per_s() * self.storm_secs).max(0.0);
         (all, beyond / files / 1e3)
+    }
+
+    /// The process's idle CPU, ns a second.
+    fn idle_ns_per_s(&self) -> f64 {
+        self.idle_ns as f64 / self.idle_secs.max(f64::MIN_POSITIVE)
     }
 }
 
@@ -376,7 +380,7 @@ fn report(opts: &FsyncStormOptions, f: &Figures) -> String {
          | the same beyond its idle CPU ({:.2} ms a second, over {} s before the storms) \
          | | {beyond:.2} µs |\n\
          | records lost | 0 | {} |\n\n",
-        t.idle_ns as f64 / t.idle_secs.max(f64::MIN_POSITIVE) / 1e6,
+        t.idle_ns_per_s() / 1e6,
         IDLE_WINDOW.as_secs_f64(),
         t.lost,
     ));
