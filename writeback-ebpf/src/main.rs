@@ -291,9 +291,9 @@ pub(crate) fn barrier() {
 }
 
 /// Adds `n` to the counter at `p` atomically, for map values several CPUs
-/// add to at once. The BPF target offers no Rust atomic read-modify-write
-/// (no compare-and-swap), but the instruction set has had an atomic add
-/// (`BPF_XADD`, `lock ... +=`) since its first release.
+/// add to at once. The BPF target offers no Rust atomic read-modify-write,
+/// but the instruction set has had an atomic add (`BPF_XADD`,
+/// `lock ... +=`) since its first release; the others came in 5.12.
 #[inline(always)]
 pub(crate) fn atomic_add(p: *mut u64, n: u64) {
     // SAFETY: `p` points to an 8-byte aligned u64 inside a map value.
@@ -305,6 +305,24 @@ pub(crate) fn atomic_add(p: *mut u64, n: u64) {
             options(nostack)
         )
     };
+}
+
+/// Compare-and-exchange of the u64 at `p` (`BPF_CMPXCHG`, Linux 5.12):
+/// `new` is stored if `old` is found. Returns the value found.
+#[inline(always)]
+pub(crate) fn cmpxchg(p: *mut u64, old: u64, new: u64) -> u64 {
+    let mut found = old;
+    // SAFETY: `p` points to an 8-byte aligned u64 inside a map value.
+    unsafe {
+        core::arch::asm!(
+            "r0 = cmpxchg_64({p} + 0, r0, {new})",
+            p = in(reg) p,
+            new = in(reg) new,
+            inout("r0") found,
+            options(nostack)
+        )
+    };
+    found
 }
 
 #[cfg(not(test))]

@@ -31,7 +31,7 @@ const MAP_TYPE: usize = 29;
 static TASK_STORAGE: u8 = 1;
 
 #[inline(always)]
-fn task_storage() -> bool {
+pub(crate) fn task_storage() -> bool {
     // SAFETY: .rodata global, see read::field.
     unsafe { ptr::read_volatile(&TASK_STORAGE) != 0 }
 }

@@ -285,15 +285,98 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     Ok(0)
 }
 
-/// The current thread's (`tid`'s) `CURRENT` entry; with `create`, made
-/// at its first call. Only the thread writes it.
+/// The current thread's (`tid`'s) call state: its slot in [`SLOTS`] if
+/// the slot is the thread's, else its `CURRENT` entry; with `create` (a
+/// call's start), the slot taken when no other thread's call holds it,
+/// else the entry made at the thread's first call. Only the thread writes
+/// either.
 #[inline(always)]
 pub(crate) fn thread_call(tid: u32, create: bool) -> Option<&'static mut ThreadCall> {
+    if let Some(slot) = own_slot(tid, create) {
+        // SAFETY: a live map value this thread holds.
+        return Some(unsafe { &mut (*slot).call });
+    }
     let zeros = || NO_START.get_ptr(0);
     // SAFETY: the thread's own entry, live for the program's run.
     CURRENT
         .current(tid, create, zeros)
         .map(|p| unsafe { &mut *p })
+}
+
+/// A thread's call state in a plain array, direct-mapped by thread id, in
+/// front of `CURRENT`: an array lookup is a bounds check and an add that
+/// the verifier inlines, where a task-storage lookup is a helper call
+/// through the task's storage pointer and cache (kernel/bpf/
+/// bpf_local_storage.c), about 140 ns of a 500 ns call start under an
+/// fsync storm here (docs/bench-log/fsync-storm.md). Two threads whose
+/// ids share the low bits take turns: a slot another thread's call holds
+/// sends a call to `CURRENT` instead.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CallSlot {
+    /// The thread the slot is for (its id in the low 32 bits), with
+    /// [`SLOT_BUSY`] while that thread's call is in flight; 0 for a slot
+    /// never taken (thread 0 is the idle task, which makes no calls).
+    claim: u64,
+    call: ThreadCall,
+    /// To 192 bytes, three cache lines: neighbouring slots belong to
+    /// threads with neighbouring ids, often running on other CPUs.
+    _pad: [u64; 2],
+}
+
+/// Slots in [`SLOTS`]: a power of two, indexed by the thread id's low
+/// bits. 768 KiB; threads in calls at once collide in pairs about
+/// n² / 8,192 times (n threads), and a collision costs the lookup saved.
+pub(crate) const SLOT_COUNT: u32 = 4096;
+const SLOT_BUSY: u64 = 1 << 32;
+
+#[map]
+static SLOTS: Array<CallSlot> = Array::with_max_entries(SLOT_COUNT, 0);
+
+/// `tid`'s slot, if the thread holds it; with `create`, taken if free
+/// (no call in flight in it) with a compare-and-exchange, as two threads
+/// sharing a slot may start calls on two CPUs at once. Only where the
+/// kernel has BPF_CMPXCHG (Linux 5.12, the release that gave tracing
+/// programs task storage: [`crate::task_local::task_storage`]); before,
+/// the loader rewrites the instruction, never reached (crates/tracer
+/// object.rs).
+#[inline(always)]
+fn own_slot(tid: u32, create: bool) -> Option<*mut CallSlot> {
+    if !crate::task_local::task_storage() {
+        return None;
+    }
+    let slot = SLOTS.get_ptr_mut(tid & (SLOT_COUNT - 1))?;
+    // SAFETY: a live map value; the claim is read once.
+    let claim_at = unsafe { core::ptr::addr_of_mut!((*slot).claim) };
+    let claim = unsafe { core::ptr::read_volatile(claim_at) };
+    let ours = claim as u32 == tid;
+    if !create {
+        return ours.then_some(slot);
+    }
+    if !ours && claim & SLOT_BUSY != 0 {
+        return None;
+    }
+    let wanted = u64::from(tid) | SLOT_BUSY;
+    (crate::cmpxchg(claim_at, claim, wanted) == claim).then_some(slot)
+}
+
+/// Frees `tid`'s slot for other threads once its call ended: a plain
+/// store, as no other thread writes a busy slot.
+#[inline(always)]
+fn release_slot(tid: u32) {
+    if !crate::task_local::task_storage() {
+        return;
+    }
+    let Some(slot) = SLOTS.get_ptr_mut(tid & (SLOT_COUNT - 1)) else {
+        return;
+    };
+    // SAFETY: a live map value.
+    unsafe {
+        let claim_at = core::ptr::addr_of_mut!((*slot).claim);
+        if core::ptr::read_volatile(claim_at) == u64::from(tid) | SLOT_BUSY {
+            core::ptr::write_volatile(claim_at, u64::from(tid));
+        }
+    }
 }
 
 /// The state of the ext4 call a thread is inside (its `CURRENT` entry):
@@ -365,6 +448,15 @@ fn sampled_out_end(e: &End) -> u32 {
 
 #[inline(always)]
 fn finish<A: Access>(e: End) -> Result<u32, u32> {
+    let tid = e.key.tid;
+    let result = end_call::<A>(e);
+    // Last: another thread may take the slot once it is free.
+    release_slot(tid);
+    result
+}
+
+#[inline(always)]
+fn end_call<A: Access>(e: End) -> Result<u32, u32> {
     if call_byte(e.key.tid) == SAMPLED_OUT_CALL {
         return Ok(sampled_out_end(&e));
     }

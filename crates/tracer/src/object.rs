@@ -86,9 +86,53 @@ pub(crate) fn object_for(task_storage: bool) -> anyhow::Result<ObjectBytes> {
         let byte = at + types + 4 * word;
         copy[byte..byte + 4].copy_from_slice(&value.to_le_bytes());
     }
+    for section in elf.sections() {
+        if !is_code(&section) {
+            continue;
+        }
+        if let Some((start, len)) = section.file_range() {
+            let (start, len) = (usize::try_from(start)?, usize::try_from(len)?);
+            let code = copy
+                .get_mut(at + start..at + start + len)
+                .context("code section past the object's end")?;
+            without_cmpxchg(code);
+        }
+    }
     let patched = ObjectBytes::Patched(copy, at);
     check_patch(patched.bytes())?;
     Ok(patched)
+}
+
+/// Whether an ELF section holds program instructions.
+fn is_code(section: &object::Section<'_, '_>) -> bool {
+    use object::ObjectSection as _;
+    matches!(section.flags(), object::SectionFlags::Elf { sh_flags }
+        if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
+}
+
+/// `BPF_STX | BPF_ATOMIC | BPF_DW`, and `BPF_CMPXCHG` in the immediate
+/// (include/uapi/linux/bpf.h).
+const ATOMIC_DW: u8 = 0xdb;
+const BPF_CMPXCHG: i32 = 0xf1;
+
+/// Rewrites each 64-bit compare-and-exchange in `code` into `r0 = 0`.
+/// Before Linux 5.12 the verifier refuses a program that holds one
+/// anywhere, reached or not ("BPF_STX uses reserved fields",
+/// resolve_pseudo_ldimm64() in kernel/bpf/verifier.c, 5.10), and the
+/// programs reach theirs only where [`task_storage_usable`] (writeback-ebpf
+/// writepages.rs, `own_slot`). A wide load's second half has opcode 0, so
+/// scanning every 8 bytes meets no false match. Returns how many.
+fn without_cmpxchg(code: &mut [u8]) -> usize {
+    let mut rewritten = 0;
+    for insn in code.chunks_exact_mut(8) {
+        let imm = i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
+        if insn[0] == ATOMIC_DW && imm == BPF_CMPXCHG {
+            // `BPF_ALU64 | BPF_MOV | BPF_K`, r0, offset 0, immediate 0.
+            insn.copy_from_slice(&[0xb7, 0, 0, 0, 0, 0, 0, 0]);
+            rewritten += 1;
+        }
+    }
+    rewritten
 }
 
 /// The rewritten object's maps are the embedded one's but for
@@ -177,11 +221,41 @@ pub fn version_text() -> String {
 mod tests {
     use std::collections::HashSet;
 
-    use object::{Object, ObjectSymbol};
+    use object::{Object, ObjectSection as _, ObjectSymbol};
 
     use super::*;
     use crate::plan::{Candidate, candidates};
     use wbscope_model::plan::Concept;
+
+    /// The object holds compare-and-exchanges (the call slots), and the
+    /// copy for kernels before 5.12 none: their verifier would refuse
+    /// every program that holds one.
+    #[test]
+    fn the_object_for_kernels_before_5_12_has_no_cmpxchg() {
+        let count = |bytes: &[u8]| {
+            let elf = object::File::parse(bytes).expect("an ELF object");
+            let mut n = 0;
+            for section in elf.sections() {
+                if is_code(&section) {
+                    let mut code = section.data().expect("section data").to_vec();
+                    n += without_cmpxchg(&mut code);
+                }
+            }
+            n
+        };
+        assert!(
+            count(EBPF_OBJECT) > 0,
+            "the object has no cmpxchg to rewrite"
+        );
+        let patched = object_for(false).expect("the object for 5.10");
+        assert_eq!(count(patched.bytes()), 0);
+        let mut insn = [ATOMIC_DW, 0x21, 0, 0, 0xf1, 0, 0, 0];
+        assert_eq!(without_cmpxchg(&mut insn), 1);
+        assert_eq!(insn, [0xb7, 0, 0, 0, 0, 0, 0, 0]);
+        // An atomic add (immediate 0) stays.
+        let mut add = [ATOMIC_DW, 0x21, 0, 0, 0, 0, 0, 0];
+        assert_eq!(without_cmpxchg(&mut add), 0);
+    }
 
     /// Every program and load-time global the loader names is in the
     /// embedded object. A stale object (build.rs's nested eBPF build is
