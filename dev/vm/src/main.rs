@@ -30,6 +30,8 @@ mod storm;
 
 use std::{process::ExitCode, time::Instant};
 
+use anyhow::Context as _;
+
 use clap::{Parser, Subcommand};
 
 /// What `cargo xtask test` does about the VM checks: they run whenever
@@ -129,6 +131,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    let _lock = lock_vm_dir()?;
     match cli.task {
         Task::VmTest { kernel, big_host } => vm_test(kernel.as_deref(), big_host),
         Task::VmScenario {
@@ -142,6 +145,45 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }),
         Task::TestSuite { binary } => test_suite(binary),
     }
+}
+
+/// Holds vm/ in the target directory for this run: two runs at once
+/// would build the guests' shared root image in the same staging
+/// directory and fail midway, each removing what the other made. The
+/// lock (flock(2)) goes with the process, however it ends.
+fn lock_vm_dir() -> anyhow::Result<std::fs::File> {
+    lock_dir(&matrix::vm_dir()?)
+}
+
+/// Takes `dir`'s `.lock`, or says which process holds it.
+fn lock_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::{io::Write as _, os::fd::AsRawFd as _};
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(".lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            anyhow::bail!(
+                "another vm task is running in {} (pid {}); wait for it or stop it",
+                dir.display(),
+                pid.trim()
+            );
+        }
+        return Err(e).with_context(|| format!("locking {}", path.display()));
+    }
+    file.set_len(0)
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(file)
 }
 
 /// `cargo xtask vm-test [--kernel K] [--big-host]`.
@@ -260,4 +302,26 @@ enum Done {
     Kernel(anyhow::Result<matrix::KernelRun>),
     /// The scenario guest's kernel release.
     Scenario(anyhow::Result<String>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second run finds the directory held and names the holder; once
+    /// the first lets go, the next takes it.
+    #[test]
+    fn a_second_run_is_told_who_holds_the_vm_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = lock_dir(dir.path()).expect("the first lock");
+        let e = lock_dir(dir.path()).expect_err("a second lock while held");
+        let said = format!("{e:#}");
+        assert!(
+            said.contains("another vm task is running")
+                && said.contains(&format!("pid {}", std::process::id())),
+            "{said}"
+        );
+        drop(first);
+        lock_dir(dir.path()).expect("the lock once let go");
+    }
 }
