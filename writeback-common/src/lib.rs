@@ -541,7 +541,11 @@ pub mod stat {
     pub const THROTTLED_NEW: u32 = 7;
     pub const HANDLES_NEW: u32 = 8;
     pub const DIRTIERS_NEW: u32 = 9;
-    pub const COUNT: u32 = 10;
+    /// Call starts whose thread's slot in `SLOTS` another thread's call
+    /// held (or took at the same moment): the call went to `CURRENT`,
+    /// counted fully, by the slower path.
+    pub const SLOT_BUSY: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// Indexes of the per-CPU interval aggregates in the `AGG` map: counters the

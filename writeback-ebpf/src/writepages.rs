@@ -353,11 +353,12 @@ fn own_slot(tid: u32, create: bool) -> Option<*mut CallSlot> {
     if !create {
         return ours.then_some(slot);
     }
-    if !ours && claim & SLOT_BUSY != 0 {
-        return None;
-    }
     let wanted = u64::from(tid) | SLOT_BUSY;
-    (crate::cmpxchg(claim_at, claim, wanted) == claim).then_some(slot)
+    if (ours || claim & SLOT_BUSY == 0) && crate::cmpxchg(claim_at, claim, wanted) == claim {
+        return Some(slot);
+    }
+    bump(stat::SLOT_BUSY);
+    None
 }
 
 /// Frees `tid`'s slot for other threads once its call ended: a plain

@@ -25,6 +25,9 @@ pub struct KernelStats {
     /// make room: a process's pauses, a transaction's handles or a
     /// file's dirtier pages no figure holds.
     pub lru_evicted: u64,
+    /// Call starts whose thread's call slot another thread's call held
+    /// (`stat::SLOT_BUSY`): kept in task storage instead, counted fully.
+    pub slot_busy: u64,
 }
 
 /// Run time of one attached program (BPF_ENABLE_STATS).

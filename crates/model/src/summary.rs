@@ -55,6 +55,9 @@ pub struct SummaryLine<'a> {
     /// Entries the LRU maps evicted to make room
     /// (`KernelStats::lru_evicted`).
     pub(crate) lru_evicted: u64,
+    /// Call starts whose thread's call slot another thread's call held
+    /// (`KernelStats::slot_busy`): not a loss, the slower path.
+    pub(crate) slot_busy: u64,
     /// BPF run time per program over the whole trace (null figures when
     /// the kernel keeps no BPF statistics).
     pub(crate) run_time: Vec<RunTimeLine>,
@@ -100,6 +103,7 @@ impl<'a> SummaryLine<'a> {
             map_full: kernel.map_full,
             inflight_full: kernel.inflight_full,
             lru_evicted: kernel.lru_evicted,
+            slot_busy: kernel.slot_busy,
             run_time: run_times
                 .iter()
                 .map(|r| RunTimeLine {

@@ -111,6 +111,7 @@ impl Tracer {
             map_full: sum(stat::MAP_FULL),
             throttled_new: sum(stat::THROTTLED_NEW),
             lru_evicted: 0,
+            slot_busy: sum(stat::SLOT_BUSY),
         })
     }
 
