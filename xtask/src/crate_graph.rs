@@ -77,7 +77,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("xtask", &["wbscope-programs"]),
-    ("wbscope-vm", &["xtask", "wbscope-programs"]),
+    // wbscope-sys: the one single-process lock (its target/vm).
+    ("wbscope-vm", &["xtask", "wbscope-programs", "wbscope-sys"]),
     (
         "wbscope-bench",
         &["xtask", "wbscope-programs", "scratchfs", "writeback-common"],

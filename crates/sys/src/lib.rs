@@ -3,9 +3,11 @@
 //! (exit code 2), the escaping of untrusted text before a terminal sees it
 //! ([`escape`]), and small facts and guards about the host process: one
 //! signal guard, the clocks the records are stamped with, the host and
-//! kernel names, `statvfs`, `sync` + dropping the page cache.
+//! kernel names, `statvfs`, `sync` + dropping the page cache, and the one
+//! single-process lock ([`lock`]).
 pub mod error;
 pub mod escape;
+pub mod lock;
 
 pub use error::UsageError;
 use std::{fs, io, path::Path};

@@ -157,33 +157,14 @@ fn lock_vm_dir() -> anyhow::Result<std::fs::File> {
 
 /// Takes `dir`'s `.lock`, or says which process holds it.
 fn lock_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
-    use std::{io::Write as _, os::fd::AsRawFd as _};
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(".lock");
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let pid = std::fs::read_to_string(&path).unwrap_or_default();
-            anyhow::bail!(
-                "another vm task is running in {} (pid {}); wait for it or stop it",
-                dir.display(),
-                pid.trim()
-            );
-        }
-        return Err(e).with_context(|| format!("locking {}", path.display()));
+    match wbscope_sys::lock::lock_exclusive(&dir.join(".lock"))? {
+        Ok(file) => Ok(file),
+        Err(pid) => anyhow::bail!(
+            "another vm task is running in {} (pid {pid}); wait for it or stop it",
+            dir.display()
+        ),
     }
-    file.set_len(0)
-        .and_then(|()| writeln!(file, "{}", std::process::id()))
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(file)
 }
 
 /// `cargo xtask vm-test [--kernel K] [--big-host]`.

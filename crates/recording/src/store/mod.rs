@@ -16,13 +16,10 @@ pub mod seek;
 pub mod writer;
 
 use std::{
-    fs::{self, File, OpenOptions},
-    io::{self, Read as _, Seek as _, Write as _},
-    os::fd::AsRawFd as _,
+    fs::{self, File},
+    io,
     path::{Path, PathBuf},
 };
-
-use anyhow::Context as _;
 
 pub(crate) const SUFFIX: &str = ".wbseg";
 pub(crate) const LOCK_FILE: &str = ".lock";
@@ -128,33 +125,13 @@ pub(crate) struct StoreLock {
 impl StoreLock {
     /// Takes the lock of the store in `dir`, or says who holds it.
     pub(crate) fn acquire(dir: &Path) -> anyhow::Result<StoreLock> {
-        let path = dir.join(LOCK_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let mut pid = String::new();
-                let _ = file.read_to_string(&mut pid);
-                anyhow::bail!(
-                    "{}: another wbscope record is writing this store (pid {})",
-                    dir.display(),
-                    pid.trim()
-                );
-            }
-            return Err(e).with_context(|| format!("locking {}", path.display()));
+        match wbscope_sys::lock::lock_exclusive(&dir.join(LOCK_FILE))? {
+            Ok(file) => Ok(StoreLock { file }),
+            Err(pid) => anyhow::bail!(
+                "{}: another wbscope record is writing this store (pid {pid})",
+                dir.display()
+            ),
         }
-        file.set_len(0)
-            .and_then(|()| file.rewind())
-            .and_then(|()| writeln!(file, "{}", std::process::id()))
-            .with_context(|| format!("writing {}", path.display()))?;
-        Ok(StoreLock { file })
     }
 
     /// The lock file, open (for giving it to the drop user).
