@@ -504,12 +504,14 @@ fn a_writer_over_its_memory_limit_is_named_reclaim() {
         reclaim <= peer_ns * 1.01 && reclaim >= peer_ns * 0.9,
         "reclaim {reclaim} ns in writes against bpftrace's {peer_ns} ns"
     );
-    // The finding names reclaim as the largest wait a tracepoint marks.
-    // Time off the CPU outside reclaim (`blocked`: dd preempted by the
-    // loop device's workers writing back what reclaim pushed out) can
-    // match it: 32.4 against 32.3 ms in one run. So reclaim is the
-    // largest named part and a quarter of the writes' time or more; the
-    // dominant part is reclaim or blocked.
+    // The finding names reclaim as the largest wait a tracepoint marks,
+    // a quarter of the writes' time or more. It need not be the largest
+    // part of all: time off the CPU outside reclaim (`blocked`: dd
+    // preempted by the loop device's workers writing back what reclaim
+    // pushed out) matched it in one run (32.4 against 32.3 ms), and dd's
+    // own copying of 4 MiB a write into the page cache, on the CPU
+    // (`other`), passed it in another (45.8 against 35.4 ms), so the
+    // finding's dominant part is not asserted.
     // The finding starts at a p99 of 10 ms (model findings/writes.rs
     // INFO_MS). On a quiet host each 4 MiB write's reclaim can take 1-4
     // ms, the p99 stays under it and there is no finding (7 runs of 12
@@ -520,7 +522,7 @@ fn a_writer_over_its_memory_limit_is_named_reclaim() {
         .map(|l| l["p99_ns"].as_u64().unwrap_or(0))
         .max();
     match stalled(&lines, "dd") {
-        Some(f) => crate::support::assert_named_wait(&f, "reclaim"),
+        Some(f) => crate::support::assert_largest_named_wait(&f, "reclaim"),
         None => {
             assert!(
                 p99 < Some(10_000_000),

@@ -104,10 +104,8 @@ impl LoopFs {
 /// `major:minor` of the filesystem holding `path`, as wbscope prints it.
 /// Asserts that a `write-stalled` finding shows `part` as a quarter or
 /// more of the writes' time and the largest of the waits a tracepoint
-/// names (throttle, stable, reclaim), and names it or `blocked` (time
-/// off the CPU no tracepoint marks, which CPU contention or preemption
-/// can make as large) as the dominant part.
-pub fn assert_named_wait(f: &serde_json::Value, part: &str) {
+/// names (throttle, stable, reclaim).
+pub fn assert_largest_named_wait(f: &serde_json::Value, part: &str) {
     let parts = &f["evidence"]["parts_ms"];
     let ms = |p: &str| parts[p].as_f64().unwrap();
     let total: f64 = ["throttle", "stable", "reclaim", "blocked", "other"]
@@ -118,6 +116,13 @@ pub fn assert_named_wait(f: &serde_json::Value, part: &str) {
     for other in ["throttle", "stable", "reclaim"] {
         assert!(other == part || ms(part) > ms(other), "{f}");
     }
+}
+
+/// [`assert_largest_named_wait`], and the finding names `part` or
+/// `blocked` (time off the CPU no tracepoint marks, which CPU contention
+/// or preemption can make as large) as the dominant part.
+pub fn assert_named_wait(f: &serde_json::Value, part: &str) {
+    assert_largest_named_wait(f, part);
     let dominant = f["evidence"]["part"].as_str().unwrap();
     assert!(dominant == part || dominant == "blocked", "{f}");
 }
