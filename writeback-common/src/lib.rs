@@ -32,6 +32,13 @@ pub const fn log2_bucket_bounds(k: u32) -> (u64, u64) {
 /// Maximum number of fields a [`TracepointLayout`] can describe.
 pub const MAX_TP_FIELDS: usize = 16;
 
+/// Slots of the call-slot array (writeback-ebpf writepages.rs `SLOTS`): a
+/// power of two, a thread's slot chosen by the low bits of its id. 768
+/// KiB at 192 bytes a slot; threads in calls at once collide in pairs
+/// about n² / 8,192 times (n threads), and a collision costs the lookup
+/// the slot saves.
+pub const CALL_SLOTS: u32 = 4096;
+
 /// Where one tracepoint field lives in the raw record, as read from
 /// `/sys/kernel/tracing/events/<system>/<event>/format`.
 ///

@@ -13,8 +13,8 @@ use aya_ebpf::{
     },
 };
 use writeback_common::{
-    CurrentCall, Filter, InflightCall, InflightKey, RunClock, TracepointLayout, WritepagesCall,
-    agg, call_flags, cause, cpu_time,
+    CALL_SLOTS, CurrentCall, Filter, InflightCall, InflightKey, RunClock, TracepointLayout,
+    WritepagesCall, agg, call_flags, cause, cpu_time,
     fields::{writepages as wp, writepages_result as wpr},
     members as m, off_cpu_ns, record_kind, sampling, stat,
 };
@@ -315,7 +315,7 @@ pub(crate) fn thread_call(tid: u32, create: bool) -> Option<&'static mut ThreadC
 #[derive(Clone, Copy)]
 pub struct CallSlot {
     /// The thread the slot is for (its id in the low 32 bits), with
-    /// [`SLOT_BUSY`] while that thread's call is in flight; 0 for a slot
+    /// [`CLAIM_BUSY`] while that thread's call is in flight; 0 for a slot
     /// never taken (thread 0 is the idle task, which makes no calls).
     claim: u64,
     call: ThreadCall,
@@ -324,14 +324,21 @@ pub struct CallSlot {
     _pad: [u64; 2],
 }
 
-/// Slots in [`SLOTS`]: a power of two, indexed by the thread id's low
-/// bits. 768 KiB; threads in calls at once collide in pairs about
-/// n² / 8,192 times (n threads), and a collision costs the lookup saved.
-pub(crate) const SLOT_COUNT: u32 = 4096;
-const SLOT_BUSY: u64 = 1 << 32;
+/// The bit of a slot's claim set while its thread's call is in flight.
+const CLAIM_BUSY: u64 = 1 << 32;
 
 #[map]
-static SLOTS: Array<CallSlot> = Array::with_max_entries(SLOT_COUNT, 0);
+static SLOTS: Array<CallSlot> = Array::with_max_entries(CALL_SLOTS, 0);
+
+/// The slot for `tid`, whoever holds it; `None` before 5.12, where the
+/// slots are not used (see [`own_slot`]).
+#[inline(always)]
+fn slot_of(tid: u32) -> Option<*mut CallSlot> {
+    if !crate::task_local::task_storage() {
+        return None;
+    }
+    SLOTS.get_ptr_mut(tid & (CALL_SLOTS - 1))
+}
 
 /// `tid`'s slot, if the thread holds it; with `create`, taken if free
 /// (no call in flight in it) with a compare-and-exchange, as two threads
@@ -342,10 +349,7 @@ static SLOTS: Array<CallSlot> = Array::with_max_entries(SLOT_COUNT, 0);
 /// object.rs).
 #[inline(always)]
 fn own_slot(tid: u32, create: bool) -> Option<*mut CallSlot> {
-    if !crate::task_local::task_storage() {
-        return None;
-    }
-    let slot = SLOTS.get_ptr_mut(tid & (SLOT_COUNT - 1))?;
+    let slot = slot_of(tid)?;
     // SAFETY: a live map value; the claim is read once.
     let claim_at = unsafe { core::ptr::addr_of_mut!((*slot).claim) };
     let claim = unsafe { core::ptr::read_volatile(claim_at) };
@@ -353,8 +357,8 @@ fn own_slot(tid: u32, create: bool) -> Option<*mut CallSlot> {
     if !create {
         return ours.then_some(slot);
     }
-    let wanted = u64::from(tid) | SLOT_BUSY;
-    if (ours || claim & SLOT_BUSY == 0) && crate::cmpxchg(claim_at, claim, wanted) == claim {
+    let wanted = u64::from(tid) | CLAIM_BUSY;
+    if (ours || claim & CLAIM_BUSY == 0) && crate::cmpxchg(claim_at, claim, wanted) == claim {
         return Some(slot);
     }
     bump(stat::SLOT_BUSY);
@@ -365,16 +369,13 @@ fn own_slot(tid: u32, create: bool) -> Option<*mut CallSlot> {
 /// store, as no other thread writes a busy slot.
 #[inline(always)]
 fn release_slot(tid: u32) {
-    if !crate::task_local::task_storage() {
-        return;
-    }
-    let Some(slot) = SLOTS.get_ptr_mut(tid & (SLOT_COUNT - 1)) else {
+    let Some(slot) = slot_of(tid) else {
         return;
     };
     // SAFETY: a live map value.
     unsafe {
         let claim_at = core::ptr::addr_of_mut!((*slot).claim);
-        if core::ptr::read_volatile(claim_at) == u64::from(tid) | SLOT_BUSY {
+        if core::ptr::read_volatile(claim_at) == u64::from(tid) | CLAIM_BUSY {
             core::ptr::write_volatile(claim_at, u64::from(tid));
         }
     }

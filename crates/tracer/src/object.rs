@@ -86,28 +86,30 @@ pub(crate) fn object_for(task_storage: bool) -> anyhow::Result<ObjectBytes> {
         let byte = at + types + 4 * word;
         copy[byte..byte + 4].copy_from_slice(&value.to_le_bytes());
     }
-    for section in elf.sections() {
-        if !is_code(&section) {
-            continue;
-        }
-        if let Some((start, len)) = section.file_range() {
-            let (start, len) = (usize::try_from(start)?, usize::try_from(len)?);
-            let code = copy
-                .get_mut(at + start..at + start + len)
-                .context("code section past the object's end")?;
-            without_cmpxchg(code);
-        }
+    for (start, len) in code_ranges(&elf)? {
+        let code = copy
+            .get_mut(at + start..at + start + len)
+            .context("code section past the object's end")?;
+        without_cmpxchg(code);
     }
     let patched = ObjectBytes::Patched(copy, at);
     check_patch(patched.bytes())?;
     Ok(patched)
 }
 
-/// Whether an ELF section holds program instructions.
-fn is_code(section: &object::Section<'_, '_>) -> bool {
-    use object::ObjectSection as _;
-    matches!(section.flags(), object::SectionFlags::Elf { sh_flags }
-        if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
+/// Where in the file the object's program instructions lie: (offset,
+/// length) of each section flagged executable.
+fn code_ranges(elf: &object::File<'_>) -> anyhow::Result<Vec<(usize, usize)>> {
+    use object::{Object as _, ObjectSection as _};
+    let mut ranges = Vec::new();
+    for section in elf.sections() {
+        let code = matches!(section.flags(), object::SectionFlags::Elf { sh_flags }
+            if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0);
+        if let (true, Some((start, len))) = (code, section.file_range()) {
+            ranges.push((usize::try_from(start)?, usize::try_from(len)?));
+        }
+    }
+    Ok(ranges)
 }
 
 /// `BPF_STX | BPF_ATOMIC | BPF_DW`, and `BPF_CMPXCHG` in the immediate
@@ -221,7 +223,7 @@ pub fn version_text() -> String {
 mod tests {
     use std::collections::HashSet;
 
-    use object::{Object, ObjectSection as _, ObjectSymbol};
+    use object::{Object, ObjectSymbol};
 
     use super::*;
     use crate::plan::{Candidate, candidates};
@@ -234,14 +236,12 @@ mod tests {
     fn the_object_for_kernels_before_5_12_has_no_cmpxchg() {
         let count = |bytes: &[u8]| {
             let elf = object::File::parse(bytes).expect("an ELF object");
-            let mut n = 0;
-            for section in elf.sections() {
-                if is_code(&section) {
-                    let mut code = section.data().expect("section data").to_vec();
-                    n += without_cmpxchg(&mut code);
-                }
-            }
-            n
+            let mut copy = bytes.to_vec();
+            code_ranges(&elf)
+                .expect("code ranges")
+                .into_iter()
+                .map(|(start, len)| without_cmpxchg(&mut copy[start..start + len]))
+                .sum::<usize>()
         };
         assert!(
             count(EBPF_OBJECT) > 0,

@@ -265,10 +265,6 @@ fn capability_reduced_trace_counts_exactly() {
     assert_eq!(lines.last().unwrap()["probes"][0]["state"], "attached");
 }
 
-/// Call slots (writeback-ebpf writepages.rs `SLOTS`): one per thread id's
-/// low 12 bits.
-const CALL_SLOTS: i32 = 4096;
-
 /// A thread that says its id, then for each path it is sent writes
 /// 64 MiB there, meets the other worker at `barrier`, fsyncs and answers
 /// with the file's inode number; an empty path ends it.
@@ -337,9 +333,10 @@ fn two_threads_sharing_a_call_slot_keep_their_calls_apart() {
     // Thread ids are handed out in turn up to pid_max (at least 32768):
     // one in 4096 of the next ids shares the slot, the host's own new
     // threads taking some of them.
-    for _ in 0..5 * CALL_SLOTS {
+    let slots = writeback_common::CALL_SLOTS as i32;
+    for _ in 0..5 * slots {
         let w = Worker::spawn(barrier.clone());
-        if w.tid % CALL_SLOTS == a.tid % CALL_SLOTS && w.tid != a.tid {
+        if w.tid % slots == a.tid % slots && w.tid != a.tid {
             b = Some(w);
             break;
         }
