@@ -22,6 +22,11 @@
 //!   quiet second before each storm) over the storm's time: on a device
 //!   that syncs 500 files a second (btrfs here) the idle CPU alone is
 //!   several µs per call.
+//! - With `WBSCOPE_BENCH_BASELINE=PATH` (another build of wbscope), a
+//!   fourth side traces the same storms with that build: each program's
+//!   time against the baseline's in the same run, which tells a change
+//!   of a few tens of ns apart from the hour's drift (the floor itself
+//!   moved by a fifth between two runs an hour apart here).
 //! - Per-folio events are in the table too: where no function hook on
 //!   `do_writepages()` loads, xfs' and btrfs' calls are put together
 //!   from them (writeback-ebpf generic.rs).
@@ -240,9 +245,9 @@ enum Side {
     Floor,
     /// Nothing: the A/A control.
     Nothing,
+    /// `wbscope trace --json --events` of the baseline build.
+    Baseline,
 }
-
-const SIDES: [Side; 3] = [Side::Trace, Side::Floor, Side::Nothing];
 
 pub(crate) fn bench(binary: &Path, opts: &FsyncStormOptions) -> anyhow::Result<String> {
     let mut builder = ScratchFs::builder(opts.fs, 4096).direct_io(true);
@@ -256,8 +261,17 @@ pub(crate) fn bench(binary: &Path, opts: &FsyncStormOptions) -> anyhow::Result<S
         .prefix("wbscope-fsync-storm.")
         .tempdir_in("/var/tmp")
         .context("making the run's directory")?;
+    let baseline = std::env::var_os("WBSCOPE_BENCH_BASELINE").map(std::path::PathBuf::from);
+    if let Some(path) = &baseline {
+        anyhow::ensure!(
+            path.is_file(),
+            "WBSCOPE_BENCH_BASELINE={}: no such file (a wbscope binary is wanted)",
+            path.display()
+        );
+    }
     measure(
         binary,
+        baseline.as_deref(),
         opts,
         fs.mountpoint(),
         &out_dir.path().join("trace.json"),
@@ -266,6 +280,7 @@ pub(crate) fn bench(binary: &Path, opts: &FsyncStormOptions) -> anyhow::Result<S
 
 fn measure(
     binary: &Path,
+    baseline: Option<&Path>,
     opts: &FsyncStormOptions,
     dir: &Path,
     out: &Path,
@@ -276,11 +291,16 @@ fn measure(
     run_plain()?;
     clear(dir, opts.writers)?;
     let mut traced = Traced::default();
+    let mut base = Traced::default();
     let mut floor = BTreeMap::new();
-    let mut ratios: [Vec<f64>; 3] = Default::default();
+    let mut ratios: [Vec<f64>; 4] = Default::default();
     let (mut plain_files, mut traced_files) = (Vec::new(), Vec::new());
+    let mut sides = vec![Side::Trace, Side::Floor, Side::Nothing];
+    if baseline.is_some() {
+        sides.push(Side::Baseline);
+    }
     for pair in 0..opts.pairs {
-        for (s, side) in SIDES.into_iter().enumerate() {
+        for (s, &side) in sides.iter().enumerate() {
             scratchfs::signal::check_interrupted()?;
             // Swapped every pair, so that drift favours neither.
             let observed_first = pair % 2 == 1;
@@ -290,6 +310,10 @@ fn measure(
                     (false, _) | (true, Side::Nothing) => run_plain()?,
                     (true, Side::Trace) => traced_run(binary, dir, out, opts, &mut traced)?,
                     (true, Side::Floor) => floor_run(binary, dir, opts, &mut floor)?,
+                    (true, Side::Baseline) => match baseline {
+                        Some(b) => traced_run(b, dir, out, opts, &mut base)?,
+                        None => anyhow::bail!("a baseline side without a baseline build"),
+                    },
                 };
                 clear(dir, opts.writers)?;
             }
@@ -307,7 +331,7 @@ fn measure(
             );
         }
     }
-    let [ratios, floor_ratios, aa] = ratios;
+    let [ratios, floor_ratios, aa, base_ratios] = ratios;
     Ok(report(
         opts,
         &Figures {
@@ -318,6 +342,7 @@ fn measure(
             traced_files,
             traced,
             floor,
+            baseline: baseline.map(|path| (path.display().to_string(), base, base_ratios)),
         },
     ))
 }
@@ -328,6 +353,7 @@ impl Side {
             Side::Trace => "wbscope trace --json --events",
             Side::Floor => "empty programs",
             Side::Nothing => "nothing (A/A)",
+            Side::Baseline => "the baseline build's trace",
         }
     }
 }
@@ -340,6 +366,8 @@ struct Figures {
     traced_files: Vec<f64>,
     traced: Traced,
     floor: BTreeMap<String, (u64, u64)>,
+    /// The baseline build's path, traced runs and pair ratios.
+    baseline: Option<(String, Traced, Vec<f64>)>,
 }
 
 fn report(opts: &FsyncStormOptions, f: &Figures) -> String {
@@ -439,6 +467,40 @@ fn report(opts: &FsyncStormOptions, f: &Figures) -> String {
             others.join("; ")
         ));
     }
+    if let Some((path, base, base_ratios)) = &f.baseline {
+        out.push_str(&baseline_table(t, path, base, base_ratios));
+    }
+    out
+}
+
+/// Each default program of this build against the same program of the
+/// baseline build, traced under the same storms.
+fn baseline_table(t: &Traced, path: &str, base: &Traced, base_ratios: &[f64]) -> String {
+    let avg = |p: &Traced, program: &str| {
+        p.programs
+            .get(program)
+            .filter(|(n, _)| *n > 0)
+            .map(|&(n, ns)| ns as f64 / n as f64)
+    };
+    let (base_all, base_beyond) = base.process_us_per_call();
+    let mut out = format!(
+        "Against the baseline build ({path}), traced in the same rotation: files synced, \
+         baseline traced / untraced {}; its process {base_all:.2} µs per call ({base_beyond:.2} \
+         beyond idle); records lost {}.\n\n\
+         | program | avg ns, this build | avg ns, baseline | this / baseline |\n|---|---|---|---|\n",
+        spread(base_ratios),
+        base.lost,
+    );
+    for &(_, program) in DEFAULT_HOOKS {
+        let (Some(now), Some(then)) = (avg(t, program), avg(base, program)) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "| {program} | {now:.0} | {then:.0} | {:.3} |\n",
+            now / then
+        ));
+    }
+    out.push('\n');
     out
 }
 
@@ -483,6 +545,18 @@ mod tests {
         ]
         .into();
         let ratios = vec![0.95, 0.97, 0.99, 1.0, 0.98, 0.96];
+        // The baseline: the start program at 1,000 ns a run, no end
+        // program (a program only one build has gets no row).
+        let base = Traced {
+            calls: 1000,
+            programs: [("tp_btf_writepages_start".to_string(), (2000, 2_000_000))].into(),
+            lost: 3,
+            process_ns: 2_000_000,
+            storm_files: 1000,
+            storm_secs: 5.0,
+            idle_ns: 0,
+            idle_secs: 1.0,
+        };
         let text = report(
             &opts,
             &Figures {
@@ -490,6 +564,7 @@ mod tests {
                 aa: ratios.clone(),
                 plain_files: vec![5000.0; 6],
                 traced_files: vec![4900.0; 6],
+                baseline: Some(("/old/wbscope".to_string(), base, ratios.clone())),
                 ratios,
                 traced,
                 floor,
@@ -510,8 +585,15 @@ mod tests {
              | 2.00 µs |",
             "mounted barrier=0",
             "Other programs that ran: task_io_iter 0.01 runs, 3 ns per call.",
+            "Against the baseline build (/old/wbscope)",
+            "its process 2.00 µs per call (2.00 beyond idle); records lost 3.",
+            "| tp_btf_writepages_start | 800 | 1000 | 0.800 |",
         ] {
             assert!(text.contains(row), "{row:?} not in:\n{text}");
         }
+        assert!(
+            !text.contains("| tp_btf_writepages_end | 1000 |"),
+            "a program of one build only has no baseline row:\n{text}"
+        );
     }
 }
