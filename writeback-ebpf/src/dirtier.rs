@@ -38,7 +38,7 @@ use writeback_common::{
 
 use crate::{
     FILTER, SAMPLING, atomic_add, bump,
-    read::{Access, Typed, field, load_spec, raw_arg},
+    read::{Access, Probed, Typed, field, load_spec, raw_arg},
 };
 
 /// Inode dirtyings to userspace, drained at every reading of the dirtier
@@ -384,7 +384,7 @@ pub fn dirty_folio(ctx: TracePointContext) -> u32 {
 /// inode filter drops the inode (the `--pid`/`--cgroup` filter marks it
 /// instead, as the per-folio program does).
 #[inline(always)]
-fn dirtying(dev: u32, ino: u64, owner: impl FnOnce() -> u64) {
+fn dirtying<A: Access>(dev: u32, ino: u64, owner: impl FnOnce() -> u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     if !dirty_filter(dev, ino, (pid_tgid >> 32) as u32) {
         return;
@@ -393,8 +393,8 @@ fn dirtying(dev: u32, ino: u64, owner: impl FnOnce() -> u64) {
         bump(stat::LOST_DIRTYINGS);
         return;
     };
-    // SAFETY: plain helper calls.
-    let (at_ns, cgroup_id) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_cgroup_id()) };
+    // SAFETY: plain helper call.
+    let (at_ns, cgroup_id) = (unsafe { bpf_ktime_get_ns() }, A::current_cgroup_id());
     entry.write(InodeDirtying {
         kind: INODE_DIRTYING_KIND,
         dev,
@@ -404,7 +404,7 @@ fn dirtying(dev: u32, ino: u64, owner: impl FnOnce() -> u64) {
         owner_cgroup_id: owner(),
         tgid: (pid_tgid >> 32) as u32,
         pid: pid_tgid as u32,
-        comm: bpf_get_current_comm().unwrap_or_default(),
+        comm: A::current_comm(),
     });
     entry.submit(BPF_RB_NO_WAKEUP as u64);
 }
@@ -424,7 +424,7 @@ pub fn tp_btf_dirty_inode(ctx: BtfTracePointContext) -> i32 {
     let sb = pointer(inode, dm::INODE_I_SB);
     let ino = scalar(inode, dm::INODE_I_INO) as u64;
     let dev = scalar(sb, dm::SB_S_DEV) as u32;
-    dirtying(dev, ino, || owner_cgroup(inode));
+    dirtying::<Typed>(dev, ino, || owner_cgroup(inode));
     0
 }
 
@@ -434,6 +434,6 @@ pub fn tp_btf_dirty_inode(ctx: BtfTracePointContext) -> i32 {
 pub fn dirty_inode(ctx: TracePointContext) -> u32 {
     let dev = field(&ctx, &DIRTY_INODE_LAYOUT, dirty_inode::DEV) as u32;
     let ino = field(&ctx, &DIRTY_INODE_LAYOUT, dirty_inode::INO) as u64;
-    dirtying(dev, ino, || 0);
+    dirtying::<Probed>(dev, ino, || 0);
     0
 }

@@ -26,7 +26,7 @@
 //! which boundary closed it.
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, map},
     maps::{HashMap, PerCpuArray},
     programs::BtfTracePointContext,
@@ -361,7 +361,7 @@ pub(crate) fn open<A: Access>(
     c.folios = 0;
     c.boundary = 0;
     c.folio_hist = [0; FOLIO_HIST_BUCKETS];
-    c.comm = bpf_get_current_comm().unwrap_or_default();
+    c.comm = A::current_comm();
     c.ret = 0;
     c.offcpu_ns = 0;
     // Every field set above: adding one to GenericCall fails to compile

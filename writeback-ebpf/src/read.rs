@@ -100,7 +100,26 @@ pub trait Access {
     fn pointer(base: *const u8, spec: &MemberSpec) -> *const u8;
     /// The current thread's `task_struct`, as this access reads it.
     fn current_task() -> *const u8;
+    /// The current thread's `comm`, as `bpf_get_current_comm()` gives it
+    /// up to its first NUL (what userspace keeps of it).
+    fn current_comm() -> [u8; 16];
+    /// The id of the current thread's cgroup on the unified hierarchy,
+    /// as `bpf_get_current_cgroup_id()` gives it.
+    fn current_cgroup_id() -> u64;
 }
+
+/// `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.kn` and
+/// `kernfs_node.id`, all or none, from the kernel's BTF: the path of
+/// `bpf_get_current_cgroup_id()` (`cgroup_id(task_dfl_cgroup(current))`,
+/// kernel/bpf/helpers.c and include/linux/cgroup.h).
+#[unsafe(no_mangle)]
+static TASK_CGROUP: [MemberSpec; 4] = [MemberSpec::ABSENT; 4];
+
+/// `task_struct.comm` (`char comm[TASK_COMM_LEN]`, 16 bytes: include/
+/// linux/sched.h) as its first 8-byte word, from the kernel's BTF; absent
+/// when BTF has no such member, and then the helper is used.
+#[unsafe(no_mangle)]
+static TASK_COMM: MemberSpec = MemberSpec::ABSENT;
 
 /// Reads through `bpf_probe_read_kernel` (kprobe arguments).
 pub struct Probed;
@@ -125,6 +144,17 @@ impl Access for Probed {
     fn current_task() -> *const u8 {
         // SAFETY: plain helper call.
         unsafe { generated::bpf_get_current_task() as *const u8 }
+    }
+
+    #[inline(always)]
+    fn current_comm() -> [u8; 16] {
+        aya_ebpf::helpers::bpf_get_current_comm().unwrap_or_default()
+    }
+
+    #[inline(always)]
+    fn current_cgroup_id() -> u64 {
+        // SAFETY: plain helper call.
+        unsafe { aya_ebpf::helpers::bpf_get_current_cgroup_id() }
     }
 }
 
@@ -166,6 +196,51 @@ impl Access for Typed {
     fn current_task() -> *const u8 {
         // SAFETY: plain helper call.
         unsafe { generated::bpf_get_current_task_btf() as *const u8 }
+    }
+
+    /// Two loads from the task (the verifier allows word loads inside a
+    /// member that is an array of integers: btf_struct_walk() in
+    /// kernel/bpf/btf.c) instead of the helper, which copies with
+    /// `strscpy_pad()` (kernel/bpf/helpers.c): about 80 ns a call here
+    /// against 11 ns for `bpf_get_current_pid_tgid()`
+    /// (docs/bench-log/fsync-storm.md, step 8). The bytes after the
+    /// name's NUL may be an older name's where the kernel renamed the
+    /// task without padding (`__set_task_comm()` with `strlcpy()`):
+    /// userspace reads up to the NUL.
+    #[inline(always)]
+    fn current_comm() -> [u8; 16] {
+        let spec = load_spec(&TASK_COMM);
+        if spec.present == 0 || spec.size != 8 {
+            return Probed::current_comm();
+        }
+        let at = Self::current_task().wrapping_add(spec.offset as usize);
+        // SAFETY: as in `scalar`: both words lie inside the member.
+        let (lo, hi) = unsafe { (*at.cast::<u64>(), *at.wrapping_add(8).cast::<u64>()) };
+        let mut comm = [0u8; 16];
+        comm[..8].copy_from_slice(&lo.to_ne_bytes());
+        comm[8..].copy_from_slice(&hi.to_ne_bytes());
+        comm
+    }
+
+    /// Four dependent loads instead of the helper (about 25 ns a call
+    /// here, docs/bench-log/fsync-storm.md, step 8). Under the RCU read
+    /// lock every tracing program runs in, as the helper's own.
+    #[inline(always)]
+    fn current_cgroup_id() -> u64 {
+        let [cgroups, dfl_cgrp, kn, id] = &TASK_CGROUP;
+        // The verifier walks only the branch the frozen table selects: a
+        // load through an absent member's null would be refused.
+        if load_spec(cgroups).present == 0
+            || load_spec(dfl_cgrp).present == 0
+            || load_spec(kn).present == 0
+            || load_spec(id).present == 0
+        {
+            return Probed::current_cgroup_id();
+        }
+        let set = Self::pointer(Self::current_task(), cgroups);
+        let cgroup = Self::pointer(set, dfl_cgrp);
+        let node = Self::pointer(cgroup, kn);
+        Self::scalar(node, id) as u64
     }
 }
 

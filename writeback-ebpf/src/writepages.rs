@@ -4,7 +4,7 @@
 //! layouts) and BTF tracepoints (struct members through BTF offsets).
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::bpf_get_current_pid_tgid,
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
     maps::{Array, HashMap, PerCpuArray},
     programs::{
@@ -125,8 +125,7 @@ fn begin<A: Access>(s: &Start) -> Result<u32, u32> {
     // The start keeps no cgroup (the end records it): read only for the
     // `--cgroup` filter, four dependent loads from the task saved.
     let cgroup_id = if cgroup_filtered() {
-        // SAFETY: plain helper call.
-        unsafe { bpf_get_current_cgroup_id() }
+        A::current_cgroup_id()
     } else {
         0
     };
@@ -464,8 +463,7 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let key = e.key;
-    // SAFETY: plain helper call.
-    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let cgroup_id = A::current_cgroup_id();
     // The thread's entry, if it holds this call: its IN_CALL byte says a
     // call drawn into the sample started (a start the kernel skipped
     // leaves the byte of the thread's call before, ended), and the key is
@@ -580,7 +578,7 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
         folios_written: start.folios_written,
         bios: counted.bios,
         _pad: 0,
-        comm: bpf_get_current_comm().unwrap_or_default(),
+        comm: A::current_comm(),
     });
     let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
         BPF_RB_FORCE_WAKEUP

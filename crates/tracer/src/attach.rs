@@ -470,6 +470,14 @@ impl Tracer {
         } else {
             vmlinux_btf(&mut vmlinux).and_then(super::taskio::resolve_members)
         };
+        // The programs read the thread's name from the task where BTF
+        // gives its place, the helper otherwise.
+        let task_comm = vmlinux_btf(&mut vmlinux)
+            .and_then(super::members::comm_spec)
+            .unwrap_or(MemberSpec::ABSENT);
+        let task_cgroup = vmlinux_btf(&mut vmlinux)
+            .and_then(super::members::cgroup_specs)
+            .unwrap_or([MemberSpec::ABSENT; 4]);
         // Several MiB parsed; the tables are resolved.
         drop(vmlinux);
         let mut loader = EbpfLoader::new();
@@ -494,6 +502,8 @@ impl Tracer {
         let field_offsets = offsets_json(&prepared, members.as_ref().and_then(|m| m.as_ref().ok()));
         let kernel_members = members.and_then(Result::ok).unwrap_or_default();
         loader.override_global("KERNEL_MEMBERS", &kernel_members, true);
+        loader.override_global("TASK_COMM", &task_comm, true);
+        loader.override_global("TASK_CGROUP", &task_cgroup, true);
         let scan_members = scan_members.and_then(Result::ok).unwrap_or_default();
         loader.override_global("SCAN_MEMBERS", &scan_members, true);
         let block_members = block_members

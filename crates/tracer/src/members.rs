@@ -31,3 +31,33 @@ pub(crate) fn member_spec(
         signed && m.bit_size == 0,
     ))
 }
+
+/// `task_struct.comm` as the BTF-typed programs read it (writeback-ebpf
+/// read.rs, `TASK_COMM`): the spec of its first 8-byte word, the second
+/// read 8 bytes on. Only the 16 bytes of `TASK_COMM_LEN`
+/// (include/linux/sched.h) qualify; without it the programs call
+/// `bpf_get_current_comm()`.
+pub(crate) fn comm_spec(btf: &KernelBtf) -> Result<MemberSpec, String> {
+    let m = btf
+        .member("task_struct", "comm")
+        .map_err(|e| e.to_string())?;
+    if m.size != 16 || m.bit_size != 0 {
+        return Err(format!("task_struct.comm is {} bytes, not 16", m.size));
+    }
+    let offset = u16::try_from(m.byte_offset)
+        .map_err(|_| format!("task_struct.comm at offset {} is too far", m.byte_offset))?;
+    Ok(MemberSpec::new(offset, 8, 0, 0, false))
+}
+
+/// What the BTF-typed programs read for the current thread's cgroup id
+/// (writeback-ebpf read.rs, `TASK_CGROUP`): `task->cgroups->dfl_cgrp->
+/// kn->id`, the path of `bpf_get_current_cgroup_id()` (kernel/bpf/
+/// helpers.c). All or none: without one the programs call the helper.
+pub(crate) fn cgroup_specs(btf: &KernelBtf) -> Result<[MemberSpec; 4], String> {
+    Ok([
+        member_spec(btf, "task_struct", "cgroups", false)?,
+        member_spec(btf, "css_set", "dfl_cgrp", false)?,
+        member_spec(btf, "cgroup", "kn", false)?,
+        member_spec(btf, "kernfs_node", "id", false)?,
+    ])
+}

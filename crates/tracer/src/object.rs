@@ -270,6 +270,8 @@ mod tests {
             "SCAN_MEMBERS",
             "BLOCK_MEMBERS",
             "TASK_MEMBERS",
+            "TASK_COMM",
+            "TASK_CGROUP",
             "FILE_MEMBERS",
             "EXTENT_MEMBERS",
             "FILTER",
