@@ -470,13 +470,21 @@ impl Tracer {
         } else {
             vmlinux_btf(&mut vmlinux).and_then(super::taskio::resolve_members)
         };
-        // The programs read the thread's name from the task where BTF
-        // gives its place, the helper otherwise.
+        // The BTF-typed programs read the thread's name and cgroup id
+        // from the task where BTF gives their place and the kernel hands
+        // them the task (`bpf_get_current_task_btf()`, 5.11), the
+        // helpers otherwise: on 5.10 a tp_btf program reaching that call
+        // is refused.
+        let task_btf = super::object::current_task_btf_usable();
         let task_comm = vmlinux_btf(&mut vmlinux)
             .and_then(super::members::comm_spec)
+            .ok()
+            .filter(|_| task_btf)
             .unwrap_or(MemberSpec::ABSENT);
         let task_cgroup = vmlinux_btf(&mut vmlinux)
             .and_then(super::members::cgroup_specs)
+            .ok()
+            .filter(|_| task_btf)
             .unwrap_or([MemberSpec::ABSENT; 4]);
         // Several MiB parsed; the tables are resolved.
         drop(vmlinux);

@@ -15,6 +15,13 @@ pub(crate) fn task_storage_usable() -> bool {
     wbscope_sys::kernel_version().is_some_and(|v| v >= (5, 12))
 }
 
+/// Whether tracing programs may call `bpf_get_current_task_btf()`
+/// (Linux 5.11, the helper trials.rs names when a load is refused
+/// without it).
+pub(crate) fn current_task_btf_usable() -> bool {
+    wbscope_sys::kernel_version().is_some_and(|v| v >= (5, 11))
+}
+
 /// The object's task-storage map (writeback-ebpf main.rs, task_local.rs).
 pub(crate) const TASK_STORAGE_MAP: &str = "CURRENT";
 
