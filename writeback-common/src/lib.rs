@@ -351,6 +351,39 @@ pub struct Filter {
 /// record.
 pub mod record_kind {
     pub const WRITEPAGES_CALL: u32 = 1;
+    /// A [`crate::CallBatch`]: up to [`crate::CALL_BATCH`] calls of one CPU.
+    pub const CALL_BATCH: u32 = 7;
+}
+
+/// Calls a CPU keeps before sending them to the ring in one record.
+pub const CALL_BATCH: usize = 8;
+
+/// One CPU's ext4 call records, sent to the ring as one record once
+/// [`CALL_BATCH`] are kept, or when userspace asks for a quiet CPU's
+/// (writeback-ebpf writepages.rs, `flush_call_batch`): a ring record's
+/// reserve and submit, whose lock and positions every CPU shares, cost
+/// about 290 ns here, more than the rest of the call's end program
+/// (docs/bench-log/fsync-storm.md, step 8).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallBatch {
+    /// [`record_kind::CALL_BATCH`].
+    pub kind: u32,
+    /// Calls kept, the first `count` of `calls`.
+    pub count: u32,
+    pub calls: [WritepagesCall; CALL_BATCH],
+}
+
+/// A CPU's [`CallBatch`] state beside it: what userspace reads to know
+/// which CPUs keep calls, and the flag that keeps a flush from sending a
+/// batch a program is writing on that CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallBatchState {
+    /// Calls kept (the batch's `count`, mirrored here for userspace).
+    pub count: u32,
+    /// 1 while a program writes the batch.
+    pub busy: u32,
 }
 
 /// Bits of [`WritepagesCall::flags`].
@@ -754,6 +787,8 @@ mod pod {
     unsafe impl aya::Pod for super::TracepointLayout {}
     unsafe impl aya::Pod for super::Filter {}
     unsafe impl aya::Pod for super::WritepagesCall {}
+    unsafe impl aya::Pod for super::CallBatch {}
+    unsafe impl aya::Pod for super::CallBatchState {}
     unsafe impl aya::Pod for super::InflightKey {}
     unsafe impl aya::Pod for super::InflightCall {}
     unsafe impl aya::Pod for super::FlusherWork {}

@@ -5,16 +5,16 @@
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::bpf_get_current_pid_tgid,
-    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, tracepoint},
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, raw_tracepoint, tracepoint},
     maps::{Array, HashMap, PerCpuArray},
     programs::{
-        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext,
-        TracePointContext,
+        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RawTracePointContext,
+        RetProbeContext, TracePointContext,
     },
 };
 use writeback_common::{
-    CALL_SLOTS, CurrentCall, Filter, InflightCall, InflightKey, RunClock, TracepointLayout,
-    WritepagesCall, agg, call_flags, cause, cpu_time,
+    CALL_BATCH, CALL_SLOTS, CallBatch, CallBatchState, CurrentCall, Filter, InflightCall,
+    InflightKey, RunClock, TracepointLayout, WritepagesCall, agg, call_flags, cause, cpu_time,
     fields::{writepages as wp, writepages_result as wpr},
     members as m, off_cpu_ns, record_kind, sampling, stat,
 };
@@ -537,56 +537,119 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
         }
         None => switched_out,
     };
-    // Reserved after the arithmetic above: 6.18.44's verifier, walking
-    // that arithmetic with the reservation held, failed its own
-    // precision bookkeeping ("verifier bug: stack slot 24, total slots
-    // 22", EFAULT) once a branch was added to `off_cpu_ns`.
-    let Some(mut entry) = EVENTS.reserve::<WritepagesCall>(0) else {
-        bump(stat::LOST_RECORDS);
+    // Kept in this CPU's batch, sent with the batch (`send_batch`).
+    let (Some(batch), Some(state)) = (CALL_BATCHES.get_ptr_mut(0), BATCH_STATE.get_ptr_mut(0))
+    else {
         return Err(0);
     };
-    entry.write(WritepagesCall {
-        kind: record_kind::WRITEPAGES_CALL,
-        dev: key.dev,
-        ino: key.ino,
-        start_ns: start.start_ns,
-        duration_ns,
-        offcpu_ns,
-        cgroup_id,
-        nr_to_write: start.nr_to_write,
-        pages_written,
-        pages_skipped_start: start.pages_skipped,
-        pages_skipped_end: e.pages_skipped,
-        range_start: start.range_start,
-        range_end: start.range_end,
-        writeback_index_before: start.writeback_index,
-        writeback_index_after: e.writeback_index,
-        scan_first_pos: start.scan_first_pos,
-        scan_last_pos: counted.scan_last_pos,
-        scan_bytes: counted.scan_bytes,
-        extent_blocks: counted.extent_blocks as u64,
-        bio_bytes: counted.bio_bytes,
-        tgid: (pid_tgid >> 32) as u32,
-        tid: key.tid,
-        ret: e.ret,
-        sync_mode: e.sync_mode,
-        flags: start.flags,
-        cause: start.cause,
-        work_reason: start.work_reason,
-        scan_iterations: counted.scan_iterations,
-        extents: counted.extents,
-        folios_written: start.folios_written,
-        bios: counted.bios,
-        _pad: 0,
-        comm: A::current_comm(),
-    });
+    // SAFETY: this CPU's values; the flag keeps a flush that interrupts
+    // this program (`flush_call_batch`) off the batch until it is set
+    // back. Volatile: the flag's stores stay where they are written.
+    let (batch, state) = unsafe { (&mut *batch, &mut *state) };
+    unsafe { core::ptr::write_volatile(&mut state.busy, 1) };
+    let kept = unsafe { core::ptr::read_volatile(&state.count) } as usize;
+    // A full batch is sent before the count reaches CALL_BATCH; a count
+    // out of range (never written so) starts the batch over.
+    let at = if kept < CALL_BATCH { kept } else { 0 };
+    // SAFETY: `at` is below CALL_BATCH: a call's place in the batch.
+    let slot = unsafe { batch.calls.as_mut_ptr().add(at) };
+    unsafe {
+        slot.write(WritepagesCall {
+            kind: record_kind::WRITEPAGES_CALL,
+            dev: key.dev,
+            ino: key.ino,
+            start_ns: start.start_ns,
+            duration_ns,
+            offcpu_ns,
+            cgroup_id,
+            nr_to_write: start.nr_to_write,
+            pages_written,
+            pages_skipped_start: start.pages_skipped,
+            pages_skipped_end: e.pages_skipped,
+            range_start: start.range_start,
+            range_end: start.range_end,
+            writeback_index_before: start.writeback_index,
+            writeback_index_after: e.writeback_index,
+            scan_first_pos: start.scan_first_pos,
+            scan_last_pos: counted.scan_last_pos,
+            scan_bytes: counted.scan_bytes,
+            extent_blocks: counted.extent_blocks as u64,
+            bio_bytes: counted.bio_bytes,
+            tgid: (pid_tgid >> 32) as u32,
+            tid: key.tid,
+            ret: e.ret,
+            sync_mode: e.sync_mode,
+            flags: start.flags,
+            cause: start.cause,
+            work_reason: start.work_reason,
+            scan_iterations: counted.scan_iterations,
+            extents: counted.extents,
+            folios_written: start.folios_written,
+            bios: counted.bios,
+            _pad: 0,
+            comm: A::current_comm(),
+        })
+    };
+    let kept = at as u32 + 1;
+    batch.kind = record_kind::CALL_BATCH;
+    batch.count = kept;
+    if kept as usize >= CALL_BATCH {
+        send_batch(batch);
+        batch.count = 0;
+        unsafe { core::ptr::write_volatile(&mut state.count, 0) };
+    } else {
+        unsafe { core::ptr::write_volatile(&mut state.count, kept) };
+    }
+    unsafe { core::ptr::write_volatile(&mut state.busy, 0) };
+    Ok(0)
+}
+
+/// This CPU's ext4 calls not yet sent (`writeback_common::CallBatch`).
+#[map]
+static CALL_BATCHES: PerCpuArray<CallBatch> = PerCpuArray::with_max_entries(1, 0);
+
+/// This CPU's batch count and busy flag, read by userspace before each
+/// drain to ask the CPUs that keep calls for them.
+#[map]
+static BATCH_STATE: PerCpuArray<CallBatchState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Sends `batch` (its first `count` calls) as one ring record, waking
+/// userspace once a quarter of the ring is used.
+#[inline(always)]
+fn send_batch(batch: &CallBatch) {
     let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
     };
-    entry.submit(wakeup as u64);
-    Ok(0)
+    if EVENTS.output::<CallBatch>(batch, wakeup as u64).is_err() {
+        add(&crate::STATS, stat::LOST_RECORDS, u64::from(batch.count));
+    }
+}
+
+/// Sends this CPU's kept calls, unless a program is writing the batch
+/// (this run then interrupted it; the next flush sends them). Never
+/// attached: userspace runs it on each CPU that keeps calls before it
+/// drains the ring and when it stops (`BPF_PROG_TEST_RUN` with
+/// `BPF_F_TEST_RUN_ON_CPU`, which runs a raw tracepoint program on that
+/// CPU: net/bpf/test_run.c, since 5.10), so that a CPU gone quiet does
+/// not keep calls.
+#[raw_tracepoint(tracepoint = "flush_call_batch")]
+pub fn flush_call_batch(_ctx: RawTracePointContext) -> i32 {
+    let (Some(batch), Some(state)) = (CALL_BATCHES.get_ptr_mut(0), BATCH_STATE.get_ptr_mut(0))
+    else {
+        return 0;
+    };
+    // SAFETY: this CPU's values; nothing else runs on it meanwhile but
+    // what this run interrupted, which the busy flag names.
+    let (batch, state) = unsafe { (&mut *batch, &mut *state) };
+    if unsafe { core::ptr::read_volatile(&state.busy) } != 0 || batch.count == 0 {
+        return 0;
+    }
+    send_batch(batch);
+    batch.count = 0;
+    unsafe { core::ptr::write_volatile(&mut state.count, 0) };
+    0
 }
 
 /// `ext4:ext4_writepages`, classic tracepoint.

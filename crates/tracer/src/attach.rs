@@ -549,6 +549,8 @@ impl Tracer {
         let mut ebpf = super::object::load(&mut loader)?;
         let measured = super::memory::measured(&ebpf);
         memory.set_measured(|name| measured.get(name).copied());
+        // After the maps' memory is read: it takes the batches' state map.
+        let call_flush = super::call_batch::CallFlush::load(&mut ebpf)?;
         let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
             Ok(logger) => Some(logger),
             Err(e) => {
@@ -771,6 +773,7 @@ impl Tracer {
             fs_names: std::sync::Mutex::new(super::mounts::FsNames::open()),
             ledger,
             _stats_fd: stats_fd,
+            call_flush: Some(call_flush),
             retprobes: std::sync::Mutex::new(retprobes),
             logger,
         };

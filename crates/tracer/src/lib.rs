@@ -6,6 +6,7 @@
 pub mod attach;
 mod batch;
 pub mod btf;
+mod call_batch;
 pub mod cost;
 pub mod counter;
 mod dirtiers;
@@ -73,6 +74,9 @@ pub struct Tracer {
     ledger: Result<ledger::LedgerMaps, String>,
     /// Keeps BPF run-time statistics on while the tracer lives.
     _stats_fd: Option<OwnedFd>,
+    /// What asks the CPUs for the ext4 calls they keep, for the ring's
+    /// reader (taken once).
+    call_flush: Option<call_batch::CallFlush>,
     /// kretprobe events of our own (`retprobe.rs`), removed when dropped,
     /// each with its program's name: their misses are read with the
     /// programs' run times (a read through `&self`, hence the lock).
@@ -138,6 +142,12 @@ impl Tracer {
 
     /// The generic calls still open, per thread (writeback-ebpf
     /// generic.rs); can be taken once.
+    pub(crate) fn take_call_flush(&mut self) -> anyhow::Result<call_batch::CallFlush> {
+        self.call_flush
+            .take()
+            .context("the CPUs' call batches already taken")
+    }
+
     pub(crate) fn take_open_calls(
         &mut self,
     ) -> anyhow::Result<aya::maps::HashMap<MapData, u32, writeback_common::GenericCall>> {

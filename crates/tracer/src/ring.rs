@@ -139,6 +139,8 @@ pub struct RingCollector {
     /// Records that could not be decoded (counted, logged once each kind).
     pub bad_records: u64,
     open_calls: HashMap<MapData, u32, GenericCall>,
+    /// Asks the CPUs for the ext4 calls they keep, before each drain.
+    call_flush: super::call_batch::CallFlush,
     last_expiry: Instant,
     fs_names: FsNames,
 }
@@ -148,6 +150,7 @@ impl RingCollector {
     pub fn new(tracer: &mut Tracer) -> anyhow::Result<RingCollector> {
         let ring = tracer.take_events()?;
         let open_calls = tracer.take_open_calls()?;
+        let call_flush = tracer.take_call_flush()?;
         // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
         // until it is dropped, which happens only when the AsyncFd drops it.
         let fd = unsafe { AsyncFd::register(ring) }
@@ -157,6 +160,7 @@ impl RingCollector {
             fd,
             bad_records: 0,
             open_calls,
+            call_flush,
             last_expiry: Instant::now(),
             fs_names: FsNames::open(),
         })
@@ -213,6 +217,7 @@ impl RingCollector {
         let n = match tokio::time::timeout(DRAIN_EVERY, self.fd.readable_mut()).await {
             Ok(guard) => {
                 let mut guard = guard.context("waiting on the ring buffer")?;
+                self.call_flush.flush_or_warn();
                 let n = drain_into(
                     guard.get_inner_mut(),
                     &mut self.bad_records,
@@ -222,19 +227,24 @@ impl RingCollector {
                 guard.clear_ready();
                 n
             }
-            Err(_elapsed) => drain_into(
-                self.fd.get_mut(),
-                &mut self.bad_records,
-                &mut self.fs_names,
-                &mut sink,
-            ),
+            Err(_elapsed) => {
+                self.call_flush.flush_or_warn();
+                drain_into(
+                    self.fd.get_mut(),
+                    &mut self.bad_records,
+                    &mut self.fs_names,
+                    &mut sink,
+                )
+            }
         };
         self.expire(sink);
         Ok(n)
     }
 
-    /// Hands every record available right now to `sink`, without waiting.
+    /// Hands every record available right now to `sink`, without waiting,
+    /// the calls the CPUs keep included.
     pub fn drain(&mut self, sink: impl FnMut(RingRecord)) -> usize {
+        self.call_flush.flush_or_warn();
         drain_into(
             self.fd.get_mut(),
             &mut self.bad_records,
@@ -253,6 +263,15 @@ fn drain_into(
     let mut n = 0;
     let now = std::time::Instant::now();
     while let Some(item) = ring.next() {
+        if let Some(calls) = super::call_batch::batch_calls(&item) {
+            for raw in calls {
+                let mut call = CallRecord::from(&raw);
+                call.fs = fs_names.name_at(call.dev, now).into();
+                sink(RingRecord::Call(call));
+                n += 1;
+            }
+            continue;
+        }
         match decode(&item) {
             Ok(RingRecord::Call(mut call)) => {
                 call.fs = fs_names.name_at(call.dev, now).into();

@@ -133,7 +133,9 @@ const PERF_EVENT_IOC_DISABLE: u64 = 0x2401;
 /// `bpf(2)` commands allowed (first argument; `enum bpf_cmd` of
 /// include/uapi/linux/bpf.h), all on descriptors opened before the drop:
 /// reading the maps (one entry or a batch: tracer/batch.rs), writing GLOBAL_THRESH, removing closed generic calls,
-/// the programs' run-time statistics, and BPF_ITER_CREATE so that an
+/// the programs' run-time statistics, running the program loaded before
+/// the drop that sends a CPU's kept calls (call_batch.rs), and
+/// BPF_ITER_CREATE so that an
 /// iterator attached before the drop can be read every interval. Nothing
 /// that creates a map, loads a program or attaches one.
 const BPF_COMMANDS: &[(u64, &str)] = &[
@@ -141,6 +143,7 @@ const BPF_COMMANDS: &[(u64, &str)] = &[
     (2, "BPF_MAP_UPDATE_ELEM"),
     (3, "BPF_MAP_DELETE_ELEM"),
     (4, "BPF_MAP_GET_NEXT_KEY"),
+    (10, "BPF_PROG_TEST_RUN"),
     (15, "BPF_OBJ_GET_INFO_BY_FD"),
     (24, "BPF_MAP_LOOKUP_BATCH"),
     (33, "BPF_ITER_CREATE"),

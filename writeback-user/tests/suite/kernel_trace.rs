@@ -61,6 +61,43 @@ fn check_summary(lines: &[serde_json::Value]) -> &serde_json::Value {
     summary
 }
 
+/// A lone call reaches the output while the trace runs, not only when it
+/// stops: each CPU keeps ext4's calls until it holds eight
+/// (writeback-ebpf writepages.rs, `CALL_BATCHES`), and before each drain
+/// userspace has every CPU that keeps some send them (tracer
+/// call_batch.rs). The `--device` filter keeps every other call out of
+/// the batches, so only that flush can bring this one out.
+#[test]
+fn a_lone_call_is_reported_while_the_trace_runs() {
+    let _file = crate::support::file_group(module_path!());
+    let fs = LoopFs::new("ext4", 64);
+    let mountpoint = fs.mountpoint.to_string_lossy().into_owned();
+    let mut trace = Tracing::start(&["--json", "--events", "--device", &mountpoint]);
+    let out = trace.stdout_lines();
+    let path = fs.path("one");
+    let ino = write_and_fsync(&path, 1);
+    let dev = dev_of(&path);
+    let synced = Instant::now();
+    let mut seen = Vec::new();
+    let line = loop {
+        let left = Duration::from_secs(10).saturating_sub(synced.elapsed());
+        let Ok(text) = out.recv_timeout(left) else {
+            panic!("no call for ino {ino} 10 s after its fsync; lines: {seen:#?}");
+        };
+        let line: serde_json::Value = serde_json::from_str(&text).expect("JSON line");
+        if line["type"] == "call" && line["dev"] == dev.as_str() && line["ino"] == ino {
+            break line;
+        }
+        seen.push(line);
+    };
+    let after = synced.elapsed();
+    assert_eq!(line["pages_written"], 256, "{line}");
+    // A drain every 100 ms, and a line each second at most in between:
+    // well within 3 s here.
+    assert!(after < Duration::from_secs(3), "{after:?} after its fsync");
+    trace.stop(libc::SIGINT);
+}
+
 /// 64 MiB written and fsynced: that inode's records add up to exactly
 /// 16384 pages, and no call writes more than it was asked to.
 #[test]

@@ -285,6 +285,12 @@ impl Tracing {
         Tracing { child, stderr: rx }
     }
 
+    /// Its standard output, line by line as written, from now on (the
+    /// lines [`Tracing::stop`] returns are then only those not read).
+    pub fn stdout_lines(&mut self) -> mpsc::Receiver<String> {
+        lines_of(self.child.stdout.take().expect("stdout already taken"))
+    }
+
     /// The running process's pid.
     pub fn pid(&self) -> u32 {
         self.child.id()
