@@ -151,17 +151,7 @@ pub(crate) fn batch_calls(bytes: &[u8]) -> Option<impl Iterator<Item = Writepage
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bytes_of(batch: &CallBatch) -> Vec<u8> {
-        // SAFETY: CallBatch is repr(C) plain data.
-        unsafe {
-            std::slice::from_raw_parts(
-                (batch as *const CallBatch).cast::<u8>(),
-                size_of::<CallBatch>(),
-            )
-        }
-        .to_vec()
-    }
+    use crate::ring::tests::bytes_of;
 
     fn batch(count: u32) -> CallBatch {
         let mut calls = [WritepagesCall::default(); CALL_BATCH];

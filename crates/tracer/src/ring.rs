@@ -299,18 +299,15 @@ fn drain_into(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn bytes_of(call: &WritepagesCall) -> Vec<u8> {
-        // SAFETY: WritepagesCall is repr(C) plain data.
-        unsafe {
-            std::slice::from_raw_parts(
-                (call as *const WritepagesCall).cast::<u8>(),
-                size_of::<WritepagesCall>(),
-            )
-        }
-        .to_vec()
+    /// A record's bytes as a program writes them to the ring.
+    pub(crate) fn bytes_of<T: aya::Pod>(record: &T) -> Vec<u8> {
+        // SAFETY: Pod: a repr(C) struct of plain data, every byte of
+        // which may be read.
+        unsafe { std::slice::from_raw_parts((record as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
     }
 
     #[test]
