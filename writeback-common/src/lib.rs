@@ -369,7 +369,8 @@ pub const CALL_BATCH: usize = 8;
 pub struct CallBatch {
     /// [`record_kind::CALL_BATCH`].
     pub kind: u32,
-    /// Calls kept, the first `count` of `calls`.
+    /// Calls sent, the first `count` of `calls`: stamped from
+    /// [`CallBatchState::count`] when the batch is sent.
     pub count: u32,
     pub calls: [WritepagesCall; CALL_BATCH],
 }
@@ -380,7 +381,8 @@ pub struct CallBatch {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallBatchState {
-    /// Calls kept (the batch's `count`, mirrored here for userspace).
+    /// Calls kept in the batch: the one live count, beside the batch so
+    /// that userspace reads 8 bytes a CPU, not a whole batch.
     pub count: u32,
     /// 1 while a program writes the batch.
     pub busy: u32,

@@ -591,14 +591,9 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
         })
     };
     let kept = at as u32 + 1;
-    batch.kind = record_kind::CALL_BATCH;
-    batch.count = kept;
+    unsafe { core::ptr::write_volatile(&mut state.count, kept) };
     if kept as usize >= CALL_BATCH {
-        send_batch(batch);
-        batch.count = 0;
-        unsafe { core::ptr::write_volatile(&mut state.count, 0) };
-    } else {
-        unsafe { core::ptr::write_volatile(&mut state.count, kept) };
+        send_batch(batch, state);
     }
     unsafe { core::ptr::write_volatile(&mut state.busy, 0) };
     Ok(0)
@@ -613,18 +608,25 @@ static CALL_BATCHES: PerCpuArray<CallBatch> = PerCpuArray::with_max_entries(1, 0
 #[map]
 static BATCH_STATE: PerCpuArray<CallBatchState> = PerCpuArray::with_max_entries(1, 0);
 
-/// Sends `batch` (its first `count` calls) as one ring record, waking
-/// userspace once a quarter of the ring is used.
+/// Sends the calls `state` counts in `batch` as one ring record, waking
+/// userspace once a quarter of the ring is used, and starts the batch
+/// over. The record's header is stamped here, from `state`'s count.
 #[inline(always)]
-fn send_batch(batch: &CallBatch) {
+fn send_batch(batch: &mut CallBatch, state: &mut CallBatchState) {
+    // SAFETY: this CPU's value, read once.
+    let count = unsafe { core::ptr::read_volatile(&state.count) };
+    batch.kind = record_kind::CALL_BATCH;
+    batch.count = count;
     let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
     };
     if EVENTS.output::<CallBatch>(batch, wakeup as u64).is_err() {
-        add(&crate::STATS, stat::LOST_RECORDS, u64::from(batch.count));
+        add(&crate::STATS, stat::LOST_RECORDS, u64::from(count));
     }
+    // SAFETY: as above.
+    unsafe { core::ptr::write_volatile(&mut state.count, 0) };
 }
 
 /// Sends this CPU's kept calls, unless a program is writing the batch
@@ -643,12 +645,16 @@ pub fn flush_call_batch(_ctx: RawTracePointContext) -> i32 {
     // SAFETY: this CPU's values; nothing else runs on it meanwhile but
     // what this run interrupted, which the busy flag names.
     let (batch, state) = unsafe { (&mut *batch, &mut *state) };
-    if unsafe { core::ptr::read_volatile(&state.busy) } != 0 || batch.count == 0 {
-        return 0;
+    // SAFETY: as above.
+    let (busy, count) = unsafe {
+        (
+            core::ptr::read_volatile(&state.busy),
+            core::ptr::read_volatile(&state.count),
+        )
+    };
+    if busy == 0 && count != 0 {
+        send_batch(batch, state);
     }
-    send_batch(batch);
-    batch.count = 0;
-    unsafe { core::ptr::write_volatile(&mut state.count, 0) };
     0
 }
 

@@ -476,15 +476,21 @@ impl Tracer {
         // helpers otherwise: on 5.10 a tp_btf program reaching that call
         // is refused.
         let task_btf = super::object::current_task_btf_usable();
-        let task_comm = vmlinux_btf(&mut vmlinux)
-            .and_then(super::members::comm_spec)
-            .ok()
-            .filter(|_| task_btf)
+        let task_comm = task_btf
+            .then(|| {
+                vmlinux_btf(&mut vmlinux)
+                    .and_then(super::members::comm_spec)
+                    .ok()
+            })
+            .flatten()
             .unwrap_or(MemberSpec::ABSENT);
-        let task_cgroup = vmlinux_btf(&mut vmlinux)
-            .and_then(super::members::cgroup_specs)
-            .ok()
-            .filter(|_| task_btf)
+        let task_cgroup = task_btf
+            .then(|| {
+                vmlinux_btf(&mut vmlinux)
+                    .and_then(super::members::cgroup_specs)
+                    .ok()
+            })
+            .flatten()
             .unwrap_or([MemberSpec::ABSENT; 4]);
         // Several MiB parsed; the tables are resolved.
         drop(vmlinux);

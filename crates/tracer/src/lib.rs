@@ -140,14 +140,16 @@ impl Tracer {
         RingBuf::try_from(map).context("EVENTS is not a ring buffer")
     }
 
-    /// The generic calls still open, per thread (writeback-ebpf
-    /// generic.rs); can be taken once.
+    /// What asks the CPUs for the ext4 calls they keep (call_batch.rs);
+    /// can be taken once.
     pub(crate) fn take_call_flush(&mut self) -> anyhow::Result<call_batch::CallFlush> {
         self.call_flush
             .take()
             .context("the CPUs' call batches already taken")
     }
 
+    /// The generic calls still open, per thread (writeback-ebpf
+    /// generic.rs); can be taken once.
     pub(crate) fn take_open_calls(
         &mut self,
     ) -> anyhow::Result<aya::maps::HashMap<MapData, u32, writeback_common::GenericCall>> {
