@@ -370,18 +370,19 @@ pub struct CallBatch {
     /// [`record_kind::CALL_BATCH`].
     pub kind: u32,
     /// Calls sent, the first `count` of `calls`: stamped from
-    /// [`CallBatchState::count`] when the batch is sent.
+    /// [`BatchState::count`] when the batch is sent.
     pub count: u32,
     pub calls: [WritepagesCall; CALL_BATCH],
 }
 
-/// A CPU's [`CallBatch`] state beside it: what userspace reads to know
-/// which CPUs keep calls, and the flag that keeps a flush from sending a
-/// batch a program is writing on that CPU.
+/// A CPU's batch state beside its batch ([`CallBatch`],
+/// [`crate::DirtyingBatch`]): what userspace reads to know which CPUs keep
+/// records, and the flag that keeps a flush from sending a batch a program
+/// is writing on that CPU.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CallBatchState {
-    /// Calls kept in the batch: the one live count, beside the batch so
+pub struct BatchState {
+    /// Records kept in the batch: the one live count, beside the batch so
     /// that userspace reads 8 bytes a CPU, not a whole batch.
     pub count: u32,
     /// 1 while a program writes the batch.
@@ -790,7 +791,7 @@ mod pod {
     unsafe impl aya::Pod for super::Filter {}
     unsafe impl aya::Pod for super::WritepagesCall {}
     unsafe impl aya::Pod for super::CallBatch {}
-    unsafe impl aya::Pod for super::CallBatchState {}
+    unsafe impl aya::Pod for super::BatchState {}
     unsafe impl aya::Pod for super::InflightKey {}
     unsafe impl aya::Pod for super::InflightCall {}
     unsafe impl aya::Pod for super::FlusherWork {}

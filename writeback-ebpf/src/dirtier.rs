@@ -24,29 +24,33 @@ use aya_ebpf::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_smp_processor_id, bpf_ktime_get_ns,
     },
-    macros::{btf_tracepoint, map, tracepoint},
-    maps::{Array, LruHashMap, RingBuf},
-    programs::{BtfTracePointContext, TracePointContext},
+    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use writeback_common::{
-    DIRTIER_CHANGED_KIND, DirtierChanged, DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot,
-    Filter, INODE_DIRTYING_KIND, InodeDirtying, InodeKey, MemberSpec, TracepointLayout,
+    BatchState, DIRTIER_CHANGED_KIND, DIRTYING_BATCH, DIRTYING_BATCH_KIND, DirtierChanged,
+    DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot, DirtyingBatch, Filter,
+    INODE_DIRTYING_KIND, InodeDirtying, InodeKey, MemberSpec, TracepointLayout,
     dirtier_members as dm,
     fields::{dirty_folio, dirty_inode},
     sampling, stat,
 };
 
 use crate::{
-    FILTER, SAMPLING, atomic_add, bump,
+    FILTER, SAMPLING, atomic_add,
+    batch::{self, Batch},
+    bump,
     read::{Access, Probed, Typed, field, load_spec, raw_arg},
 };
 
 /// Inode dirtyings to userspace, drained at every reading of the dirtier
 /// maps (at least once a second, and again before charging a batch of
-/// calls on an inode it has no dirtying for). 1 MiB holds 14,563 records
-/// of 72 bytes: a second of a small-files writer making that many files
-/// dirty; a full buffer is counted (`stat::LOST_DIRTYINGS`) and those
-/// inodes' writeback goes to `(unknown)`. Never a wakeup: userspace reads
+/// calls on an inode it has no dirtying for), sent eight to a record
+/// (`DirtyingBatch`, 520 bytes and the ring's 8-byte header): 1 MiB holds
+/// 15,880 dirtyings, a second of a small-files writer making that many
+/// files dirty; a full buffer is counted (`stat::LOST_DIRTYINGS`) and
+/// those inodes' writeback goes to `(unknown)`. Never a wakeup: userspace reads
 /// on its own clock. In the per-folio mode the same ring carries the
 /// `DirtierChanged` records instead (32 bytes with the ring's header:
 /// 32,768 changed pairs a reading), a full ring making the next reading
@@ -380,33 +384,89 @@ pub fn dirty_folio(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Sends one `InodeDirtying` for the current process, unless the device or
-/// inode filter drops the inode (the `--pid`/`--cgroup` filter marks it
-/// instead, as the per-folio program does).
+/// Keeps one `InodeDirtying` for the current process in this CPU's
+/// batch, unless the device or inode filter drops the inode (the
+/// `--pid`/`--cgroup` filter marks it instead, as the per-folio program
+/// does).
 #[inline(always)]
 fn dirtying<A: Access>(dev: u32, ino: u64, owner: impl FnOnce() -> u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     if !dirty_filter(dev, ino, (pid_tgid >> 32) as u32) {
         return;
     }
-    let Some(mut entry) = DIRTYINGS.reserve::<InodeDirtying>(0) else {
-        bump(stat::LOST_DIRTYINGS);
+    let (Some(batch), Some(state)) = (
+        DIRTYING_BATCHES.get_ptr_mut(0),
+        DIRTYING_STATE.get_ptr_mut(0),
+    ) else {
         return;
     };
     // SAFETY: plain helper call.
     let (at_ns, cgroup_id) = (unsafe { bpf_ktime_get_ns() }, A::current_cgroup_id());
-    entry.write(InodeDirtying {
-        kind: INODE_DIRTYING_KIND,
-        dev,
-        ino,
-        at_ns,
-        cgroup_id,
-        owner_cgroup_id: owner(),
-        tgid: (pid_tgid >> 32) as u32,
-        pid: pid_tgid as u32,
-        comm: A::current_comm(),
-    });
-    entry.submit(BPF_RB_NO_WAKEUP as u64);
+    // SAFETY: this CPU's values, written by programs on this CPU only;
+    // the state's busy flag keeps a flush that interrupts this program
+    // off the batch.
+    let (batch, state) = unsafe { (&mut *batch, &mut *state) };
+    let at = batch::begin::<DirtyingBatch>(state);
+    // SAFETY: `begin` gives a place in the batch.
+    unsafe {
+        batch.dirtyings.as_mut_ptr().add(at).write(InodeDirtying {
+            kind: INODE_DIRTYING_KIND,
+            dev,
+            ino,
+            at_ns,
+            cgroup_id,
+            owner_cgroup_id: owner(),
+            tgid: (pid_tgid >> 32) as u32,
+            pid: pid_tgid as u32,
+            comm: A::current_comm(),
+        })
+    };
+    batch::commit(batch, state, at);
+}
+
+/// This CPU's dirtyings not yet sent (`writeback_common::DirtyingBatch`).
+#[map]
+static DIRTYING_BATCHES: PerCpuArray<DirtyingBatch> = PerCpuArray::with_max_entries(1, 0);
+
+/// This CPU's dirtying batch count and busy flag, read by userspace
+/// before each drain of `DIRTYINGS` to ask the CPUs that keep dirtyings
+/// for them.
+#[map]
+static DIRTYING_STATE: PerCpuArray<BatchState> = PerCpuArray::with_max_entries(1, 0);
+
+impl Batch for DirtyingBatch {
+    type Item = InodeDirtying;
+    const N: usize = DIRTYING_BATCH;
+
+    /// One record to `DIRTYINGS`, never waking userspace (it reads on its
+    /// own clock); dirtyings a full ring refuses are counted lost.
+    #[inline(always)]
+    fn send(&mut self, count: u32) {
+        self.kind = DIRTYING_BATCH_KIND;
+        self.count = count;
+        if DIRTYINGS
+            .output::<DirtyingBatch>(self, BPF_RB_NO_WAKEUP as u64)
+            .is_err()
+        {
+            crate::bump_by(stat::LOST_DIRTYINGS, u64::from(count));
+        }
+    }
+}
+
+/// Sends this CPU's kept dirtyings (batch.rs, `flush`). Never attached:
+/// userspace runs it on each CPU that keeps dirtyings before it drains
+/// `DIRTYINGS`, as `flush_call_batch` for the calls.
+#[raw_tracepoint(tracepoint = "flush_dirtying_batch")]
+pub fn flush_dirtying_batch(_ctx: RawTracePointContext) -> i32 {
+    let (Some(batch), Some(state)) = (
+        DIRTYING_BATCHES.get_ptr_mut(0),
+        DIRTYING_STATE.get_ptr_mut(0),
+    ) else {
+        return batch::FLUSHED;
+    };
+    // SAFETY: this CPU's values (batch.rs, `flush`).
+    let (batch, state) = unsafe { (&mut *batch, &mut *state) };
+    batch::flush(batch, state)
 }
 
 /// `tp_btf/writeback_dirty_inode_enqueue`: TP_PROTO(struct inode *inode)

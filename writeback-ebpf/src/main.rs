@@ -16,6 +16,7 @@
 // Inline assembly on the BPF target: the atomic add of dirtier.rs.
 #![feature(asm_experimental_arch)]
 
+mod batch;
 mod block;
 mod dirtier;
 mod durability;
@@ -274,8 +275,14 @@ fn add(map: &PerCpuArray<u64>, index: u32, value: u64) {
 /// could interleave on one CPU: an atomic add, on paths that run rarely.
 #[inline(always)]
 pub(crate) fn bump(index: u32) {
+    bump_by(index, 1);
+}
+
+/// Adds `n` to a `STATS` counter, atomically as [`bump`].
+#[inline(always)]
+pub(crate) fn bump_by(index: u32, n: u64) {
     if let Some(counter) = STATS.get_ptr_mut(index) {
-        atomic_add(counter, 1);
+        atomic_add(counter, n);
     }
 }
 

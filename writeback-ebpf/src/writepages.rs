@@ -13,14 +13,16 @@ use aya_ebpf::{
     },
 };
 use writeback_common::{
-    CALL_BATCH, CALL_SLOTS, CallBatch, CallBatchState, CurrentCall, Filter, InflightCall,
-    InflightKey, RunClock, TracepointLayout, WritepagesCall, agg, call_flags, cause, cpu_time,
+    BatchState, CALL_BATCH, CALL_SLOTS, CallBatch, CurrentCall, Filter, InflightCall, InflightKey,
+    RunClock, TracepointLayout, WritepagesCall, agg, call_flags, cause, cpu_time,
     fields::{writepages as wp, writepages_result as wpr},
     members as m, off_cpu_ns, record_kind, sampling, stat,
 };
 
 use crate::{
-    AGG, CONFIG, CURRENT, EVENTS, FILTER, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, add, bump,
+    AGG, CONFIG, CURRENT, EVENTS, FILTER, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, add,
+    batch::{self, Batch},
+    bump,
     in_call::{
         EXT4_CALL_ENDED, IN_EXT4_CALL, SAMPLED_OUT_CALL, call_byte, in_call, in_flusher_work,
         set_call_byte,
@@ -456,6 +458,16 @@ fn finish<A: Access>(e: End) -> Result<u32, u32> {
     result
 }
 
+/// A call's wall time, 0 when its start was not seen.
+#[inline(always)]
+fn duration(start_ns: u64, now: u64) -> u64 {
+    if start_ns != 0 {
+        now.saturating_sub(start_ns)
+    } else {
+        0
+    }
+}
+
 #[inline(always)]
 fn end_call<A: Access>(e: End) -> Result<u32, u32> {
     if call_byte(e.key.tid) == SAMPLED_OUT_CALL {
@@ -486,23 +498,34 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
     // SAFETY: a live map value: this thread's own entry (only the thread
     // writes it) or the zeros nobody writes.
     let (start, counted) = unsafe { (&(*t).call, &(*t).current) };
-    // The end's clock, with its run clock where the start read one.
-    let (end_clock, now) = if start.cpu_method == cpu_time::TASK_RUNTIME {
-        let (run, now) = run_clock_at::<A>();
-        (Some(run), now)
+    // The end's clock, and the call's time off the CPU: from the run
+    // clock where the start read one, else from the context switches'
+    // count (sched.rs), taken with its entry. One branch on the method:
+    // a second, after it, let the verifier walk a path the first had
+    // ruled out (it keeps no "not equal" of a spilled value), with a
+    // register the compiler knew held the run clock holding a pointer.
+    let (now, offcpu_ns) = if start.cpu_method == cpu_time::TASK_RUNTIME {
+        let (end, now) = run_clock_at::<A>();
+        mark_in_call(key.tid, false);
+        let clock = RunClock {
+            sum: start.run_start,
+            exec_start: start.exec_start,
+            uncounted: start.uncounted_start,
+            cpu: start.start_cpu,
+        };
+        (now, off_cpu_ns(&clock, &end, duration(start.start_ns, now)))
     } else {
-        (None, now_ns())
-    };
-    mark_in_call(key.tid, false);
-    // The context switches' count of the call's time switched out
-    // (sched.rs), taken with its entry.
-    let switched_out = if matched && start.cpu_method == cpu_time::SCHED_SWITCH {
-        // SAFETY: the value is copied out at once.
-        let total = unsafe { OFFCPU_SINCE.get(&key.tid) }.map_or(0, |o| o[1]);
-        let _ = OFFCPU_SINCE.remove(&key.tid);
-        total
-    } else {
-        0
+        let now = now_ns();
+        mark_in_call(key.tid, false);
+        let switched_out = if matched && start.cpu_method == cpu_time::SCHED_SWITCH {
+            // SAFETY: the value is copied out at once.
+            let total = unsafe { OFFCPU_SINCE.get(&key.tid) }.map_or(0, |o| o[1]);
+            let _ = OFFCPU_SINCE.remove(&key.tid);
+            total
+        } else {
+            0
+        };
+        (now, switched_out)
     };
     if !matched {
         if filtered_out(key.dev, key.ino, (pid_tgid >> 32) as u32, cgroup_id) {
@@ -520,41 +543,20 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
         _ => e.pages_written,
     };
 
-    let duration_ns = if start.start_ns != 0 {
-        now.saturating_sub(start.start_ns)
-    } else {
-        0
-    };
-    let offcpu_ns = match end_clock {
-        Some(end) => {
-            let clock = RunClock {
-                sum: start.run_start,
-                exec_start: start.exec_start,
-                uncounted: start.uncounted_start,
-                cpu: start.start_cpu,
-            };
-            off_cpu_ns(&clock, &end, duration_ns)
-        }
-        None => switched_out,
-    };
-    // Kept in this CPU's batch, sent with the batch (`send_batch`).
+    let duration_ns = duration(start.start_ns, now);
+    // Kept in this CPU's batch, sent eight to a ring record (batch.rs).
     let (Some(batch), Some(state)) = (CALL_BATCHES.get_ptr_mut(0), BATCH_STATE.get_ptr_mut(0))
     else {
         return Err(0);
     };
-    // SAFETY: this CPU's values; the flag keeps a flush that interrupts
-    // this program (`flush_call_batch`) off the batch until it is set
-    // back. Volatile: the flag's stores stay where they are written.
+    // SAFETY: this CPU's values, written by programs on this CPU only;
+    // the state's busy flag keeps a flush that interrupts this program
+    // off the batch.
     let (batch, state) = unsafe { (&mut *batch, &mut *state) };
-    unsafe { core::ptr::write_volatile(&mut state.busy, 1) };
-    let kept = unsafe { core::ptr::read_volatile(&state.count) } as usize;
-    // A full batch is sent before the count reaches CALL_BATCH; a count
-    // out of range (never written so) starts the batch over.
-    let at = if kept < CALL_BATCH { kept } else { 0 };
-    // SAFETY: `at` is below CALL_BATCH: a call's place in the batch.
-    let slot = unsafe { batch.calls.as_mut_ptr().add(at) };
+    let at = batch::begin::<CallBatch>(state);
+    // SAFETY: `begin` gives a place in the batch.
     unsafe {
-        slot.write(WritepagesCall {
+        batch.calls.as_mut_ptr().add(at).write(WritepagesCall {
             kind: record_kind::WRITEPAGES_CALL,
             dev: key.dev,
             ino: key.ino,
@@ -590,12 +592,7 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
             comm: A::current_comm(),
         })
     };
-    let kept = at as u32 + 1;
-    unsafe { core::ptr::write_volatile(&mut state.count, kept) };
-    if kept as usize >= CALL_BATCH {
-        send_batch(batch, state);
-    }
-    unsafe { core::ptr::write_volatile(&mut state.busy, 0) };
+    batch::commit(batch, state, at);
     Ok(0)
 }
 
@@ -603,36 +600,35 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
 #[map]
 static CALL_BATCHES: PerCpuArray<CallBatch> = PerCpuArray::with_max_entries(1, 0);
 
-/// This CPU's batch count and busy flag, read by userspace before each
-/// drain to ask the CPUs that keep calls for them.
+/// This CPU's call batch count and busy flag, read by userspace before
+/// each drain to ask the CPUs that keep calls for them.
 #[map]
-static BATCH_STATE: PerCpuArray<CallBatchState> = PerCpuArray::with_max_entries(1, 0);
+static BATCH_STATE: PerCpuArray<BatchState> = PerCpuArray::with_max_entries(1, 0);
 
-/// Sends the calls `state` counts in `batch` as one ring record, waking
-/// userspace once a quarter of the ring is used, and starts the batch
-/// over. The record's header is stamped here, from `state`'s count.
-#[inline(always)]
-fn send_batch(batch: &mut CallBatch, state: &mut CallBatchState) {
-    // SAFETY: this CPU's value, read once.
-    let count = unsafe { core::ptr::read_volatile(&state.count) };
-    batch.kind = record_kind::CALL_BATCH;
-    batch.count = count;
-    let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
-    };
-    if EVENTS.output::<CallBatch>(batch, wakeup as u64).is_err() {
-        add(&crate::STATS, stat::LOST_RECORDS, u64::from(count));
+impl Batch for CallBatch {
+    type Item = WritepagesCall;
+    const N: usize = CALL_BATCH;
+
+    /// One ring record, waking userspace once a quarter of the ring is
+    /// used; calls a full ring refuses are counted lost.
+    #[inline(always)]
+    fn send(&mut self, count: u32) {
+        self.kind = record_kind::CALL_BATCH;
+        self.count = count;
+        let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
+            BPF_RB_FORCE_WAKEUP
+        } else {
+            BPF_RB_NO_WAKEUP
+        };
+        if EVENTS.output::<CallBatch>(self, wakeup as u64).is_err() {
+            crate::bump_by(stat::LOST_RECORDS, u64::from(count));
+        }
     }
-    // SAFETY: as above.
-    unsafe { core::ptr::write_volatile(&mut state.count, 0) };
 }
 
-/// Sends this CPU's kept calls, unless a program is writing the batch
-/// (this run then interrupted it; the next flush sends them). Never
-/// attached: userspace runs it on each CPU that keeps calls before it
-/// drains the ring and when it stops (`BPF_PROG_TEST_RUN` with
+/// Sends this CPU's kept calls (batch.rs, `flush`). Never attached:
+/// userspace runs it on each CPU that keeps calls before it drains the
+/// ring and when it stops (`BPF_PROG_TEST_RUN` with
 /// `BPF_F_TEST_RUN_ON_CPU`, which runs a raw tracepoint program on that
 /// CPU: net/bpf/test_run.c, since 5.10), so that a CPU gone quiet does
 /// not keep calls.
@@ -640,22 +636,11 @@ fn send_batch(batch: &mut CallBatch, state: &mut CallBatchState) {
 pub fn flush_call_batch(_ctx: RawTracePointContext) -> i32 {
     let (Some(batch), Some(state)) = (CALL_BATCHES.get_ptr_mut(0), BATCH_STATE.get_ptr_mut(0))
     else {
-        return 0;
+        return batch::FLUSHED;
     };
-    // SAFETY: this CPU's values; nothing else runs on it meanwhile but
-    // what this run interrupted, which the busy flag names.
+    // SAFETY: this CPU's values (batch.rs, `flush`).
     let (batch, state) = unsafe { (&mut *batch, &mut *state) };
-    // SAFETY: as above.
-    let (busy, count) = unsafe {
-        (
-            core::ptr::read_volatile(&state.busy),
-            core::ptr::read_volatile(&state.count),
-        )
-    };
-    if busy == 0 && count != 0 {
-        send_batch(batch, state);
-    }
-    0
+    batch::flush(batch, state)
 }
 
 /// `ext4:ext4_writepages`, classic tracepoint.

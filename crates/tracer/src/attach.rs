@@ -21,6 +21,7 @@ use writeback_common::{
 use super::{
     Tracer,
     btf::Btf as KernelBtf,
+    cpu_batch::BatchFlush,
     members::member_spec,
     plan::{
         BLOCK_RQ_ISSUE, Candidate, DIRTY_FOLIO, DIRTY_INODE, EXT4_EXTENT_EVENT, EXT4_SCAN_FUNCTION,
@@ -555,8 +556,10 @@ impl Tracer {
         let mut ebpf = super::object::load(&mut loader)?;
         let measured = super::memory::measured(&ebpf);
         memory.set_measured(|name| measured.get(name).copied());
-        // After the maps' memory is read: it takes the batches' state map.
-        let call_flush = super::call_batch::CallFlush::load(&mut ebpf)?;
+        // After the maps' memory is read: these take the batches' state
+        // maps.
+        let call_flush = BatchFlush::load::<writeback_common::CallBatch>(&mut ebpf)?;
+        let dirtying_flush = BatchFlush::load::<writeback_common::DirtyingBatch>(&mut ebpf)?;
         let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
             Ok(logger) => Some(logger),
             Err(e) => {
@@ -763,6 +766,7 @@ impl Tracer {
             journal: std::sync::Mutex::new(journal),
             dirtyings: std::sync::Mutex::new(super::dirtiers::Dirtyings::new(
                 dirtyings,
+                dirtying_flush,
                 task_counts,
             )),
             sampling: std::sync::Mutex::new(sampling),

@@ -7,12 +7,14 @@ use anyhow::Context as _;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, RingBuf};
 use writeback_common::{
     DIRTIER_CHANGED_KIND, DirtierChanged, DirtierEntry, DirtierKey, DirtierMembers, DirtierSlot,
-    INODE_DIRTYING_KIND, InodeDirtying, TASK_IO_EXIT_KIND, TaskIo, dirtier_members, sampling, stat,
+    DirtyingBatch, INODE_DIRTYING_KIND, InodeDirtying, TASK_IO_EXIT_KIND, TaskIo, dirtier_members,
+    sampling, stat,
 };
 
 use super::{
     Tracer,
     btf::Btf as KernelBtf,
+    cpu_batch::{BatchFlush, batch_items},
     members::member_spec,
     taskio::{Counts, TaskCounts},
 };
@@ -78,10 +80,18 @@ pub(crate) struct Dirtyings {
     last_changed: Vec<DirtierKey>,
     /// Dirtyings the last drain took.
     last_drained: usize,
+    /// Asks the CPUs for the dirtyings they keep (cpu_batch.rs).
+    flush: BatchFlush,
+    /// Exits that came before their process's last dirtyings.
+    early_exits: EarlyExits,
 }
 
 impl Dirtyings {
-    pub(super) fn new(ring: RingBuf<MapData>, counts: Result<TaskCounts, String>) -> Dirtyings {
+    pub(super) fn new(
+        ring: RingBuf<MapData>,
+        flush: BatchFlush,
+        counts: Result<TaskCounts, String>,
+    ) -> Dirtyings {
         Dirtyings {
             ring,
             tasks: BTreeSet::new(),
@@ -98,20 +108,25 @@ impl Dirtyings {
             found_at_whole: 0,
             last_changed: Vec::new(),
             last_drained: 0,
+            flush,
+            early_exits: EarlyExits::default(),
         }
     }
 
-    /// Drains the ring: inode dirtyings into `snap.dirtyings`, changed
+    /// Drains the ring, after asking the CPUs for the dirtyings they keep:
+    /// inode dirtyings into `snap.dirtyings` (in time order), changed
     /// pairs into `changed`.
     fn drain(&mut self, snap: &mut DirtierSnapshot, changed: &mut Vec<DirtierKey>) {
+        self.flush.flush_or_warn();
         // Room for as many as the last drain took: an fsync storm's
         // thousands a drain, grown from nothing each time, were copied
         // over and over.
         snap.dirtyings.reserve(self.last_drained);
         let before = snap.dirtyings.len();
+        let mut arrived = Vec::new();
         while let Some(item) = self.ring.next() {
-            match decode(&item) {
-                Some(Decoded::Dirtying(d)) => {
+            if let Some(batch) = batch_items::<DirtyingBatch>(&item) {
+                for d in batch.filter(|d| d.kind == INODE_DIRTYING_KIND) {
                     if self.tasks.len() < MAX_TASKS
                         && self.tasks.insert(d.tgid)
                         && let Ok(counts) = &mut self.counts
@@ -127,17 +142,22 @@ impl Dirtyings {
                             );
                         }
                     }
-                    snap.dirtyings.push(d);
+                    snap.dirtyings.push(reading_of(&d));
                 }
+                continue;
+            }
+            match decode(&item) {
                 Some(Decoded::Changed(key)) => changed.push(key),
-                // After the process's dirtyings in the ring: followed.
-                Some(Decoded::Exit(tgid, counts)) if self.tasks.contains(&tgid) => {
-                    self.exits.insert(tgid, counts);
-                }
-                Some(Decoded::Exit(..)) => {}
+                Some(Decoded::Exit(tgid, counts)) => arrived.push((tgid, counts)),
                 None => {}
             }
         }
+        self.early_exits
+            .arrive(arrived, &self.tasks, &mut self.exits);
+        // Each CPU's batch comes whole: records of several CPUs
+        // interleave by batch, not by time. The model keeps each inode's
+        // history in time order and reads the first dirtier of a run.
+        snap.dirtyings[before..].sort_by_key(|d| d.at_ns);
         self.last_drained = snap.dirtyings.len() - before;
     }
 
@@ -263,15 +283,15 @@ fn boot_ticks() -> u64 {
     wbscope_sys::boottime_ns() / (1_000_000_000 / procfs::ticks_per_second().max(1))
 }
 
-/// A record of `DIRTYINGS`.
+/// A record of `DIRTYINGS` other than a batch of dirtyings.
 enum Decoded {
-    Dirtying(InodeDirtyingReading),
     Changed(DirtierKey),
     /// A followed process's last counts, at its exit.
     Exit(u32, Counts),
 }
 
-/// One record of `DIRTYINGS`, read with a kind and size check.
+/// One record of `DIRTYINGS` other than a batch, read with a kind and
+/// size check.
 fn decode(bytes: &[u8]) -> Option<Decoded> {
     let kind = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
     if kind == DIRTIER_CHANGED_KIND && bytes.len() >= size_of::<DirtierChanged>() {
@@ -286,23 +306,57 @@ fn decode(bytes: &[u8]) -> Option<Decoded> {
         let t: TaskIo = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
         return Some(Decoded::Exit(t.tgid, Counts::of(&t)));
     }
-    if bytes.len() < size_of::<InodeDirtying>() {
-        return None;
+    None
+}
+
+/// The model's reading of a kernel dirtying.
+fn reading_of(d: &InodeDirtying) -> InodeDirtyingReading {
+    InodeDirtyingReading {
+        dev: d.dev,
+        ino: d.ino,
+        at_ns: d.at_ns,
+        tgid: d.tgid,
+        comm: compact_comm(&d.comm),
+        cgroup_id: d.cgroup_id,
+        owner_cgroup_id: d.owner_cgroup_id,
     }
-    // SAFETY: length checked; InodeDirtying is Pod and read_unaligned
-    // needs no alignment.
-    let d: InodeDirtying = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    (d.kind == INODE_DIRTYING_KIND).then(|| {
-        Decoded::Dirtying(InodeDirtyingReading {
-            dev: d.dev,
-            ino: d.ino,
-            at_ns: d.at_ns,
-            tgid: d.tgid,
-            comm: compact_comm(&d.comm),
-            cgroup_id: d.cgroup_id,
-            owner_cgroup_id: d.owner_cgroup_id,
-        })
-    })
+}
+
+/// Exit records of processes not followed when they arrived. A process's
+/// last dirtyings may still sit in a CPU's batch when its exit record,
+/// sent at once, reaches the ring: the flush before the next drain sends
+/// them, and the process is followed then. So such an exit waits one
+/// drain for its process; then it is dropped (the process dirtied
+/// nothing, or its dirtyings were lost).
+#[derive(Default)]
+struct EarlyExits {
+    /// Exits that arrived at the last drain, unmatched.
+    waiting: HashMap<u32, Counts>,
+}
+
+impl EarlyExits {
+    /// Takes this drain's `arrived` exits: those of `tasks`, and those
+    /// that waited since the drain before and are of `tasks` now, go to
+    /// `exits`; the rest of this drain's wait for the next.
+    fn arrive(
+        &mut self,
+        arrived: Vec<(u32, Counts)>,
+        tasks: &BTreeSet<u32>,
+        exits: &mut HashMap<u32, Counts>,
+    ) {
+        for (tgid, counts) in self.waiting.drain() {
+            if tasks.contains(&tgid) {
+                exits.entry(tgid).or_insert(counts);
+            }
+        }
+        for (tgid, counts) in arrived {
+            if tasks.contains(&tgid) {
+                exits.insert(tgid, counts);
+            } else if self.waiting.len() < MAX_TASKS {
+                self.waiting.insert(tgid, counts);
+            }
+        }
+    }
 }
 
 /// `DirtierMembers` from the kernel's BTF: each slot's first member path
@@ -538,5 +592,53 @@ fn reading(k: &DirtierKey, v: &DirtierEntry) -> DirtierReading {
         cgroup_id: v.cgroup_id,
         owner_cgroup_id: v.owner_cgroup_id,
         born_ns: v.born_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(write_bytes: u64) -> Counts {
+        Counts {
+            write_bytes,
+            ..Counts::default()
+        }
+    }
+
+    #[test]
+    fn an_exit_before_its_dirtyings_waits_one_drain_for_them() {
+        let mut early = EarlyExits::default();
+        let mut exits = HashMap::new();
+        let mut tasks = BTreeSet::from([1]);
+        // Drain 1: process 1's exit, followed; process 2's, whose
+        // dirtyings are still in a CPU's batch; process 3's, who dirtied
+        // nothing.
+        early.arrive(
+            vec![(1, counts(10)), (2, counts(20)), (3, counts(30))],
+            &tasks,
+            &mut exits,
+        );
+        assert_eq!(exits, HashMap::from([(1, counts(10))]));
+        // Drain 2: process 2's dirtyings came.
+        tasks.insert(2);
+        exits.clear();
+        early.arrive(Vec::new(), &tasks, &mut exits);
+        assert_eq!(exits, HashMap::from([(2, counts(20))]));
+        // Drain 3: process 3 is followed only now; its exit waited one
+        // drain and is gone.
+        tasks.insert(3);
+        exits.clear();
+        early.arrive(Vec::new(), &tasks, &mut exits);
+        assert!(exits.is_empty());
+        assert!(early.waiting.is_empty());
+    }
+
+    #[test]
+    fn waiting_exits_are_bounded() {
+        let mut early = EarlyExits::default();
+        let arrived = (0..MAX_TASKS as u32 + 10).map(|t| (t, counts(1))).collect();
+        early.arrive(arrived, &BTreeSet::new(), &mut HashMap::new());
+        assert_eq!(early.waiting.len(), MAX_TASKS);
     }
 }

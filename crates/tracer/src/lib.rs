@@ -6,9 +6,9 @@
 pub mod attach;
 mod batch;
 pub mod btf;
-mod call_batch;
 pub mod cost;
 pub mod counter;
+mod cpu_batch;
 mod dirtiers;
 mod diskstats;
 mod journal;
@@ -76,7 +76,7 @@ pub struct Tracer {
     _stats_fd: Option<OwnedFd>,
     /// What asks the CPUs for the ext4 calls they keep, for the ring's
     /// reader (taken once).
-    call_flush: Option<call_batch::CallFlush>,
+    call_flush: Option<cpu_batch::BatchFlush>,
     /// kretprobe events of our own (`retprobe.rs`), removed when dropped,
     /// each with its program's name: their misses are read with the
     /// programs' run times (a read through `&self`, hence the lock).
@@ -140,9 +140,9 @@ impl Tracer {
         RingBuf::try_from(map).context("EVENTS is not a ring buffer")
     }
 
-    /// What asks the CPUs for the ext4 calls they keep (call_batch.rs);
+    /// What asks the CPUs for the ext4 calls they keep (cpu_batch.rs);
     /// can be taken once.
-    pub(crate) fn take_call_flush(&mut self) -> anyhow::Result<call_batch::CallFlush> {
+    pub(crate) fn take_call_flush(&mut self) -> anyhow::Result<cpu_batch::BatchFlush> {
         self.call_flush
             .take()
             .context("the CPUs' call batches already taken")

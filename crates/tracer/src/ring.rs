@@ -140,7 +140,7 @@ pub struct RingCollector {
     pub bad_records: u64,
     open_calls: HashMap<MapData, u32, GenericCall>,
     /// Asks the CPUs for the ext4 calls they keep, before each drain.
-    call_flush: super::call_batch::CallFlush,
+    call_flush: super::cpu_batch::BatchFlush,
     last_expiry: Instant,
     fs_names: FsNames,
 }
@@ -263,7 +263,7 @@ fn drain_into(
     let mut n = 0;
     let now = std::time::Instant::now();
     while let Some(item) = ring.next() {
-        if let Some(calls) = super::call_batch::batch_calls(&item) {
+        if let Some(calls) = super::cpu_batch::batch_items::<writeback_common::CallBatch>(&item) {
             for raw in calls {
                 let mut call = CallRecord::from(&raw);
                 call.fs = fs_names.name_at(call.dev, now).into();

@@ -133,8 +133,8 @@ const PERF_EVENT_IOC_DISABLE: u64 = 0x2401;
 /// `bpf(2)` commands allowed (first argument; `enum bpf_cmd` of
 /// include/uapi/linux/bpf.h), all on descriptors opened before the drop:
 /// reading the maps (one entry or a batch: tracer/batch.rs), writing GLOBAL_THRESH, removing closed generic calls,
-/// the programs' run-time statistics, running the program loaded before
-/// the drop that sends a CPU's kept calls (call_batch.rs), and
+/// the programs' run-time statistics, running the programs loaded before
+/// the drop that send a CPU's kept calls and dirtyings (cpu_batch.rs), and
 /// BPF_ITER_CREATE so that an
 /// iterator attached before the drop can be read every interval. Nothing
 /// that creates a map, loads a program or attaches one.
