@@ -13,9 +13,8 @@
 //! flag keeps it off, and it says so, so that userspace asks again.
 use writeback_common::BatchState;
 
-/// A batch of [`Batch::N`] records of [`Batch::Item`], and how it is sent.
+/// A batch of [`Batch::N`] records, and how it is sent.
 pub(crate) trait Batch {
-    type Item;
     /// Records the batch holds.
     const N: usize;
     /// Sends the batch's first `count` records as one ring record.

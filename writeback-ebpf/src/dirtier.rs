@@ -435,7 +435,6 @@ static DIRTYING_BATCHES: PerCpuArray<DirtyingBatch> = PerCpuArray::with_max_entr
 static DIRTYING_STATE: PerCpuArray<BatchState> = PerCpuArray::with_max_entries(1, 0);
 
 impl Batch for DirtyingBatch {
-    type Item = InodeDirtying;
     const N: usize = DIRTYING_BATCH;
 
     /// One record to `DIRTYINGS`, never waking userspace (it reads on its

@@ -606,7 +606,6 @@ static CALL_BATCHES: PerCpuArray<CallBatch> = PerCpuArray::with_max_entries(1, 0
 static BATCH_STATE: PerCpuArray<BatchState> = PerCpuArray::with_max_entries(1, 0);
 
 impl Batch for CallBatch {
-    type Item = WritepagesCall;
     const N: usize = CALL_BATCH;
 
     /// One ring record, waking userspace once a quarter of the ring is
