@@ -501,9 +501,12 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
     // The end's clock, and the call's time off the CPU: from the run
     // clock where the start read one, else from the context switches'
     // count (sched.rs), taken with its entry. One branch on the method:
-    // a second, after it, let the verifier walk a path the first had
-    // ruled out (it keeps no "not equal" of a spilled value), with a
-    // register the compiler knew held the run clock holding a pointer.
+    // with a second one after it, a build of this program had LLVM test
+    // the same spilled value twice, and the verifier, which keeps no "not
+    // equal" of a value, walked the path the first test had ruled out,
+    // where the register LLVM knew held the run clock held a pointer
+    // ("math between map_value pointer and register with unbounded min
+    // value").
     let (now, offcpu_ns) = if start.cpu_method == cpu_time::TASK_RUNTIME {
         let (end, now) = run_clock_at::<A>();
         mark_in_call(key.tid, false);
