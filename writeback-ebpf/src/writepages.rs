@@ -541,9 +541,10 @@ fn end_call<A: Access>(e: End) -> Result<u32, u32> {
             return Ok(0);
         }
     }
+    // A function hook's end reaches here only with its start (above).
     let pages_written = match e.nr_to_write_left {
-        Some(left) if matched => start.nr_to_write - left,
-        _ => e.pages_written,
+        Some(left) => start.nr_to_write - left,
+        None => e.pages_written,
     };
 
     let duration_ns = duration(start.start_ns, now);

@@ -381,9 +381,18 @@ pub fn table(costs: &[FloorCost], on: On, measured: Duration) -> String {
         On::SchedSwitch => (format!("{}:{}", EVENT.0, EVENT.1), "program"),
         On::Hooks => ("the tracer's busiest events".to_string(), "event"),
     };
+    // As wide as the longest name, so that the columns line up
+    // (`writeback_dirty_inode_enqueue` is 29 characters).
+    let width = costs
+        .iter()
+        .map(|c| c.program.len())
+        .chain([first.len(), 27])
+        .max()
+        .unwrap_or(27)
+        + 1;
     let mut out = format!(
         "BPF program floor on this machine ({where_}, {:.1} s, kernel BPF statistics)\n\
-         {first:<28} {:>12} {:>9}  what it does\n",
+         {first:<width$} {:>12} {:>9}  what it does\n",
         measured.as_secs_f64(),
         "invocations",
         "avg ns"
@@ -393,7 +402,7 @@ pub fn table(costs: &[FloorCost], on: On, measured: Duration) -> String {
             .avg_ns
             .map_or_else(|| "-".to_string(), |a| format!("{a:.0}"));
         out += &format!(
-            "{:<28} {:>12} {:>9}  {}\n",
+            "{:<width$} {:>12} {:>9}  {}\n",
             c.program, c.invocations, avg, c.does
         );
     }
@@ -409,7 +418,7 @@ pub fn table(costs: &[FloorCost], on: On, measured: Duration) -> String {
                 .map(|&(_, program)| program)
                 .collect();
             if !ours.is_empty() {
-                out += &format!("  {:<28} {}\n", c.program, ours.join(", "));
+                out += &format!("  {:<width$} {}\n", c.program, ours.join(", "));
             }
         }
     }
@@ -437,5 +446,31 @@ mod tests {
         ];
         let text = table(&hooks, On::Hooks, Duration::from_millis(1500));
         insta::assert_snapshot!("on_hooks", text);
+    }
+
+    /// An event name longer than the usual column widens it: every row's
+    /// count ends in the same column.
+    #[test]
+    fn a_long_event_name_widens_the_column() {
+        let hooks = [
+            FloorCost::new(
+                "writeback_dirty_inode_enqueue",
+                "empty tp_btf program",
+                4,
+                800,
+            ),
+            FloorCost::new("ext4_writepages", "empty tp_btf program", 10, 1500),
+        ];
+        let text = table(&hooks, On::Hooks, Duration::from_secs(1));
+        // Where each row's invocation count ends (right-aligned).
+        let end_of = |row: &str, count: &str| {
+            let line = text.lines().find(|l| l.starts_with(row)).expect(row);
+            line.find(&format!(" {count} ")).expect(count) + 1 + count.len()
+        };
+        assert_eq!(
+            end_of("writeback_dirty_inode_enqueue", "4"),
+            end_of("ext4_writepages ", "10"),
+            "{text}"
+        );
     }
 }
