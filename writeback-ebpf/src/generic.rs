@@ -25,7 +25,6 @@
 //! been idle (`boundary::IDLE`) or when tracing stops. Every record says
 //! which boundary closed it.
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, map},
     maps::{HashMap, PerCpuArray},
@@ -38,7 +37,7 @@ use writeback_common::{
 };
 
 use crate::{
-    CONFIG, EVENTS, WAKEUP_AT_BYTES, WORK, barrier, bump,
+    CONFIG, EVENTS, WORK, barrier, bump,
     in_call::{in_ext4_call, in_flusher_work},
     members::KERNEL_MEMBERS,
     read::{Access, Typed, current_tid, member, member_ptr, now_ns, raw_arg},
@@ -165,12 +164,7 @@ pub(crate) fn emit(c: *const GenericCall, how: u32) {
         (*out).kind = GENERIC_CALL_KIND;
         (*out).boundary = how;
     }
-    let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
-    };
-    entry.submit(wakeup as u64);
+    entry.submit(crate::events_wakeup());
 }
 
 /// One folio of `pages` pages at byte `pos` of `inode`, about to be

@@ -37,6 +37,7 @@ mod writepages;
 mod writes;
 
 use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
@@ -55,7 +56,19 @@ const EVENTS_BYTES: u32 = 4 << 20;
 /// irq_work, which costs microseconds on virtualised hosts); userspace
 /// drains on a short timer instead, and is woken only once a quarter of
 /// the buffer is waiting.
-pub const WAKEUP_AT_BYTES: u64 = (EVENTS_BYTES / 4) as u64;
+const WAKEUP_AT_BYTES: u64 = (EVENTS_BYTES / 4) as u64;
+
+/// The flags of a record submitted to `EVENTS`: a wakeup only once
+/// [`WAKEUP_AT_BYTES`] are waiting.
+#[inline(always)]
+pub(crate) fn events_wakeup() -> u64 {
+    let flag = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    flag as u64
+}
 
 /// The ext4 writepages call each thread is inside, or was last: its
 /// start-side values and what the hooks firing many times in it counted

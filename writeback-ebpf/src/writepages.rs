@@ -3,7 +3,6 @@
 //! feed the same join: classic tracepoints (fields through tracefs
 //! layouts) and BTF tracepoints (struct members through BTF offsets).
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::bpf_get_current_pid_tgid,
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map, raw_tracepoint, tracepoint},
     maps::{Array, HashMap, PerCpuArray},
@@ -20,7 +19,7 @@ use writeback_common::{
 };
 
 use crate::{
-    AGG, CONFIG, CURRENT, EVENTS, FILTER, OFFCPU_SINCE, WAKEUP_AT_BYTES, WORK, add,
+    AGG, CONFIG, CURRENT, EVENTS, FILTER, OFFCPU_SINCE, WORK, add,
     batch::{self, Batch},
     bump,
     in_call::{
@@ -618,12 +617,10 @@ impl Batch for CallBatch {
     fn send(&mut self, count: u32) {
         self.kind = record_kind::CALL_BATCH;
         self.count = count;
-        let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
-            BPF_RB_FORCE_WAKEUP
-        } else {
-            BPF_RB_NO_WAKEUP
-        };
-        if EVENTS.output::<CallBatch>(self, wakeup as u64).is_err() {
+        if EVENTS
+            .output::<CallBatch>(self, crate::events_wakeup())
+            .is_err()
+        {
             crate::bump_by(stat::LOST_RECORDS, u64::from(count));
         }
     }

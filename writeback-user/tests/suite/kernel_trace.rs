@@ -65,7 +65,7 @@ fn check_summary(lines: &[serde_json::Value]) -> &serde_json::Value {
 /// stops: each CPU keeps ext4's calls until it holds eight
 /// (writeback-ebpf writepages.rs, `CALL_BATCHES`), and before each drain
 /// userspace has every CPU that keeps some send them (tracer
-/// call_batch.rs). The `--device` filter keeps every other call out of
+/// cpu_batch.rs). The `--device` filter keeps every other call out of
 /// the batches, so only that flush can bring this one out.
 #[test]
 fn a_lone_call_is_reported_while_the_trace_runs() {
