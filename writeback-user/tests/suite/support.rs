@@ -325,7 +325,8 @@ impl Tracing {
 
 /// A tracefs instance of the test's own with some events on, each with a
 /// filter: the kernel's own record of what happened, independent of
-/// wbscope's programs. Events off and the instance removed on drop.
+/// wbscope's programs, stamped on wbscope's clock. Events off and the
+/// instance removed on drop.
 pub struct TraceInstance {
     dir: PathBuf,
     events: Vec<String>,
@@ -346,6 +347,10 @@ impl TraceInstance {
             dir,
             events: events.iter().map(|(e, _)| e.to_string()).collect(),
         };
+        // The stamps on wbscope's clock: `mono` is `ktime_get_mono_fast_ns()`
+        // (kernel/trace/trace.c, `trace_clocks`), as `bpf_ktime_get_ns()` is
+        // (kernel/bpf/helpers.c); the default `local` is `sched_clock()`.
+        fs::write(me.dir.join("trace_clock"), "mono").expect("trace_clock mono");
         for (event, filter) in events {
             let at = me.dir.join("events").join(event);
             fs::write(at.join("filter"), filter)
