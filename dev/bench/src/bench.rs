@@ -33,6 +33,7 @@ use scratchfs::{FsType, ScratchFs};
 
 mod figures;
 pub(crate) mod fsync_storm;
+mod jit_profile;
 mod map_reading;
 pub(crate) mod recorder;
 pub(crate) mod small_writer;

@@ -99,6 +99,7 @@ enum BenchTarget {
     ///
     /// Example: cargo xtask bench fsync-storm --pairs 10 --secs 5
     ///          cargo xtask bench fsync-storm --fs xfs --writers 16 --barrier
+    ///          cargo xtask bench fsync-storm --profile --secs 10
     FsyncStorm {
         /// Writer threads.
         #[arg(long, default_value_t = 8)]
@@ -120,6 +121,12 @@ enum BenchTarget {
         /// The filesystem the storm writes on: ext4, xfs or btrfs.
         #[arg(long, default_value = "ext4", value_parser = parse_fs)]
         fs: scratchfs::FsType,
+        /// Instead of the pairs: one traced storm of --secs under `perf
+        /// record -a`, and the source lines each call program's samples
+        /// fall on (from the kernel's JIT line info). Report in
+        /// target/bench/fsync-storm-profile.md.
+        #[arg(long)]
+        profile: bool,
     },
     /// The flight recorder as a service runs it: `record --store
     /// --max-size --cpu-budget` under a small-files fsync load for minutes;
@@ -265,6 +272,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             file_kib,
             barrier,
             fs,
+            profile,
         }) => {
             if !setup::is_root() {
                 bail!(
@@ -286,9 +294,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     file_kib,
                     barrier,
                     fs,
+                    profile,
                 },
             )?;
-            write_report("fsync-storm.md", &report)
+            let name = if profile {
+                "fsync-storm-profile.md"
+            } else {
+                "fsync-storm.md"
+            };
+            write_report(name, &report)
         }
         Some(BenchTarget::Recorder {
             minutes,

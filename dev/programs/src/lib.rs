@@ -190,8 +190,9 @@ programs! {
     PROMTOOL = "promtool", "prometheus", [Test], Setup;
     /// btf.rs's tests cross-check the BTF parser against `bpftool btf
     /// dump`; record_replay counts loaded programs with `bpftool prog
-    /// show`.
-    BPFTOOL = "bpftool", "bpftool", [Test], Setup;
+    /// show`; `bench fsync-storm --profile` reads the programs' source
+    /// lines with it.
+    BPFTOOL = "bpftool", "bpftool", [Test, Bench], Setup;
     /// report_browser.rs loads the HTML report headless and checks its
     /// screenshot.
     CHROMIUM = "chromium", "chromium", [Test], Setup;
@@ -222,6 +223,9 @@ programs! {
     /// `bench writer` compares `wbscope write` with fio; `bench
     /// small-writer` runs fio's 4 KiB writer.
     FIO = "fio", "fio", [Bench], Setup;
+    /// `bench fsync-storm --profile` samples every CPU while the
+    /// programs run (`perf record -a`).
+    PERF = "perf", "linux-perf", [Bench], Setup;
 }
 
 #[cfg(test)]

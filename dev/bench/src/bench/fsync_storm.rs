@@ -50,7 +50,7 @@ use anyhow::Context as _;
 use scratchfs::{FsType, ScratchFs};
 use writeback_common::DEFAULT_HOOKS;
 
-use super::{Tracer, median, spread};
+use super::{Tracer, jit_profile, median, spread};
 
 pub(crate) struct FsyncStormOptions {
     /// Writer threads.
@@ -65,6 +65,9 @@ pub(crate) struct FsyncStormOptions {
     pub(crate) barrier: bool,
     /// The filesystem the storm writes on.
     pub(crate) fs: FsType,
+    /// Instead of the pairs: one traced storm under `perf record -a`, and
+    /// where each call program's samples fall, by source line.
+    pub(crate) profile: bool,
 }
 
 /// The mount option that turns a filesystem's cache flushes off, if it
@@ -269,6 +272,9 @@ pub(crate) fn bench(binary: &Path, opts: &FsyncStormOptions) -> anyhow::Result<S
             path.display()
         );
     }
+    if opts.profile {
+        return profile(binary, opts, fs.mountpoint(), out_dir.path());
+    }
     measure(
         binary,
         baseline.as_deref(),
@@ -276,6 +282,79 @@ pub(crate) fn bench(binary: &Path, opts: &FsyncStormOptions) -> anyhow::Result<S
         fs.mountpoint(),
         &out_dir.path().join("trace.json"),
     )
+}
+
+/// Samples a second at each CPU while profiling: often enough for a few
+/// hundred in each call program over a 10 s storm, rarely enough that
+/// the sampling's own interrupts stay a small part of the programs' time.
+const PROFILE_HZ: u32 = 9_999;
+
+/// One storm under `wbscope trace --json --events` and `perf record -a`:
+/// where the samples in each program that ran at least once per two
+/// calls fall, by source line (jit_profile.rs).
+fn profile(
+    binary: &Path,
+    opts: &FsyncStormOptions,
+    dir: &Path,
+    out_dir: &Path,
+) -> anyhow::Result<String> {
+    storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
+    clear(dir, opts.writers)?;
+    let before: std::collections::HashSet<u32> =
+        jit_profile::loaded()?.into_iter().map(|p| p.id).collect();
+    let out = out_dir.join("trace.json");
+    let file = fs::File::create(&out).with_context(|| format!("creating {}", out.display()))?;
+    let tracer = Tracer::spawn_to(
+        binary,
+        &["trace", "--json", "--events"],
+        file.into(),
+        None,
+        "tracing;",
+    )?;
+    std::thread::sleep(SETTLE);
+    let ours: Vec<_> = jit_profile::loaded()?
+        .into_iter()
+        .filter(|p| !before.contains(&p.id))
+        .collect();
+    let sampling =
+        jit_profile::Sampling::start(&out_dir.join("perf.data"), PROFILE_HZ, opts.secs + 0.5)?;
+    let files = storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
+    let ips = sampling.ips()?;
+    let after = jit_profile::loaded()?;
+    let mut images = Vec::new();
+    for p in &ours {
+        let runs = after
+            .iter()
+            .find(|a| a.id == p.id)
+            .map_or(0, |a| a.runs - p.runs.min(a.runs));
+        if runs * 2 >= files {
+            images.push(jit_profile::Image::of(p)?);
+        }
+    }
+    let summary = tracer.stop_to_summary(&out)?;
+    clear(dir, opts.writers)?;
+    anyhow::ensure!(
+        !images.is_empty(),
+        "no program of the trace ran once per two of the storm's {files} calls"
+    );
+    let profiles = jit_profile::attribute(&images, &ips);
+    Ok(format!(
+        "fsync storm profile: {} writer threads, {} KiB files, {} s on {}; `wbscope trace \
+         --json --events` ({} calls, {} records lost) under `perf record -a -F {PROFILE_HZ}` \
+         ({} samples on all CPUs). Each program that ran at least once per two calls, the \
+         source lines its samples fell on (the kernel's JIT line info), most first. A \
+         timer's sample lands just after the instruction the CPU waited on: a load that \
+         missed the cache shows on the line after it; a program's first line has the \
+         samples taken at its entry.\n\n{}",
+        opts.writers,
+        opts.file_kib,
+        opts.secs,
+        opts.fs.name(),
+        summary["calls"].as_u64().unwrap_or(0),
+        summary["lost_records"].as_u64().unwrap_or(0),
+        ips.len(),
+        jit_profile::table(&profiles, 8)
+    ))
 }
 
 fn measure(
@@ -517,6 +596,7 @@ mod tests {
             file_kib: 4,
             barrier: false,
             fs: FsType::Ext4,
+            profile: false,
         };
         let traced = Traced {
             calls: 1000,
