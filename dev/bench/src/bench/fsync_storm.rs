@@ -186,14 +186,9 @@ impl Traced {
     }
 }
 
-/// One traced run: the storm under `wbscope trace --json --events`.
-fn traced_run(
-    binary: &Path,
-    dir: &Path,
-    out: &Path,
-    opts: &FsyncStormOptions,
-    into: &mut Traced,
-) -> anyhow::Result<u64> {
+/// `wbscope trace --json --events`, its lines to `out`, attached and
+/// [`SETTLE`]d.
+fn trace_to(binary: &Path, out: &Path) -> anyhow::Result<Tracer> {
     let file = fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
     let tracer = Tracer::spawn_to(
         binary,
@@ -203,6 +198,18 @@ fn traced_run(
         "tracing;",
     )?;
     std::thread::sleep(SETTLE);
+    Ok(tracer)
+}
+
+/// One traced run: the storm under `wbscope trace --json --events`.
+fn traced_run(
+    binary: &Path,
+    dir: &Path,
+    out: &Path,
+    opts: &FsyncStormOptions,
+    into: &mut Traced,
+) -> anyhow::Result<u64> {
+    let tracer = trace_to(binary, out)?;
     let quiet = tracer.cpu_ns()?;
     let idle_from = Instant::now();
     std::thread::sleep(IDLE_WINDOW);
@@ -303,15 +310,7 @@ fn profile(
     let before: std::collections::HashSet<u32> =
         jit_profile::loaded()?.into_iter().map(|p| p.id).collect();
     let out = out_dir.join("trace.json");
-    let file = fs::File::create(&out).with_context(|| format!("creating {}", out.display()))?;
-    let tracer = Tracer::spawn_to(
-        binary,
-        &["trace", "--json", "--events"],
-        file.into(),
-        None,
-        "tracing;",
-    )?;
-    std::thread::sleep(SETTLE);
+    let tracer = trace_to(binary, &out)?;
     let ours: Vec<_> = jit_profile::loaded()?
         .into_iter()
         .filter(|p| !before.contains(&p.id))

@@ -135,28 +135,24 @@ fn jit_lines(prog_id: u32) -> anyhow::Result<JitLines> {
 /// The source line of each line-info entry, by instruction offset, from
 /// `bpftool -j prog dump xlated id ID linum`: "text (file:line)".
 fn xlated_sources(prog_id: u32) -> anyhow::Result<BTreeMap<u32, String>> {
+    let id = prog_id.to_string();
+    let insns = bpftool_json(&["prog", "dump", "xlated", "id", &id, "linum"])?;
+    Ok(sources_of(&insns))
+}
+
+/// What `bpftool -j ARGS` prints, parsed.
+fn bpftool_json(args: &[&str]) -> anyhow::Result<serde_json::Value> {
     let out = wbscope_programs::BPFTOOL
         .command()
-        .args([
-            "-j",
-            "prog",
-            "dump",
-            "xlated",
-            "id",
-            &prog_id.to_string(),
-            "linum",
-        ])
+        .arg("-j")
+        .args(args)
         .output()
         .context("running bpftool (cargo xtask setup installs it)")?;
+    let what = format!("bpftool {}", args.join(" "));
     if !out.status.success() {
-        bail!(
-            "bpftool prog dump xlated id {prog_id}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
-    let insns: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("bpftool's xlated JSON")?;
-    Ok(sources_of(&insns))
+    serde_json::from_slice(&out.stdout).with_context(|| format!("{what}: not JSON"))
 }
 
 /// Whether a source file is a library's (Rust's own, a crate's) rather
@@ -208,19 +204,7 @@ pub(crate) struct Loaded {
 
 /// Every loaded program.
 pub(crate) fn loaded() -> anyhow::Result<Vec<Loaded>> {
-    let out = wbscope_programs::BPFTOOL
-        .command()
-        .args(["-j", "prog", "show"])
-        .output()
-        .context("running bpftool (cargo xtask setup installs it)")?;
-    if !out.status.success() {
-        bail!(
-            "bpftool prog show: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("bpftool prog show: not JSON")?;
+    let v = bpftool_json(&["prog", "show"])?;
     Ok(v.as_array()
         .into_iter()
         .flatten()
