@@ -87,9 +87,12 @@ fn write_and_fsync(path: &Path, size_mib: u64) -> anyhow::Result<Duration> {
     Ok(started.elapsed())
 }
 
-/// A running `wbscope trace` or `wbscope record`.
+/// A running `wbscope trace` or `wbscope record`, stopped as Ctrl-C
+/// would stop it when dropped: a bench that fails half-way leaves no
+/// tracer, and no program, behind.
 struct Tracer {
-    child: Child,
+    /// `None` once stopped.
+    child: Option<Child>,
     /// What it says on stderr after the ready line, drained to its end by
     /// a thread so that nothing it says later blocks or breaks on a closed
     /// pipe (a recorder's last line once failed it that way).
@@ -171,7 +174,7 @@ impl Tracer {
         }
         let said = std::thread::spawn(move || lines.collect::<Vec<_>>().join("\n"));
         Ok(Tracer {
-            child,
+            child: Some(child),
             said: Some(said),
             recording,
             attached: Instant::now(),
@@ -180,12 +183,21 @@ impl Tracer {
 
     /// Sends SIGINT, as Ctrl-C would, and returns the output once it
     /// ended, with all it said on stderr after attaching.
-    fn interrupt(self) -> anyhow::Result<std::process::Output> {
-        let mut out = interrupt(self.child).context("waiting for wbscope")?;
-        if let Some(said) = self.said {
+    fn interrupt(mut self) -> anyhow::Result<std::process::Output> {
+        let child = self.child.take().context("wbscope already stopped")?;
+        let mut out = interrupt(child).context("waiting for wbscope")?;
+        if let Some(said) = self.said.take() {
             out.stderr = said.join().unwrap_or_default().into_bytes();
         }
         Ok(out)
+    }
+
+    /// The running tracer's process id.
+    fn pid(&self) -> std::io::Result<u32> {
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .ok_or_else(|| std::io::Error::other("wbscope already stopped"))
     }
 
     /// Peak resident memory so far (VmHWM, kB), from /proc/PID/status.
@@ -195,7 +207,7 @@ impl Tracer {
 
     /// A kB figure of /proc/PID/status (`VmRSS:`, `VmHWM:`).
     fn status_kb(&self, field: &str) -> Option<u64> {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid().ok()?)).ok()?;
         status
             .lines()
             .find_map(|l| l.strip_prefix(field))?
@@ -207,7 +219,7 @@ impl Tracer {
 
     /// utime + stime of the tracer so far, in seconds.
     fn cpu_secs(&self) -> anyhow::Result<f64> {
-        let stat = fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        let stat = fs::read_to_string(format!("/proc/{}/stat", self.pid()?))?;
         // Fields after the `(comm)`: state is field 3; utime 14, stime 15.
         let rest = stat.rsplit_once(')').context("bad /proc/PID/stat")?.1;
         let f: Vec<&str> = rest.split_whitespace().collect();
@@ -221,7 +233,7 @@ impl Tracer {
     /// (`/proc/PID/schedstat`'s first field): for figures per call, where
     /// [`Tracer::cpu_secs`]'s 10 ms ticks are too coarse.
     fn cpu_ns(&self) -> anyhow::Result<u64> {
-        let text = fs::read_to_string(format!("/proc/{}/schedstat", self.child.id()))?;
+        let text = fs::read_to_string(format!("/proc/{}/schedstat", self.pid()?))?;
         text.split_whitespace()
             .next()
             .and_then(|v| v.parse().ok())
@@ -305,6 +317,14 @@ impl Tracer {
 }
 
 /// Sends SIGINT, as Ctrl-C would, and returns the output once it ended.
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            let _ = interrupt(child);
+        }
+    }
+}
+
 fn interrupt(child: Child) -> std::io::Result<std::process::Output> {
     // SAFETY: plain syscall on our child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };

@@ -318,6 +318,9 @@ fn profile(
     let sampling =
         jit_profile::Sampling::start(&out_dir.join("perf.data"), PROFILE_HZ, opts.secs + 0.5)?;
     let files = storm(dir, opts.writers, opts.secs, opts.file_kib << 10)?;
+    // A Ctrl-C during the storm stops here: the tracer and perf are
+    // stopped as they are dropped.
+    scratchfs::signal::check_interrupted()?;
     let ips = sampling.ips()?;
     let after = jit_profile::loaded()?;
     let mut images = Vec::new();

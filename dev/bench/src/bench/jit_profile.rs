@@ -259,10 +259,21 @@ impl Image {
     }
 }
 
-/// `perf record -a` at `hz` until [`Sampling::ips`].
+/// `perf record -a` at `hz` until [`Sampling::ips`]; stopped if dropped
+/// before.
 pub(crate) struct Sampling {
-    child: Child,
+    /// `None` once waited for.
+    child: Option<Child>,
     data: std::path::PathBuf,
+}
+
+impl Drop for Sampling {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 impl Sampling {
@@ -278,15 +289,16 @@ impl Sampling {
             .spawn()
             .context("running perf (cargo xtask setup installs it)")?;
         Ok(Sampling {
-            child,
+            child: Some(child),
             data: data.to_path_buf(),
         })
     }
 
     /// Waits for the recording to end and returns its samples'
     /// instruction addresses.
-    pub(crate) fn ips(self) -> anyhow::Result<Vec<u64>> {
-        let done = self.child.wait_with_output().context("waiting for perf")?;
+    pub(crate) fn ips(mut self) -> anyhow::Result<Vec<u64>> {
+        let child = self.child.take().context("perf already stopped")?;
+        let done = child.wait_with_output().context("waiting for perf")?;
         if !done.status.success() {
             bail!(
                 "perf record: {}",
