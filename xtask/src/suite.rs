@@ -12,7 +12,12 @@ use xtask::{cargo, setup, step};
 /// itself when `WBSCOPE_VM_TESTS=0` or qemu is missing) unless test names
 /// were given.
 pub(crate) fn test(extra: &[String]) -> anyhow::Result<()> {
-    let toolchain = setup::ensure(setup::Scope::Test)?;
+    // All that `cargo xtask setup` installs, not only what the tests
+    // spawn: setup.rs's `every_program_of_the_test_vm_and_bench_scopes_
+    // is_installed` then proves on every run, on a fresh machine too,
+    // that setup installs each program a task spawns, the benches'
+    // (fio, perf) included.
+    let toolchain = setup::ensure(setup::Scope::All)?;
     step(
         "cargo fmt --check",
         cargo(&toolchain).args(["fmt", "--all", "--check"]),

@@ -284,6 +284,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     "bench fsync-storm: --writers, --pairs, --file-kib and --secs must be positive"
                 );
             }
+            setup::ensure_tools(setup::Scope::Bench)?;
             let binary = xtask::build(true)?;
             let report = bench::fsync_storm::bench(
                 &binary,
@@ -315,6 +316,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if !setup::is_root() {
                 bail!("bench recorder mounts a loop filesystem and attaches BPF: run it as root");
             }
+            setup::ensure_tools(setup::Scope::Bench)?;
             let binary = xtask::build(true)?;
             let report = bench::recorder::bench(
                 &binary,
