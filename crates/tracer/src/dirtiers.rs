@@ -80,8 +80,10 @@ pub(crate) struct Dirtyings {
     last_changed: Vec<DirtierKey>,
     /// Dirtyings the last drain took.
     last_drained: usize,
-    /// Asks the CPUs for the dirtyings they keep (cpu_batch.rs).
-    flush: BatchFlush,
+    /// Asks the CPUs for the dirtyings they keep (cpu_batch.rs); `None`
+    /// where no inode-dirtying program is attached (the per-folio mode),
+    /// so that no reading reads the batches' states to find none.
+    flush: Option<BatchFlush>,
     /// Exits that came before their process's last dirtyings.
     early_exits: EarlyExits,
 }
@@ -89,7 +91,7 @@ pub(crate) struct Dirtyings {
 impl Dirtyings {
     pub(super) fn new(
         ring: RingBuf<MapData>,
-        flush: BatchFlush,
+        flush: Option<BatchFlush>,
         counts: Result<TaskCounts, String>,
     ) -> Dirtyings {
         Dirtyings {
@@ -117,7 +119,9 @@ impl Dirtyings {
     /// inode dirtyings into `snap.dirtyings` (in time order), changed
     /// pairs into `changed`.
     fn drain(&mut self, snap: &mut DirtierSnapshot, changed: &mut Vec<DirtierKey>) {
-        self.flush.flush_or_warn();
+        if let Some(flush) = &mut self.flush {
+            flush.flush_or_warn();
+        }
         // Room for as many as the last drain took: an fsync storm's
         // thousands a drain, grown from nothing each time, were copied
         // over and over.
