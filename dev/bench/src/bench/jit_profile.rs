@@ -15,21 +15,32 @@
 use std::{
     collections::BTreeMap,
     io,
-    os::fd::{AsRawFd as _, FromRawFd, OwnedFd},
     path::Path,
     process::{Child, Stdio},
 };
 
 use anyhow::{Context as _, bail};
-use aya_obj::generated::{bpf_line_info, bpf_prog_info};
 
-/// `bpf(2)` commands (include/uapi/linux/bpf.h). aya's `ProgramInfo`
-/// (0.14) gives neither the line info nor the JIT addresses, so the
-/// info is asked for here, in aya-obj's generated `bpf_prog_info`.
+/// `bpf(2)` commands (include/uapi/linux/bpf.h).
 const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 
-fn bpf(cmd: libc::c_long, attr: &mut [u8; 128]) -> io::Result<libc::c_long> {
+/// Offsets in `struct bpf_prog_info` (include/uapi/linux/bpf.h; the
+/// struct only grows at its end).
+mod info {
+    pub(super) const JITED_PROG_LEN: usize = 16;
+    pub(super) const NR_LINE_INFO: usize = 148;
+    pub(super) const LINE_INFO: usize = 152;
+    pub(super) const JITED_LINE_INFO: usize = 160;
+    pub(super) const NR_JITED_LINE_INFO: usize = 168;
+    pub(super) const LINE_INFO_REC_SIZE: usize = 172;
+    pub(super) const JITED_LINE_INFO_REC_SIZE: usize = 176;
+    /// Room for the whole struct on any kernel here (232 bytes on 6.18);
+    /// the kernel wants what it does not know zeroed.
+    pub(super) const SIZE: usize = 256;
+}
+
+fn bpf(cmd: libc::c_long, attr: &mut [u8]) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a live buffer of the length passed, which the
     // kernel reads and writes only within.
     let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len()) };
@@ -39,22 +50,18 @@ fn bpf(cmd: libc::c_long, attr: &mut [u8; 128]) -> io::Result<libc::c_long> {
     Ok(r)
 }
 
-/// A `union bpf_attr` for BPF_PROG_GET_FD_BY_ID (`prog_id` first), the
-/// rest zero as the kernel wants it.
-fn fd_by_id_attr(prog_id: u32) -> [u8; 128] {
-    let mut a = [0u8; 128];
-    a[..4].copy_from_slice(&prog_id.to_ne_bytes());
-    a
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
 }
 
-/// A `union bpf_attr` for BPF_OBJ_GET_INFO_BY_FD: `bpf_fd`, `info_len`,
-/// then the 8-byte-aligned `info` pointer.
-fn info_attr(fd: u32, info_len: u32, info: u64) -> [u8; 128] {
-    let mut a = [0u8; 128];
-    a[..4].copy_from_slice(&fd.to_ne_bytes());
-    a[4..8].copy_from_slice(&info_len.to_ne_bytes());
-    a[8..16].copy_from_slice(&info.to_ne_bytes());
-    a
+fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+}
+
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    let mut w = [0; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_ne_bytes(w)
 }
 
 /// A loaded program's JIT image: its length, and the address of each
@@ -66,56 +73,57 @@ struct JitLines {
 }
 
 fn jit_lines(prog_id: u32) -> anyhow::Result<JitLines> {
-    let fd = bpf(BPF_PROG_GET_FD_BY_ID, &mut fd_by_id_attr(prog_id))
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, prog_id);
+    let fd = bpf(BPF_PROG_GET_FD_BY_ID, &mut attr)
         .with_context(|| format!("opening BPF program {prog_id}"))?;
-    // SAFETY: a descriptor the kernel just gave this process, owned here.
-    let fd = unsafe { <OwnedFd as FromRawFd>::from_raw_fd(fd as i32) };
-    let get = |info: &mut bpf_prog_info| -> io::Result<()> {
-        let at = std::ptr::from_mut(info) as u64;
-        let size = std::mem::size_of::<bpf_prog_info>() as u32;
-        bpf(
-            BPF_OBJ_GET_INFO_BY_FD,
-            &mut info_attr(fd.as_raw_fd() as u32, size, at),
-        )
-        .map(drop)
+    // SAFETY: a descriptor the kernel just gave this process.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    let get = |buf: &mut [u8]| -> io::Result<()> {
+        let mut attr = [0u8; 128];
+        put_u32(&mut attr, 0, raw as u32);
+        put_u32(&mut attr, 4, buf.len() as u32);
+        put_u64(&mut attr, 8, buf.as_mut_ptr() as u64);
+        bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).map(drop)
     };
-    // SAFETY: a plain C struct of integers, for which zero is valid (and
-    // what the kernel asks of the fields not asked for).
-    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
-    get(&mut info).with_context(|| format!("reading BPF program {prog_id}'s info"))?;
-    let (len, n, jn) = (
-        info.jited_prog_len,
-        info.nr_line_info,
-        info.nr_jited_line_info,
+    let mut first = vec![0u8; info::SIZE];
+    get(&mut first).with_context(|| format!("reading BPF program {prog_id}'s info"))?;
+    let len = get_u32(&first, info::JITED_PROG_LEN);
+    let n = get_u32(&first, info::NR_LINE_INFO);
+    let jn = get_u32(&first, info::NR_JITED_LINE_INFO);
+    let (rec, jrec) = (
+        get_u32(&first, info::LINE_INFO_REC_SIZE),
+        get_u32(&first, info::JITED_LINE_INFO_REC_SIZE),
     );
-    let line_size = std::mem::size_of::<bpf_line_info>();
-    if n == 0
-        || jn != n
-        || info.line_info_rec_size as usize != line_size
-        || info.jited_line_info_rec_size != 8
-        || len == 0
-    {
+    if n == 0 || jn != n || rec < 4 || jrec != 8 || len == 0 {
         bail!(
             "BPF program {prog_id} has no JIT line info ({n} line-info entries, {jn} JIT \
              addresses, JIT image {len} bytes): was it built with BTF, and is the JIT on?"
         );
     }
-    // SAFETY: as `info`.
-    let mut lines = vec![unsafe { std::mem::zeroed::<bpf_line_info>() }; n as usize];
-    let mut addrs = vec![0u64; n as usize];
-    // SAFETY: as above.
-    let mut ask: bpf_prog_info = unsafe { std::mem::zeroed() };
-    ask.nr_line_info = n;
-    ask.line_info = lines.as_mut_ptr() as u64;
-    ask.line_info_rec_size = line_size as u32;
-    ask.nr_jited_line_info = n;
-    ask.jited_line_info = addrs.as_mut_ptr() as u64;
-    ask.jited_line_info_rec_size = 8;
-    get(&mut ask).with_context(|| format!("reading BPF program {prog_id}'s line info"))?;
+    let mut lines = vec![0u8; (n * rec) as usize];
+    let mut addrs = vec![0u8; (jn * jrec) as usize];
+    let mut second = vec![0u8; info::SIZE];
+    put_u32(&mut second, info::NR_LINE_INFO, n);
+    put_u64(&mut second, info::LINE_INFO, lines.as_mut_ptr() as u64);
+    put_u32(&mut second, info::LINE_INFO_REC_SIZE, rec);
+    put_u32(&mut second, info::NR_JITED_LINE_INFO, jn);
+    put_u64(
+        &mut second,
+        info::JITED_LINE_INFO,
+        addrs.as_mut_ptr() as u64,
+    );
+    put_u32(&mut second, info::JITED_LINE_INFO_REC_SIZE, jrec);
+    get(&mut second).with_context(|| format!("reading BPF program {prog_id}'s line info"))?;
     drop(fd);
-    let mut out: Vec<(u64, u32)> = addrs
-        .into_iter()
-        .zip(lines.iter().map(|l| l.insn_off))
+    let mut out: Vec<(u64, u32)> = (0..n as usize)
+        .map(|i| {
+            let mut a = [0; 8];
+            a.copy_from_slice(&addrs[i * 8..i * 8 + 8]);
+            // `struct bpf_line_info` begins with its `insn_off`.
+            (u64::from_ne_bytes(a), get_u32(&lines, i * rec as usize))
+        })
         .collect();
     out.sort_unstable();
     Ok(JitLines {
@@ -376,20 +384,6 @@ pub(crate) fn table(profiles: &[Profile], top: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `union bpf_attr`'s members as include/uapi/linux/bpf.h lays them
-    /// out: `info` is 8-byte aligned after the two 32-bit words.
-    #[test]
-    fn the_info_attr_puts_each_member_at_its_offset() {
-        let a = info_attr(7, 232, 0x1122_3344_5566_7788);
-        assert_eq!(&a[..4], &7u32.to_ne_bytes());
-        assert_eq!(&a[4..8], &232u32.to_ne_bytes());
-        assert_eq!(&a[8..16], &0x1122_3344_5566_7788u64.to_ne_bytes());
-        assert!(a[16..].iter().all(|&b| b == 0));
-        let b = fd_by_id_attr(42);
-        assert_eq!(&b[..4], &42u32.to_ne_bytes());
-        assert!(b[4..].iter().all(|&b| b == 0));
-    }
 
     #[test]
     fn a_wide_instruction_takes_two_slots() {
