@@ -26,7 +26,10 @@ const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 
 /// Offsets in `struct bpf_prog_info` (include/uapi/linux/bpf.h; the
-/// struct only grows at its end).
+/// struct only grows at its end). aya's `ProgramInfo` (0.14) has no
+/// line info or JIT addresses, and aya-obj's bindings of the struct stay
+/// out of this crate with the rest of aya, which only the tracer may
+/// depend on (xtask crate_graph.rs).
 mod info {
     pub(super) const JITED_PROG_LEN: usize = 16;
     pub(super) const NR_LINE_INFO: usize = 148;
