@@ -145,34 +145,45 @@ fn stamps_match<'a>(
     switched: &[u64],
 ) -> Vec<i64> {
     let mut gaps = Vec::new();
+    // Per fsync, how much longer wbscope's span is than the system
+    // call's: what a clock read late at one end only (the exit's after
+    // its lookup, about 3 µs here) adds to every span.
+    let mut longer = Vec::new();
     for &(enter, exit) in syscalls {
         let s = spans
             .clone()
             .find(|s| (enter..=exit + 1_000).contains(&u(s, "start_ns")))
             .unwrap_or_else(|| panic!("no sync line in the call at {enter}..{exit} ns"));
         let end = u(s, "start_ns") + u(s, "total_ns");
-        for (theirs, ours) in [(enter, u(s, "start_ns")), (exit, end)] {
-            if let Some(gap) = stamp_gap(theirs, ours, switched) {
-                gaps.push(gap);
-            }
+        let start_gap = stamp_gap(enter, u(s, "start_ns"), switched);
+        let end_gap = stamp_gap(exit, end, switched);
+        if let (Some(a), Some(b)) = (start_gap, end_gap) {
+            longer.push(b - a);
         }
+        gaps.extend(start_gap.into_iter().chain(end_gap));
     }
-    // Two probes of one tracepoint take their stamps about 2 µs apart
-    // here (the first probe's own work, and the µs truncation). An
-    // interrupt between them, or the host stealing the vCPU, can part
-    // them by up to a few hundred µs, which no event of the instance
-    // shows; a span matched to the wrong call would be off by the 100 ms
-    // between fsyncs.
+    // Two probes of one tracepoint take their stamps a few µs apart: the
+    // first probe's own work, 1.5–2.5 µs here alone and up to 5 µs under
+    // the whole suite's load, and the µs truncation. An interrupt between
+    // them, or the host stealing the vCPU, can part them by a few hundred
+    // µs, which no event of the instance shows; a span matched to the
+    // wrong call would be off by the 100 ms between fsyncs.
     gaps.sort_unstable_by_key(|g| g.abs());
-    let near = gaps.iter().filter(|g| g.abs() <= 5_000).count();
+    let near = gaps.iter().filter(|g| g.abs() <= 10_000).count();
     assert!(
         near * 10 >= gaps.len() * 9 && gaps.len() * 10 >= syscalls.len() * 2 * 9,
-        "{near} of {} stamps within 5 µs of the kernel's, of {} in all: {gaps:?}",
+        "{near} of {} stamps within 10 µs of the kernel's, of {} in all: {gaps:?}",
         gaps.len(),
         2 * syscalls.len()
     );
-    assert!(gaps[gaps.len() / 2].abs() <= 3_000, "{gaps:?}");
     assert!(gaps.iter().all(|g| g.abs() <= 10_000_000), "{gaps:?}");
+    // The typical span is not longer than its call: the gaps' load moves
+    // both ends together. It may be shorter, by the 1–2.5 µs more the
+    // instance's probe takes at the enter than at the exit (xfs, btrfs
+    // here).
+    longer.sort_unstable();
+    let typical = longer[longer.len() / 2];
+    assert!(typical <= 1_000, "spans longer by {typical} ns: {longer:?}");
     gaps
 }
 
