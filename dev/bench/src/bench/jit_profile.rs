@@ -145,17 +145,24 @@ fn xlated_sources(prog_id: u32) -> anyhow::Result<BTreeMap<u32, String>> {
 
 /// What `bpftool -j ARGS` prints, parsed.
 fn bpftool_json(args: &[&str]) -> anyhow::Result<serde_json::Value> {
-    let out = wbscope_programs::BPFTOOL
-        .command()
-        .arg("-j")
-        .args(args)
-        .output()
-        .context("running bpftool (cargo xtask setup installs it)")?;
     let what = format!("bpftool {}", args.join(" "));
+    let out = stdout_of(
+        wbscope_programs::BPFTOOL.command().arg("-j").args(args),
+        &what,
+    )?;
+    serde_json::from_slice(&out).with_context(|| format!("{what}: not JSON"))
+}
+
+/// `cmd`'s standard output once it succeeded; its standard error, named
+/// `what`, if it did not.
+fn stdout_of(cmd: &mut std::process::Command, what: &str) -> anyhow::Result<Vec<u8>> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("running {what} (cargo xtask setup installs it)"))?;
     if !out.status.success() {
         bail!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
-    serde_json::from_slice(&out.stdout).with_context(|| format!("{what}: not JSON"))
+    Ok(out.stdout)
 }
 
 /// Whether a source file is a library's (Rust's own, a crate's) rather
@@ -308,19 +315,14 @@ impl Sampling {
                 String::from_utf8_lossy(&done.stderr).trim()
             );
         }
-        let out = wbscope_programs::PERF
-            .command()
-            .args(["script", "-F", "ip", "-i"])
-            .arg(&self.data)
-            .output()
-            .context("running perf script")?;
-        if !out.status.success() {
-            bail!(
-                "perf script: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout)
+        let out = stdout_of(
+            wbscope_programs::PERF
+                .command()
+                .args(["script", "-F", "ip", "-i"])
+                .arg(&self.data),
+            "perf script",
+        )?;
+        Ok(String::from_utf8_lossy(&out)
             .lines()
             .filter_map(|l| u64::from_str_radix(l.trim(), 16).ok())
             .collect())
