@@ -31,8 +31,11 @@ type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// dirtier (CI: `flusher_writeback_and_throttling_are_charged_to_the_dirtier`).
 const HISTORY: usize = 8;
 /// Inodes remembered at most; past it, those dirtied the longest ago are
-/// forgotten (their writeback then goes to `(unknown)`).
-const MAX_INODES: usize = 1 << 17;
+/// forgotten (their writeback then goes to `(unknown)`). 7/8 of 2^17:
+/// what a table of 2^17 buckets holds before it grows (hashbrown's
+/// maximum load), so that the table stops at 2^17 buckets of 64 bytes,
+/// 8 MiB, where the bound of 2^17 inodes made it grow to twice that.
+const MAX_INODES: usize = (1 << 17) / 8 * 7;
 /// Processes whose dirtied pages are followed at most.
 const MAX_TASKS: usize = 1 << 14;
 
@@ -114,6 +117,9 @@ pub(super) struct ByInode {
     /// Last counts per process.
     tasks: FastMap<u32, Counts>,
     generation: u64,
+    /// The table has the room for [`MAX_INODES`]: it is not to grow
+    /// again.
+    at_bound: bool,
 }
 
 impl ByInode {
@@ -125,8 +131,15 @@ impl ByInode {
         dirtyings: &[InodeDirtyingReading],
         tasks: Option<&[TaskReading]>,
     ) -> Vec<(u32, Counts)> {
-        self.generation += 1;
         for d in dirtyings {
+            // One step per dirtying, not per reading: the ages
+            // `forget_oldest` cuts at are then all different, and it
+            // forgets as many as it should however many came in one
+            // reading.
+            self.generation += 1;
+            if self.full() && !self.inodes.contains_key(&(d.dev, d.ino)) {
+                self.forget_oldest();
+            }
             let h = self.inodes.entry((d.dev, d.ino)).or_default();
             if is_workqueue_worker(&d.comm) && !h.dirtyings.is_empty() {
                 // The filesystem's own bookkeeping of a writeback, not a
@@ -156,12 +169,6 @@ impl ByInode {
                 h.owner_cgroup_id = d.owner_cgroup_id;
             }
             h.touched = self.generation;
-        }
-        if self.inodes.len() > MAX_INODES {
-            let mut ages: Vec<u64> = self.inodes.values().map(|h| h.touched).collect();
-            let cut = ages.len() - MAX_INODES / 2;
-            let (_, &mut oldest_kept, _) = ages.select_nth_unstable(cut);
-            self.inodes.retain(|_, h| h.touched >= oldest_kept);
         }
         let Some(tasks) = tasks else {
             return Vec::new();
@@ -195,6 +202,27 @@ impl ByInode {
         // longer readable): forgotten.
         self.tasks = seen;
         grown
+    }
+
+    /// Whether one more inode would pass the bound or, once the table
+    /// has the room for it, make it grow. Its room left is used up both
+    /// by inodes and by the places of forgotten ones that hashbrown
+    /// marked deleted; then hashbrown rehashes the table in place only
+    /// while at most half its room holds inodes, and grows it otherwise
+    /// (`reserve_rehash`, hashbrown src/raw/mod.rs).
+    fn full(&mut self) -> bool {
+        self.at_bound |= self.inodes.capacity() >= MAX_INODES;
+        self.inodes.len() >= MAX_INODES
+            || (self.at_bound && self.inodes.len() >= self.inodes.capacity())
+    }
+
+    /// Forgets the inodes dirtied the longest ago, down to 7/16 of the
+    /// bound: under half of it, for hashbrown's rehash in place (above).
+    fn forget_oldest(&mut self) {
+        let mut ages: Vec<u64> = self.inodes.values().map(|h| h.touched).collect();
+        let cut = ages.len().saturating_sub(MAX_INODES / 16 * 7);
+        let (_, &mut oldest_kept, _) = ages.select_nth_unstable(cut);
+        self.inodes.retain(|_, h| h.touched >= oldest_kept);
     }
 
     /// Whether any dirtying of the inode is known.
@@ -288,6 +316,44 @@ mod tests {
         b.update(&[dirtying(2, 400, 11)], Some(&[]));
         assert_eq!(b.dirtier(7, 2, 500), Some((11, 0)));
         assert!(!is_workqueue_worker("kworker") && is_workqueue_worker("kworker/R-ext4"));
+    }
+
+    /// The table grows to the room for the bound and no further (what it
+    /// holds falls below that room while the forgotten inodes' places
+    /// are marked deleted, until hashbrown rehashes it in place): past
+    /// the bound, the older inodes are forgotten, whether they came in
+    /// one reading or many, the newest kept.
+    #[test]
+    fn the_table_grows_to_the_bound_and_no_further() {
+        assert_eq!(std::mem::size_of::<((u32, u64), History)>(), 64);
+        let mut b = ByInode::default();
+        let one_reading: Vec<_> = (0..MAX_INODES as u64 + 10)
+            .map(|i| dirtying(i, i, 1))
+            .collect();
+        b.update(&one_reading, None);
+        // 2^17 buckets, 7/8 of them usable.
+        let room = MAX_INODES;
+        assert!(b.at_bound);
+        assert!(
+            b.inodes.capacity() <= room,
+            "grew: {} > {room}",
+            b.inodes.capacity()
+        );
+        assert_eq!(b.inodes.len(), MAX_INODES / 16 * 7 + 10);
+        assert!(b.knows(7, MAX_INODES as u64 + 9) && !b.knows(7, 0));
+        for i in 0..3 * MAX_INODES as u64 {
+            b.update(&[dirtying(1_000_000 + i, i, 2)], None);
+        }
+        assert!(
+            b.inodes.capacity() <= room,
+            "grew: {} > {room}",
+            b.inodes.capacity()
+        );
+        assert!(b.inodes.len() <= MAX_INODES);
+        assert_eq!(
+            b.dirtier(7, 1_000_000 + 3 * MAX_INODES as u64 - 1, 0),
+            Some((2, 0))
+        );
     }
 
     /// A process's count counts from its first reading, unless it started
