@@ -100,8 +100,10 @@ pub struct DirtierSnapshot {
     /// not only those that changed since the reading before: only a
     /// whole reading tells that an entry is gone.
     pub whole: bool,
-    /// Cumulative `(pauses, pause_ms)` per tgid.
-    pub throttled: HashMap<u32, (u64, u64)>,
+    /// Cumulative `(pauses, pause_ms)` per tgid; `None` when not read
+    /// (a re-read for a batch of calls: the pauses only feed the
+    /// interval's `owners`, read again before it ends).
+    pub throttled: Option<HashMap<u32, (u64, u64)>>,
     /// CLOCK_MONOTONIC ns when the reading ended (the clock of a call's
     /// `start_ns`): every page it counts was dirtied before. 0: unknown.
     pub taken_ns: u64,
@@ -416,15 +418,17 @@ impl Attribution {
             *line.write_call_bytes.get_or_insert(0) += grown.wchar;
             *line.cancelled_bytes.get_or_insert(0) += grown.cancelled_bytes;
         }
-        for (&tgid, &(pauses, ms)) in &snap.throttled {
-            let (p0, m0) = self.throttle_seen.get(&tgid).copied().unwrap_or((0, 0));
-            if pauses > p0 {
-                let line = self.owner_line(tgid);
-                line.throttle_pauses += pauses - p0;
-                line.throttle_pause_ms += ms.saturating_sub(m0);
+        if let Some(throttled) = &snap.throttled {
+            for (&tgid, &(pauses, ms)) in throttled {
+                let (p0, m0) = self.throttle_seen.get(&tgid).copied().unwrap_or((0, 0));
+                if pauses > p0 {
+                    let line = self.owner_line(tgid);
+                    line.throttle_pauses += pauses - p0;
+                    line.throttle_pause_ms += ms.saturating_sub(m0);
+                }
             }
+            self.throttle_seen = throttled.clone();
         }
-        self.throttle_seen = snap.throttled.clone();
         if self.inodes.len() > MAX_INODES {
             let mut ages: Vec<u64> = self.inodes.values().map(|i| i.touched).collect();
             let cut = ages.len() - MAX_INODES / 2;
@@ -750,7 +754,7 @@ mod tests {
     fn owners_of_a_run_that_cannot_read_the_counts_say_so() {
         let mut a = Attribution::new(AttributionMode::PerInode);
         let snap = DirtierSnapshot {
-            throttled: HashMap::from([(9, (2, 30))]),
+            throttled: Some(HashMap::from([(9, (2, 30))])),
             tasks_unread: Some("no task iterator".into()),
             ..DirtierSnapshot::default()
         };
@@ -1075,9 +1079,12 @@ mod tests {
             dev: 0,
             ..reading(4, 9, 8)
         }]);
-        s.throttled.insert(9, (2, 40));
+        s.throttled = Some(HashMap::from([(9, (2, 40))]));
         a.update(&s);
-        s.throttled.insert(9, (5, 100));
+        // A re-read for a batch of calls, without the pauses: the counts
+        // seen stay the base of the next reading.
+        a.update(&DirtierSnapshot::default());
+        s.throttled = Some(HashMap::from([(9, (5, 100))]));
         a.update(&s);
         let mut c = call(4, 1, 8);
         a.charge(&mut c);

@@ -421,10 +421,10 @@ pub(super) fn has_folio(table: &DirtierMembers) -> Result<(), String> {
 }
 
 impl Tracer {
-    /// Every entry of `DIRTIERS` and `THROTTLED`, read now; in the
-    /// per-inode mode the dirtyings since the last reading, and with
-    /// `tasks` each dirtier's page count from /proc (an interval's
-    /// reading: a re-read for a batch of calls needs only the dirtyings).
+    /// Every entry of `DIRTIERS`, read now; in the per-inode mode the
+    /// dirtyings since the last reading; and with `tasks` (an interval's
+    /// reading: a re-read for a batch of calls needs only the dirtyings)
+    /// each dirtier's page count from /proc and `THROTTLED`.
     pub fn dirtiers(&self, tasks: bool) -> anyhow::Result<DirtierSnapshot> {
         let mut snap = DirtierSnapshot::default();
         if AttributionMode::of(&self.plan) == Some(AttributionMode::PerInode) {
@@ -436,9 +436,16 @@ impl Tracer {
             self.per_folio(&mut snap)?;
         }
         // The per-process pauses the findings read too (maps.rs), one
-        // map for both.
-        for (tgid, by) in self.throttled_entries()? {
-            snap.throttled.insert(tgid, (by.pauses, by.pause_ms));
+        // map for both; only with the counts, at an interval's reading:
+        // they feed its `owners` alone, and a batch's re-read (dozens a
+        // second under an fsync storm) need not read the map.
+        if tasks {
+            snap.throttled = Some(
+                self.throttled_entries()?
+                    .into_iter()
+                    .map(|(tgid, by)| (tgid, (by.pauses, by.pause_ms)))
+                    .collect(),
+            );
         }
         // After the slots: every page counted was dirtied before this.
         snap.taken_ns = wbscope_sys::monotonic_ns();

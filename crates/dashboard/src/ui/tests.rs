@@ -433,7 +433,7 @@ fn who_live_attribution_from_samples() {
                 cgroup_id: 7001,
                 ..Default::default()
             }],
-            throttled: [(4242, (s, s * 10))].into_iter().collect(),
+            throttled: Some([(4242, (s, s * 10))].into_iter().collect()),
             ..Default::default()
         };
         app.handle(Msg::Sample {
