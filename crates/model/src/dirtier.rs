@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::CallRecord;
 pub use crate::plan::AttributionMode;
 
+mod aged;
 mod by_inode;
 mod owners;
 pub use by_inode::{InodeDirtyingReading, TaskReading};
@@ -44,9 +45,6 @@ pub(crate) const MAX_OWNERS: usize = 16;
 pub const OTHERS: &str = "(others)";
 /// Comm of the entry for pages no seen dirtying accounts for.
 pub(crate) const UNKNOWN: &str = "(unknown)";
-/// Inodes with outstanding pages kept at most; past it, those idle the
-/// longest are forgotten (their pages then go to `(unknown)`).
-const MAX_INODES: usize = 1 << 17;
 
 /// Readings whose growth each (inode, process) remembers with its time,
 /// newest last, for the whole-file sync rule; older growth counts as read
@@ -267,8 +265,17 @@ impl Outstanding {
 struct InodeState {
     dirtiers: Vec<Outstanding>,
     owner_cgroup_id: u64,
-    /// Reading generation of the last change, for pruning.
+    /// When it last grew (the table's clock), for forgetting.
     touched: u64,
+}
+
+impl aged::Aged for InodeState {
+    fn touched(&self) -> u64 {
+        self.touched
+    }
+    fn set_touched(&mut self, at: u64) {
+        self.touched = at;
+    }
 }
 
 /// One `DIRTIERS` entry as last read.
@@ -299,7 +306,9 @@ pub struct Attribution {
     seen: HashMap<(u32, u64, u32), Seen, foldhash::fast::RandomState>,
     /// The generation of the last whole reading.
     last_whole: u64,
-    inodes: HashMap<(u32, u64), InodeState, foldhash::fast::RandomState>,
+    /// Inodes with outstanding pages; past the bound, those idle the
+    /// longest are forgotten (their pages then go to `(unknown)`).
+    inodes: aged::AgedTable<(u32, u64), InodeState>,
     identities: HashMap<u32, Identity, foldhash::fast::RandomState>,
     interval: BTreeMap<u32, OwnerLine>,
     /// Pages charged in the interval per (process, call's device): the
@@ -374,8 +383,7 @@ impl Attribution {
                 continue;
             }
             self.owner_line(e.tgid).pages_dirtied += delta;
-            let inode = self.inodes.entry((e.dev, e.ino)).or_default();
-            inode.touched = self.generation;
+            let inode = self.inodes.touch((e.dev, e.ino));
             if e.owner_cgroup_id != 0 {
                 inode.owner_cgroup_id = e.owner_cgroup_id;
             }
@@ -428,12 +436,6 @@ impl Attribution {
                 }
             }
             self.throttle_seen = throttled.clone();
-        }
-        if self.inodes.len() > MAX_INODES {
-            let mut ages: Vec<u64> = self.inodes.values().map(|i| i.touched).collect();
-            let cut = ages.len() - MAX_INODES / 2;
-            let (_, &mut oldest_kept, _) = ages.select_nth_unstable(cut);
-            self.inodes.retain(|_, i| i.touched >= oldest_kept);
         }
     }
 

@@ -14,13 +14,7 @@
 //! kernel marks the inode clean again (the flusher's pass over it, or
 //! `writeback_single_inode()`; an fsync alone on a journaled ext4 leaves it
 //! marked dirty). Docs: docs/trace-json.md, "dirtiers".
-use std::collections::HashMap;
-
-/// foldhash's fast seeded hasher: these tables are updated once per inode
-/// dirtying and looked up once per writepages call, 10,000 times a
-/// second each under an fsync storm, where std's SipHash showed in the
-/// profile (docs/bench-log/fsync-storm.md).
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+use super::aged::{Aged, AgedTable, FastMap};
 
 /// Changes of dirtier remembered per inode, newest last: a call is
 /// charged to the newest that came before its start. Dirtyings by the
@@ -30,12 +24,6 @@ type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// places once left a flusher call that started before all four with no
 /// dirtier (CI: `flusher_writeback_and_throttling_are_charged_to_the_dirtier`).
 const HISTORY: usize = 8;
-/// Inodes remembered at most; past it, those dirtied the longest ago are
-/// forgotten (their writeback then goes to `(unknown)`). 7/8 of 2^17:
-/// what a table of 2^17 buckets holds before it grows (hashbrown's
-/// maximum load), so that the table stops at 2^17 buckets of 64 bytes,
-/// 8 MiB, where the bound of 2^17 inodes made it grow to twice that.
-const MAX_INODES: usize = (1 << 17) / 8 * 7;
 /// Processes whose dirtied pages are followed at most.
 const MAX_TASKS: usize = 1 << 14;
 
@@ -110,16 +98,23 @@ struct History {
     touched: u64,
 }
 
+impl Aged for History {
+    fn touched(&self) -> u64 {
+        self.touched
+    }
+    fn set_touched(&mut self, at: u64) {
+        self.touched = at;
+    }
+}
+
 /// The per-inode attribution state.
 #[derive(Clone, Debug, Default)]
 pub(super) struct ByInode {
-    inodes: FastMap<(u32, u64), History>,
+    /// Inodes past the bound are forgotten, those dirtied the longest ago
+    /// first (their writeback then goes to `(unknown)`).
+    inodes: AgedTable<(u32, u64), History>,
     /// Last counts per process.
     tasks: FastMap<u32, Counts>,
-    generation: u64,
-    /// The table has the room for [`MAX_INODES`]: it is not to grow
-    /// again.
-    at_bound: bool,
 }
 
 impl ByInode {
@@ -132,15 +127,7 @@ impl ByInode {
         tasks: Option<&[TaskReading]>,
     ) -> Vec<(u32, Counts)> {
         for d in dirtyings {
-            // One step per dirtying, not per reading: the ages
-            // `forget_oldest` cuts at are then all different, and it
-            // forgets as many as it should however many came in one
-            // reading.
-            self.generation += 1;
-            if self.full() && !self.inodes.contains_key(&(d.dev, d.ino)) {
-                self.forget_oldest();
-            }
-            let h = self.inodes.entry((d.dev, d.ino)).or_default();
+            let h = self.inodes.touch((d.dev, d.ino));
             if is_workqueue_worker(&d.comm) && !h.dirtyings.is_empty() {
                 // The filesystem's own bookkeeping of a writeback, not a
                 // writer: ext4 converts the unwritten extents a writeback
@@ -153,7 +140,6 @@ impl ByInode {
                 // known (CI: `sync_by_another_process_is_charged_to_the_
                 // departed_dirtier`, 3072 of dd's pages went to a
                 // kworker); alone, it is the best there is.
-                h.touched = self.generation;
                 continue;
             }
             // Records from several CPUs' ring positions can come out of
@@ -168,7 +154,6 @@ impl ByInode {
             if d.owner_cgroup_id != 0 {
                 h.owner_cgroup_id = d.owner_cgroup_id;
             }
-            h.touched = self.generation;
         }
         let Some(tasks) = tasks else {
             return Vec::new();
@@ -202,27 +187,6 @@ impl ByInode {
         // longer readable): forgotten.
         self.tasks = seen;
         grown
-    }
-
-    /// Whether one more inode would pass the bound or, once the table
-    /// has the room for it, make it grow. Its room left is used up both
-    /// by inodes and by the places of forgotten ones that hashbrown
-    /// marked deleted; then hashbrown rehashes the table in place only
-    /// while at most half its room holds inodes, and grows it otherwise
-    /// (`reserve_rehash`, hashbrown src/raw/mod.rs).
-    fn full(&mut self) -> bool {
-        self.at_bound |= self.inodes.capacity() >= MAX_INODES;
-        self.inodes.len() >= MAX_INODES
-            || (self.at_bound && self.inodes.len() >= self.inodes.capacity())
-    }
-
-    /// Forgets the inodes dirtied the longest ago, down to 7/16 of the
-    /// bound: under half of it, for hashbrown's rehash in place (above).
-    fn forget_oldest(&mut self) {
-        let mut ages: Vec<u64> = self.inodes.values().map(|h| h.touched).collect();
-        let cut = ages.len().saturating_sub(MAX_INODES / 16 * 7);
-        let (_, &mut oldest_kept, _) = ages.select_nth_unstable(cut);
-        self.inodes.retain(|_, h| h.touched >= oldest_kept);
     }
 
     /// Whether any dirtying of the inode is known.
@@ -318,42 +282,10 @@ mod tests {
         assert!(!is_workqueue_worker("kworker") && is_workqueue_worker("kworker/R-ext4"));
     }
 
-    /// The table grows to the room for the bound and no further (what it
-    /// holds falls below that room while the forgotten inodes' places
-    /// are marked deleted, until hashbrown rehashes it in place): past
-    /// the bound, the older inodes are forgotten, whether they came in
-    /// one reading or many, the newest kept.
+    /// An entry takes a bucket of 64 bytes (the bound's size in aged.rs).
     #[test]
-    fn the_table_grows_to_the_bound_and_no_further() {
+    fn an_inode_takes_64_bytes() {
         assert_eq!(std::mem::size_of::<((u32, u64), History)>(), 64);
-        let mut b = ByInode::default();
-        let one_reading: Vec<_> = (0..MAX_INODES as u64 + 10)
-            .map(|i| dirtying(i, i, 1))
-            .collect();
-        b.update(&one_reading, None);
-        // 2^17 buckets, 7/8 of them usable.
-        let room = MAX_INODES;
-        assert!(b.at_bound);
-        assert!(
-            b.inodes.capacity() <= room,
-            "grew: {} > {room}",
-            b.inodes.capacity()
-        );
-        assert_eq!(b.inodes.len(), MAX_INODES / 16 * 7 + 10);
-        assert!(b.knows(7, MAX_INODES as u64 + 9) && !b.knows(7, 0));
-        for i in 0..3 * MAX_INODES as u64 {
-            b.update(&[dirtying(1_000_000 + i, i, 2)], None);
-        }
-        assert!(
-            b.inodes.capacity() <= room,
-            "grew: {} > {room}",
-            b.inodes.capacity()
-        );
-        assert!(b.inodes.len() <= MAX_INODES);
-        assert_eq!(
-            b.dirtier(7, 1_000_000 + 3 * MAX_INODES as u64 - 1, 0),
-            Some((2, 0))
-        );
     }
 
     /// A process's count counts from its first reading, unless it started
