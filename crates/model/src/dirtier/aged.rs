@@ -90,9 +90,14 @@ impl<K: Eq + Hash, V: Aged + Default> AgedTable<K, V> {
 
     /// Forgets the entries touched the longest ago, down to 7/16 of the
     /// bound: under half of it, for hashbrown's rehash in place (above).
+    /// With fewer than that (the room used up by forgotten places
+    /// alone), nothing is forgotten: the rehash takes the places back.
     fn forget_oldest(&mut self) {
+        let cut = self.map.len().saturating_sub(MAX_INODES / 16 * 7);
+        if cut == 0 {
+            return;
+        }
         let mut ages: Vec<u64> = self.map.values().map(Aged::touched).collect();
-        let cut = ages.len().saturating_sub(MAX_INODES / 16 * 7);
         let (_, &mut oldest_kept, _) = ages.select_nth_unstable(cut);
         self.map.retain(|_, v| v.touched() >= oldest_kept);
     }
@@ -139,5 +144,30 @@ mod tests {
         assert!(t.len() <= MAX_INODES);
         assert!(t.contains_key(&(1_000_000 + 3 * MAX_INODES as u64 - 1)));
         assert!(t.contains_key(&(MAX_INODES as u64 + 9)));
+    }
+
+    /// Entries removed as their pages are charged (the per-folio mode)
+    /// leave deleted places, which can use up the room down to an empty
+    /// table: a new entry then forgets nothing (an empty table has no
+    /// oldest), and the table neither grows nor loses what it holds.
+    #[test]
+    fn room_used_up_by_removed_entries_forgets_nothing() {
+        let mut empty = AgedTable::<u64, Entry>::default();
+        empty.forget_oldest();
+        assert!(empty.is_empty());
+        let mut t = AgedTable::<u64, Entry>::default();
+        for round in 0..4u64 {
+            for k in 0..MAX_INODES as u64 {
+                t.touch(round << 32 | k);
+            }
+            for k in 0..MAX_INODES as u64 {
+                t.remove(&(round << 32 | k));
+            }
+            assert!(t.is_empty());
+            t.touch(u64::MAX);
+            assert_eq!(t.len(), 1);
+            t.remove(&u64::MAX);
+            assert!(t.capacity() <= MAX_INODES, "grew: {}", t.capacity());
+        }
     }
 }
