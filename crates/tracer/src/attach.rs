@@ -762,9 +762,9 @@ impl Tracer {
             .attached(Concept::Durability)
             .then(|| super::journal::JournalHandles::take(&mut ebpf))
             .transpose()?;
-        // Only the inode-dirtying programs (tp_btf_dirty_inode, the
+        // Only the per-inode mode's programs (tp_btf_dirty_inode, the
         // classic dirty_inode) keep dirtyings in a CPU's batch.
-        let keeps_dirtyings = attached_programs.iter().any(|p| p.ends_with("dirty_inode"));
+        let keeps_dirtyings = AttributionMode::of(&plan) == Some(AttributionMode::PerInode);
         let tracer = Tracer {
             journal: std::sync::Mutex::new(journal),
             dirtyings: std::sync::Mutex::new(super::dirtiers::Dirtyings::new(
