@@ -332,11 +332,36 @@ pub struct TraceInstance {
     events: Vec<String>,
 }
 
+/// tracefs is not mounted at boot on some hosts (this project's CI
+/// machines among them), and a test may be the first to need it: mount it
+/// where wbscope itself would (`tracefs::ensure_mounted` in the tracer),
+/// and leave it mounted as wbscope and perf do. Once per test process.
+fn ensure_tracefs() {
+    static MOUNTED: std::sync::Once = std::sync::Once::new();
+    MOUNTED.call_once(|| {
+        let root = Path::new("/sys/kernel/tracing");
+        if root.join("instances").is_dir() {
+            return;
+        }
+        let status = Command::new("mount")
+            .args(["-t", "tracefs", "tracefs"])
+            .arg(root)
+            .status()
+            .expect("running mount");
+        assert!(
+            status.success(),
+            "mount -t tracefs tracefs {}: {status}",
+            root.display()
+        );
+    });
+}
+
 impl TraceInstance {
     /// `events`: (`system/event`, filter) pairs, e.g.
     /// `("writeback/balance_dirty_pages", "pause > 0")`.
     pub fn new(events: &[(&str, &str)]) -> TraceInstance {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        ensure_tracefs();
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = PathBuf::from(format!(
             "/sys/kernel/tracing/instances/wbscope-test-{}-{n}",
