@@ -343,7 +343,8 @@ fn ensure_tracefs() {
         if root.join("instances").is_dir() {
             return;
         }
-        let status = Command::new("mount")
+        let status = wbscope_programs::MOUNT
+            .command()
             .args(["-t", "tracefs", "tracefs"])
             .arg(root)
             .status()
