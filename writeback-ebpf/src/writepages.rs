@@ -745,43 +745,83 @@ fn writeback_index<A: Access>(inode: *const u8) -> u64 {
 /// writeback_control *wbc) in include/trace/events/ext4.h.
 #[btf_tracepoint(function = "ext4_writepages")]
 pub fn tp_btf_writepages_start(ctx: BtfTracePointContext) -> i32 {
-    let inode = raw_arg(&ctx, 0) as *const u8;
-    let wbc = raw_arg(&ctx, 1) as *const u8;
-    let Some(start) = start_from_wbc::<Typed>(
-        inode_key::<Typed>(inode),
-        wbc,
-        writeback_index::<Typed>(inode),
-        false,
-    ) else {
-        return 0;
-    };
-    match begin::<Typed>(start) {
-        Ok(r) | Err(r) => r as i32,
-    }
+    tracepoint_begin::<Typed>(raw_arg(&ctx, 0) as *const u8, raw_arg(&ctx, 1) as *const u8) as i32
 }
 
 /// `tp_btf/ext4_writepages_result`: TP_PROTO(struct inode *inode, struct
 /// writeback_control *wbc, int ret, int pages_written).
 #[btf_tracepoint(function = "ext4_writepages_result")]
 pub fn tp_btf_writepages_end(ctx: BtfTracePointContext) -> i32 {
-    let inode = raw_arg(&ctx, 0) as *const u8;
-    let wbc = raw_arg(&ctx, 1) as *const u8;
-    let ret = raw_arg(&ctx, 2) as i32;
-    let pages_written = raw_arg(&ctx, 3) as i32;
+    tracepoint_end::<Typed>(
+        raw_arg(&ctx, 0) as *const u8,
+        raw_arg(&ctx, 1) as *const u8,
+        raw_arg(&ctx, 2) as i32,
+        raw_arg(&ctx, 3) as i32,
+    ) as i32
+}
+
+/// `raw_tp/ext4_writepages`: the same arguments as the tp_btf program's,
+/// read through `bpf_probe_read_kernel` at offsets from vmlinux' BTF.
+/// Attached by name, it needs no BTF of the module that defines the
+/// event (ext4 built as a module: `bpf_get_raw_tracepoint_module()`,
+/// kernel/trace/bpf_trace.c, since 5.0), and like tp_btf it runs under
+/// a guard of its own (`prog->active`, `__bpf_trace_run()`), not the
+/// per-CPU `bpf_prog_active` a kprobe shares with the bpf() syscall's
+/// map reads (`candidates` in crates/tracer/src/plan.rs).
+#[raw_tracepoint(tracepoint = "ext4_writepages")]
+pub fn raw_tp_writepages_start(ctx: RawTracePointContext) -> i32 {
+    tracepoint_begin::<Probed>(raw_arg(&ctx, 0) as *const u8, raw_arg(&ctx, 1) as *const u8) as i32
+}
+
+/// `raw_tp/ext4_writepages_result`, as [`tp_btf_writepages_end`].
+#[raw_tracepoint(tracepoint = "ext4_writepages_result")]
+pub fn raw_tp_writepages_end(ctx: RawTracePointContext) -> i32 {
+    tracepoint_end::<Probed>(
+        raw_arg(&ctx, 0) as *const u8,
+        raw_arg(&ctx, 1) as *const u8,
+        raw_arg(&ctx, 2) as i32,
+        raw_arg(&ctx, 3) as i32,
+    ) as i32
+}
+
+/// A call's start from the `ext4_writepages` event's arguments.
+#[inline(always)]
+fn tracepoint_begin<A: Access>(inode: *const u8, wbc: *const u8) -> u32 {
+    let Some(start) = start_from_wbc::<A>(
+        inode_key::<A>(inode),
+        wbc,
+        writeback_index::<A>(inode),
+        false,
+    ) else {
+        return 0;
+    };
+    match begin::<A>(start) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// A call's end from the `ext4_writepages_result` event's arguments.
+#[inline(always)]
+fn tracepoint_end<A: Access>(
+    inode: *const u8,
+    wbc: *const u8,
+    ret: i32,
+    pages_written: i32,
+) -> u32 {
     let k = &KERNEL_MEMBERS;
     let end = End {
-        key: inode_key::<Typed>(inode),
+        key: inode_key::<A>(inode),
         pages_written: pages_written as i64,
         nr_to_write_left: None,
         range_start: 0,
         range_end: 0,
-        pages_skipped: member::<Typed>(wbc, k, m::WBC_PAGES_SKIPPED),
-        writeback_index: writeback_index::<Typed>(inode),
+        pages_skipped: member::<A>(wbc, k, m::WBC_PAGES_SKIPPED),
+        writeback_index: writeback_index::<A>(inode),
         ret,
-        sync_mode: member::<Typed>(wbc, k, m::WBC_SYNC_MODE) as u32,
+        sync_mode: member::<A>(wbc, k, m::WBC_SYNC_MODE) as u32,
     };
-    match finish::<Typed>(end) {
-        Ok(r) | Err(r) => r as i32,
+    match finish::<A>(end) {
+        Ok(r) | Err(r) => r,
     }
 }
 

@@ -12,15 +12,19 @@ pub enum HookKind {
     Fentry,
     Kprobe,
     TpBtf,
+    /// A raw tracepoint attached by name: the event's raw arguments, read
+    /// with `bpf_probe_read_kernel` at offsets from vmlinux' BTF.
+    RawTp,
     Tracepoint,
 }
 
 impl HookKind {
     /// Every kind, best first (the order the plan tries them in).
-    pub const ALL: [HookKind; 4] = [
+    pub const ALL: [HookKind; 5] = [
         HookKind::Fentry,
         HookKind::Kprobe,
         HookKind::TpBtf,
+        HookKind::RawTp,
         HookKind::Tracepoint,
     ];
 
@@ -30,6 +34,7 @@ impl HookKind {
             HookKind::Fentry => "fentry",
             HookKind::Kprobe => "kprobe",
             HookKind::TpBtf => "tp_btf",
+            HookKind::RawTp => "raw_tp",
             HookKind::Tracepoint => "tracepoint",
         }
     }

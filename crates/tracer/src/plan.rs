@@ -413,6 +413,25 @@ pub(crate) const TP_BTF_WRITEPAGES: Candidate = Candidate::BtfPrograms {
     fields: FUNCTION_WRITEPAGES_FIELDS,
 };
 
+/// The same events as raw tracepoints attached by name: the same
+/// arguments read through `bpf_probe_read_kernel`. Where ext4 is a
+/// module, aya 0.14 cannot load tp_btf programs against its split BTF;
+/// a raw tracepoint needs none (docs/probes.md, "Choosing hooks").
+pub(crate) const RAW_TP_WRITEPAGES: Candidate = Candidate::BtfPrograms {
+    kind: HookKind::RawTp,
+    attaches: &[
+        BtfAttach {
+            program: "raw_tp_writepages_start",
+            target: "ext4_writepages",
+        },
+        BtfAttach {
+            program: "raw_tp_writepages_end",
+            target: "ext4_writepages_result",
+        },
+    ],
+    fields: FUNCTION_WRITEPAGES_FIELDS,
+};
+
 /// ext4's scan-pass function, the one `ext4_da_write_folios_start/end`
 /// bracket on 6.16+ and the only scan hook on kernels without those
 /// tracepoints (ext4 never calls write_cache_pages/writeback_iter for
@@ -701,12 +720,30 @@ const fn func(kind: HookKind, target: &'static str) -> Candidate {
 pub fn candidates(concept: Concept) -> Vec<Candidate> {
     use HookKind::*;
     match concept {
+        // The call's own events before its kprobes: they carry what the
+        // kprobes read (the inode and the wbc; the result its pages
+        // written), and a kprobe and its kretprobe run under the one
+        // per-CPU guard the bpf() syscall holds, preemptibly, while
+        // wbscope reads its maps (`bpf_prog_active`: `trace_call_bpf()`,
+        // kernel/trace/bpf_trace.c; `bpf_disable_instrumentation()`,
+        // include/linux/bpf.h): on a kernel whose code is preemptible
+        // (lazy or full preemption, RT) a call that lands while a read is
+        // preempted on its CPU is skipped, and a skipped entry and exit
+        // pair the next call's exit with a stale start. A raw
+        // tracepoint's guard is its own (`prog->active`,
+        // `__bpf_trace_run()`): a run is skipped only while another run
+        // of the same program is preempted on its CPU, where tracepoint
+        // probes run preemptibly (RT; the 7.3 guests' lazy preemption),
+        // and its end names its own inode and pages, so no end is paired
+        // with another call's start. Each also costs less than a trap and
+        // a return trampoline.
         Concept::WritepagesCall => vec![
             FENTRY_WRITEPAGES,
             func(Fentry, "ext4_da_writepages"),
+            TP_BTF_WRITEPAGES,
+            RAW_TP_WRITEPAGES,
             KPROBE_WRITEPAGES,
             func(Kprobe, "ext4_da_writepages"),
-            TP_BTF_WRITEPAGES,
             Candidate::Tracepoints(WRITEPAGES_TP),
             Candidate::Tracepoints(DA_WRITEPAGES_TP),
         ],
@@ -822,24 +859,51 @@ mod tests {
                 ),
                 "{c:?}"
             );
-            // Order of preference: fentry, kprobe, tp_btf, tracepoint,
-            // among the default candidates and among the opt-in ones.
+            // Order of preference: fentry, kprobe, tp_btf, raw_tp,
+            // tracepoint, among the default candidates and among the
+            // opt-in ones; the writepages call's own events come before
+            // its kprobes (`candidates`: the kprobes' shared guard).
             for opt_in in [true, false] {
-                let ranks = ranks(cands.iter().filter(|k| k.opt_in().is_some() == opt_in));
+                let ranks = ranks(
+                    cands.iter().filter(|k| k.opt_in().is_some() == opt_in),
+                    c == Concept::WritepagesCall,
+                );
                 assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{c:?}: {ranks:?}");
             }
         }
     }
 
-    fn ranks<'a>(cands: impl Iterator<Item = &'a Candidate>) -> Vec<u8> {
+    fn ranks<'a>(cands: impl Iterator<Item = &'a Candidate>, events_first: bool) -> Vec<u8> {
         cands
             .map(|k| match k.kind() {
                 Some(HookKind::Fentry) => 0,
+                Some(HookKind::Kprobe) if events_first => 4,
                 Some(HookKind::Kprobe) => 1,
                 Some(HookKind::TpBtf) => 2,
-                Some(HookKind::Tracepoint) | None => 3,
+                Some(HookKind::RawTp) => 3,
+                Some(HookKind::Tracepoint) | None => 5,
             })
             .collect()
+    }
+
+    /// The writepages call: its tp_btf, then its raw tracepoints, before
+    /// its kprobes, and the raw tracepoints' programs are in the object
+    /// (`the_object_has_every_program_and_global_the_loader_names`,
+    /// object.rs).
+    #[test]
+    fn the_call_tries_its_events_before_its_kprobes() {
+        let labels: Vec<String> = candidates(Concept::WritepagesCall)
+            .iter()
+            .map(Candidate::label)
+            .collect();
+        let at = |l: &str| labels.iter().position(|x| x == l).unwrap();
+        assert!(
+            at("tp_btf ext4_writepages + ext4_writepages_result")
+                < at("raw_tp ext4_writepages + ext4_writepages_result")
+        );
+        assert!(
+            at("raw_tp ext4_writepages + ext4_writepages_result") < at("kprobe ext4_writepages")
+        );
     }
 
     /// `global_dirty_state`, the per-folio dirtier hooks and the per-call

@@ -126,6 +126,12 @@ impl Trials {
                     .load(a.target, &btf)
                     .map_err(d)
                     .and_then(|()| p.attach().map(drop).map_err(d)),
+                // Attached by the event's name, which finds a module's
+                // events too (`bpf_get_raw_tracepoint_module()`).
+                Program::RawTracePoint(p) => p
+                    .load()
+                    .map_err(d)
+                    .and_then(|()| p.attach(a.target).map(drop).map_err(d)),
                 Program::KProbe(p) => p.load().map_err(d).and_then(|()| {
                     if matches!(p.kind(), ProbeKind::Return) {
                         self.attach_return(a.program, p, a.target).map_err(d)
@@ -152,6 +158,7 @@ impl Trials {
                     Some(Program::FEntry(p)) => p.unload(),
                     Some(Program::FExit(p)) => p.unload(),
                     Some(Program::KProbe(p)) => p.unload(),
+                    Some(Program::RawTracePoint(p)) => p.unload(),
                     _ => Ok(()),
                 };
             }
@@ -193,7 +200,7 @@ impl Trials {
                     .map_err(|e| describe(&e, target))?;
                 program.detach(link).map_err(|e| e.to_string())
             }
-            HookKind::Tracepoint => Err("not a function hook".into()),
+            HookKind::RawTp | HookKind::Tracepoint => Err("not a function hook".into()),
         }
     }
 }

@@ -527,8 +527,8 @@ storm_run() {
 
 if want traces; then
     trace_run default ""
-    trace_run no-fentry fentry
-    trace_run tracepoints-only fentry,kprobe,tp_btf
+    trace_run kprobes fentry,tp_btf,raw_tp
+    trace_run tracepoints-only fentry,kprobe,tp_btf,raw_tp
     durability_run
     storm_run
 fi

@@ -19,10 +19,20 @@ const FOLIO_SLACK: i64 = 511;
 /// The traced runs the guest makes: name, what was disabled, and the hook
 /// kinds its writepages call may use.
 const RUNS: &[(&str, &str, &[&str])] = &[
-    ("default", "", &["fentry", "kprobe"]),
-    ("no-fentry", "fentry", &["kprobe"]),
-    ("tracepoints-only", "fentry,kprobe,tp_btf", &["tracepoint"]),
+    ("default", "", CALL_KINDS),
+    ("kprobes", "fentry,tp_btf,raw_tp", &["kprobe"]),
+    (
+        "tracepoints-only",
+        "fentry,kprobe,tp_btf,raw_tp",
+        &["tracepoint"],
+    ),
 ];
+
+/// The kinds the plan picks for the writepages call where the kernel
+/// loads them, before its kprobes (crates/tracer/src/plan.rs,
+/// `candidates`): they see the call's inode and wbc without the per-CPU
+/// guard kprobes share with the bpf() syscall's map reads.
+const CALL_KINDS: &[&str] = &["fentry", "tp_btf", "raw_tp"];
 
 /// Functions whose hooks serve the scan concept (plan.rs's candidates):
 /// ext4's own scan pass first (what ext4 delalloc writeback runs), then
@@ -135,7 +145,7 @@ pub(crate) fn judge(out: &Path, xfs: bool) -> Vec<Check> {
         &read("probes.err"),
     );
     let functions = scan_functions(&read("functions.txt"));
-    checks.push(writepages_function_hook(&probes));
+    checks.push(writepages_hook(&probes));
     checks.push(scan_function_hook(&probes, &functions));
     checks.push(map_memory(&probes));
     for (run, disabled, kinds) in RUNS {
@@ -458,33 +468,32 @@ pub(crate) fn map_memory(probes: &Result<Value, String>) -> Check {
     }
 }
 
-fn writepages_function_hook(probes: &Result<Value, String>) -> Check {
-    const NAME: &str = "probes-writepages-function-hook";
+fn writepages_hook(probes: &Result<Value, String>) -> Check {
+    const NAME: &str = "probes-writepages-hook";
     let probes = match probes {
         Ok(p) => p,
         Err(e) => return check(NAME, false, e.clone()),
     };
     match concept(probes, "writepages_call") {
         None => check(NAME, false, "no writepages_call in the plan".into()),
-        Some(c) => function_hook(NAME, probes, "writepages_call", c, describe(c)),
+        Some(c) => hook_of(NAME, probes, "writepages_call", c, CALL_KINDS, describe(c)),
     }
 }
 
-/// Whether the plan's `concept_name` (`c`) uses a function hook: not
-/// given when the plan refused every function kind, for its reasons
+/// Whether the plan's `concept_name` (`c`) uses one of `kinds`: not
+/// given when the plan refused every such kind, for its reasons
 /// (PREEMPT_RT, no BTF), failed otherwise.
-fn function_hook(
+fn hook_of(
     name: &str,
     probes: &Value,
     concept_name: &str,
     c: &Value,
+    kinds: &[&str],
     detail: String,
 ) -> Check {
-    let hooked = c["kind"]
-        .as_str()
-        .is_some_and(|k| FUNCTION_KINDS.contains(&k));
+    let hooked = c["kind"].as_str().is_some_and(|k| kinds.contains(&k));
     if !hooked
-        && FUNCTION_KINDS
+        && kinds
             .iter()
             .all(|k| refused(probes, concept_name, k).is_some())
     {
@@ -523,11 +532,12 @@ fn scan_function_hook(probes: &Result<Value, String>, functions: &[String]) -> C
             ),
         );
     }
-    function_hook(
+    hook_of(
         NAME,
         probes,
         "scan",
         c,
+        FUNCTION_KINDS,
         format!("kernel has {}; {}", functions.join(", "), describe(c)),
     )
 }
@@ -835,7 +845,7 @@ mod tests {
         .join("\n");
         let trace = TraceRun::parse(&jsonl, "0\n", "", &format!("{dev} 12\n"));
         assert_eq!(trace.broken, None);
-        let c = pages("no-fentry", &trace, 1.5);
+        let c = pages("kprobes", &trace, 1.5);
         assert!(c.pass, "{c}");
         assert!(c.detail.contains("2 call(s)"), "{c}");
         // The 384-page call missing: a failure, unless the kernel counted
@@ -850,7 +860,7 @@ mod tests {
             let jsonl = [call("254:0", 12, 16000, i64::MAX), summary].join("\n");
             TraceRun::parse(&jsonl, "0\n", "", &format!("{dev} 12\n"))
         };
-        let counted = pages("no-fentry", &short("kprobe_writepages"), 1.5);
+        let counted = pages("kprobes", &short("kprobe_writepages"), 1.5);
         assert!(
             counted.pass
                 && counted
@@ -858,9 +868,9 @@ mod tests {
                     .contains("1 runs of the call's programs skipped"),
             "{counted}"
         );
-        assert!(pages("no-fentry", &short("kretprobe_writepages"), 1.5).pass);
-        assert!(!pages("no-fentry", &short("kprobe_scan"), 1.5).pass);
-        assert!(invariants("no-fentry", &trace).pass);
+        assert!(pages("kprobes", &short("kretprobe_writepages"), 1.5).pass);
+        assert!(!pages("kprobes", &short("kprobe_scan"), 1.5).pass);
+        assert!(invariants("kprobes", &trace).pass);
         assert!(function_hook_fields(&trace, None).pass);
         let no_scan = trace.lines.clone();
         let mut unscanned = TraceRun {
@@ -880,7 +890,16 @@ mod tests {
             "{gap}"
         );
         let no_plan = Err("no plan".to_string());
-        assert!(kind_of_run("no-fentry", "fentry", &["kprobe"], &trace, &no_plan).pass);
+        assert!(
+            kind_of_run(
+                "kprobes",
+                "fentry,tp_btf,raw_tp",
+                &["kprobe"],
+                &trace,
+                &no_plan
+            )
+            .pass
+        );
         let wrong = kind_of_run("x", "", &["fentry"], &trace, &no_plan);
         assert!(!wrong.pass);
         assert!(wrong.detail.contains("used kprobe"), "{wrong}");
@@ -1071,13 +1090,25 @@ mod tests {
         )
         .unwrap();
         let probes = Ok(probes);
-        let c = writepages_function_hook(&probes);
-        assert!(!c.pass);
+        let c = writepages_hook(&probes);
+        assert!(c.pass);
         assert!(
             c.detail
                 .starts_with("chose tp_btf (tp_btf ext4_writepages); rejected: fentry ext4_writepages: no program"),
             "{c}"
         );
+        // A kprobe or a classic tracepoint, with the call's events not
+        // refused, is not the plan's choice: a failure.
+        for (kind, hook) in [
+            ("kprobe", "kprobe ext4_writepages"),
+            ("tracepoint", "tracepoint a + b"),
+        ] {
+            let other: Value = serde_json::from_str(&format!(
+                r#"{{"concepts":[{{"concept":"writepages_call","kind":"{kind}","hook":"{hook}","rejected":[]}}]}}"#
+            ))
+            .unwrap();
+            assert!(!writepages_hook(&Ok(other)).pass, "{kind}");
+        }
         let functions = scan_functions("write_cache_pages\nwriteback_iter_x\n");
         assert_eq!(functions, vec!["write_cache_pages".to_string()]);
         assert!(!scan_function_hook(&probes, &functions).pass);
@@ -1108,7 +1139,7 @@ mod tests {
 
         let failed = parse_probes("", "1\n", "wbscope: no BTF\n");
         assert_eq!(
-            writepages_function_hook(&failed).detail,
+            writepages_hook(&failed).detail,
             "wbscope probes exited 1: wbscope: no BTF"
         );
     }

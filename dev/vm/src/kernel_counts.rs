@@ -38,14 +38,16 @@ pub(super) fn kretprobe_note(profile: &str) -> Option<String> {
 /// marked inside an ext4 call, so the generic hook's exit does not write
 /// the call either (hook.rs `end_with`): a 7.3-rt guest lost one call of
 /// 71 so, `kretprobe_writepages` counting the skipped run.
-pub(super) const EXT4_CALL_PROGRAMS: [&str; 8] = [
+pub(super) const EXT4_CALL_PROGRAMS: [&str; 10] = [
     "kprobe_writepages",
     "fentry_writepages",
     "tp_btf_writepages_start",
+    "raw_tp_writepages_start",
     "writepages_start",
     "kretprobe_writepages",
     "fexit_writepages",
     "tp_btf_writepages_end",
+    "raw_tp_writepages_end",
     "writepages_end",
 ];
 

@@ -59,7 +59,7 @@ pub struct Cli {
     pub(crate) log: Option<PathBuf>,
 
     /// Never use these hook kinds (comma-separated: fentry, kprobe, tp_btf,
-    /// tracepoint), e.g. to compare the figures of two paths.
+    /// raw_tp, tracepoint), e.g. to compare the figures of two paths.
     #[arg(long, value_name = "KINDS", value_delimiter = ',', global = true, value_parser = named::parser::<wbscope_model::plan::HookKind>())]
     pub(crate) disable: Vec<wbscope_model::plan::HookKind>,
 

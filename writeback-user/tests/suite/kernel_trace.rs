@@ -199,15 +199,17 @@ fn unprivileged_run_names_the_missing_capabilities() {
     assert!(out.stdout.is_empty());
 }
 
-/// The BTF tracepoint path (struct members from BTF) and the classic
-/// tracepoint path (fields from tracefs) see the same call the same way.
+/// The BTF tracepoint path (struct members from BTF), the raw tracepoint
+/// path (the same members read by `bpf_probe_read_kernel`: the path of
+/// kernels whose ext4 is a module) and the classic tracepoint path
+/// (fields from tracefs) see the same call the same way.
 #[test]
 fn tp_btf_and_classic_tracepoint_paths_agree() {
     let _file = crate::support::file_group(module_path!());
     let fs = LoopFs::new("ext4", 256);
     // --enable extents: the extents are compared too.
     let btf = Tracing::start(&["--json", "--events", "--enable", "extents"]);
-    let classic = Tracing::start(&[
+    let raw = Tracing::start(&[
         "--json",
         "--events",
         "--enable",
@@ -215,10 +217,22 @@ fn tp_btf_and_classic_tracepoint_paths_agree() {
         "--disable",
         "tp_btf",
     ]);
+    let classic = Tracing::start(&[
+        "--json",
+        "--events",
+        "--enable",
+        "extents",
+        "--disable",
+        "tp_btf,raw_tp",
+    ]);
     let path = fs.path("data");
     let ino = write_and_fsync(&path, 16);
     let dev = dev_of(&path);
-    let (btf, classic) = (btf.stop(libc::SIGINT), classic.stop(libc::SIGINT));
+    let (btf, raw, classic) = (
+        btf.stop(libc::SIGINT),
+        raw.stop(libc::SIGINT),
+        classic.stop(libc::SIGINT),
+    );
 
     // The whole plan of the call's concept in the message: what was tried
     // and why it was refused.
@@ -228,6 +242,8 @@ fn tp_btf_and_classic_tracepoint_paths_agree() {
     };
     let (btf_hook, btf_plan) = hook(&btf);
     assert!(btf_hook.starts_with("tp_btf "), "{btf_plan}");
+    let (raw_hook, raw_plan) = hook(&raw);
+    assert!(raw_hook.starts_with("raw_tp "), "{raw_plan}");
     let (classic_hook, classic_plan) = hook(&classic);
     assert!(classic_hook.starts_with("tracepoint "), "{classic_plan}");
 
@@ -244,7 +260,7 @@ fn tp_btf_and_classic_tracepoint_paths_agree() {
             .expect("the fsync call"))
         .clone()
     };
-    let (a, b) = (sync_call(&btf), sync_call(&classic));
+    let (a, r, b) = (sync_call(&btf), sync_call(&raw), sync_call(&classic));
     for key in [
         "pid",
         "nr_to_write",
@@ -261,6 +277,7 @@ fn tp_btf_and_classic_tracepoint_paths_agree() {
         "extent_blocks",
     ] {
         assert_eq!(a[key], b[key], "{key}: tp_btf {a} vs tracepoint {b}");
+        assert_eq!(a[key], r[key], "{key}: tp_btf {a} vs raw_tp {r}");
     }
     assert!(a["extents"].as_u64() > Some(0), "{a}");
 }
