@@ -173,7 +173,7 @@ mod tests {
         );
         let line = line_of(&["wbscope", "--disable", "uprobe", "probes"]);
         assert!(
-            line.starts_with("invalid value 'uprobe' for '--disable <KINDS>' [possible values: fentry, kprobe, tp_btf, tracepoint"),
+            line.starts_with("invalid value 'uprobe' for '--disable <KINDS>' [possible values: fentry, kprobe, tp_btf, raw_tp, tracepoint"),
             "{line}"
         );
         assert!(!line.contains('\n'));
