@@ -488,10 +488,7 @@ mod tests {
         let no_call = [call(12, 40, 4096, 40), interval(&[(40, 4096)])];
         let with = |summary: &str| {
             owners(
-                &[&no_call[..], &[summary.to_string()]].concat().join(
-                    "
-",
-                ),
+                &[&no_call[..], &[summary.to_string()]].concat().join("\n"),
                 "0",
                 "",
                 &writers(),
