@@ -46,6 +46,12 @@ pub const OTHERS: &str = "(others)";
 /// Comm of the entry for pages no seen dirtying accounts for.
 pub(crate) const UNKNOWN: &str = "(unknown)";
 
+/// foldhash's fast seeded hasher: the attribution's tables are updated
+/// once per inode dirtying and looked up once per writepages call, 10,000
+/// times a second each under an fsync storm, where std's SipHash showed
+/// in the profile (docs/bench-log/fsync-storm.md).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Readings whose growth each (inode, process) remembers with its time,
 /// newest last, for the whole-file sync rule; older growth counts as read
 /// before any call still to come started. Readings come every interval
@@ -303,13 +309,13 @@ pub struct Attribution {
     /// Last cumulative count per (dev, ino, tgid) entry; foldhash's
     /// seeded hasher, not SipHash: a host's tens of thousands of entries
     /// go through it at every whole reading.
-    seen: HashMap<(u32, u64, u32), Seen, foldhash::fast::RandomState>,
+    seen: FastMap<(u32, u64, u32), Seen>,
     /// The generation of the last whole reading.
     last_whole: u64,
     /// Inodes with outstanding pages; past the bound, those idle the
     /// longest are forgotten (their pages then go to `(unknown)`).
     inodes: aged::AgedTable<(u32, u64), InodeState>,
-    identities: HashMap<u32, Identity, foldhash::fast::RandomState>,
+    identities: FastMap<u32, Identity>,
     interval: BTreeMap<u32, OwnerLine>,
     /// Pages charged in the interval per (process, call's device): the
     /// ledger's device rows, taken with the owners.

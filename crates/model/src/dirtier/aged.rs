@@ -2,7 +2,9 @@
 //! longest ago are forgotten, before the table would grow. Both ways of
 //! naming dirtiers keep one (the dirtyings per inode, `by_inode`; the
 //! pages outstanding per inode, the per-folio mode).
-use std::{collections::HashMap, hash::Hash, ops::Deref};
+use std::{hash::Hash, ops::Deref};
+
+use super::FastMap;
 
 /// Inodes kept at most: 7/8 of 2^17, what a table of 2^17 buckets holds
 /// before hashbrown grows it (its maximum load), so that a table stops
@@ -10,12 +12,6 @@ use std::{collections::HashMap, hash::Hash, ops::Deref};
 /// bound of 2^17 itself made the table grow to twice that just before
 /// it was cut.
 pub(super) const MAX_INODES: usize = (1 << 17) / 8 * 7;
-
-/// foldhash's fast seeded hasher: these tables are updated once per inode
-/// dirtying and looked up once per writepages call, 10,000 times a
-/// second each under an fsync storm, where std's SipHash showed in the
-/// profile (docs/bench-log/fsync-storm.md).
-pub(super) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// An entry that remembers when it was last touched.
 pub(super) trait Aged {

@@ -14,7 +14,8 @@
 //! kernel marks the inode clean again (the flusher's pass over it, or
 //! `writeback_single_inode()`; an fsync alone on a journaled ext4 leaves it
 //! marked dirty). Docs: docs/trace-json.md, "dirtiers".
-use super::aged::{Aged, AgedTable, FastMap};
+use super::FastMap;
+use super::aged::{Aged, AgedTable};
 
 /// Changes of dirtier remembered per inode, newest last: a call is
 /// charged to the newest that came before its start. Dirtyings by the
