@@ -150,9 +150,24 @@ fn stamps_match<'a>(
     // its lookup, about 3 µs here) adds to every span.
     let mut longer = Vec::new();
     for &(enter, exit) in syscalls {
+        // Our stamps come first: the kernel registers its perf handler
+        // of the syscall tracepoints (every BPF program's way in) once
+        // for all users, and a tracefs instance's handler when the
+        // instance first enables one (kernel/trace/trace_syscalls.c,
+        // `sys_perf_refcount_enter`, `tr->sys_refcount_enter`); a
+        // tracepoint calls its handlers in the order they were
+        // registered, and the trace is attached before the instance
+        // ([`watch_fsyncs`]; before that, another test's BPF program on
+        // any syscall tracepoint reversed the order now and then). Of
+        // the spans from 50 ms before the enter, the one that starts
+        // nearest it: the file's first fsync is only a write before the
+        // loop's first.
         let s = spans
             .clone()
-            .find(|s| (enter..=exit + 1_000).contains(&u(s, "start_ns")))
+            .filter(|s| {
+                (enter.saturating_sub(50_000_000)..=exit + 1_000).contains(&u(s, "start_ns"))
+            })
+            .min_by_key(|s| u(s, "start_ns").abs_diff(enter))
             .unwrap_or_else(|| panic!("no sync line in the call at {enter}..{exit} ns"));
         let end = u(s, "start_ns") + u(s, "total_ns");
         let start_gap = stamp_gap(enter, u(s, "start_ns"), switched);
@@ -177,13 +192,16 @@ fn stamps_match<'a>(
         2 * syscalls.len()
     );
     assert!(gaps.iter().all(|g| g.abs() <= 10_000_000), "{gaps:?}");
-    // The typical span is not longer than its call: the gaps' load moves
-    // both ends together. It may be shorter, by the 1–2.5 µs more the
-    // instance's probe takes at the enter than at the exit (xfs, btrfs
-    // here).
+    // The typical span is as long as its call but for the probes' work:
+    // the gaps' load moves both ends together. Our programs run first
+    // (above), so a span is longer by what our enter program does after
+    // its clock read and the exit's does not: 1.3 µs here, up to 3.3 µs
+    // on xfs with two qemu guests busy on the host's two CPUs. A span
+    // matched to another call, or ended at another event, is off by
+    // milliseconds.
     longer.sort_unstable();
     let typical = longer[longer.len() / 2];
-    assert!(typical <= 1_000, "spans longer by {typical} ns: {longer:?}");
+    assert!(typical <= 5_000, "spans longer by {typical} ns: {longer:?}");
     gaps
 }
 
@@ -198,8 +216,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// This thread's fsync system calls and its switches out in a tracefs
 /// instance of the test's own (the kernel's record), and a durability
-/// trace of `mount` started.
+/// trace of `mount` started. The trace first: its programs then run
+/// before the instance's probes at both ends whatever else is attached
+/// ([`stamps_match`] says why the order would otherwise vary).
 fn watch_fsyncs(mount: &str, enable: &str) -> (TraceInstance, Tracing) {
+    let trace = durability_trace(mount, enable);
     // SAFETY: plain syscall.
     let tid = unsafe { libc::gettid() };
     let filter = format!("common_pid == {tid}");
@@ -208,7 +229,7 @@ fn watch_fsyncs(mount: &str, enable: &str) -> (TraceInstance, Tracing) {
         ("syscalls/sys_exit_fsync", &filter),
         ("sched/sched_switch", &format!("prev_pid == {tid}")),
     ]);
-    (kernel, durability_trace(mount, enable))
+    (kernel, trace)
 }
 
 /// `trace --enable ENABLE --json --events --device MOUNT`, started.
