@@ -588,6 +588,8 @@ pub async fn run(
         limits.interval,
     );
     let deadline = limits.duration.map(|d| tokio::time::Instant::now() + d);
+    // Its lines are read after the fact: a quiet trace drains less often.
+    collector.back_off_when_quiet();
     eprintln!("wbscope: tracing; Ctrl-C to stop");
     let mut batch = Batch::default();
     let ending = loop {
@@ -596,7 +598,14 @@ pub async fn run(
             drained = collector.wait_and_drain(|r| batch.push(r)) => {
                 drained?;
             }
-            _ = ticks.tick() => session.tick(out)?,
+            _ = ticks.tick() => {
+                // Every call that ended before the tick is in its
+                // interval: the ring may hold a quiet spell's first ones.
+                collector.drain(|r| batch.push(r));
+                session.take(&mut batch, out)?;
+                batch.clear();
+                session.tick(out)?;
+            }
             _ = sigint.recv() => break Ending::Signal,
             _ = sigterm.recv() => break Ending::Signal,
             _ = sighup.recv() => break Ending::Signal,

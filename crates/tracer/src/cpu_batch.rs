@@ -156,18 +156,23 @@ impl BatchFlush {
 
     /// [`BatchFlush::flush`], its first failure said as a warning: the
     /// records a CPU keeps then wait for its next full batch, and those
-    /// kept when the trace stops are not reported.
-    pub(crate) fn flush_or_warn(&mut self) {
-        if let Err(e) = self.flush()
-            && !self.failure_said
-        {
-            self.failure_said = true;
-            log::warn!(
-                "{e:#}: each CPU's last {} (up to {}) reach the output late, and not at all \
-                 when the trace stops",
-                self.what,
-                self.n - 1
-            );
+    /// kept when the trace stops are not reported. Returns how many CPUs
+    /// were asked (none after a failure).
+    pub(crate) fn flush_or_warn(&mut self) -> usize {
+        match self.flush() {
+            Ok(asked) => asked,
+            Err(e) => {
+                if !self.failure_said {
+                    self.failure_said = true;
+                    log::warn!(
+                        "{e:#}: each CPU's last {} (up to {}) reach the output late, and not at \
+                         all when the trace stops",
+                        self.what,
+                        self.n - 1
+                    );
+                }
+                0
+            }
         }
     }
 

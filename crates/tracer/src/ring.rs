@@ -35,6 +35,14 @@ const EXPIRE_EVERY: Duration = Duration::from_millis(250);
 /// them when the kernel does not wake it.
 pub(crate) const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// The longest wait between drains of a collector that backs off while
+/// nothing comes ([`RingCollector::back_off_when_quiet`]): each drain
+/// that finds nothing doubles the wait from [`DRAIN_EVERY`] up to this.
+/// A drain is most of an idle trace's CPU (1.3 of 2.1 ms a second here:
+/// the wake-up, asking the CPUs for their kept calls, the empty read),
+/// and under TCG, or on a host whose per-CPU reads are long, more.
+const QUIET_DRAIN_EVERY: Duration = Duration::from_secs(1);
+
 /// What collectors send to the task that owns the model. A call is
 /// kept in place, not boxed: each record is moved once, into its
 /// batch's list of its kind, and a box would be an allocation per call
@@ -143,6 +151,41 @@ pub struct RingCollector {
     call_flush: super::cpu_batch::BatchFlush,
     last_expiry: Instant,
     fs_names: FsNames,
+    pace: Pace,
+}
+
+/// How long a collector waits for records before it drains anyway.
+#[derive(Default)]
+struct Pace {
+    /// Whether the wait grows while drains find nothing
+    /// ([`RingCollector::back_off_when_quiet`]).
+    back_off: bool,
+    /// Drains in a row that found nothing.
+    quiet_drains: u32,
+}
+
+impl Pace {
+    /// How long the next wait for records may be: [`DRAIN_EVERY`],
+    /// doubled for each quiet drain in a row when backing off, up to
+    /// [`QUIET_DRAIN_EVERY`].
+    fn wait(&self) -> Duration {
+        if !self.back_off {
+            return DRAIN_EVERY;
+        }
+        DRAIN_EVERY
+            .saturating_mul(1 << self.quiet_drains.min(4))
+            .min(QUIET_DRAIN_EVERY)
+    }
+
+    /// Counts a drain that found `records` after asking `asked` CPUs for
+    /// the calls they kept.
+    fn counted(&mut self, records: usize, asked: usize) {
+        self.quiet_drains = if records == 0 && asked == 0 {
+            self.quiet_drains.saturating_add(1)
+        } else {
+            0
+        };
+    }
 }
 
 impl RingCollector {
@@ -163,7 +206,19 @@ impl RingCollector {
             call_flush,
             last_expiry: Instant::now(),
             fs_names: FsNames::open(),
+            pace: Pace::default(),
         })
+    }
+
+    /// Waits longer between drains while they find nothing, up to
+    /// [`QUIET_DRAIN_EVERY`]; the first record back (or a quarter-full
+    /// ring's wake-up) returns to [`DRAIN_EVERY`]. For a trace whose
+    /// records are read as lines or frames: the first records after a
+    /// quiet second wait up to a second in the ring. Whoever closes an
+    /// interval drains first ([`RingCollector::drain`]), so no interval
+    /// loses them.
+    pub fn back_off_when_quiet(&mut self) {
+        self.pace.back_off = true;
     }
 
     /// Closes the open generic calls whose last folio is older than
@@ -204,7 +259,8 @@ impl RingCollector {
         }
     }
 
-    /// Waits until the kernel wakes us or [`DRAIN_EVERY`] has passed, then
+    /// Waits until the kernel wakes us or [`DRAIN_EVERY`] has passed
+    /// (longer while quiet, [`RingCollector::back_off_when_quiet`]), then
     /// hands every available record to `sink`. The programs submit without
     /// a wakeup until a quarter of the buffer is used (a wakeup costs
     /// microseconds per record on virtualised hosts), so the timer is what
@@ -214,10 +270,11 @@ impl RingCollector {
         &mut self,
         mut sink: impl FnMut(RingRecord),
     ) -> anyhow::Result<usize> {
-        let n = match tokio::time::timeout(DRAIN_EVERY, self.fd.readable_mut()).await {
+        let (n, asked) = match tokio::time::timeout(self.pace.wait(), self.fd.readable_mut()).await
+        {
             Ok(guard) => {
                 let mut guard = guard.context("waiting on the ring buffer")?;
-                self.call_flush.flush_or_warn();
+                let asked = self.call_flush.flush_or_warn();
                 let n = drain_into(
                     guard.get_inner_mut(),
                     &mut self.bad_records,
@@ -225,18 +282,20 @@ impl RingCollector {
                     &mut sink,
                 );
                 guard.clear_ready();
-                n
+                (n, asked)
             }
             Err(_elapsed) => {
-                self.call_flush.flush_or_warn();
-                drain_into(
+                let asked = self.call_flush.flush_or_warn();
+                let n = drain_into(
                     self.fd.get_mut(),
                     &mut self.bad_records,
                     &mut self.fs_names,
                     &mut sink,
-                )
+                );
+                (n, asked)
             }
         };
+        self.pace.counted(n, asked);
         self.expire(sink);
         Ok(n)
     }
@@ -244,13 +303,15 @@ impl RingCollector {
     /// Hands every record available right now to `sink`, without waiting,
     /// the calls the CPUs keep included.
     pub fn drain(&mut self, sink: impl FnMut(RingRecord)) -> usize {
-        self.call_flush.flush_or_warn();
-        drain_into(
+        let asked = self.call_flush.flush_or_warn();
+        let n = drain_into(
             self.fd.get_mut(),
             &mut self.bad_records,
             &mut self.fs_names,
             sink,
-        )
+        );
+        self.pace.counted(n, asked);
+        n
     }
 }
 
@@ -308,6 +369,29 @@ pub(crate) mod tests {
         // which may be read.
         unsafe { std::slice::from_raw_parts((record as *const T).cast::<u8>(), size_of::<T>()) }
             .to_vec()
+    }
+
+    #[test]
+    fn a_quiet_collector_waits_longer_up_to_a_second_and_not_once_records_come() {
+        let mut pace = Pace::default();
+        pace.counted(0, 0);
+        assert_eq!(pace.wait(), DRAIN_EVERY, "without back-off: always");
+        let mut pace = Pace {
+            back_off: true,
+            ..Pace::default()
+        };
+        let mut waits = vec![pace.wait()];
+        for _ in 0..6 {
+            pace.counted(0, 0);
+            waits.push(pace.wait());
+        }
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [100, 200, 400, 800, 1000, 1000, 1000]);
+        pace.counted(3, 0);
+        assert_eq!(pace.wait(), DRAIN_EVERY, "a record ends the quiet");
+        pace.counted(0, 0);
+        pace.counted(0, 1);
+        assert_eq!(pace.wait(), DRAIN_EVERY, "so does a CPU that kept calls");
     }
 
     #[test]
