@@ -162,6 +162,12 @@ struct Pace {
     back_off: bool,
     /// Drains in a row that found nothing.
     quiet_drains: u32,
+    /// When the wait under way ends: kept while the caller's other
+    /// branches (an interval's tick, a signal) interrupt it, so that a
+    /// tick every `--interval` cannot put the drain off for good (each
+    /// wait began anew before, and a one-second wait never ended under
+    /// one-second ticks).
+    due: Option<tokio::time::Instant>,
 }
 
 impl Pace {
@@ -175,6 +181,14 @@ impl Pace {
         DRAIN_EVERY
             .saturating_mul(1 << self.quiet_drains.min(4))
             .min(QUIET_DRAIN_EVERY)
+    }
+
+    /// When the wait under way ends; a new one if none is.
+    fn due(&mut self) -> tokio::time::Instant {
+        let wait = self.wait();
+        *self
+            .due
+            .get_or_insert_with(|| tokio::time::Instant::now() + wait)
     }
 
     /// Counts a drain that found `records` after asking `asked` CPUs for
@@ -270,8 +284,8 @@ impl RingCollector {
         &mut self,
         mut sink: impl FnMut(RingRecord),
     ) -> anyhow::Result<usize> {
-        let (n, asked) = match tokio::time::timeout(self.pace.wait(), self.fd.readable_mut()).await
-        {
+        let due = self.pace.due();
+        let (n, asked) = match tokio::time::timeout_at(due, self.fd.readable_mut()).await {
             Ok(guard) => {
                 let mut guard = guard.context("waiting on the ring buffer")?;
                 let asked = self.call_flush.flush_or_warn();
@@ -296,6 +310,7 @@ impl RingCollector {
             }
         };
         self.pace.counted(n, asked);
+        self.pace.due = None;
         self.expire(sink);
         Ok(n)
     }
@@ -392,6 +407,33 @@ pub(crate) mod tests {
         pace.counted(0, 0);
         pace.counted(0, 1);
         assert_eq!(pace.wait(), DRAIN_EVERY, "so does a CPU that kept calls");
+    }
+
+    /// A wait that other branches interrupt keeps its end: a tick every
+    /// second no longer restarts a one-second wait for ever.
+    #[test]
+    fn an_interrupted_wait_keeps_its_end() {
+        let mut pace = Pace {
+            back_off: true,
+            quiet_drains: 9,
+            due: None,
+        };
+        let before = tokio::time::Instant::now();
+        let due = pace.due();
+        assert!(
+            due >= before + QUIET_DRAIN_EVERY,
+            "a quiet trace's whole wait"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(pace.due(), due, "asked again mid-wait: the same end");
+        pace.due = None;
+        pace.counted(1, 0);
+        let after = tokio::time::Instant::now();
+        let next = pace.due();
+        assert!(
+            next >= after + DRAIN_EVERY && next < due,
+            "after a drain with records, a short wait from now"
+        );
     }
 
     #[test]
