@@ -5,7 +5,7 @@
 use std::{
     collections::HashMap,
     fs::File,
-    io::{BufReader, Seek as _},
+    io::{Read as _, Seek as _},
 };
 
 use anyhow::Context as _;
@@ -213,12 +213,8 @@ impl Tracer {
             .iter()
             .filter_map(|&name| {
                 let program = self.ebpf.program(name)?;
-                let info = program.info().ok()?;
-                let recursion_misses = program
-                    .fd()
-                    .ok()
-                    .and_then(|fd| recursion_misses(std::os::fd::AsFd::as_fd(fd)))
-                    .unwrap_or(0)
+                let stats = prog_stats(std::os::fd::AsFd::as_fd(program.fd().ok()?))?;
+                let recursion_misses = stats.recursion_misses.unwrap_or(0)
                     + retprobes
                         .iter_mut()
                         .filter(|(program, _)| *program == name)
@@ -226,8 +222,8 @@ impl Tracer {
                         .sum::<u64>();
                 Some(ProgramRunTime {
                     program: name.to_string(),
-                    run_count: info.run_count(),
-                    run_time_ns: info.run_time().as_nanos() as u64,
+                    run_count: stats.run_count,
+                    run_time_ns: stats.run_time_ns,
                     recursion_misses,
                 })
             })
@@ -235,17 +231,27 @@ impl Tracer {
     }
 }
 
-/// A loaded program's `recursion_misses` (`struct bpf_prog_info`, Linux
+/// What the kernel counts of a loaded program's runs (`struct
+/// bpf_prog_info`): their number and time (Linux 5.1+, while BPF
+/// statistics are on), read with one query per interval and program.
+struct ProgStats {
+    run_count: u64,
+    run_time_ns: u64,
+    /// [`prog_stats`] says what these are; `None` before Linux 5.12.
+    recursion_misses: Option<u64>,
+}
+
+/// A loaded program's [`ProgStats`]. Its `recursion_misses` (Linux
 /// 5.12+): runs the kernel skipped because the program was already
 /// running on that CPU (`bpf_prog_inc_misses_counter()`: the recursion
 /// guards of the fentry/fexit trampolines, kernel/bpf/trampoline.c, and
 /// of raw tracepoints, kernel/trace/bpf_trace.c; newer kernels count the
 /// kprobe path's too). On PREEMPT_RT a program preempted by another task that
-/// fires the same hook on that CPU loses the second run this way (issue
-/// 28), so it is counted, not inferred. None when the kernel refuses the
-/// query or predates the field (the kernel fills only what it knows and
-/// reports the length it wrote).
-fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
+/// fires the same hook on that CPU loses the second run this way, so it
+/// is counted, not inferred. None when the kernel refuses the
+/// query; a field the kernel predates is `None` or absent (the kernel
+/// fills only what it knows and reports the length it wrote).
+fn prog_stats(fd: std::os::fd::BorrowedFd<'_>) -> Option<ProgStats> {
     use std::os::fd::AsRawFd as _;
 
     use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
@@ -264,8 +270,16 @@ fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
     let ret = unsafe { super::batch::sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr) };
     // SAFETY: the union's `info` member is the one set above and read back.
     let written = unsafe { attr.info.info_len } as usize;
-    let end = std::mem::offset_of!(bpf_prog_info, recursion_misses) + std::mem::size_of::<u64>();
-    (ret == 0 && written >= end).then_some(info.recursion_misses)
+    let end = |at: usize| at + std::mem::size_of::<u64>();
+    if ret != 0 || written < end(std::mem::offset_of!(bpf_prog_info, run_cnt)) {
+        return None;
+    }
+    let misses_end = end(std::mem::offset_of!(bpf_prog_info, recursion_misses));
+    Some(ProgStats {
+        run_count: info.run_cnt,
+        run_time_ns: info.run_time_ns,
+        recursion_misses: (written >= misses_end).then_some(info.recursion_misses),
+    })
 }
 
 /// The `/proc/vmstat` figures wbscope compares against, read now.
@@ -293,22 +307,38 @@ impl VmStatFile {
         let mut file = &self.0;
         file.rewind()
             .with_context(|| format!("rewinding {}", Self::PATH))?;
-        let procfs::VmStat(v) = procfs::FromBufRead::from_buf_read(BufReader::new(file))
+        // About 5 KiB of text on 6.x.
+        let mut text = String::with_capacity(8 << 10);
+        file.read_to_string(&mut text)
             .with_context(|| format!("reading {}", Self::PATH))?;
-        Ok(vmstat_figures(&v))
+        Ok(vmstat_figures(&text))
     }
 }
 
-fn vmstat_figures(v: &HashMap<String, i64>) -> VmStat {
-    let get = |k: &str| v.get(k).copied().unwrap_or(0).max(0) as u64;
-    VmStat {
-        nr_dirty: get("nr_dirty"),
-        nr_writeback: get("nr_writeback"),
-        nr_written: get("nr_written"),
-        nr_dirtied: get("nr_dirtied"),
-        nr_dirty_threshold: get("nr_dirty_threshold"),
-        nr_dirty_background_threshold: get("nr_dirty_background_threshold"),
+/// The six figures wbscope uses, from /proc/vmstat's `name value` lines
+/// (mm/vmstat.c, `vmstat_show()`); a name missing reads 0. Only these are
+/// parsed: procfs' parse of all ~190 lines into a map of owned names was
+/// a seventh of an idle trace's CPU.
+fn vmstat_figures(text: &str) -> VmStat {
+    let mut v = VmStat::default();
+    for line in text.lines() {
+        let Some((name, value)) = line.split_once(' ') else {
+            continue;
+        };
+        let figure = match name {
+            "nr_dirty" => &mut v.nr_dirty,
+            "nr_writeback" => &mut v.nr_writeback,
+            "nr_written" => &mut v.nr_written,
+            "nr_dirtied" => &mut v.nr_dirtied,
+            "nr_dirty_threshold" => &mut v.nr_dirty_threshold,
+            "nr_dirty_background_threshold" => &mut v.nr_dirty_background_threshold,
+            _ => continue,
+        };
+        // Counters summed over CPUs can read below zero for a moment
+        // (mm/vmstat.c folds per-CPU differences lazily): 0 then.
+        *figure = value.trim().parse::<i64>().map_or(0, |n| n.max(0) as u64);
     }
+    v
 }
 
 /// Adds the non-zero buckets of the held `BLOCK_SLOTS` slots to `out` (a
@@ -361,13 +391,60 @@ mod tests {
 
     use super::*;
 
-    /// Slots add up with the overflow hash; free slots and empty buckets
-    /// add nothing.
-    /// Root: the embedded object's classic tracepoint program for inodes
-    /// made dirty, loaded (not attached), answers the query with 0 on
-    /// this kernel (6.18: the field exists since 5.12).
     #[test]
-    fn recursion_misses_of_a_loaded_program_are_read() {
+    fn vmstat_figures_are_read_by_name_and_a_negative_one_is_zero() {
+        let text = "nr_free_pages 1000\nnr_dirty 12\nnr_writeback -3\nnr_dirtied 99\n\
+                    nr_written 98\nnr_dirty_threshold 4000\nnr_dirty_background_threshold \
+                    2000\nnr_dirty_extra 7\nbroken\n";
+        assert_eq!(
+            vmstat_figures(text),
+            VmStat {
+                nr_dirty: 12,
+                nr_writeback: 0,
+                nr_written: 98,
+                nr_dirtied: 99,
+                nr_dirty_threshold: 4000,
+                nr_dirty_background_threshold: 2000,
+            }
+        );
+        assert_eq!(
+            vmstat_figures("nr_dirty 5"),
+            VmStat {
+                nr_dirty: 5,
+                ..VmStat::default()
+            }
+        );
+    }
+
+    /// This kernel's file, against procfs' parse of the same text.
+    #[test]
+    fn vmstat_figures_equal_procfs_on_this_kernel() {
+        let text = std::fs::read_to_string("/proc/vmstat").expect("reading /proc/vmstat");
+        let procfs::VmStat(all) =
+            procfs::FromBufRead::from_buf_read(text.as_bytes()).expect("procfs parses it");
+        let get = |k: &str| all[k].max(0) as u64;
+        let ours = vmstat_figures(&text);
+        assert_eq!(ours.nr_dirty, get("nr_dirty"));
+        assert_eq!(ours.nr_writeback, get("nr_writeback"));
+        assert_eq!(ours.nr_written, get("nr_written"));
+        assert_eq!(ours.nr_dirtied, get("nr_dirtied"));
+        assert_eq!(ours.nr_dirty_threshold, get("nr_dirty_threshold"));
+        assert_eq!(
+            ours.nr_dirty_background_threshold,
+            get("nr_dirty_background_threshold")
+        );
+        assert!(
+            ours.nr_dirty_threshold > 0 && ours.nr_dirtied > 0,
+            "{ours:?}"
+        );
+    }
+
+    /// Root: the embedded object's classic tracepoint program for inodes
+    /// made dirty, loaded (not attached), answers the query with no run
+    /// and no miss on this kernel (6.18: `recursion_misses` exists since
+    /// 5.12).
+    #[test]
+    fn the_statistics_of_a_loaded_program_are_read() {
         use std::os::fd::AsFd as _;
         let mut ebpf = super::super::object::load(&mut aya::EbpfLoader::new())
             .expect("load the embedded object");
@@ -378,9 +455,15 @@ mod tests {
             .expect("a tracepoint program");
         program.load().expect("verifier");
         let fd = program.fd().expect("loaded");
-        assert_eq!(recursion_misses(fd.as_fd()), Some(0));
+        let stats = prog_stats(fd.as_fd()).expect("the kernel answers");
+        assert_eq!(
+            (stats.run_count, stats.run_time_ns, stats.recursion_misses),
+            (0, 0, Some(0))
+        );
     }
 
+    /// Slots add up with the overflow hash; free slots and empty buckets
+    /// add nothing.
     #[test]
     fn block_slot_counts_merge_with_the_hash() {
         let key = |dev, kind, bucket| BlockHistKey { dev, kind, bucket };
