@@ -20,8 +20,8 @@ use wbscope_model::DevId;
 /// How old the table may get: a device number is reused as soon as its
 /// filesystem is unmounted (a loop device for the next test's
 /// filesystem), so a name is trusted this long. Records wait in the ring
-/// about as long (`ring::DRAIN_EVERY`; up to a second for a trace's first
-/// records after a quiet second): a filesystem unmounted and another
+/// about as long (`ring::DRAIN_EVERY`; up to half a second for a trace's
+/// first records after a quiet spell): a filesystem unmounted and another
 /// mounted on the same device within that time can lend its name to the
 /// last records of the first.
 const FRESH: Duration = Duration::from_millis(100);

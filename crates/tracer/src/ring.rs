@@ -40,8 +40,11 @@ pub(crate) const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_mi
 /// that finds nothing doubles the wait from [`DRAIN_EVERY`] up to this.
 /// A drain is most of an idle trace's CPU (1.3 of 2.1 ms a second here:
 /// the wake-up, asking the CPUs for their kept calls, the empty read),
-/// and under TCG, or on a host whose per-CPU reads are long, more.
-const QUIET_DRAIN_EVERY: Duration = Duration::from_secs(1);
+/// and under TCG, or on a host whose per-CPU reads are long, more. Half
+/// a second keeps a call after a quiet spell on a live pipe's screen
+/// within a second of its end (`record -o - | replay -`,
+/// docs/recordings.md).
+const QUIET_DRAIN_EVERY: Duration = Duration::from_millis(500);
 
 /// What collectors send to the task that owns the model. A call is
 /// kept in place, not boxed: each record is moved once, into its
@@ -165,8 +168,8 @@ struct Pace {
     /// When the wait under way ends: kept while the caller's other
     /// branches (an interval's tick, a signal) interrupt it, so that a
     /// tick every `--interval` cannot put the drain off for good (each
-    /// wait began anew before, and a one-second wait never ended under
-    /// one-second ticks).
+    /// wait began anew before, so a wait as long as the ticks' period
+    /// never ended).
     due: Option<tokio::time::Instant>,
 }
 
@@ -228,7 +231,7 @@ impl RingCollector {
     /// [`QUIET_DRAIN_EVERY`]; the first record back (or a quarter-full
     /// ring's wake-up) returns to [`DRAIN_EVERY`]. For a trace whose
     /// records are read as lines or frames: the first records after a
-    /// quiet second wait up to a second in the ring. Whoever closes an
+    /// quiet spell wait up to half a second in the ring. Whoever closes an
     /// interval drains first ([`RingCollector::drain`]), so no interval
     /// loses them.
     pub fn back_off_when_quiet(&mut self) {
@@ -387,7 +390,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_quiet_collector_waits_longer_up_to_a_second_and_not_once_records_come() {
+    fn a_quiet_collector_waits_longer_up_to_half_a_second_and_not_once_records_come() {
         let mut pace = Pace::default();
         pace.counted(0, 0);
         assert_eq!(pace.wait(), DRAIN_EVERY, "without back-off: always");
@@ -401,7 +404,7 @@ pub(crate) mod tests {
             waits.push(pace.wait());
         }
         let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
-        assert_eq!(ms, [100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(ms, [100, 200, 400, 500, 500, 500, 500]);
         pace.counted(3, 0);
         assert_eq!(pace.wait(), DRAIN_EVERY, "a record ends the quiet");
         pace.counted(0, 0);
@@ -409,8 +412,8 @@ pub(crate) mod tests {
         assert_eq!(pace.wait(), DRAIN_EVERY, "so does a CPU that kept calls");
     }
 
-    /// A wait that other branches interrupt keeps its end: a tick every
-    /// second no longer restarts a one-second wait for ever.
+    /// A wait that other branches interrupt keeps its end: ticks more
+    /// often than the wait no longer restart it for ever.
     #[test]
     fn an_interrupted_wait_keeps_its_end() {
         let mut pace = Pace {
