@@ -588,7 +588,10 @@ pub async fn run(
         limits.interval,
     );
     let deadline = limits.duration.map(|d| tokio::time::Instant::now() + d);
-    // Its lines are read after the fact: a quiet trace drains less often.
+    // A quiet trace drains less often: what it writes after a quiet
+    // spell is up to half a second late (tracer/ring.rs), which lines
+    // and frames read by a person or a pipe bear; the dashboard keeps
+    // its 100 ms.
     collector.back_off_when_quiet();
     eprintln!("wbscope: tracing; Ctrl-C to stop");
     let mut batch = Batch::default();
