@@ -597,6 +597,7 @@ pub async fn run(
     let mut batch = Batch::default();
     let ending = loop {
         batch.clear();
+        let mut ticked = false;
         tokio::select! {
             drained = collector.wait_and_drain(|r| batch.push(r)) => {
                 drained?;
@@ -605,9 +606,7 @@ pub async fn run(
                 // Every call that ended before the tick is in its
                 // interval: the ring may hold a quiet spell's first ones.
                 collector.drain(|r| batch.push(r));
-                session.take(&mut batch, out)?;
-                batch.clear();
-                session.tick(out)?;
+                ticked = true;
             }
             _ = sigint.recv() => break Ending::Signal,
             _ = sigterm.recv() => break Ending::Signal,
@@ -620,6 +619,9 @@ pub async fn run(
             } => break Ending::Duration,
         }
         session.take(&mut batch, out)?;
+        if ticked {
+            session.tick(out)?;
+        }
         out.flush()?;
         if session.totals.calls >= session.max {
             break Ending::MaxRecords;
