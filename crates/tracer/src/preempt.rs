@@ -34,12 +34,12 @@ pub(super) const KPROBE_ON_RT: &str = "PREEMPT_RT kernel: kprobe programs share 
      skips them (a 6.12-rt guest lost 4 of 290 ext4_writepages calls so, recursion_misses 4); \
      the tp_btf programs, with a guard of their own, were tried first";
 
-/// On a PREEMPT_RT kernel, moves the kprobe candidates of the concepts
-/// whose tp_btf candidates give the same figures (ext4's scan passes;
-/// the writepages call has its kprobes last everywhere) after those
-/// tp_btf candidates ([`KPROBE_ON_RT`]); whether it moved any.
+/// On a PREEMPT_RT kernel, moves the scan's kprobe candidates after its
+/// tp_btf candidates, which give the same figures ([`KPROBE_ON_RT`]);
+/// whether it moved any. The writepages call has its kprobes after its
+/// own events on every kernel (`candidates` in plan.rs).
 pub(super) fn defer_kprobes(concept: Concept, candidates: &mut Vec<Candidate>) -> bool {
-    if !matches!(concept, Concept::WritepagesCall | Concept::Scan) {
+    if concept != Concept::Scan {
         return false;
     }
     let Some(last_tp_btf) = candidates
