@@ -98,8 +98,11 @@ BH=/tmp/bighost
 
 # Every second while wbscope (pid $1) runs: the phase, the uptime, its
 # utime and stime (clock ticks: USER_HZ, 100 on x86), its VmRSS and
-# VmHWM (kB), and the guest's Dirty and Writeback (kB, /proc/meminfo:
-# how far the sync is). Builtins but `sleep`.
+# VmHWM (kB), the guest's Dirty and Writeback (kB, /proc/meminfo: how
+# far the sync is), and its time on a CPU in ns (/proc/PID/schedstat's
+# first field, `-` without CONFIG_SCHED_INFO): the ticks are a sample of
+# which task ran at each tick, a few counts over an idle stretch, the
+# scheduler's sum is exact. Builtins but `sleep`.
 bighost_sample() {
     phase=start
     while [ -r "/proc/$1/stat" ]; do
@@ -123,7 +126,9 @@ bighost_sample() {
                 Writeback:) writeback=$value ;;
             esac
         done < /proc/meminfo
-        echo "$phase $up $utime $stime $rss $hwm $dirty $writeback"
+        run=-
+        read -r run _ < "/proc/$1/schedstat" || run=-
+        echo "$phase $up $utime $stime $rss $hwm $dirty $writeback $run"
         sleep 1
     done 2> /dev/null
 }

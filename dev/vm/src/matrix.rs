@@ -181,13 +181,14 @@ pub(crate) fn run(kernels: &[&'static kernel::KernelSpec], wbscope: &Path) -> an
 }
 
 /// `vm-test --big-host`: for each kernel, a guest per plan of
-/// [`bighost::PLANS`] (one online CPU of 64 or 128 possible), each
+/// `plans` (one online CPU of some possible CPUs, [`bighost::PLANS`]), each
 /// running only the `bighost` group, judged by bighost.rs and printed as
 /// the checks' guests are; fails if a check failed or a guest could not
 /// be run. [`STEPS_VAR`] is not consulted: these guests run their group
 /// and nothing else.
 pub(crate) fn run_big_host(
     kernels: &[&'static kernel::KernelSpec],
+    plans: &[&'static GuestPlan],
     wbscope: &Path,
 ) -> anyhow::Result<()> {
     if std::env::var_os(STEPS_VAR).is_some() {
@@ -208,7 +209,7 @@ pub(crate) fn run_big_host(
     );
     let guests: Vec<(&'static kernel::KernelSpec, &'static GuestPlan)> = kernels
         .iter()
-        .flat_map(|spec| bighost::PLANS.iter().map(move |plan| (*spec, plan)))
+        .flat_map(|spec| plans.iter().map(move |plan| (*spec, *plan)))
         .collect();
     let jobs: Vec<crate::lanes::Job<'_, KernelRun>> = guests
         .iter()
