@@ -19,7 +19,7 @@
 //! record of its key to the ring (so that a reading looks up the pairs
 //! that changed, not all the host has dirtied).
 use aya_ebpf::{
-    bindings::{BPF_NOEXIST, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_smp_processor_id, bpf_ktime_get_ns,
@@ -50,13 +50,22 @@ use crate::{
 /// (`DirtyingBatch`, 520 bytes and the ring's 8-byte header): 1 MiB holds
 /// 15,880 dirtyings, a second of a small-files writer making that many
 /// files dirty; a full buffer is counted (`stat::LOST_DIRTYINGS`) and
-/// those inodes' writeback goes to `(unknown)`. Never a wakeup: userspace reads
-/// on its own clock. In the per-folio mode the same ring carries the
+/// those inodes' writeback goes to `(unknown)`. A batch wakes userspace
+/// only once a quarter of the ring waits ([`DIRTYINGS_WAKEUP_AT`]): a
+/// burst of new files (an archive unpacked, a build's outputs: 50,000
+/// a second here) fills it within the second userspace otherwise waits.
+/// In the per-folio mode the same ring carries the
 /// `DirtierChanged` records instead (32 bytes with the ring's header:
 /// 32,768 changed pairs a reading), a full ring making the next reading
 /// read the whole map.
 #[map]
-pub(crate) static DIRTYINGS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+pub(crate) static DIRTYINGS: RingBuf = RingBuf::with_byte_size(DIRTYINGS_BYTES, 0);
+const DIRTYINGS_BYTES: u32 = 1 << 20;
+/// Bytes waiting in `DIRTYINGS` past which a batch wakes userspace (a
+/// wakeup is an irq_work: microseconds on a virtualised host, so none
+/// below it): 3,970 dirtyings, leaving three quarters of the ring for
+/// those that come while userspace wakes.
+const DIRTYINGS_WAKEUP_AT: u64 = (DIRTYINGS_BYTES / 4) as u64;
 
 /// The factor a dirtied folio counts for under the sampling in force, or
 /// `None` when this one is not counted.
@@ -437,14 +446,19 @@ static DIRTYING_STATE: PerCpuArray<BatchState> = PerCpuArray::with_max_entries(1
 impl Batch for DirtyingBatch {
     const N: usize = DIRTYING_BATCH;
 
-    /// One record to `DIRTYINGS`, never waking userspace (it reads on its
-    /// own clock); dirtyings a full ring refuses are counted lost.
+    /// One record to `DIRTYINGS`, waking userspace only once a quarter of
+    /// the ring waits; dirtyings a full ring refuses are counted lost.
     #[inline(always)]
     fn send(&mut self, count: u32) {
         self.kind = DIRTYING_BATCH_KIND;
         self.count = count;
+        let wakeup = if DIRTYINGS.query(BPF_RB_AVAIL_DATA as u64) >= DIRTYINGS_WAKEUP_AT {
+            BPF_RB_FORCE_WAKEUP
+        } else {
+            BPF_RB_NO_WAKEUP
+        };
         if DIRTYINGS
-            .output::<DirtyingBatch>(self, BPF_RB_NO_WAKEUP as u64)
+            .output::<DirtyingBatch>(self, wakeup as u64)
             .is_err()
         {
             crate::bump_by(stat::LOST_DIRTYINGS, u64::from(count));

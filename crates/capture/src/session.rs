@@ -216,6 +216,18 @@ impl Who<'_> {
         }
     }
 
+    /// Takes the dirtyings waiting in the ring now, without the tasks'
+    /// counts (those are an interval's): a burst of new files woke the
+    /// loop before its ring filled.
+    fn catch_up(&mut self) {
+        if !self.on {
+            return;
+        }
+        if let Some(snap) = snapshot(self.tracer, false) {
+            self.attribution.update(&snap);
+        }
+    }
+
     /// Charges a batch of calls, reading the maps again first when the
     /// batch's calls on an inode wrote more together than it has
     /// outstanding (`Attribution::charge_batch`).
@@ -593,6 +605,7 @@ pub async fn run(
     // and frames read by a person or a pipe bear; the dashboard keeps
     // its 100 ms.
     collector.back_off_when_quiet();
+    let mut dirtyings = DirtyingsWake::register(tracer);
     eprintln!("wbscope: tracing; Ctrl-C to stop");
     let mut batch = Batch::default();
     let ending = loop {
@@ -608,6 +621,7 @@ pub async fn run(
                 collector.drain(|r| batch.push(r));
                 ticked = true;
             }
+            () = dirtyings.woken() => session.who.catch_up(),
             _ = sigint.recv() => break Ending::Signal,
             _ = sigterm.recv() => break Ending::Signal,
             _ = sighup.recv() => break Ending::Signal,
@@ -629,6 +643,51 @@ pub async fn run(
     };
     session.finish(collector, out)?;
     Ok(ending)
+}
+
+/// `DIRTYINGS`' descriptor in tokio's poll set ([`Tracer::dirtyings_wake`]):
+/// the programs wake it once a quarter of the ring waits.
+struct DirtyingsWake(Option<tokio::io::unix::AsyncFd<std::os::fd::RawFd>>);
+
+impl DirtyingsWake {
+    fn register(tracer: &Tracer) -> DirtyingsWake {
+        let Some(fd) = tracer.dirtyings_wake() else {
+            return DirtyingsWake(None);
+        };
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        // SAFETY: the descriptor is the tracer's ring's, open for as long
+        // as the tracer, which this loop borrows: the registration (and
+        // its removal when dropped) happens within it.
+        let polled = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(raw, tokio::io::Interest::READABLE)
+        };
+        match polled {
+            Ok(fd) => DirtyingsWake(Some(fd)),
+            Err(e) => {
+                // Not fatal: the dirtyings are still read every interval,
+                // and a burst past the ring is counted as lost_dirtyings.
+                log::warn!("polling the dirtyings ring: {e}; it is read once an interval");
+                DirtyingsWake(None)
+            }
+        }
+    }
+
+    /// Returns once the ring woke us (never without a descriptor, nor
+    /// after polling it failed: that is said once, and the interval's
+    /// reading goes on); the caller reads it before the next wait.
+    async fn woken(&mut self) {
+        let Some(fd) = self.0.as_ref() else {
+            return std::future::pending().await;
+        };
+        match fd.readable().await {
+            Ok(mut guard) => guard.clear_ready(),
+            Err(e) => {
+                log::warn!("polling the dirtyings ring: {e}; it is read once an interval");
+                self.0 = None;
+                std::future::pending().await
+            }
+        }
+    }
 }
 
 #[cfg(test)]

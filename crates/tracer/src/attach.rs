@@ -751,6 +751,7 @@ impl Tracer {
                 .context("DIRTYINGS ring buffer missing")?,
         )
         .context("DIRTYINGS is not a ring buffer")?;
+        let dirtyings_fd = std::os::fd::AsRawFd::as_raw_fd(&dirtyings);
         let sampling = Array::try_from(ebpf.take_map("SAMPLING").context("SAMPLING map missing")?)
             .context("SAMPLING map")?;
         let disks = super::diskstats::DiskStatsFile::open()?;
@@ -772,6 +773,7 @@ impl Tracer {
                 keeps_dirtyings.then_some(dirtying_flush),
                 task_counts,
             )),
+            dirtyings_fd,
             sampling: std::sync::Mutex::new(sampling),
             ebpf,
             stats,

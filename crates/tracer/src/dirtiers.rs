@@ -421,6 +421,21 @@ pub(super) fn has_folio(table: &DirtierMembers) -> Result<(), String> {
 }
 
 impl Tracer {
+    /// The descriptor that turns readable when a quarter of `DIRTYINGS`
+    /// waits to be read (a burst of files made dirty, writeback-ebpf
+    /// dirtier.rs), for a loop to read the dirtiers then
+    /// ([`Tracer::dirtiers`] without the tasks) rather than lose the
+    /// burst's dirtyings to a full ring before its next reading; `None`
+    /// where the per-folio attribution reads the ring instead.
+    pub fn dirtyings_wake(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (AttributionMode::of(&self.plan) == Some(AttributionMode::PerInode)).then(|| {
+            // SAFETY: the ring in `self.dirtyings` owns the descriptor
+            // and keeps it open as long as `self`, which the borrow
+            // outlives not.
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(self.dirtyings_fd) }
+        })
+    }
+
     /// Every entry of `DIRTIERS`, read now; in the per-inode mode the
     /// dirtyings since the last reading; and with `tasks` (an interval's
     /// reading: a re-read for a batch of calls needs only the dirtyings)

@@ -84,6 +84,9 @@ pub struct Tracer {
     /// The default attribution's inode dirtyings and process counts
     /// (`dirtiers.rs`; read through `&self`, hence the lock).
     dirtyings: std::sync::Mutex<dirtiers::Dirtyings>,
+    /// `DIRTYINGS`' descriptor, owned by `dirtyings`' ring: readable once
+    /// a quarter of it waits ([`Tracer::dirtyings_wake`]).
+    dirtyings_fd: std::os::fd::RawFd,
     /// The journal handles per transaction, with `--enable durability`.
     journal: std::sync::Mutex<Option<journal::JournalHandles>>,
     /// `SAMPLING`, the per-folio and per-call sampling the CPU budget

@@ -975,3 +975,79 @@ fn pid_filter_keeps_the_writeback_of_pages_the_process_dirtied() {
     assert!(calls.iter().all(|c| c["pid"] != child.pid as u64));
     assert!(calls_on(&lines, &dev, other_ino).is_empty());
 }
+
+/// A burst of new files faster than the dirtyings ring holds between two
+/// interval readings (1 MiB, 15,880 dirtyings; an archive unpacked, a
+/// build's outputs): the programs wake the trace once a quarter of the
+/// ring waits, so no dirtying is lost and every file's page is charged to
+/// the process that made it.
+#[test]
+fn a_burst_of_new_files_loses_no_dirtying() {
+    const FILES: u64 = 60_000;
+    let _file = crate::support::file_group(module_path!());
+    let _serial = serial();
+    // 1 GiB: ext4's inode per 16 KiB gives 65,536.
+    let fs = LoopFs::new("ext4", 1024);
+    let dir = fs.path("burst");
+    fs::create_dir(&dir).unwrap();
+    let mount = fs.mountpoint.display().to_string();
+    // Every call line wanted: no rate gate (a sync of the burst makes
+    // tens of thousands a second).
+    let mut trace = Tracing::start(&[
+        "--json",
+        "--events",
+        "--device",
+        &mount,
+        "--max-event-rate",
+        "1000000000",
+    ]);
+    // Read as written: 60,000 call lines would fill a pipe read only at
+    // the end, and a trace blocked on its output loses records.
+    let out = trace.stdout_lines();
+    let page = [b'x'; PAGE as usize];
+    let t0 = Instant::now();
+    for i in 0..FILES {
+        fs::write(dir.join(format!("f{i}")), page).unwrap();
+    }
+    let took = t0.elapsed();
+    assert!(
+        wbscope_programs::SYNC
+            .command()
+            .status()
+            .expect("sync")
+            .success()
+    );
+    let dev = dev_of(&dir);
+    assert!(trace.stop(libc::SIGINT).is_empty());
+    let lines: Vec<serde_json::Value> = out
+        .iter()
+        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let summary = lines.last().expect("a summary line");
+    // Slower than the ring's second, the burst would test nothing.
+    assert!(
+        took < Duration::from_secs_f64(FILES as f64 / 15_880.0),
+        "{FILES} files took {took:?}: too slow to outrun the ring"
+    );
+    assert_eq!(summary["lost_dirtyings"], 0, "{summary}");
+    let calls: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "call" && l["dev"] == dev.as_str())
+        .collect();
+    let written: i64 = calls
+        .iter()
+        .map(|c| c["pages_written"].as_i64().unwrap())
+        .sum();
+    assert_eq!(
+        written, FILES as i64,
+        "lost_records {}, calls {}",
+        summary["lost_records"], summary["calls"]
+    );
+    let me = u64::from(std::process::id());
+    let ours: u64 = charged(&calls)
+        .into_iter()
+        .filter(|((pid, _), _)| *pid == me)
+        .map(|(_, pages)| pages)
+        .sum();
+    assert_eq!(ours, FILES, "{FILES} files' pages charged to the test");
+}
