@@ -31,6 +31,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use scratchfs::{FsType, ScratchFs};
 
+pub(crate) mod big_host;
 mod figures;
 pub(crate) mod fsync_storm;
 mod jit_profile;

@@ -5,7 +5,8 @@
 //!
 //! `bench.rs`: the tracer's overhead (with `bench/figures.rs`), and the
 //! helpers every bench shares (the loop filesystem, a running tracer,
-//! medians); `bench/small_writer.rs`, `bench/recorder.rs` (with
+//! medians); `bench/small_writer.rs`, `bench/fsync_storm.rs`,
+//! `bench/big_host.rs`, `bench/recorder.rs` (with
 //! `bench/map_reading.rs`); `bench_writer.rs`: `wbscope write` against dd
 //! and fio.
 mod bench;
@@ -127,6 +128,30 @@ enum BenchTarget {
         /// target/bench/fsync-storm-profile.md.
         #[arg(long)]
         profile: bool,
+    },
+    /// What a trace's reading costs natively against the number of
+    /// cgroups and of dirty inodes: for each cgroup count, `wbscope trace
+    /// --json --events` idle, while that many processes (each in a cgroup
+    /// of its own) write --files one-page files, with all of them dirty
+    /// and nothing written, and over their syncfs; its CPU each time,
+    /// per writeback call, and every page counted once (root; the part of
+    /// `cargo xtask vm-test --big-host` that needs no big host). Report in
+    /// target/bench/big-host.md.
+    ///
+    /// Example: cargo xtask bench big-host --cgroups 10,100,1000 --files 100000
+    BigHost {
+        /// The cgroup counts, one run each, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+        cgroups: Vec<u32>,
+        /// One-page files in all, split evenly among the cgroups (the
+        /// loop filesystem has 131,072 inodes).
+        #[arg(long, default_value_t = 100_000)]
+        files: u64,
+        /// Seconds of each reading: idle, and with the files dirty
+        /// (at most 12: they must stay younger than
+        /// dirty_expire_centisecs' 30 s).
+        #[arg(long, default_value_t = 10)]
+        window_secs: u64,
     },
     /// The flight recorder as a service runs it: `record --store
     /// --max-size --cpu-budget` under a small-files fsync load for minutes;
@@ -304,6 +329,47 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "fsync-storm.md"
             };
             write_report(name, &report)
+        }
+        Some(BenchTarget::BigHost {
+            cgroups,
+            files,
+            window_secs,
+        }) => {
+            if !setup::is_root() {
+                bail!(
+                    "bench big-host makes cgroups and a loop filesystem and attaches BPF: run it \
+                     as root"
+                );
+            }
+            if cgroups.is_empty() || cgroups.contains(&0) || files == 0 {
+                bail!("bench big-host: --cgroups and --files must be positive");
+            }
+            if let Some(n) = cgroups.iter().find(|&&n| u64::from(n) > files) {
+                bail!("bench big-host: --cgroups {n} is more than --files {files}");
+            }
+            if files > 120_000 {
+                bail!(
+                    "bench big-host: --files {files}: the loop filesystem has 131,072 inodes, \
+                     at most 120,000 files"
+                );
+            }
+            if !(1..=12).contains(&window_secs) {
+                bail!(
+                    "bench big-host: --window-secs {window_secs}: 1 to 12 (the files must stay \
+                     younger than dirty_expire_centisecs)"
+                );
+            }
+            setup::ensure_tools(setup::Scope::Bench)?;
+            let binary = xtask::build(true)?;
+            let report = bench::big_host::bench(
+                &binary,
+                &bench::big_host::BigHostOptions {
+                    cgroups,
+                    files,
+                    window_secs,
+                },
+            )?;
+            write_report("big-host.md", &report)
         }
         Some(BenchTarget::Recorder {
             minutes,
