@@ -21,6 +21,7 @@ use wbscope_model::plan::{Concept, HookChoice, ProbeStatus};
 use wbscope_model::summary::SummaryLine;
 use wbscope_model::writes::{SlowWrite, Write, WriteTally};
 use wbscope_model::{CallRecord, Totals};
+use wbscope_tracer::dirtiers::DirtyingsWake;
 use wbscope_tracer::privileges::DropOptions;
 use wbscope_tracer::ring::{RingCollector, RingRecord};
 use wbscope_tracer::seccomp::WritableDir;
@@ -643,51 +644,6 @@ pub async fn run(
     };
     session.finish(collector, out)?;
     Ok(ending)
-}
-
-/// `DIRTYINGS`' descriptor in tokio's poll set ([`Tracer::dirtyings_wake`]):
-/// the programs wake it once a quarter of the ring waits.
-struct DirtyingsWake(Option<tokio::io::unix::AsyncFd<std::os::fd::RawFd>>);
-
-impl DirtyingsWake {
-    fn register(tracer: &Tracer) -> DirtyingsWake {
-        let Some(fd) = tracer.dirtyings_wake() else {
-            return DirtyingsWake(None);
-        };
-        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-        // SAFETY: the descriptor is the tracer's ring's, open for as long
-        // as the tracer, which this loop borrows: the registration (and
-        // its removal when dropped) happens within it.
-        let polled = unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(raw, tokio::io::Interest::READABLE)
-        };
-        match polled {
-            Ok(fd) => DirtyingsWake(Some(fd)),
-            Err(e) => {
-                // Not fatal: the dirtyings are still read every interval,
-                // and a burst past the ring is counted as lost_dirtyings.
-                log::warn!("polling the dirtyings ring: {e}; it is read once an interval");
-                DirtyingsWake(None)
-            }
-        }
-    }
-
-    /// Returns once the ring woke us (never without a descriptor, nor
-    /// after polling it failed: that is said once, and the interval's
-    /// reading goes on); the caller reads it before the next wait.
-    async fn woken(&mut self) {
-        let Some(fd) = self.0.as_ref() else {
-            return std::future::pending().await;
-        };
-        match fd.readable().await {
-            Ok(mut guard) => guard.clear_ready(),
-            Err(e) => {
-                log::warn!("polling the dirtyings ring: {e}; it is read once an interval");
-                self.0 = None;
-                std::future::pending().await
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -231,6 +231,10 @@ pub enum Msg {
         dirtiers: Option<Box<DirtierSnapshot>>,
     },
     Writer(WriterUpdate),
+    /// The dirtyings read between two samples, when a quarter of their
+    /// ring waited (a burst of new files): kept for the next sample's
+    /// charging, not charged yet.
+    Dirtyings(Box<DirtierSnapshot>),
     /// A finished interval read back from a recording (replay), with the
     /// kernel counters as of its end and, from a store, the wall clock of
     /// its close (ns since the epoch).
@@ -374,6 +378,10 @@ impl App {
             } => {
                 self.on_sample(at, mono_ns, *snapshot, cpu, dirtiers.as_deref());
                 self.needs_redraw |= !self.paused();
+                Vec::new()
+            }
+            Msg::Dirtyings(snap) => {
+                self.live_who.catch_up(&snap);
                 Vec::new()
             }
             Msg::Durability(m) => {

@@ -40,6 +40,7 @@ use wbscope_model::kernel::KernelSnapshot;
 use wbscope_model::plan::{Concept, HookChoice, ProbePlan};
 use wbscope_model::units::page_size;
 use wbscope_sys::kernel_release;
+use wbscope_tracer::dirtiers::DirtyingsWake;
 use wbscope_tracer::ring::{RingCollector, RingRecord};
 use wbscope_tracer::{Tracer, TracerOptions};
 
@@ -323,8 +324,27 @@ async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
     let mut tick = tokio::time::interval(SAMPLE);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut prev_cpu: Option<CpuReading> = None;
+    let mut dirtyings = match &tracer {
+        Some(t) if t.plan.attached(Concept::Dirtier) => DirtyingsWake::register(t),
+        _ => DirtyingsWake::none(),
+    };
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = dirtyings.woken() => {
+                if let Some(t) = &tracer {
+                    match t.dirtiers(false) {
+                        Ok(snap) => {
+                            if tx.send(Msg::Dirtyings(Box::new(snap))).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => log::warn!("reading the dirtier maps: {e:#}"),
+                    }
+                }
+                continue;
+            }
+        }
         let snapshot = match &tracer {
             Some(t) => t.snapshot(),
             None => wbscope_tracer::read_vmstat().map(|vmstat| KernelSnapshot {

@@ -75,6 +75,13 @@ impl LiveWho {
         calls
     }
 
+    /// Dirtyings read between two readings (the ring woke the sampler):
+    /// what grew becomes outstanding; the held calls wait for the next
+    /// reading.
+    pub(crate) fn catch_up(&mut self, snap: &DirtierSnapshot) {
+        self.attribution.update(snap);
+    }
+
     /// The interval's `owners` (resets the interval).
     pub(crate) fn owners(&mut self) -> Vec<OwnerLine> {
         self.attribution.take_owners()
@@ -228,6 +235,43 @@ mod tests {
         assert_eq!((live.pending.len(), live.held), (0, false));
         let owners = live.owners();
         assert!(owners.iter().all(|o| o.pages_written == 0), "{owners:?}");
+    }
+
+    /// A burst's dirtyings read between two samples are kept: the call on
+    /// that inode, charged at the next sample (whose own reading has
+    /// nothing new), goes to the process that made it dirty.
+    #[test]
+    fn dirtyings_caught_up_between_samples_charge_the_next_ones_calls() {
+        use wbscope_model::{DevId, dirtier::InodeDirtyingReading};
+        let dev = (7 << 20) | 1;
+        let burst = DirtierSnapshot {
+            dirtyings: vec![InodeDirtyingReading {
+                dev,
+                ino: 5,
+                at_ns: 10,
+                tgid: 42,
+                comm: "tar".into(),
+                cgroup_id: 1,
+                owner_cgroup_id: 0,
+            }],
+            ..Default::default()
+        };
+        let call = CallRecord {
+            dev: DevId::from_kernel(dev),
+            ino: 5,
+            tgid: 99,
+            pages_written: 1,
+            start_seen: true,
+            start_ns: 20,
+            ..CallRecord::default()
+        };
+        let mut live = LiveWho::new(AttributionMode::PerInode);
+        live.catch_up(&burst);
+        live.call(&call);
+        let charged = live.reading(&DirtierSnapshot::default());
+        assert_eq!(charged.len(), 1);
+        let tar = live.owners().into_iter().find(|o| o.pid == 42);
+        assert_eq!(tar.map(|o| o.pages_written), Some(1));
     }
 
     #[test]

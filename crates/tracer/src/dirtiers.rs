@@ -287,6 +287,59 @@ fn boot_ticks() -> u64 {
     wbscope_sys::boottime_ns() / (1_000_000_000 / procfs::ticks_per_second().max(1))
 }
 
+/// `DIRTYINGS`' descriptor in tokio's poll set ([`Tracer::dirtyings_wake`]):
+/// the programs wake it once a quarter of the ring waits, and the loop
+/// holding this then reads the dirtiers ([`Tracer::dirtiers`] without
+/// the tasks). Hold it no longer than the tracer.
+pub struct DirtyingsWake(Option<tokio::io::unix::AsyncFd<std::os::fd::RawFd>>);
+
+impl DirtyingsWake {
+    /// One that never wakes: no tracer, or no dirtier hook.
+    pub fn none() -> DirtyingsWake {
+        DirtyingsWake(None)
+    }
+
+    pub fn register(tracer: &Tracer) -> DirtyingsWake {
+        let Some(fd) = tracer.dirtyings_wake() else {
+            return DirtyingsWake(None);
+        };
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        // SAFETY: the descriptor is the tracer's ring's, open for as long
+        // as the tracer; the caller keeps the tracer alive while it holds
+        // this (its loop borrows the tracer, or an Arc of it), and the
+        // registration is removed when this is dropped.
+        let polled = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(raw, tokio::io::Interest::READABLE)
+        };
+        match polled {
+            Ok(fd) => DirtyingsWake(Some(fd)),
+            Err(e) => {
+                // Not fatal: the dirtyings are still read every interval,
+                // and a burst past the ring is counted as lost_dirtyings.
+                log::warn!("polling the dirtyings ring: {e}; it is read once an interval");
+                DirtyingsWake(None)
+            }
+        }
+    }
+
+    /// Returns once the ring woke us (never without a descriptor, nor
+    /// after polling it failed: that is said once, and the interval's
+    /// reading goes on); the caller reads it before the next wait.
+    pub async fn woken(&mut self) {
+        let Some(fd) = self.0.as_ref() else {
+            return std::future::pending().await;
+        };
+        match fd.readable().await {
+            Ok(mut guard) => guard.clear_ready(),
+            Err(e) => {
+                log::warn!("polling the dirtyings ring: {e}; it is read once an interval");
+                self.0 = None;
+                std::future::pending().await
+            }
+        }
+    }
+}
+
 /// A record of `DIRTYINGS` other than a batch of dirtyings.
 enum Decoded {
     Changed(DirtierKey),

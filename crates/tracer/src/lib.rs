@@ -9,7 +9,7 @@ pub mod btf;
 pub mod cost;
 pub mod counter;
 mod cpu_batch;
-mod dirtiers;
+pub mod dirtiers;
 mod diskstats;
 mod journal;
 pub mod landlock_dir;
