@@ -27,6 +27,17 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// sync(1): every dirty page of the host written.
+fn sync_all() {
+    assert!(
+        wbscope_programs::SYNC
+            .command()
+            .status()
+            .expect("sync")
+            .success()
+    );
+}
+
 /// The call lines on (dev, ino).
 fn calls_on<'a>(lines: &'a [serde_json::Value], dev: &str, ino: u64) -> Vec<&'a serde_json::Value> {
     lines
@@ -267,13 +278,7 @@ fn departed_dirtier(mode: Mode) {
     let out = dd.wait_with_output().expect("dd");
     assert!(out.status.success());
     assert!(other.wait_with_output().expect("dd").status.success());
-    assert!(
-        wbscope_programs::SYNC
-            .command()
-            .status()
-            .expect("sync")
-            .success()
-    );
+    sync_all();
     let ino = fs::metadata(&path).unwrap().ino();
     let dev = dev_of(&path);
     let lines = trace.stop(libc::SIGINT);
@@ -343,13 +348,7 @@ fn two_writers_of_two_files_are_each_charged_their_own() {
     b.start();
     a.wait();
     b.wait();
-    assert!(
-        wbscope_programs::SYNC
-            .command()
-            .status()
-            .expect("sync")
-            .success()
-    );
+    sync_all();
     let dev = dev_of(&pa);
     let inos = (
         fs::metadata(&pa).unwrap().ino(),
@@ -418,13 +417,7 @@ fn alternate_regions(mode: Mode) -> (u64, u64, HashMap<u64, u64>, u64) {
     b.start();
     a.wait();
     b.wait();
-    assert!(
-        wbscope_programs::SYNC
-            .command()
-            .status()
-            .expect("sync")
-            .success()
-    );
+    sync_all();
     let ino = fs::metadata(&path).unwrap().ino();
     let dev = dev_of(&path);
     let lines = trace.stop(libc::SIGINT);
@@ -699,13 +692,7 @@ fn a_process_that_exits_between_readings_is_charged_its_own_count() {
     let trace = Tracing::start(&["--json", "--events", "--device", &mount, "--interval", "4"]);
     let (pid, own) = write_and_report_own_io(&path, 256, false);
     let own_bytes = io_field(&own, "write_bytes");
-    assert!(
-        wbscope_programs::SYNC
-            .command()
-            .status()
-            .expect("sync")
-            .success()
-    );
+    sync_all();
     std::thread::sleep(Duration::from_secs(1));
     let ino = fs::metadata(&path).unwrap().ino();
     let dev = dev_of(&path);
@@ -788,13 +775,7 @@ fn without_the_task_iterator_a_dropped_run_says_pages_dirtied_are_unmeasured() {
         child.start();
         child.wait();
         // Its pages written, so that it has an owners row.
-        assert!(
-            wbscope_programs::SYNC
-                .command()
-                .status()
-                .expect("sync")
-                .success()
-        );
+        sync_all();
         std::thread::sleep(Duration::from_secs(1));
         let lines = trace.stop(libc::SIGINT);
         let pid = child.pid as u64;
@@ -855,13 +836,7 @@ fn per_folio_readings_of_the_changed_pairs_miss_nothing() {
     child.wait();
     // A reading after the last page, then the sync's calls.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        wbscope_programs::SYNC
-            .command()
-            .status()
-            .expect("sync")
-            .success()
-    );
+    sync_all();
     std::thread::sleep(Duration::from_secs(1));
     let dev = dev_of(&paths[0]);
     let inos: Vec<u64> = paths
@@ -952,13 +927,7 @@ fn pid_filter_keeps_the_writeback_of_pages_the_process_dirtied() {
     child.start();
     child.wait();
     fs::write(&other, vec![1u8; MIB as usize]).unwrap();
-    assert!(
-        wbscope_programs::SYNC
-            .command()
-            .status()
-            .expect("sync")
-            .success()
-    );
+    sync_all();
     let (ino, other_ino) = (
         fs::metadata(&path).unwrap().ino(),
         fs::metadata(&other).unwrap().ino(),
@@ -1010,13 +979,7 @@ fn a_burst_of_new_files_loses_no_dirtying() {
         fs::write(dir.join(format!("f{i}")), page).unwrap();
     }
     let took = t0.elapsed();
-    assert!(
-        wbscope_programs::SYNC
-            .command()
-            .status()
-            .expect("sync")
-            .success()
-    );
+    sync_all();
     let dev = dev_of(&dir);
     assert!(trace.stop(libc::SIGINT).is_empty());
     let lines: Vec<serde_json::Value> = out
