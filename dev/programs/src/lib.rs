@@ -157,7 +157,7 @@ programs! {
     /// Copied into the VM guests' root to run checks.sh
     /// (busybox-static's ash does its arithmetic in 32 bits: "divide by
     /// zero" on a nanosecond clock); the small-writer bench's loop of
-    /// processes.
+    /// processes, the big-host bench's writers.
     DASH = "dash", "dash", [Vm, Bench], Base;
     /// tar is Essential: yes. The VM harness unpacks what a guest saved.
     TAR = "tar", "tar", [Vm], Base;

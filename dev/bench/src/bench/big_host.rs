@@ -24,7 +24,7 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     time::{Duration, Instant},
 };
 
@@ -217,7 +217,8 @@ fn run(
     let page = "x".repeat(4096);
     let mut writers: Vec<Child> = Vec::new();
     for (cg, dir) in groups.children.iter().zip(&dirs) {
-        let child = Command::new("sh")
+        let child = wbscope_programs::DASH
+            .command()
             .args(["-c", WRITER])
             .arg(cg)
             .arg(files_each.to_string())
@@ -225,7 +226,7 @@ fn run(
             .env("PAGE", &page)
             .stdin(Stdio::null())
             .spawn()
-            .context("starting a writer (sh)")?;
+            .context("starting a writer (dash)")?;
         writers.push(child);
     }
     let mut failed = 0;
