@@ -290,35 +290,44 @@ fn boot_ticks() -> u64 {
 /// `DIRTYINGS`' descriptor in tokio's poll set ([`Tracer::dirtyings_wake`]):
 /// the programs wake it once a quarter of the ring waits, and the loop
 /// holding this then reads the dirtiers ([`Tracer::dirtiers`] without
-/// the tasks). Hold it no longer than the tracer.
-pub struct DirtyingsWake(Option<tokio::io::unix::AsyncFd<std::os::fd::RawFd>>);
+/// the tasks). It borrows the tracer, whose ring owns the descriptor.
+pub struct DirtyingsWake<'t> {
+    polled: Option<tokio::io::unix::AsyncFd<std::os::fd::RawFd>>,
+    _tracer: std::marker::PhantomData<&'t Tracer>,
+}
 
-impl DirtyingsWake {
+impl<'t> DirtyingsWake<'t> {
     /// One that never wakes: no tracer, or no dirtier hook.
-    pub fn none() -> DirtyingsWake {
-        DirtyingsWake(None)
+    pub fn none() -> DirtyingsWake<'static> {
+        DirtyingsWake {
+            polled: None,
+            _tracer: std::marker::PhantomData,
+        }
     }
 
-    pub fn register(tracer: &Tracer) -> DirtyingsWake {
-        let Some(fd) = tracer.dirtyings_wake() else {
-            return DirtyingsWake(None);
-        };
-        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-        // SAFETY: the descriptor is the tracer's ring's, open for as long
-        // as the tracer; the caller keeps the tracer alive while it holds
-        // this (its loop borrows the tracer, or an Arc of it), and the
-        // registration is removed when this is dropped.
-        let polled = unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(raw, tokio::io::Interest::READABLE)
-        };
-        match polled {
-            Ok(fd) => DirtyingsWake(Some(fd)),
-            Err(e) => {
-                // Not fatal: the dirtyings are still read every interval,
-                // and a burst past the ring is counted as lost_dirtyings.
-                log::warn!("polling the dirtyings ring: {e}; it is read once an interval");
-                DirtyingsWake(None)
+    /// The tracer's ring in tokio's poll set; one that never wakes where
+    /// the tracer has no such ring (the per-folio attribution) or polling
+    /// it fails (said once: the dirtyings are still read every interval,
+    /// and a burst past the ring is counted as `lost_dirtyings`).
+    pub fn register(tracer: &'t Tracer) -> DirtyingsWake<'t> {
+        let polled = tracer.dirtyings_wake().and_then(|fd| {
+            // SAFETY: the descriptor is the tracer's ring's, open for as
+            // long as the tracer, which this borrows; the registration is
+            // removed when this is dropped.
+            unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    tokio::io::Interest::READABLE,
+                )
             }
+            .map_err(|e| {
+                log::warn!("polling the dirtyings ring: {e}; it is read once an interval");
+            })
+            .ok()
+        });
+        DirtyingsWake {
+            polled,
+            _tracer: std::marker::PhantomData,
         }
     }
 
@@ -326,14 +335,14 @@ impl DirtyingsWake {
     /// after polling it failed: that is said once, and the interval's
     /// reading goes on); the caller reads it before the next wait.
     pub async fn woken(&mut self) {
-        let Some(fd) = self.0.as_ref() else {
+        let Some(fd) = self.polled.as_ref() else {
             return std::future::pending().await;
         };
         match fd.readable().await {
             Ok(mut guard) => guard.clear_ready(),
             Err(e) => {
                 log::warn!("polling the dirtyings ring: {e}; it is read once an interval");
-                self.0 = None;
+                self.polled = None;
                 std::future::pending().await
             }
         }
@@ -483,8 +492,8 @@ impl Tracer {
     pub fn dirtyings_wake(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         (AttributionMode::of(&self.plan) == Some(AttributionMode::PerInode)).then(|| {
             // SAFETY: the ring in `self.dirtyings` owns the descriptor
-            // and keeps it open as long as `self`, which the borrow
-            // outlives not.
+            // and keeps it open as long as `self`, and the borrow cannot
+            // outlive `self`.
             unsafe { std::os::fd::BorrowedFd::borrow_raw(self.dirtyings_fd) }
         })
     }
