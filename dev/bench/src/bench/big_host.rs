@@ -55,6 +55,8 @@ struct Run {
     write_s: f64,
     write_ms_s: f64,
     held_ms_s: f64,
+    /// Dirty memory (MiB) at the held reading's start and end.
+    held_dirty_mib: (f64, f64),
     sync_s: f64,
     sync_ms_s: f64,
     calls: u64,
@@ -247,7 +249,9 @@ fn run(
             WRITE_LIMIT.as_secs()
         );
     }
+    let dirty_before_kib = dirty_kib()?;
     let held_ms_s = cpu_over(&tracer, opts.window_secs)?;
+    let dirty_after_kib = dirty_kib()?;
 
     let (t0, c0) = (Instant::now(), tracer.cpu_ns()?);
     sync_fs(fs.mountpoint())?;
@@ -280,6 +284,10 @@ fn run(
         write_s,
         write_ms_s,
         held_ms_s,
+        held_dirty_mib: (
+            dirty_before_kib as f64 / 1024.0,
+            dirty_after_kib as f64 / 1024.0,
+        ),
         sync_s,
         sync_ms_s: sync_ns as f64 / 1e6 / (sync_s + 1.0),
         calls,
@@ -294,6 +302,18 @@ fn run(
             + summary["lost_dirtyings"].as_u64().unwrap_or(0),
         rss_mib,
     })
+}
+
+/// The host's dirty page cache now (/proc/meminfo `Dirty:`, kB): whether
+/// the files stayed dirty through the held reading, or the kernel's own
+/// writeback took them meanwhile.
+fn dirty_kib() -> anyhow::Result<u64> {
+    let meminfo = fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("Dirty:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no Dirty: in /proc/meminfo")
 }
 
 /// syncfs(2) of the filesystem at `dir`.
@@ -358,7 +378,7 @@ fn report(opts: &BigHostOptions, memory: bool, runs: &[Run]) -> String {
          write {files} one-page files in all on a loop ext4, over {w} s with all of them dirty \
          and nothing written, and over the filesystem's syncfs; the cgroups {mem}.\n\n\
          | cgroups | files each | idle ms/s | writing: s, ms/s | {files} inodes dirty, held: ms/s \
-         | syncfs: s, ms/s | calls on the device (by cause) | µs per call | pages written / files \
+         (host's Dirty MiB at its start → end) | syncfs: s, ms/s | calls on the device (by cause) | µs per call | pages written / files \
          | records lost | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         w = opts.window_secs,
         files = opts.files,
@@ -371,13 +391,15 @@ fn report(opts: &BigHostOptions, memory: bool, runs: &[Run]) -> String {
     );
     for r in runs {
         out.push_str(&format!(
-            "| {} | {} | {:.2} | {:.1}, {:.2} | {:.2} | {:.1}, {:.2} | {} ({}) | {:.2} | {} / {} | {} | {:.1} |\n",
+            "| {} | {} | {:.2} | {:.1}, {:.2} | {:.2} ({:.0} → {:.0}) | {:.1}, {:.2} | {} ({}) | {:.2} | {} / {} | {} | {:.1} |\n",
             r.cgroups,
             r.files_each,
             r.idle_ms_s,
             r.write_s,
             r.write_ms_s,
             r.held_ms_s,
+            r.held_dirty_mib.0,
+            r.held_dirty_mib.1,
             r.sync_s,
             r.sync_ms_s,
             r.calls,
