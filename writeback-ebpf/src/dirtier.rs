@@ -19,7 +19,7 @@
 //! record of its key to the ring (so that a reading looks up the pairs
 //! that changed, not all the host has dirtied).
 use aya_ebpf::{
-    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_NOEXIST, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_smp_processor_id, bpf_ktime_get_ns,
@@ -61,10 +61,9 @@ use crate::{
 #[map]
 pub(crate) static DIRTYINGS: RingBuf = RingBuf::with_byte_size(DIRTYINGS_BYTES, 0);
 const DIRTYINGS_BYTES: u32 = 1 << 20;
-/// Bytes waiting in `DIRTYINGS` past which a batch wakes userspace (a
-/// wakeup is an irq_work: microseconds on a virtualised host, so none
-/// below it): 3,970 dirtyings, leaving three quarters of the ring for
-/// those that come while userspace wakes.
+/// Bytes waiting in `DIRTYINGS` past which a batch wakes userspace
+/// (`wakeup_past`): 3,970 dirtyings, leaving three quarters of the ring
+/// for those that come while userspace wakes.
 const DIRTYINGS_WAKEUP_AT: u64 = (DIRTYINGS_BYTES / 4) as u64;
 
 /// The factor a dirtied folio counts for under the sampling in force, or
@@ -452,13 +451,8 @@ impl Batch for DirtyingBatch {
     fn send(&mut self, count: u32) {
         self.kind = DIRTYING_BATCH_KIND;
         self.count = count;
-        let wakeup = if DIRTYINGS.query(BPF_RB_AVAIL_DATA as u64) >= DIRTYINGS_WAKEUP_AT {
-            BPF_RB_FORCE_WAKEUP
-        } else {
-            BPF_RB_NO_WAKEUP
-        };
         if DIRTYINGS
-            .output::<DirtyingBatch>(self, wakeup as u64)
+            .output::<DirtyingBatch>(self, crate::wakeup_past(&DIRTYINGS, DIRTYINGS_WAKEUP_AT))
             .is_err()
         {
             crate::bump_by(stat::LOST_DIRTYINGS, u64::from(count));

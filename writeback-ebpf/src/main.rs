@@ -62,7 +62,15 @@ const WAKEUP_AT_BYTES: u64 = (EVENTS_BYTES / 4) as u64;
 /// [`WAKEUP_AT_BYTES`] are waiting.
 #[inline(always)]
 pub(crate) fn events_wakeup() -> u64 {
-    let flag = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_AT_BYTES {
+    wakeup_past(&EVENTS, WAKEUP_AT_BYTES)
+}
+
+/// The flags of a record submitted to `ring`: a wakeup only once `bytes`
+/// are waiting in it (a wakeup is an irq_work, microseconds on a
+/// virtualised host), none below.
+#[inline(always)]
+pub(crate) fn wakeup_past(ring: &RingBuf, bytes: u64) -> u64 {
+    let flag = if ring.query(BPF_RB_AVAIL_DATA as u64) >= bytes {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
