@@ -324,9 +324,10 @@ async fn sampler(tracer: Option<Arc<Tracer>>, tx: UnboundedSender<Msg>) {
     let mut tick = tokio::time::interval(SAMPLE);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut prev_cpu: Option<CpuReading> = None;
-    let mut dirtyings = match &tracer {
-        Some(t) if t.plan.attached(Concept::Dirtier) => DirtyingsWake::register(t),
-        _ => DirtyingsWake::none(),
+    // Never wakes without a tracer, or with no per-inode dirtier hook.
+    let mut dirtyings = match tracer.as_deref() {
+        Some(t) => DirtyingsWake::register(t),
+        None => DirtyingsWake::none(),
     };
     loop {
         tokio::select! {

@@ -268,9 +268,9 @@ impl Tracer {
         Ok(lines)
     }
 
-    /// Stops a trace whose stdout went to the file `out` with SIGINT, and
-    /// returns its summary line; `out` is removed.
-    fn stop_to_summary(self, out: &Path) -> anyhow::Result<serde_json::Value> {
+    /// Stops a trace whose stdout went to a file with SIGINT; an error
+    /// with what it said unless it ended well.
+    fn stop_trace(self) -> anyhow::Result<()> {
         let ended = self.interrupt()?;
         if !ended.status.success() {
             bail!(
@@ -279,6 +279,13 @@ impl Tracer {
                 String::from_utf8_lossy(&ended.stderr).trim()
             );
         }
+        Ok(())
+    }
+
+    /// Stops a trace whose stdout went to the file `out` with SIGINT, and
+    /// returns its summary line; `out` is removed.
+    fn stop_to_summary(self, out: &Path) -> anyhow::Result<serde_json::Value> {
+        self.stop_trace()?;
         let text = fs::read_to_string(out).with_context(|| format!("reading {}", out.display()))?;
         let _ = fs::remove_file(out);
         text.lines()

@@ -825,6 +825,17 @@ struct Sample {
     hwm_kib: Option<u64>,
 }
 
+impl Sample {
+    /// CPU seconds since `earlier`: the scheduler's run time where both
+    /// have it, else the ticks.
+    fn cpu_since(&self, earlier: &Sample) -> f64 {
+        match (earlier.run_ns, self.run_ns) {
+            (Some(a), Some(b)) => b.saturating_sub(a) as f64 / 1e9,
+            _ => self.ticks.saturating_sub(earlier.ticks) as f64 / USER_HZ,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Samples(Vec<Sample>);
 
@@ -870,10 +881,7 @@ impl Samples {
         if of.len() < 2 || span <= 0.0 {
             return None;
         }
-        let cpu = match (first.run_ns, last.run_ns) {
-            (Some(a), Some(b)) => b.saturating_sub(a) as f64 / 1e9,
-            _ => last.ticks.saturating_sub(first.ticks) as f64 / USER_HZ,
-        };
+        let cpu = last.cpu_since(first);
         let rss = of.iter().filter_map(|s| s.rss_kib).max()?;
         Some((cpu / span, span, rss))
     }
@@ -893,10 +901,7 @@ fn cost(samples: &Samples, times: &str) -> Check {
     };
     let hwm = samples.0.iter().filter_map(|s| s.hwm_kib).max();
     let total_cpu = match (samples.0.first(), samples.0.last()) {
-        (Some(a), Some(b)) => match (a.run_ns, b.run_ns) {
-            (Some(x), Some(y)) => y.saturating_sub(x) as f64 / 1e9,
-            _ => b.ticks.saturating_sub(a.ticks) as f64 / USER_HZ,
-        },
+        (Some(a), Some(b)) => b.cpu_since(a),
         _ => 0.0,
     };
     let times: Vec<String> = times

@@ -260,14 +260,7 @@ fn run(
     std::thread::sleep(Duration::from_secs(1));
     let sync_ns = tracer.cpu_ns()?.saturating_sub(c0);
     let rss_mib = tracer.peak_rss_kb().unwrap_or(0) as f64 / 1024.0;
-    let ended = tracer.interrupt()?;
-    if !ended.status.success() {
-        bail!(
-            "wbscope trace ended with {}: {}",
-            ended.status,
-            String::from_utf8_lossy(&ended.stderr).trim()
-        );
-    }
+    tracer.stop_trace()?;
     let (dev_major, dev_minor) = fs.dev();
     let Read {
         calls,
