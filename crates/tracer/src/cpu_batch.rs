@@ -110,22 +110,19 @@ impl BatchFlush {
         })
     }
 
-    /// Has every CPU that keeps records send them to the ring; returns
-    /// how many CPUs were asked. A CPU whose batch a program was writing
-    /// when asked is asked again, up to [`BUSY_TRIES`] times. A CPU gone
-    /// offline keeps its records (the run fails with ENXIO) until it is
-    /// back, which is said once.
-    pub(crate) fn flush(&mut self) -> anyhow::Result<usize> {
+    /// Has every CPU that keeps records send them to the ring. A CPU
+    /// whose batch a program was writing when asked is asked again, up to
+    /// [`BUSY_TRIES`] times. A CPU gone offline keeps its records (the run
+    /// fails with ENXIO) until it is back, which is said once.
+    pub(crate) fn flush(&mut self) -> anyhow::Result<()> {
         let states = self
             .state
             .get(&0, 0)
             .with_context(|| format!("reading the CPUs' batches of {}", self.what))?;
-        let mut asked = 0;
         for (cpu, state) in states.iter().enumerate() {
             if state.count == 0 {
                 continue;
             }
-            asked += 1;
             let mut tries = 0;
             loop {
                 tries += 1;
@@ -151,28 +148,23 @@ impl BatchFlush {
                 }
             }
         }
-        Ok(asked)
+        Ok(())
     }
 
     /// [`BatchFlush::flush`], its first failure said as a warning: the
     /// records a CPU keeps then wait for its next full batch, and those
-    /// kept when the trace stops are not reported. Returns how many CPUs
-    /// were asked (none after a failure).
-    pub(crate) fn flush_or_warn(&mut self) -> usize {
-        match self.flush() {
-            Ok(asked) => asked,
-            Err(e) => {
-                if !self.failure_said {
-                    self.failure_said = true;
-                    log::warn!(
-                        "{e:#}: each CPU's last {} (up to {}) reach the output late, and not at \
-                         all when the trace stops",
-                        self.what,
-                        self.n - 1
-                    );
-                }
-                0
-            }
+    /// kept when the trace stops are not reported.
+    pub(crate) fn flush_or_warn(&mut self) {
+        if let Err(e) = self.flush()
+            && !self.failure_said
+        {
+            self.failure_said = true;
+            log::warn!(
+                "{e:#}: each CPU's last {} (up to {}) reach the output late, and not at all when \
+                 the trace stops",
+                self.what,
+                self.n - 1
+            );
         }
     }
 

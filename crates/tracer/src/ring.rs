@@ -36,15 +36,25 @@ const EXPIRE_EVERY: Duration = Duration::from_millis(250);
 pub(crate) const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The longest wait between drains of a collector that backs off while
-/// nothing comes ([`RingCollector::back_off_when_quiet`]): each drain
-/// that finds nothing doubles the wait from [`DRAIN_EVERY`] up to this.
-/// A drain is most of an idle trace's CPU (1.3 of 2.1 ms a second here:
-/// the wake-up, asking the CPUs for their kept calls, the empty read),
-/// and under TCG, or on a host whose per-CPU reads are long, more. Half
-/// a second keeps a call after a quiet spell on a live pipe's screen
-/// within a second of its end (`record -o - | replay -`,
-/// docs/recordings.md).
+/// few records come ([`RingCollector::back_off_when_quiet`]): each drain
+/// that finds fewer than [`FEW_RECORDS`] doubles the wait from
+/// [`DRAIN_EVERY`] up to this. A drain is most of an idle trace's CPU
+/// (1.3 of 2.1 ms a second here: the wake-up, asking the CPUs for their
+/// kept calls, the empty read), and under TCG, or on a host whose
+/// per-CPU reads are long, more. Half a second keeps a call after a
+/// quiet spell on a live pipe's screen within a second of its end
+/// (`record -o - | replay -`, docs/recordings.md).
 const QUIET_DRAIN_EVERY: Duration = Duration::from_millis(500);
+
+/// A drain that brings fewer records than this lets a collector that
+/// backs off wait longer. A drain that finds records costs about a
+/// quarter of a millisecond here whatever their number (asking the CPUs
+/// for their kept calls and dirtyings, reading both rings, the charge's
+/// re-read, the output's write): at a few hundred calls a second, ten
+/// such drains a second were most of a trace's CPU, 3.4–4.2 ms a second
+/// against 1.1 idle (docs/bench-log/fsync-storm.md, step 15). A storm's
+/// drain brings thousands.
+const FEW_RECORDS: usize = 256;
 
 /// What collectors send to the task that owns the model. A call is
 /// kept in place, not boxed: each record is moved once, into its
@@ -160,10 +170,10 @@ pub struct RingCollector {
 /// How long a collector waits for records before it drains anyway.
 #[derive(Default)]
 struct Pace {
-    /// Whether the wait grows while drains find nothing
+    /// Whether the wait grows while drains find few records
     /// ([`RingCollector::back_off_when_quiet`]).
     back_off: bool,
-    /// Drains in a row that found nothing.
+    /// Drains in a row that found fewer than [`FEW_RECORDS`].
     quiet_drains: u32,
     /// When the wait under way ends: kept while the caller's other
     /// branches (an interval's tick, a signal) interrupt it, so that a
@@ -194,10 +204,10 @@ impl Pace {
             .get_or_insert_with(|| tokio::time::Instant::now() + wait)
     }
 
-    /// Counts a drain that found `records` after asking `asked` CPUs for
-    /// the calls they kept.
-    fn counted(&mut self, records: usize, asked: usize) {
-        self.quiet_drains = if records == 0 && asked == 0 {
+    /// Counts a drain that found `records` (the calls the CPUs kept
+    /// among them).
+    fn counted(&mut self, records: usize) {
+        self.quiet_drains = if records < FEW_RECORDS {
             self.quiet_drains.saturating_add(1)
         } else {
             0
@@ -227,11 +237,12 @@ impl RingCollector {
         })
     }
 
-    /// Waits longer between drains while they find nothing, up to
-    /// [`QUIET_DRAIN_EVERY`]; the first record back (or a quarter-full
-    /// ring's wake-up) returns to [`DRAIN_EVERY`]. For a trace whose
-    /// records are read as lines or frames: the first records after a
-    /// quiet spell wait up to half a second in the ring. Whoever closes an
+    /// Waits longer between drains while they find few records (under
+    /// [`FEW_RECORDS`]), up to [`QUIET_DRAIN_EVERY`]; a drain that finds
+    /// more (or a quarter-full ring's wake-up) returns to
+    /// [`DRAIN_EVERY`]. For a trace whose records are read as lines or
+    /// frames: at a few hundred calls a second, or after a quiet spell,
+    /// records wait up to half a second in the ring. Whoever closes an
     /// interval drains first ([`RingCollector::drain`]), so no interval
     /// loses them.
     pub fn back_off_when_quiet(&mut self) {
@@ -288,10 +299,10 @@ impl RingCollector {
         mut sink: impl FnMut(RingRecord),
     ) -> anyhow::Result<usize> {
         let due = self.pace.due();
-        let (n, asked) = match tokio::time::timeout_at(due, self.fd.readable_mut()).await {
+        let n = match tokio::time::timeout_at(due, self.fd.readable_mut()).await {
             Ok(guard) => {
                 let mut guard = guard.context("waiting on the ring buffer")?;
-                let asked = self.call_flush.flush_or_warn();
+                self.call_flush.flush_or_warn();
                 let n = drain_into(
                     guard.get_inner_mut(),
                     &mut self.bad_records,
@@ -299,20 +310,19 @@ impl RingCollector {
                     &mut sink,
                 );
                 guard.clear_ready();
-                (n, asked)
+                n
             }
             Err(_elapsed) => {
-                let asked = self.call_flush.flush_or_warn();
-                let n = drain_into(
+                self.call_flush.flush_or_warn();
+                drain_into(
                     self.fd.get_mut(),
                     &mut self.bad_records,
                     &mut self.fs_names,
                     &mut sink,
-                );
-                (n, asked)
+                )
             }
         };
-        self.pace.counted(n, asked);
+        self.pace.counted(n);
         self.pace.due = None;
         self.expire(sink);
         Ok(n)
@@ -321,14 +331,14 @@ impl RingCollector {
     /// Hands every record available right now to `sink`, without waiting,
     /// the calls the CPUs keep included.
     pub fn drain(&mut self, sink: impl FnMut(RingRecord)) -> usize {
-        let asked = self.call_flush.flush_or_warn();
+        self.call_flush.flush_or_warn();
         let n = drain_into(
             self.fd.get_mut(),
             &mut self.bad_records,
             &mut self.fs_names,
             sink,
         );
-        self.pace.counted(n, asked);
+        self.pace.counted(n);
         n
     }
 }
@@ -392,7 +402,7 @@ pub(crate) mod tests {
     #[test]
     fn a_quiet_collector_waits_longer_up_to_half_a_second_and_not_once_records_come() {
         let mut pace = Pace::default();
-        pace.counted(0, 0);
+        pace.counted(0);
         assert_eq!(pace.wait(), DRAIN_EVERY, "without back-off: always");
         let mut pace = Pace {
             back_off: true,
@@ -400,16 +410,37 @@ pub(crate) mod tests {
         };
         let mut waits = vec![pace.wait()];
         for _ in 0..6 {
-            pace.counted(0, 0);
+            pace.counted(0);
             waits.push(pace.wait());
         }
         let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
         assert_eq!(ms, [100, 200, 400, 500, 500, 500, 500]);
-        pace.counted(3, 0);
-        assert_eq!(pace.wait(), DRAIN_EVERY, "a record ends the quiet");
-        pace.counted(0, 0);
-        pace.counted(0, 1);
-        assert_eq!(pace.wait(), DRAIN_EVERY, "so does a CPU that kept calls");
+        pace.counted(FEW_RECORDS);
+        assert_eq!(pace.wait(), DRAIN_EVERY, "a drain of many records ends it");
+    }
+
+    /// A few hundred calls a second: each drain's few records let the
+    /// wait grow as silence does, until a drain brings many.
+    #[test]
+    fn drains_of_few_records_wait_longer_too() {
+        let mut pace = Pace {
+            back_off: true,
+            ..Pace::default()
+        };
+        // 380 calls a second: 38, 76, 152, then 190 a drain.
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let records = (380 * pace.wait().as_millis() / 1000) as usize;
+            pace.counted(records);
+            waits.push(pace.wait().as_millis());
+        }
+        assert_eq!(waits, [200, 400, 500, 500, 500]);
+        // 3,000 a second: a drain of 100 ms brings 300, and stays at it.
+        pace.counted(1500);
+        pace.counted(300);
+        assert_eq!(pace.wait(), DRAIN_EVERY);
+        pace.counted(FEW_RECORDS - 1);
+        assert_eq!(pace.wait().as_millis(), 200);
     }
 
     /// A wait that other branches interrupt keeps its end: ticks more
@@ -430,7 +461,7 @@ pub(crate) mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(pace.due(), due, "asked again mid-wait: the same end");
         pace.due = None;
-        pace.counted(1, 0);
+        pace.counted(FEW_RECORDS);
         let after = tokio::time::Instant::now();
         let next = pace.due();
         assert!(
