@@ -51,6 +51,12 @@ pub(super) const EXT4_CALL_PROGRAMS: [&str; 10] = [
     "writepages_end",
 ];
 
+/// Whether `program` is one of [`EXT4_CALL_PROGRAMS`]' entries (their
+/// first half): an end whose entry's run the kernel skipped is unmatched.
+pub(super) fn ext4_call_entry(program: &str) -> bool {
+    EXT4_CALL_PROGRAMS[..EXT4_CALL_PROGRAMS.len() / 2].contains(&program)
+}
+
 /// The programs that start or end a generic (`do_writepages()`) call, by
 /// hook kind (writeback-ebpf hook.rs): a call whose entry or exit run the
 /// kernel skipped is in no record.

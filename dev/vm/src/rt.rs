@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     checks::{Check, exit_reason},
-    kernel_counts::{EXT4_CALL_PROGRAMS, skipped_runs},
+    kernel_counts::{EXT4_CALL_PROGRAMS, ext4_call_entry, skipped_runs},
 };
 
 const NAME: &str = "rt-interleave-every-call";
@@ -116,9 +116,9 @@ fn parse_calls(lines: &[Value]) -> (PerFile, BTreeMap<String, i64>) {
 
 /// Every file: as many calls and pages in wbscope's records as ftrace
 /// counted, the pages the file holds, all of them charged to a dirtier;
-/// nothing lost or unmatched. A call may be missing only as a run of the
-/// call's entry or exit program the kernel counted as skipped
-/// (`recursion_misses`).
+/// nothing lost. A call may be missing, and an end unmatched, only as a
+/// run of the call's entry or exit program (an end: of its entry) the
+/// kernel counted as skipped (`recursion_misses`).
 fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms: &str) -> Check {
     if rc.trim() != "0" {
         return Check::new(NAME, false, exit_reason("wbscope trace", rc, stderr));
@@ -147,6 +147,7 @@ fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms
     // be missing only when such a skipped run counts it.
     let skipped = skipped_runs(Some(summary), &|_| true);
     let skipped_own = skipped_runs(Some(summary), &|p| EXT4_CALL_PROGRAMS.contains(&p));
+    let skipped_entries = skipped_runs(Some(summary), &|p| ext4_call_entry(p));
     let mut pass = lost == 0;
     let mut wrong = Vec::new();
     let mut calls_total = 0;
@@ -175,10 +176,15 @@ fn every_call(jsonl: &str, rc: &str, stderr: &str, files: &str, ftrace: &str, ms
         }
         pass &= ok;
     }
-    // Missing calls pass only as runs the kernel counted as skipped. A
-    // function hook's end without its start (the entry's run skipped) is
-    // counted as unmatched and reports no call: one of the missing.
-    pass &= missing_calls as u64 <= skipped_own && unmatched <= missing_calls as u64;
+    // Missing calls pass only as runs the kernel counted as skipped, and
+    // an end without its start (unmatched) only as a skipped run of the
+    // call's entry program. A function hook's unmatched end reports no
+    // call (one of the missing); a tracepoint's reports the call with its
+    // start unseen (writeback-ebpf writepages.rs, `end_call`), so the
+    // unmatched ends can outnumber the missing calls: on the 7.3-rt guest
+    // (raw tracepoints), 16 skipped entries and 11 skipped exits left 12
+    // ends unmatched and 8 calls missing.
+    pass &= missing_calls as u64 <= skipped_own && unmatched <= skipped_entries;
     let secs = ms.trim().parse::<f64>().map_or(f64::NAN, |m| m / 1000.0);
     let tail = format!(
         "{lost} lost, {unmatched} unmatched, {skipped} runs skipped ({skipped_own} of the \
@@ -299,9 +305,9 @@ mod tests {
             check.detail
         );
         assert!(!every_call(&counted(0), "0", "", &files, &kernel, "").pass);
-        // An end whose start was skipped is unmatched and missing: it
-        // passes as one of the skipped runs; unmatched ends beyond the
-        // missing calls fail.
+        // A function hook's end whose start was skipped is unmatched and
+        // missing: it passes as one of the skipped runs; unmatched ends
+        // beyond the skipped entry runs fail.
         let unmatched = |n: u32| {
             counted(1).replace(
                 r#""unmatched_results":0"#,
@@ -315,6 +321,39 @@ mod tests {
         assert!(every_call(&exit, "0", "", &files, &kernel, "").pass);
         let scan = counted(1).replace("\"kprobe_writepages\"", "\"kprobe_scan\"");
         assert!(!every_call(&scan, "0", "", &files, &kernel, "").pass);
+        // A tracepoint's end whose start was skipped reports the call
+        // (start unseen): unmatched with no call missing passes as the
+        // entry's skipped run, not as an exit's.
+        let reported = |program: &str| {
+            good.replace(
+                r#""unmatched_results":0}"#,
+                &format!(
+                    r#""unmatched_results":1,"run_time":[{{"program":"{program}","recursion_misses":1}}]}}"#
+                ),
+            )
+        };
+        assert!(
+            every_call(
+                &reported("raw_tp_writepages_start"),
+                "0",
+                "",
+                &files,
+                &kernel,
+                ""
+            )
+            .pass
+        );
+        assert!(
+            !every_call(
+                &reported("raw_tp_writepages_end"),
+                "0",
+                "",
+                &files,
+                &kernel,
+                ""
+            )
+            .pass
+        );
 
         let crashed = every_call("", "1", "wbscope: boom\n", &files, &kernel, "");
         assert_eq!(crashed.detail, "wbscope trace exited 1: wbscope: boom");
