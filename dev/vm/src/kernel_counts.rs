@@ -37,7 +37,8 @@ pub(super) fn kretprobe_note(profile: &str) -> Option<String> {
 /// kernel skipped is in no record. A skipped exit leaves the thread
 /// marked inside an ext4 call, so the generic hook's exit does not write
 /// the call either (hook.rs `end_with`): a 7.3-rt guest lost one call of
-/// 71 so, `kretprobe_writepages` counting the skipped run.
+/// 71 so, `kretprobe_writepages` counting the skipped run. The entries
+/// first, then the exits ([`ext4_call_entry`]).
 pub(super) const EXT4_CALL_PROGRAMS: [&str; 10] = [
     "kprobe_writepages",
     "fentry_writepages",
@@ -99,6 +100,28 @@ pub(super) fn skipped_runs(summary: Option<&Value>, of: &dyn Fn(&str) -> bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_entries_are_the_first_half_of_the_call_programs() {
+        let (entries, exits): (Vec<&str>, Vec<&str>) =
+            EXT4_CALL_PROGRAMS.iter().partition(|p| ext4_call_entry(p));
+        assert_eq!(
+            entries,
+            [
+                "kprobe_writepages",
+                "fentry_writepages",
+                "tp_btf_writepages_start",
+                "raw_tp_writepages_start",
+                "writepages_start"
+            ]
+        );
+        assert!(
+            exits
+                .iter()
+                .all(|p| p.ends_with("_end") || p.contains("ret") || p.starts_with("fexit"))
+        );
+        assert!(!ext4_call_entry("kprobe_scan"));
+    }
 
     #[test]
     fn kretprobe_misses_are_quoted() {

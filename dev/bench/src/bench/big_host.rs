@@ -210,8 +210,14 @@ fn run(
         })
         .collect::<anyhow::Result<_>>()?;
     let warm_up = fs.path("warm-up");
-    fs::write(&warm_up, vec![0xa5u8; WARM_UP_MIB << 20])
-        .with_context(|| format!("writing {}", warm_up.display()))?;
+    let mib = vec![0xa5u8; 1 << 20];
+    let mut f =
+        fs::File::create(&warm_up).with_context(|| format!("creating {}", warm_up.display()))?;
+    for _ in 0..WARM_UP_MIB {
+        std::io::Write::write_all(&mut f, &mib)
+            .with_context(|| format!("writing {}", warm_up.display()))?;
+    }
+    drop(f);
     // The directories' own blocks and the warm-up written before the
     // trace: what it sees of the device is then the files' pages.
     sync_fs(fs.mountpoint())?;
