@@ -81,7 +81,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("wbscope-vm", &["xtask", "wbscope-programs", "wbscope-sys"]),
     (
         "wbscope-bench",
-        &["xtask", "wbscope-programs", "scratchfs", "writeback-common"],
+        &[
+            "xtask",
+            "wbscope-programs",
+            "scratchfs",
+            "writeback-common",
+            "writer-core",
+        ],
     ),
 ];
 

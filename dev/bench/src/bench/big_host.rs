@@ -323,16 +323,13 @@ fn run(
     })
 }
 
-/// The host's dirty page cache now (/proc/meminfo `Dirty:`, kB): whether
+/// The host's dirty page cache now (/proc/meminfo `Dirty:`, KiB): whether
 /// the files stayed dirty through the held reading, or the kernel's own
 /// writeback took them meanwhile.
 fn dirty_kib() -> anyhow::Result<u64> {
-    let meminfo = fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
-    meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("Dirty:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no Dirty: in /proc/meminfo")
+    writer_core::meminfo::sample()
+        .map(|levels| levels.dirty_kib)
+        .context("reading /proc/meminfo")
 }
 
 /// syncfs(2) of the filesystem at `dir`.
